@@ -1,0 +1,43 @@
+/* cli.h — shared pieces of the kvbench subcommands. Only cli/ decides to exit. */
+#ifndef KVB_CLI_H
+#define KVB_CLI_H
+
+#include <stdint.h>
+
+#include "engine/model.h"
+
+/* Subcommands: each returns the process exit code. */
+int cmd_inspect(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Parse an integer / float option value, failing with a message naming the option. */
+int cli_int(const char *opt, const char *s, long lo, long hi, long *out);
+int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* Common engine options: --model, --threads, --ctx, --kv-type, --batch. Returns 1 if argv[*i] was consumed
+ * (advancing *i past its value), 0 if not an engine option, -1 on a bad value (message printed). */
+typedef struct {
+    const char *model;
+    kvb_ctx_params ctx;
+} cli_engine_opts;
+void cli_engine_defaults(cli_engine_opts *o);
+int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i);
+/* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
+kvb_model *cli_load_model(const cli_engine_opts *o);
+/* Monotonic clock in seconds. */
+double cli_now(void);
+/* Read a whole file; NULL + message on failure. */
+char *cli_read_file(const char *path, size_t *len);
+/* The directory holding scripts/ (KVB_SOURCE_DIR env, else the source tree this binary was built from). */
+const char *cli_source_dir(void);
+
+#define CLI_ENGINE_HELP                                                                                  \
+    "  --model PATH|default   GGUF model (default: SmolLM2-135M-Instruct Q4_1 from scripts/fetch-model.sh)\n" \
+    "  --threads N            CPU threads (default: all cores)\n"                                          \
+    "  --ctx N                context size in tokens (default: the model's training context)\n"           \
+    "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
+    "  --batch N              prefill chunk size in tokens (default 512)\n"
+
+#endif

@@ -1,0 +1,213 @@
+/* cmd_bench.c — `kvbench bench`: prefill and decode speed at several contexts, with llama.cpp's figures
+ * from the same run beside ours when llama-cpp-python is installed (scripts/llamacpp_bench.py). Both
+ * engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/sampler.h"
+
+static const char *HELP =
+    "usage: kvbench bench [--model PATH|default] [--contexts 512,2048,8000] [-n 64] [--reps R] [--no-peer]\n"
+    "\n"
+    "For each context length: prefill a prompt of that many tokens, then decode N greedy tokens; prints\n"
+    "prefill and decode tokens/s (best of R repetitions, default 1). Then runs llama.cpp on the same token\n"
+    "ids with the same thread count (via scripts/llamacpp_bench.py, when llama-cpp-python is importable)\n"
+    "and prints the ratios. --no-peer skips llama.cpp. --json FILE also writes the figures as JSON.\n"
+    "\n"
+    "options:\n"
+    "  --contexts LIST        comma-separated prompt lengths (default 512,2048,8000)\n"
+    "  -n N                   decode steps per context (default 64)\n"
+    "  --reps R               repetitions, best kept (default 1)\n"
+    "  --no-peer              do not run llama.cpp\n"
+    "  --json FILE            write results as JSON\n"
+    "  --profile              print the phase breakdown of the last context\n" CLI_ENGINE_HELP;
+
+enum { MAX_CTX = 16 };
+
+typedef struct {
+    long ctx;
+    double prefill_tok_s, decode_tok_s;
+    double peer_prefill_tok_s, peer_decode_tok_s;
+} bench_row;
+
+static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, long n_dec, int profile, bench_row *row) {
+    char err[512];
+    kvb_ctx_params p = *base;
+    p.n_ctx = (int)(n_prompt + n_dec + 1);
+    p.profile = profile;
+    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    if (!c) return cli_fail("bench: %s", err);
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    if (!ids) {
+        kvb_ctx_free(c);
+        return cli_fail("bench: out of memory");
+    }
+    for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    double t0 = cli_now();
+    int rc = kvb_forward(c, ids, n_prompt, err, sizeof err);
+    double t_pre = cli_now() - t0;
+    double t1 = cli_now();
+    for (long s = 0; rc == 0 && s < n_dec; s++) {
+        int32_t next = sampler_argmax(c->logits, m->cfg.n_vocab);
+        rc = kvb_forward(c, &next, 1, err, sizeof err);
+    }
+    double t_dec = cli_now() - t1;
+    if (rc) {
+        free(ids);
+        kvb_ctx_free(c);
+        return cli_fail("bench: %s", err);
+    }
+    double pre = n_prompt / t_pre, dec = n_dec > 0 ? n_dec / t_dec : 0;
+    if (pre > row->prefill_tok_s) row->prefill_tok_s = pre;
+    if (dec > row->decode_tok_s) row->decode_tok_s = dec;
+    if (profile) prof_print_table(c->prof, stderr);
+    free(ids);
+    kvb_ctx_free(c);
+    return 0;
+}
+
+/* Run llama.cpp through its Python binding; fills peer figures. 0 = ran, 1 = unavailable (message printed). */
+static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_dec, int n_threads) {
+    char cmd[4096], list[512] = "";
+    for (int i = 0; i < n_rows; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%ld", i ? "," : "", rows[i].ctx);
+    }
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --json",
+             cli_source_dir(), model_path, list, n_dec, n_threads);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        fprintf(stderr, "llama.cpp: could not start python3\n");
+        return 1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t got;
+    while (out && (got = fread(out + n, 1, cap - 1 - n, p)) > 0) n += got;
+    int status = pclose(p);
+    if (!out) return 1;
+    out[n] = 0;
+    if (status != 0) {
+        fprintf(stderr, "llama.cpp: not run (scripts/llamacpp_bench.py exited with status %d; "
+                        "`pip install llama-cpp-python` to compare)\n", status);
+        free(out);
+        return 1;
+    }
+    cJSON *j = cJSON_Parse(out);
+    free(out);
+    cJSON *res = j ? cJSON_GetObjectItem(j, "results") : NULL;
+    if (!cJSON_IsArray(res)) {
+        fprintf(stderr, "llama.cpp: unreadable output from scripts/llamacpp_bench.py\n");
+        cJSON_Delete(j);
+        return 1;
+    }
+    cJSON *r;
+    cJSON_ArrayForEach(r, res) {
+        cJSON *ctx = cJSON_GetObjectItem(r, "ctx"), *pre = cJSON_GetObjectItem(r, "prefill_tok_s"),
+              *dec = cJSON_GetObjectItem(r, "decode_tok_s");
+        if (!cJSON_IsNumber(ctx) || !cJSON_IsNumber(pre) || !cJSON_IsNumber(dec)) continue;
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i].ctx == (long)ctx->valuedouble) {
+                rows[i].peer_prefill_tok_s = pre->valuedouble;
+                rows[i].peer_decode_tok_s = dec->valuedouble;
+            }
+    }
+    cJSON *ver = cJSON_GetObjectItem(j, "version");
+    if (cJSON_IsString(ver)) printf("llama.cpp peer: llama-cpp-python %s\n", ver->valuestring);
+    cJSON_Delete(j);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_engine_opts eo;
+    cli_engine_defaults(&eo);
+    const char *contexts = "512,2048,8000", *json_path = NULL;
+    long n_dec = 64, reps = 1;
+    int peer = 1, profile = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_engine_opt(&eo, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-peer")) peer = 0;
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (i + 1 >= argc) return cli_fail("bench: %s needs a value (or is unknown; see --help)", a);
+        else if (!strcmp(a, "--contexts")) contexts = argv[++i];
+        else if (!strcmp(a, "--json")) json_path = argv[++i];
+        else if (!strcmp(a, "-n")) { if (cli_int("-n", argv[++i], 0, 100000, &n_dec)) return 1; }
+        else if (!strcmp(a, "--reps")) { if (cli_int("--reps", argv[++i], 1, 100, &reps)) return 1; }
+        else return cli_fail("bench: unknown option '%s' (see --help)", a);
+    }
+    bench_row rows[MAX_CTX] = {0};
+    int n_rows = 0;
+    for (const char *s = contexts; *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 24 || (*end && *end != ',') || n_rows == MAX_CTX)
+            return cli_fail("bench: --contexts expects up to %d comma-separated positive integers, got '%s'", MAX_CTX,
+                            contexts);
+        rows[n_rows++].ctx = v;
+        s = *end ? end + 1 : end;
+    }
+    kvb_model *m = cli_load_model(&eo);
+    if (!m) return 1;
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].ctx + n_dec + 1 > m->cfg.n_ctx_train && eo.ctx.n_ctx == 0) {
+            kvb_model_free(m);
+            return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", rows[i].ctx,
+                            n_dec, m->cfg.n_ctx_train);
+        }
+    char err[512];
+    kvb_backend *probe = kvb_backend_cpu_create(eo.ctx.n_threads, err, sizeof err);
+    int n_threads = probe ? probe->n_threads : 1;
+    kvb_backend_free(probe);
+    printf("kvbench bench: %s, %d threads, KV %s, decode %ld tokens, best of %ld\n", m->path, n_threads,
+           eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32", n_dec, reps);
+    for (int i = 0; i < n_rows; i++) {
+        for (long r = 0; r < reps; r++)
+            if (bench_one(m, &eo.ctx, rows[i].ctx, n_dec, profile && i == n_rows - 1 && r == reps - 1, &rows[i])) {
+                kvb_model_free(m);
+                return 1;
+            }
+        printf("  ctx %6ld: prefill %8.1f tok/s, decode %7.1f tok/s\n", rows[i].ctx, rows[i].prefill_tok_s,
+               rows[i].decode_tok_s);
+        fflush(stdout);
+    }
+    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads) == 0;
+    printf("\n| ctx | prefill tok/s | decode tok/s |");
+    if (have_peer) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
+    printf("\n|---:|---:|---:|%s\n", have_peer ? "---:|---:|---:|---:|" : "");
+    for (int i = 0; i < n_rows; i++) {
+        bench_row *b = &rows[i];
+        printf("| %ld | %.1f | %.1f |", b->ctx, b->prefill_tok_s, b->decode_tok_s);
+        if (have_peer && b->peer_prefill_tok_s > 0)
+            printf(" %.1f | %.1f | %.2fx | %.2fx |", b->peer_prefill_tok_s, b->peer_decode_tok_s,
+                   b->prefill_tok_s / b->peer_prefill_tok_s, b->decode_tok_s / b->peer_decode_tok_s);
+        else if (have_peer)
+            printf(" - | - | - | - |");
+        printf("\n");
+    }
+    if (json_path) {
+        FILE *f = fopen(json_path, "w");
+        if (!f) {
+            kvb_model_free(m);
+            return cli_fail("bench: cannot write %s", json_path);
+        }
+        fprintf(f, "{\"engine\":\"kvbench\",\"threads\":%d,\"n_decode\":%ld,\"results\":[", n_threads, n_dec);
+        for (int i = 0; i < n_rows; i++)
+            fprintf(f, "%s{\"ctx\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"peer_prefill_tok_s\":%.3f,"
+                       "\"peer_decode_tok_s\":%.3f}",
+                    i ? "," : "", rows[i].ctx, rows[i].prefill_tok_s, rows[i].decode_tok_s, rows[i].peer_prefill_tok_s,
+                    rows[i].peer_decode_tok_s);
+        fprintf(f, "]}\n");
+        fclose(f);
+    }
+    kvb_model_free(m);
+    return 0;
+}

@@ -1,0 +1,167 @@
+/* main.c — the kvbench command: subcommand dispatch and shared option parsing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+#ifndef KVB_SOURCE_DIR
+#define KVB_SOURCE_DIR "."
+#endif
+
+static const char *USAGE =
+    "kvbench — KV-cache methods for long-context LLM inference, measured in one native engine\n"
+    "\n"
+    "usage: kvbench <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  inspect MODEL        print a GGUF file's metadata and tensor table\n"
+    "  generate             run a prompt through the model and print the continuation and tokens/s\n"
+    "  bench                prefill and decode tokens/s at several contexts, beside llama.cpp when installed\n"
+    "  help                 this text; `kvbench <command> --help` explains a command\n"
+    "\n"
+    "MODEL is a GGUF path or `default` (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-model.sh).\n";
+
+int cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvbench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_int(const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_fail("%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        cli_fail("%s expects a number in [%g, %g], got '%s'", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void cli_engine_defaults(cli_engine_opts *o) {
+    o->model = "default";
+    o->ctx = kvb_ctx_default_params();
+}
+
+int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    static const char *with_value[] = {"--model", "--threads", "--ctx", "--kv-type", "--batch"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= strcmp(a, with_value[k]) == 0;
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long n;
+    if (!strcmp(a, "--model")) {
+        o->model = v;
+    } else if (!strcmp(a, "--threads")) {
+        if (cli_int(a, v, 1, 256, &n)) return -1;
+        o->ctx.n_threads = (int)n;
+    } else if (!strcmp(a, "--ctx")) {
+        if (cli_int(a, v, 1, 1 << 24, &n)) return -1;
+        o->ctx.n_ctx = (int)n;
+    } else if (!strcmp(a, "--batch")) {
+        if (cli_int(a, v, 1, 65536, &n)) return -1;
+        o->ctx.n_batch = (int)n;
+    } else if (!strcmp(a, "--kv-type")) {
+        if (!strcmp(v, "f16")) o->ctx.kv_dtype = KVB_F16;
+        else if (!strcmp(v, "f32")) o->ctx.kv_dtype = KVB_F32;
+        else {
+            cli_fail("--kv-type must be f16 or f32, got '%s'", v);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+kvb_model *cli_load_model(const cli_engine_opts *o) {
+    char path[1024], err[512];
+    if (kvb_model_resolve(o->model, path, sizeof path, err, sizeof err)) {
+        cli_fail("%s", err);
+        return NULL;
+    }
+    kvb_model *m = kvb_model_load(path, err, sizeof err);
+    if (!m) cli_fail("%s", err);
+    return m;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_fail("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        cli_fail("cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+const char *cli_source_dir(void) {
+    const char *d = getenv("KVB_SOURCE_DIR");
+    return d && *d ? d : KVB_SOURCE_DIR;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,55 @@
+/* backend.h — the op interface every compute backend implements.
+ *
+ * The forward pass (engine/model.c) and, later, the KV-cache methods call ops only
+ * through this table, so the same code runs on the CPU backend (kernels/cpu/) and
+ * the CUDA backend (kernels/cuda/). Activation buffers passed to ops live in the
+ * backend's own memory (host memory for the CPU backend). */
+#ifndef KVB_BACKEND_H
+#define KVB_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/f16.h"
+#include "engine/gguf.h"
+
+/* A weight matrix as stored in the model file: rows x cols, each row of `cols`
+ * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). */
+typedef struct {
+    const void *data;
+    ggml_type type;
+    int64_t rows, cols;
+} kvb_weight;
+
+/* Attention over the KV store for all heads at once; GQA maps query head h to
+ * KV head h / (n_head / n_head_kv). See kernels/cpu/ops.h for the field contract. */
+typedef struct kvb_attn_args kvb_attn_args;
+
+typedef struct kvb_backend kvb_backend;
+struct kvb_backend {
+    const char *name;
+    int n_threads;
+    /* out[t][r] = W[r] . x[t] for t < n_tok (x quantized to the weight's activation format first) */
+    int (*matmul)(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok);
+    /* out[i] = dequantized row ids[i] of w */
+    void (*get_rows)(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n);
+    void (*rmsnorm)(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps);
+    void (*rope)(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                 float freq_base, int neox);
+    void (*swiglu)(kvb_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    void (*add)(kvb_backend *be, float *out, const float *a, const float *b, int64_t n);
+    /* out[t][i] += bias[i] for t < n_rows */
+    void (*add_bias)(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows);
+    int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
+    void (*softmax)(kvb_backend *be, float *x, int64_t n);
+    void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
+    void (*free)(kvb_backend *be);
+    void *impl; /* backend private state (thread pool, workspaces) */
+};
+
+/* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */
+kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
+/* Release a backend created by any *_create. NULL is a no-op. */
+void kvb_backend_free(kvb_backend *be);
+
+#endif

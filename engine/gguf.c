@@ -1,0 +1,486 @@
+/* gguf.c — GGUF v2/v3 reader (see gguf.h). Every read goes through a cursor that
+ * checks the remaining bytes first; counts from the file are checked against the
+ * bytes left before anything is allocated for them. */
+#include "engine/gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { MAX_NESTING = 8, MAX_NAME_BYTES = 65535 };
+
+typedef struct {
+    const uint8_t *base;
+    uint64_t size, pos;
+    char *err;
+    size_t err_len;
+    int failed;
+} cursor;
+
+static void fail(cursor *c, const char *fmt, ...) {
+    if (c->failed) return;
+    c->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(c->err, c->err_len, "gguf: ");
+    if (n >= 0 && (size_t)n < c->err_len) vsnprintf(c->err + n, c->err_len - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static int need(cursor *c, uint64_t n, const char *what) {
+    if (c->failed) return -1;
+    if (n > c->size - c->pos) {
+        fail(c, "truncated file: %s needs %llu bytes at offset %llu, file has %llu", what, (unsigned long long)n,
+             (unsigned long long)c->pos, (unsigned long long)c->size);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t rd_le(cursor *c, int bytes, const char *what) {
+    if (need(c, (uint64_t)bytes, what)) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++) v |= (uint64_t)c->base[c->pos + (uint64_t)i] << (8 * i);
+    c->pos += (uint64_t)bytes;
+    return v;
+}
+
+static int rd_str(cursor *c, gguf_str *s, const char *what) {
+    uint64_t len = rd_le(c, 8, what);
+    if (need(c, len, what)) return -1;
+    s->ptr = (const char *)c->base + c->pos;
+    s->len = len;
+    c->pos += len;
+    return 0;
+}
+
+static int scalar_bytes(gguf_vtype t) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
+    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+static double bits_to_f32(uint64_t b) {
+    uint32_t u = (uint32_t)b;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double bits_to_f64(uint64_t b) {
+    double d;
+    memcpy(&d, &b, 8);
+    return d;
+}
+
+static int64_t sign_extend(uint64_t v, int bytes) {
+    if (bytes == 8) return (int64_t)v;
+    uint64_t m = 1ull << (8 * bytes - 1);
+    return (int64_t)((v ^ m) - m);
+}
+
+static void value_free(gguf_value *v);
+
+static int rd_value(cursor *c, gguf_vtype t, gguf_value *v, int depth, const char *key) {
+    memset(v, 0, sizeof *v);
+    v->type = t;
+    int sb = scalar_bytes(t);
+    if (sb) {
+        uint64_t raw = rd_le(c, sb, key);
+        if (t == GGUF_VT_FLOAT32) v->v.f = bits_to_f32(raw);
+        else if (t == GGUF_VT_FLOAT64) v->v.f = bits_to_f64(raw);
+        else if (t == GGUF_VT_INT8 || t == GGUF_VT_INT16 || t == GGUF_VT_INT32 || t == GGUF_VT_INT64)
+            v->v.i = sign_extend(raw, sb);
+        else if (t == GGUF_VT_BOOL) {
+            if (raw > 1) return fail(c, "key '%s': bool value %llu is not 0 or 1", key, (unsigned long long)raw), -1;
+            v->v.u = raw;
+        } else
+            v->v.u = raw;
+        return c->failed ? -1 : 0;
+    }
+    if (t == GGUF_VT_STRING) return rd_str(c, &v->v.s, key);
+    if (t != GGUF_VT_ARRAY) return fail(c, "key '%s': unknown value type %d", key, (int)t), -1;
+    if (depth >= MAX_NESTING) return fail(c, "key '%s': arrays nested deeper than %d", key, MAX_NESTING), -1;
+    uint64_t et = rd_le(c, 4, key);
+    uint64_t count = rd_le(c, 8, key);
+    if (c->failed) return -1;
+    if (et >= GGUF_VT_COUNT) return fail(c, "key '%s': unknown array element type %llu", key, (unsigned long long)et), -1;
+    v->v.arr.elem_type = (gguf_vtype)et;
+    v->v.arr.count = count;
+    int esb = scalar_bytes((gguf_vtype)et);
+    if (esb) {
+        if (count > (c->size - c->pos) / (uint64_t)esb)
+            return fail(c, "key '%s': array of %llu elements runs past the end of the file", key,
+                        (unsigned long long)count), -1;
+        v->v.arr.raw = c->base + c->pos;
+        c->pos += count * (uint64_t)esb;
+        return 0;
+    }
+    /* strings take >= 8 bytes, arrays >= 12: a count larger than that cannot be real */
+    uint64_t min_elem = et == GGUF_VT_STRING ? 8 : 12;
+    if (count > (c->size - c->pos) / min_elem)
+        return fail(c, "key '%s': array of %llu elements runs past the end of the file", key, (unsigned long long)count), -1;
+    if (count == 0) return 0;
+    if (et == GGUF_VT_STRING) {
+        v->v.arr.strs = calloc((size_t)count, sizeof *v->v.arr.strs);
+        if (!v->v.arr.strs) return fail(c, "out of memory reading key '%s'", key), -1;
+        for (uint64_t i = 0; i < count; i++)
+            if (rd_str(c, &v->v.arr.strs[i], key)) return -1;
+        return 0;
+    }
+    v->v.arr.items = calloc((size_t)count, sizeof *v->v.arr.items);
+    if (!v->v.arr.items) return fail(c, "out of memory reading key '%s'", key), -1;
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t it = rd_le(c, 4, key);
+        if (c->failed) return -1;
+        if (it >= GGUF_VT_COUNT) return fail(c, "key '%s': unknown value type %llu", key, (unsigned long long)it), -1;
+        if (rd_value(c, (gguf_vtype)it, &v->v.arr.items[i], depth + 1, key)) return -1;
+    }
+    return 0;
+}
+
+/* Nested arrays carry their own element type per item in this reader's model; GGUF writes nested arrays as
+ * ARRAY elements each starting with (type, count). */
+static void value_free(gguf_value *v) {
+    if (v->type != GGUF_VT_ARRAY) return;
+    free(v->v.arr.strs);
+    if (v->v.arr.items) {
+        for (uint64_t i = 0; i < v->v.arr.count; i++) value_free(&v->v.arr.items[i]);
+        free(v->v.arr.items);
+    }
+}
+
+uint32_t ggml_block_elems(ggml_type t) {
+    switch (t) {
+    case GGML_T_F32: case GGML_T_F16: case GGML_T_BF16: return 1;
+    case GGML_T_Q4_0: case GGML_T_Q4_1: case GGML_T_Q5_0: case GGML_T_Q8_0: return 32;
+    case GGML_T_Q4_K: case GGML_T_Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+uint32_t ggml_block_bytes(ggml_type t) {
+    switch (t) {
+    case GGML_T_F32: return 4;
+    case GGML_T_F16: case GGML_T_BF16: return 2;
+    case GGML_T_Q4_0: return 18;
+    case GGML_T_Q4_1: return 20;
+    case GGML_T_Q5_0: return 22;
+    case GGML_T_Q8_0: return 34;
+    case GGML_T_Q4_K: return 144;
+    case GGML_T_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+uint64_t ggml_row_bytes(ggml_type t, uint64_t n) {
+    uint32_t be = ggml_block_elems(t);
+    return be ? n / be * ggml_block_bytes(t) : 0;
+}
+
+const char *ggml_type_name(ggml_type t) {
+    switch (t) {
+    case GGML_T_F32: return "F32";
+    case GGML_T_F16: return "F16";
+    case GGML_T_BF16: return "BF16";
+    case GGML_T_Q4_0: return "Q4_0";
+    case GGML_T_Q4_1: return "Q4_1";
+    case GGML_T_Q5_0: return "Q5_0";
+    case GGML_T_Q8_0: return "Q8_0";
+    case GGML_T_Q4_K: return "Q4_K";
+    case GGML_T_Q6_K: return "Q6_K";
+    default: return "unknown";
+    }
+}
+
+const char *gguf_vtype_name(gguf_vtype t) {
+    static const char *names[] = {"uint8", "int8",   "uint16", "int16", "uint32", "int32", "float32",
+                                  "bool",  "string", "array",  "uint64", "int64", "float64"};
+    return (unsigned)t < GGUF_VT_COUNT ? names[t] : "unknown";
+}
+
+int gguf_str_eq(gguf_str s, const char *c) {
+    size_t n = strlen(c);
+    return s.len == n && memcmp(s.ptr, c, n) == 0;
+}
+
+static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, size_t err_len) {
+    cursor c = {base, size, 0, err, err_len, 0};
+    if (size < 4 || memcmp(base, "GGUF", 4) != 0) {
+        fail(&c, size < 4 ? "truncated file: %llu bytes, no GGUF header" : "bad magic (not a GGUF file)",
+             (unsigned long long)size);
+        return -1;
+    }
+    c.pos = 4;
+    f->version = (uint32_t)rd_le(&c, 4, "version");
+    if (c.failed) return -1;
+    if (f->version != 2 && f->version != 3) return fail(&c, "unsupported version %u (supported: 2, 3)", f->version), -1;
+    f->n_tensors = rd_le(&c, 8, "tensor count");
+    f->n_kv = rd_le(&c, 8, "metadata count");
+    if (c.failed) return -1;
+    /* a kv takes >= 8+1+4+1 bytes, a tensor info >= 8+1+4+8+4+8 */
+    if (f->n_kv > (size - c.pos) / 14)
+        return fail(&c, "metadata count %llu is impossible for a %llu-byte file", (unsigned long long)f->n_kv,
+                    (unsigned long long)size), -1;
+    if (f->n_tensors > (size - c.pos) / 33)
+        return fail(&c, "tensor count %llu is impossible for a %llu-byte file", (unsigned long long)f->n_tensors,
+                    (unsigned long long)size), -1;
+    f->kv = calloc(f->n_kv ? (size_t)f->n_kv : 1, sizeof *f->kv);
+    f->tensors = calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *f->tensors);
+    if (!f->kv || !f->tensors) return fail(&c, "out of memory"), -1;
+    f->alignment = 32;
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        gguf_kv *kv = &f->kv[i];
+        if (rd_str(&c, &kv->key, "metadata key")) return -1;
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 100 ? kv->key.len : 100), kv->key.ptr);
+        uint64_t t = rd_le(&c, 4, key);
+        if (c.failed) return -1;
+        if (t >= GGUF_VT_COUNT) return fail(&c, "key '%s' has unknown value type %llu", key, (unsigned long long)t), -1;
+        if (rd_value(&c, (gguf_vtype)t, &kv->val, 0, key)) return -1;
+        for (uint64_t j = 0; j < i; j++)
+            if (f->kv[j].key.len == kv->key.len && !memcmp(f->kv[j].key.ptr, kv->key.ptr, kv->key.len))
+                return fail(&c, "duplicate metadata key '%s'", key), -1;
+        if (gguf_str_eq(kv->key, "general.alignment")) {
+            if (kv->val.type != GGUF_VT_UINT32 || kv->val.v.u == 0 || (kv->val.v.u & (kv->val.v.u - 1)) ||
+                kv->val.v.u > 1u << 20)
+                return fail(&c, "general.alignment must be a uint32 power of two"), -1;
+            f->alignment = (uint32_t)kv->val.v.u;
+        }
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        if (rd_str(&c, &t->name, "tensor name")) return -1;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 100 ? t->name.len : 100), t->name.ptr);
+        if (t->name.len == 0 || t->name.len > MAX_NAME_BYTES) return fail(&c, "tensor %llu has a bad name length", (unsigned long long)i), -1;
+        t->n_dims = (uint32_t)rd_le(&c, 4, name);
+        if (c.failed) return -1;
+        if (t->n_dims < 1 || t->n_dims > 4) return fail(&c, "tensor '%s' has %u dimensions (1-4 allowed)", name, t->n_dims), -1;
+        uint64_t n_elems = 1;
+        for (int d = 0; d < 4; d++) t->ne[d] = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) {
+            t->ne[d] = rd_le(&c, 8, name);
+            if (c.failed) return -1;
+            if (t->ne[d] == 0 || t->ne[d] > (1ull << 40) || n_elems > (1ull << 62) / t->ne[d])
+                return fail(&c, "tensor '%s' has an impossible shape", name), -1;
+            n_elems *= t->ne[d];
+        }
+        uint64_t ty = rd_le(&c, 4, name);
+        t->offset = rd_le(&c, 8, name);
+        if (c.failed) return -1;
+        t->type = (ggml_type)ty;
+        if (ty > 255 || ggml_block_elems(t->type) == 0)
+            return fail(&c, "unknown tensor type %llu for tensor '%s'", (unsigned long long)ty, name), -1;
+        uint32_t be = ggml_block_elems(t->type);
+        if (t->ne[0] % be)
+            return fail(&c, "tensor '%s': row of %llu elements is not a multiple of the %s block (%u)", name,
+                        (unsigned long long)t->ne[0], ggml_type_name(t->type), be), -1;
+        t->n_bytes = n_elems / be * ggml_block_bytes(t->type);
+        if (t->offset % f->alignment)
+            return fail(&c, "tensor '%s' offset %llu is not aligned to %u", name, (unsigned long long)t->offset,
+                        f->alignment), -1;
+        for (uint64_t j = 0; j < i; j++)
+            if (f->tensors[j].name.len == t->name.len && !memcmp(f->tensors[j].name.ptr, t->name.ptr, t->name.len))
+                return fail(&c, "duplicate tensor name '%s'", name), -1;
+    }
+    uint64_t data = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
+    if (f->n_tensors > 0 && data > size) return fail(&c, "truncated file: no tensor data section"), -1;
+    f->data_offset = data;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        uint64_t avail = size - data;
+        if (t->offset > avail || t->n_bytes > avail - t->offset)
+            return fail(&c, "truncated file: tensor '%.*s' data ends at byte %llu, past the end of the file (%llu bytes)",
+                        (int)(t->name.len < 100 ? t->name.len : 100), t->name.ptr,
+                        (unsigned long long)(data + t->offset + t->n_bytes), (unsigned long long)size), -1;
+        t->data = base + data + t->offset;
+    }
+    return 0;
+}
+
+static void free_tables(gguf_file *f) {
+    if (f->kv)
+        for (uint64_t i = 0; i < f->n_kv; i++) value_free(&f->kv[i].val);
+    free(f->kv);
+    free(f->tensors);
+}
+
+gguf_file *gguf_open_mem(const void *buf, size_t n_bytes, char *err, size_t err_len) {
+    gguf_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        snprintf(err, err_len, "gguf: out of memory");
+        return NULL;
+    }
+    if (parse(f, buf, n_bytes, err, err_len)) {
+        free_tables(f);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+gguf_file *gguf_open(const char *path, char *err, size_t err_len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        snprintf(err, err_len, "gguf: cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, err_len, "gguf: not a regular file");
+        return NULL;
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        snprintf(err, err_len, "gguf: truncated file: empty");
+        return NULL;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, err_len, "gguf: mmap failed: %s", strerror(errno));
+        return NULL;
+    }
+    gguf_file *f = gguf_open_mem(map, (size_t)st.st_size, err, err_len);
+    if (!f) {
+        munmap(map, (size_t)st.st_size);
+        return NULL;
+    }
+    f->map = map;
+    f->map_bytes = (size_t)st.st_size;
+    return f;
+}
+
+void gguf_close(gguf_file *f) {
+    if (!f) return;
+    free_tables(f);
+    if (f->map) munmap(f->map, f->map_bytes);
+    free(f);
+}
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        if (gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
+    return NULL;
+}
+
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (gguf_str_eq(f->tensors[i].name, name)) return &f->tensors[i];
+    return NULL;
+}
+
+static const gguf_kv *find_or_err(const gguf_file *f, const char *key, char *err, size_t err_len) {
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) snprintf(err, err_len, "gguf: missing metadata key '%s'", key);
+    return kv;
+}
+
+static int type_err(const gguf_kv *kv, const char *key, const char *want, char *err, size_t err_len) {
+    snprintf(err, err_len, "gguf: key '%s' has type %s, expected %s", key, gguf_vtype_name(kv->val.type), want);
+    return -1;
+}
+
+static int is_unsigned(gguf_vtype t) {
+    return t == GGUF_VT_UINT8 || t == GGUF_VT_UINT16 || t == GGUF_VT_UINT32 || t == GGUF_VT_UINT64;
+}
+static int is_signed(gguf_vtype t) {
+    return t == GGUF_VT_INT8 || t == GGUF_VT_INT16 || t == GGUF_VT_INT32 || t == GGUF_VT_INT64;
+}
+
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t err_len) {
+    const gguf_kv *kv = find_or_err(f, key, err, err_len);
+    if (!kv) return -1;
+    if (is_unsigned(kv->val.type) && kv->val.v.u <= UINT32_MAX) {
+        *out = (uint32_t)kv->val.v.u;
+        return 0;
+    }
+    if (is_signed(kv->val.type) && kv->val.v.i >= 0 && kv->val.v.i <= (int64_t)UINT32_MAX) {
+        *out = (uint32_t)kv->val.v.i;
+        return 0;
+    }
+    if (is_unsigned(kv->val.type) || is_signed(kv->val.type)) {
+        snprintf(err, err_len, "gguf: key '%s' value does not fit uint32", key);
+        return -1;
+    }
+    return type_err(kv, key, "uint32", err, err_len);
+}
+
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, size_t err_len) {
+    const gguf_kv *kv = find_or_err(f, key, err, err_len);
+    if (!kv) return -1;
+    if (kv->val.type != GGUF_VT_FLOAT32 && kv->val.type != GGUF_VT_FLOAT64)
+        return type_err(kv, key, "float32", err, err_len);
+    *out = (float)kv->val.v.f;
+    return 0;
+}
+
+int gguf_get_bool(const gguf_file *f, const char *key, int *out, char *err, size_t err_len) {
+    const gguf_kv *kv = find_or_err(f, key, err, err_len);
+    if (!kv) return -1;
+    if (kv->val.type != GGUF_VT_BOOL) return type_err(kv, key, "bool", err, err_len);
+    *out = (int)kv->val.v.u;
+    return 0;
+}
+
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, size_t err_len) {
+    const gguf_kv *kv = find_or_err(f, key, err, err_len);
+    if (!kv) return -1;
+    if (kv->val.type != GGUF_VT_STRING) return type_err(kv, key, "string", err, err_len);
+    *out = kv->val.v.s;
+    return 0;
+}
+
+int gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype elem_type, const gguf_value **out, char *err,
+                 size_t err_len) {
+    const gguf_kv *kv = find_or_err(f, key, err, err_len);
+    if (!kv) return -1;
+    if (kv->val.type != GGUF_VT_ARRAY) return type_err(kv, key, "array", err, err_len);
+    if (elem_type != GGUF_VT_COUNT && kv->val.v.arr.elem_type != elem_type) {
+        snprintf(err, err_len, "gguf: key '%s' is an array of %s, expected %s", key,
+                 gguf_vtype_name(kv->val.v.arr.elem_type), gguf_vtype_name(elem_type));
+        return -1;
+    }
+    *out = &kv->val;
+    return 0;
+}
+
+static uint64_t raw_elem(const gguf_value *arr, uint64_t i, int *bytes) {
+    *bytes = scalar_bytes(arr->v.arr.elem_type);
+    uint64_t v = 0;
+    const uint8_t *p = arr->v.arr.raw + i * (uint64_t)*bytes;
+    for (int b = 0; b < *bytes; b++) v |= (uint64_t)p[b] << (8 * b);
+    return v;
+}
+
+int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i) {
+    int bytes;
+    if (!arr->v.arr.raw || i >= arr->v.arr.count) return 0;
+    uint64_t v = raw_elem(arr, i, &bytes);
+    gguf_vtype t = arr->v.arr.elem_type;
+    if (t == GGUF_VT_FLOAT32) return (int64_t)bits_to_f32(v);
+    if (t == GGUF_VT_FLOAT64) return (int64_t)bits_to_f64(v);
+    return is_signed(t) ? sign_extend(v, bytes) : (int64_t)v;
+}
+
+double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
+    int bytes;
+    if (!arr->v.arr.raw || i >= arr->v.arr.count) return 0;
+    uint64_t v = raw_elem(arr, i, &bytes);
+    gguf_vtype t = arr->v.arr.elem_type;
+    if (t == GGUF_VT_FLOAT32) return bits_to_f32(v);
+    if (t == GGUF_VT_FLOAT64) return bits_to_f64(v);
+    return is_signed(t) ? (double)sign_extend(v, bytes) : (double)v;
+}

@@ -1,0 +1,62 @@
+/* kvcache.h — the KV store: per layer, per KV head, slots of K and V rows with each
+ * token's absolute position and dialogue round id, in the device or host tier.
+ *
+ * Methods evict (retain), select (gather) and offload (set_tier) through these calls;
+ * storage is real: retain shrinks the allocation, so a method's saving shows up in the
+ * byte accounting (engine/mem.h) rather than being a mask. */
+#ifndef KVB_KVCACHE_H
+#define KVB_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/f16.h"
+#include "engine/mem.h"
+
+typedef struct kvc_store kvc_store;
+
+/* Read-only view of one (layer, KV head): rows are head_dim elements of dtype. */
+typedef struct {
+    const void *k, *v;
+    const int32_t *pos, *round;
+    int64_t n;
+    kvb_dtype dtype;
+    kvb_tier tier;
+} kvc_view;
+
+/* A store for n_layer x n_head_kv heads of head_dim, starting with room for initial_capacity tokens per head. */
+kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t initial_capacity,
+                      kvb_mem *mem, char *err, size_t err_len);
+void kvc_free(kvc_store *kv);
+/* Deep copy (same accounting tracker unless mem is given). NULL on failure. */
+kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem);
+/* Append n_tok tokens to every head of a layer; k, v: [n_tok][n_head_kv][head_dim] f32; round may be NULL (= 0). */
+int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const float *v, const int32_t *pos,
+               const int32_t *round, char *err, size_t err_len);
+/* Keep exactly slots idx[0..n) (strictly ascending, in range) of one head, compacting and shrinking storage. */
+int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len);
+/* Drop slots n.. of one head. */
+int kvc_truncate(kvc_store *kv, int layer, int h, int64_t n, char *err, size_t err_len);
+/* Empty every head (storage released). */
+void kvc_clear(kvc_store *kv);
+/* Copy slots idx[0..n) of one head into caller buffers (k_out/v_out: n rows of dtype; pos_out may be NULL).
+ * From the host tier this counts as a host->device move (a packed load). */
+int kvc_gather(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, void *k_out, void *v_out,
+               int32_t *pos_out, char *err, size_t err_len);
+/* Move one head's / a whole layer's storage to a tier (bytes and moves counted). */
+int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size_t err_len);
+int kvc_set_layer_tier(kvc_store *kv, int layer, kvb_tier tier, char *err, size_t err_len);
+/* View of one head (valid until the next call that changes that head). */
+kvc_view kvc_head_view(const kvc_store *kv, int layer, int h);
+/* Tokens held by one head. */
+int64_t kvc_n(const kvc_store *kv, int layer, int h);
+/* Bytes allocated in a tier (all heads; KVB_TIER_COUNT = both tiers). */
+int64_t kvc_bytes(const kvc_store *kv, kvb_tier tier);
+/* Bytes of occupied slots in a tier (KVB_TIER_COUNT = both tiers). */
+int64_t kvc_used_bytes(const kvc_store *kv, kvb_tier tier);
+/* Bytes per slot (K row + V row + position + round). */
+int64_t kvc_slot_bytes(const kvc_store *kv);
+/* Bytes of K+V rows a full cache of n_tokens would hold (2 x layers x heads x head_dim x element size x n). */
+int64_t kvc_full_bytes_for(const kvc_store *kv, int64_t n_tokens);
+
+#endif

@@ -1,0 +1,377 @@
+/* model.c — llama-family config, weights and the forward pass.
+ *
+ * The forward pass follows llama.cpp's graph for arch llama/qwen2 so that token
+ * ids and logits agree with it: per layer
+ *   x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))       n = RMSNorm(attn_norm)
+ *   x += Wdown · (silu(Wgate·n'(x)) * Wup·n'(x))                 n' = RMSNorm(ffn_norm)
+ * and logits = Wout · RMSNorm(output_norm)(x). The phases carry the names of
+ * Round Attention's latency decomposition (calc_qkv_and_rope, update_cache,
+ * attn_forward, attn_output, mlp), which are also the profiler's and NVTX's names. */
+#include "engine/model.h"
+
+#include "kernels/cpu/ops.h" /* kvb_attn_args (defined beside the CPU kernels) */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+#define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
+
+int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len) {
+    if (strcmp(name, "default") != 0) {
+        if ((size_t)snprintf(path_out, path_cap, "%s", name) >= path_cap) return ERR("model path too long");
+        return 0;
+    }
+    const char *dir = getenv("KVB_MODEL_DIR");
+    const char *home = getenv("HOME");
+    int n;
+    if (dir && *dir)
+        n = snprintf(path_out, path_cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else
+        n = snprintf(path_out, path_cap, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                     home ? home : ".");
+    if (n < 0 || (size_t)n >= path_cap) return ERR("model path too long");
+    FILE *f = fopen(path_out, "rb");
+    if (!f) return ERR("default model not found at %s (run scripts/fetch-model.sh)", path_out);
+    fclose(f);
+    return 0;
+}
+
+static int get_u32_arch(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, char *err,
+                        size_t err_len) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_u32(f, key, out, err, err_len);
+}
+
+int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_len) {
+    memset(cfg, 0, sizeof *cfg);
+    gguf_str arch;
+    if (gguf_get_str(f, "general.architecture", &arch, err, err_len)) return -1;
+    if (arch.len >= sizeof cfg->arch) return ERR("unsupported architecture (name too long)");
+    memcpy(cfg->arch, arch.ptr, arch.len);
+    cfg->arch[arch.len] = 0;
+    if (strcmp(cfg->arch, "llama") && strcmp(cfg->arch, "qwen2"))
+        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", cfg->arch);
+    uint32_t v;
+    if (get_u32_arch(f, cfg->arch, "block_count", &v, err, err_len)) return -1;
+    cfg->n_layer = (int)v;
+    if (get_u32_arch(f, cfg->arch, "embedding_length", &v, err, err_len)) return -1;
+    cfg->n_embd = (int)v;
+    if (get_u32_arch(f, cfg->arch, "feed_forward_length", &v, err, err_len)) return -1;
+    cfg->n_ff = (int)v;
+    if (get_u32_arch(f, cfg->arch, "attention.head_count", &v, err, err_len)) return -1;
+    cfg->n_head = (int)v;
+    cfg->n_head_kv = cfg->n_head;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", cfg->arch);
+    if (gguf_find(f, key) && gguf_get_u32(f, key, &v, err, err_len) == 0) cfg->n_head_kv = (int)v;
+    if (get_u32_arch(f, cfg->arch, "context_length", &v, err, err_len)) return -1;
+    cfg->n_ctx_train = (int)v;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", cfg->arch);
+    if (gguf_get_f32(f, key, &cfg->rms_eps, err, err_len)) return -1;
+    cfg->rope_freq_base = 10000.0f;
+    snprintf(key, sizeof key, "%s.rope.freq_base", cfg->arch);
+    if (gguf_find(f, key) && gguf_get_f32(f, key, &cfg->rope_freq_base, err, err_len)) return -1;
+    if (cfg->n_layer <= 0 || cfg->n_layer > 1024 || cfg->n_embd <= 0 || cfg->n_embd > 65536 || cfg->n_head <= 0 ||
+        cfg->n_head > 1024 || cfg->n_head_kv <= 0 || cfg->n_head % cfg->n_head_kv || cfg->n_embd % cfg->n_head ||
+        cfg->n_ff <= 0 || cfg->n_ff > 1 << 20 || cfg->n_ctx_train <= 0)
+        return ERR("implausible model dimensions in metadata (layers %d, embd %d, heads %d/%d, ffn %d)", cfg->n_layer,
+                   cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->n_ff);
+    cfg->head_dim = cfg->n_embd / cfg->n_head;
+    cfg->n_rot = cfg->head_dim;
+    snprintf(key, sizeof key, "%s.rope.dimension_count", cfg->arch);
+    if (gguf_find(f, key)) {
+        if (gguf_get_u32(f, key, &v, err, err_len)) return -1;
+        if ((int)v > cfg->head_dim || v % 2) return ERR("rope dimension %u does not fit head size %d", v, cfg->head_dim);
+        cfg->n_rot = (int)v;
+    }
+    cfg->rope_neox = strcmp(cfg->arch, "qwen2") == 0;
+    cfg->has_qkv_bias = strcmp(cfg->arch, "qwen2") == 0;
+    return 0;
+}
+
+/* Bind a weight matrix of the expected shape [cols, rows]. */
+static int bind_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, kvb_weight *w, char *err,
+                       size_t err_len) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return ERR("missing tensor '%s'", name);
+    if ((int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return ERR("tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name, (unsigned long long)t->ne[0],
+                   (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    return 0;
+}
+
+static int bind_vector(const gguf_file *f, const char *name, int64_t n, int required, const float **out, char *err,
+                       size_t err_len) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    *out = NULL;
+    if (!t) return required ? ERR("missing tensor '%s'", name) : 0;
+    if (t->type != GGML_T_F32) return ERR("tensor '%s' must be F32, found %s", name, ggml_type_name(t->type));
+    if ((int64_t)t->ne[0] != n || t->n_dims != 1) return ERR("tensor '%s' must have %lld elements", name, (long long)n);
+    if (((uintptr_t)t->data) % sizeof(float)) return ERR("tensor '%s' is misaligned", name);
+    *out = t->data;
+    return 0;
+}
+
+kvb_model *kvb_model_load(const char *path, char *err, size_t err_len) {
+    kvb_model *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(err, err_len, "out of memory"); return NULL; }
+    snprintf(m->path, sizeof m->path, "%s", path);
+    char sub[512];
+    m->gguf = gguf_open(path, sub, sizeof sub);
+    if (!m->gguf) {
+        snprintf(err, err_len, "%s: %s", path, sub);
+        goto fail;
+    }
+    if (kvb_config_read(m->gguf, &m->cfg, err, err_len)) goto fail;
+    const kvb_config *c = &m->cfg;
+    const gguf_file *f = m->gguf;
+    int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (!emb) {
+        snprintf(err, err_len, "missing tensor 'token_embd.weight'");
+        goto fail;
+    }
+    c = &m->cfg;
+    m->cfg.n_vocab = (int)emb->ne[1];
+    if (bind_matrix(f, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd, err, err_len)) goto fail;
+    if (gguf_find_tensor(f, "output.weight")) {
+        if (bind_matrix(f, "output.weight", c->n_embd, c->n_vocab, &m->output, err, err_len)) goto fail;
+    } else {
+        m->output = m->tok_embd;
+        m->cfg.tied_output = 1;
+    }
+    if (bind_vector(f, "output_norm.weight", c->n_embd, 1, &m->output_norm, err, err_len)) goto fail;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        kvb_layer *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        if (bind_vector(f, NAME("attn_norm.weight"), c->n_embd, 1, &L->attn_norm, err, err_len) ||
+            bind_vector(f, NAME("ffn_norm.weight"), c->n_embd, 1, &L->ffn_norm, err, err_len) ||
+            bind_matrix(f, NAME("attn_q.weight"), c->n_embd, c->n_embd, &L->wq, err, err_len) ||
+            bind_matrix(f, NAME("attn_k.weight"), c->n_embd, kv_dim, &L->wk, err, err_len) ||
+            bind_matrix(f, NAME("attn_v.weight"), c->n_embd, kv_dim, &L->wv, err, err_len) ||
+            bind_matrix(f, NAME("attn_output.weight"), c->n_embd, c->n_embd, &L->wo, err, err_len) ||
+            bind_matrix(f, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, &L->w_gate, err, err_len) ||
+            bind_matrix(f, NAME("ffn_up.weight"), c->n_embd, c->n_ff, &L->w_up, err, err_len) ||
+            bind_matrix(f, NAME("ffn_down.weight"), c->n_ff, c->n_embd, &L->w_down, err, err_len) ||
+            bind_vector(f, NAME("attn_q.bias"), c->n_embd, c->has_qkv_bias, &L->bq, err, err_len) ||
+            bind_vector(f, NAME("attn_k.bias"), kv_dim, c->has_qkv_bias, &L->bk, err, err_len) ||
+            bind_vector(f, NAME("attn_v.bias"), kv_dim, c->has_qkv_bias, &L->bv, err, err_len))
+            goto fail;
+#undef NAME
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) m->weight_bytes += f->tensors[i].n_bytes;
+    m->tok = tok_load(f, sub, sizeof sub);
+    if (!m->tok) {
+        snprintf(err, err_len, "%s: %s", path, sub);
+        goto fail;
+    }
+    return m;
+fail:
+    kvb_model_free(m);
+    return NULL;
+}
+
+void kvb_model_free(kvb_model *m) {
+    if (!m) return;
+    tok_free(m->tok);
+    free(m->layers);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+kvb_ctx_params kvb_ctx_default_params(void) {
+    kvb_ctx_params p = {0};
+    p.kv_dtype = KVB_F16;
+    p.n_batch = 512;
+    return p;
+}
+
+static float *alloc_f32(kvb_ctx *c, int64_t n) {
+    return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(float));
+}
+
+kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len) {
+    kvb_ctx *c = calloc(1, sizeof *c);
+    if (!c) { snprintf(err, err_len, "out of memory"); return NULL; }
+    c->model = m;
+    c->params = p ? *p : kvb_ctx_default_params();
+    const kvb_config *cfg = &m->cfg;
+    if (c->params.n_ctx <= 0) c->params.n_ctx = cfg->n_ctx_train;
+    if (c->params.n_batch <= 0) c->params.n_batch = 512;
+    kvb_mem_init(&c->mem);
+    kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS, (int64_t)m->weight_bytes);
+    c->be = kvb_backend_cpu_create(c->params.n_threads, err, err_len);
+    if (!c->be) goto fail;
+    c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 256, &c->mem, err, err_len);
+    if (!c->kv) goto fail;
+    c->prof = prof_create(cfg->n_layer, c->params.profile || c->params.trace, c->params.trace);
+    int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    c->x = alloc_f32(c, B * cfg->n_embd);
+    c->xn = alloc_f32(c, B * cfg->n_embd);
+    c->q = alloc_f32(c, B * cfg->n_embd);
+    c->att = alloc_f32(c, B * cfg->n_embd);
+    c->k = alloc_f32(c, B * kv_dim);
+    c->v = alloc_f32(c, B * kv_dim);
+    c->ffn_g = alloc_f32(c, B * cfg->n_ff);
+    c->ffn_u = alloc_f32(c, B * cfg->n_ff);
+    c->logits = alloc_f32(c, cfg->n_vocab);
+    c->pos = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
+    c->hk = calloc((size_t)cfg->n_head_kv, sizeof *c->hk);
+    c->hv = calloc((size_t)cfg->n_head_kv, sizeof *c->hv);
+    c->hpos = calloc((size_t)cfg->n_head_kv, sizeof *c->hpos);
+    c->hn = calloc((size_t)cfg->n_head_kv, sizeof *c->hn);
+    if (!c->x || !c->xn || !c->q || !c->att || !c->k || !c->v || !c->ffn_g || !c->ffn_u || !c->logits || !c->pos ||
+        !c->hk || !c->hv || !c->hpos || !c->hn) {
+        snprintf(err, err_len, "out of memory allocating activations");
+        goto fail;
+    }
+    return c;
+fail:
+    kvb_ctx_free(c);
+    return NULL;
+}
+
+void kvb_ctx_free(kvb_ctx *c) {
+    if (!c) return;
+    const kvb_config *cfg = &c->model->cfg;
+    int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    size_t f = sizeof(float);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->x, (size_t)(B * cfg->n_embd) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->xn, (size_t)(B * cfg->n_embd) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->q, (size_t)(B * cfg->n_embd) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->att, (size_t)(B * cfg->n_embd) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->k, (size_t)(B * kv_dim) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->v, (size_t)(B * kv_dim) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_g, (size_t)(B * cfg->n_ff) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_u, (size_t)(B * cfg->n_ff) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->logits, (size_t)cfg->n_vocab * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->pos, (size_t)B * sizeof(int32_t));
+    free(c->hk);
+    free(c->hv);
+    free(c->hpos);
+    free(c->hn);
+    kvc_free(c->kv);
+    prof_free(c->prof);
+    kvb_backend_free(c->be);
+    free(c);
+}
+
+void kvb_ctx_reset(kvb_ctx *c) {
+    kvc_clear(c->kv);
+    c->n_past = 0;
+    c->round_id = 0;
+}
+
+/* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */
+static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    const kvb_model *m = c->model;
+    const kvb_config *cfg = &m->cfg;
+    kvb_backend *be = c->be;
+    prof *P = c->prof;
+    const int64_t D = cfg->n_embd, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    for (int64_t t = 0; t < n; t++) c->pos[t] = (int32_t)(c->n_past + t);
+
+    prof_begin(P, PROF_EMBED, -1);
+    be->get_rows(be, c->x, &m->tok_embd, ids, n);
+    prof_end(P, PROF_EMBED, -1, n, 0);
+
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const kvb_layer *L = &m->layers[l];
+
+        prof_begin(P, PROF_CALC_QKV_AND_ROPE, l);
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, D, n, cfg->rms_eps);
+        if (be->matmul(be, c->q, &L->wq, c->xn, n) || be->matmul(be, c->k, &L->wk, c->xn, n) ||
+            be->matmul(be, c->v, &L->wv, c->xn, n))
+            return ERR("matmul failed in layer %d", l);
+        if (L->bq) {
+            be->add_bias(be, c->q, L->bq, D, n);
+            be->add_bias(be, c->k, L->bk, kv_dim, n);
+            be->add_bias(be, c->v, L->bv, kv_dim, n);
+        }
+        be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
+        be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
+        prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
+
+        prof_begin(P, PROF_UPDATE_CACHE, l);
+        if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, NULL, err, err_len)) return -1;
+        prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
+
+        prof_begin(P, PROF_ATTN_FORWARD, l);
+        for (int h = 0; h < cfg->n_head_kv; h++) {
+            kvc_view hv = kvc_head_view(c->kv, l, h);
+            c->hk[h] = hv.k;
+            c->hv[h] = hv.v;
+            c->hpos[h] = hv.pos;
+            c->hn[h] = hv.n;
+        }
+        kvb_attn_args a = {0};
+        a.n_q = n;
+        a.n_head = cfg->n_head;
+        a.n_head_kv = cfg->n_head_kv;
+        a.head_dim = cfg->head_dim;
+        a.q = c->q;
+        a.q_pos = c->pos;
+        a.kv_dtype = c->params.kv_dtype;
+        a.k = c->hk;
+        a.v = c->hv;
+        a.k_pos = c->hpos;
+        a.n_kv = c->hn;
+        a.scale = 1.0f / sqrtf((float)cfg->head_dim);
+        a.out = c->att;
+        if (be->attention(be, &a, err, err_len)) return -1;
+        prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
+
+        prof_begin(P, PROF_ATTN_OUTPUT, l);
+        if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d", l);
+        be->add(be, c->x, c->x, c->xn, n * D);
+        prof_end(P, PROF_ATTN_OUTPUT, l, n, 0);
+
+        prof_begin(P, PROF_MLP, l);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, D, n, cfg->rms_eps);
+        if (be->matmul(be, c->ffn_g, &L->w_gate, c->xn, n) || be->matmul(be, c->ffn_u, &L->w_up, c->xn, n))
+            return ERR("matmul failed in layer %d", l);
+        be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
+        if (be->matmul(be, c->xn, &L->w_down, c->ffn_g, n)) return ERR("matmul failed in layer %d", l);
+        be->add(be, c->x, c->x, c->xn, n * D);
+        prof_end(P, PROF_MLP, l, n, 0);
+    }
+
+    prof_begin(P, PROF_LM_HEAD, -1);
+    const float *last = c->x + (n - 1) * D;
+    be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
+    if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer");
+    prof_end(P, PROF_LM_HEAD, -1, 1, 0);
+    c->n_past += n;
+    return 0;
+}
+
+int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    if (n <= 0) return ERR("no tokens to process");
+    if (c->n_past + n > c->params.n_ctx)
+        return ERR("context overflow: %lld tokens past + %lld new > context size %d", (long long)c->n_past,
+                   (long long)n, c->params.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->model->cfg.n_vocab)
+            return ERR("token id %d out of range (vocabulary %d)", ids[i], c->model->cfg.n_vocab);
+    prof_set_stage(c->prof, n > 1 ? PROF_PREFILL : PROF_DECODE);
+    for (int64_t done = 0; done < n;) {
+        int64_t chunk = n - done < c->params.n_batch ? n - done : c->params.n_batch;
+        if (forward_chunk(c, ids + done, chunk, err, err_len)) return -1;
+        done += chunk;
+    }
+    return 0;
+}

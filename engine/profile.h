@@ -1,0 +1,43 @@
+/* profile.h — host-clock timers around the forward pass's phases, per stage and layer.
+ *
+ * The phase names are Round Attention's latency decomposition and the NVTX range names
+ * of the CUDA build, so a CPU breakdown table, a Perfetto trace and an Nsight timeline
+ * line up. A NULL or disabled profiler costs a branch per call. */
+#ifndef KVB_PROFILE_H
+#define KVB_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    PROF_EMBED = 0, PROF_CALC_QKV_AND_ROPE, PROF_UPDATE_CACHE, PROF_ATTN_FORWARD, PROF_ATTN_OUTPUT, PROF_MLP,
+    PROF_LM_HEAD, PROF_SELECT, PROF_H2D, PROF_D2H, PROF_SAMPLE, PROF_PHASE_COUNT
+} prof_phase;
+
+typedef enum { PROF_PREFILL = 0, PROF_DECODE = 1, PROF_STAGE_COUNT } prof_stage;
+
+typedef struct prof prof;
+
+/* A profiler for n_layer layers; enabled = accumulate totals; trace = also keep events for prof_write_trace. */
+prof *prof_create(int n_layer, int enabled, int trace);
+void prof_free(prof *p);
+/* Stage that following events count toward. */
+void prof_set_stage(prof *p, prof_stage s);
+/* Start / end a phase (layer -1 = not per layer); end records token and byte counts with the event. */
+void prof_begin(prof *p, prof_phase ph, int layer);
+void prof_end(prof *p, prof_phase ph, int layer, int64_t tokens, int64_t bytes);
+/* Accumulated nanoseconds and calls of (stage, phase), over all layers. */
+int64_t prof_total_ns(const prof *p, prof_stage s, prof_phase ph);
+int64_t prof_calls(const prof *p, prof_stage s, prof_phase ph);
+/* Nanoseconds of (stage, phase) in one layer. */
+int64_t prof_layer_ns(const prof *p, prof_stage s, prof_phase ph, int layer);
+/* Phase name as used in tables, traces and NVTX ranges. */
+const char *prof_phase_name(prof_phase ph);
+const char *prof_stage_name(prof_stage s);
+/* Breakdown table: one row per phase, prefill and decode columns. */
+void prof_print_table(const prof *p, FILE *out);
+/* Chrome/Perfetto trace JSON ("traceEvents", complete events in microseconds); written to path.tmp, then renamed. */
+int prof_write_trace(const prof *p, const char *path, char *err, size_t err_len);
+
+#endif

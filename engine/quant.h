@@ -1,0 +1,56 @@
+/* quant.h — ggml's block formats, dequantization, activation quantization and dot products.
+ *
+ * Weights stay quantized; before a matmul the activation row is quantized once to the
+ * weight type's activation format, exactly as ggml's CPU backend does (Q4_0/Q5_0/Q8_0
+ * weights -> Q8_0, Q4_1 -> Q8_1, F16 -> F16, BF16/F32/Q4_K/Q6_K -> F32), and the dot
+ * product is integer per block, then scaled. Matching ggml's activation rounding is
+ * what keeps our logits within ~1e-2 of llama.cpp's. Q4_K and Q6_K are dotted against
+ * f32 activations (dequantized on the fly): exact up to float rounding, but not
+ * ggml's Q8_K path — a documented difference. */
+#ifndef KVB_QUANT_H
+#define KVB_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/f16.h"
+#include "engine/gguf.h"
+
+#define QK 32
+#define QK_K 256
+
+typedef struct { kvb_f16 d; uint8_t qs[QK / 2]; } block_q4_0;
+typedef struct { kvb_f16 d, m; uint8_t qs[QK / 2]; } block_q4_1;
+typedef struct { kvb_f16 d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;
+typedef struct { kvb_f16 d; int8_t qs[QK]; } block_q8_0;
+typedef struct { kvb_f16 d, s; int8_t qs[QK]; } block_q8_1; /* s = d * sum(qs) */
+typedef struct { kvb_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvb_f16 d; } block_q6_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+
+/* Dequantize n elements (a multiple of the block size) of type t. */
+void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
+/* Quantize n floats to a weight type (round to nearest; for tests and synthetic models). 0 = ok, -1 = unsupported. */
+int quant_quantize_row(ggml_type t, const float *src, void *dst, int64_t n);
+/* Activation format used with weights of type t. */
+ggml_type quant_act_type(ggml_type weight_type);
+/* Bytes of one activation row of n elements for weights of type t. */
+size_t quant_act_row_bytes(ggml_type weight_type, int64_t n);
+/* Quantize an activation row x[n] into dst, in the activation format of weight_type. */
+void quant_act_quantize(ggml_type weight_type, const float *x, void *dst, int64_t n);
+/* Dot product of one weight row and one activation row (both n elements). */
+float quant_vec_dot(ggml_type weight_type, int64_t n, const void *w_row, const void *act_row);
+/* Dot of one weight row with n_act activation rows (stride act_stride bytes): out[j]. n_act <= 4. */
+void quant_vec_dot_multi(ggml_type weight_type, int64_t n, const void *w_row, const void *act, size_t act_stride,
+                         int n_act, float *out);
+/* Force the portable scalar kernels (1) or allow SIMD (0); for tests. */
+void quant_force_scalar(int on);
+
+#endif

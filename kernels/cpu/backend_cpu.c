@@ -1,0 +1,128 @@
+/* backend_cpu.c — the CPU implementation of the backend op table (engine/backend.h).
+ * Thin wrappers: the kernels live in matmul.c and ops.c; this file owns the
+ * thread pool and the scratch buffers they need, grown on demand and kept. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/pool.h"
+
+typedef struct {
+    kvb_pool *pool;
+    void *act_ws; /* quantized activations for matmul */
+    size_t act_ws_bytes;
+    void *attn_ws;
+    size_t attn_ws_bytes;
+} cpu_impl;
+
+static int grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t want = need + need / 4 + 4096;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, want)) return -1;
+    free(*buf);
+    *buf = p;
+    *cap = want;
+    return 0;
+}
+
+static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
+    cpu_impl *im = be->impl;
+    if (grow(&im->act_ws, &im->act_ws_bytes, cpu_matmul_ws_bytes(w->type, w->cols, n_tok))) return -1;
+    return cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool);
+}
+
+static void cpu_be_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
+    cpu_get_rows(out, w->data, w->type, w->cols, ids, (int)n);
+}
+
+static void cpu_be_rmsnorm(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows,
+                           float eps) {
+    cpu_rmsnorm(out, x, w, n, n_rows, eps);
+}
+
+static void cpu_be_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot,
+                        const int32_t *pos, float freq_base, int neox) {
+    cpu_rope(x, n_tok, n_head, head_dim, n_rot, pos, freq_base, neox);
+}
+
+static void cpu_be_swiglu(kvb_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    cpu_swiglu(out, gate, up, n);
+}
+
+static void cpu_be_add(kvb_backend *be, float *out, const float *a, const float *b, int64_t n) {
+    cpu_add(out, a, b, n);
+}
+
+static void cpu_be_add_bias(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows) {
+    for (int64_t r = 0; r < n_rows; r++) cpu_add(x + r * n, x + r * n, bias, n);
+}
+
+static int cpu_be_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
+    cpu_impl *im = be->impl;
+    cpu_attn_args args = *a;
+    size_t need = cpu_attention_ws_bytes(&args, kvb_pool_size(im->pool));
+    if (grow(&im->attn_ws, &im->attn_ws_bytes, need)) {
+        snprintf(err, err_len, "out of memory for the attention workspace (%zu bytes)", need);
+        return -1;
+    }
+    args.ws = im->attn_ws;
+    args.ws_bytes = im->attn_ws_bytes;
+    return cpu_attention(&args, im->pool, err, err_len);
+}
+
+static void cpu_be_softmax(kvb_backend *be, float *x, int64_t n) { cpu_softmax(x, n); }
+
+static void cpu_be_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out) {
+    cpu_topk(x, n, k, idx_out);
+}
+
+static void cpu_be_free(kvb_backend *be) {
+    cpu_impl *im = be->impl;
+    if (im) {
+        kvb_pool_free(im->pool);
+        free(im->act_ws);
+        free(im->attn_ws);
+        free(im);
+    }
+    free(be);
+}
+
+kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
+    kvb_backend *be = calloc(1, sizeof *be);
+    cpu_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        snprintf(err, err_len, "out of memory creating the CPU backend");
+        return NULL;
+    }
+    im->pool = kvb_pool_create(n_threads);
+    if (!im->pool) {
+        free(be);
+        free(im);
+        snprintf(err, err_len, "could not start the CPU thread pool");
+        return NULL;
+    }
+    be->name = "cpu";
+    be->n_threads = kvb_pool_size(im->pool);
+    be->matmul = cpu_be_matmul;
+    be->get_rows = cpu_be_get_rows;
+    be->rmsnorm = cpu_be_rmsnorm;
+    be->rope = cpu_be_rope;
+    be->swiglu = cpu_be_swiglu;
+    be->add = cpu_be_add;
+    be->add_bias = cpu_be_add_bias;
+    be->attention = cpu_be_attention;
+    be->softmax = cpu_be_softmax;
+    be->topk = cpu_be_topk;
+    be->free = cpu_be_free;
+    be->impl = im;
+    return be;
+}
+
+void kvb_backend_free(kvb_backend *be) {
+    if (be && be->free) be->free(be);
+}

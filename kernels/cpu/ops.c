@@ -1,0 +1,191 @@
+/* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax, top-k.
+ * Attention lives in attention.c. Formulas follow ggml-cpu (see ops.h); where we vectorise a
+ * reduction that ggml does sequentially, we keep ggml's precision (double sums) so the float
+ * results agree except at rare rounding ties. */
+#include "kernels/cpu/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/ops_vec.h"
+
+/* sum_i (double)(x[i]*x[i]): the square rounds to float, as in ggml, and is summed in double */
+static double sum_squares_f64(const float *x, int64_t n) {
+    int64_t i = 0;
+    double s = 0.0;
+#if defined(__AVX512F__)
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 sq = _mm512_mul_ps(v, v);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+    }
+    s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 sq = _mm256_mul_ps(v, v);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
+    s = (t[0] + t[1]) + (t[2] + t[3]);
+#endif
+    for (; i < n; i++) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps) {
+    if (n <= 0) return;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        /* ggml narrows the mean to float before adding eps, and takes sqrtf; keep that order */
+        const float mean = (float)(sum_squares_f64(xr, n) / (double)n);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        const vf vs = vf_set1(scale);
+        int64_t i = 0;
+        for (; i + VF_LANES <= n; i += VF_LANES) vf_store(yr + i, vf_mul(vf_mul(vf_load(xr + i), vs), vf_load(w + i)));
+        for (; i < n; i++) yr[i] = xr[i] * scale * w[i];
+    }
+}
+
+enum { ROPE_MAX_PAIRS = 256 };
+
+/* rotate pairs p0 .. p0+np-1 of one head by the angles whose cos/sin are cs[i], sn[i] */
+static void rope_pairs(float *xh, int n_pairs, int neox, int p0, int np, const float *cs, const float *sn) {
+    for (int i = 0; i < np; i++) {
+        const int j0 = neox ? p0 + i : 2 * (p0 + i), j1 = neox ? p0 + i + n_pairs : 2 * (p0 + i) + 1;
+        const float x0 = xh[j0], x1 = xh[j1];
+        xh[j0] = x0 * cs[i] - x1 * sn[i];
+        xh[j1] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+void cpu_rope_ext(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos, float freq_base,
+                  int neox, const float *freq_factors) {
+    if (n_rot > head_dim) n_rot = head_dim;
+    n_rot &= ~1;
+    if (n_rot <= 0 || n_head <= 0) return;
+    const int n_pairs = n_rot / 2;
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    for (int64_t t = 0; t < n_tok; t++) {
+        float *xt = x + t * (int64_t)n_head * head_dim;
+        /* theta_i = pos * theta_scale^i built by repeated float multiplication, exactly as ggml's
+         * rope cache does (powf per i would round differently at large positions); the cos/sin
+         * table is per token, shared by its heads, and chunked only for very large heads */
+        float theta = (float)pos[t];
+        for (int p0 = 0; p0 < n_pairs; p0 += ROPE_MAX_PAIRS) {
+            const int np = n_pairs - p0 < ROPE_MAX_PAIRS ? n_pairs - p0 : ROPE_MAX_PAIRS;
+            for (int i = 0; i < np; i++) {
+                const float th = freq_factors ? theta / freq_factors[p0 + i] : theta;
+                cs[i] = cosf(th);
+                sn[i] = sinf(th);
+                theta *= theta_scale;
+            }
+            for (int h = 0; h < n_head; h++) rope_pairs(xt + (int64_t)h * head_dim, n_pairs, neox, p0, np, cs, sn);
+        }
+    }
+}
+
+void cpu_rope(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos, float freq_base,
+              int neox) {
+    cpu_rope_ext(x, n_tok, n_head, head_dim, n_rot, pos, freq_base, neox, NULL);
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    const vf one = vf_set1(1.0f);
+    for (; i + VF_LANES <= n; i += VF_LANES) {
+        vf g = vf_load(gate + i);
+        vf s = vf_div(g, vf_add(one, vf_exp(vf_sub(vf_zero(), g))));
+        vf_store(out + i, vf_mul(s, vf_load(up + i)));
+    }
+    for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void cpu_add(float *out, const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + VF_LANES <= n; i += VF_LANES) vf_store(out + i, vf_add(vf_load(a + i), vf_load(b + i)));
+    for (; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void cpu_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float mx = -INFINITY;
+    int64_t i = 0;
+    if (n >= VF_LANES) {
+        vf m = vf_set1(-INFINITY);
+        for (; i + VF_LANES <= n; i += VF_LANES) m = vf_max(m, vf_load(x + i));
+        mx = vf_hmax(m);
+    }
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) { /* nothing visible: define the distribution as all zero, not NaN */
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    /* exp per vector, each vector's sum added in double, as ggml's vec soft_max does */
+    double sum = 0.0;
+    const vf vm = vf_set1(mx);
+    for (i = 0; i + VF_LANES <= n; i += VF_LANES) {
+        vf e = vf_exp(vf_sub(vf_load(x + i), vm));
+        vf_store(x + i, e);
+        sum += (double)vf_hsum(e);
+    }
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += (double)x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    const vf vi = vf_set1(inv);
+    for (i = 0; i + VF_LANES <= n; i += VF_LANES) vf_store(x + i, vf_mul(vf_load(x + i), vi));
+    for (; i < n; i++) x[i] *= inv;
+}
+
+/* total order for top-k: larger value first, NaN after every number, then lower index first */
+static int ranks_before(const float *x, int32_t a, int32_t b) {
+    const float va = x[a], vb = x[b];
+    const int na = isnan(va), nb = isnan(vb);
+    if (na != nb) return nb;
+    if (!na && va != vb) return va > vb;
+    return a < b;
+}
+
+/* heap whose root is the element that ranks last among those kept */
+static void heap_sift_down(const float *x, int32_t *h, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, worst = i;
+        if (l < n && ranks_before(x, h[worst], h[l])) worst = l;
+        if (r < n && ranks_before(x, h[worst], h[r])) worst = r;
+        if (worst == i) return;
+        int32_t t = h[i];
+        h[i] = h[worst];
+        h[worst] = t;
+        i = worst;
+    }
+}
+
+void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out) {
+    if (k > n) k = n;
+    if (k <= 0) return;
+    int32_t *h = idx_out; /* the heap is built in the output and sorted in place at the end */
+    for (int64_t i = 0; i < k; i++) h[i] = (int32_t)i;
+    for (int64_t i = k / 2; i-- > 0;) heap_sift_down(x, h, k, i);
+    for (int64_t i = k; i < n; i++) {
+        if (ranks_before(x, (int32_t)i, h[0])) {
+            h[0] = (int32_t)i;
+            heap_sift_down(x, h, k, 0);
+        }
+    }
+    /* heapsort: the root ranks last, so moving it to the end leaves the array in rank order */
+    for (int64_t m = k; m > 1; m--) {
+        int32_t t = h[0];
+        h[0] = h[m - 1];
+        h[m - 1] = t;
+        heap_sift_down(x, h, m - 1, 0);
+    }
+}

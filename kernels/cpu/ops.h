@@ -1,0 +1,72 @@
+/* ops.h — CPU kernels other than matmul: rmsnorm, rope, swiglu, add, softmax, top-k, attention.
+ *
+ * Numerics follow ggml's CPU backend (ggml-cpu/ops.cpp) so that our forward pass agrees with
+ * llama.cpp token for token: rmsnorm sums squares in double and scales in float, rope builds
+ * theta by repeated float multiplication, softmax subtracts the max and sums in double, and
+ * attention is ggml's non-flash path (q.k in f32, scaled, softmax, weighted V sum), computed
+ * with an online softmax so no [n_q x n_kv] buffer is needed. Kernels that take no pool are
+ * single-threaded (cheap next to matmul); attention uses the pool. */
+#ifndef KVB_CPU_OPS_H
+#define KVB_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/f16.h" /* kvb_dtype: KVB_F32 / KVB_F16 */
+#include "kernels/cpu/pool.h"
+
+/* out[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * w[i]  (sum of squares accumulated in double, like ggml);
+ * out may alias x */
+void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps);
+/* rotary embedding in place on x[n_tok][n_head][head_dim] at absolute positions pos[n_tok];
+ * neox=0: pairs (2i, 2i+1) ("normal" rope of llama arch in GGUF); neox=1: pairs (i, i+n_rot/2) (qwen2);
+ * theta_i = pos * freq_base^(-2i/n_rot), computed as ggml does (theta scale multiplied up, in float);
+ * dims >= n_rot are left as they are */
+void cpu_rope(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos, float freq_base,
+              int neox);
+/* cpu_rope with per-frequency divisors freq_factors[n_rot/2] (theta_i / ff_i; GGUF rope_freqs, Llama 3.1+);
+ * freq_factors NULL = all 1 */
+void cpu_rope_ext(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos, float freq_base,
+                  int neox, const float *freq_factors);
+/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); out may alias gate or up */
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
+/* out = a + b elementwise; out may alias a or b */
+void cpu_add(float *out, const float *a, const float *b, int64_t n);
+/* in place, max-subtracted: x = exp(x - max) / sum; -inf entries become 0; all -inf gives all 0 */
+void cpu_softmax(float *x, int64_t n);
+/* indices of the k largest values, sorted by value descending, ties broken by lower index; k <= n
+ * (NaN ranks below every number) */
+void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out);
+
+/* Attention over the KV store, all heads at once (GQA: query head h uses KV head h / (n_head/n_head_kv)).
+ * The struct tag is kvb_attn_args so engine/backend.h can name it without including this header. */
+typedef struct kvb_attn_args {
+    int64_t n_q;                 /* query tokens */
+    int n_head, n_head_kv, head_dim;
+    const float *q;              /* [n_q][n_head][head_dim] */
+    const int32_t *q_pos;        /* [n_q] absolute positions for the causal mask, or NULL = no mask */
+    kvb_dtype kv_dtype;          /* K and V element type: f32 or f16 */
+    const void *const *k;        /* per KV head: [n_kv[h]][head_dim] rows */
+    const void *const *v;        /* per KV head: [n_kv[h]][head_dim] rows */
+    const int32_t *const *k_pos; /* per KV head: absolute position of each slot (mask: visible iff k_pos <= q_pos) */
+    const int64_t *n_kv;         /* per KV head: slots */
+    const int32_t *const *idx;   /* optional per KV head index list into the slots (NULL = all slots; also
+                                    a NULL entry for one head = all) */
+    const int64_t *n_idx;        /* per KV head: length of idx[h] */
+    float scale;                 /* usually 1/sqrt(head_dim) */
+    float *out;                  /* [n_q][n_head][head_dim] */
+    float *probs;                /* optional: [n_head][n_q][probs_stride] softmax probabilities over the visible
+                                    list (in list order; masked entries 0) */
+    int64_t probs_stride;
+    float *lse;                  /* optional: [n_head][n_q] log-sum-exp of the scaled logits over visible keys */
+    void *ws; size_t ws_bytes;   /* workspace from the caller, size from cpu_attention_ws_bytes */
+} cpu_attn_args;
+
+/* Workspace bytes cpu_attention needs for these shapes and this many pool threads (0 on overflow/bad shapes;
+ * reads only the shape fields: n_q, heads, head_dim, n_kv, idx, n_idx). */
+size_t cpu_attention_ws_bytes(const cpu_attn_args *a, int n_threads);
+/* Compute out (and probs, lse when set); a query with no visible key gets out 0, lse -inf, probs 0.
+ * Results do not depend on the number of threads. Returns 0, or -1 with a message on bad arguments. */
+int cpu_attention(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,193 @@
+/* test_cli.c — the kvbench binary under good and bad input: each failure is one line on stderr naming the
+ * problem and a non-zero exit, never a crash. Runs build/kvbench (path from KVB_BIN, set by CTest). */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *bin;
+static char model[1024];
+static int have_model;
+
+typedef struct {
+    int exit_code; /* -1 when killed by a signal */
+    char out[1 << 15];
+    char err[1 << 14];
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+}
+
+/* Runs `kvbench ARGS`, capturing stdout, stderr and the exit status. */
+static void run(run_result *r, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s >/tmp/kvb_cli_out.txt 2>/tmp/kvb_cli_err.txt", bin, args);
+    int st = system(cmd);
+    r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp("/tmp/kvb_cli_out.txt", r->out, sizeof r->out);
+    slurp("/tmp/kvb_cli_err.txt", r->err, sizeof r->err);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* A failure: non-zero exit (not a signal: 126+ means the shell saw a crash), exactly one line on stderr
+ * that starts with "kvbench:" and mentions `needle`. */
+static void expect_clean_failure(const char *args, const char *needle) {
+    run_result *r = malloc(sizeof *r);
+    run(r, args);
+    int ok = r->exit_code > 0 && r->exit_code < 126 && count_lines(r->err) == 1 &&
+             strncmp(r->err, "kvbench:", 8) == 0 && strstr(r->err, needle) != NULL;
+    if (!ok) fprintf(stderr, "\n  args: %s\n  exit %d, stderr: %s\n", args, r->exit_code, r->err);
+    CU_ASSERT(ok);
+    free(r);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* The first n bytes of the real model. */
+static void write_model_prefix(const char *path, size_t n) {
+    FILE *in = fopen(model, "rb");
+    CU_ASSERT_FATAL(in != NULL);
+    char *buf = malloc(n);
+    size_t got = fread(buf, 1, n, in);
+    fclose(in);
+    write_bytes(path, buf, got);
+    free(buf);
+}
+
+static void test_missing_model_file_is_one_line_error(void) {
+    expect_clean_failure("generate --model /nonexistent/m.gguf --prompt hi", "/nonexistent/m.gguf");
+}
+
+static void test_wrong_magic_is_reported(void) {
+    write_bytes("/tmp/kvb_bad_magic.gguf", "NOPE\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 24);
+    expect_clean_failure("inspect /tmp/kvb_bad_magic.gguf", "magic");
+}
+
+static void test_truncated_model_is_reported(void) {
+    if (!have_model) return;
+    write_model_prefix("/tmp/kvb_trunc_head.gguf", 1000);
+    expect_clean_failure("generate --model /tmp/kvb_trunc_head.gguf --prompt hi", "kvb_trunc_head.gguf");
+    write_model_prefix("/tmp/kvb_trunc_data.gguf", 50u << 20);
+    expect_clean_failure("generate --model /tmp/kvb_trunc_data.gguf --prompt hi", "kvb_trunc_data.gguf");
+}
+
+static void test_prompt_longer_than_context_is_reported(void) {
+    if (!have_model) return;
+    expect_clean_failure("generate --model default --ctx 16 -n 4 --prompt 'one two three four five six seven eight "
+                         "nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen'",
+                         "context");
+}
+
+static void test_invalid_utf8_prompt_is_reported(void) {
+    if (!have_model) return;
+    write_bytes("/tmp/kvb_bad_utf8.txt", "hello \xff\xfe world", 14);
+    expect_clean_failure("generate --model default --prompt-file /tmp/kvb_bad_utf8.txt -n 2", "UTF-8");
+}
+
+static void test_bad_flags_are_reported(void) {
+    expect_clean_failure("generate --prompt hi -n minus", "-n");
+    expect_clean_failure("generate --prompt hi --kv-type f8", "--kv-type");
+    expect_clean_failure("generate --prompt hi --bogus 1", "--bogus");
+    expect_clean_failure("generate", "--prompt");
+    expect_clean_failure("bench --contexts 12,x", "--contexts");
+}
+
+static void test_unknown_command_fails(void) {
+    run_result *r = malloc(sizeof *r);
+    run(r, "frobnicate");
+    CU_ASSERT(r->exit_code == 2);
+    CU_ASSERT(strstr(r->err, "unknown command") != NULL);
+    free(r);
+}
+
+static void test_help_explains_every_command(void) {
+    run_result *r = malloc(sizeof *r);
+    run(r, "--help");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->out, "inspect") && strstr(r->out, "generate") && strstr(r->out, "bench"));
+    run(r, "generate --help");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->out, "--prompt-file") && strstr(r->out, "--kv-type"));
+    free(r);
+}
+
+static void test_inspect_prints_metadata_and_tensors(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    run(r, "inspect default");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->out, "llama.block_count") != NULL);
+    CU_ASSERT(strstr(r->out, "blk.29.ffn_down.weight") != NULL);
+    CU_ASSERT(strstr(r->out, "Q4_1") != NULL);
+    free(r);
+}
+
+static void test_generate_chat_produces_text_and_speed(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    run(r, "generate --model default --chat --prompt 'What is the capital of France?' -n 12");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->out, "Paris") != NULL);
+    CU_ASSERT(strstr(r->err, "prefill:") && strstr(r->err, "decode:"));
+    free(r);
+}
+
+static void test_profile_and_trace_are_written(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    unlink("/tmp/kvb_trace.json");
+    run(r, "generate --model default --prompt 'The quick brown fox' -n 4 --profile --trace /tmp/kvb_trace.json");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->err, "calc_qkv_and_rope") && strstr(r->err, "attn_forward") && strstr(r->err, "mlp"));
+    struct stat st;
+    CU_ASSERT(stat("/tmp/kvb_trace.json", &st) == 0 && st.st_size > 100);
+    char *buf = calloc(1, (size_t)st.st_size + 1);
+    slurp("/tmp/kvb_trace.json", buf, (size_t)st.st_size + 1);
+    CU_ASSERT(strstr(buf, "traceEvents") && strstr(buf, "update_cache"));
+    free(buf);
+    free(r);
+}
+
+int main(void) {
+    bin = getenv("KVB_BIN");
+    if (!bin) bin = "build/kvbench";
+    const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
+    if (dir && *dir) snprintf(model, sizeof model, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else snprintf(model, sizeof model, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    have_model = access(model, R_OK) == 0;
+    if (!have_model) printf("note: default model not found at %s: model-dependent CLI tests skipped\n", model);
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("cli", NULL, NULL);
+    CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);
+    CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
+    CU_add_test(s, "truncated model is reported", test_truncated_model_is_reported);
+    CU_add_test(s, "prompt longer than the context is reported", test_prompt_longer_than_context_is_reported);
+    CU_add_test(s, "invalid UTF-8 prompt is reported", test_invalid_utf8_prompt_is_reported);
+    CU_add_test(s, "bad flags are reported", test_bad_flags_are_reported);
+    CU_add_test(s, "unknown command fails", test_unknown_command_fails);
+    CU_add_test(s, "help explains every command", test_help_explains_every_command);
+    CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
+    CU_add_test(s, "generate --chat produces text and speed", test_generate_chat_produces_text_and_speed);
+    CU_add_test(s, "profile table and trace file are written", test_profile_and_trace_are_written);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}
