@@ -91,6 +91,17 @@ static int64_t sign_extend(uint64_t v, int bytes) {
 
 static void value_free(gguf_value *v);
 
+/* A key or tensor name fit for a one-line message: at most 100 bytes, control bytes shown as '?'. */
+static void safe_name(char *out, size_t cap, gguf_str s) {
+    size_t n = s.len < 100 ? (size_t)s.len : 100;
+    if (n >= cap) n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
+    out[n] = 0;
+}
+
 static int rd_value(cursor *c, gguf_vtype t, gguf_value *v, int depth, const char *key) {
     memset(v, 0, sizeof *v);
     v->type = t;
@@ -140,17 +151,11 @@ static int rd_value(cursor *c, gguf_vtype t, gguf_value *v, int depth, const cha
     }
     v->v.arr.items = calloc((size_t)count, sizeof *v->v.arr.items);
     if (!v->v.arr.items) return fail(c, "out of memory reading key '%s'", key), -1;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t it = rd_le(c, 4, key);
-        if (c->failed) return -1;
-        if (it >= GGUF_VT_COUNT) return fail(c, "key '%s': unknown value type %llu", key, (unsigned long long)it), -1;
-        if (rd_value(c, (gguf_vtype)it, &v->v.arr.items[i], depth + 1, key)) return -1;
-    }
+    for (uint64_t i = 0; i < count; i++) /* items carry their own (element type, count) header */
+        if (rd_value(c, GGUF_VT_ARRAY, &v->v.arr.items[i], depth + 1, key)) return -1;
     return 0;
 }
 
-/* Nested arrays carry their own element type per item in this reader's model; GGUF writes nested arrays as
- * ARRAY elements each starting with (type, count). */
 static void value_free(gguf_value *v) {
     if (v->type != GGUF_VT_ARRAY) return;
     free(v->v.arr.strs);
@@ -243,7 +248,7 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
         gguf_kv *kv = &f->kv[i];
         if (rd_str(&c, &kv->key, "metadata key")) return -1;
         char key[128];
-        snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 100 ? kv->key.len : 100), kv->key.ptr);
+        safe_name(key, sizeof key, kv->key);
         uint64_t t = rd_le(&c, 4, key);
         if (c.failed) return -1;
         if (t >= GGUF_VT_COUNT) return fail(&c, "key '%s' has unknown value type %llu", key, (unsigned long long)t), -1;
@@ -262,7 +267,7 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
         gguf_tensor *t = &f->tensors[i];
         if (rd_str(&c, &t->name, "tensor name")) return -1;
         char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 100 ? t->name.len : 100), t->name.ptr);
+        safe_name(name, sizeof name, t->name);
         if (t->name.len == 0 || t->name.len > MAX_NAME_BYTES) return fail(&c, "tensor %llu has a bad name length", (unsigned long long)i), -1;
         t->n_dims = (uint32_t)rd_le(&c, 4, name);
         if (c.failed) return -1;
@@ -301,9 +306,12 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
         gguf_tensor *t = &f->tensors[i];
         uint64_t avail = size - data;
         if (t->offset > avail || t->n_bytes > avail - t->offset)
-            return fail(&c, "truncated file: tensor '%.*s' data ends at byte %llu, past the end of the file (%llu bytes)",
-                        (int)(t->name.len < 100 ? t->name.len : 100), t->name.ptr,
-                        (unsigned long long)(data + t->offset + t->n_bytes), (unsigned long long)size), -1;
+        {
+            char name[128];
+            safe_name(name, sizeof name, t->name);
+            return fail(&c, "truncated file: tensor '%s' data ends at byte %llu, past the end of the file (%llu bytes)",
+                        name, (unsigned long long)(data + t->offset + t->n_bytes), (unsigned long long)size), -1;
+        }
         t->data = base + data + t->offset;
     }
     return 0;

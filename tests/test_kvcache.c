@@ -1,0 +1,185 @@
+/* test_kvcache.c — the KV store, byte accounting and the profiler: stored values, positions and rounds
+ * through retain/gather/tier moves, bytes per tier against hand-computed figures, and profiler totals. */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/kvcache.h"
+#include "engine/mem.h"
+#include "engine/profile.h"
+
+enum { L = 2, H = 3, D = 8 };
+static char err[256];
+
+/* k[t][h][d] = t + h/10 + d/100 (exactly representable in f16 for small t? close enough: checked with f16 rounding) */
+static float kval(int t, int h, int d) { return (float)t + h * 0.125f + d * 0.0078125f; }
+static float vval(int t, int h, int d) { return -(float)t - h * 0.25f - d * 0.015625f; }
+
+static void fill(float *k, float *v, int t0, int n) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < D; d++) {
+                k[(t * H + h) * D + d] = kval(t0 + t, h, d);
+                v[(t * H + h) * D + d] = vval(t0 + t, h, d);
+            }
+}
+
+static kvc_store *make(kvb_mem *m, kvb_dtype dt, int n_tok) {
+    kvc_store *kv = kvc_create(L, H, D, dt, 4, m, err, sizeof err);
+    CU_ASSERT_FATAL(kv != NULL);
+    float *k = malloc(sizeof(float) * n_tok * H * D), *v = malloc(sizeof(float) * n_tok * H * D);
+    int32_t *pos = malloc(sizeof(int32_t) * n_tok), *round = malloc(sizeof(int32_t) * n_tok);
+    fill(k, v, 0, n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = 100 + t, round[t] = t / 4;
+    for (int l = 0; l < L; l++) CU_ASSERT(kvc_append(kv, l, n_tok, k, v, pos, round, err, sizeof err) == 0);
+    free(k), free(v), free(pos), free(round);
+    return kv;
+}
+
+static void test_append_stores_rows_positions_and_rounds(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    for (int dt = 0; dt < 2; dt++) {
+        kvc_store *kv = make(&m, (kvb_dtype)dt, 10);
+        kvc_view v = kvc_head_view(kv, 1, 2);
+        CU_ASSERT_EQUAL(v.n, 10);
+        for (int t = 0; t < 10; t++) {
+            CU_ASSERT(v.pos[t] == 100 + t && v.round[t] == t / 4);
+            for (int d = 0; d < D; d++) {
+                float k = dt == KVB_F32 ? ((const float *)v.k)[t * D + d] : kvb_f16_to_f32(((const kvb_f16 *)v.k)[t * D + d]);
+                float val = dt == KVB_F32 ? ((const float *)v.v)[t * D + d] : kvb_f16_to_f32(((const kvb_f16 *)v.v)[t * D + d]);
+                CU_ASSERT(fabsf(k - kval(t, 2, d)) <= (dt ? 1e-2f : 0));
+                CU_ASSERT(fabsf(val - vval(t, 2, d)) <= (dt ? 1e-2f : 0));
+            }
+        }
+        kvc_free(kv);
+    }
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), 0);
+    kvb_mem_destroy(&m);
+}
+
+static void test_retain_keeps_exactly_the_index_set_and_frees_bytes(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    kvc_store *kv = make(&m, KVB_F32, 10);
+    int64_t slot = 2 * D * 4 + 8; /* K + V rows in f32, position, round */
+    CU_ASSERT_EQUAL(kvc_slot_bytes(kv), slot);
+    CU_ASSERT_EQUAL(kvc_used_bytes(kv, KVB_TIER_DEVICE), (int64_t)L * H * 10 * slot);
+    int32_t keep[] = {0, 3, 9};
+    CU_ASSERT(kvc_retain(kv, 0, 1, keep, 3, err, sizeof err) == 0);
+    kvc_view v = kvc_head_view(kv, 0, 1);
+    CU_ASSERT(v.n == 3 && v.pos[1] == 103 && v.round[2] == 2 && ((const float *)v.k)[2 * D] == kval(9, 1, 0));
+    /* the other heads are untouched; allocated bytes shrink to what is held */
+    CU_ASSERT_EQUAL(kvc_n(kv, 0, 0), 10);
+    CU_ASSERT_EQUAL(kvc_used_bytes(kv, KVB_TIER_DEVICE), (int64_t)(L * H - 1) * 10 * slot + 3 * slot);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), kvc_bytes(kv, KVB_TIER_DEVICE));
+    int32_t unsorted[] = {3, 1};
+    CU_ASSERT(kvc_retain(kv, 0, 0, unsorted, 2, err, sizeof err) != 0 && strstr(err, "ascending"));
+    int32_t out_of_range[] = {1, 10};
+    CU_ASSERT(kvc_retain(kv, 0, 0, out_of_range, 2, err, sizeof err) != 0 && strstr(err, "out of range"));
+    CU_ASSERT(kvc_retain(kv, 5, 0, keep, 1, err, sizeof err) != 0);
+    kvc_free(kv);
+    kvb_mem_destroy(&m);
+}
+
+static void test_tier_moves_and_packed_gathers_are_counted(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    kvc_store *kv = make(&m, KVB_F16, 8);
+    int64_t slot = kvc_slot_bytes(kv), dev0 = kvc_bytes(kv, KVB_TIER_DEVICE);
+    CU_ASSERT(kvc_set_layer_tier(kv, 1, KVB_TIER_HOST, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(kvc_used_bytes(kv, KVB_TIER_HOST), (int64_t)H * 8 * slot);
+    CU_ASSERT_EQUAL(kvc_bytes(kv, KVB_TIER_DEVICE), dev0 / 2);
+    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_DEVICE][KVB_TIER_HOST], (int64_t)H * 8 * slot);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_HOST, KVB_MEM_KV), kvc_bytes(kv, KVB_TIER_HOST));
+    int32_t idx[] = {1, 6};
+    kvb_f16 k[2 * D], v[2 * D];
+    int32_t pos[2];
+    CU_ASSERT(kvc_gather(kv, 1, 0, idx, 2, k, v, pos, err, sizeof err) == 0);
+    CU_ASSERT(pos[0] == 101 && pos[1] == 106 && fabsf(kvb_f16_to_f32(k[D]) - kval(6, 0, 0)) < 1e-2f);
+    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 2 * 2 * D * 2);
+    kvc_store *copy = kvc_fork(kv, &m);
+    CU_ASSERT_FATAL(copy != NULL);
+    CU_ASSERT_EQUAL(kvc_used_bytes(copy, KVB_TIER_COUNT), kvc_used_bytes(kv, KVB_TIER_COUNT));
+    CU_ASSERT(kvc_head_view(copy, 1, 0).tier == KVB_TIER_HOST);
+    CU_ASSERT_EQUAL(kvc_full_bytes_for(kv, 100), 2LL * L * H * D * 2 * 100);
+    kvc_free(copy);
+    kvc_free(kv);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_HOST, KVB_MEM_COUNT), 0);
+    kvb_mem_destroy(&m);
+}
+
+static void test_mem_tracks_peaks_per_tier_and_category(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    void *a = kvb_mem_alloc(&m, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, 1000);
+    void *b = kvb_mem_alloc(&m, KVB_TIER_DEVICE, KVB_MEM_KV, 500);
+    a = kvb_mem_realloc(&m, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, a, 1000, 3000);
+    CU_ASSERT_EQUAL(kvb_mem_peak(&m, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE), 4000); /* old + new during the copy */
+    kvb_mem_free(&m, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, a, 3000);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_COUNT), 500);
+    CU_ASSERT_EQUAL(kvb_mem_peak(&m, KVB_TIER_DEVICE, KVB_MEM_COUNT), 4500);
+    kvb_mem_reset_peaks(&m);
+    CU_ASSERT_EQUAL(kvb_mem_peak(&m, KVB_TIER_DEVICE, KVB_MEM_COUNT), 500);
+    kvb_mem_note(&m, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS, 1 << 20);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS), 1 << 20);
+    kvb_mem_free(&m, KVB_TIER_DEVICE, KVB_MEM_KV, b, 500);
+    kvb_mem_destroy(&m);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_profiler_accounts_time_to_stage_phase_and_layer(void) {
+    prof *p = prof_create(4, 1, 1);
+    prof_set_stage(p, PROF_PREFILL);
+    prof_begin(p, PROF_MLP, 2);
+    sleep_ms(20);
+    prof_end(p, PROF_MLP, 2, 16, 0);
+    prof_set_stage(p, PROF_DECODE);
+    for (int i = 0; i < 3; i++) {
+        prof_begin(p, PROF_ATTN_FORWARD, 1);
+        sleep_ms(5);
+        prof_end(p, PROF_ATTN_FORWARD, 1, 1, 128);
+    }
+    CU_ASSERT(prof_total_ns(p, PROF_PREFILL, PROF_MLP) >= 20000000);
+    CU_ASSERT(prof_total_ns(p, PROF_PREFILL, PROF_MLP) < 200000000);
+    CU_ASSERT_EQUAL(prof_layer_ns(p, PROF_PREFILL, PROF_MLP, 2), prof_total_ns(p, PROF_PREFILL, PROF_MLP));
+    CU_ASSERT_EQUAL(prof_calls(p, PROF_DECODE, PROF_ATTN_FORWARD), 3);
+    CU_ASSERT(prof_total_ns(p, PROF_DECODE, PROF_ATTN_FORWARD) >= 15000000);
+    CU_ASSERT_EQUAL(prof_total_ns(p, PROF_DECODE, PROF_MLP), 0);
+    CU_ASSERT_STRING_EQUAL(prof_phase_name(PROF_CALC_QKV_AND_ROPE), "calc_qkv_and_rope");
+    const char *path = "/tmp/kvb_test_trace.json";
+    CU_ASSERT(prof_write_trace(p, path, err, sizeof err) == 0);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CU_ASSERT(strstr(buf, "\"traceEvents\"") && strstr(buf, "\"name\":\"attn_forward\",\"cat\":\"decode\""));
+    CU_ASSERT(strstr(buf, "\"layer\":2,\"tokens\":16") != NULL);
+    prof_free(p);
+    prof_begin(NULL, PROF_MLP, 0); /* a NULL profiler is a no-op */
+    prof_end(NULL, PROF_MLP, 0, 0, 0);
+}
+
+int main(void) {
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("kvcache", NULL, NULL);
+    CU_add_test(s, "append stores rows, positions and rounds", test_append_stores_rows_positions_and_rounds);
+    CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
+    CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
+    CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
+    CU_add_test(s, "profiler accounts time to stage, phase and layer", test_profiler_accounts_time_to_stage_phase_and_layer);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}

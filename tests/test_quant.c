@@ -1,0 +1,234 @@
+/* test_quant.c — block formats against hand-built blocks, activation quantization, dot products against
+ * float64, SIMD against scalar, and the matmul against a naive float64 product for odd shapes. */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/quant.h"
+#include "kernels/cpu/matmul.h"
+
+static float frand(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void test_q4_1_block_dequantizes_to_d_times_q_plus_m(void) {
+    block_q4_1 b;
+    b.d = kvb_f32_to_f16(0.5f);
+    b.m = kvb_f32_to_f16(-3.0f);
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)((j & 0xF) | ((15 - j) << 4));
+    float y[32];
+    quant_dequant_row(GGML_T_Q4_1, &b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CU_ASSERT_DOUBLE_EQUAL(y[j], 0.5 * j - 3.0, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(y[j + 16], 0.5 * (15 - j) - 3.0, 1e-6);
+    }
+}
+
+static void test_q4_0_q5_0_q8_0_blocks_dequantize_by_their_formulas(void) {
+    block_q4_0 a;
+    a.d = kvb_f32_to_f16(2.0f);
+    for (int j = 0; j < 16; j++) a.qs[j] = (uint8_t)(j | (j << 4));
+    float y[32];
+    quant_dequant_row(GGML_T_Q4_0, &a, y, 32);
+    for (int j = 0; j < 16; j++) CU_ASSERT(y[j] == 2.0f * (j - 8) && y[j + 16] == 2.0f * (j - 8));
+    block_q5_0 b;
+    b.d = kvb_f32_to_f16(0.25f);
+    uint32_t qh = 0xA5A5F00Fu; /* the fifth bit of element j is bit j */
+    memcpy(b.qh, &qh, 4);
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    quant_dequant_row(GGML_T_Q5_0, &b, y, 32);
+    for (int j = 0; j < 32; j++) {
+        int lo = j < 16 ? j : 15 - (j - 16);
+        int q = lo | (int)(((qh >> j) & 1) << 4);
+        CU_ASSERT_DOUBLE_EQUAL(y[j], 0.25 * (q - 16), 1e-6);
+    }
+    block_q8_0 c;
+    c.d = kvb_f32_to_f16(0.125f);
+    for (int j = 0; j < 32; j++) c.qs[j] = (int8_t)(j * 8 - 128);
+    quant_dequant_row(GGML_T_Q8_0, &c, y, 32);
+    for (int j = 0; j < 32; j++) CU_ASSERT(y[j] == 0.125f * (j * 8 - 128));
+}
+
+static void test_q4_k_and_q6_k_blocks_follow_their_scale_layout(void) {
+    /* Q4_K: sub-block s (32 values) has 6-bit scale sc[s] and min mn[s]; y = d*sc*q - dmin*mn */
+    block_q4_K b;
+    memset(&b, 0, sizeof b);
+    b.d = kvb_f32_to_f16(0.5f);
+    b.dmin = kvb_f32_to_f16(0.25f);
+    uint8_t sc[8] = {1, 2, 3, 4, 33, 40, 50, 63}, mn[8] = {5, 6, 7, 8, 17, 20, 60, 1};
+    for (int s = 0; s < 4; s++) {
+        b.scales[s] = (uint8_t)((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
+        b.scales[s + 4] = (uint8_t)((mn[s] & 63) | ((mn[s + 4] >> 4) << 6));
+        b.scales[s + 8] = (uint8_t)((sc[s + 4] & 0xF) | ((mn[s + 4] & 0xF) << 4));
+    }
+    for (int i = 0; i < 128; i++) b.qs[i] = (uint8_t)((i % 16) | (((i * 7) % 16) << 4));
+    float y[256];
+    quant_dequant_row(GGML_T_Q4_K, &b, y, 256);
+    for (int i = 0; i < 256; i++) {
+        int group = i / 64, in = i % 64, s = group * 2 + (in >= 32), l = in % 32;
+        uint8_t byte = b.qs[group * 32 + l];
+        int q = in < 32 ? (byte & 0xF) : (byte >> 4);
+        CU_ASSERT_DOUBLE_EQUAL(y[i], 0.5 * sc[s] * q - 0.25 * mn[s], 1e-5);
+    }
+    /* Q6_K: 6-bit q = 4 low bits (ql) + 2 high bits (qh), minus 32, times d * scale[16-value group] */
+    block_q6_K c;
+    memset(&c, 0, sizeof c);
+    c.d = kvb_f32_to_f16(0.1f);
+    for (int i = 0; i < 16; i++) c.scales[i] = (int8_t)(i - 8);
+    for (int i = 0; i < 128; i++) c.ql[i] = (uint8_t)(i * 37);
+    for (int i = 0; i < 64; i++) c.qh[i] = (uint8_t)(i * 91);
+    quant_dequant_row(GGML_T_Q6_K, &c, y, 256);
+    for (int i = 0; i < 256; i++) {
+        int half = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+        const uint8_t *ql = c.ql + half * 64, *qh = c.qh + half * 32;
+        int low = quarter == 0 ? ql[l] & 0xF : quarter == 1 ? ql[l + 32] & 0xF : quarter == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+        int high = (qh[l] >> (2 * quarter)) & 3;
+        int q = (low | (high << 4)) - 32;
+        int scale = c.scales[half * 8 + quarter * 2 + l / 16];
+        CU_ASSERT_DOUBLE_EQUAL(y[i], kvb_f16_to_f32(c.d) * scale * q, 1e-5);
+    }
+}
+
+static void test_q8_1_sum_field_is_d_times_sum_of_quants(void) {
+    float x[64];
+    unsigned s = 7;
+    for (int i = 0; i < 64; i++) x[i] = frand(&s) * 3.0f;
+    block_q8_1 b[2];
+    quant_act_quantize(GGML_T_Q4_1, x, b, 64);
+    for (int k = 0; k < 2; k++) {
+        int sum = 0, amax_q = 0;
+        for (int j = 0; j < 32; j++) sum += b[k].qs[j], amax_q = abs(b[k].qs[j]) > amax_q ? abs(b[k].qs[j]) : amax_q;
+        CU_ASSERT_EQUAL(amax_q, 127);
+        CU_ASSERT_DOUBLE_EQUAL(kvb_f16_to_f32(b[k].s), kvb_f16_to_f32(kvb_f32_to_f16(kvb_f16_to_f32(b[k].d) * sum)),
+                               fabs(kvb_f16_to_f32(b[k].s)) * 2e-3 + 1e-3);
+        for (int j = 0; j < 32; j++) CU_ASSERT(fabs(b[k].qs[j] * kvb_f16_to_f32(b[k].d) - x[k * 32 + j]) <= kvb_f16_to_f32(b[k].d) * 0.51 + 1e-3);
+    }
+}
+
+/* For each weight type: dot(W row, quantized x) equals the float64 dot of the dequantized operands. */
+static void test_vec_dot_of_every_type_matches_float64_of_dequantized_operands(void) {
+    ggml_type types[] = {GGML_T_F32, GGML_T_F16, GGML_T_Q4_0, GGML_T_Q4_1, GGML_T_Q5_0, GGML_T_Q8_0};
+    const int n = 1536;
+    float *w = malloc(n * sizeof *w), *x = malloc(n * sizeof *x), *wd = malloc(n * sizeof *wd), *xd = malloc(n * sizeof *xd);
+    uint8_t *wq = malloc((size_t)n * 4), *xq = malloc((size_t)n * 4);
+    unsigned s = 11;
+    for (int i = 0; i < n; i++) w[i] = frand(&s), x[i] = frand(&s) * 2.0f;
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        ggml_type t = types[k];
+        CU_ASSERT_FATAL(quant_quantize_row(t, w, wq, n) == 0);
+        quant_dequant_row(t, wq, wd, n);
+        quant_act_quantize(t, x, xq, n);
+        quant_dequant_row(quant_act_type(t), xq, xd, n);
+        double ref = 0, ref_exact = 0;
+        for (int i = 0; i < n; i++) ref += (double)wd[i] * xd[i], ref_exact += (double)w[i] * x[i];
+        for (int simd = 0; simd < 2; simd++) {
+            quant_force_scalar(!simd);
+            float got = quant_vec_dot(t, n, wq, xq);
+            /* Q4_1 folds the block minimum through the f16 sum field: a little looser */
+            double tol = t == GGML_T_Q4_1 ? 2e-2 : 2e-3;
+            CU_ASSERT(fabs(got - ref) <= tol * (1 + fabs(ref)));
+            CU_ASSERT(fabs(got - ref_exact) <= 0.05 * sqrt((double)n)); /* quantization noise only */
+        }
+        quant_force_scalar(0);
+    }
+    free(w), free(x), free(wd), free(xd), free(wq), free(xq);
+}
+
+static void test_simd_and_scalar_dots_agree(void) {
+    ggml_type types[] = {GGML_T_Q4_0, GGML_T_Q4_1, GGML_T_Q8_0};
+    const int n = 576;
+    float w[576], x[576];
+    uint8_t wq[576 * 2], xq[576 * 2];
+    unsigned s = 3;
+    for (int i = 0; i < n; i++) w[i] = frand(&s), x[i] = frand(&s);
+    for (int k = 0; k < 3; k++) {
+        quant_quantize_row(types[k], w, wq, n);
+        quant_act_quantize(types[k], x, xq, n);
+        quant_force_scalar(1);
+        float a = quant_vec_dot(types[k], n, wq, xq);
+        quant_force_scalar(0);
+        float b = quant_vec_dot(types[k], n, wq, xq);
+        CU_ASSERT(fabsf(a - b) <= 1e-5f * (1 + fabsf(a)));
+    }
+}
+
+/* cpu_matmul vs naive float64 on dequantized weights and activations, odd shapes, 1 and 2 threads. */
+static void test_matmul_matches_float64_for_odd_shapes_and_threads(void) {
+    ggml_type types[] = {GGML_T_F32, GGML_T_Q4_1, GGML_T_Q8_0, GGML_T_Q4_0, GGML_T_Q5_0};
+    int rows_list[] = {1, 7, 193}, cols_list[] = {32, 576, 1536}, ntok_list[] = {1, 3, 17};
+    kvb_pool *pools[2] = {kvb_pool_create(1), kvb_pool_create(2)};
+    unsigned s = 5;
+    for (size_t ti = 0; ti < 5; ti++)
+        for (int ri = 0; ri < 3; ri++)
+            for (int ci = 0; ci < 3; ci++)
+                for (int ni = 0; ni < 3; ni++) {
+                    ggml_type t = types[ti];
+                    int rows = rows_list[ri], cols = cols_list[ci], nt = ntok_list[ni];
+                    size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+                    float *wf = malloc(sizeof(float) * (size_t)rows * cols), *x = malloc(sizeof(float) * (size_t)nt * cols);
+                    float *row = malloc(sizeof(float) * cols), *xr = malloc(sizeof(float) * cols);
+                    uint8_t *w = malloc(rb * rows), *xq = malloc(quant_act_row_bytes(t, cols));
+                    for (int i = 0; i < rows * cols; i++) wf[i] = frand(&s);
+                    for (int i = 0; i < nt * cols; i++) x[i] = frand(&s);
+                    for (int r = 0; r < rows; r++) quant_quantize_row(t, wf + (size_t)r * cols, w + r * rb, cols);
+                    size_t ws = cpu_matmul_ws_bytes(t, cols, nt);
+                    void *act = malloc(ws);
+                    float *out[2];
+                    for (int p = 0; p < 2; p++) {
+                        out[p] = malloc(sizeof(float) * (size_t)nt * rows);
+                        CU_ASSERT(cpu_matmul(out[p], w, t, rows, cols, x, nt, act, ws, pools[p]) == 0);
+                    }
+                    double worst = 0;
+                    for (int tk = 0; tk < nt; tk++) {
+                        quant_act_quantize(t, x + (size_t)tk * cols, xq, cols);
+                        quant_dequant_row(quant_act_type(t), xq, xr, cols);
+                        for (int r = 0; r < rows; r++) {
+                            quant_dequant_row(t, w + r * rb, row, cols);
+                            double ref = 0;
+                            for (int c = 0; c < cols; c++) ref += (double)row[c] * xr[c];
+                            double d = fabs(out[0][(size_t)tk * rows + r] - ref) / (1 + fabs(ref));
+                            if (d > worst) worst = d;
+                        }
+                    }
+                    CU_ASSERT(worst <= (t == GGML_T_Q4_1 ? 2e-2 : 2e-3));
+                    CU_ASSERT(memcmp(out[0], out[1], sizeof(float) * (size_t)nt * rows) == 0);
+                    free(out[0]), free(out[1]), free(act), free(wf), free(x), free(row), free(xr), free(w), free(xq);
+                }
+    kvb_pool_free(pools[0]);
+    kvb_pool_free(pools[1]);
+}
+
+static void test_get_rows_returns_dequantized_rows(void) {
+    float w[4 * 64];
+    unsigned s = 9;
+    for (int i = 0; i < 256; i++) w[i] = frand(&s);
+    uint8_t q[4 * 68];
+    for (int r = 0; r < 4; r++) quant_quantize_row(GGML_T_Q8_0, w + r * 64, q + r * 68, 64);
+    int32_t ids[2] = {3, 1};
+    float out[128], ref[64];
+    cpu_get_rows(out, q, GGML_T_Q8_0, 64, ids, 2);
+    quant_dequant_row(GGML_T_Q8_0, q + 3 * 68, ref, 64);
+    CU_ASSERT(memcmp(out, ref, sizeof ref) == 0);
+    quant_dequant_row(GGML_T_Q8_0, q + 1 * 68, ref, 64);
+    CU_ASSERT(memcmp(out + 64, ref, sizeof ref) == 0);
+}
+
+int main(void) {
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("quant", NULL, NULL);
+    CU_add_test(s, "Q4_1 block dequantizes to d*q+m", test_q4_1_block_dequantizes_to_d_times_q_plus_m);
+    CU_add_test(s, "Q4_0, Q5_0, Q8_0 blocks dequantize by their formulas", test_q4_0_q5_0_q8_0_blocks_dequantize_by_their_formulas);
+    CU_add_test(s, "Q4_K and Q6_K blocks follow their scale layout", test_q4_k_and_q6_k_blocks_follow_their_scale_layout);
+    CU_add_test(s, "Q8_1 sum field is d times the sum of quants", test_q8_1_sum_field_is_d_times_sum_of_quants);
+    CU_add_test(s, "vec_dot of every type matches float64 of dequantized operands", test_vec_dot_of_every_type_matches_float64_of_dequantized_operands);
+    CU_add_test(s, "SIMD and scalar dots agree", test_simd_and_scalar_dots_agree);
+    CU_add_test(s, "matmul matches float64 for odd shapes and thread counts", test_matmul_matches_float64_for_odd_shapes_and_threads);
+    CU_add_test(s, "get_rows returns dequantized rows", test_get_rows_returns_dequantized_rows);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}
