@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "cli/cli.h"
 #include "engine/sampler.h"
@@ -91,8 +92,11 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
     if (!out) return 1;
     out[n] = 0;
     if (status != 0) {
-        fprintf(stderr, "llama.cpp: not run (scripts/llamacpp_bench.py exited with status %d; "
-                        "`pip install llama-cpp-python` to compare)\n", status);
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (code == 3)
+            fprintf(stderr, "llama.cpp: not installed (`pip install llama-cpp-python` to compare in the same run)\n");
+        else
+            fprintf(stderr, "llama.cpp: scripts/llamacpp_bench.py failed (exit %d)\n", code);
         free(out);
         return 1;
     }

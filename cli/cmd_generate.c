@@ -152,29 +152,28 @@ int cmd_generate(int argc, char **argv) {
     double t_prefill = cli_now() - t0;
     tok_stream ts;
     tok_stream_init(&ts);
-    int n_done = 0;
+    int n_out = 0, n_steps = 0; /* tokens generated; decode forward passes (each generated token but the last) */
     double t1 = cli_now();
     if (show_ids) fprintf(stderr, "generated ids:");
-    for (; n_done < n_gen; n_done++) {
+    while (n_out < n_gen) {
         prof_begin(ctx->prof, PROF_SAMPLE, -1);
         int32_t next = sampler_sample(&smp, ctx->logits);
         prof_end(ctx->prof, PROF_SAMPLE, -1, 1, 0);
         if (show_ids) fprintf(stderr, " %d", next);
         if (!ignore_eos && tok_is_eog(m->tok, next)) break;
+        n_out++;
         char piece[256];
         int np = tok_stream_push(&ts, m->tok, next, piece, sizeof piece);
         if (np > 0) {
             fwrite(piece, 1, (size_t)np, stdout);
             fflush(stdout);
         }
-        if (n_done + 1 == n_gen) {
-            n_done++;
-            break;
-        }
+        if (n_out == n_gen) break;
         if (kvb_forward(ctx, &next, 1, err, sizeof err)) {
             cli_fail("generate: %s", err);
             goto done;
         }
+        n_steps++;
     }
     {
         char piece[64];
@@ -186,9 +185,11 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "\nprefill: %d tokens in %.1f ms (%.1f tok/s)\n", n_ids, t_prefill * 1e3, n_ids / t_prefill);
-    if (n_done > 0)
-        fprintf(stderr, "decode:  %d tokens in %.1f ms (%.1f tok/s, %.2f ms/token)\n", n_done, t_decode * 1e3,
-                n_done / t_decode, t_decode * 1e3 / n_done);
+    if (n_steps > 0)
+        fprintf(stderr, "decode:  %d tokens generated, %d decode steps in %.1f ms (%.1f tok/s, %.2f ms/token)\n", n_out,
+                n_steps, t_decode * 1e3, n_steps / t_decode, t_decode * 1e3 / n_steps);
+    else
+        fprintf(stderr, "decode:  %d tokens generated, no decode step\n", n_out);
     if (eo.ctx.profile) prof_print_table(ctx->prof, stderr);
     if (trace && prof_write_trace(ctx->prof, trace, err, sizeof err)) {
         cli_fail("generate: %s", err);

@@ -21,9 +21,29 @@ typedef struct {
     int64_t rows, cols;
 } kvb_weight;
 
-/* Attention over the KV store for all heads at once; GQA maps query head h to
- * KV head h / (n_head / n_head_kv). See kernels/cpu/ops.h for the field contract. */
 typedef struct kvb_attn_args kvb_attn_args;
+/* Attention over the KV store, all heads at once (GQA: query head h uses KV head h / (n_head/n_head_kv)). */
+struct kvb_attn_args {
+    int64_t n_q;                 /* query tokens */
+    int n_head, n_head_kv, head_dim;
+    const float *q;              /* [n_q][n_head][head_dim] */
+    const int32_t *q_pos;        /* [n_q] absolute positions for the causal mask, or NULL = no mask */
+    kvb_dtype kv_dtype;          /* K and V element type: f32 or f16 */
+    const void *const *k;        /* per KV head: [n_kv[h]][head_dim] rows */
+    const void *const *v;        /* per KV head: [n_kv[h]][head_dim] rows */
+    const int32_t *const *k_pos; /* per KV head: absolute position of each slot (mask: visible iff k_pos <= q_pos) */
+    const int64_t *n_kv;         /* per KV head: slots */
+    const int32_t *const *idx;   /* optional per KV head index list into the slots (NULL = all slots; also
+                                    a NULL entry for one head = all) */
+    const int64_t *n_idx;        /* per KV head: length of idx[h] */
+    float scale;                 /* usually 1/sqrt(head_dim) */
+    float *out;                  /* [n_q][n_head][head_dim] */
+    float *probs;                /* optional: [n_head][n_q][probs_stride] softmax probabilities over the visible
+                                    list (in list order; masked entries 0) */
+    int64_t probs_stride;
+    float *lse;                  /* optional: [n_head][n_q] log-sum-exp of the scaled logits over visible keys */
+    void *ws; size_t ws_bytes;   /* backend workspace (the CPU backend fills it) */
+};
 
 typedef struct kvb_backend kvb_backend;
 struct kvb_backend {

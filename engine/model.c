@@ -9,7 +9,6 @@
  * attn_forward, attn_output, mlp), which are also the profiler's and NVTX's names. */
 #include "engine/model.h"
 
-#include "kernels/cpu/ops.h" /* kvb_attn_args (defined beside the CPU kernels) */
 
 #include <math.h>
 #include <stdio.h>

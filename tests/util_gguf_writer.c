@@ -27,6 +27,7 @@ struct gw_writer {
 };
 
 static void put(bytes *b, const void *src, size_t n) {
+    if (n == 0) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 1024;
         while (cap < b->n + n) cap *= 2;

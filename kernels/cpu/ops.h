@@ -12,7 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/f16.h" /* kvb_dtype: KVB_F32 / KVB_F16 */
+#include "engine/backend.h" /* kvb_attn_args */
+#include "engine/f16.h"     /* kvb_dtype: KVB_F32 / KVB_F16 */
 #include "kernels/cpu/pool.h"
 
 /* out[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * w[i]  (sum of squares accumulated in double, like ggml);
@@ -38,29 +39,8 @@ void cpu_softmax(float *x, int64_t n);
  * (NaN ranks below every number) */
 void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out);
 
-/* Attention over the KV store, all heads at once (GQA: query head h uses KV head h / (n_head/n_head_kv)).
- * The struct tag is kvb_attn_args so engine/backend.h can name it without including this header. */
-typedef struct kvb_attn_args {
-    int64_t n_q;                 /* query tokens */
-    int n_head, n_head_kv, head_dim;
-    const float *q;              /* [n_q][n_head][head_dim] */
-    const int32_t *q_pos;        /* [n_q] absolute positions for the causal mask, or NULL = no mask */
-    kvb_dtype kv_dtype;          /* K and V element type: f32 or f16 */
-    const void *const *k;        /* per KV head: [n_kv[h]][head_dim] rows */
-    const void *const *v;        /* per KV head: [n_kv[h]][head_dim] rows */
-    const int32_t *const *k_pos; /* per KV head: absolute position of each slot (mask: visible iff k_pos <= q_pos) */
-    const int64_t *n_kv;         /* per KV head: slots */
-    const int32_t *const *idx;   /* optional per KV head index list into the slots (NULL = all slots; also
-                                    a NULL entry for one head = all) */
-    const int64_t *n_idx;        /* per KV head: length of idx[h] */
-    float scale;                 /* usually 1/sqrt(head_dim) */
-    float *out;                  /* [n_q][n_head][head_dim] */
-    float *probs;                /* optional: [n_head][n_q][probs_stride] softmax probabilities over the visible
-                                    list (in list order; masked entries 0) */
-    int64_t probs_stride;
-    float *lse;                  /* optional: [n_head][n_q] log-sum-exp of the scaled logits over visible keys */
-    void *ws; size_t ws_bytes;   /* workspace from the caller, size from cpu_attention_ws_bytes */
-} cpu_attn_args;
+/* the attention arguments are the backend op interface's (engine/backend.h) */
+typedef struct kvb_attn_args cpu_attn_args;
 
 /* Workspace bytes cpu_attention needs for these shapes and this many pool threads (0 on overflow/bad shapes;
  * reads only the shape fields: n_q, heads, head_dim, n_kv, idx, n_idx). */
