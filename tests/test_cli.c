@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "util_gguf_writer.h"
+
 static const char *bin;
 static char model[1024];
 static int have_model;
@@ -86,6 +88,32 @@ static void test_truncated_model_is_reported(void) {
     expect_clean_failure("generate --model /tmp/kvb_trunc_head.gguf --prompt hi", "kvb_trunc_head.gguf");
     write_model_prefix("/tmp/kvb_trunc_data.gguf", 50u << 20);
     expect_clean_failure("generate --model /tmp/kvb_trunc_data.gguf --prompt hi", "kvb_trunc_data.gguf");
+}
+
+/* A GGUF with valid structure but a model kvbench cannot run: unknown arch, then a missing key. */
+static void test_unknown_arch_and_missing_key_are_reported(void) {
+    float w[32] = {0};
+    uint64_t ne[1] = {32};
+    gw_writer *g = gw_new();
+    gw_kv_str(g, "general.architecture", "mamba");
+    gw_tensor(g, "x", GGML_T_F32, 1, ne, w, sizeof w);
+    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_arch.gguf") == 0);
+    gw_free(g);
+    expect_clean_failure("generate --model /tmp/kvb_arch.gguf --prompt hi", "unsupported architecture 'mamba'");
+    g = gw_new();
+    gw_kv_str(g, "general.architecture", "llama");
+    gw_kv_u32(g, "llama.embedding_length", 64);
+    gw_tensor(g, "x", GGML_T_F32, 1, ne, w, sizeof w);
+    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_nokey.gguf") == 0);
+    gw_free(g);
+    expect_clean_failure("generate --model /tmp/kvb_nokey.gguf --prompt hi", "missing metadata key 'llama.block_count'");
+    /* a tensor type kvbench does not know, and a tensor running past the end of the file */
+    g = gw_new();
+    gw_kv_str(g, "general.architecture", "llama");
+    gw_tensor(g, "x", (ggml_type)77, 1, ne, w, sizeof w);
+    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_type.gguf") == 0);
+    gw_free(g);
+    expect_clean_failure("inspect /tmp/kvb_type.gguf", "unknown tensor type 77");
 }
 
 static void test_prompt_longer_than_context_is_reported(void) {
@@ -180,6 +208,7 @@ int main(void) {
     CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);
     CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
     CU_add_test(s, "truncated model is reported", test_truncated_model_is_reported);
+    CU_add_test(s, "unknown arch, missing key and unknown tensor type are reported", test_unknown_arch_and_missing_key_are_reported);
     CU_add_test(s, "prompt longer than the context is reported", test_prompt_longer_than_context_is_reported);
     CU_add_test(s, "invalid UTF-8 prompt is reported", test_invalid_utf8_prompt_is_reported);
     CU_add_test(s, "bad flags are reported", test_bad_flags_are_reported);
