@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "util_common.h"
 #include "util_gguf_writer.h"
 
 static const char *bin;
@@ -198,10 +199,7 @@ static void test_profile_and_trace_are_written(void) {
 int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
-    const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
-    if (dir && *dir) snprintf(model, sizeof model, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(model, sizeof model, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    have_model = access(model, R_OK) == 0;
+    have_model = util_default_model(model, sizeof model);
     if (!have_model) printf("note: default model not found at %s: model-dependent CLI tests skipped\n", model);
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);

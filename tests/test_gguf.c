@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
+#include "util_common.h"
 #include "util_gguf_writer.h"
 
 static char err[512];
@@ -239,10 +240,7 @@ static void test_hand_made_bad_headers_name_the_problem(void) {
 
 static void test_real_model_tables_match_python_gguf_reader(void) {
     char path[1024];
-    const char *home = getenv("HOME"), *dir = getenv("KVB_MODEL_DIR");
-    if (dir && *dir) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(path, sizeof path, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    if (access(path, R_OK) != 0) {
+    if (!util_default_model(path, sizeof path)) {
         printf("(default model absent: skipped) ");
         return;
     }

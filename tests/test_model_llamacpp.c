@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util_common.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 
@@ -29,29 +30,12 @@
 static kvb_model *model;
 static cJSON *ref;
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static void check_prompt(const cJSON *rec) {
     const char *name = cJSON_GetObjectItem(rec, "name")->valuestring;
     char path[512], err[512];
     snprintf(path, sizeof path, "tests/fixtures/prompts/%s", name);
     size_t len;
-    char *text = read_all(path, &len);
+    char *text = util_read_file(path, &len);
     CU_ASSERT_FATAL(text != NULL);
 
     int32_t *ids = NULL;
@@ -133,10 +117,8 @@ static void test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens(void
 
 int main(void) {
     char path[1024], err[512];
-    const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
-    if (dir && *dir) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(path, sizeof path, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    char *json = read_all("tests/fixtures/llamacpp_ref.json", NULL);
+    int have_model = util_default_model(path, sizeof path);
+    char *json = util_read_file("tests/fixtures/llamacpp_ref.json", NULL);
     if (!json) {
         fprintf(stderr, "tests/fixtures/llamacpp_ref.json missing (run from the project root)\n");
         return 1;
@@ -144,7 +126,7 @@ int main(void) {
     ref = cJSON_Parse(json);
     free(json);
     if (!ref) return 1;
-    if (access(path, R_OK) == 0) {
+    if (have_model) {
         model = kvb_model_load(path, err, sizeof err);
         if (!model) {
             fprintf(stderr, "cannot load %s: %s\n", path, err);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util_common.h"
 #include "engine/chat.h"
 #include "engine/tokenizer.h"
 #include "util_gguf_writer.h"
@@ -16,23 +17,9 @@ static gguf_file *gf;
 static kvb_tokenizer *tok;
 static char err[512];
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static void test_fixture_prompts_encode_to_llamacpp_ids_and_round_trip(void) {
     if (!tok) return;
-    char *json = read_all("tests/fixtures/llamacpp_ref.json", NULL);
+    char *json = util_read_file("tests/fixtures/llamacpp_ref.json", NULL);
     CU_ASSERT_FATAL(json != NULL);
     cJSON *ref = cJSON_Parse(json);
     free(json);
@@ -43,7 +30,7 @@ static void test_fixture_prompts_encode_to_llamacpp_ids_and_round_trip(void) {
         char path[512];
         snprintf(path, sizeof path, "tests/fixtures/prompts/%s", cJSON_GetObjectItem(rec, "name")->valuestring);
         size_t len = 0;
-        char *text = read_all(path, &len);
+        char *text = util_read_file(path, &len);
         CU_ASSERT_FATAL(text != NULL);
         int32_t *ids;
         int n;
@@ -204,7 +191,7 @@ static void test_chatml_render_equals_jinja2_rendering_of_the_model_template(voi
                        {"user", "And if I give two of them to my sister, how many are left?"}};
     char *out;
     CU_ASSERT_FATAL(chat_render(CHAT_CHATML, msgs, 3, 1, def, &out, err, sizeof err) == 0);
-    char *want = read_all("tests/fixtures/prompts/chat_multiturn.txt", NULL);
+    char *want = util_read_file("tests/fixtures/prompts/chat_multiturn.txt", NULL);
     CU_ASSERT_FATAL(want != NULL);
     CU_ASSERT_STRING_EQUAL(out, want);
     free(out);
@@ -235,10 +222,7 @@ static void test_llama3_and_mistral_templates_render_their_markers(void) {
 
 int main(void) {
     char path[1024];
-    const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
-    if (dir && *dir) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(path, sizeof path, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    if (access(path, R_OK) == 0) {
+    if (util_default_model(path, sizeof path)) {
         gf = gguf_open(path, err, sizeof err);
         tok = gf ? tok_load(gf, err, sizeof err) : NULL;
         if (!tok) {

@@ -1,0 +1,30 @@
+#include "util_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+char *util_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+int util_default_model(char *path, size_t cap) {
+    const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
+    if (dir && *dir) snprintf(path, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else snprintf(path, cap, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return access(path, R_OK) == 0;
+}

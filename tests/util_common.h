@@ -1,0 +1,12 @@
+/* util_common.h — small helpers shared by the test suites. */
+#ifndef KVB_TEST_COMMON_H
+#define KVB_TEST_COMMON_H
+
+#include <stddef.h>
+
+/* Whole file, NUL-terminated (malloc'd); NULL when it cannot be read. len may be NULL. */
+char *util_read_file(const char *path, size_t *len);
+/* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
+int util_default_model(char *path, size_t cap);
+
+#endif
