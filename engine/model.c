@@ -272,7 +272,6 @@ void kvb_ctx_free(kvb_ctx *c) {
 void kvb_ctx_reset(kvb_ctx *c) {
     kvc_clear(c->kv);
     c->n_past = 0;
-    c->round_id = 0;
 }
 
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */

@@ -67,7 +67,6 @@ typedef struct {
     kvc_store *kv;
     prof *prof;
     int64_t n_past;       /* tokens processed so far (next absolute position) */
-    int32_t round_id;     /* dialogue round tag for appended tokens */
     /* activations for one chunk of up to n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *ffn_g, *ffn_u, *logits;
     int32_t *pos;

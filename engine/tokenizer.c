@@ -77,7 +77,6 @@ struct kvb_tokenizer {
     int32_t *types;
     float *scores;
     strmap tok_map, merge_map; /* merge key: "left right" */
-    char *merge_keys;          /* storage is the gguf strings themselves; unused */
     pcre2_code *re[MAX_REGEX];
     int n_re;
     int ignore_merges;

@@ -215,9 +215,5 @@ int main(void) {
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
     CU_add_test(s, "generate --chat produces text and speed", test_generate_chat_produces_text_and_speed);
     CU_add_test(s, "profile table and trace file are written", test_profile_and_trace_are_written);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    return util_run_suites();
 }

@@ -191,8 +191,6 @@ static void test_hand_made_bad_headers_name_the_problem(void) {
     size_t len;
     build_sample(&buf, &len, 32);
     uint8_t *c = malloc(len);
-    struct { const char *what; } cases[] = {{"magic"}, {"version"}, {"tensor count"}, {"metadata count"}};
-    (void)cases;
     memcpy(c, buf, len);
     memcpy(c, "GGML", 4);
     CU_ASSERT(gguf_open_mem(c, len, err, sizeof err) == NULL && strstr(err, "magic"));
@@ -271,9 +269,5 @@ int main(void) {
     CU_add_test(s, "byte flips never crash", test_byte_flips_never_crash);
     CU_add_test(s, "hand-made bad headers name the problem", test_hand_made_bad_headers_name_the_problem);
     CU_add_test(s, "real model tables match the python gguf reader", test_real_model_tables_match_python_gguf_reader);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    return util_run_suites();
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util_common.h"
 #include "engine/kvcache.h"
 #include "engine/mem.h"
 #include "engine/profile.h"
@@ -177,9 +178,5 @@ int main(void) {
     CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
     CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
     CU_add_test(s, "profiler accounts time to stage, phase and layer", test_profiler_accounts_time_to_stage_phase_and_layer);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    return util_run_suites();
 }

@@ -139,11 +139,8 @@ int main(void) {
     CU_pSuite s = CU_add_suite("model_llamacpp", NULL, NULL);
     CU_add_test(s, "every prompt matches llama.cpp: ids, logits within 1.0, greedy tokens up to the first near tie",
                 test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
+    int rc = util_run_suites();
     kvb_model_free(model);
     cJSON_Delete(ref);
-    return fails ? 1 : 0;
+    return rc;
 }

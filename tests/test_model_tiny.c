@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util_common.h"
 #include "engine/model.h"
 #include "util_gguf_writer.h"
 
@@ -301,9 +302,5 @@ int main(void) {
     CU_add_test(s, "llama forward with f16 KV stays close", test_llama_forward_with_f16_kv_stays_close);
     CU_add_test(s, "qwen2 forward (QKV bias, NEOX rope) matches reference", test_qwen2_forward_with_bias_and_neox_rope_matches_reference);
     CU_add_test(s, "context overflow and bad ids are errors", test_context_overflow_is_an_error);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    return util_run_suites();
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util_common.h"
 #include "engine/quant.h"
 #include "kernels/cpu/matmul.h"
 
@@ -226,9 +227,5 @@ int main(void) {
     CU_add_test(s, "SIMD and scalar dots agree", test_simd_and_scalar_dots_agree);
     CU_add_test(s, "matmul matches float64 for odd shapes and thread counts", test_matmul_matches_float64_for_odd_shapes_and_threads);
     CU_add_test(s, "get_rows returns dequantized rows", test_get_rows_returns_dequantized_rows);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    return util_run_suites();
 }

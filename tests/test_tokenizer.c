@@ -132,10 +132,7 @@ static void test_sentencepiece_merges_by_score_with_byte_fallback(void) {
     gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 11);
     gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 11);
     uint8_t *buf;
-    size_t len;
-    gw_finish(w, &buf, &len);
-    gw_free(w);
-    gguf_file *f = gguf_open_mem(buf, len, err, sizeof err);
+    gguf_file *f = gw_open(w, &buf, err, sizeof err);
     CU_ASSERT_FATAL(f != NULL);
     kvb_tokenizer *t = tok_load(f, err, sizeof err);
     CU_ASSERT_FATAL(t != NULL);
@@ -166,10 +163,7 @@ static void test_unknown_pre_tokenizer_is_a_clear_error(void) {
     gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 1);
     gw_kv_arr_str(w, "tokenizer.ggml.merges", toks, 0);
     uint8_t *buf;
-    size_t len;
-    gw_finish(w, &buf, &len);
-    gw_free(w);
-    gguf_file *f = gguf_open_mem(buf, len, err, sizeof err);
+    gguf_file *f = gw_open(w, &buf, err, sizeof err);
     CU_ASSERT_FATAL(f != NULL);
     CU_ASSERT(tok_load(f, err, sizeof err) == NULL && strstr(err, "klingon"));
     gguf_close(f);
@@ -243,11 +237,8 @@ int main(void) {
     CU_add_test(s, "unknown pre-tokenizer is a clear error", test_unknown_pre_tokenizer_is_a_clear_error);
     CU_add_test(s, "chatml render equals jinja2 rendering of the model template", test_chatml_render_equals_jinja2_rendering_of_the_model_template);
     CU_add_test(s, "llama3 and mistral templates render their markers", test_llama3_and_mistral_templates_render_their_markers);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
+    int rc = util_run_suites();
     tok_free(tok);
     gguf_close(gf);
-    return fails ? 1 : 0;
+    return rc;
 }

@@ -1,5 +1,7 @@
 #include "util_common.h"
 
+#include <CUnit/Basic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -27,4 +29,12 @@ int util_default_model(char *path, size_t cap) {
     if (dir && *dir) snprintf(path, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
     else snprintf(path, cap, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
     return access(path, R_OK) == 0;
+}
+
+int util_run_suites(void) {
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
 }

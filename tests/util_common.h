@@ -9,4 +9,7 @@ char *util_read_file(const char *path, size_t *len);
 /* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
 int util_default_model(char *path, size_t cap);
 
+/* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). */
+int util_run_suites(void);
+
 #endif

@@ -169,6 +169,13 @@ int gw_finish(gw_writer *w, uint8_t **buf, size_t *len) {
     return 0;
 }
 
+gguf_file *gw_open(gw_writer *w, uint8_t **buf, char *err, size_t err_len) {
+    size_t len;
+    gw_finish(w, buf, &len);
+    gw_free(w);
+    return gguf_open_mem(*buf, len, err, err_len);
+}
+
 int gw_write_file(gw_writer *w, const char *path) {
     uint8_t *buf;
     size_t len;

@@ -31,6 +31,9 @@ void gw_tensor(gw_writer *w, const char *name, ggml_type type, int n_dims, const
                size_t n_bytes);
 /* The file image (malloc'd, caller frees). 0 = ok. */
 int gw_finish(gw_writer *w, uint8_t **buf, size_t *len);
+/* Finish the image into *buf (caller frees it after gguf_close), free the writer, and parse the image.
+ * NULL (with err) when the reader rejects it. */
+gguf_file *gw_open(gw_writer *w, uint8_t **buf, char *err, size_t err_len);
 /* Write the image to path. 0 = ok. */
 int gw_write_file(gw_writer *w, const char *path);
 
