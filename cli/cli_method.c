@@ -1,0 +1,50 @@
+/* cli_method.c — the method options every running subcommand shares (--method, --budget, --method-opt) and
+ * the measured-KV report. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+void cli_method_defaults(cli_method_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->method = "full";
+    o->budget.kind = KVB_BUDGET_NONE; /* the method's own default (an error for methods that need one) */
+}
+
+int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--method") && strcmp(a, "--budget") && strcmp(a, "--method-opt")) return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    char err[256];
+    if (!strcmp(a, "--method")) {
+        if (!kvb_method_find(v)) {
+            kvb_budget b = o->budget;
+            kvb_method_create(v, NULL, &b, NULL, err, sizeof err); /* builds the "unknown method" message */
+            cli_fail("%s", err);
+            return -1;
+        }
+        o->method = v;
+    } else if (!strcmp(a, "--budget")) {
+        if (kvb_budget_parse(v, &o->budget, err, sizeof err)) {
+            cli_fail("%s", err);
+            return -1;
+        }
+    } else if (kvb_opts_add(&o->opts, v, err, sizeof err)) {
+        cli_fail("%s", err);
+        return -1;
+    }
+    return 1;
+}
+
+void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out) {
+    kvb_kv_usage u;
+    kvb_method_usage(m, c, &u);
+    const double MiB = 1024.0 * 1024.0;
+    fprintf(out, "kv %-12s device %8.2f MiB (%5.1f%% of full %.2f MiB)  host %8.2f MiB  moved h2d %.2f MiB d2h %.2f MiB\n",
+            when, u.device_bytes / MiB, 100.0 * u.device_frac, u.full_bytes / MiB, u.host_bytes / MiB, u.moved_h2d / MiB,
+            u.moved_d2h / MiB);
+}

@@ -1,0 +1,167 @@
+/* h2o.c — H2O heavy-hitter oracle (Zhang et al.; survey in papers/002): each token's score is the attention
+ * it has received, accumulated over prefill and every decode step (GQA: summed over the query heads of the
+ * KV head's group); the cache keeps the heavy hitters plus the most recent tokens, half and half of the
+ * budget, and evicts the lowest-scoring non-recent token at every step once full.
+ *
+ * Choices (flags):
+ * - Budget B per head = budget x current length ("30%" tracks the sequence, so 100% never evicts); a token
+ *   budget is fixed. `heavy=F` sets the heavy-hitter share (default 0.5).
+ * - Prefill is exact and scores every query's attention (the paper's accumulation over the prompt); the
+ *   cache is cut once the prompt is in (`KVCache-Factory`-style), then decode evicts every step. */
+#include "methods/method.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float *v;
+    int64_t cap, n; /* n: slots scored so far; new slots start at 0 */
+} score_vec;
+
+typedef struct {
+    kvb_method base;
+    kvb_ctx *c;
+    double heavy_share;
+    score_vec *acc; /* [layer][head], aligned with the store's slots */
+} h2o;
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static score_vec *acc_at(h2o *s, int l, int h) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + h]; }
+
+static int acc_fit(h2o *s, score_vec *a, int64_t n) {
+    if (n <= a->cap) return 0;
+    int64_t cap = n + n / 4 + 64;
+    float *v = kvb_method_alloc(s->c, (size_t)cap * sizeof(float));
+    if (!v) return -1;
+    if (a->cap) memcpy(v, a->v, (size_t)a->cap * sizeof(float));
+    kvb_method_release(s->c, a->v, (size_t)a->cap * sizeof(float));
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static int64_t budget_at(h2o *s, int64_t len) {
+    int64_t t;
+    char e[8];
+    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
+    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
+    return t < len ? t : len;
+}
+
+static int64_t recent_of(h2o *s, int64_t b) { return b - (int64_t)floor(s->heavy_share * (double)b); }
+
+static int h2o_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    (void)self; (void)c; (void)layer; (void)n_q;
+    return 1;
+}
+
+static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                       int64_t n_q, char *err, size_t err_len) {
+    h2o *s = self;
+    const kvb_config *cfg = &c->model->cfg;
+    const int G = cfg->n_head / cfg->n_head_kv;
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        score_vec *a = acc_at(s, layer, g);
+        int64_t n = src[g].n;
+        if (acc_fit(s, a, n)) return ERR("h2o: out of memory for scores");
+        if (n > a->n) memset(a->v + a->n, 0, (size_t)(n - a->n) * sizeof(float));
+        a->n = n;
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
+                for (int64_t j = 0; j < n; j++) a->v[j] += p[j];
+            }
+    }
+    if (c->in_prefill) return 0;
+    /* decode: evict the lowest-scoring non-recent tokens down to the budget */
+    int64_t len = kvb_cur_len(c, n_q), b = budget_at(s, len), recent = recent_of(s, b);
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        score_vec *a = acc_at(s, layer, g);
+        while (kvc_n(c->kv, layer, g) > b) {
+            kvc_view v = kvc_head_view(c->kv, layer, g);
+            int64_t victim = -1;
+            for (int64_t j = 0; j < v.n; j++)
+                if (v.pos[j] < len - recent && (victim < 0 || a->v[j] < a->v[victim])) victim = j;
+            if (victim < 0) return ERR("h2o: layer %d head %d has no evictable token", layer, g);
+            a->v[victim] = a->v[v.n - 1]; /* mirror the store's swap-remove */
+            a->n = v.n - 1;
+            if (kvc_remove(c->kv, layer, g, victim, err, err_len)) return -1;
+        }
+    }
+    return 0;
+}
+
+static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    h2o *s = self;
+    int64_t n = c->n_past;
+    s->base.n_prompt = n;
+    int64_t b;
+    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
+    b = budget_at(s, n);
+    if (b >= n) return 0;
+    int64_t recent = recent_of(s, b), heavy = b - recent, cand = n - recent;
+    int32_t *idx = malloc((size_t)b * sizeof *idx);
+    float *tmp = malloc((size_t)(b > 0 ? b : 1) * sizeof *tmp);
+    if (!idx || !tmp) { free(idx); free(tmp); return ERR("out of memory"); }
+    int rc = 0;
+    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
+        for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) {
+            score_vec *a = acc_at(s, l, h);
+            /* slots are in position order after prefill: candidates are [0, cand), recent [cand, n) */
+            if (kvb_topk_ascending(a->v, cand, heavy, idx)) { rc = ERR("out of memory"); break; }
+            for (int64_t i = 0; i < recent; i++) idx[heavy + i] = (int32_t)(cand + i);
+            for (int64_t i = 0; i < b; i++) tmp[i] = a->v[idx[i]];
+            memcpy(a->v, tmp, (size_t)b * sizeof(float));
+            a->n = b;
+            rc = kvc_retain(c->kv, l, h, idx, b, err, err_len);
+        }
+    free(idx);
+    free(tmp);
+    return rc;
+}
+
+static int64_t h2o_expected(kvb_method *m, kvb_ctx *c, int layer) {
+    (void)layer;
+    return c->in_prefill ? c->n_past : budget_at((h2o *)m, c->n_past);
+}
+
+static void h2o_describe(kvb_method *m, char *buf, size_t cap) {
+    h2o *s = (h2o *)m;
+    int64_t b = budget_at(s, m->n_prompt);
+    snprintf(buf, cap, "heavy=%lld recent=%lld", (long long)(b - recent_of(s, b)), (long long)recent_of(s, b));
+}
+
+static void h2o_destroy(kvb_method *m) {
+    h2o *s = (h2o *)m;
+    if (s->acc) {
+        int n = s->c->model->cfg.n_layer * s->c->model->cfg.n_head_kv;
+        for (int i = 0; i < n; i++) kvb_method_release(s->c, s->acc[i].v, (size_t)s->acc[i].cap * sizeof(float));
+        free(s->acc);
+    }
+    free(s);
+}
+
+kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+    h2o *s = calloc(1, sizeof *s);
+    if (!s) { ERR("out of memory"); return NULL; }
+    s->c = c;
+    s->heavy_share = 0.5;
+    int r = kvb_opts_double(o, "heavy", &s->heavy_share, err, err_len);
+    if (r < 0) { free(s); return NULL; }
+    if (!(s->heavy_share >= 0 && s->heavy_share < 1)) { ERR("h2o: heavy must be in [0, 1)"); free(s); return NULL; }
+    s->acc = calloc((size_t)c->model->cfg.n_layer * c->model->cfg.n_head_kv, sizeof *s->acc);
+    if (!s->acc) { ERR("out of memory"); free(s); return NULL; }
+    s->base.name = "h2o";
+    s->base.budget = *b;
+    s->base.imposes_budget = 1;
+    s->base.hooks.wants_probs = h2o_wants;
+    s->base.hooks.observe = h2o_observe;
+    s->base.hooks.after_prefill = h2o_after_prefill;
+    s->base.expected_tokens = h2o_expected;
+    s->base.describe = h2o_describe;
+    s->base.destroy = h2o_destroy;
+    return &s->base;
+}

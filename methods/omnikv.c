@@ -1,0 +1,328 @@
+/* omnikv.c — OmniKV (papers/004): token-dropping-free dynamic context selection.
+ *
+ * Filter layers F (paper: {2, 8, 18} of 32 for Llama-3-8B). Layers before the first filter layer, every
+ * filter layer and the layer right after it attend to the whole cache. At each decode step a filter layer
+ * scores every token (eq. 3-4: max over query heads of the attention of the observation window, weighted
+ * by the selector's alpha: `last` = the current query only, `uniform` / `exp` over a 16-token window), takes
+ * the top-k, and the sparse layers up to the next filter layer attend only to those tokens (plus the tokens
+ * of the current step). Prefill is exact (the paper's prefill is full attention).
+ *
+ * Budget (Mem%, sec. 5): full layers hold F_share = (2|F| + |L0|) / L of the cache; the sparse layers' token
+ * budget is T = (Mem% - F_share) / (1 - F_share) x prompt tokens. A Mem% below F_share is an error.
+ *
+ * Choices (flags): layers=a;b;c (else the calibration profile, else the paper's layers scaled to the
+ * model's depth: round(l x L / 32)); selector=last|uniform|exp; window=16; offload=1 (default: the paper's
+ * Mem% is GPU-resident KV, which only holds with offload): sparse layers' KV lives in the host tier and each
+ * filter layer does one packed load of the selected tokens for the layers it serves into a device buffer;
+ * offload=0 keeps everything on the device and narrows attention with index lists (no memory saving).
+ * The initial selection is made when the prompt is in (from the prompt's last queries), so the device holds
+ * the budget from the end of prefill on. */
+#include "methods/method.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FILTER 8
+
+typedef struct {
+    kvb_method base;
+    kvb_ctx *c;
+    int n_filter, filter[MAX_FILTER];
+    int *kind;       /* per layer: 0 full, 1 filter, 2 sparse */
+    int *served_by;  /* sparse layer -> filter layer index that selects for it */
+    int selector;    /* 0 last, 1 uniform, 2 exp */
+    int window, offload;
+    double full_share;
+    int64_t T;       /* token budget of sparse layers at the end of prefill */
+    double tp;       /* |T| / |p|: the sparse layers' share (Mem% budgets track the sequence: 100% = exact) */
+    int32_t **sel;   /* per filter layer: selected slots (ascending) */
+    int64_t *n_sel;
+    int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][T + chunk] */
+    int64_t idx_cap;
+    int64_t step_n;   /* tokens of the current step appended to the packed buffers */
+} omnikv;
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+enum { K_FULL = 0, K_FILTER = 1, K_SPARSE = 2 };
+
+static int parse_layers(omnikv *s, const char *v, int n_layer, char *err, size_t err_len) {
+    s->n_filter = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        long l = strtol(p, &end, 10);
+        if (end == p) return ERR("omnikv: layers=%s is not a ';'-separated list of layer numbers", v);
+        if (l < 0 || l >= n_layer) return ERR("omnikv: filter layer %ld outside the model's layers 0..%d", l, n_layer - 1);
+        if (s->n_filter >= MAX_FILTER) return ERR("omnikv: at most %d filter layers", MAX_FILTER);
+        if (s->n_filter && l <= s->filter[s->n_filter - 1]) return ERR("omnikv: filter layers must be ascending");
+        s->filter[s->n_filter++] = (int)l;
+        p = *end == ';' ? end + 1 : end;
+        if (*end && *end != ';') return ERR("omnikv: layers=%s is not a ';'-separated list", v);
+    }
+    if (!s->n_filter) return ERR("omnikv: layers= is empty");
+    return 0;
+}
+
+static void default_layers(omnikv *s, int n_layer) {
+    static const int paper[3] = {2, 8, 18};
+    s->n_filter = 0;
+    for (int i = 0; i < 3; i++) {
+        int l = (int)lround(paper[i] * (double)n_layer / 32.0);
+        if (l >= n_layer) l = n_layer - 1;
+        if (s->n_filter && l <= s->filter[s->n_filter - 1]) continue;
+        s->filter[s->n_filter++] = l;
+    }
+}
+
+static void classify(omnikv *s, int n_layer) {
+    int n_full = 0;
+    for (int l = 0; l < n_layer; l++) {
+        s->kind[l] = K_SPARSE;
+        s->served_by[l] = -1;
+        if (l < s->filter[0]) s->kind[l] = K_FULL;
+        for (int f = 0; f < s->n_filter; f++) {
+            if (l == s->filter[f]) s->kind[l] = K_FILTER;
+            else if (l == s->filter[f] + 1) s->kind[l] = K_FULL;
+            if (s->kind[l] == K_SPARSE && l > s->filter[f]) s->served_by[l] = f;
+        }
+        n_full += s->kind[l] != K_SPARSE;
+    }
+    s->full_share = (double)n_full / n_layer;
+}
+
+/* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer. */
+static int filter_scores(omnikv *s, kvb_ctx *c, int l, float *score, int64_t n, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    int w = s->selector == 0 ? 1 : (c->obs_n < s->window ? c->obs_n : s->window);
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - w)) * cfg->n_embd;
+    const int32_t *qpos = c->obs_pos + (c->obs_n - w);
+    float *probs = NULL;
+    int64_t stride = 0;
+    if (kvb_attn_probs(c, l, q, qpos, w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
+    memset(score, 0, (size_t)n * sizeof(float));
+    for (int t = 0; t < w; t++) {
+        double alpha = s->selector == 2 ? pow(2.0, (double)(t + 1 - w)) : 1.0;
+        for (int64_t j = 0; j < n; j++) {
+            float m = 0;
+            for (int h = 0; h < cfg->n_head; h++) {
+                float p = probs[((int64_t)h * w + t) * stride + j];
+                if (p > m) m = p;
+            }
+            score[j] += (float)(alpha * m);
+        }
+    }
+    free(probs);
+    return 0;
+}
+
+/* Select the top-T of the tokens before `upto` at filter layer index f and (offload) load them packed. */
+static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, char *err, size_t err_len) {
+    int l = s->filter[f];
+    const int HK = c->model->cfg.n_head_kv;
+    float *score = malloc((size_t)(upto > 0 ? upto : 1) * sizeof *score);
+    if (!score) return ERR("out of memory");
+    int rc = filter_scores(s, c, l, score, upto, err, err_len);
+    int64_t k = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)upto);
+    if (k < 1) k = 1;
+    if (k > upto) k = upto;
+    if (!rc && kvb_topk_ascending(score, upto, k, s->sel[f])) rc = ERR("out of memory");
+    free(score);
+    if (rc) return -1;
+    s->n_sel[f] = k;
+    if (!s->offload) return 0;
+    prof_begin(c->prof, PROF_H2D, l);
+    for (int j = 0; j < c->model->cfg.n_layer; j++) {
+        if (s->kind[j] != K_SPARSE || s->served_by[j] != f) continue;
+        for (int h = 0; h < HK; h++) {
+            if (kvc_truncate(s->base.vis, j, h, 0, err, err_len) ||
+                kvc_append_from(s->base.vis, j, h, c->kv, j, h, s->sel[f], k, 1, err, err_len))
+                return -1;
+        }
+    }
+    prof_end(c->prof, PROF_H2D, l, k, 0);
+    return 0;
+}
+
+static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    omnikv *s = self;
+    const kvb_config *cfg = &c->model->cfg;
+    int64_t n = c->n_past;
+    s->base.n_prompt = n;
+    if (s->base.budget.kind == KVB_BUDGET_TOKENS) {
+        if (s->base.budget.tokens > n)
+            return ERR("budget of %lld tokens is more than the prompt's %lld tokens", (long long)s->base.budget.tokens,
+                       (long long)n);
+        s->T = s->base.budget.tokens;
+    } else {
+        double f = s->base.budget.frac;
+        if (f < s->full_share - 1e-9)
+            return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * f,
+                       100 * s->full_share);
+        s->tp = s->full_share < 1 ? (f - s->full_share) / (1 - s->full_share) : 1.0;
+        s->T = (int64_t)llround(s->tp * (double)n);
+        if (s->T < 1) s->T = 1;
+        if (s->T > n) s->T = n;
+    }
+    for (int f = 0; f < s->n_filter; f++) {
+        free(s->sel[f]);
+        s->sel[f] = malloc((size_t)c->params.n_ctx * sizeof(int32_t)); /* k grows with the sequence */
+        if (!s->sel[f]) return ERR("out of memory");
+    }
+    if (s->offload)
+        for (int l = 0; l < cfg->n_layer; l++)
+            if (s->kind[l] == K_SPARSE) {
+                prof_begin(c->prof, PROF_D2H, l);
+                int rc = kvc_set_layer_tier(c->kv, l, KVB_TIER_HOST, err, err_len);
+                prof_end(c->prof, PROF_D2H, l, n, 0);
+                if (rc) return -1;
+            }
+    s->step_n = 0;
+    for (int f = 0; f < s->n_filter; f++)
+        if (select_and_load(s, c, f, n, err, err_len)) return -1;
+    return 0;
+}
+
+static int omnikv_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err,
+                             size_t err_len) {
+    (void)q;
+    omnikv *s = self;
+    if (c->in_prefill || s->kind[layer] != K_FILTER) return 0;
+    int f = 0;
+    while (s->filter[f] != layer) f++;
+    int64_t len = kvc_n(c->kv, layer, 0);
+    s->step_n = n_q;
+    return select_and_load(s, c, f, len - n_q, err, err_len);
+}
+
+static int omnikv_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
+    omnikv *s = self;
+    if (c->in_prefill || s->kind[layer] != K_SPARSE) return 0;
+    const int HK = c->model->cfg.n_head_kv;
+    int f = s->served_by[layer];
+    int64_t len = kvc_n(c->kv, layer, 0);
+    if (s->offload) {
+        /* the current step's K/V rows join the packed buffer (written to the host store as well) */
+        int32_t cur[64];
+        for (int64_t done = 0; done < n_q;) {
+            int64_t m = n_q - done < 64 ? n_q - done : 64;
+            for (int64_t i = 0; i < m; i++) cur[i] = (int32_t)(len - n_q + done + i);
+            for (int h = 0; h < HK; h++)
+                if (kvc_append_from(s->base.vis, layer, h, c->kv, layer, h, cur, m, 0, err, err_len)) return -1;
+            done += m;
+        }
+        kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
+        for (int h = 0; h < HK; h++) {
+            kvc_view v = kvc_head_view(s->base.vis, layer, h);
+            kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
+            src[h] = x;
+        }
+        return 0;
+    }
+    int64_t need = s->n_sel[f] + n_q;
+    if (need > s->idx_cap) {
+        free(s->idx_buf);
+        s->idx_cap = need + 64;
+        s->idx_buf = malloc((size_t)s->idx_cap * c->model->cfg.n_layer * sizeof(int32_t));
+        if (!s->idx_buf) return ERR("out of memory");
+    }
+    int32_t *idx = s->idx_buf + (size_t)layer * s->idx_cap;
+    memcpy(idx, s->sel[f], (size_t)s->n_sel[f] * sizeof(int32_t));
+    for (int64_t i = 0; i < n_q; i++) idx[s->n_sel[f] + i] = (int32_t)(len - n_q + i);
+    for (int h = 0; h < HK; h++) {
+        src[h].idx = idx;
+        src[h].n_idx = need;
+    }
+    return 0;
+}
+
+static int64_t omnikv_expected(kvb_method *m, kvb_ctx *c, int layer) {
+    omnikv *s = (omnikv *)m;
+    if (c->in_prefill || s->kind[layer] != K_SPARSE) return c->n_past;
+    if (!s->offload) return c->n_past;
+    return s->n_sel[s->served_by[layer]] + s->step_n;
+}
+
+static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
+    omnikv *s = (omnikv *)m;
+    static const char *sel[] = {"last", "uniform", "exp"};
+    int n = snprintf(buf, cap, "layers=");
+    for (int f = 0; f < s->n_filter && n > 0 && (size_t)n < cap; f++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%d", f ? ";" : "", s->filter[f]);
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " selector=%s offload=%d full_share=%.3f T=%lld", sel[s->selector],
+                 s->offload, s->full_share, (long long)s->T);
+}
+
+static void omnikv_destroy(kvb_method *m) {
+    omnikv *s = (omnikv *)m;
+    for (int f = 0; f < MAX_FILTER; f++) free(s->sel ? s->sel[f] : NULL);
+    free(s->sel);
+    free(s->n_sel);
+    free(s->kind);
+    free(s->served_by);
+    free(s->idx_buf);
+    kvc_free(s->base.vis);
+    free(s);
+}
+
+int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char *err, size_t err_len);
+
+kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    omnikv *s = calloc(1, sizeof *s);
+    if (!s) { ERR("out of memory"); return NULL; }
+    s->c = c;
+    s->window = 16;
+    s->offload = 1;
+    s->kind = calloc((size_t)cfg->n_layer, sizeof *s->kind);
+    s->served_by = calloc((size_t)cfg->n_layer, sizeof *s->served_by);
+    s->sel = calloc(MAX_FILTER, sizeof *s->sel);
+    s->n_sel = calloc(MAX_FILTER, sizeof *s->n_sel);
+    if (!s->kind || !s->served_by || !s->sel || !s->n_sel) { ERR("out of memory"); goto fail; }
+    const char *layers = kvb_opts_get(o, "layers");
+    if (layers) {
+        if (parse_layers(s, layers, cfg->n_layer, err, err_len)) goto fail;
+    } else {
+        int got = kvb_profile_omnikv_layers(c->model, s->filter, MAX_FILTER, err, err_len);
+        if (got < 0) goto fail;
+        if (got > 0) s->n_filter = got;
+        else default_layers(s, cfg->n_layer);
+    }
+    const char *sel = kvb_opts_get(o, "selector");
+    if (sel) {
+        if (!strcmp(sel, "last")) s->selector = 0;
+        else if (!strcmp(sel, "uniform")) s->selector = 1;
+        else if (!strcmp(sel, "exp")) s->selector = 2;
+        else { ERR("omnikv: selector must be last, uniform or exp"); goto fail; }
+    }
+    int64_t v;
+    int r;
+    if ((r = kvb_opts_int(o, "window", &v, err, err_len)) < 0) goto fail;
+    if (r) {
+        if (v < 1 || v > 1024) { ERR("omnikv: window must be in [1, 1024]"); goto fail; }
+        s->window = (int)v;
+    }
+    if ((r = kvb_opts_int(o, "offload", &v, err, err_len)) < 0) goto fail;
+    if (r) s->offload = v != 0;
+    classify(s, cfg->n_layer);
+    if (s->offload) {
+        s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, &c->mem, err, err_len);
+        if (!s->base.vis) goto fail;
+    }
+    s->base.name = "omnikv";
+    s->base.budget = *b;
+    s->base.imposes_budget = s->offload;
+    s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window;
+    s->base.hooks.after_prefill = omnikv_after_prefill;
+    s->base.hooks.pre_attend = omnikv_pre_attend;
+    s->base.hooks.select = omnikv_select;
+    s->base.expected_tokens = omnikv_expected;
+    s->base.describe = omnikv_describe;
+    s->base.destroy = omnikv_destroy;
+    return &s->base;
+fail:
+    omnikv_destroy(&s->base);
+    return NULL;
+}

@@ -1,0 +1,279 @@
+/* pod.c — PoD, training-free inference (papers/001, eq. 3-4): proximal tokens over distant tokens.
+ *
+ * Layers are grouped into head-wise blocks of consecutive layers (Algorithm 1; with GQA the blocks are per
+ * KV head, so a group's query heads share one block and its keys can really be dropped). In decode, a token
+ * attends to its proximal tokens (n_s initial + n_r recent) with the layer's own scores; distant tokens use
+ * the attention scores of the lowest layer of the head's block (a^D = Q_base K_base^T / sqrt(d)), computed
+ * once there and shared by the block, applied to the layer's own values. The two parts merge with the gate
+ * g = sum exp a^P / (sum exp a^P + sum exp a^D) (log-sum-exp weights); when g >= tau the distant part is
+ * skipped (tau = 1.0: never, the default). Only the base layer keeps the distant tokens' keys: upper layers
+ * keep K and V of proximal tokens and V alone of distant ones — the memory saving, measured.
+ *
+ * Choices (flags): blocks from the calibration profile (`kvbench calibrate pod`, JS-divergence grouping,
+ * delta 0.5), or block=N for uniform blocks of N layers, else an error; sinks=16 (n_s); the proximal window is
+ * the budget (n_s + n_r = budget x current length, the paper's "same window size as the baselines"; `recent=N`
+ * fixes n_r; no budget: the paper's 4K proximal tokens); tau=1.0. Prefill is exact (PoD's inference saving is in decode). */
+#include "methods/method.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t *v;         /* distant V rows in position order (positions n_s, n_s + 1, ...) */
+    int64_t n, cap;
+} vrows;
+
+typedef struct {
+    kvb_method base;
+    kvb_ctx *c;
+    int *bases;         /* [n_head_kv][n_layer]: base layer of (head, layer)'s block */
+    int64_t sinks, recent_opt;
+    double tau;
+    vrows *dist;        /* [n_layer][n_head_kv] (non-base heads) */
+    size_t row_bytes;
+    float *pd;          /* shared distant probabilities: [n_layer][n_head][pd_cap] (rows of base layers) */
+    float *lse_d;       /* [n_layer][n_head] */
+    int64_t pd_cap, n_dist;
+    float *lse_p, *o_d; /* scratch */
+    int64_t skipped, merged;
+    char blocks_desc[96];
+} pod;
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static int base_of(const pod *s, int g, int l) { return s->bases[g * s->c->model->cfg.n_layer + l]; }
+static int is_base(const pod *s, int g, int l) { return base_of(s, g, l) == l; }
+static vrows *dist_at(pod *s, int l, int g) { return &s->dist[(size_t)l * s->c->model->cfg.n_head_kv + g]; }
+
+static int64_t prox_at(pod *s, int64_t len) {
+    int64_t b;
+    char e[8];
+    if (s->recent_opt >= 0) b = s->sinks + s->recent_opt;
+    else if (s->base.budget.kind == KVB_BUDGET_NONE) b = 4096; /* the paper's 4K proximal tokens */
+    else if (kvb_budget_tokens(&s->base.budget, len, &b, e, sizeof e)) b = len;
+    if (b < s->sinks + 1) b = s->sinks + 1;
+    return b < len ? b : len;
+}
+
+static int vrows_push(pod *s, vrows *d, const uint8_t *row) {
+    if (d->n == d->cap) {
+        int64_t cap = d->cap + d->cap / 4 + 64;
+        uint8_t *v = kvb_mem_alloc(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, (size_t)cap * s->row_bytes);
+        if (!v) return -1;
+        if (d->n) memcpy(v, d->v, (size_t)d->n * s->row_bytes);
+        kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, d->v, (size_t)d->cap * s->row_bytes);
+        s->base.extra_device_bytes += (cap - d->cap) * (int64_t)s->row_bytes;
+        d->v = v;
+        d->cap = cap;
+    }
+    memcpy(d->v + (size_t)d->n * s->row_bytes, row, s->row_bytes);
+    d->n++;
+    return 0;
+}
+
+/* Move the oldest non-sink tokens of a non-base head into its distant V rows until it holds `prox`. */
+static int spill(pod *s, kvb_ctx *c, int l, int g, int64_t prox, char *err, size_t err_len) {
+    vrows *d = dist_at(s, l, g);
+    while (kvc_n(c->kv, l, g) > prox) {
+        kvc_view v = kvc_head_view(c->kv, l, g);
+        int32_t want = (int32_t)(s->sinks + d->n);
+        int64_t slot = -1;
+        for (int64_t j = 0; j < v.n && slot < 0; j++)
+            if (v.pos[j] == want) slot = j;
+        if (slot < 0) return ERR("pod: layer %d head %d lost position %d", l, g, want);
+        if (vrows_push(s, d, (const uint8_t *)v.v + (size_t)slot * s->row_bytes)) return ERR("pod: out of memory");
+        if (kvc_remove(c->kv, l, g, slot, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+static int pod_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    pod *s = self;
+    const kvb_config *cfg = &c->model->cfg;
+    s->base.n_prompt = c->n_past;
+    int64_t b;
+    if (kvb_budget_tokens(&s->base.budget, c->n_past, &b, err, err_len)) return -1;
+    int64_t prox = prox_at(s, c->n_past);
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int g = 0; g < cfg->n_head_kv; g++)
+            if (!is_base(s, g, l) && spill(s, c, l, g, prox, err, err_len)) return -1;
+    /* spill leaves slots unordered; that is fine: attention reads positions per slot */
+    return 0;
+}
+
+/* Distant scores at a base layer: probabilities over positions [sinks, sinks + n_dist) of its own keys. */
+static int base_scores(pod *s, kvb_ctx *c, int l, const float *q, int64_t n_dist, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    const int HK = cfg->n_head_kv, G = cfg->n_head / HK;
+    kvb_src *src = calloc((size_t)HK, sizeof *src);
+    if (!src) return ERR("out of memory");
+    int any = 0;
+    for (int g = 0; g < HK; g++) {
+        if (!is_base(s, g, l)) continue;
+        kvc_view v = kvc_head_view(c->kv, l, g); /* base heads keep every token in position order */
+        size_t off = (size_t)s->sinks * s->row_bytes;
+        kvb_src x = {(const uint8_t *)v.k + off, (const uint8_t *)v.v + off, v.pos + s->sinks, n_dist, NULL, 0};
+        src[g] = x;
+        any = 1;
+    }
+    int rc = 0;
+    if (any) {
+        float *probs = NULL, *lse = s->lse_d + (size_t)l * cfg->n_head;
+        int64_t stride = 0;
+        rc = kvb_attn_probs(c, l, q, c->pos, 1, src, &probs, &stride, lse, err, err_len);
+        if (!rc)
+            for (int g = 0; g < HK; g++)
+                if (is_base(s, g, l))
+                    for (int r = 0; r < G; r++) {
+                        int h = g * G + r;
+                        memcpy(s->pd + ((size_t)l * cfg->n_head + h) * s->pd_cap, probs + (int64_t)h * stride,
+                               (size_t)n_dist * sizeof(float));
+                    }
+        free(probs);
+    }
+    free(src);
+    return rc;
+}
+
+static int pod_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
+    pod *s = self;
+    if (c->in_prefill) return 0;
+    const int HK = c->model->cfg.n_head_kv;
+    int64_t len = kvb_cur_len(c, n_q), prox = prox_at(s, len);
+    for (int g = 0; g < HK; g++)
+        if (!is_base(s, g, layer) && spill(s, c, layer, g, prox, err, err_len)) return -1;
+    kvb_src_from_store(c, layer, src);
+    return 0;
+}
+
+static int fit_pd(pod *s, int64_t n, char *err, size_t err_len) {
+    if (n <= s->pd_cap) return 0;
+    const kvb_config *cfg = &s->c->model->cfg;
+    int64_t cap = n + n / 4 + 64;
+    size_t old = (size_t)cfg->n_layer * cfg->n_head * s->pd_cap * sizeof(float);
+    float *p = kvb_method_alloc(s->c, (size_t)cfg->n_layer * cfg->n_head * cap * sizeof(float));
+    if (!p) return ERR("pod: out of memory for shared scores");
+    kvb_method_release(s->c, s->pd, old);
+    s->pd = p;
+    s->pd_cap = cap;
+    return 0;
+}
+
+static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len) {
+    pod *s = self;
+    if (c->in_prefill || a->n_q != 1) return 0;
+    const kvb_config *cfg = &c->model->cfg;
+    const int HK = cfg->n_head_kv, G = cfg->n_head / HK, D = cfg->head_dim;
+    int64_t len = kvb_cur_len(c, 1), n_dist = len - prox_at(s, len);
+    if (n_dist < 0) n_dist = 0;
+    s->n_dist = n_dist;
+    if (fit_pd(s, n_dist, err, err_len)) return -1;
+    if (n_dist > 0 && base_scores(s, c, layer, a->q, n_dist, err, err_len)) return -1;
+    a->lse = s->lse_p;
+    if (c->be->attention(c->be, a, err, err_len)) return -1;
+    a->lse = NULL;
+    if (n_dist == 0) return 1;
+    for (int g = 0; g < HK; g++) {
+        if (is_base(s, g, layer)) continue;
+        int b = base_of(s, g, layer);
+        const vrows *d = dist_at(s, layer, g);
+        if (d->n != n_dist) return ERR("pod: layer %d head %d holds %lld distant rows, expected %lld", layer, g, (long long)d->n, (long long)n_dist);
+        for (int r = 0; r < G; r++) {
+            int h = g * G + r;
+            double lp = s->lse_p[h], ld = s->lse_d[(size_t)b * cfg->n_head + h];
+            double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0;
+            if (gate >= s->tau) { s->skipped++; continue; }
+            s->merged++;
+            const float *p = s->pd + ((size_t)b * cfg->n_head + h) * s->pd_cap;
+            float *od = s->o_d;
+            memset(od, 0, (size_t)D * sizeof(float));
+            for (int64_t i = 0; i < n_dist; i++) {
+                const float w = p[i];
+                if (a->kv_dtype == KVB_F16) {
+                    const kvb_f16 *vr = (const kvb_f16 *)(d->v + (size_t)i * s->row_bytes);
+                    for (int e = 0; e < D; e++) od[e] += w * kvb_f16_to_f32(vr[e]);
+                } else {
+                    const float *vr = (const float *)(d->v + (size_t)i * s->row_bytes);
+                    for (int e = 0; e < D; e++) od[e] += w * vr[e];
+                }
+            }
+            float *o = a->out + (int64_t)h * D;
+            for (int e = 0; e < D; e++) o[e] = (float)(gate * o[e] + (1.0 - gate) * od[e]);
+        }
+    }
+    return 1;
+}
+
+static void pod_describe(kvb_method *m, char *buf, size_t cap) {
+    pod *s = (pod *)m;
+    snprintf(buf, cap, "%s sinks=%lld proximal=%lld tau=%g skipped=%lld merged=%lld", s->blocks_desc,
+             (long long)s->sinks, (long long)prox_at(s, m->n_prompt), s->tau, (long long)s->skipped, (long long)s->merged);
+}
+
+static void pod_destroy(kvb_method *m) {
+    pod *s = (pod *)m;
+    const kvb_config *cfg = &s->c->model->cfg;
+    if (s->dist)
+        for (int i = 0; i < cfg->n_layer * cfg->n_head_kv; i++)
+            kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->dist[i].v, (size_t)s->dist[i].cap * s->row_bytes);
+    free(s->dist);
+    kvb_method_release(s->c, s->pd, (size_t)cfg->n_layer * cfg->n_head * s->pd_cap * sizeof(float));
+    free(s->lse_d);
+    free(s->lse_p);
+    free(s->o_d);
+    free(s->bases);
+    free(s);
+}
+
+int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len);
+
+kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    pod *s = calloc(1, sizeof *s);
+    if (!s) { ERR("out of memory"); return NULL; }
+    s->c = c;
+    s->sinks = 16;
+    s->recent_opt = -1;
+    s->tau = 1.0;
+    s->row_bytes = (size_t)cfg->head_dim * (c->params.kv_dtype == KVB_F16 ? 2 : 4);
+    s->bases = calloc((size_t)cfg->n_layer * cfg->n_head_kv, sizeof *s->bases);
+    s->dist = calloc((size_t)cfg->n_layer * cfg->n_head_kv, sizeof *s->dist);
+    s->lse_d = calloc((size_t)cfg->n_layer * cfg->n_head, sizeof *s->lse_d);
+    s->lse_p = calloc((size_t)cfg->n_head, sizeof *s->lse_p);
+    s->o_d = calloc((size_t)cfg->head_dim, sizeof *s->o_d);
+    if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->o_d) { ERR("out of memory"); goto fail; }
+    int64_t block = 0;
+    int r;
+    if ((r = kvb_opts_int(o, "block", &block, err, err_len)) < 0) goto fail;
+    if (r) {
+        if (block < 1 || block > cfg->n_layer) { ERR("pod: block must be in [1, %d]", cfg->n_layer); goto fail; }
+        for (int g = 0; g < cfg->n_head_kv; g++)
+            for (int l = 0; l < cfg->n_layer; l++) s->bases[g * cfg->n_layer + l] = (int)(l / block * block);
+        snprintf(s->blocks_desc, sizeof s->blocks_desc, "block=%lld", (long long)block);
+    } else {
+        int got = kvb_profile_pod_bases(c->model, s->bases, err, err_len);
+        if (got < 0) goto fail;
+        if (!got) { ERR("pod: no layer blocks for this model: run `kvbench calibrate pod` or pass --method-opt block=N"); goto fail; }
+        snprintf(s->blocks_desc, sizeof s->blocks_desc, "blocks=profile");
+    }
+    if ((r = kvb_opts_int(o, "sinks", &s->sinks, err, err_len)) < 0) goto fail;
+    if (s->sinks < 0) { ERR("pod: sinks must be >= 0"); goto fail; }
+    if ((r = kvb_opts_int(o, "recent", &s->recent_opt, err, err_len)) < 0) goto fail;
+    if (r && s->recent_opt < 1) { ERR("pod: recent must be >= 1"); goto fail; }
+    if (kvb_opts_double(o, "tau", &s->tau, err, err_len) < 0) goto fail;
+    if (!(s->tau >= 0 && s->tau <= 1)) { ERR("pod: tau must be in [0, 1]"); goto fail; }
+    s->base.name = "pod";
+    s->base.budget = *b;
+    s->base.imposes_budget = 0;
+    s->base.hooks.after_prefill = pod_after_prefill;
+    s->base.hooks.select = pod_select;
+    s->base.hooks.attend = pod_attend;
+    s->base.describe = pod_describe;
+    s->base.destroy = pod_destroy;
+    return &s->base;
+fail:
+    pod_destroy(&s->base);
+    return NULL;
+}

@@ -1,0 +1,200 @@
+/* profile.c — calibration profiles on disk, keyed by the model's sha256 (OpenSSL's libcrypto digests). */
+#include "methods/profile.h"
+#include "methods/method.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static char cached_path[1024], cached_hex[65];
+
+int kvb_model_sha256(const kvb_model *m, char hex[65], char *err, size_t err_len) {
+    if (cached_hex[0] && !strcmp(cached_path, m->path)) {
+        memcpy(hex, cached_hex, 65);
+        return 0;
+    }
+    FILE *f = fopen(m->path, "rb");
+    if (!f) return ERR("cannot read %s for its sha256: %s", m->path, strerror(errno));
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char buf[1 << 16], out[32];
+    unsigned int olen = 0;
+    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    size_t r;
+    while (ok && (r = fread(buf, 1, sizeof buf, f)) > 0) ok = EVP_DigestUpdate(md, buf, r);
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(md, out, &olen);
+    EVP_MD_CTX_free(md);
+    fclose(f);
+    if (!ok || olen != 32) return ERR("sha256 of %s failed", m->path);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", out[i]);
+    snprintf(cached_path, sizeof cached_path, "%s", m->path);
+    memcpy(cached_hex, hex, 65);
+    return 0;
+}
+
+static int profile_dir(char *dir, size_t cap, char *err, size_t err_len) {
+    const char *d = getenv("KVB_PROFILE_DIR"), *home = getenv("HOME");
+    int n = d && *d ? snprintf(dir, cap, "%s", d) : snprintf(dir, cap, "%s/.cache/kvbench/profiles", home ? home : ".");
+    if (n < 0 || (size_t)n >= cap) return ERR("profile directory path too long");
+    return 0;
+}
+
+int kvb_profile_path(const kvb_model *m, char *path, size_t cap, char *err, size_t err_len) {
+    char dir[900], hex[65];
+    if (profile_dir(dir, sizeof dir, err, err_len) || kvb_model_sha256(m, hex, err, err_len)) return -1;
+    if ((size_t)snprintf(path, cap, "%s/%s.json", dir, hex) >= cap) return ERR("profile path too long");
+    return 0;
+}
+
+static char *slurp(const char *path, char *err, size_t err_len, int *missing) {
+    *missing = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) *missing = 1;
+        else ERR("cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        ERR("cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
+    char path[1024];
+    err[0] = 0;
+    if (kvb_profile_path(m, path, sizeof path, err, err_len)) return NULL;
+    int missing;
+    char *text = slurp(path, err, err_len, &missing);
+    if (!text) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        ERR("calibration profile %s is not a JSON object (delete it and re-run kvbench calibrate)", path);
+        return NULL;
+    }
+    return j;
+}
+
+static int mkdirs(const char *dir) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len) {
+    char dir[900], path[1024], tmp[1100], hex[65];
+    if (profile_dir(dir, sizeof dir, err, err_len) || kvb_profile_path(m, path, sizeof path, err, err_len) ||
+        kvb_model_sha256(m, hex, err, err_len))
+        return -1;
+    if (mkdirs(dir)) return ERR("cannot create %s: %s", dir, strerror(errno));
+    cJSON *root = kvb_profile_load(m, err, err_len);
+    if (!root) {
+        if (err[0]) return -1;
+        root = cJSON_CreateObject();
+    }
+    cJSON_DeleteItemFromObject(root, "model_sha256");
+    cJSON_AddStringToObject(root, "model_sha256", hex);
+    cJSON_DeleteItemFromObject(root, section);
+    cJSON_AddItemToObject(root, section, cJSON_Duplicate(value, 1));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return ERR("out of memory");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f)) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path)) {
+        unlink(tmp);
+        return ERR("cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static cJSON *section(const kvb_model *model, const char *name, cJSON **root, char *err, size_t err_len) {
+    *root = kvb_profile_load(model, err, err_len);
+    if (!*root) return NULL;
+    return cJSON_GetObjectItemCaseSensitive(*root, name);
+}
+
+int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len) {
+    cJSON *root, *s = section(model, "round", &root, err, err_len);
+    if (!root) return err[0] ? -1 : 0;
+    cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, "lw") : NULL;
+    int rc = 0;
+    if (v) {
+        if (!cJSON_IsNumber(v)) rc = ERR("calibration profile: round.lw is not a number");
+        else { *lw = v->valueint; rc = 1; }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char *err, size_t err_len) {
+    cJSON *root, *s = section(model, "omnikv", &root, err, err_len);
+    if (!root) return err[0] ? -1 : 0;
+    cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, "layers") : NULL;
+    int rc = 0;
+    if (v) {
+        int n = cJSON_GetArraySize(v);
+        if (!cJSON_IsArray(v) || n < 1 || n > max) rc = ERR("calibration profile: omnikv.layers must be 1..%d layers", max);
+        for (int i = 0; i < n && rc == 0; i++) {
+            cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e) || e->valueint < 0 || e->valueint >= model->cfg.n_layer || (i && e->valueint <= layers[i - 1]))
+                rc = ERR("calibration profile: omnikv.layers[%d] is not an ascending layer number", i);
+            else layers[i] = e->valueint;
+        }
+        if (rc == 0) rc = n;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len) {
+    const int L = model->cfg.n_layer, HK = model->cfg.n_head_kv;
+    cJSON *root, *s = section(model, "pod", &root, err, err_len);
+    if (!root) return err[0] ? -1 : 0;
+    cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, "bases") : NULL;
+    int rc = 0;
+    if (v) {
+        rc = 1;
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != HK) rc = ERR("calibration profile: pod.bases needs %d KV heads", HK);
+        for (int g = 0; g < HK && rc == 1; g++) {
+            cJSON *row = cJSON_GetArrayItem(v, g);
+            if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != L) { rc = ERR("calibration profile: pod.bases[%d] needs %d layers", g, L); break; }
+            for (int l = 0; l < L; l++) {
+                cJSON *e = cJSON_GetArrayItem(row, l);
+                int b = cJSON_IsNumber(e) ? e->valueint : -1;
+                if (b < 0 || b > l || (l > 0 && b != l && b != bases[g * L + l - 1])) {
+                    rc = ERR("calibration profile: pod.bases[%d][%d] is not the base of a block of consecutive layers", g, l);
+                    break;
+                }
+                bases[g * L + l] = b;
+            }
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,28 @@
+/* profile.h — per-model calibration profiles (DESIGN.md "Calibration").
+ *
+ * `kvbench calibrate round|omnikv|pod` writes one JSON file per model, named by the model file's sha256,
+ * under $KVB_PROFILE_DIR (default ~/.cache/kvbench/profiles). Methods read their section by default;
+ * flags override it. Sections: "round": {"lw": N, ...}, "omnikv": {"layers": [...], ...},
+ * "pod": {"bases": [[base layer per layer] per KV head], ...}. */
+#ifndef KVB_PROFILE_H_METHODS
+#define KVB_PROFILE_H_METHODS
+
+#include <cjson/cJSON.h>
+
+#include "engine/model.h"
+
+/* sha256 of the model file as 64 hex chars (cached per model). -1 + err on failure. */
+int kvb_model_sha256(const kvb_model *m, char hex[65], char *err, size_t err_len);
+/* Path of the model's profile file. */
+int kvb_profile_path(const kvb_model *m, char *path, size_t cap, char *err, size_t err_len);
+/* The model's profile (NULL when none; *err set only on a real error such as a corrupt file: check err[0]). */
+cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len);
+/* Replace one section of the model's profile (atomic write). */
+int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len);
+
+/* Method lookups: 1 = found, 0 = no profile / no section, -1 = error. */
+int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len);
+int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char *err, size_t err_len);
+int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len);
+
+#endif

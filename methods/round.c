@@ -1,0 +1,294 @@
+/* round.c — Round Attention (papers/000): round-level KV selection at the watershed layer.
+ *
+ * Tokens carry the dialogue round they belong to. Layers 0..L_w-1 (the first L_w layers) attend to every
+ * round. When a question round begins, the deep layers' (L_w..L-1) KV moves to the host tier; during the
+ * question's prefill, layer L_w-1's attention gives the round attention qAtt_k = sum over the question's
+ * tokens and all query heads of the attention on round k's tokens (eq. 1), normalised over past rounds; a
+ * strategy picks rounds — topk: top 10% (at least 1; the paper's default), fixed: qAtt > 0.1, adaptive:
+ * qAtt > mean + k*std — and one packed load brings the selected rounds' KV of every deep layer to the device.
+ * Deep layers then attend to the selected rounds plus the current round, for the rest of prefill and for
+ * decode. Memory: L_w/L + K/T (1 - L_w/L) of the full cache (eq. 2), reported, not imposed.
+ *
+ * Choices (flags): lw=N (number of full layers = the paper's 1-based watershed layer; else the calibration
+ * profile; else an error), strategy=topk|fixed|adaptive, topk=0.1, threshold=0.1, k=1.0, chunk=512 (single
+ * prompts: the prompt is cut into chunk-token rounds from its start, the last (possibly shorter) chunk being the question; the
+ * results say so). Budget 100% selects every round (K = T: exact); other budgets are reported, not imposed.
+ * History rounds are prefilled exactly (as if computed earlier in the dialogue); the
+ * selection is made for the question round. */
+#include "methods/method.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    kvb_method base;
+    kvb_ctx *c;
+    int lw, strategy; /* 0 topk, 1 fixed, 2 adaptive */
+    double topk_frac, threshold, k_std;
+    int64_t chunk;
+    int32_t q_round;  /* round id of the current question, -1 before one */
+    int selected, offloaded;
+    int n_rounds_total, n_rounds_sel;
+    int64_t sel_tokens, cur_tokens;
+    char *sel_mask;   /* [max round + 1] */
+    int mask_cap;
+} round_m;
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static int round_on_round(void *self, kvb_ctx *c, int32_t r, int is_question, char *err, size_t err_len) {
+    round_m *s = self;
+    if (!is_question) return 0;
+    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv;
+    s->q_round = r;
+    s->selected = 0;
+    s->cur_tokens = 0;
+    for (int l = s->lw; l < L; l++) {
+        for (int h = 0; h < HK; h++)
+            if (kvc_truncate(s->base.vis, l, h, 0, err, err_len)) return -1;
+        if (!s->offloaded) {
+            prof_begin(c->prof, PROF_D2H, l);
+            int rc = kvc_set_layer_tier(c->kv, l, KVB_TIER_HOST, err, err_len);
+            prof_end(c->prof, PROF_D2H, l, c->n_past, 0);
+            if (rc) return -1;
+        }
+    }
+    s->offloaded = 1;
+    return 0;
+}
+
+static int round_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    (void)n_q;
+    round_m *s = self;
+    return s->q_round >= 0 && !s->selected && layer == s->lw - 1 && c->cur_round == s->q_round;
+}
+
+/* Pick rounds from normalised scores p[0..n) (entries of absent rounds are < 0). */
+static void choose(round_m *s, const double *p, int n, char *mask) {
+    int present = 0;
+    double mean = 0, var = 0;
+    for (int r = 0; r < n; r++)
+        if (p[r] >= 0) {
+            present++;
+            mean += p[r];
+        }
+    if (!present) return;
+    mean /= present;
+    for (int r = 0; r < n; r++)
+        if (p[r] >= 0) var += (p[r] - mean) * (p[r] - mean);
+    double sd = sqrt(var / present);
+    if (s->base.budget.kind == KVB_BUDGET_FRACTION && s->base.budget.frac >= 1.0) { /* 100%: K = T */
+        for (int r = 0; r < n; r++) mask[r] = p[r] >= 0;
+        return;
+    }
+    if (s->strategy == 0) {
+        int k = (int)ceil(s->topk_frac * present - 1e-9);
+        if (k < 1) k = 1;
+        for (int i = 0; i < k; i++) {
+            int best = -1;
+            for (int r = 0; r < n; r++)
+                if (p[r] >= 0 && !mask[r] && (best < 0 || p[r] > p[best])) best = r;
+            if (best >= 0) mask[best] = 1;
+        }
+        return;
+    }
+    double cut = s->strategy == 1 ? s->threshold : mean + s->k_std * sd;
+    for (int r = 0; r < n; r++)
+        if (p[r] >= 0 && p[r] > cut) mask[r] = 1;
+}
+
+static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
+    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv;
+    int64_t n = kvc_n(c->kv, s->lw, 0);
+    int32_t *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    if (!idx) return ERR("out of memory");
+    int rc = 0;
+    prof_begin(c->prof, PROF_H2D, s->lw);
+    for (int l = s->lw; l < L && !rc; l++)
+        for (int h = 0; h < HK && !rc; h++) {
+            kvc_view v = kvc_head_view(c->kv, l, h);
+            int64_t m = 0;
+            for (int64_t j = 0; j < v.n; j++)
+                if (v.round[j] != s->q_round && v.round[j] < s->mask_cap && s->sel_mask[v.round[j]]) idx[m++] = (int32_t)j;
+            rc = kvc_append_from(s->base.vis, l, h, c->kv, l, h, idx, m, 1, err, err_len);
+            if (l == s->lw && h == 0) s->sel_tokens = m;
+        }
+    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, 0);
+    free(idx);
+    return rc;
+}
+
+static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                         int64_t n_q, char *err, size_t err_len) {
+    round_m *s = self;
+    const kvb_config *cfg = &c->model->cfg;
+    const int G = cfg->n_head / cfg->n_head_kv;
+    int32_t maxr = s->q_round;
+    if (maxr + 1 > s->mask_cap) {
+        free(s->sel_mask);
+        s->mask_cap = maxr + 1;
+        s->sel_mask = calloc((size_t)s->mask_cap, 1);
+        if (!s->sel_mask) return ERR("out of memory");
+    }
+    memset(s->sel_mask, 0, (size_t)s->mask_cap);
+    double *score = calloc((size_t)s->mask_cap, sizeof *score);
+    char *present = calloc((size_t)s->mask_cap, 1);
+    if (!score || !present) { free(score); free(present); return ERR("out of memory"); }
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        kvc_view v = kvc_head_view(c->kv, layer, g);
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
+                for (int64_t j = 0; j < src[g].n; j++) {
+                    int32_t rd = v.round[j];
+                    if (rd == s->q_round || rd < 0 || rd >= s->mask_cap) continue;
+                    score[rd] += p[j];
+                    present[rd] = 1;
+                }
+            }
+    }
+    double tot = 0;
+    int n_present = 0;
+    for (int r = 0; r < s->mask_cap; r++)
+        if (present[r]) {
+            tot += score[r];
+            n_present++;
+        }
+    for (int r = 0; r < s->mask_cap; r++) score[r] = present[r] ? (tot > 0 ? score[r] / tot : 0) : -1.0;
+    choose(s, score, s->mask_cap, s->sel_mask);
+    s->n_rounds_total = n_present;
+    s->n_rounds_sel = 0;
+    for (int r = 0; r < s->mask_cap; r++) s->n_rounds_sel += s->sel_mask[r];
+    free(score);
+    free(present);
+    s->selected = 1;
+    return load_selected(s, c, err, err_len);
+}
+
+static int round_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
+    round_m *s = self;
+    if (s->q_round < 0 || !s->selected || layer < s->lw) return 0;
+    const int HK = c->model->cfg.n_head_kv;
+    int64_t len = kvc_n(c->kv, layer, 0);
+    int32_t cur[64];
+    for (int64_t done = 0; done < n_q;) {
+        int64_t m = n_q - done < 64 ? n_q - done : 64;
+        for (int64_t i = 0; i < m; i++) cur[i] = (int32_t)(len - n_q + done + i);
+        for (int h = 0; h < HK; h++)
+            if (kvc_append_from(s->base.vis, layer, h, c->kv, layer, h, cur, m, 0, err, err_len)) return -1;
+        done += m;
+    }
+    kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
+    if (layer == s->lw) s->cur_tokens += n_q;
+    for (int h = 0; h < HK; h++) {
+        kvc_view v = kvc_head_view(s->base.vis, layer, h);
+        kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
+        src[h] = x;
+    }
+    return 0;
+}
+
+static int round_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    (void)err;
+    (void)err_len;
+    round_m *s = self;
+    s->base.n_prompt = c->n_past;
+    return 0;
+}
+
+static int64_t round_expected(kvb_method *m, kvb_ctx *c, int layer) {
+    round_m *s = (round_m *)m;
+    if (layer < s->lw || s->q_round < 0) return c->n_past;
+    if (!s->selected) return 0;
+    return s->sel_tokens + s->cur_tokens;
+}
+
+static void round_describe(kvb_method *m, char *buf, size_t cap) {
+    round_m *s = (round_m *)m;
+    static const char *st[] = {"topk", "fixed", "adaptive"};
+    snprintf(buf, cap, "lw=%d strategy=%s rounds=%d/%d selected_tokens=%lld", s->lw, st[s->strategy],
+             s->n_rounds_sel, s->n_rounds_total, (long long)s->sel_tokens);
+}
+
+static void round_destroy(kvb_method *m) {
+    round_m *s = (round_m *)m;
+    kvc_free(s->base.vis);
+    free(s->sel_mask);
+    free(s);
+}
+
+/* Single prompt: chunk-token rounds from the start (aligned with the engine's prefill chunks, so a 100%
+ * budget is bit-exact); the last, possibly shorter, chunk is the question. */
+static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    round_m *s = (round_m *)m;
+    int64_t q = n % s->chunk ? n % s->chunk : (n < s->chunk ? n : s->chunk), hist = n - q;
+    int32_t r = 0;
+    for (int64_t at = 0; at < hist; at += s->chunk)
+        if (kvb_ctx_begin_round(c, r++, 0, err, err_len) || kvb_forward(c, ids + at, s->chunk, err, err_len)) return -1;
+    if (kvb_ctx_begin_round(c, r, 1, err, err_len) || kvb_forward(c, ids + hist, q, err, err_len)) return -1;
+    snprintf(m->note, sizeof m->note, "single prompt: rounds are %lld-token chunks (%d rounds)", (long long)s->chunk,
+             r + 1);
+    return 0;
+}
+
+int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len);
+
+kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    round_m *s = calloc(1, sizeof *s);
+    if (!s) { ERR("out of memory"); return NULL; }
+    s->c = c;
+    s->q_round = -1;
+    s->topk_frac = 0.1;
+    s->threshold = 0.1;
+    s->k_std = 1.0;
+    s->chunk = 512;
+    int64_t v;
+    int r;
+    if ((r = kvb_opts_int(o, "lw", &v, err, err_len)) < 0) goto fail;
+    if (r) {
+        if (v < 1 || v >= cfg->n_layer) { ERR("round: lw=%lld is outside the model's layers (1..%d)", (long long)v, cfg->n_layer - 1); goto fail; }
+        s->lw = (int)v;
+    } else {
+        int got = kvb_profile_round_lw(c->model, &s->lw, err, err_len);
+        if (got < 0) goto fail;
+        if (!got) {
+            ERR("round: no watershed layer for this model: run `kvbench calibrate round` or pass --method-opt lw=N");
+            goto fail;
+        }
+        if (s->lw < 1 || s->lw >= cfg->n_layer) { ERR("round: calibration profile's lw=%d is outside the model's layers", s->lw); goto fail; }
+    }
+    const char *st = kvb_opts_get(o, "strategy");
+    if (st) {
+        if (!strcmp(st, "topk")) s->strategy = 0;
+        else if (!strcmp(st, "fixed")) s->strategy = 1;
+        else if (!strcmp(st, "adaptive")) s->strategy = 2;
+        else { ERR("round: strategy must be topk, fixed or adaptive"); goto fail; }
+    }
+    if (kvb_opts_double(o, "topk", &s->topk_frac, err, err_len) < 0 ||
+        kvb_opts_double(o, "threshold", &s->threshold, err, err_len) < 0 || kvb_opts_double(o, "k", &s->k_std, err, err_len) < 0 ||
+        kvb_opts_int(o, "chunk", &s->chunk, err, err_len) < 0)
+        goto fail;
+    if (!(s->topk_frac > 0 && s->topk_frac <= 1)) { ERR("round: topk must be in (0, 1]"); goto fail; }
+    if (s->chunk < 1) { ERR("round: chunk must be >= 1"); goto fail; }
+    s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, &c->mem, err, err_len);
+    if (!s->base.vis) goto fail;
+    s->base.name = "round";
+    s->base.budget = *b;
+    s->base.imposes_budget = 0;
+    s->base.hooks.on_round = round_on_round;
+    s->base.hooks.wants_probs = round_wants;
+    s->base.hooks.observe = round_observe;
+    s->base.hooks.select = round_select;
+    s->base.hooks.after_prefill = round_after_prefill;
+    s->base.expected_tokens = round_expected;
+    s->base.describe = round_describe;
+    s->base.destroy = round_destroy;
+    s->base.prefill = round_prefill;
+    return &s->base;
+fail:
+    round_destroy(&s->base);
+    return NULL;
+}

@@ -1,0 +1,135 @@
+/* test_methods_invariant.c — every method at budget 100% is full attention: on the real default model its
+ * greedy continuation equals full's token for token, on 5 long prompts, with the KV on and off the host
+ * tier (OmniKV offload=1/0). Also checks that each method's measured device KV matches its claim. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "methods/method.h"
+
+#define N_GEN 16
+#define MAX_PROMPT 1100
+
+static kvb_model *model;
+static int32_t *prompts[5];
+static int prompt_n[5];
+static const char *prompt_files[5][2] = {
+    {"prose_4000.txt", NULL}, {"prose_2000.txt", NULL}, {"code_c.txt", NULL},
+    {"code_python.py.txt", "digits.txt"}, {"unicode.txt", "prose_300.txt"},
+};
+
+/* Greedy continuation of prompt p under a method (opts "k=v,..." or NULL). */
+static int run(const char *method, const char *opts, int p, int32_t *out) {
+    char err[512];
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = prompt_n[p] + N_GEN + 8;
+    kvb_ctx *c = kvb_ctx_create(model, &cp, err, sizeof err);
+    if (!c) return fprintf(stderr, "\n  ctx: %s\n", err), -1;
+    kvb_budget b = {KVB_BUDGET_FRACTION, 1.0, 0};
+    kvb_opts o = {0};
+    if (opts && kvb_opts_add(&o, opts, err, sizeof err)) return fprintf(stderr, "\n  %s\n", err), -1;
+    kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
+    int rc = -1;
+    if (!m) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
+    if (kvb_method_prefill(m, c, prompts[p], prompt_n[p], err, sizeof err)) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
+    for (int i = 0; i < N_GEN; i++) {
+        out[i] = sampler_argmax(c->logits, model->cfg.n_vocab);
+        if (i + 1 < N_GEN && kvb_forward(c, &out[i], 1, err, sizeof err)) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
+    }
+    if (kvb_method_verify(m, c, 0, err, sizeof err)) { fprintf(stderr, "\n  %s\n", err); goto done; }
+    kvb_kv_usage u;
+    kvb_method_usage(m, c, &u);
+    if (u.device_frac < 0.999 || u.device_frac > 1.001 + (m->vis ? 0.0 : 0.0))
+        fprintf(stderr, "\n  note: %s %s holds %.3f of full on the device at 100%%\n", method, opts ? opts : "", u.device_frac);
+    rc = 0;
+done:
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    return rc;
+}
+
+static int32_t full_out[5][N_GEN];
+static int have_full[5];
+
+static void check_method(const char *method, const char *opts) {
+    for (int p = 0; p < 5; p++) {
+        int32_t *ref = full_out[p], got[N_GEN];
+        if (!have_full[p]) {
+            CU_ASSERT_FATAL(run("full", NULL, p, ref) == 0);
+            have_full[p] = 1;
+        }
+        CU_ASSERT_FATAL(run(method, opts, p, got) == 0);
+        int same = !memcmp(ref, got, sizeof got);
+        if (!same) {
+            int i = 0;
+            while (ref[i] == got[i]) i++;
+            fprintf(stderr, "\n  %s %s prompt %d: differs from full at token %d (%d vs %d)\n", method, opts ? opts : "", p,
+                    i, got[i], ref[i]);
+        }
+        CU_ASSERT(same);
+    }
+}
+
+static void test_streamingllm(void) { check_method("streamingllm", NULL); }
+static void test_h2o(void) { check_method("h2o", NULL); }
+static void test_snapkv(void) { check_method("snapkv", NULL); }
+static void test_omnikv_offload(void) { check_method("omnikv", "offload=1"); }
+static void test_omnikv_no_offload(void) { check_method("omnikv", "offload=0,selector=uniform"); }
+static void test_round(void) { check_method("round", "lw=8,chunk=512"); }
+static void test_pod(void) { check_method("pod", "block=3"); }
+
+static int load_prompts(void) {
+    char err[512];
+    for (int p = 0; p < 5; p++) {
+        char *text = NULL;
+        size_t total = 0;
+        for (int k = 0; k < 2 && prompt_files[p][k]; k++) {
+            char path[256];
+            snprintf(path, sizeof path, "tests/fixtures/prompts/%s", prompt_files[p][k]);
+            size_t len;
+            char *t = util_read_file(path, &len);
+            if (!t) return -1;
+            text = realloc(text, total + len + 2);
+            memcpy(text + total, t, len);
+            total += len;
+            text[total++] = '\n';
+            text[total] = 0;
+            free(t);
+        }
+        int n = 0;
+        if (tok_encode(model->tok, text, total, 1, 0, &prompts[p], &n, err, sizeof err)) return -1;
+        free(text);
+        prompt_n[p] = n < MAX_PROMPT ? n : MAX_PROMPT;
+    }
+    return 0;
+}
+
+int main(void) {
+    char path[1024], err[512];
+    if (!util_default_model(path, sizeof path)) {
+        fprintf(stderr, "default model missing: run scripts/fetch-model.sh\n");
+        return 1;
+    }
+    model = kvb_model_load(path, err, sizeof err);
+    if (!model || load_prompts()) {
+        fprintf(stderr, "setup failed: %s\n", err);
+        return 1;
+    }
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("methods at 100% equal full", NULL, NULL);
+    CU_add_test(s, "streamingllm", test_streamingllm);
+    CU_add_test(s, "h2o", test_h2o);
+    CU_add_test(s, "snapkv", test_snapkv);
+    CU_add_test(s, "omnikv offload=1", test_omnikv_offload);
+    CU_add_test(s, "omnikv offload=0 uniform selector", test_omnikv_no_offload);
+    CU_add_test(s, "round", test_round);
+    CU_add_test(s, "pod", test_pod);
+    int rc = util_run_suites();
+    for (int p = 0; p < 5; p++) free(prompts[p]);
+    kvb_model_free(model);
+    return rc;
+}
