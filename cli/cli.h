@@ -13,6 +13,9 @@
 int cmd_inspect(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_methods(int argc, char **argv);
+int cmd_fidelity(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -24,7 +24,10 @@ static const char *HELP =
     "  --reps R               repetitions, best kept (default 1)\n"
     "  --no-peer              do not run llama.cpp\n"
     "  --json FILE            write results as JSON\n"
-    "  --profile              print the phase breakdown of the last context\n" CLI_ENGINE_HELP;
+    "  --profile              print the phase breakdown of the last context\n"
+    "\n"
+    "With --method M[,M...] it benchmarks KV-cache methods instead (see `kvbench bench --method all --help`).\n"
+    CLI_ENGINE_HELP;
 
 enum { MAX_CTX = 16 };
 
@@ -126,6 +129,8 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--method") || !strcmp(argv[i], "--methods")) return cmd_bench_methods(argc, argv);
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     const char *contexts = "512,2048,8000", *json_path = NULL;

@@ -21,6 +21,8 @@ static const char *USAGE =
     "  inspect MODEL        print a GGUF file's metadata and tensor table\n"
     "  generate             run a prompt through the model and print the continuation and tokens/s\n"
     "  bench                prefill and decode tokens/s at several contexts, beside llama.cpp when installed\n"
+    "  fidelity             per method vs full attention: top-1 agreement, KL, attention-mass recall per layer\n"
+    "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
     "\n"
     "MODEL is a GGUF path or `default` (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-model.sh).\n";
@@ -162,6 +164,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
 }

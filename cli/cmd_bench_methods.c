@@ -1,0 +1,176 @@
+/* cmd_bench_methods.c — `kvbench bench --method M[,M2...] --budget B`: decode latency and measured KV of
+ * each method on the same prompt in one run, with full attention as the reference peer. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/sampler.h"
+
+static const char *HELP =
+    "usage: kvbench bench --method M[,M...] [--budget B] [--ctx-len 8000] [-n 32] [--method-opt [M:]K=V]\n"
+    "\n"
+    "Prefills one prompt of --ctx-len tokens with each method (full attention first, as the reference), decodes\n"
+    "N greedy tokens, and prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
+    "the device and host tiers after decode, bytes moved between tiers and mean tokens attended per layer.\n"
+    "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only.\n"
+    "\n"
+    "options:\n"
+    "  --ctx-len N            prompt tokens (default 8000)\n"
+    "  -n N                   decode steps (default 32)\n"
+    "  --json FILE            also write the table as JSON\n" CLI_METHOD_HELP CLI_ENGINE_HELP;
+
+typedef struct {
+    char name[32];
+    double prefill_s, decode_ms;
+    kvb_kv_usage kv;
+    double attended;
+    char desc[200];
+} bm_row;
+
+/* Options for one method: unprefixed ones, plus "name:key=value" ones for this method. */
+static int method_opts(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < n_raw; i++) {
+        const char *colon = strchr(raw[i], ':'), *eq = strchr(raw[i], '=');
+        if (colon && (!eq || colon < eq)) {
+            if (strncmp(raw[i], name, (size_t)(colon - raw[i])) || strlen(name) != (size_t)(colon - raw[i])) continue;
+            if (kvb_opts_add(o, colon + 1, err, err_len)) return -1;
+        } else if (kvb_opts_add(o, raw[i], err, err_len)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *name, const kvb_budget *b, kvb_opts *o,
+                        const int32_t *ids, long n_prompt, long n_dec, bm_row *row) {
+    char err[512];
+    kvb_ctx_params p = *base;
+    p.n_ctx = (int)(n_prompt + n_dec + 1);
+    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    if (!c) return cli_fail("bench: %s", err);
+    kvb_budget full = {KVB_BUDGET_NONE, 0, 0};
+    kvb_method *meth = kvb_method_create(name, c, strcmp(name, "full") ? b : &full, o, err, sizeof err);
+    int rc = 1;
+    if (!meth) { cli_fail("bench: %s", err); goto done; }
+    double t0 = cli_now();
+    if (kvb_method_prefill(meth, c, ids, n_prompt, err, sizeof err)) { cli_fail("bench: %s: %s", name, err); goto done; }
+    row->prefill_s = cli_now() - t0;
+    double t1 = cli_now();
+    for (long s = 0; s < n_dec; s++) {
+        int32_t next = sampler_argmax(c->logits, m->cfg.n_vocab);
+        if (kvb_forward(c, &next, 1, err, sizeof err)) { cli_fail("bench: %s: %s", name, err); goto done; }
+    }
+    row->decode_ms = n_dec > 0 ? (cli_now() - t1) * 1e3 / (double)n_dec : 0;
+    if (kvb_method_verify(meth, c, 0, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+    kvb_method_usage(meth, c, &row->kv);
+    double att = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) att += kvb_ctx_mean_attended(c, l);
+    row->attended = att / m->cfg.n_layer;
+    snprintf(row->name, sizeof row->name, "%s", name);
+    if (meth->describe) meth->describe(meth, row->desc, sizeof row->desc);
+    rc = 0;
+done:
+    kvb_method_free(meth, c);
+    kvb_ctx_free(c);
+    return rc;
+}
+
+int cmd_bench_methods(int argc, char **argv) {
+    cli_engine_opts eo;
+    cli_engine_defaults(&eo);
+    kvb_budget budget = {KVB_BUDGET_FRACTION, 0.3, 0};
+    const char *methods = NULL, *json = NULL;
+    char *raw_opts[32];
+    int n_raw = 0;
+    long ctx_len = 8000, n_dec = 32;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_engine_opt(&eo, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) return cli_fail("bench: %s needs a value (or is unknown; see --help)", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--method") || !strcmp(a, "--methods")) methods = v;
+        else if (!strcmp(a, "--budget")) { if (kvb_budget_parse(v, &budget, err, sizeof err)) return cli_fail("bench: %s", err); }
+        else if (!strcmp(a, "--method-opt")) { if (n_raw == 32) return cli_fail("bench: too many --method-opt"); raw_opts[n_raw++] = (char *)v; }
+        else if (!strcmp(a, "--ctx-len")) { if (cli_int("--ctx-len", v, 16, 1 << 20, &ctx_len)) return 1; }
+        else if (!strcmp(a, "-n")) { if (cli_int("-n", v, 0, 1 << 16, &n_dec)) return 1; }
+        else if (!strcmp(a, "--json")) json = v;
+        else return cli_fail("bench: unknown option '%s' (see --help)", a);
+    }
+    if (!methods) return cli_fail("bench: --method is required for the method benchmark");
+    char list[512];
+    if (!strcmp(methods, "all")) snprintf(list, sizeof list, "streamingllm,h2o,snapkv,omnikv,round,pod");
+    else snprintf(list, sizeof list, "%s", methods);
+    char *names[16];
+    int n_names = 0;
+    names[n_names++] = "full";
+    for (char *t = strtok(list, ","); t && n_names < 16; t = strtok(NULL, ","))
+        if (strcmp(t, "full") && strcmp(t, "flash")) {
+            if (!kvb_method_find(t)) return cli_fail("bench: unknown method '%s'", t);
+            names[n_names++] = t;
+        }
+    kvb_model *m = cli_load_model(&eo);
+    if (!m) return 1;
+    int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
+    bm_row *rows = calloc((size_t)n_names, sizeof *rows);
+    int rc = 1;
+    if (!ids || !rows) { cli_fail("bench: out of memory"); goto done; }
+    for (long i = 0; i < ctx_len; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    char bud[32];
+    kvb_budget_format(&budget, bud, sizeof bud);
+    for (int k = 0; k < n_names; k++) {
+        kvb_opts o;
+        if (method_opts(names[k], raw_opts, n_raw, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
+        if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
+    }
+    const double MiB = 1024.0 * 1024.0;
+    printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, %d threads)\n\n", ctx_len, bud, n_dec, m->path,
+           eo.ctx.n_threads);
+    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | host KV MiB | moved MiB | attended/layer | parameters |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < n_names; k++) {
+        bm_row *r = &rows[k];
+        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %.2f | %.2f | %.0f | %s |\n", r->name, r->prefill_s, r->decode_ms,
+               r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0, r->kv.device_bytes / MiB, 100 * r->kv.device_frac,
+               r->kv.host_bytes / MiB, (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, r->attended, r->desc);
+    }
+    if (json) {
+        cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "methods");
+        cJSON_AddNumberToObject(j, "ctx_len", (double)ctx_len);
+        cJSON_AddStringToObject(j, "budget", bud);
+        for (int k = 0; k < n_names; k++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "method", rows[k].name);
+            cJSON_AddNumberToObject(o, "prefill_s", rows[k].prefill_s);
+            cJSON_AddNumberToObject(o, "decode_ms_per_token", rows[k].decode_ms);
+            cJSON_AddNumberToObject(o, "kv_device_bytes", (double)rows[k].kv.device_bytes);
+            cJSON_AddNumberToObject(o, "kv_host_bytes", (double)rows[k].kv.host_bytes);
+            cJSON_AddNumberToObject(o, "kv_full_bytes", (double)rows[k].kv.full_bytes);
+            cJSON_AddNumberToObject(o, "moved_bytes", (double)(rows[k].kv.moved_h2d + rows[k].kv.moved_d2h));
+            cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
+            cJSON_AddStringToObject(o, "parameters", rows[k].desc);
+            cJSON_AddItemToArray(arr, o);
+        }
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        FILE *f = fopen(json, "w");
+        if (!f || fputs(text, f) < 0 || fclose(f)) { free(text); cli_fail("bench: cannot write %s", json); goto done; }
+        free(text);
+    }
+    rc = 0;
+done:
+    free(ids);
+    free(rows);
+    kvb_model_free(m);
+    return rc;
+}
