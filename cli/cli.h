@@ -15,6 +15,9 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_methods(int argc, char **argv);
 int cmd_fidelity(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */

@@ -21,6 +21,9 @@ static const char *USAGE =
     "  inspect MODEL        print a GGUF file's metadata and tensor table\n"
     "  generate             run a prompt through the model and print the continuation and tokens/s\n"
     "  bench                prefill and decode tokens/s at several contexts, beside llama.cpp when installed\n"
+    "  run SUITE            run or resume a suite (configs/quick.json): methods x budgets x tasks x samples\n"
+    "  report RUN_DIR       write summary.csv, report.md and charts of a run\n"
+    "  compare BASE NEW     Markdown diff of two runs; exit 1 on a regression beyond the tolerances\n"
     "  fidelity             per method vs full attention: top-1 agreement, KL, attention-mass recall per layer\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
@@ -164,6 +167,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);

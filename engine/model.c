@@ -301,11 +301,49 @@ void kvb_ctx_reset(kvb_ctx *c) {
     memset(c->dec_attended, 0, (size_t)c->model->cfg.n_layer * sizeof *c->dec_attended);
 }
 
+kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_len) {
+    kvb_ctx_params p = c->params;
+    kvb_ctx *d = kvb_ctx_create(c->model, &p, err, err_len);
+    if (!d) return NULL;
+    kvc_store *kv = kvc_fork(c->kv, &d->mem);
+    if (!kv) {
+        kvb_ctx_free(d);
+        snprintf(err, err_len, "out of memory copying the KV store");
+        return NULL;
+    }
+    kvc_free(d->kv);
+    d->kv = kv;
+    if (obs_window > 0) {
+        kvb_hooks none = {0};
+        none.obs_window = obs_window;
+        if (kvb_ctx_set_hooks(d, &none, err, err_len)) {
+            kvb_ctx_free(d);
+            return NULL;
+        }
+        d->hooks = NULL;
+        const int64_t D = c->model->cfg.n_embd;
+        int keep = c->obs_q ? (c->obs_n < obs_window ? c->obs_n : obs_window) : 0;
+        for (int l = 0; l < c->model->cfg.n_layer && keep; l++)
+            memcpy(d->obs_q + (size_t)l * obs_window * D, c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - keep)) * D,
+                   (size_t)keep * D * sizeof(float));
+        if (keep) memcpy(d->obs_pos, c->obs_pos + (c->obs_n - keep), (size_t)keep * sizeof(int32_t));
+        d->obs_n = keep;
+    }
+    d->n_past = c->n_past;
+    d->cur_round = c->cur_round;
+    memcpy(d->logits, c->logits, (size_t)c->model->cfg.n_vocab * sizeof(float));
+    return d;
+}
+
 int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    if (c->obs_q || c->in_prefill != 1 || c->n_past) return ERR("method hooks must be installed on a fresh context");
+    if (c->in_prefill != 1) return ERR("method hooks must be installed before the end of prefill");
+    if (c->obs_q && h && h->obs_window > c->obs_cap)
+        return ERR("method needs an observation window of %d rows, the shared prefill kept %d", h->obs_window, c->obs_cap);
+    if (!c->obs_q && c->n_past && h && h->obs_window > 0)
+        return ERR("method needs an observation window, but the context was prefilled without one");
     c->hooks = h;
-    if (h && h->obs_window > 0) {
+    if (h && h->obs_window > 0 && !c->obs_q) {
         size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->n_embd * sizeof(float);
         c->obs_q = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
         c->obs_pos = calloc((size_t)h->obs_window, sizeof *c->obs_pos);

@@ -142,6 +142,11 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
 void kvb_ctx_free(kvb_ctx *c);
 /* Run tokens through the model at positions n_past.. (in chunks); logits of the last token -> c->logits. */
 int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
+/* A new context in the state of c (KV store, position, logits, round, observation window copied; no hooks,
+ * still in prefill), with its own backend and accounting: methods that compress after an exact prefill
+ * share one prefill this way (DESIGN.md "Data flow"). obs_window: the copy's window size (>= c's rows are
+ * kept; 0 = none). NULL + err on failure. */
+kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_len);
 /* Install method hooks (NULL = full attention); allocates the observation window. Call before prefill. */
 int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len);
 /* The prompt has been processed: runs the method's after_prefill hook; later calls are decode. */

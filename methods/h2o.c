@@ -123,6 +123,21 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     return rc;
 }
 
+static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len) {
+    h2o *s = (h2o *)m;
+    for (int l = 0; l < c->model->cfg.n_layer; l++)
+        for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
+            int64_t n = 0;
+            const float *src = kvb_share_scores(share, l, h, &n);
+            score_vec *a = acc_at(s, l, h);
+            if (n != kvc_n(c->kv, l, h)) return ERR("h2o: shared prefill scored %lld slots, the cache holds %lld", (long long)n, (long long)kvc_n(c->kv, l, h));
+            if (acc_fit(s, a, n)) return ERR("h2o: out of memory for scores");
+            memcpy(a->v, src, (size_t)n * sizeof(float));
+            a->n = n;
+        }
+    return 0;
+}
+
 static int64_t h2o_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     return c->in_prefill ? c->n_past : budget_at((h2o *)m, c->n_past);
@@ -160,6 +175,8 @@ kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     s->base.hooks.wants_probs = h2o_wants;
     s->base.hooks.observe = h2o_observe;
     s->base.hooks.after_prefill = h2o_after_prefill;
+    s->base.adopt = h2o_adopt;
+    s->base.needs_prefill_scores = 1;
     s->base.expected_tokens = h2o_expected;
     s->base.describe = h2o_describe;
     s->base.destroy = h2o_destroy;

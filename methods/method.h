@@ -50,6 +50,7 @@ int kvb_opts_double(kvb_opts *o, const char *key, double *out, char *err, size_t
 const char *kvb_opts_unused(const kvb_opts *o);
 
 typedef struct kvb_method kvb_method;
+typedef struct kvb_share kvb_share;
 struct kvb_method {
     const char *name;
     kvb_hooks hooks;     /* hooks.self = this struct */
@@ -63,6 +64,10 @@ struct kvb_method {
     void (*destroy)(kvb_method *m);
     /* Prefill a single prompt (NULL = kvb_forward); Round Attention cuts it into rounds. */
     int (*prefill)(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
+    /* Take over statistics of a shared prefill (kvb_share) instead of having observed the prefill itself;
+     * NULL for methods that need none. */
+    int (*adopt)(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len);
+    int needs_prefill_scores; /* accumulated prefill attention (H2O): a shared prefill must record it */
     int64_t extra_device_bytes; /* device KV the method holds outside the stores (PoD's V-only rows) */
     int64_t n_prompt;    /* tokens at the end of prefill (set by after_prefill) */
     char note[160];      /* what the results should say (e.g. "rounds = 512-token chunks") */
@@ -89,6 +94,20 @@ void kvb_method_free(kvb_method *m, kvb_ctx *c);
 /* Prefill a prompt with the method (its own prefill or kvb_forward), end prefill (the method compresses),
  * and verify the budget. */
 int kvb_method_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
+
+/* ---- shared prefill (DESIGN.md "Data flow") ----
+ * One exact prefill serves every method that compresses after prefill: install a kvb_share on a context
+ * before prefill (it keeps the observation window and, when asked, H2O's accumulated attention per slot),
+ * then per method kvb_ctx_fork the context and kvb_method_adopt the share. */
+typedef struct kvb_share kvb_share;
+kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *err, size_t err_len);
+/* Accumulated attention of every prefill query on slot j of (layer, KV head), summed over the group's heads. */
+const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n);
+int kvb_share_obs_window(const kvb_share *s);
+void kvb_share_free(kvb_share *s, kvb_ctx *c);
+/* Install a method on a forked context of a shared prefill: adopt the share's statistics, end prefill
+ * (compression), verify. */
+int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len);
 
 /* Measured KV of a context: device / host bytes of occupied slots (store + method's vis store). */
 typedef struct {

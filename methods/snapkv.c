@@ -53,10 +53,10 @@ static void head_scores(const kvb_ctx *c, const float *probs, int64_t stride, in
 static int compress_layer(snapkv *s, kvb_ctx *c, int l, int64_t n, int64_t w, int32_t *idx, float *score,
                           float *pooled, char *err, size_t err_len) {
     const int64_t D = c->model->cfg.n_embd;
-    const float *q = c->obs_q + (size_t)l * c->obs_cap * D;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * D;
     float *probs = NULL;
     int64_t stride = 0;
-    if (kvb_attn_probs(c, l, q, c->obs_pos, w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
+    if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - w), w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
     int64_t n_prefix = n - w, k = s->keep - w;
     int rc = 0;
     for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++) {

@@ -1,0 +1,214 @@
+/* prompt.c — samples to token ids with round boundaries (see prompt.h). */
+#include "benchmarks/prompt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/chat.h"
+#include "methods/method.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static chat_kind model_chat(const kvb_model *m, char **def_sys) {
+    const gguf_kv *kv = gguf_find(m->gguf, "tokenizer.chat_template");
+    char *t = NULL;
+    if (kv && kv->val.type == GGUF_VT_STRING) t = strndup(kv->val.v.s.ptr, kv->val.v.s.len);
+    chat_kind k = chat_detect(t, m->cfg.arch);
+    free(t);
+    *def_sys = chat_default_system_from_model(m->gguf);
+    return k;
+}
+
+static int append_ids(kvb_prompt *p, const int32_t *ids, int n) {
+    int32_t *v = realloc(p->ids, (size_t)(p->n + n + 1) * sizeof *v);
+    if (!v) return -1;
+    p->ids = v;
+    memcpy(p->ids + p->n, ids, (size_t)n * sizeof *ids);
+    p->n += n;
+    return 0;
+}
+
+static int tokenize_into(const kvb_model *m, kvb_prompt *p, const char *text, int first, int parse_special, char *err,
+                         size_t err_len) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tok_encode(m->tok, text, strlen(text), first, parse_special, &ids, &n, err, err_len)) return -1;
+    int rc = append_ids(p, ids, n) ? ERR("out of memory") : 0;
+    free(ids);
+    return rc;
+}
+
+/* pred.py: tokens of the bare prompt text; if too long keep the first and last halves, decoded back to text. */
+static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_tokens, int *truncated, char *err,
+                             size_t err_len) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, err, err_len)) return NULL;
+    char *out = NULL;
+    if (n <= max_tokens) {
+        out = strdup(text);
+    } else {
+        int64_t half = max_tokens / 2;
+        char *a = NULL, *b = NULL;
+        if (tok_decode(m->tok, ids, (int)half, &a) == 0 && tok_decode(m->tok, ids + n - half, (int)half, &b) == 0) {
+            size_t la = strlen(a), lb = strlen(b);
+            out = malloc(la + lb + 1);
+            if (out) {
+                memcpy(out, a, la);
+                memcpy(out + la, b, lb + 1);
+            }
+        }
+        free(a);
+        free(b);
+        *truncated = 1;
+    }
+    free(ids);
+    if (!out) ERR("out of memory");
+    return out;
+}
+
+static int chunk_rounds(kvb_prompt *p, int round_chunk) {
+    int64_t chunk = round_chunk > 0 ? round_chunk : p->n;
+    int64_t q = p->n % chunk ? p->n % chunk : (p->n < chunk ? p->n : chunk);
+    int64_t hist = p->n - q;
+    int nr = (int)(hist / chunk) + 1;
+    p->round_end = malloc((size_t)nr * sizeof *p->round_end);
+    if (!p->round_end) return -1;
+    for (int r = 0; r + 1 < nr; r++) p->round_end[r] = (int64_t)(r + 1) * chunk;
+    p->round_end[nr - 1] = p->n;
+    p->n_rounds = nr;
+    return 0;
+}
+
+static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *p,
+                        char *err, size_t err_len) {
+    /* leave room for the template around the prompt */
+    int64_t overhead = s->use_chat ? 64 : 4;
+    if (s->system) overhead += (int64_t)strlen(s->system) / 2;
+    if (s->prefill) overhead += (int64_t)strlen(s->prefill) / 2;
+    char *text = middle_truncate(m, s->prompt, max_tokens - overhead, &p->truncated, err, err_len);
+    if (!text) return -1;
+    int rc = 0;
+    if (s->use_chat) {
+        char *def_sys = NULL, *rendered = NULL;
+        chat_kind k = model_chat(m, &def_sys);
+        chat_msg msgs[2];
+        int nm = 0;
+        if (s->system) msgs[nm++] = (chat_msg){"system", s->system};
+        msgs[nm++] = (chat_msg){"user", text};
+        rc = chat_render(k, msgs, nm, 1, def_sys, &rendered, err, err_len);
+        free(def_sys);
+        if (!rc && s->prefill) {
+            size_t a = strlen(rendered), b = strlen(s->prefill);
+            char *r2 = realloc(rendered, a + b + 1);
+            if (!r2) rc = ERR("out of memory");
+            else {
+                memcpy(r2 + a, s->prefill, b + 1);
+                rendered = r2;
+            }
+        }
+        if (!rc) rc = tokenize_into(m, p, rendered, 1, 1, err, err_len);
+        free(rendered);
+    } else {
+        rc = tokenize_into(m, p, text, 1, 0, err, err_len);
+    }
+    free(text);
+    if (rc) return -1;
+    if (p->n > max_tokens) return ERR("sample %s: prompt of %lld tokens does not fit %lld", s->id ? s->id : "?", (long long)p->n, (long long)max_tokens);
+    if (chunk_rounds(p, round_chunk)) return ERR("out of memory");
+    return 0;
+}
+
+/* Render messages[0..n) (with the assistant prompt when open) and return the text. */
+static char *render(const kvb_model *m, const chat_msg *msgs, int n, int open) {
+    char *def_sys = NULL, *out = NULL, e[64];
+    chat_kind k = model_chat(m, &def_sys);
+    if (chat_render(k, msgs, n, open, def_sys, &out, e, sizeof e)) out = NULL;
+    free(def_sys);
+    return out;
+}
+
+static int build_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, kvb_prompt *p, char *err,
+                          size_t err_len) {
+    int n_msgs = s->n_turns + 2;
+    chat_msg *msgs = calloc((size_t)n_msgs, sizeof *msgs);
+    if (!msgs) return ERR("out of memory");
+    int nm = 0, first_round_msg;
+    if (s->system) msgs[nm++] = (chat_msg){"system", s->system};
+    first_round_msg = nm;
+    for (int i = 0; i < s->n_turns; i++) {
+        if (!strcmp(s->turns[i].role, "system")) {
+            if (nm == 0) { msgs[nm++] = (chat_msg){"system", s->turns[i].content}; first_round_msg = nm; }
+            continue;
+        }
+        msgs[nm++] = (chat_msg){s->turns[i].role, s->turns[i].content};
+    }
+    int hist_end = nm; /* messages [first_round_msg, hist_end) are the history rounds (pairs) */
+    msgs[nm++] = (chat_msg){"user", s->question};
+    int rc = -1;
+    for (int keep = hist_end; keep >= first_round_msg; keep -= 2) {
+        /* history = messages [first_round_msg, keep); question appended */
+        kvb_prompt_free(p);
+        memset(p, 0, sizeof *p);
+        int n_hist_rounds = (keep - first_round_msg) / 2;
+        p->round_end = malloc((size_t)(n_hist_rounds + 1) * sizeof *p->round_end);
+        if (!p->round_end) { ERR("out of memory"); break; }
+        char *prev = strdup("");
+        int ok = prev != NULL;
+        for (int r = 0; ok && r <= n_hist_rounds; r++) {
+            chat_msg tmp[n_msgs];
+            int tn = 0;
+            for (int i = 0; i < first_round_msg; i++) tmp[tn++] = msgs[i];
+            int upto = r < n_hist_rounds ? first_round_msg + 2 * (r + 1) : keep;
+            for (int i = first_round_msg; i < upto; i++) tmp[tn++] = msgs[i];
+            if (r == n_hist_rounds) tmp[tn++] = msgs[nm - 1];
+            char *full = render(m, tmp, tn, r == n_hist_rounds);
+            size_t pl = strlen(prev);
+            if (!full || strncmp(full, prev, pl)) { free(full); ok = 0; break; }
+            const char *seg = full + pl;
+            if (r == n_hist_rounds && s->prefill) {
+                char *f2 = malloc(strlen(full) + strlen(s->prefill) + 1);
+                if (!f2) { free(full); ok = 0; break; }
+                strcpy(f2, full);
+                strcat(f2, s->prefill);
+                free(full);
+                full = f2;
+                seg = full + pl;
+            }
+            if (tokenize_into(m, p, seg, r == 0, 1, err, err_len)) { free(full); free(prev); prev = NULL; ok = -1; break; }
+            p->round_end[r] = p->n;
+            free(prev);
+            prev = full;
+        }
+        free(prev);
+        if (ok == -1) break;
+        if (!ok) { ERR("sample %s: the chat template does not render rounds as prefixes", s->id ? s->id : "?"); break; }
+        p->n_rounds = n_hist_rounds + 1;
+        p->real_rounds = 1;
+        if (p->n <= max_tokens) { rc = 0; break; }
+        p->truncated = 1;
+    }
+    if (rc && !err[0]) ERR("sample %s: the question alone is longer than %lld tokens", s->id ? s->id : "?", (long long)max_tokens);
+    free(msgs);
+    return rc;
+}
+
+int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                     char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    err[0] = 0;
+    int rc;
+    if (s->turns && s->n_turns > 0 && s->question && !s->prompt) rc = build_dialogue(m, s, max_tokens, out, err, err_len);
+    else if (s->prompt) rc = build_single(m, s, max_tokens, round_chunk, out, err, err_len);
+    else rc = ERR("sample %s has neither a prompt nor a dialogue", s->id ? s->id : "?");
+    if (rc) kvb_prompt_free(out);
+    return rc;
+}
+
+void kvb_prompt_free(kvb_prompt *p) {
+    if (!p) return;
+    free(p->ids);
+    free(p->round_end);
+    memset(p, 0, sizeof *p);
+}

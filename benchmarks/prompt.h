@@ -1,0 +1,33 @@
+/* prompt.h — a benchmark sample turned into the token ids the engine prefills, with round boundaries.
+ *
+ * Single prompts (LongBench, 2StageRetr, NIAH, LongMemEval's official single message): the prompt text,
+ * middle-truncated in tokens as LongBench's pred.py does when it is longer than the budget, wrapped in the
+ * model's chat template when the sample asks (system message, assistant prefill), tokenized; rounds are
+ * `round_chunk`-token chunks from the start (the last, possibly shorter, chunk is the question) so round-level
+ * methods can run on them, and the results say so. Dialogues (multi-round recall, ShareGPT): each (user,
+ * assistant) round is rendered with the chat template as its own segment, so the round boundaries are the
+ * real ones; the final user question and the assistant prompt form the question round. A dialogue longer
+ * than the budget drops its latest history rounds (the head is kept, as LongMemEval's reader does). */
+#ifndef KVB_PROMPT_H
+#define KVB_PROMPT_H
+
+#include <stdint.h>
+
+#include "benchmarks/sample.h"
+#include "engine/model.h"
+
+typedef struct {
+    int32_t *ids;
+    int64_t n;
+    int64_t *round_end; /* round r covers [round_end[r-1], round_end[r]); the last round is the question */
+    int n_rounds;
+    int real_rounds;    /* 1 = dialogue rounds, 0 = fixed-size chunks of a single prompt */
+    int truncated;      /* tokens or rounds were dropped to fit */
+} kvb_prompt;
+
+/* Build the prompt of a sample within max_tokens (prompt only; the caller leaves room for generation). */
+int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                     char *err, size_t err_len);
+void kvb_prompt_free(kvb_prompt *p);
+
+#endif

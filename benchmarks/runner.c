@@ -1,0 +1,747 @@
+/* runner.c — the suite runner (runner.h): expand cells, share one exact prefill per sample across methods,
+ * decode, score, append one fsynced JSONL record per cell; resume by skipping recorded cells. */
+#include "benchmarks/runner.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchmarks/loaders.h"
+#include "benchmarks/prompt.h"
+#include "benchmarks/score.h"
+#include "engine/sampler.h"
+#include "methods/method.h"
+#include "methods/profile.h"
+#if __has_include("reports/report.h")
+#include "reports/report.h"
+#define KVB_HAVE_REPORT 1
+#endif
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+#define MAX_CELLS 64
+#define MAX_TASKS 64
+
+typedef struct {
+    char method[32], budget_str[32];
+    kvb_budget budget;
+    cJSON *opts; /* borrowed from the suite */
+} cell;
+
+typedef struct {
+    char name[64], benchmark[32];
+    kvb_samples samples;
+} task;
+
+typedef struct {
+    const kvb_run_opts *o;
+    cJSON *suite;
+    char suite_name[64], out_dir[1024], results_path[1100], model_path[1024], model_sha[65];
+    kvb_model *model;
+    cell cells[MAX_CELLS];
+    int n_cells;
+    task tasks[MAX_TASKS];
+    int n_tasks;
+    char **done_keys;
+    int n_done, cap_done;
+    int fd;
+    int round_chunk;
+    long total, finished, ran;
+    double t_start, sec_per_cell;
+    FILE *out;
+} run_state;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "~/x" and "$KVB_DATA/x" expanded. */
+static void expand_path(const char *in, char *out, size_t cap) {
+    const char *home = getenv("HOME"), *data = getenv("KVB_DATA");
+    if (!strncmp(in, "~/", 2)) snprintf(out, cap, "%s/%s", home ? home : ".", in + 2);
+    else if (!strncmp(in, "$KVB_DATA/", 10))
+        snprintf(out, cap, "%s/%s", data && *data ? data : (home ? home : "."), in + 10);
+    else snprintf(out, cap, "%s", in);
+}
+
+static int mkdirs(const char *dir) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static const char *jstr(const cJSON *o, const char *k, const char *def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+static double jnum(const cJSON *o, const char *k, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static int in_list(const char *list, const char *name) {
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n)) return 1;
+        p += l + (c ? 1 : 0);
+    }
+    return 0;
+}
+
+/* ---- suite ---- */
+
+static int add_cell(run_state *st, const char *method, const char *budget, cJSON *opts, char *err, size_t err_len) {
+    if (st->n_cells == MAX_CELLS) return ERR("suite: more than %d method x budget cells", MAX_CELLS);
+    cell *c = &st->cells[st->n_cells];
+    memset(c, 0, sizeof *c);
+    snprintf(c->method, sizeof c->method, "%s", method);
+    if (kvb_budget_parse(budget, &c->budget, err, err_len)) return -1;
+    kvb_budget_format(&c->budget, c->budget_str, sizeof c->budget_str);
+    c->opts = opts;
+    st->n_cells++;
+    return 0;
+}
+
+static int expand_cells(run_state *st, char *err, size_t err_len) {
+    const cJSON *methods = cJSON_GetObjectItemCaseSensitive(st->suite, "methods");
+    const cJSON *budgets = cJSON_GetObjectItemCaseSensitive(st->suite, "budgets");
+    if (!cJSON_IsArray(methods) || cJSON_GetArraySize(methods) == 0) return ERR("suite %s: \"methods\" must be a non-empty array", st->o->suite_path);
+    char blist[256] = "";
+    if (st->o->budgets) snprintf(blist, sizeof blist, "%s", st->o->budgets);
+    else if (cJSON_IsArray(budgets)) {
+        const cJSON *b;
+        cJSON_ArrayForEach(b, budgets) {
+            if (!cJSON_IsString(b)) return ERR("suite %s: budgets must be strings like \"30%%\"", st->o->suite_path);
+            size_t l = strlen(blist);
+            snprintf(blist + l, sizeof blist - l, "%s%s", l ? "," : "", b->valuestring);
+        }
+    }
+    cJSON *m;
+    cJSON_ArrayForEach(m, methods) {
+        const char *name = jstr(m, "name", NULL);
+        if (!name) return ERR("suite %s: every method needs a \"name\"", st->o->suite_path);
+        if (!kvb_method_find(name)) return ERR("suite %s: unknown method '%s'", st->o->suite_path, name);
+        if (!in_list(st->o->methods, name)) continue;
+        cJSON *opts = cJSON_GetObjectItemCaseSensitive(m, "opts");
+        if (!strcmp(name, "full") || !strcmp(name, "flash")) {
+            if (add_cell(st, name, "full", opts, err, err_len)) return -1;
+            continue;
+        }
+        if (!blist[0]) return ERR("suite %s: method %s needs \"budgets\"", st->o->suite_path, name);
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", blist);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            if (add_cell(st, name, t, opts, err, err_len)) return -1;
+    }
+    if (!st->n_cells) return ERR("no method of the suite is left after --methods %s", st->o->methods ? st->o->methods : "");
+    return 0;
+}
+
+static task *new_task(run_state *st, const char *name, const char *bench, char *err, size_t err_len) {
+    if (st->n_tasks == MAX_TASKS) { ERR("suite: more than %d tasks", MAX_TASKS); return NULL; }
+    task *t = &st->tasks[st->n_tasks++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->benchmark, sizeof t->benchmark, "%s", bench);
+    return t;
+}
+
+static int64_t count_tokens(void *ctx, const char *text) {
+    const kvb_model *m = ctx;
+    int32_t *ids = NULL;
+    int n = 0;
+    char e[64];
+    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, e, sizeof e)) return -1;
+    free(ids);
+    return n;
+}
+
+static int file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_len) {
+    const char *type = jstr(b, "type", NULL);
+    int optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional"));
+    int limit = (int)jnum(b, "limit", 0);
+    if (st->o->limit > 0 && (limit <= 0 || st->o->limit < limit)) limit = st->o->limit;
+    uint64_t seed = (uint64_t)jnum(st->suite, "seed", 1);
+    if (!type) return ERR("suite %s: every benchmark needs a \"type\"", st->o->suite_path);
+    if (!strcmp(type, "2stage")) {
+        task *t = new_task(st, "2stage", "2stage", err, err_len);
+        int n = (int)jnum(b, "samples", 40);
+        if (limit > 0 && limit < n) n = limit;
+        return t ? twostage_generate(seed, n, (int)jnum(b, "min_pairs", 40), (int)jnum(b, "max_pairs", 200),
+                                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "cot")), &t->samples, err, err_len)
+                 : -1;
+    }
+    if (!strcmp(type, "recall")) {
+        task *t = new_task(st, "recall", "recall", err, err_len);
+        int n = (int)jnum(b, "dialogues", 20);
+        if (limit > 0 && limit < n) n = limit;
+        return t ? recall_generate(seed, n, (int)jnum(b, "rounds", 12), &t->samples, err, err_len) : -1;
+    }
+    if (!strcmp(type, "niah")) {
+        const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
+        int lengths[16], nl = 0, nd = 0;
+        double depths[16];
+        const cJSON *x;
+        cJSON_ArrayForEach(x, L) if (nl < 16 && cJSON_IsNumber(x)) lengths[nl++] = x->valueint;
+        cJSON_ArrayForEach(x, D) if (nd < 16 && cJSON_IsNumber(x)) depths[nd++] = x->valuedouble;
+        if (!nl || !nd) return ERR("suite %s: niah needs \"lengths\" and \"depths\" arrays", st->o->suite_path);
+        for (int i = 0; i < nl; i++)
+            if (lengths[i] > st->model->cfg.n_ctx_train)
+                return ERR("suite %s: niah length %d exceeds the model's context %d", st->o->suite_path, lengths[i], st->model->cfg.n_ctx_train);
+        char hay[1024] = "";
+        const char *h = jstr(b, "haystack", NULL);
+        if (h) expand_path(h, hay, sizeof hay);
+        task *t = new_task(st, "niah", "niah", err, err_len);
+        if (!t) return -1;
+        int rc = niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, count_tokens, st->model,
+                               &t->samples, err, err_len);
+        if (!rc && limit > 0 && t->samples.n > limit) kvb_samples_truncate(&t->samples, limit);
+        return rc;
+    }
+    char path[1024] = "";
+    if (!strcmp(type, "longbench")) {
+        char data_dir[1024], cfg_dir[1024];
+        expand_path(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, sizeof data_dir);
+        expand_path(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, sizeof cfg_dir);
+        const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
+        int e = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "e"));
+        cJSON_ArrayForEach(x, tasks) {
+            if (!cJSON_IsString(x)) continue;
+            if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
+            if (!file_exists(path)) {
+                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (scripts/fetch-datasets)\n", x->valuestring, path); continue; }
+                return ERR("LongBench task %s: %s not found (run scripts/fetch-datasets)", x->valuestring, path);
+            }
+            char msg[256];
+            if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
+                if (optional) { fprintf(stderr, "skipping LongBench %s: %s\n", x->valuestring, msg); continue; }
+                return ERR("%s", msg);
+            }
+            task *t = new_task(st, x->valuestring, "longbench", err, err_len);
+            if (!t || lb_load(path, x->valuestring, cfg_dir, limit, &t->samples, err, err_len)) return -1;
+        }
+        return 0;
+    }
+    if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
+        expand_path(jstr(b, "path", ""), path, sizeof path);
+        if (!file_exists(path)) {
+            if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets)\n", type, path); return 0; }
+            return ERR("%s: %s not found (run scripts/fetch-datasets)", type, path);
+        }
+        if (optional && !getenv("KVB_JUDGE_URL")) {
+            fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (KVB_JUDGE_URL)\n", type);
+            return 0;
+        }
+        return ERR("%s: judge-scored benchmarks need the judge client (not built yet)", type);
+    }
+    return ERR("suite %s: unknown benchmark type '%s'", st->o->suite_path, type);
+}
+
+/* ---- records on disk ---- */
+
+static void key_of(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id) {
+    snprintf(buf, cap, "%s|%s|%s|%s", method, budget, task, id);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int is_done(const run_state *st, const char *key) {
+    return st->n_done && bsearch(&key, st->done_keys, (size_t)st->n_done, sizeof *st->done_keys, cmp_str) != NULL;
+}
+
+/* Read finished records; cut a torn last line (a crash mid-append) so appends stay line-aligned. */
+static int load_done(run_state *st, char *err, size_t err_len) {
+    FILE *f = fopen(st->results_path, "rb");
+    if (!f) return errno == ENOENT ? 0 : ERR("cannot read %s: %s", st->results_path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0, good_end = 0, pos = 0;
+    int rc = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        lineno++;
+        pos += len;
+        if (line[len - 1] != '\n') break; /* torn last line */
+        cJSON *r = cJSON_Parse(line);
+        const char *m = jstr(r, "method", NULL), *b = jstr(r, "budget", NULL), *t = jstr(r, "task", NULL),
+                   *id = jstr(r, "sample_id", NULL);
+        if (!r || !m || !b || !t || !id) {
+            cJSON_Delete(r);
+            rc = ERR("%s:%ld: not a kvbench result record", st->results_path, lineno);
+            break;
+        }
+        char key[512];
+        key_of(key, sizeof key, m, b, t, id);
+        if (st->n_done == st->cap_done) {
+            st->cap_done = st->cap_done ? 2 * st->cap_done : 256;
+            st->done_keys = realloc(st->done_keys, (size_t)st->cap_done * sizeof *st->done_keys);
+        }
+        st->done_keys[st->n_done++] = strdup(key);
+        cJSON_Delete(r);
+        good_end = pos;
+    }
+    free(line);
+    fclose(f);
+    if (rc) return -1;
+    struct stat sb;
+    if (stat(st->results_path, &sb) == 0 && sb.st_size > good_end) {
+        fprintf(stderr, "resume: dropping a torn last record in %s\n", st->results_path);
+        if (truncate(st->results_path, good_end)) return ERR("cannot truncate %s: %s", st->results_path, strerror(errno));
+    }
+    qsort(st->done_keys, (size_t)st->n_done, sizeof *st->done_keys, cmp_str);
+    return 0;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int append_record(run_state *st, cJSON *rec, char *err, size_t err_len) {
+    char *text = cJSON_PrintUnformatted(rec);
+    if (!text) return ERR("out of memory");
+    size_t n = strlen(text);
+    text[n] = '\n'; /* cJSON's buffer has the NUL there: one write of the whole line */
+    int rc = write_all(st->fd, text, n + 1) || fsync(st->fd) ? ERR("cannot append to %s: %s", st->results_path, strerror(errno)) : 0;
+    free(text);
+    return rc;
+}
+
+static int git_commit(char *out, size_t cap) {
+    char cmd[1200];
+    const char *src = getenv("KVB_SOURCE_DIR");
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null", src && *src ? src : ".");
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    int ok = fgets(out, (int)cap, p) != NULL;
+    pclose(p);
+    if (!ok) return -1;
+    out[strcspn(out, "\n")] = 0;
+    return 0;
+}
+
+/* run.json: written once; a later run must be the same suite on the same model. */
+static int prepare_run_json(run_state *st, char *err, size_t err_len) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/run.json", st->out_dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *buf = malloc((size_t)n + 1);
+        size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+        fclose(f);
+        if (buf) buf[got] = 0;
+        cJSON *j = buf ? cJSON_Parse(buf) : NULL;
+        free(buf);
+        const char *s = jstr(j, "suite", NULL), *sha = jstr(j, "model_sha256", NULL);
+        int rc = 0;
+        if (!j || !s) rc = ERR("%s is not a kvbench run.json", path);
+        else if (strcmp(s, st->suite_name)) rc = ERR("%s holds results of suite '%s', not '%s' (use another --out)", st->out_dir, s, st->suite_name);
+        else if (!sha || strcmp(sha, st->model_sha)) rc = ERR("%s holds results of another model (sha256 %.12s...)", st->out_dir, sha ? sha : "?");
+        cJSON_Delete(j);
+        return rc;
+    }
+    cJSON *j = cJSON_CreateObject();
+    char commit[64] = "unknown", host[300] = "unknown", ts[64];
+    git_commit(commit, sizeof commit);
+    struct utsname u;
+    if (uname(&u) == 0) snprintf(host, sizeof host, "%s %s %s", u.nodename, u.sysname, u.machine);
+    time_t t = time(NULL);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    cJSON_AddStringToObject(j, "suite", st->suite_name);
+    cJSON_AddStringToObject(j, "suite_path", st->o->suite_path);
+    cJSON_AddStringToObject(j, "model", st->model_path);
+    cJSON_AddStringToObject(j, "model_sha256", st->model_sha);
+    cJSON_AddStringToObject(j, "git_commit", commit);
+    cJSON_AddStringToObject(j, "host", host);
+    cJSON_AddStringToObject(j, "backend", "cpu");
+    cJSON_AddNumberToObject(j, "threads", st->o->n_threads);
+    cJSON_AddStringToObject(j, "flags", st->o->argv_line ? st->o->argv_line : "");
+    cJSON_AddStringToObject(j, "created", ts);
+    cJSON_AddItemToObject(j, "suite_config", cJSON_Duplicate(st->suite, 1));
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "wb");
+    int ok = f && text && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f)) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path)) return ERR("cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* ---- one sample ---- */
+
+typedef struct {
+    kvb_prompt p;
+    kvb_ctx *base, *hist; /* after the whole prompt; after the history rounds (for round) */
+    kvb_share *share;
+    double prefill_ms, hist_ms;
+    double pre_phase_ms[PROF_PHASE_COUNT];
+} shared_prefill;
+
+static int cell_opts(const cell *c, kvb_opts *o, char *err, size_t err_len) {
+    memset(o, 0, sizeof *o);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, c->opts) {
+        char kv[200];
+        if (cJSON_IsString(x)) snprintf(kv, sizeof kv, "%s=%s", x->string, x->valuestring);
+        else if (cJSON_IsNumber(x)) snprintf(kv, sizeof kv, "%s=%g", x->string, x->valuedouble);
+        else return ERR("method %s: option %s must be a string or number", c->method, x->string);
+        if (kvb_opts_add(o, kv, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int need_hist, int max_new, shared_prefill *sp,
+                       char *err, size_t err_len) {
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_threads = st->o->n_threads;
+    cp.profile = 1;
+    int64_t max_prompt = st->model->cfg.n_ctx_train - max_new - 1;
+    if (kvb_prompt_build(st->model, s, max_prompt, st->round_chunk, &sp->p, err, err_len)) return -1;
+    cp.n_ctx = (int)(sp->p.n + max_new + 1);
+    sp->base = kvb_ctx_create(st->model, &cp, err, err_len);
+    if (!sp->base) return -1;
+    sp->share = kvb_share_create(sp->base, 32, need_scores, err, err_len);
+    if (!sp->share) return -1;
+    double t0 = now_s();
+    int64_t at = 0;
+    for (int r = 0; r < sp->p.n_rounds; r++) {
+        if (r == sp->p.n_rounds - 1 && need_hist) {
+            sp->hist_ms = (now_s() - t0) * 1e3;
+            if (at > 0 && !(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
+            t0 = now_s() - sp->hist_ms / 1e3;
+        }
+        if (kvb_ctx_begin_round(sp->base, r, 0, err, err_len) ||
+            kvb_forward(sp->base, sp->p.ids + at, sp->p.round_end[r] - at, err, err_len))
+            return -1;
+        at = sp->p.round_end[r];
+    }
+    sp->prefill_ms = (now_s() - t0) * 1e3;
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
+        sp->pre_phase_ms[ph] = prof_total_ns(sp->base->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
+    return 0;
+}
+
+static void free_prefill(shared_prefill *sp) {
+    kvb_share_free(sp->share, sp->base);
+    kvb_ctx_free(sp->base);
+    kvb_ctx_free(sp->hist);
+    kvb_prompt_free(&sp->p);
+    memset(sp, 0, sizeof *sp);
+}
+
+typedef struct {
+    char *prediction;
+    int n_gen;
+    double ttft_ms, prefill_ms, decode_ms_per_token;
+    kvb_kv_usage kv_prefill, kv_end;
+    double attended;
+    char params[240], note[160];
+    double dec_phase_ms[PROF_PHASE_COUNT], own_pre_phase_ms[PROF_PHASE_COUNT];
+} cell_result;
+
+/* Decode greedily until end of generation, max_new tokens or the stop string. */
+static int decode(run_state *st, kvb_ctx *c, const kvb_sample *s, int max_new, cell_result *res, char *err, size_t err_len) {
+    int32_t *gen = malloc((size_t)(max_new + 1) * sizeof *gen);
+    if (!gen) return ERR("out of memory");
+    int n = 0, rc = 0, steps = 0;
+    double t0 = now_s();
+    char *text = NULL;
+    while (n < max_new) {
+        int32_t next = sampler_argmax(c->logits, st->model->cfg.n_vocab);
+        if (tok_is_eog(st->model->tok, next)) break;
+        gen[n++] = next;
+        if (s->stop) {
+            free(text);
+            text = NULL;
+            if (tok_decode(st->model->tok, gen, n, &text)) { rc = ERR("out of memory"); break; }
+            if (strstr(text, s->stop)) break;
+        }
+        if (n == max_new) break;
+        if (kvb_forward(c, &next, 1, err, err_len)) { rc = -1; break; }
+        steps++;
+    }
+    double dt = now_s() - t0;
+    free(text);
+    if (!rc) {
+        res->n_gen = n;
+        res->decode_ms_per_token = steps ? dt * 1e3 / steps : 0;
+        if (tok_decode(st->model->tok, gen, n, &res->prediction)) rc = ERR("out of memory");
+        if (!rc && s->stop) {
+            char *p = strstr(res->prediction, s->stop);
+            if (p) *p = 0;
+        }
+    }
+    free(gen);
+    return rc;
+}
+
+static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_prefill *sp, int max_new, cell_result *res,
+                    char *err, size_t err_len) {
+    kvb_opts o;
+    if (cell_opts(cl, &o, err, err_len)) return -1;
+    int is_round = !strcmp(cl->method, "round");
+    const kvb_ctx *from = is_round && sp->hist ? sp->hist : sp->base;
+    double t0 = now_s();
+    kvb_ctx *c = kvb_ctx_fork(from, is_round ? 0 : 32, err, err_len);
+    if (!c) return -1;
+    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
+    kvb_method *m = kvb_method_create(cl->method, c, strcmp(cl->method, "full") ? &cl->budget : &none, &o, err, err_len);
+    int rc = -1;
+    if (!m) goto done;
+    if (is_round && sp->hist) {
+        int64_t q0 = sp->p.n_rounds > 1 ? sp->p.round_end[sp->p.n_rounds - 2] : 0;
+        if (kvb_ctx_begin_round(c, sp->p.n_rounds - 1, 1, err, err_len) ||
+            kvb_forward(c, sp->p.ids + q0, sp->p.n - q0, err, err_len) || kvb_ctx_end_prefill(c, err, err_len) ||
+            kvb_method_verify(m, c, 1, err, err_len))
+            goto done;
+        res->prefill_ms = sp->hist_ms + (now_s() - t0) * 1e3;
+        if (!sp->p.real_rounds)
+            snprintf(m->note, sizeof m->note, "single prompt: rounds are %d-token chunks (%d rounds)", st->round_chunk, sp->p.n_rounds);
+    } else {
+        /* round with a single round (nothing to select from) stays full attention */
+        if (kvb_method_adopt(m, c, sp->share, err, err_len)) goto done;
+        res->prefill_ms = sp->prefill_ms + (now_s() - t0) * 1e3;
+    }
+    res->ttft_ms = res->prefill_ms;
+    kvb_method_usage(m, c, &res->kv_prefill);
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
+        res->own_pre_phase_ms[ph] = prof_total_ns(c->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
+    if (decode(st, c, s, max_new, res, err, err_len)) goto done;
+    if (kvb_method_verify(m, c, 0, err, err_len)) goto done;
+    kvb_method_usage(m, c, &res->kv_end);
+    double att = 0;
+    for (int l = 0; l < st->model->cfg.n_layer; l++) att += kvb_ctx_mean_attended(c, l);
+    res->attended = att / st->model->cfg.n_layer;
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
+        res->dec_phase_ms[ph] = prof_total_ns(c->prof, PROF_DECODE, (prof_phase)ph) / 1e6;
+    if (m->describe) m->describe(m, res->params, sizeof res->params);
+    snprintf(res->note, sizeof res->note, "%s", m->note);
+    rc = 0;
+done:
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    return rc;
+}
+
+static cJSON *phase_obj(const double *ms) {
+    cJSON *o = cJSON_CreateObject();
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
+        if (ms[ph] > 0) cJSON_AddNumberToObject(o, prof_phase_name((prof_phase)ph), ms[ph]);
+    return o;
+}
+
+static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kvb_sample *s, const shared_prefill *sp,
+                          const cell_result *res, const char *error) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "method", cl->method);
+    cJSON_AddStringToObject(r, "budget", cl->budget_str);
+    cJSON_AddStringToObject(r, "method_params", res->params);
+    cJSON_AddStringToObject(r, "benchmark", t->benchmark);
+    cJSON_AddStringToObject(r, "task", t->name);
+    cJSON_AddStringToObject(r, "sample_id", s->id ? s->id : "");
+    if (s->qtype) cJSON_AddStringToObject(r, "qtype", s->qtype);
+    else cJSON_AddNullToObject(r, "qtype");
+    const char *bin = !strcmp(t->benchmark, "longbench") ? lb_e_bin(s->length) : NULL;
+    if (bin) cJSON_AddStringToObject(r, "length_bin", bin);
+    else cJSON_AddNullToObject(r, "length_bin");
+    if (s->ctx_tokens > 0) {
+        cJSON_AddNumberToObject(r, "ctx_len", s->ctx_tokens);
+        cJSON_AddNumberToObject(r, "depth", s->depth);
+    }
+    cJSON_AddBoolToObject(r, "abstention", s->abstention);
+    cJSON_AddNumberToObject(r, "prompt_tokens", (double)sp->p.n);
+    cJSON_AddNumberToObject(r, "prompt_rounds", sp->p.n_rounds);
+    cJSON_AddBoolToObject(r, "prompt_truncated", sp->p.truncated);
+    cJSON_AddNumberToObject(r, "generated_tokens", res->n_gen);
+    cJSON_AddStringToObject(r, "prediction", res->prediction ? res->prediction : "");
+    cJSON *ans = cJSON_AddArrayToObject(r, "answers");
+    for (int i = 0; i < s->n_answers; i++) cJSON_AddItemToArray(ans, cJSON_CreateString(s->answers[i]));
+    char metric[32] = "";
+    double score = 0;
+    int scored = !error && kvb_score_sample(t->benchmark, s, res->prediction ? res->prediction : "", &score, metric, sizeof metric) == 0;
+    cJSON_AddStringToObject(r, "metric", metric);
+    if (scored) cJSON_AddNumberToObject(r, "score", score);
+    else cJSON_AddNullToObject(r, "score");
+    cJSON_AddNullToObject(r, "judge");
+    if (error) cJSON_AddStringToObject(r, "error", error);
+    else cJSON_AddNullToObject(r, "error");
+    cJSON_AddNumberToObject(r, "ttft_ms", res->ttft_ms);
+    cJSON_AddNumberToObject(r, "prefill_ms", res->prefill_ms);
+    cJSON_AddNumberToObject(r, "decode_ms_per_token", res->decode_ms_per_token);
+    cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
+    double pre[PROF_PHASE_COUNT];
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = sp->pre_phase_ms[ph] + res->own_pre_phase_ms[ph];
+    cJSON_AddItemToObject(bd, "prefill", phase_obj(pre));
+    cJSON_AddItemToObject(bd, "decode", phase_obj(res->dec_phase_ms));
+    cJSON_AddNumberToObject(r, "kv_device_bytes", (double)res->kv_prefill.device_bytes);
+    cJSON_AddNumberToObject(r, "kv_device_bytes_end", (double)res->kv_end.device_bytes);
+    cJSON_AddNumberToObject(r, "kv_host_bytes", (double)res->kv_end.host_bytes);
+    cJSON_AddNumberToObject(r, "kv_full_bytes", (double)res->kv_prefill.full_bytes);
+    cJSON_AddNumberToObject(r, "moved_bytes", (double)(res->kv_end.moved_h2d + res->kv_end.moved_d2h));
+    cJSON_AddNumberToObject(r, "attended_per_layer", res->attended);
+    cJSON_AddStringToObject(r, "note", res->note);
+    cJSON_AddNumberToObject(r, "seed", jnum(st->suite, "seed", 1));
+    cJSON_AddStringToObject(r, "model_sha256", st->model_sha);
+    return r;
+}
+
+static void progress(run_state *st, const char *what) {
+    if (st->o->quiet) return;
+    double el = now_s() - st->t_start;
+    double eta = st->ran > 0 ? el / st->ran * (double)(st->total - st->finished) : 0;
+    fprintf(stderr, "\r[%ld/%ld] %3.0f%% elapsed %02d:%02d ETA %02d:%02d  %-60.60s", st->finished, st->total,
+            st->total ? 100.0 * st->finished / st->total : 100.0, (int)el / 60, (int)el % 60, (int)eta / 60, (int)eta % 60, what);
+    fflush(stderr);
+}
+
+static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *err, size_t err_len) {
+    int todo[MAX_CELLS], n_todo = 0, need_scores = 0, need_hist = 0;
+    for (int k = 0; k < st->n_cells; k++) {
+        char key[512];
+        key_of(key, sizeof key, st->cells[k].method, st->cells[k].budget_str, t->name, s->id ? s->id : "");
+        if (is_done(st, key)) continue;
+        todo[n_todo++] = k;
+        need_scores |= !strcmp(st->cells[k].method, "h2o");
+        need_hist |= !strcmp(st->cells[k].method, "round");
+    }
+    if (!n_todo) return 0;
+    int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
+    shared_prefill sp = {0};
+    char what[160];
+    snprintf(what, sizeof what, "%s #%s: shared prefill", t->name, s->id ? s->id : "");
+    progress(st, what);
+    char perr[512] = "";
+    int prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
+    int rc = 0;
+    for (int i = 0; i < n_todo && rc == 0; i++) {
+        const cell *cl = &st->cells[todo[i]];
+        snprintf(what, sizeof what, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
+        progress(st, what);
+        cell_result res = {0};
+        char cerr[512] = "";
+        double t0 = now_s();
+        int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
+        cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
+        rc = append_record(st, rec, err, err_len);
+        cJSON_Delete(rec);
+        free(res.prediction);
+        st->finished++;
+        st->ran++;
+        (void)t0;
+    }
+    free_prefill(&sp);
+    return rc;
+}
+
+static void free_state(run_state *st) {
+    for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples);
+    for (int i = 0; i < st->n_done; i++) free(st->done_keys[i]);
+    free(st->done_keys);
+    if (st->fd > 0) close(st->fd);
+    kvb_model_free(st->model);
+    cJSON_Delete(st->suite);
+}
+
+static int load_suite(run_state *st, char *err, size_t err_len) {
+    FILE *f = fopen(st->o->suite_path, "rb");
+    if (!f) return ERR("cannot read suite %s: %s", st->o->suite_path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!buf) return ERR("out of memory");
+    buf[got] = 0;
+    const char *end = NULL;
+    st->suite = cJSON_ParseWithOpts(buf, &end, 0);
+    if (!st->suite || !cJSON_IsObject(st->suite)) {
+        long line = 1;
+        for (const char *p = buf; end && p < end; p++) line += *p == '\n';
+        free(buf);
+        return ERR("suite %s:%ld: not valid JSON", st->o->suite_path, line);
+    }
+    free(buf);
+    snprintf(st->suite_name, sizeof st->suite_name, "%s", jstr(st->suite, "name", "suite"));
+    st->round_chunk = (int)jnum(st->suite, "round_chunk", 512);
+    return 0;
+}
+
+int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
+    run_state st;
+    memset(&st, 0, sizeof st);
+    st.o = o;
+    st.out = out;
+    st.fd = -1;
+    int rc = -1;
+    if (load_suite(&st, err, err_len)) goto done;
+    const char *model = o->model ? o->model : jstr(st.suite, "model", "default");
+    if (kvb_model_resolve(model, st.model_path, sizeof st.model_path, err, err_len)) goto done;
+    if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
+    if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;
+    expand_path(o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite"), st.out_dir, sizeof st.out_dir);
+    if (expand_cells(&st, err, err_len)) goto done;
+    const cJSON *benches = cJSON_GetObjectItemCaseSensitive(st.suite, "benchmarks"), *b;
+    if (!cJSON_IsArray(benches)) { ERR("suite %s: \"benchmarks\" must be an array", o->suite_path); goto done; }
+    cJSON_ArrayForEach(b, benches) if (load_benchmark(&st, b, err, err_len)) goto done;
+    if (mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
+    if (prepare_run_json(&st, err, err_len)) goto done;
+    snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
+    if (load_done(&st, err, err_len)) goto done;
+    st.fd = open(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (st.fd < 0) { ERR("cannot open %s: %s", st.results_path, strerror(errno)); goto done; }
+    for (int i = 0; i < st.n_tasks; i++) st.total += (long)st.tasks[i].samples.n * st.n_cells;
+    st.finished = st.n_done < st.total ? st.n_done : st.total;
+    fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
+            st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
+    st.t_start = now_s();
+    for (int i = 0; i < st.n_tasks; i++)
+        for (int k = 0; k < st.tasks[i].samples.n; k++)
+            if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;
+    progress(&st, "done");
+    if (!o->quiet) fputc('\n', stderr);
+    close(st.fd);
+    st.fd = -1;
+#ifdef KVB_HAVE_REPORT
+    if (kvb_report_write(st.out_dir, err, err_len)) goto done;
+    if (out) kvb_report_print_main(st.out_dir, out, err, err_len);
+#endif
+    rc = 0;
+done:
+    free_state(&st);
+    return rc;
+}

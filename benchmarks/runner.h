@@ -1,0 +1,40 @@
+/* runner.h — the suite runner: (method x budget x task x sample) cells from a suite JSON, run on one engine
+ * with one shared exact prefill per sample, scored, and appended as crash-safe JSONL records.
+ *
+ * Suite JSON (files in configs/):
+ *   {"name": "quick", "model": "default", "output": "runs/quick", "seed": 1, "round_chunk": 512,
+ *    "methods": [{"name": "full"}, {"name": "round", "opts": {"lw": 10}}, ...],
+ *    "budgets": ["30%"],
+ *    "benchmarks": [
+ *      {"type": "2stage", "samples": 40, "min_pairs": 40, "max_pairs": 200, "cot": false},
+ *      {"type": "niah", "lengths": [1000, 4000, 8000], "depths": [0, 25, 50, 75, 100], "haystack": null},
+ *      {"type": "recall", "dialogues": 20, "rounds": 12},
+ *      {"type": "longbench", "data_dir": "...", "config_dir": "...", "tasks": [...], "limit": 5, "e": false},
+ *      {"type": "longmemeval", "path": "...", "limit": 5},
+ *      {"type": "sharegpt", "path": "...", "limit": 5}],
+ *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent}
+ * `full` runs once at budget "full"; every other method runs at every budget. Paths may start with "~/"
+ * or "$KVB_DATA/". */
+#ifndef KVB_RUNNER_H
+#define KVB_RUNNER_H
+
+#include <stdio.h>
+
+typedef struct {
+    const char *suite_path;
+    const char *out_dir;   /* NULL = the suite's "output" */
+    const char *model;     /* NULL = the suite's "model" */
+    int limit;             /* > 0: at most this many samples per task */
+    const char *methods;   /* comma list filter, NULL = all of the suite's */
+    const char *budgets;   /* comma list replacing the suite's budgets, NULL = keep */
+    int n_threads;
+    int quiet;             /* no progress line */
+    const char *argv_line; /* recorded in run.json */
+} kvb_run_opts;
+
+/* Run (or resume) a suite. Returns 0 when every cell has a record (per-sample failures are records with an
+ * "error" field), -1 with a one-line message on a fatal error (bad suite, missing model, results from
+ * another suite, unwritable output). Writes the report and prints its main table to out at the end. */
+int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len);
+
+#endif

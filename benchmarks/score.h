@@ -1,0 +1,23 @@
+/* score.h — which metric scores a sample, and the score (in [0, 1]) of a prediction.
+ *   2stage, recall: case-insensitive substring accuracy of the answer (OmniKV's exact match; recall's planted
+ *                   value);
+ *   niah:           case-insensitive substring of the needle's key phrase;
+ *   longbench:      the official per-task metric (benchmarks/metrics.c), after the first-line cut for trec,
+ *                   triviaqa, samsum, lsht; Chinese tasks are refused (no jieba segmentation).
+ * Judge-scored benchmarks (longmemeval, sharegpt) are not scored here. */
+#ifndef KVB_SCORE_H
+#define KVB_SCORE_H
+
+#include <stddef.h>
+
+#include "benchmarks/sample.h"
+
+/* 0 = scored (*score, metric name), -1 = this sample has no automatic score. */
+int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *prediction, double *score, char *metric,
+                     size_t metric_cap);
+/* 0 when a LongBench task can be scored; -1 + a message saying why not (Chinese task, unknown task). */
+int kvb_score_check_task(const char *task, char *msg, size_t cap);
+/* Case-insensitive (ASCII) substring test. */
+int kvb_contains_ci(const char *hay, const char *needle);
+
+#endif

@@ -1,0 +1,112 @@
+/* share.c — one exact prefill for many methods: a recorder installed as the context's hooks keeps the
+ * observation window (engine) and, when asked, the attention every prefill query gives each slot (H2O's
+ * accumulated score, summed over the group's query heads); forks of the context then adopt it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "methods/method.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+struct kvb_share {
+    kvb_hooks hooks;
+    kvb_ctx *c;
+    int obs_window, want_scores;
+    float **acc;     /* [layer][head] */
+    int64_t *n, *cap;
+};
+
+static int share_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    (void)layer; (void)n_q;
+    kvb_share *s = self;
+    return s->want_scores && c->in_prefill;
+}
+
+static int share_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                         int64_t n_q, char *err, size_t err_len) {
+    kvb_share *s = self;
+    const kvb_config *cfg = &c->model->cfg;
+    const int G = cfg->n_head / cfg->n_head_kv;
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        size_t i = (size_t)layer * cfg->n_head_kv + g;
+        int64_t n = src[g].n;
+        if (n > s->cap[i]) {
+            int64_t cap = n + n / 4 + 256;
+            float *a = realloc(s->acc[i], (size_t)cap * sizeof(float));
+            if (!a) return ERR("out of memory for prefill scores");
+            s->acc[i] = a;
+            s->cap[i] = cap;
+        }
+        if (n > s->n[i]) memset(s->acc[i] + s->n[i], 0, (size_t)(n - s->n[i]) * sizeof(float));
+        s->n[i] = n;
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
+                float *a = s->acc[i];
+                for (int64_t j = 0; j < n; j++) a[j] += p[j];
+            }
+    }
+    return 0;
+}
+
+kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    size_t nh = (size_t)cfg->n_layer * cfg->n_head_kv;
+    kvb_share *s = calloc(1, sizeof *s);
+    if (s) {
+        s->acc = calloc(nh, sizeof *s->acc);
+        s->n = calloc(nh, sizeof *s->n);
+        s->cap = calloc(nh, sizeof *s->cap);
+    }
+    if (!s || !s->acc || !s->n || !s->cap) {
+        kvb_share_free(s, NULL);
+        ERR("out of memory");
+        return NULL;
+    }
+    s->c = c;
+    s->obs_window = obs_window;
+    s->want_scores = want_scores;
+    s->hooks.self = s;
+    s->hooks.obs_window = obs_window;
+    if (want_scores) {
+        s->hooks.wants_probs = share_wants;
+        s->hooks.observe = share_observe;
+    }
+    if (kvb_ctx_set_hooks(c, &s->hooks, err, err_len)) {
+        kvb_share_free(s, NULL);
+        return NULL;
+    }
+    return s;
+}
+
+const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n) {
+    if (!s->want_scores) return NULL;
+    size_t i = (size_t)layer * s->c->model->cfg.n_head_kv + h;
+    *n = s->n[i];
+    return s->acc[i];
+}
+
+int kvb_share_obs_window(const kvb_share *s) { return s->obs_window; }
+
+void kvb_share_free(kvb_share *s, kvb_ctx *c) {
+    if (!s) return;
+    if (c && c->hooks == &s->hooks) c->hooks = NULL;
+    if (s->acc) {
+        size_t nh = (size_t)s->c->model->cfg.n_layer * s->c->model->cfg.n_head_kv;
+        for (size_t i = 0; i < nh; i++) free(s->acc[i]);
+    }
+    free(s->acc);
+    free(s->n);
+    free(s->cap);
+    free(s);
+}
+
+int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len) {
+    if (m->needs_prefill_scores && (!s || !s->want_scores))
+        return ERR("method %s needs prefill attention scores: the shared prefill did not record them", m->name);
+    if (m->hooks.obs_window > 0 && (!s || s->obs_window < m->hooks.obs_window))
+        return ERR("method %s needs a %d-token observation window from the shared prefill", m->name, m->hooks.obs_window);
+    if (m->adopt && m->adopt(m, c, s, err, err_len)) return -1;
+    if (kvb_ctx_end_prefill(c, err, err_len)) return -1;
+    return kvb_method_verify(m, c, 1, err, err_len);
+}

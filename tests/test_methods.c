@@ -1,0 +1,662 @@
+/* test_methods.c — each KV-cache method on a tiny random model and on hand-built KV states where the right
+ * kept set is known or recomputed here in float64: StreamingLLM's sinks + window, H2O's heavy hitters after
+ * known probabilities, SnapKV's window scores + max pooling + top-k, OmniKV's selection and its propagation to
+ * the right layers, Round Attention's round choice under each strategy, PoD's gate and merge. Also: a
+ * shared prefill (fork + adopt) gives exactly what each method's own prefill gives, and bad budgets,
+ * options and missing profiles are one-line errors. */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "util_gguf_writer.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "methods/method.h"
+
+enum { L = 8, E = 32, NH = 4, NKV = 2, HD = 8, FF = 48, V = 300, CTX = 512 };
+
+static kvb_model *model;
+static char model_path[256];
+static uint64_t rng = 99;
+
+static float frand(float s) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return s * ((float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+}
+
+static void add_rand(gw_writer *g, const char *name, int64_t cols, int64_t rows, float scale, float offset) {
+    int64_t n = cols * rows;
+    float *d = malloc((size_t)n * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = offset + frand(scale);
+    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    gw_tensor(g, name, GGML_T_F32, rows > 1 ? 2 : 1, ne, d, (size_t)n * sizeof(float));
+    free(d);
+}
+
+static int write_tiny(const char *path) {
+    gw_writer *g = gw_new();
+    gw_kv_str(g, "general.architecture", "llama");
+    gw_kv_u32(g, "llama.block_count", L);
+    gw_kv_u32(g, "llama.context_length", CTX);
+    gw_kv_u32(g, "llama.embedding_length", E);
+    gw_kv_u32(g, "llama.feed_forward_length", FF);
+    gw_kv_u32(g, "llama.attention.head_count", NH);
+    gw_kv_u32(g, "llama.attention.head_count_kv", NKV);
+    gw_kv_f32(g, "llama.rope.freq_base", 500.0f);
+    gw_kv_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gw_kv_str(g, "tokenizer.ggml.model", "gpt2");
+    gw_kv_str(g, "tokenizer.ggml.pre", "gpt2");
+    static char buf[V][8];
+    const char *toks[V];
+    int32_t types[V];
+    for (int i = 0; i < V; i++) {
+        snprintf(buf[i], sizeof buf[i], "t%d", i);
+        toks[i] = buf[i];
+        types[i] = 1;
+    }
+    gw_kv_arr_str(g, "tokenizer.ggml.tokens", toks, V);
+    gw_kv_arr_i32(g, "tokenizer.ggml.token_type", types, V);
+    const char *merges[1] = {"t 1"};
+    gw_kv_arr_str(g, "tokenizer.ggml.merges", merges, 1);
+    gw_kv_u32(g, "tokenizer.ggml.bos_token_id", 1);
+    gw_kv_u32(g, "tokenizer.ggml.eos_token_id", 2);
+    add_rand(g, "token_embd.weight", E, V, 1.0f, 0);
+    add_rand(g, "output_norm.weight", E, 1, 0.2f, 1.0f);
+    for (int l = 0; l < L; l++) {
+        char n[64];
+#define N(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        add_rand(g, N("attn_norm.weight"), E, 1, 0.2f, 1.0f);
+        add_rand(g, N("ffn_norm.weight"), E, 1, 0.2f, 1.0f);
+        add_rand(g, N("attn_q.weight"), E, E, 0.5f, 0);
+        add_rand(g, N("attn_k.weight"), E, NKV * HD, 0.5f, 0);
+        add_rand(g, N("attn_v.weight"), E, NKV * HD, 0.5f, 0);
+        add_rand(g, N("attn_output.weight"), E, E, 0.2f, 0);
+        add_rand(g, N("ffn_gate.weight"), E, FF, 0.2f, 0);
+        add_rand(g, N("ffn_up.weight"), E, FF, 0.2f, 0);
+        add_rand(g, N("ffn_down.weight"), FF, E, 0.2f, 0);
+#undef N
+    }
+    int rc = gw_write_file(g, path);
+    gw_free(g);
+    return rc;
+}
+
+static kvb_ctx *new_ctx(kvb_dtype dt) {
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = dt;
+    p.n_ctx = CTX;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+static kvb_method *make(const char *name, kvb_ctx *c, const char *budget, const char *opts) {
+    char err[256];
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_method *m = kvb_method_create(name, c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s: %s\n", name, err);
+    CU_ASSERT_FATAL(m != NULL);
+    return m;
+}
+
+/* Fill every layer with n random tokens at positions 0..n-1 (round r = pos / round_len), as if prefilled. */
+static void fill_store(kvb_ctx *c, int64_t n, int round_len) {
+    char err[256];
+    int kvd = NKV * HD;
+    float *k = malloc((size_t)n * kvd * sizeof *k), *v = malloc((size_t)n * kvd * sizeof *v);
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *rnd = malloc((size_t)n * sizeof *rnd);
+    for (int l = 0; l < L; l++) {
+        for (int64_t i = 0; i < n * kvd; i++) k[i] = frand(1.0f), v[i] = frand(1.0f);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i, rnd[i] = round_len ? (int32_t)(i / round_len) : 0;
+        CU_ASSERT_FATAL(kvc_append(c->kv, l, n, k, v, pos, rnd, err, sizeof err) == 0);
+    }
+    c->n_past = n;
+    free(k), free(v), free(pos), free(rnd);
+}
+
+/* Sorted positions a head holds. */
+static int64_t head_positions(kvb_ctx *c, const kvc_store *kv, int l, int h, int32_t *out) {
+    kvc_view v = kvc_head_view(kv, l, h);
+    for (int64_t i = 0; i < v.n; i++) out[i] = v.pos[i];
+    kvb_sort_i32(out, v.n);
+    (void)c;
+    return v.n;
+}
+
+/* ---- StreamingLLM ---- */
+
+static void test_streamingllm_keeps_sinks_and_window(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_method *m = make("streamingllm", c, "20", "sinks=4");
+    fill_store(c, 100, 0);
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    int32_t pos[128];
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < NKV; h++) {
+            CU_ASSERT_EQUAL_FATAL(head_positions(c, c->kv, l, h, pos), 20);
+            for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(pos[i], i);
+            for (int i = 4; i < 20; i++) CU_ASSERT_EQUAL(pos[i], 80 + i);
+        }
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    /* three decode steps through the engine: the window slides, sinks stay */
+    for (int s = 0; s < 3; s++) {
+        int32_t id = 5 + s;
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+    }
+    CU_ASSERT_EQUAL(head_positions(c, c->kv, 3, 1, pos), 20);
+    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(pos[i], i);
+    for (int i = 4; i < 20; i++) CU_ASSERT_EQUAL(pos[i], 83 + i);
+    CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* ---- H2O ---- */
+
+static void test_h2o_keeps_heavy_hitters_and_recent(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_method *m = make("h2o", c, "10", NULL); /* 5 heavy + 5 recent */
+    const int n = 40, G = NH / NKV;
+    fill_store(c, n, 0);
+    /* one prefill query row per head: head group g puts mass on tokens {3, 7, 11, 19, 23} (+g) */
+    float *probs = calloc((size_t)NH * n, sizeof *probs);
+    int heavy[5] = {3, 7, 11, 19, 23};
+    for (int h = 0; h < NH; h++)
+        for (int j = 0; j < n; j++) probs[h * n + j] = 0.001f * (float)(j % 5);
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < 5; i++) probs[h * n + heavy[i] + h / G] += 0.5f;
+    kvb_src src[NKV];
+    for (int l = 0; l < L; l++) {
+        kvb_src_from_store(c, l, src);
+        CU_ASSERT_FATAL(m->hooks.observe(m, c, l, src, probs, n, 1, err, sizeof err) == 0);
+    }
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    int32_t pos[64];
+    for (int g = 0; g < NKV; g++) {
+        CU_ASSERT_EQUAL_FATAL(head_positions(c, c->kv, 2, g, pos), 10);
+        for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(pos[i], heavy[i] + g);
+        for (int i = 5; i < 10; i++) CU_ASSERT_EQUAL(pos[i], 30 + i);
+    }
+    /* a decode step: token 40 arrives; non-recent = the heavy hitters and token 35 (recent = the newest 5);
+     * heavy[0]+g gets no new mass, the others do, so it has the lowest total and is evicted */
+    float k[NKV * HD] = {0}, v[NKV * HD] = {0};
+    int32_t p40 = 40;
+    for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(c->kv, l, 1, k, v, &p40, NULL, err, sizeof err) == 0);
+    c->pos[0] = 40;
+    float *p2 = calloc((size_t)NH * 11, sizeof *p2);
+    for (int l = 0; l < L; l++) {
+        kvb_src_from_store(c, l, src);
+        for (int g = 0; g < NKV; g++) {
+            kvc_view hv = kvc_head_view(c->kv, l, g);
+            for (int r = 0; r < G; r++)
+                for (int j = 0; j < hv.n; j++)
+                    p2[(g * G + r) * 11 + j] = hv.pos[j] == heavy[0] + g ? 0.0f : (hv.pos[j] < 30 ? 0.3f : 0.6f);
+        }
+        CU_ASSERT_FATAL(m->hooks.observe(m, c, l, src, p2, 11, 1, err, sizeof err) == 0);
+    }
+    c->n_past = 41;
+    for (int g = 0; g < NKV; g++) {
+        int64_t nn = head_positions(c, c->kv, 5, g, pos);
+        CU_ASSERT_EQUAL(nn, 10); /* 41 x 10/40 tokens, budget fixed in tokens */
+        int has_evicted = 0;
+        for (int i = 0; i < nn; i++) has_evicted |= pos[i] == heavy[0] + g;
+        CU_ASSERT(!has_evicted);
+    }
+    free(probs);
+    free(p2);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* ---- SnapKV: float64 reference of window scores, pooling and top-k ---- */
+
+static void test_snapkv_matches_float64_reference(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    const int n = 120, w = 8, keep = 30, G = NH / NKV;
+    kvb_method *m = make("snapkv", c, "30", "window=8,kernel=7");
+    fill_store(c, n, 0);
+    /* observation window: the last w query rows of every layer */
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < w; t++)
+            for (int i = 0; i < E; i++) c->obs_q[((size_t)l * c->obs_cap + t) * E + i] = frand(2.0f);
+    for (int t = 0; t < w; t++) c->obs_pos[t] = n - w + t;
+    c->obs_n = w;
+    /* reference kept sets before compression */
+    int32_t want[L][NKV][keep];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            kvc_view hv = kvc_head_view(c->kv, l, g);
+            const float *K = hv.k;
+            double score[n];
+            memset(score, 0, sizeof score);
+            for (int r = 0; r < G; r++)
+                for (int t = 0; t < w; t++) {
+                    const float *q = c->obs_q + ((size_t)l * c->obs_cap + t) * E + (g * G + r) * HD;
+                    int qp = n - w + t;
+                    double lg[n], mx = -1e300, sum = 0;
+                    for (int j = 0; j <= qp; j++) {
+                        double d = 0;
+                        for (int e = 0; e < HD; e++) d += (double)q[e] * K[j * HD + e];
+                        lg[j] = d / sqrt((double)HD);
+                        if (lg[j] > mx) mx = lg[j];
+                    }
+                    for (int j = 0; j <= qp; j++) sum += exp(lg[j] - mx);
+                    for (int j = 0; j < n - w; j++) score[j] += exp(lg[j] - mx) / sum;
+                }
+            double pooled[n];
+            for (int j = 0; j < n - w; j++) {
+                pooled[j] = -1e300;
+                for (int d = -3; d <= 3; d++)
+                    if (j + d >= 0 && j + d < n - w && score[j + d] > pooled[j]) pooled[j] = score[j + d];
+            }
+            /* top keep-w by pooled score, ties to the lower index */
+            char taken[n];
+            memset(taken, 0, sizeof taken);
+            for (int i = 0; i < keep - w; i++) {
+                int best = -1;
+                for (int j = 0; j < n - w; j++)
+                    if (!taken[j] && (best < 0 || pooled[j] > pooled[best] + 1e-7)) best = j;
+                taken[best] = 1;
+            }
+            int k = 0;
+            for (int j = 0; j < n - w; j++)
+                if (taken[j]) want[l][g][k++] = j;
+            for (int j = n - w; j < n; j++) want[l][g][k++] = j;
+        }
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    int32_t pos[128];
+    int mismatches = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(head_positions(c, c->kv, l, g, pos), keep);
+            mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* ---- OmniKV: selection at filter layers reaches exactly the layers they serve ---- */
+
+typedef struct {
+    int32_t pos[L][NKV][CTX];
+    int64_t n[L][NKV];
+} seen_t;
+
+static void record_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
+    (void)n_q;
+    seen_t *s = user;
+    if (c->in_prefill) return;
+    for (int h = 0; h < NKV; h++) {
+        int64_t n = src[h].idx ? src[h].n_idx : src[h].n;
+        for (int64_t i = 0; i < n; i++) s->pos[layer][h][i] = src[h].pos[src[h].idx ? src[h].idx[i] : i];
+        kvb_sort_i32(s->pos[layer][h], n);
+        s->n[layer][h] = n;
+    }
+}
+
+static void check_omnikv(const char *opts) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    /* layers 1 and 4 filter: full 0, 1, 2, 4, 5; sparse 3 (served by 1), 6 and 7 (served by 4) */
+    kvb_method *m = make("omnikv", c, "70%", opts);
+    int32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = 3 + (i * 37) % 290;
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 200, err, sizeof err) == 0);
+    seen_t *seen = calloc(1, sizeof *seen);
+    c->on_visible = record_visible;
+    c->on_visible_user = seen;
+    int32_t next = 17;
+    CU_ASSERT_FATAL(kvb_forward(c, &next, 1, err, sizeof err) == 0);
+    /* F = 5/8; T/p = (0.7 - 0.625) / 0.375 = 0.2 of the 200 earlier tokens = 40, + the current token */
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < NKV; h++) {
+            int sparse = l == 3 || l == 6 || l == 7;
+            CU_ASSERT_EQUAL(seen->n[l][h], sparse ? 41 : 201);
+            if (sparse) CU_ASSERT_EQUAL(seen->pos[l][h][40], 200);
+        }
+    CU_ASSERT(memcmp(seen->pos[6], seen->pos[7], sizeof seen->pos[6]) == 0); /* one selection, two layers */
+    CU_ASSERT(memcmp(seen->pos[6][0], seen->pos[6][1], 41 * sizeof(int32_t)) == 0); /* shared by heads */
+    CU_ASSERT(memcmp(seen->pos[3][0], seen->pos[6][0], 41 * sizeof(int32_t)) != 0); /* different filters */
+    /* the filter layer's choice: top-40 of max over heads of the current query's attention (float64) */
+    for (int f = 0; f < 2; f++) {
+        int fl = f ? 4 : 1, served = f ? 6 : 3;
+        const float *q = c->obs_q + ((size_t)fl * c->obs_cap + (c->obs_n - 1)) * E;
+        double score[201];
+        for (int j = 0; j < 201; j++) score[j] = 0;
+        for (int h = 0; h < NH; h++) {
+            kvc_view hv = kvc_head_view(c->kv, fl, h / (NH / NKV));
+            double lg[201], mx = -1e300, sum = 0;
+            for (int j = 0; j < 201; j++) {
+                double d = 0;
+                for (int e = 0; e < HD; e++) d += (double)q[h * HD + e] * ((const float *)hv.k)[j * HD + e];
+                lg[j] = d / sqrt((double)HD);
+                if (lg[j] > mx) mx = lg[j];
+            }
+            for (int j = 0; j < 201; j++) sum += exp(lg[j] - mx);
+            for (int j = 0; j < 201; j++) {
+                double p = exp(lg[j] - mx) / sum;
+                if (p > score[j]) score[j] = p;
+            }
+        }
+        int ok = 1;
+        for (int i = 0; i < 40; i++) { /* every chosen token scores at least as high as every unchosen one */
+            int chosen = seen->pos[served][0][i];
+            for (int j = 0; j < 200; j++) {
+                int in = 0;
+                for (int k = 0; k < 40; k++) in |= seen->pos[served][0][k] == j;
+                if (!in && score[j] > score[chosen] + 1e-5) ok = 0;
+            }
+        }
+        CU_ASSERT(ok);
+    }
+    CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    free(seen);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_omnikv_offload_selection_propagates(void) { check_omnikv("layers=1;4,offload=1"); }
+static void test_omnikv_index_lists_select_the_same(void) { check_omnikv("layers=1;4,offload=0"); }
+
+/* ---- Round Attention: choice of rounds under each strategy ---- */
+
+static void check_round(const char *opts, const char *budget, const int *want_sel, int n_want) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_method *m = make("round", c, budget, opts);
+    const int n_hist = 100, rl = 10; /* 10 past rounds of 10 tokens */
+    fill_store(c, n_hist, rl);
+    c->cur_round = 9;
+    CU_ASSERT_FATAL(kvb_ctx_begin_round(c, 10, 1, err, sizeof err) == 0);
+    /* the question: 5 tokens of round 10, appended to every layer */
+    float k[5 * NKV * HD], v[5 * NKV * HD];
+    int32_t pos[5], rnd[5];
+    for (int i = 0; i < 5 * NKV * HD; i++) k[i] = frand(1), v[i] = frand(1);
+    for (int i = 0; i < 5; i++) pos[i] = n_hist + i, rnd[i] = 10, c->pos[i] = n_hist + i;
+    for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(c->kv, l, 5, k, v, pos, rnd, err, sizeof err) == 0);
+    /* hand-made probabilities at layer lw-1: round masses 0.40, 0.25, 0.12, 0.08 and 0.025 each for the rest */
+    double mass[10] = {0.025, 0.40, 0.025, 0.12, 0.025, 0.25, 0.025, 0.08, 0.025, 0.025};
+    int64_t stride = n_hist + 5;
+    float *probs = calloc((size_t)NH * 5 * stride, sizeof *probs);
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < 5; t++)
+            for (int j = 0; j < n_hist; j++) probs[((int64_t)h * 5 + t) * stride + j] = (float)(mass[j / rl] / rl * 0.9);
+    kvb_src src[NKV];
+    int lw = 3;
+    kvb_src_from_store(c, lw - 1, src);
+    CU_ASSERT_FATAL(m->hooks.wants_probs(m, c, lw - 1, 5) == 1);
+    CU_ASSERT_FATAL(m->hooks.observe(m, c, lw - 1, src, probs, stride, 5, err, sizeof err) == 0);
+    /* a deep layer now sees the selected rounds + the current one */
+    CU_ASSERT_FATAL(m->hooks.select(m, c, 5, src, 5, err, sizeof err) == 0);
+    int sel[11] = {0};
+    for (int64_t i = 0; i < src[0].n; i++) sel[src[0].pos[i] >= n_hist ? 10 : src[0].pos[i] / rl] = 1;
+    int got = 0;
+    for (int r = 0; r < 10; r++) got += sel[r];
+    CU_ASSERT_EQUAL(got, n_want);
+    for (int i = 0; i < n_want; i++) CU_ASSERT(sel[want_sel[i]]);
+    CU_ASSERT(sel[10]);
+    CU_ASSERT_EQUAL(src[0].n, n_want * rl + 5);
+    /* shallow layers still see everything */
+    kvb_src_from_store(c, 1, src);
+    CU_ASSERT(m->hooks.select(m, c, 1, src, 5, err, sizeof err) == 0 && src[0].n == n_hist + 5);
+    free(probs);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_round_topk(void) { int w[1] = {1}; check_round("lw=3,strategy=topk", "30%", w, 1); }
+static void test_round_topk_30pct(void) { int w[3] = {1, 5, 3}; check_round("lw=3,strategy=topk,topk=0.3", "30%", w, 3); }
+static void test_round_fixed(void) { int w[3] = {1, 5, 3}; check_round("lw=3,strategy=fixed,threshold=0.1", "30%", w, 3); }
+static void test_round_adaptive(void) { int w[2] = {1, 5}; check_round("lw=3,strategy=adaptive,k=1.0", "30%", w, 2); }
+static void test_round_full_budget_selects_all(void) {
+    int w[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    check_round("lw=3", "100%", w, 10);
+}
+
+/* ---- PoD: proximal + distant merge against float64 ---- */
+
+static void test_pod_gate_and_merge_match_float64(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    const int n = 60, sinks = 4, recent = 12, G = NH / NKV;
+    kvb_method *m = make("pod", c, "16", "block=2,sinks=4"); /* proximal = 16 = 4 sinks + 12 recent */
+    fill_store(c, n, 0);
+    /* layer 1's V rows (position order) before PoD moves the distant ones out of the store */
+    float V1[NKV][64][HD];
+    for (int g = 0; g < NKV; g++) memcpy(V1[g], kvc_head_view(c->kv, 1, g).v, sizeof(float) * n * HD);
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(kvc_n(c->kv, 1, 0), 16);      /* upper layer: proximal K+V only */
+    CU_ASSERT_EQUAL(kvc_n(c->kv, 0, 0), n);       /* base layer: everything */
+    CU_ASSERT_EQUAL(m->extra_device_bytes > 0, 1); /* distant V rows */
+    /* decode step at position n: append one token to layers 0 and 1, then run PoD's hooks as the engine does */
+    float k[NKV * HD], v[NKV * HD];
+    int32_t pn = n;
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < NKV * HD; i++) k[i] = frand(1), v[i] = frand(1);
+        CU_ASSERT_FATAL(kvc_append(c->kv, l, 1, k, v, &pn, NULL, err, sizeof err) == 0);
+    }
+    c->pos[0] = n;
+    float q0[E], q1[E], out0[E], out1[E];
+    for (int i = 0; i < E; i++) q0[i] = frand(2), q1[i] = frand(2);
+    kvb_src src[NKV];
+    const void *hk[NKV], *hv[NKV];
+    const int32_t *hp[NKV];
+    int64_t hn[NKV];
+    for (int l = 0; l < 2; l++) {
+        kvb_src_from_store(c, l, src);
+        CU_ASSERT_FATAL(m->hooks.select(m, c, l, src, 1, err, sizeof err) == 0);
+        for (int g = 0; g < NKV; g++) hk[g] = src[g].k, hv[g] = src[g].v, hp[g] = src[g].pos, hn[g] = src[g].n;
+        kvb_attn_args a = {0};
+        a.n_q = 1, a.n_head = NH, a.n_head_kv = NKV, a.head_dim = HD, a.q = l ? q1 : q0, a.q_pos = c->pos;
+        a.kv_dtype = KVB_F32, a.k = hk, a.v = hv, a.k_pos = hp, a.n_kv = hn, a.scale = 1.0f / sqrtf((float)HD);
+        a.out = l ? out1 : out0;
+        CU_ASSERT_FATAL(m->hooks.attend(m, c, l, &a, err, sizeof err) == 1);
+    }
+    /* float64 reference: base layer 0 = exact attention; layer 1 = gate-merged proximal/distant */
+    for (int g = 0; g < NKV; g++) {
+        kvc_view b = kvc_head_view(c->kv, 0, g), u = kvc_head_view(c->kv, 1, g);
+        for (int r = 0; r < G; r++) {
+            int h = g * G + r;
+            /* layer 0 exact */
+            double lg[64], mx = -1e300, s = 0, o[HD] = {0};
+            for (int j = 0; j <= n; j++) {
+                double d = 0;
+                for (int e = 0; e < HD; e++) d += (double)q0[h * HD + e] * ((const float *)b.k)[j * HD + e];
+                lg[j] = d / sqrt((double)HD);
+                mx = lg[j] > mx ? lg[j] : mx;
+            }
+            for (int j = 0; j <= n; j++) s += exp(lg[j] - mx);
+            for (int j = 0; j <= n; j++)
+                for (int e = 0; e < HD; e++) o[e] += exp(lg[j] - mx) / s * ((const float *)b.v)[j * HD + e];
+            for (int e = 0; e < HD; e++) CU_ASSERT(fabs(o[e] - out0[h * HD + e]) < 1e-4);
+            /* layer 1: proximal = positions < sinks or > n - recent; distant logits from layer 0's q and K */
+            double lp = -1e300, ld = -1e300, sp = 0, sd = 0, op[HD] = {0}, od[HD] = {0};
+            double pl[64], dl[64];
+            int np = 0, nd = 0;
+            int pidx[64], didx[64];
+            for (int j = 0; j <= n; j++) {
+                if (j < sinks || j > n - recent) { /* proximal: own K of layer 1 (held in the store) */
+                    int slot = -1;
+                    for (int i = 0; i < u.n; i++) if (u.pos[i] == j) slot = i;
+                    CU_ASSERT_FATAL(slot >= 0);
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += (double)q1[h * HD + e] * ((const float *)u.k)[slot * HD + e];
+                    pl[np] = d / sqrt((double)HD), pidx[np++] = slot;
+                } else {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += (double)q0[h * HD + e] * ((const float *)b.k)[j * HD + e];
+                    dl[nd] = d / sqrt((double)HD), didx[nd++] = j;
+                }
+            }
+            for (int i = 0; i < np; i++) lp = pl[i] > lp ? pl[i] : lp;
+            for (int i = 0; i < nd; i++) ld = dl[i] > ld ? dl[i] : ld;
+            for (int i = 0; i < np; i++) sp += exp(pl[i] - lp);
+            for (int i = 0; i < nd; i++) sd += exp(dl[i] - ld);
+            for (int i = 0; i < np; i++)
+                for (int e = 0; e < HD; e++) op[e] += exp(pl[i] - lp) / sp * ((const float *)u.v)[pidx[i] * HD + e];
+            for (int i = 0; i < nd; i++)
+                for (int e = 0; e < HD; e++) od[e] += exp(dl[i] - ld) / sd * V1[g][didx[i]][e];
+            double lse_p = lp + log(sp), lse_d = ld + log(sd);
+            double gate = 1.0 / (1.0 + exp(lse_d - lse_p)); /* eq. 4 */
+            CU_ASSERT(gate > 0 && gate < 1 && nd == n + 1 - 16);
+            for (int e = 0; e < HD; e++) CU_ASSERT(fabs(out1[h * HD + e] - (gate * op[e] + (1 - gate) * od[e])) < 1e-4);
+        }
+    }
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* ---- shared prefill = own prefill ---- */
+
+static void greedy(kvb_ctx *c, int32_t *out, int n) {
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        out[i] = sampler_argmax(c->logits, V);
+        CU_ASSERT_FATAL(kvb_forward(c, &out[i], 1, err, sizeof err) == 0);
+    }
+}
+
+static void test_shared_prefill_equals_own_prefill(void) {
+    static const char *names[][2] = {{"streamingllm", NULL}, {"h2o", NULL}, {"snapkv", "window=16"},
+                                     {"omnikv", "layers=1;4"}, {"pod", "block=2"}};
+    char err[256];
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = 3 + (i * 53) % 290;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        kvb_ctx *a = new_ctx(KVB_F16);
+        kvb_method *ma = make(names[k][0], a, "70%", names[k][1]);
+        int prc = kvb_method_prefill(ma, a, ids, 300, err, sizeof err);
+        if (prc) fprintf(stderr, "\n  %s: %s\n", names[k][0], err);
+        CU_ASSERT_FATAL(prc == 0);
+        int32_t ta[12], tb[12];
+        kvb_kv_usage ua, ub;
+        kvb_method_usage(ma, a, &ua);
+        greedy(a, ta, 12);
+
+        kvb_ctx *base = new_ctx(KVB_F16);
+        kvb_share *sh = kvb_share_create(base, 32, 1, err, sizeof err);
+        CU_ASSERT_FATAL(sh != NULL);
+        CU_ASSERT_FATAL(kvb_forward(base, ids, 300, err, sizeof err) == 0);
+        kvb_ctx *b = kvb_ctx_fork(base, 32, err, sizeof err);
+        CU_ASSERT_FATAL(b != NULL);
+        kvb_method *mb = make(names[k][0], b, "70%", names[k][1]);
+        CU_ASSERT_FATAL(kvb_method_adopt(mb, b, sh, err, sizeof err) == 0);
+        kvb_method_usage(mb, b, &ub);
+        greedy(b, tb, 12);
+        CU_ASSERT_EQUAL(ua.device_bytes, ub.device_bytes);
+        int same = !memcmp(ta, tb, sizeof ta);
+        if (!same) fprintf(stderr, "\n  %s: shared prefill decodes differently\n", names[k][0]);
+        CU_ASSERT(same);
+        kvb_method_free(ma, a);
+        kvb_method_free(mb, b);
+        kvb_share_free(sh, base);
+        kvb_ctx_free(a);
+        kvb_ctx_free(b);
+        kvb_ctx_free(base);
+    }
+}
+
+/* ---- errors ---- */
+
+static void expect_create_error(const char *name, const char *budget, const char *opts, const char *needle) {
+    char err[256] = "";
+    kvb_ctx *c = new_ctx(KVB_F16);
+    kvb_budget b = {KVB_BUDGET_NONE, 0, 0};
+    if (budget) CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_method *m = kvb_method_create(name, c, &b, &o, err, sizeof err);
+    CU_ASSERT(m == NULL);
+    CU_ASSERT(strstr(err, needle) != NULL);
+    CU_ASSERT(strchr(err, '\n') == NULL);
+    if (!strstr(err, needle)) fprintf(stderr, "\n  got: %s\n", err);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_bad_budgets_and_options(void) {
+    char err[256];
+    kvb_budget b;
+    CU_ASSERT(kvb_budget_parse("0%", &b, err, sizeof err) == -1 && strstr(err, "outside"));
+    CU_ASSERT(kvb_budget_parse("150%", &b, err, sizeof err) == -1);
+    CU_ASSERT(kvb_budget_parse("0", &b, err, sizeof err) == -1);
+    CU_ASSERT(kvb_budget_parse("0.3", &b, err, sizeof err) == -1 && strstr(err, "%"));
+    CU_ASSERT(kvb_budget_parse("lots", &b, err, sizeof err) == -1);
+    CU_ASSERT(kvb_budget_parse("30%", &b, err, sizeof err) == 0 && b.kind == KVB_BUDGET_FRACTION && fabs(b.frac - 0.3) < 1e-12);
+    CU_ASSERT(kvb_budget_parse("1024", &b, err, sizeof err) == 0 && b.kind == KVB_BUDGET_TOKENS && b.tokens == 1024);
+    expect_create_error("nosuch", "30%", NULL, "unknown method 'nosuch'");
+    expect_create_error("streamingllm", NULL, NULL, "needs a budget");
+    expect_create_error("snapkv", "30%", "windw=8", "has no option 'windw'");
+    expect_create_error("round", "30%", "lw=8", "outside the model's layers");
+    expect_create_error("round", "30%", "lw=0", "outside the model's layers");
+    expect_create_error("omnikv", "30%", "layers=2;9", "outside the model's layers");
+    expect_create_error("full", "30%", NULL, "keeps the whole cache");
+    expect_create_error("pod", "30%", NULL, "calibrate pod");
+    expect_create_error("round", "30%", NULL, "calibrate round");
+    /* a token budget larger than the prompt fails at the end of prefill */
+    kvb_ctx *c = new_ctx(KVB_F16);
+    kvb_method *m = make("h2o", c, "500", NULL);
+    int32_t ids[50];
+    for (int i = 0; i < 50; i++) ids[i] = 5 + i;
+    CU_ASSERT(kvb_method_prefill(m, c, ids, 50, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "more than the prompt") != NULL);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    /* OmniKV below its full layers' share */
+    c = new_ctx(KVB_F16);
+    m = make("omnikv", c, "20%", "layers=1;4");
+    CU_ASSERT(kvb_method_prefill(m, c, ids, 50, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "below the share") != NULL);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static int setup(void) {
+    char dir[] = "/tmp/kvb_methods_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
+    setenv("KVB_PROFILE_DIR", dir, 1); /* empty: no calibration profiles */
+    if (write_tiny(model_path)) return -1;
+    char err[256];
+    model = kvb_model_load(model_path, err, sizeof err);
+    return model ? 0 : -1;
+}
+
+static int teardown(void) {
+    kvb_model_free(model);
+    unlink(model_path);
+    return 0;
+}
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("methods", setup, teardown);
+    CU_add_test(s, "streamingllm keeps sinks + window", test_streamingllm_keeps_sinks_and_window);
+    CU_add_test(s, "h2o keeps heavy hitters + recent, evicts the lowest", test_h2o_keeps_heavy_hitters_and_recent);
+    CU_add_test(s, "snapkv = float64 window scores, max pool, top-k", test_snapkv_matches_float64_reference);
+    CU_add_test(s, "omnikv offload: selection reaches the layers served", test_omnikv_offload_selection_propagates);
+    CU_add_test(s, "omnikv index lists select the same", test_omnikv_index_lists_select_the_same);
+    CU_add_test(s, "round topk 10%", test_round_topk);
+    CU_add_test(s, "round topk 30%", test_round_topk_30pct);
+    CU_add_test(s, "round fixed > 0.1", test_round_fixed);
+    CU_add_test(s, "round adaptive mean + k std", test_round_adaptive);
+    CU_add_test(s, "round at 100% selects every round", test_round_full_budget_selects_all);
+    CU_add_test(s, "pod gate and merge vs float64", test_pod_gate_and_merge_match_float64);
+    CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
+    CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);
+    return util_run_suites();
+}
