@@ -67,8 +67,10 @@ static double now_s(void) {
 static void expand_path(const char *in, char *out, size_t cap) {
     const char *home = getenv("HOME"), *data = getenv("KVB_DATA");
     if (!strncmp(in, "~/", 2)) snprintf(out, cap, "%s/%s", home ? home : ".", in + 2);
-    else if (!strncmp(in, "$KVB_DATA/", 10))
-        snprintf(out, cap, "%s/%s", data && *data ? data : (home ? home : "."), in + 10);
+    else if (!strncmp(in, "$KVB_DATA/", 10)) {
+        if (data && *data) snprintf(out, cap, "%s/%s", data, in + 10);
+        else snprintf(out, cap, "%s/.cache/kvbench/datasets/%s", home ? home : ".", in + 10);
+    }
     else snprintf(out, cap, "%s", in);
 }
 
@@ -619,12 +621,16 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     return r;
 }
 
-static void progress(run_state *st, const char *what) {
+/* One status line, rewritten in place on a terminal; in a log, one line per sample. */
+static void progress(run_state *st, const char *what, int new_sample) {
     if (st->o->quiet) return;
+    int tty = isatty(2);
+    if (!tty && !new_sample) return;
     double el = now_s() - st->t_start;
     double eta = st->ran > 0 ? el / st->ran * (double)(st->total - st->finished) : 0;
-    fprintf(stderr, "\r[%ld/%ld] %3.0f%% elapsed %02d:%02d ETA %02d:%02d  %-60.60s", st->finished, st->total,
-            st->total ? 100.0 * st->finished / st->total : 100.0, (int)el / 60, (int)el % 60, (int)eta / 60, (int)eta % 60, what);
+    fprintf(stderr, "%s[%ld/%ld] %3.0f%% elapsed %02d:%02d ETA %02d:%02d  %-60.60s%s", tty ? "\r" : "", st->finished,
+            st->total, st->total ? 100.0 * st->finished / st->total : 100.0, (int)el / 60, (int)el % 60, (int)eta / 60,
+            (int)eta % 60, what, tty ? "" : "\n");
     fflush(stderr);
 }
 
@@ -643,14 +649,14 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     shared_prefill sp = {0};
     char what[160];
     snprintf(what, sizeof what, "%s #%s: shared prefill", t->name, s->id ? s->id : "");
-    progress(st, what);
+    progress(st, what, 1);
     char perr[512] = "";
     int prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
     int rc = 0;
     for (int i = 0; i < n_todo && rc == 0; i++) {
         const cell *cl = &st->cells[todo[i]];
         snprintf(what, sizeof what, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
-        progress(st, what);
+        progress(st, what, 0);
         cell_result res = {0};
         char cerr[512] = "";
         double t0 = now_s();
@@ -732,8 +738,8 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n; k++)
             if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;
-    progress(&st, "done");
-    if (!o->quiet) fputc('\n', stderr);
+    progress(&st, "done", 1);
+    if (!o->quiet && isatty(2)) fputc('\n', stderr);
     close(st.fd);
     st.fd = -1;
 #ifdef KVB_HAVE_REPORT

@@ -25,7 +25,7 @@ typedef struct {
     char name[32];
     double prefill_s, decode_ms;
     kvb_kv_usage kv;
-    double attended;
+    double attended, formula;
     char desc[200];
 } bm_row;
 
@@ -66,6 +66,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     row->decode_ms = n_dec > 0 ? (cli_now() - t1) * 1e3 / (double)n_dec : 0;
     if (kvb_method_verify(meth, c, 0, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
     kvb_method_usage(meth, c, &row->kv);
+    row->formula = meth->formula_frac ? meth->formula_frac(meth, c) : -1;
     double att = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) att += kvb_ctx_mean_attended(c, l);
     row->attended = att / m->cfg.n_layer;
@@ -136,13 +137,16 @@ int cmd_bench_methods(int argc, char **argv) {
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, %d threads)\n\n", ctx_len, bud, n_dec, m->path,
            eo.ctx.n_threads);
-    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | host KV MiB | moved MiB | attended/layer | parameters |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | attended/layer | parameters |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n_names; k++) {
         bm_row *r = &rows[k];
-        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %.2f | %.2f | %.0f | %s |\n", r->name, r->prefill_s, r->decode_ms,
-               r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0, r->kv.device_bytes / MiB, 100 * r->kv.device_frac,
-               r->kv.host_bytes / MiB, (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, r->attended, r->desc);
+        char formula[32] = "-";
+        if (r->formula >= 0) snprintf(formula, sizeof formula, "%.1f", 100 * r->formula);
+        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %s | %.2f | %.2f | %.0f | %s |\n", r->name, r->prefill_s,
+               r->decode_ms, r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0, r->kv.device_bytes / MiB,
+               100 * r->kv.device_frac, formula, r->kv.host_bytes / MiB, (r->kv.moved_h2d + r->kv.moved_d2h) / MiB,
+               r->attended, r->desc);
     }
     if (json) {
         cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "methods");
@@ -158,6 +162,7 @@ int cmd_bench_methods(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "kv_full_bytes", (double)rows[k].kv.full_bytes);
             cJSON_AddNumberToObject(o, "moved_bytes", (double)(rows[k].kv.moved_h2d + rows[k].kv.moved_d2h));
             cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
+            if (rows[k].formula >= 0) cJSON_AddNumberToObject(o, "formula_frac", rows[k].formula);
             cJSON_AddStringToObject(o, "parameters", rows[k].desc);
             cJSON_AddItemToArray(arr, o);
         }

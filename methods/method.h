@@ -59,6 +59,9 @@ struct kvb_method {
     kvc_store *vis;      /* optional device-tier store of packed/selected tokens the method attends to */
     /* Device-tier tokens per KV head the method means to hold in a layer now (store + vis); -1 = no claim. */
     int64_t (*expected_tokens)(kvb_method *m, kvb_ctx *c, int layer);
+    /* The device share of the full KV the paper's memory formula gives for the current state (Round
+     * Attention eq. 2, OmniKV's Mem%, PoD's key saving from its blocks); NULL = no formula. */
+    double (*formula_frac)(kvb_method *m, kvb_ctx *c);
     /* Resolved parameters, "key=value ..." (for results and --help output). */
     void (*describe)(kvb_method *m, char *buf, size_t cap);
     void (*destroy)(kvb_method *m);

@@ -244,6 +244,14 @@ static int64_t omnikv_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return s->n_sel[s->served_by[layer]] + s->step_n;
 }
 
+/* Mem% = F + |T|/|p| (1 - F) (sec. 5), with |T| the tokens the sparse layers hold now */
+static double omnikv_formula(kvb_method *m, kvb_ctx *c) {
+    omnikv *s = (omnikv *)m;
+    if (!s->offload || c->n_past == 0) return 1.0;
+    int64_t t = s->n_sel[0] + s->step_n;
+    return s->full_share + (double)t / (double)c->n_past * (1.0 - s->full_share);
+}
+
 static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
     omnikv *s = (omnikv *)m;
     static const char *sel[] = {"last", "uniform", "exp"};
@@ -320,6 +328,7 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     s->base.hooks.select = omnikv_select;
     s->base.expected_tokens = omnikv_expected;
     s->base.describe = omnikv_describe;
+    s->base.formula_frac = omnikv_formula;
     s->base.destroy = omnikv_destroy;
     return &s->base;
 fail:

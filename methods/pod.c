@@ -64,12 +64,12 @@ static int vrows_push(pod *s, vrows *d, const uint8_t *row) {
         if (!v) return -1;
         if (d->n) memcpy(v, d->v, (size_t)d->n * s->row_bytes);
         kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, d->v, (size_t)d->cap * s->row_bytes);
-        s->base.extra_device_bytes += (cap - d->cap) * (int64_t)s->row_bytes;
         d->v = v;
         d->cap = cap;
     }
     memcpy(d->v + (size_t)d->n * s->row_bytes, row, s->row_bytes);
     d->n++;
+    s->base.extra_device_bytes += (int64_t)s->row_bytes; /* rows held (the allocation's slack is in kvb_mem) */
     return 0;
 }
 
@@ -206,6 +206,19 @@ static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char 
     return 1;
 }
 
+/* Key saving from the blocks: a non-base (layer, head) holds K and V of its proximal tokens and V alone of
+ * its distant ones; a base one holds everything. Share of the full cache's K+V bytes. */
+static double pod_formula(kvb_method *m, kvb_ctx *c) {
+    pod *s = (pod *)m;
+    const kvb_config *cfg = &c->model->cfg;
+    int64_t n = c->n_past, prox = prox_at(s, n), dist = n - prox > 0 ? n - prox : 0;
+    double slot = (double)kvc_slot_bytes(c->kv), row = (double)s->row_bytes, have = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int g = 0; g < cfg->n_head_kv; g++)
+            have += is_base(s, g, l) ? n * slot : prox * slot + dist * row;
+    return n ? have / ((double)cfg->n_layer * cfg->n_head_kv * n * slot) : 1.0;
+}
+
 static void pod_describe(kvb_method *m, char *buf, size_t cap) {
     pod *s = (pod *)m;
     snprintf(buf, cap, "%s sinks=%lld proximal=%lld tau=%g skipped=%lld merged=%lld", s->blocks_desc,
@@ -271,6 +284,7 @@ kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     s->base.hooks.select = pod_select;
     s->base.hooks.attend = pod_attend;
     s->base.describe = pod_describe;
+    s->base.formula_frac = pod_formula;
     s->base.destroy = pod_destroy;
     return &s->base;
 fail:

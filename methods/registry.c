@@ -238,13 +238,13 @@ static int64_t layer_device_tokens(const kvb_method *m, const kvb_ctx *c, int l)
 }
 
 int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len) {
-    if (!m || !m->expected_tokens) return 0;
+    if (!m) return 0;
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
     int64_t total_expected = 0;
-    for (int l = 0; l < cfg->n_layer; l++) {
+    for (int l = 0; l < cfg->n_layer && m->expected_tokens; l++) {
         int64_t want = m->expected_tokens(m, c, l);
-        if (want < 0) return 0;
+        if (want < 0) break;
         int64_t have = layer_device_tokens(m, c, l);
         int64_t want_all = want * HK;
         int64_t tol = want_all / 100 > HK ? want_all / 100 : HK;
@@ -253,7 +253,7 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
                        m->name, l, (long long)have, (long long)want_all, HK);
         total_expected += want_all;
     }
-    if (end_of_prefill && m->imposes_budget) {
+    if (end_of_prefill && m->imposes_budget && m->expected_tokens) {
         int64_t per_head = 0;
         if (kvb_budget_tokens(&m->budget, c->n_past, &per_head, err, err_len)) return -1;
         double target = m->budget.kind == KVB_BUDGET_TOKENS ? (double)per_head / (double)c->n_past
@@ -266,6 +266,14 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
                        100.0 * u.device_frac, 100.0 * target);
     }
     (void)total_expected;
+    if (m->formula_frac) {
+        kvb_kv_usage u;
+        kvb_method_usage(m, c, &u);
+        double f = m->formula_frac(m, c);
+        if (fabs(u.device_frac - f) > 0.02 * f)
+            return ERR("method %s: device KV is %.2f%% of full, its memory formula says %.2f%%", m->name,
+                       100.0 * u.device_frac, 100.0 * f);
+    }
     return 0;
 }
 

@@ -205,6 +205,14 @@ static int64_t round_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return s->sel_tokens + s->cur_tokens;
 }
 
+/* eq. 2: L_w/L + K/T (1 - L_w/L), K/T = tokens of the selected rounds and the current one over all tokens */
+static double round_formula(kvb_method *m, kvb_ctx *c) {
+    round_m *s = (round_m *)m;
+    double L = c->model->cfg.n_layer, share = s->lw / L;
+    if (s->q_round < 0 || !s->selected || c->n_past == 0) return 1.0;
+    return share + (double)(s->sel_tokens + s->cur_tokens) / (double)c->n_past * (1.0 - share);
+}
+
 static void round_describe(kvb_method *m, char *buf, size_t cap) {
     round_m *s = (round_m *)m;
     static const char *st[] = {"topk", "fixed", "adaptive"};
@@ -285,6 +293,7 @@ kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
     s->base.hooks.after_prefill = round_after_prefill;
     s->base.expected_tokens = round_expected;
     s->base.describe = round_describe;
+    s->base.formula_frac = round_formula;
     s->base.destroy = round_destroy;
     s->base.prefill = round_prefill;
     return &s->base;

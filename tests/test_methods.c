@@ -427,6 +427,31 @@ static void test_round_full_budget_selects_all(void) {
     check_round("lw=3", "100%", w, 10);
 }
 
+/* Round Attention's measured device KV equals eq. 2 on a real run (single prompt in 50-token rounds). */
+static void test_round_memory_matches_formula(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F16);
+    kvb_method *m = make("round", c, "30%", "lw=3,chunk=50,strategy=topk,topk=0.2");
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = 3 + (i * 71) % 290;
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 300, err, sizeof err) == 0);
+    for (int i = 0; i < 6; i++) {
+        int32_t t = 9 + i;
+        CU_ASSERT_FATAL(kvb_forward(c, &t, 1, err, sizeof err) == 0);
+    }
+    kvb_kv_usage u;
+    kvb_method_usage(m, c, &u);
+    /* 5 past rounds of 50, top 20% = 1 round; current round = 50 + 6 tokens; T = 306 */
+    double want = 3.0 / L + (50.0 + 56.0) / 306.0 * (1.0 - 3.0 / L);
+    CU_ASSERT(fabs(u.device_frac - want) < 0.02 * want);
+    CU_ASSERT(fabs(m->formula_frac(m, c) - want) < 1e-9);
+    CU_ASSERT(u.host_bytes == (int64_t)(L - 3) * NKV * 306 * kvc_slot_bytes(c->kv));
+    CU_ASSERT(u.moved_h2d > 0);
+    CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
 /* ---- PoD: proximal + distant merge against float64 ---- */
 
 static void test_pod_gate_and_merge_match_float64(void) {
@@ -441,7 +466,11 @@ static void test_pod_gate_and_merge_match_float64(void) {
     CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(kvc_n(c->kv, 1, 0), 16);      /* upper layer: proximal K+V only */
     CU_ASSERT_EQUAL(kvc_n(c->kv, 0, 0), n);       /* base layer: everything */
-    CU_ASSERT_EQUAL(m->extra_device_bytes > 0, 1); /* distant V rows */
+    CU_ASSERT_EQUAL(kvc_n(c->kv, 2, 1), n);       /* bases 0, 2, 4, 6 with block=2 */
+    CU_ASSERT_EQUAL(kvc_n(c->kv, 7, 1), 16);
+    CU_ASSERT_EQUAL(m->extra_device_bytes, (int64_t)NKV * 4 * (n - 16) * HD * (int64_t)sizeof(float)); /* distant V rows of
+                                                                                   the 4 non-base layers */
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0); /* measured = the blocks' formula */
     /* decode step at position n: append one token to layers 0 and 1, then run PoD's hooks as the engine does */
     float k[NKV * HD], v[NKV * HD];
     int32_t pn = n;
@@ -655,6 +684,7 @@ int main(void) {
     CU_add_test(s, "round fixed > 0.1", test_round_fixed);
     CU_add_test(s, "round adaptive mean + k std", test_round_adaptive);
     CU_add_test(s, "round at 100% selects every round", test_round_full_budget_selects_all);
+    CU_add_test(s, "round device KV = eq. 2", test_round_memory_matches_formula);
     CU_add_test(s, "pod gate and merge vs float64", test_pod_gate_and_merge_match_float64);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);

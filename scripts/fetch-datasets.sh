@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Download the benchmark datasets from their official homes into a cache (default ~/.cache/kvbench/datasets,
+# or $KVB_DATA), verifying a sha256 for each file. The loaders and configs/*.json read them from there.
+#
+#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt]   (default: all three)
+#
+# Sources: LongBench data.zip and config from THUDM/LongBench on the Hugging Face Hub; LongMemEval
+# (oracle / s / m, cleaned) from xiaowu0162/longmemeval-cleaned; ShareGPT V3 cleaned split from
+# anon8231489123/ShareGPT_Vicuna_unfiltered. A file whose sha256 is pinned in SUMS below must match it;
+# a file without a pinned sum is recorded in $DIR/SHA256SUMS on first download and checked against that
+# record on every later run (so a changed upstream file is noticed, never silently used).
+set -euo pipefail
+DIR=${KVB_DATA:-$HOME/.cache/kvbench/datasets}
+HF=${KVB_HF_ENDPOINT:-https://huggingface.co}
+mkdir -p "$DIR"
+declare -A SUMS=(
+    # path relative to $DIR -> sha256 (pin here once verified upstream)
+)
+
+fetch() { # url dest
+    local url=$1 dest=$DIR/$2
+    mkdir -p "$(dirname "$dest")"
+    if [ ! -s "$dest" ]; then
+        echo "fetch-datasets: downloading $url" >&2
+        curl -fL --retry 3 --retry-delay 2 -o "$dest.part" "$url" || { rm -f "$dest.part"; echo "fetch-datasets: cannot download $url" >&2; exit 1; }
+        mv "$dest.part" "$dest"
+    fi
+    local sum; sum=$(sha256sum "$dest" | cut -d' ' -f1)
+    local pinned=${SUMS[$2]:-}
+    local recorded; recorded=$(grep -F "  $2" "$DIR/SHA256SUMS" 2>/dev/null | cut -d' ' -f1 || true)
+    if [ -n "$pinned" ] && [ "$sum" != "$pinned" ]; then
+        echo "fetch-datasets: $dest has sha256 $sum, expected $pinned (delete it to download again)" >&2; exit 1
+    fi
+    if [ -n "$recorded" ] && [ "$sum" != "$recorded" ]; then
+        echo "fetch-datasets: $dest changed since it was first fetched ($recorded -> $sum)" >&2; exit 1
+    fi
+    [ -n "$recorded" ] || echo "$sum  $2" >> "$DIR/SHA256SUMS"
+    echo "ok  $2  $sum"
+}
+
+longbench() {
+    fetch "$HF/datasets/THUDM/LongBench/resolve/main/data.zip" longbench/data.zip
+    if [ ! -d "$DIR/longbench/data" ]; then
+        command -v unzip >/dev/null || { echo "fetch-datasets: unzip is missing (apt-get install unzip)" >&2; exit 1; }
+        (cd "$DIR/longbench" && unzip -q -o data.zip)
+    fi
+    for f in dataset2prompt.json dataset2maxlen.json model2maxlen.json; do
+        fetch "https://raw.githubusercontent.com/THUDM/LongBench/main/LongBench/config/$f" "longbench/config/$f"
+    done
+}
+
+longmemeval() {
+    for f in longmemeval_oracle.json longmemeval_s_cleaned.json; do
+        fetch "$HF/datasets/xiaowu0162/longmemeval-cleaned/resolve/main/$f" "longmemeval/$f"
+    done
+}
+
+sharegpt() {
+    fetch "$HF/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered/resolve/main/ShareGPT_V3_unfiltered_cleaned_split.json" \
+        sharegpt/ShareGPT_V3_unfiltered_cleaned_split.json
+}
+
+which=("$@")
+[ ${#which[@]} -gt 0 ] || which=(longbench longmemeval sharegpt)
+for w in "${which[@]}"; do
+    case "$w" in
+    longbench | longmemeval | sharegpt) "$w" ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt)" >&2; exit 2 ;;
+    esac
+done
+echo "datasets in $DIR"
