@@ -459,8 +459,8 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
 
 static void free_prefill(shared_prefill *sp) {
     kvb_share_free(sp->share, sp->base);
+    kvb_ctx_free(sp->hist); /* forks first: they use the base's backend */
     kvb_ctx_free(sp->base);
-    kvb_ctx_free(sp->hist);
     kvb_prompt_free(&sp->p);
     memset(sp, 0, sizeof *sp);
 }

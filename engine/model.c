@@ -213,7 +213,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     if (c->params.n_batch <= 0) c->params.n_batch = 512;
     kvb_mem_init(&c->mem);
     kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS, (int64_t)m->weight_bytes);
-    c->be = kvb_backend_cpu_create(c->params.n_threads, err, err_len);
+    c->be = c->params.share_backend ? c->params.share_backend : kvb_backend_cpu_create(c->params.n_threads, err, err_len);
     if (!c->be) goto fail;
     c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 256, &c->mem, err, err_len);
     if (!c->kv) goto fail;
@@ -287,7 +287,7 @@ void kvb_ctx_free(kvb_ctx *c) {
     }
     kvc_free(c->kv);
     prof_free(c->prof);
-    kvb_backend_free(c->be);
+    if (!c->params.share_backend) kvb_backend_free(c->be);
     free(c);
 }
 
@@ -303,6 +303,7 @@ void kvb_ctx_reset(kvb_ctx *c) {
 
 kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_len) {
     kvb_ctx_params p = c->params;
+    p.share_backend = c->be; /* same threads: forks run one after another, never at the same time */
     kvb_ctx *d = kvb_ctx_create(c->model, &p, err, err_len);
     if (!d) return NULL;
     kvc_store *kv = kvc_fork(c->kv, &d->mem);

@@ -57,6 +57,7 @@ typedef struct {
     int n_batch;          /* prefill chunk size in tokens; 0 = 512 */
     int profile;          /* time phases per layer */
     int trace;            /* keep events for a Chrome trace */
+    kvb_backend *share_backend; /* use this backend (owned by another context) instead of creating one */
 } kvb_ctx_params;
 
 typedef struct kvb_ctx kvb_ctx;
@@ -143,7 +144,7 @@ void kvb_ctx_free(kvb_ctx *c);
 /* Run tokens through the model at positions n_past.. (in chunks); logits of the last token -> c->logits. */
 int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
 /* A new context in the state of c (KV store, position, logits, round, observation window copied; no hooks,
- * still in prefill), with its own backend and accounting: methods that compress after an exact prefill
+ * still in prefill), with its own accounting and c's backend (free the fork before c; do not run both at once): methods that compress after an exact prefill
  * share one prefill this way (DESIGN.md "Data flow"). obs_window: the copy's window size (>= c's rows are
  * kept; 0 = none). NULL + err on failure. */
 kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_len);
