@@ -92,22 +92,29 @@ static void classify(omnikv *s, int n_layer) {
     s->full_share = (double)n_full / n_layer;
 }
 
-/* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer. */
-static int filter_scores(omnikv *s, kvb_ctx *c, int l, float *score, int64_t n, char *err, size_t err_len) {
+/* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer. given: the
+ * probabilities of the layer's own attention call for the current query (the `last` selector in decode),
+ * else they are computed for the window rows. */
+static int filter_scores(omnikv *s, kvb_ctx *c, int l, const float *given, int64_t given_stride, float *score,
+                         int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     int w = s->selector == 0 ? 1 : (c->obs_n < s->window ? c->obs_n : s->window);
     const float *q = c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - w)) * cfg->n_embd;
     const int32_t *qpos = c->obs_pos + (c->obs_n - w);
     float *probs = NULL;
-    int64_t stride = 0;
-    if (kvb_attn_probs(c, l, q, qpos, w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
+    const float *pr = given;
+    int64_t stride = given_stride;
+    if (!given) {
+        if (kvb_attn_probs(c, l, q, qpos, w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
+        pr = probs;
+    }
     memset(score, 0, (size_t)n * sizeof(float));
     for (int t = 0; t < w; t++) {
         double alpha = s->selector == 2 ? pow(2.0, (double)(t + 1 - w)) : 1.0;
         for (int64_t j = 0; j < n; j++) {
             float m = 0;
             for (int h = 0; h < cfg->n_head; h++) {
-                float p = probs[((int64_t)h * w + t) * stride + j];
+                float p = pr[((int64_t)h * w + t) * stride + j];
                 if (p > m) m = p;
             }
             score[j] += (float)(alpha * m);
@@ -118,12 +125,13 @@ static int filter_scores(omnikv *s, kvb_ctx *c, int l, float *score, int64_t n, 
 }
 
 /* Select the top-T of the tokens before `upto` at filter layer index f and (offload) load them packed. */
-static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, char *err, size_t err_len) {
+static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const float *probs, int64_t stride, char *err,
+                           size_t err_len) {
     int l = s->filter[f];
     const int HK = c->model->cfg.n_head_kv;
     float *score = malloc((size_t)(upto > 0 ? upto : 1) * sizeof *score);
     if (!score) return ERR("out of memory");
-    int rc = filter_scores(s, c, l, score, upto, err, err_len);
+    int rc = filter_scores(s, c, l, probs, stride, score, upto, err, err_len);
     int64_t k = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)upto);
     if (k < 1) k = 1;
     if (k > upto) k = upto;
@@ -180,20 +188,38 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
             }
     s->step_n = 0;
     for (int f = 0; f < s->n_filter; f++)
-        if (select_and_load(s, c, f, n, err, err_len)) return -1;
+        if (select_and_load(s, c, f, n, NULL, 0, err, err_len)) return -1;
     return 0;
 }
 
+static int filter_index(const omnikv *s, int layer) {
+    int f = 0;
+    while (s->filter[f] != layer) f++;
+    return f;
+}
+
+/* window selectors: score the window's queries before the filter layer's attention */
 static int omnikv_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err,
                              size_t err_len) {
     (void)q;
     omnikv *s = self;
     if (c->in_prefill || s->kind[layer] != K_FILTER) return 0;
-    int f = 0;
-    while (s->filter[f] != layer) f++;
-    int64_t len = kvc_n(c->kv, layer, 0);
     s->step_n = n_q;
-    return select_and_load(s, c, f, len - n_q, err, err_len);
+    if (s->selector == 0 && n_q == 1) return 0; /* `last`: from the attention call itself (observe) */
+    return select_and_load(s, c, filter_index(s, layer), kvc_n(c->kv, layer, 0) - n_q, NULL, 0, err, err_len);
+}
+
+static int omnikv_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    omnikv *s = self;
+    return !c->in_prefill && s->kind[layer] == K_FILTER && s->selector == 0 && n_q == 1;
+}
+
+/* `last` selector: the filter layer's own probabilities for the current query (slots in position order) */
+static int omnikv_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                          int64_t n_q, char *err, size_t err_len) {
+    (void)src;
+    omnikv *s = self;
+    return select_and_load(s, c, filter_index(s, layer), kvc_n(c->kv, layer, 0) - n_q, probs, stride, err, err_len);
 }
 
 static int omnikv_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
@@ -325,6 +351,8 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window;
     s->base.hooks.after_prefill = omnikv_after_prefill;
     s->base.hooks.pre_attend = omnikv_pre_attend;
+    s->base.hooks.wants_probs = omnikv_wants;
+    s->base.hooks.observe = omnikv_observe;
     s->base.hooks.select = omnikv_select;
     s->base.expected_tokens = omnikv_expected;
     s->base.describe = omnikv_describe;

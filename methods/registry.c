@@ -281,19 +281,38 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
 
 typedef struct { float s; int32_t i; } scored;
 
-static int cmp_scored_desc(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->s > y->s) return -1;
-    if (x->s < y->s) return 1;
-    return x->i < y->i ? -1 : x->i > y->i;
-}
-
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return x < y ? -1 : x > y;
 }
 
 void kvb_sort_i32(int32_t *v, int64_t n) { qsort(v, (size_t)n, sizeof *v, cmp_i32); }
+
+/* a before b in the order "higher score first, then lower index" */
+static int before(const scored *a, const scored *b) { return a->s > b->s || (a->s == b->s && a->i < b->i); }
+
+/* Quickselect: afterwards t[0..k) are the k first elements of the order (unsorted). Expected O(n). */
+static void select_k(scored *t, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    while (lo < hi) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        scored pivot = t[lo + (int64_t)(r % (uint64_t)(hi - lo + 1))];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (before(&t[i], &pivot)) i++;
+            while (before(&pivot, &t[j])) j--;
+            if (i <= j) {
+                scored x = t[i];
+                t[i++] = t[j];
+                t[j--] = x;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
 
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
     if (k > n) k = n;
@@ -304,7 +323,7 @@ int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
         t[i].s = isnan(score[i]) ? -INFINITY : score[i];
         t[i].i = (int32_t)i;
     }
-    qsort(t, (size_t)n, sizeof *t, cmp_scored_desc);
+    if (k < n) select_k(t, n, k);
     for (int64_t i = 0; i < k; i++) out[i] = t[i].i;
     free(t);
     kvb_sort_i32(out, k);
