@@ -14,7 +14,8 @@ static const char *HELP =
     "Prefills one prompt of --ctx-len tokens with each method (full attention first, as the reference), decodes\n"
     "N greedy tokens, and prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
     "the device and host tiers after decode, bytes moved between tiers and mean tokens attended per layer.\n"
-    "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only.\n"
+    "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only, an unprefixed\n"
+    "one to every method but full.\n"
     "\n"
     "options:\n"
     "  --ctx-len N            prompt tokens (default 8000)\n"
@@ -37,7 +38,7 @@ static int method_opts(const char *name, char **raw, int n_raw, kvb_opts *o, cha
         if (colon && (!eq || colon < eq)) {
             if (strncmp(raw[i], name, (size_t)(colon - raw[i])) || strlen(name) != (size_t)(colon - raw[i])) continue;
             if (kvb_opts_add(o, colon + 1, err, err_len)) return -1;
-        } else if (kvb_opts_add(o, raw[i], err, err_len)) {
+        } else if (strcmp(name, "full") && kvb_opts_add(o, raw[i], err, err_len)) { /* full takes no options */
             return -1;
         }
     }

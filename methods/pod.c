@@ -103,40 +103,6 @@ static int pod_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     return 0;
 }
 
-/* Distant scores at a base layer: probabilities over positions [sinks, sinks + n_dist) of its own keys. */
-static int base_scores(pod *s, kvb_ctx *c, int l, const float *q, int64_t n_dist, char *err, size_t err_len) {
-    const kvb_config *cfg = &c->model->cfg;
-    const int HK = cfg->n_head_kv, G = cfg->n_head / HK;
-    kvb_src *src = calloc((size_t)HK, sizeof *src);
-    if (!src) return ERR("out of memory");
-    int any = 0;
-    for (int g = 0; g < HK; g++) {
-        if (!is_base(s, g, l)) continue;
-        kvc_view v = kvc_head_view(c->kv, l, g); /* base heads keep every token in position order */
-        size_t off = (size_t)s->sinks * s->row_bytes;
-        kvb_src x = {(const uint8_t *)v.k + off, (const uint8_t *)v.v + off, v.pos + s->sinks, n_dist, NULL, 0};
-        src[g] = x;
-        any = 1;
-    }
-    int rc = 0;
-    if (any) {
-        float *probs = NULL, *lse = s->lse_d + (size_t)l * cfg->n_head;
-        int64_t stride = 0;
-        rc = kvb_attn_probs(c, l, q, c->pos, 1, src, &probs, &stride, lse, err, err_len);
-        if (!rc)
-            for (int g = 0; g < HK; g++)
-                if (is_base(s, g, l))
-                    for (int r = 0; r < G; r++) {
-                        int h = g * G + r;
-                        memcpy(s->pd + ((size_t)l * cfg->n_head + h) * s->pd_cap, probs + (int64_t)h * stride,
-                               (size_t)n_dist * sizeof(float));
-                    }
-        free(probs);
-    }
-    free(src);
-    return rc;
-}
-
 static int pod_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     pod *s = self;
     if (c->in_prefill) return 0;
@@ -161,6 +127,42 @@ static int fit_pd(pod *s, int64_t n, char *err, size_t err_len) {
     return 0;
 }
 
+/* Base heads: the layer's own probabilities over every token give the shared distant scores directly:
+ * P_D = p / m over distant slots, lse_D = lse + log m with m the distant mass (one attention pass). */
+static void share_base_scores(pod *s, const kvb_ctx *c, int layer, const float *probs, int64_t stride, int64_t n_dist) {
+    const kvb_config *cfg = &c->model->cfg;
+    const int G = cfg->n_head / cfg->n_head_kv;
+    for (int h = 0; h < cfg->n_head; h++) {
+        if (!is_base(s, h / G, layer)) continue;
+        const float *p = probs + (int64_t)h * stride + s->sinks; /* base heads: slot = position */
+        double m = 0;
+        for (int64_t i = 0; i < n_dist; i++) m += p[i];
+        float *pd = s->pd + ((size_t)layer * cfg->n_head + h) * s->pd_cap;
+        float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
+        for (int64_t i = 0; i < n_dist; i++) pd[i] = p[i] * inv;
+        s->lse_d[(size_t)layer * cfg->n_head + h] = m > 0 ? (float)(s->lse_p[h] + log(m)) : -INFINITY;
+    }
+}
+
+/* o_D for the G query heads of one non-base KV head: each distant V row is read (and converted) once. */
+static void distant_outputs(pod *s, const vrows *d, const float *const *w, int G, int D, int64_t n_dist, int f16) {
+    float row[256];
+    memset(s->o_d, 0, (size_t)G * D * sizeof(float));
+    for (int64_t i = 0; i < n_dist; i++) {
+        const uint8_t *src = d->v + (size_t)i * s->row_bytes;
+        if (f16)
+            for (int e = 0; e < D; e++) row[e] = kvb_f16_to_f32(((const kvb_f16 *)src)[e]);
+        else
+            memcpy(row, src, (size_t)D * sizeof(float));
+        for (int r = 0; r < G; r++) {
+            if (!w[r]) continue;
+            const float wi = w[r][i];
+            float *od = s->o_d + (size_t)r * D;
+            for (int e = 0; e < D; e++) od[e] += wi * row[e];
+        }
+    }
+}
+
 static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len) {
     pod *s = self;
     if (c->in_prefill || a->n_q != 1) return 0;
@@ -170,37 +172,52 @@ static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char 
     if (n_dist < 0) n_dist = 0;
     s->n_dist = n_dist;
     if (fit_pd(s, n_dist, err, err_len)) return -1;
-    if (n_dist > 0 && base_scores(s, c, layer, a->q, n_dist, err, err_len)) return -1;
+    int any_base = 0, has_upper = 0;
+    for (int g = 0; g < HK; g++) {
+        any_base |= is_base(s, g, layer);
+        has_upper |= !is_base(s, g, layer);
+    }
+    int64_t stride = 0;
+    for (int g = 0; g < HK; g++) stride = a->n_kv[g] > stride ? a->n_kv[g] : stride;
+    float *probs = NULL;
+    if (n_dist > 0 && any_base) {
+        probs = malloc((size_t)cfg->n_head * (size_t)(stride > 0 ? stride : 1) * sizeof(float));
+        if (!probs) return ERR("pod: out of memory");
+        a->probs = probs;
+        a->probs_stride = stride;
+    }
     a->lse = s->lse_p;
-    if (c->be->attention(c->be, a, err, err_len)) return -1;
+    int rc = c->be->attention(c->be, a, err, err_len);
     a->lse = NULL;
-    if (n_dist == 0) return 1;
+    a->probs = NULL;
+    if (!rc && probs) share_base_scores(s, c, layer, probs, stride, n_dist);
+    free(probs);
+    if (rc) return -1;
+    if (n_dist == 0 || !has_upper) return 1;
     for (int g = 0; g < HK; g++) {
         if (is_base(s, g, layer)) continue;
         int b = base_of(s, g, layer);
         const vrows *d = dist_at(s, layer, g);
-        if (d->n != n_dist) return ERR("pod: layer %d head %d holds %lld distant rows, expected %lld", layer, g, (long long)d->n, (long long)n_dist);
-        for (int r = 0; r < G; r++) {
+        if (d->n != n_dist)
+            return ERR("pod: layer %d head %d holds %lld distant rows, expected %lld", layer, g, (long long)d->n, (long long)n_dist);
+        const float *w[64];
+        double gate[64];
+        int any = 0;
+        for (int r = 0; r < G && r < 64; r++) {
             int h = g * G + r;
             double lp = s->lse_p[h], ld = s->lse_d[(size_t)b * cfg->n_head + h];
-            double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0;
-            if (gate >= s->tau) { s->skipped++; continue; }
-            s->merged++;
-            const float *p = s->pd + ((size_t)b * cfg->n_head + h) * s->pd_cap;
-            float *od = s->o_d;
-            memset(od, 0, (size_t)D * sizeof(float));
-            for (int64_t i = 0; i < n_dist; i++) {
-                const float w = p[i];
-                if (a->kv_dtype == KVB_F16) {
-                    const kvb_f16 *vr = (const kvb_f16 *)(d->v + (size_t)i * s->row_bytes);
-                    for (int e = 0; e < D; e++) od[e] += w * kvb_f16_to_f32(vr[e]);
-                } else {
-                    const float *vr = (const float *)(d->v + (size_t)i * s->row_bytes);
-                    for (int e = 0; e < D; e++) od[e] += w * vr[e];
-                }
-            }
-            float *o = a->out + (int64_t)h * D;
-            for (int e = 0; e < D; e++) o[e] = (float)(gate * o[e] + (1.0 - gate) * od[e]);
+            gate[r] = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
+            w[r] = gate[r] >= s->tau ? NULL : s->pd + ((size_t)b * cfg->n_head + h) * s->pd_cap;
+            if (w[r]) s->merged++, any = 1;
+            else s->skipped++;
+        }
+        if (!any) continue;
+        distant_outputs(s, d, w, G, D, n_dist, a->kv_dtype == KVB_F16);
+        for (int r = 0; r < G; r++) {
+            if (!w[r]) continue;
+            float *o = a->out + (int64_t)(g * G + r) * D;
+            const float *od = s->o_d + (size_t)r * D;
+            for (int e = 0; e < D; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[e]);
         }
     }
     return 1;
@@ -255,8 +272,9 @@ kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     s->dist = calloc((size_t)cfg->n_layer * cfg->n_head_kv, sizeof *s->dist);
     s->lse_d = calloc((size_t)cfg->n_layer * cfg->n_head, sizeof *s->lse_d);
     s->lse_p = calloc((size_t)cfg->n_head, sizeof *s->lse_p);
-    s->o_d = calloc((size_t)cfg->head_dim, sizeof *s->o_d);
+    s->o_d = calloc((size_t)cfg->n_head * cfg->head_dim, sizeof *s->o_d);
     if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->o_d) { ERR("out of memory"); goto fail; }
+    if (cfg->head_dim > 256 || cfg->n_head / cfg->n_head_kv > 64) { ERR("pod: head_dim > 256 or more than 64 query heads per KV head"); goto fail; }
     int64_t block = 0;
     int r;
     if ((r = kvb_opts_int(o, "block", &block, err, err_len)) < 0) goto fail;
