@@ -54,29 +54,6 @@ void kvb_jsonl_close(kvb_jsonl *r) {
     memset(r, 0, sizeof *r);
 }
 
-char *kvb_read_file(const char *path, size_t *len, char *err, size_t err_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kvb_seterr(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    kvb_sb b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kvb_sb_add(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
-    size_t total = b.n;
-    char *buf = kvb_sb_take(&b);
-    if (bad || !buf) {
-        free(buf);
-        kvb_seterr(err, err_len, "%s: %s", path, bad ? "read error" : "out of memory");
-        return NULL;
-    }
-    if (len) *len = total;
-    return buf;
-}
-
 static long count_lines(const char *s, size_t n) {
     long k = 0;
     for (size_t i = 0; i < n; i++) k += s[i] == '\n';

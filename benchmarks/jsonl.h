@@ -6,6 +6,7 @@
 #ifndef KVB_JSONL_H
 #define KVB_JSONL_H
 
+#include "engine/fsutil.h" /* kvb_read_file */
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -29,8 +30,7 @@ int kvb_jsonl_next(kvb_jsonl *r, cJSON **out, char *err, size_t err_len);
 void kvb_jsonl_close(kvb_jsonl *r);
 
 /* ---- whole files and one big array ---- */
-/* Reads the whole file, NUL-terminated; NULL with "<path>: ..." in err. */
-char *kvb_read_file(const char *path, size_t *len, char *err, size_t err_len);
+
 
 typedef struct {
     const char *path;

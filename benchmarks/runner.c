@@ -16,6 +16,7 @@
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/score.h"
+#include "engine/fsutil.h"
 #include "engine/sampler.h"
 #include "methods/method.h"
 #include "methods/profile.h"
@@ -72,18 +73,6 @@ static void expand_path(const char *in, char *out, size_t cap) {
         else snprintf(out, cap, "%s/.cache/kvbench/datasets/%s", home ? home : ".", in + 10);
     }
     else snprintf(out, cap, "%s", in);
-}
-
-static int mkdirs(const char *dir) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
 }
 
 static const char *jstr(const cJSON *o, const char *k, const char *def) {
@@ -354,16 +343,10 @@ static int git_commit(char *out, size_t cap) {
 static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     char path[1100];
     snprintf(path, sizeof path, "%s/run.json", st->out_dir);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)n + 1);
-        size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-        fclose(f);
-        if (buf) buf[got] = 0;
-        cJSON *j = buf ? cJSON_Parse(buf) : NULL;
+    char *buf = access(path, F_OK) == 0 ? kvb_read_file(path, NULL, err, err_len) : NULL;
+    if (!buf && access(path, F_OK) == 0) return -1;
+    if (buf) {
+        cJSON *j = cJSON_Parse(buf);
         free(buf);
         const char *s = jstr(j, "suite", NULL), *sha = jstr(j, "model_sha256", NULL);
         int rc = 0;
@@ -393,14 +376,10 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     cJSON_AddItemToObject(j, "suite_config", cJSON_Duplicate(st->suite, 1));
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    int ok = f && text && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f)) ok = 0;
+    if (!text) return ERR("out of memory");
+    int rc = kvb_write_file_atomic(path, text, err, err_len);
     free(text);
-    if (!ok || rename(tmp, path)) return ERR("cannot write %s: %s", path, strerror(errno));
-    return 0;
+    return rc;
 }
 
 /* ---- one sample ---- */
@@ -683,16 +662,9 @@ static void free_state(run_state *st) {
 }
 
 static int load_suite(run_state *st, char *err, size_t err_len) {
-    FILE *f = fopen(st->o->suite_path, "rb");
-    if (!f) return ERR("cannot read suite %s: %s", st->o->suite_path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf) return ERR("out of memory");
-    buf[got] = 0;
+    char e2[512];
+    char *buf = kvb_read_file(st->o->suite_path, NULL, e2, sizeof e2);
+    if (!buf) return ERR("cannot read suite %s", e2);
     const char *end = NULL;
     st->suite = cJSON_ParseWithOpts(buf, &end, 0);
     if (!st->suite || !cJSON_IsObject(st->suite)) {
@@ -724,7 +696,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     const cJSON *benches = cJSON_GetObjectItemCaseSensitive(st.suite, "benchmarks"), *b;
     if (!cJSON_IsArray(benches)) { ERR("suite %s: \"benchmarks\" must be an array", o->suite_path); goto done; }
     cJSON_ArrayForEach(b, benches) if (load_benchmark(&st, b, err, err_len)) goto done;
-    if (mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
+    if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
     if (prepare_run_json(&st, err, err_len)) goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
     if (load_done(&st, err, err_len)) goto done;

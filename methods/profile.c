@@ -1,6 +1,7 @@
 /* profile.c — calibration profiles on disk, keyed by the model's sha256 (OpenSSL's libcrypto digests). */
 #include "methods/profile.h"
 #include "methods/method.h"
+#include "engine/fsutil.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -51,35 +52,12 @@ int kvb_profile_path(const kvb_model *m, char *path, size_t cap, char *err, size
     return 0;
 }
 
-static char *slurp(const char *path, char *err, size_t err_len, int *missing) {
-    *missing = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) *missing = 1;
-        else ERR("cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        ERR("cannot read %s", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
     char path[1024];
     err[0] = 0;
     if (kvb_profile_path(m, path, sizeof path, err, err_len)) return NULL;
-    int missing;
-    char *text = slurp(path, err, err_len, &missing);
+    if (access(path, F_OK) != 0) return NULL; /* no profile yet */
+    char *text = kvb_read_file(path, NULL, err, err_len);
     if (!text) return NULL;
     cJSON *j = cJSON_Parse(text);
     free(text);
@@ -91,24 +69,12 @@ cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
     return j;
 }
 
-static int mkdirs(const char *dir) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len) {
-    char dir[900], path[1024], tmp[1100], hex[65];
+    char dir[900], path[1024], hex[65];
     if (profile_dir(dir, sizeof dir, err, err_len) || kvb_profile_path(m, path, sizeof path, err, err_len) ||
         kvb_model_sha256(m, hex, err, err_len))
         return -1;
-    if (mkdirs(dir)) return ERR("cannot create %s: %s", dir, strerror(errno));
+    if (kvb_mkdirs(dir)) return ERR("cannot create %s: %s", dir, strerror(errno));
     cJSON *root = kvb_profile_load(m, err, err_len);
     if (!root) {
         if (err[0]) return -1;
@@ -121,16 +87,9 @@ int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, cha
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return ERR("out of memory");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f)) ok = 0;
+    int rc = kvb_write_file_atomic(path, text, err, err_len);
     free(text);
-    if (!ok || rename(tmp, path)) {
-        unlink(tmp);
-        return ERR("cannot write %s: %s", path, strerror(errno));
-    }
-    return 0;
+    return rc;
 }
 
 static cJSON *section(const kvb_model *model, const char *name, cJSON **root, char *err, size_t err_len) {

@@ -109,7 +109,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
         execl(bin, bin, "run", suite, "--out", b, "--quiet", "--threads", "2", (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 600 && count_lines(rb) < 6; i++) usleep(50000);
+    for (int i = 0; i < 6000 && count_lines(rb) < 6; i++) usleep(50000); /* up to 5 minutes on a busy machine */
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);

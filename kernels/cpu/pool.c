@@ -1,6 +1,7 @@
 #include "kernels/cpu/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -120,7 +121,12 @@ void kvb_pool_run(kvb_pool *p, kvb_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n_threads);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) KVB_PAUSE();
+    /* spin briefly, then yield: when another process holds the cores (a parallel ctest, a shared CI box),
+     * the worker we wait for may be descheduled, and spinning would burn its time slice */
+    for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1; spins++) {
+        if (spins < 4096) KVB_PAUSE();
+        else sched_yield();
+    }
 }
 
 void kvb_split(long n, int ith, int nth, long *lo, long *hi) {
