@@ -1,0 +1,570 @@
+/* serve.c — the OpenAI-compatible server (see serve.h). One connection thread per client (libmicrohttpd);
+ * an engine mutex runs one generation at a time; a counter bounds the waiting ones. */
+#include "judge/serve.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/chat.h"
+#include "engine/sampler.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+typedef struct {
+    const kvb_serve_opts *o;
+    kvb_model *model;
+    char name[256];
+    char *token;           /* bearer token, or NULL */
+    pthread_mutex_t engine;
+    atomic_int in_flight;  /* running + waiting */
+    atomic_long next_id;
+} server;
+
+typedef struct {
+    char *body;
+    size_t n, cap;
+    int too_large;
+} upload;
+
+/* ---- replies ---- */
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, cJSON *j) {
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result rc = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, const char *type, const char *param,
+                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, const char *type, const char *param,
+                                  const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
+    return send_json(conn, status, j);
+}
+
+/* ---- one generation ---- */
+
+typedef struct {
+    server *s;
+    char id[48];
+    kvb_ctx *c;
+    kvb_method *m;
+    kvb_sampler smp;
+    tok_stream ts;
+    int max_tokens, n_gen, prompt_tokens, done, stream, sent_role, finished_sent, locked;
+    const char *finish;
+    char **stop;
+    int n_stop;
+    char *text;            /* generated text so far */
+    size_t text_n, text_cap;
+    char *pending;         /* stream bytes not yet handed to MHD */
+    size_t pend_n, pend_off;
+} gen;
+
+static void text_add(gen *g, const char *p, size_t n) {
+    if (g->text_n + n + 1 > g->text_cap) {
+        size_t cap = (g->text_n + n + 1) * 2;
+        char *t = realloc(g->text, cap);
+        if (!t) return;
+        g->text = t;
+        g->text_cap = cap;
+    }
+    memcpy(g->text + g->text_n, p, n);
+    g->text_n += n;
+    g->text[g->text_n] = 0;
+}
+
+static void gen_free(gen *g) {
+    if (!g) return;
+    kvb_method_free(g->m, g->c);
+    kvb_ctx_free(g->c);
+    sampler_free(&g->smp);
+    for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    free(g->text);
+    free(g->pending);
+    if (g->locked) pthread_mutex_unlock(&g->s->engine);
+    atomic_fetch_sub(&g->s->in_flight, 1);
+    free(g);
+}
+
+/* Next token into g->text; sets done/finish. Returns bytes of text added, -1 on an engine error. */
+static int gen_step(gen *g, char *err, size_t err_len) {
+    const kvb_model *m = g->s->model;
+    if (g->n_gen >= g->max_tokens) {
+        g->done = 1;
+        g->finish = "length";
+        return 0;
+    }
+    int32_t next = sampler_sample(&g->smp, g->c->logits);
+    if (tok_is_eog(m->tok, next)) {
+        g->done = 1;
+        g->finish = "stop";
+        return 0;
+    }
+    g->n_gen++;
+    char piece[256];
+    int np = tok_stream_push(&g->ts, m->tok, next, piece, sizeof piece);
+    size_t before = g->text_n;
+    if (np > 0) text_add(g, piece, (size_t)np);
+    for (int i = 0; i < g->n_stop; i++) {
+        char *hit = g->text ? strstr(g->text + (before > 64 ? before - 64 : 0), g->stop[i]) : NULL;
+        if (hit) {
+            g->text_n = (size_t)(hit - g->text);
+            g->text[g->text_n] = 0;
+            g->done = 1;
+            g->finish = "stop";
+            return g->text_n > before ? (int)(g->text_n - before) : 0;
+        }
+    }
+    if (g->n_gen < g->max_tokens && kvb_forward(g->c, &next, 1, err, err_len)) return -1;
+    if (g->n_gen >= g->max_tokens) {
+        g->done = 1;
+        g->finish = "length";
+    }
+    return (int)(g->text_n - before);
+}
+
+static int parse_messages(const cJSON *msgs, chat_msg **out, int *n, char *err, size_t err_len) {
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return ERR("'messages' must be a non-empty array");
+    int k = cJSON_GetArraySize(msgs);
+    *out = calloc((size_t)k, sizeof **out);
+    if (!*out) return ERR("out of memory");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content)) return ERR("messages[%d] needs string 'role' and 'content'", i);
+        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant"))
+            return ERR("messages[%d].role must be system, user or assistant", i);
+        (*out)[i].role = role->valuestring;
+        (*out)[i].content = content->valuestring;
+        i++;
+    }
+    *n = k;
+    return 0;
+}
+
+static int parse_method(server *s, const cJSON *req, const char **method, kvb_budget *b, kvb_opts *o, char *err,
+                        size_t err_len) {
+    *method = s->o->method ? s->o->method : "full";
+    *b = s->o->budget;
+    *o = s->o->opts;
+    const cJSON *ext = cJSON_GetObjectItemCaseSensitive(req, "kvbench");
+    if (!ext) return 0;
+    if (!cJSON_IsObject(ext)) return ERR("'kvbench' must be an object");
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(ext, "method"), *bb = cJSON_GetObjectItemCaseSensitive(ext, "budget"),
+                *oo = cJSON_GetObjectItemCaseSensitive(ext, "method_opts");
+    if (mm) {
+        if (!cJSON_IsString(mm) || !kvb_method_find(mm->valuestring)) return ERR("kvbench.method: unknown method");
+        *method = mm->valuestring;
+        memset(o, 0, sizeof *o);
+        b->kind = KVB_BUDGET_NONE;
+    }
+    if (bb && (!cJSON_IsString(bb) || kvb_budget_parse(bb->valuestring, b, err, err_len))) {
+        if (!cJSON_IsString(bb)) ERR("kvbench.budget must be a string like \"30%%\"");
+        return -1;
+    }
+    const cJSON *x;
+    cJSON_ArrayForEach(x, oo) {
+        char kv[200];
+        if (cJSON_IsString(x)) snprintf(kv, sizeof kv, "%s=%s", x->string, x->valuestring);
+        else if (cJSON_IsNumber(x)) snprintf(kv, sizeof kv, "%s=%g", x->string, x->valuedouble);
+        else return ERR("kvbench.method_opts.%s must be a string or number", x->string);
+        if (kvb_opts_add(o, kv, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+/* Build the generation: validates the request (400 on error) and prefills. */
+static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, size_t err_len) {
+    *status = 400;
+    const cJSON *v;
+    int max_tokens = 256, stream = 0;
+    double temp = 0.0, top_p = 1.0, seed = 42;
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "max_tokens"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 20) { ERR("'max_tokens' must be a positive integer"); return NULL; }
+        max_tokens = v->valueint;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "temperature"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2) { ERR("'temperature' must be in [0, 2]"); return NULL; }
+        temp = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "top_p"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble <= 0 || v->valuedouble > 1) { ERR("'top_p' must be in (0, 1]"); return NULL; }
+        top_p = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "seed")) && cJSON_IsNumber(v)) seed = v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valueint != 1)) { ERR("only n = 1 is supported"); return NULL; }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stream"))) {
+        if (!cJSON_IsBool(v)) { ERR("'stream' must be a boolean"); return NULL; }
+        stream = cJSON_IsTrue(v);
+    }
+    chat_msg *msgs = NULL;
+    int n_msgs = 0;
+    if (parse_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), &msgs, &n_msgs, err, err_len)) { free(msgs); return NULL; }
+    const char *method;
+    kvb_budget budget;
+    kvb_opts opts;
+    if (parse_method(s, req, &method, &budget, &opts, err, err_len)) { free(msgs); return NULL; }
+    gen *g = calloc(1, sizeof *g);
+    if (!g) { free(msgs); ERR("out of memory"); return NULL; }
+    g->s = s;
+    atomic_fetch_add(&s->in_flight, 1);
+    g->max_tokens = max_tokens;
+    g->stream = stream;
+    snprintf(g->id, sizeof g->id, "chatcmpl-kvb%ld", atomic_fetch_add(&s->next_id, 1));
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stop")) && !cJSON_IsNull(v)) {
+        int k = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        if (k < 0 || k > 4) { ERR("'stop' must be a string or up to 4 strings"); gen_free(g); free(msgs); return NULL; }
+        g->stop = calloc((size_t)k + 1, sizeof *g->stop);
+        for (int i = 0; i < k; i++) {
+            const cJSON *x = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsString(x) || !x->valuestring[0]) { ERR("'stop' entries must be non-empty strings"); gen_free(g); free(msgs); return NULL; }
+            g->stop[g->n_stop++] = strdup(x->valuestring);
+        }
+    }
+    /* render and tokenize */
+    const gguf_kv *tk = gguf_find(s->model->gguf, "tokenizer.chat_template");
+    char *tmpl = tk && tk->val.type == GGUF_VT_STRING ? strndup(tk->val.v.s.ptr, tk->val.v.s.len) : NULL;
+    chat_kind kind = chat_detect(tmpl, s->model->cfg.arch);
+    free(tmpl);
+    char *def_sys = chat_default_system_from_model(s->model->gguf), *rendered = NULL;
+    int rc = chat_render(kind, msgs, n_msgs, 1, def_sys, &rendered, err, err_len);
+    free(def_sys);
+    free(msgs);
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (!rc) rc = tok_encode(s->model->tok, rendered, strlen(rendered), 1, 1, &ids, &n_ids, err, err_len);
+    free(rendered);
+    if (rc) { gen_free(g); free(ids); return NULL; }
+    if (n_ids + max_tokens + 1 > s->model->cfg.n_ctx_train) {
+        ERR("prompt of %d tokens + max_tokens %d exceeds the model's context of %d", n_ids, max_tokens, s->model->cfg.n_ctx_train);
+        gen_free(g);
+        free(ids);
+        return NULL;
+    }
+    g->prompt_tokens = n_ids;
+    /* the engine: one generation at a time */
+    pthread_mutex_lock(&s->engine);
+    g->locked = 1;
+    *status = 500;
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = n_ids + max_tokens + 1;
+    cp.n_threads = s->o->n_threads;
+    g->c = kvb_ctx_create(s->model, &cp, err, err_len);
+    if (g->c) {
+        *status = 400;
+        g->m = kvb_method_create(method, g->c, &budget, &opts, err, err_len);
+    }
+    rc = !g->c || !g->m || sampler_init(&g->smp, s->model->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed);
+    if (!rc) {
+        *status = 500;
+        rc = kvb_method_prefill(g->m, g->c, ids, n_ids, err, err_len);
+    }
+    free(ids);
+    if (rc) {
+        if (!err[0]) ERR("out of memory");
+        gen_free(g);
+        return NULL;
+    }
+    tok_stream_init(&g->ts);
+    *status = 200;
+    return g;
+}
+
+static cJSON *usage_obj(const gen *g) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", g->prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", g->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + g->n_gen);
+    return u;
+}
+
+static cJSON *kv_obj(const gen *g) {
+    kvb_kv_usage u;
+    kvb_method_usage(g->m, g->c, &u);
+    cJSON *o = cJSON_CreateObject();
+    char bud[32], desc[240] = "";
+    kvb_budget_format(&g->m->budget, bud, sizeof bud);
+    if (g->m->describe) g->m->describe(g->m, desc, sizeof desc);
+    cJSON_AddStringToObject(o, "method", g->m->name);
+    cJSON_AddStringToObject(o, "budget", bud);
+    cJSON_AddStringToObject(o, "method_params", desc);
+    cJSON_AddNumberToObject(o, "kv_device_bytes", (double)u.device_bytes);
+    cJSON_AddNumberToObject(o, "kv_host_bytes", (double)u.host_bytes);
+    cJSON_AddNumberToObject(o, "kv_full_bytes", (double)u.full_bytes);
+    return o;
+}
+
+static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
+    char err[512] = "";
+    while (!g->done)
+        if (gen_step(g, err, sizeof err) < 0) {
+            gen_free(g);
+            return send_error(conn, 500, "server_error", NULL, "%s", err);
+        }
+    char tail[64];
+    int nt = tok_stream_flush(&g->ts, tail, sizeof tail);
+    if (nt > 0) text_add(g, tail, (size_t)nt);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", g->id);
+    cJSON_AddStringToObject(j, "object", "chat.completion");
+    cJSON_AddNumberToObject(j, "created", (double)time(NULL));
+    cJSON_AddStringToObject(j, "model", g->s->name);
+    cJSON *choices = cJSON_AddArrayToObject(j, "choices"), *ch = cJSON_CreateObject(), *msg = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddStringToObject(msg, "role", "assistant");
+    cJSON_AddStringToObject(msg, "content", g->text ? g->text : "");
+    cJSON_AddItemToObject(ch, "message", msg);
+    cJSON_AddStringToObject(ch, "finish_reason", g->finish ? g->finish : "stop");
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddItemToObject(j, "usage", usage_obj(g));
+    cJSON_AddItemToObject(j, "kvbench", kv_obj(g));
+    gen_free(g);
+    return send_json(conn, 200, j);
+}
+
+/* one SSE event with a delta (content or role) and an optional finish reason */
+static void sse_chunk(gen *g, const char *role, const char *content, size_t content_n, const char *finish) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", g->id);
+    cJSON_AddStringToObject(j, "object", "chat.completion.chunk");
+    cJSON_AddNumberToObject(j, "created", (double)time(NULL));
+    cJSON_AddStringToObject(j, "model", g->s->name);
+    cJSON *choices = cJSON_AddArrayToObject(j, "choices"), *ch = cJSON_CreateObject(), *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (role) cJSON_AddStringToObject(d, "role", role);
+    if (content) {
+        char *c = strndup(content, content_n);
+        cJSON_AddStringToObject(d, "content", c ? c : "");
+        free(c);
+    }
+    cJSON_AddItemToObject(ch, "delta", d);
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    if (finish) cJSON_AddItemToObject(j, "usage", usage_obj(g));
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text) return;
+    size_t tn = strlen(text), need = g->pend_n + tn + 8;
+    char *p = realloc(g->pending, need);
+    if (p) {
+        g->pending = p;
+        memcpy(p + g->pend_n, "data: ", 6);
+        memcpy(p + g->pend_n + 6, text, tn);
+        memcpy(p + g->pend_n + 6 + tn, "\n\n", 2);
+        g->pend_n += tn + 8;
+    }
+    free(text);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen *g = cls;
+    while (g->pend_off == g->pend_n) {
+        g->pend_n = g->pend_off = 0;
+        if (!g->sent_role) {
+            sse_chunk(g, "assistant", NULL, 0, NULL);
+            g->sent_role = 1;
+        } else if (!g->done) {
+            char err[256];
+            size_t before = g->text_n;
+            int added = gen_step(g, err, sizeof err);
+            if (added < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (added > 0) sse_chunk(g, NULL, g->text + before, (size_t)added, NULL);
+        } else if (!g->finished_sent) {
+            sse_chunk(g, NULL, NULL, 0, g->finish ? g->finish : "stop");
+            const char *done = "data: [DONE]\n\n";
+            char *p = realloc(g->pending, g->pend_n + strlen(done));
+            if (p) {
+                g->pending = p;
+                memcpy(p + g->pend_n, done, strlen(done));
+                g->pend_n += strlen(done);
+            }
+            g->finished_sent = 1;
+        } else {
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+    }
+    size_t n = g->pend_n - g->pend_off < max ? g->pend_n - g->pend_off : max;
+    memcpy(buf, g->pending + g->pend_off, n);
+    g->pend_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { gen_free(cls); }
+
+static enum MHD_Result reply_stream(struct MHD_Connection *conn, gen *g) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, g, stream_free);
+    if (!r) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* ---- routing ---- */
+
+static enum MHD_Result handle_models(server *s, struct MHD_Connection *conn) {
+    cJSON *j = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(j, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "object", "list");
+    cJSON_AddStringToObject(m, "id", s->name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "kvbench");
+    cJSON_AddItemToArray(data, m);
+    return send_json(conn, 200, j);
+}
+
+static int authorized(server *s, struct MHD_Connection *conn) {
+    if (!s->token) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->token);
+}
+
+static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn, const upload *up) {
+    if (up->too_large) return send_error(conn, 413, "invalid_request_error", NULL, "request body larger than %zu bytes", s->o->max_body);
+    if (atomic_load(&s->in_flight) > s->o->max_queue)
+        return send_error(conn, 503, "server_busy", NULL, "server busy: %d requests running or queued", atomic_load(&s->in_flight));
+    cJSON *req = up->body ? cJSON_ParseWithLength(up->body, up->n) : NULL;
+    if (!req || !cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return send_error(conn, 400, "invalid_request_error", NULL, "request body is not a JSON object");
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+    if (model && !cJSON_IsString(model)) {
+        cJSON_Delete(req);
+        return send_error(conn, 400, "invalid_request_error", "model", "'model' must be a string");
+    }
+    char err[512] = "";
+    unsigned status;
+    gen *g = gen_start(s, req, &status, err, sizeof err);
+    int stream = g && g->stream;
+    cJSON_Delete(req);
+    if (!g) return send_error(conn, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", err);
+    if (s->o->verbose) fprintf(stderr, "serve: %s %s %d prompt tokens%s\n", g->id, g->m->name, g->prompt_tokens, stream ? " (stream)" : "");
+    return stream ? reply_stream(conn, g) : reply_whole(conn, g);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
+    (void)version;
+    server *s = cls;
+    if (!*con_cls) {
+        upload *up = calloc(1, sizeof *up);
+        if (!up) return MHD_NO;
+        *con_cls = up;
+        return MHD_YES;
+    }
+    upload *up = *con_cls;
+    if (*data_size) {
+        if (up->n + *data_size > s->o->max_body) up->too_large = 1;
+        else {
+            if (up->n + *data_size + 1 > up->cap) {
+                size_t cap = (up->n + *data_size + 1) * 2;
+                char *b = realloc(up->body, cap);
+                if (!b) return MHD_NO;
+                up->body = b;
+                up->cap = cap;
+            }
+            memcpy(up->body + up->n, data, *data_size);
+            up->n += *data_size;
+        }
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (!authorized(s, conn)) return send_error(conn, 401, "invalid_request_error", NULL, "missing or wrong bearer token");
+    if (!strcmp(url, "/v1/models") && !strcmp(method, "GET")) return handle_models(s, conn);
+    if (!strcmp(url, "/v1/chat/completions") && !strcmp(method, "POST")) return handle_completion(s, conn, up);
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/v1/models"))
+        return send_error(conn, 405, "invalid_request_error", NULL, "method %s not allowed on %s", method, url);
+    return send_error(conn, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
+}
+
+static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)conn, (void)toe;
+    upload *up = *con_cls;
+    if (up) {
+        free(up->body);
+        free(up);
+        *con_cls = NULL;
+    }
+}
+
+int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_out, void (*ready)(void *user, int port),
+              void *user, char *err, size_t err_len) {
+    server s;
+    memset(&s, 0, sizeof s);
+    s.o = o;
+    if (o->api_key_env) {
+        const char *t = getenv(o->api_key_env);
+        if (!t || !*t) return ERR("serve: environment variable %s (the bearer token) is empty or unset", o->api_key_env);
+        s.token = strdup(t);
+    }
+    s.model = kvb_model_load(o->model_path, err, err_len);
+    if (!s.model) {
+        free(s.token);
+        return -1;
+    }
+    const char *base = strrchr(o->model_path, '/');
+    snprintf(s.name, sizeof s.name, "%s", o->model_name ? o->model_name : (base ? base + 1 : o->model_path));
+    pthread_mutex_init(&s.engine, NULL);
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)o->port);
+    if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1) {
+        kvb_model_free(s.model);
+        free(s.token);
+        return ERR("serve: bad IPv4 address '%s'", o->host);
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+                                            (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
+                                            MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                                            (unsigned)(o->max_queue + 16), MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    if (!d) {
+        kvb_model_free(s.model);
+        free(s.token);
+        return ERR("serve: cannot listen on %s:%d (in use?)", o->host ? o->host : "127.0.0.1", o->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    int port = info ? info->port : o->port;
+    if (port_out) *port_out = port;
+    if (ready) ready(user, port);
+    while (!*stop) usleep(100000);
+    MHD_stop_daemon(d);
+    pthread_mutex_destroy(&s.engine);
+    kvb_model_free(s.model);
+    free(s.token);
+    return 0;
+}
