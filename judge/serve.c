@@ -466,6 +466,12 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
         cJSON_Delete(req);
         return send_error(conn, 400, "invalid_request_error", "model", "'model' must be a string");
     }
+    if (model && strcmp(model->valuestring, s->name) && strcmp(model->valuestring, "default")) {
+        enum MHD_Result rc = send_error(conn, 404, "invalid_request_error", "model",
+                                        "model '%.100s' does not exist (this server has '%s')", model->valuestring, s->name);
+        cJSON_Delete(req);
+        return rc;
+    }
     char err[512] = "";
     unsigned status;
     gen *g = gen_start(s, req, &status, err, sizeof err);

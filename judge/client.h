@@ -1,0 +1,50 @@
+/* client.h — an OpenAI-compatible chat-completions client for judges (libcurl multi + cJSON).
+ *
+ * Many requests in flight (a concurrency limit), a per-request timeout, retries with exponential backoff and
+ * jitter on 429 / 5xx / connection errors and timeouts (honouring Retry-After), and a circuit breaker that
+ * stops sending after N consecutive failed attempts and says so. Replies are cached on disk by content
+ * (sha256 of base URL, model, messages and parameters): `cache_dir/<key>.json` holds the request and the raw
+ * reply, so re-running is free and every verdict is auditable; refresh ignores the cache. The API key is
+ * read from an environment variable at send time and is never written anywhere (not in the cache, logs or
+ * errors). A failed or unparseable request is reported per request; the batch always completes. */
+#ifndef KVB_JUDGE_CLIENT_H
+#define KVB_JUDGE_CLIENT_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *base_url;     /* e.g. http://127.0.0.1:8080/v1 (".../chat/completions" is appended) */
+    const char *model;
+    const char *api_key_env;  /* environment variable with the key; NULL or unset = no Authorization header */
+    int concurrency;          /* default 4 */
+    double timeout_s;         /* per attempt, default 60 */
+    int max_retries;          /* retries after the first attempt, default 4 */
+    double backoff_s;         /* first backoff, default 0.5 (doubles, x0.5-1.0 jitter, capped at 30 s) */
+    int breaker;              /* consecutive failed attempts that open the breaker, default 8 */
+    const char *cache_dir;    /* NULL = no cache */
+    int refresh;              /* ignore cached replies (still write new ones) */
+    double temperature;       /* default 0 */
+    int max_tokens;           /* default 10 */
+    int n;                    /* choices per request, default 1 */
+} kvb_judge_cfg;
+
+typedef struct {
+    /* in */
+    char *messages_json;      /* JSON array of {"role", "content"} (owned by the caller) */
+    /* out */
+    int ok;                   /* 1 = a reply with choices came back */
+    char **replies;           /* choices[i].message.content (n of them) */
+    int n_replies;
+    char *raw;                /* the raw reply body (as cached) */
+    char error[256];          /* why not ok (judge error) */
+    int attempts, from_cache, http_status;
+    char key[65];             /* cache key */
+} kvb_judge_req;
+
+void kvb_judge_cfg_defaults(kvb_judge_cfg *c);
+/* Send every request (or read it from the cache). 0 when the batch ran (individual failures are in the
+ * requests), -1 + err only for a setup failure (curl init, unwritable cache directory). */
+int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *err, size_t err_len);
+void kvb_judge_req_clear(kvb_judge_req *r); /* frees outputs, keeps messages_json */
+
+#endif

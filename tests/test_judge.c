@@ -1,0 +1,421 @@
+/* test_judge.c — the judge client against a fault-injecting server started here (429 with Retry-After, 500s,
+ * replies slower than the timeout, truncated JSON, missing choices, a reply without a score, a server that
+ * always fails) and against `kvbench serve` with the default model as judge over loopback; the API key never
+ * reaches a file; `kvbench serve` under bad input answers each request with the right status and stays up. */
+#define _GNU_SOURCE /* memmem */
+#include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "judge/client.h"
+#include "judge/judges.h"
+
+#define KEY "sk-test-SECRET-4242"
+
+static struct MHD_Daemon *fault;
+static int fault_port;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int hits_429, hits_500, hits_total, auth_ok, auth_seen;
+static char tmpdir[64] = "/tmp/kvb_judge_XXXXXX";
+
+typedef struct { char *b; size_t n; } body_t;
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *text, const char *retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *data, size_t *size, void **con) {
+    (void)cls, (void)url, (void)method, (void)version;
+    if (!*con) {
+        *con = calloc(1, sizeof(body_t));
+        return MHD_YES;
+    }
+    body_t *b = *con;
+    if (*size) {
+        b->b = realloc(b->b, b->n + *size + 1);
+        memcpy(b->b + b->n, data, *size);
+        b->n += *size;
+        b->b[b->n] = 0;
+        *size = 0;
+        return MHD_YES;
+    }
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    pthread_mutex_lock(&mu);
+    hits_total++;
+    if (auth) auth_seen++, auth_ok += !strcmp(auth, "Bearer " KEY);
+    pthread_mutex_unlock(&mu);
+    const char *ok = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"yes\"}}]}";
+    const char *body = b->b ? b->b : "";
+    if (strstr(body, "case=429once")) {
+        pthread_mutex_lock(&mu);
+        int first = hits_429++ == 0;
+        pthread_mutex_unlock(&mu);
+        return first ? reply(c, 429, "{\"error\":{\"message\":\"rate limited\"}}", "1") : reply(c, 200, ok, NULL);
+    }
+    if (strstr(body, "case=500twice")) {
+        pthread_mutex_lock(&mu);
+        int fail = hits_500++ < 2;
+        pthread_mutex_unlock(&mu);
+        return fail ? reply(c, 500, "{\"error\":{\"message\":\"boom\"}}", NULL) : reply(c, 200, ok, NULL);
+    }
+    if (strstr(body, "case=always500")) return reply(c, 500, "{\"error\":{\"message\":\"down\"}}", NULL);
+    if (strstr(body, "case=slow")) {
+        usleep(1500 * 1000);
+        return reply(c, 200, ok, NULL);
+    }
+    if (strstr(body, "case=truncated")) return reply(c, 200, "{\"id\":\"x\",\"choices\":[{\"mess", NULL);
+    if (strstr(body, "case=nochoices")) return reply(c, 200, "{\"id\":\"x\",\"object\":\"chat.completion\"}", NULL);
+    if (strstr(body, "case=noscore"))
+        return reply(c, 200, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"I cannot grade this.\"}}]}", NULL);
+    if (strstr(body, "case=quality"))
+        return reply(c, 200, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"{'factual accuracy': 9, "
+                             "'meeting user needs': 6, 'overall score': 7}}\"}}]}", NULL);
+    return reply(c, 200, ok, NULL);
+}
+
+static void on_fault_done(void *cls, struct MHD_Connection *c, void **con, enum MHD_RequestTerminationCode t) {
+    (void)cls, (void)c, (void)t;
+    body_t *b = *con;
+    if (b) free(b->b), free(b);
+    *con = NULL;
+}
+
+static char *msgs(const char *content) {
+    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(a, m);
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
+}
+
+static void cfg_fault(kvb_judge_cfg *c, char *url, size_t cap) {
+    kvb_judge_cfg_defaults(c);
+    snprintf(url, cap, "http://127.0.0.1:%d/v1", fault_port);
+    c->base_url = url;
+    c->model = "fault-judge";
+    c->timeout_s = 0.5;
+    c->max_retries = 2;
+    c->backoff_s = 0.05;
+}
+
+static void test_fault_cases_end_as_documented(void) {
+    const char *cases[] = {"case=ok", "case=429once", "case=500twice", "case=slow", "case=truncated", "case=nochoices",
+                           "case=noscore", "case=quality"};
+    enum { N = 8 };
+    kvb_judge_req r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) r[i].messages_json = msgs(cases[i]);
+    kvb_judge_cfg c;
+    char url[128], err[256];
+    cfg_fault(&c, url, sizeof url);
+    double t0 = (double)time(NULL);
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(r[0].ok && r[0].attempts == 1 && !strcmp(r[0].replies[0], "yes"));
+    CU_ASSERT(r[1].ok && r[1].attempts == 2);                 /* 429, waited Retry-After, then success */
+    CU_ASSERT((double)time(NULL) - t0 >= 1.0);
+    CU_ASSERT(r[2].ok && r[2].attempts == 3);                 /* 500, 500, success */
+    CU_ASSERT(!r[3].ok && r[3].attempts == 3 && strstr(r[3].error, "imeout")); /* every attempt timed out */
+    CU_ASSERT(!r[4].ok && strstr(r[4].error, "unparseable"));
+    CU_ASSERT(!r[5].ok && strstr(r[5].error, "no choices"));
+    double score = 0;
+    CU_ASSERT(r[6].ok && kvb_quality_parse(r[6].replies[0], &score) == -1); /* judge error: no score */
+    CU_ASSERT(r[7].ok && kvb_quality_parse(r[7].replies[0], &score) == 0 && score == 7.0);
+    for (int i = 0; i < N; i++) {
+        if (!r[i].ok) CU_ASSERT(r[i].error[0] != 0 && strchr(r[i].error, '\n') == NULL);
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+}
+
+static void test_circuit_breaker_stops_sending(void) {
+    enum { N = 10 };
+    kvb_judge_req r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) r[i].messages_json = msgs("case=always500");
+    kvb_judge_cfg c;
+    char url[128], err[256];
+    cfg_fault(&c, url, sizeof url);
+    c.concurrency = 1;
+    c.max_retries = 10;
+    c.breaker = 3;
+    int before = hits_total;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(hits_total - before == 3);
+    int open = 0;
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT(!r[i].ok);
+        open += strstr(r[i].error, "circuit breaker open") != NULL;
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+    CU_ASSERT(open >= N - 1);
+}
+
+static int dir_contains(const char *dir, const char *needle) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)) && !found) {
+        if (e->d_name[0] == '.') continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        size_t len;
+        char *t = util_read_file(p, &len);
+        if (t && memmem(t, len, needle, strlen(needle))) found = 1;
+        free(t);
+    }
+    closedir(d);
+    return found;
+}
+
+static void test_cache_and_the_key_never_written(void) {
+    setenv("KVB_TEST_JUDGE_KEY", KEY, 1);
+    char cache[128];
+    snprintf(cache, sizeof cache, "%s/judge-cache", tmpdir);
+    enum { N = 3 };
+    kvb_judge_req r[N];
+    memset(r, 0, sizeof r);
+    const char *q[N] = {"q1", "q2", "q3"};
+    for (int i = 0; i < N; i++) r[i].messages_json = msgs(q[i]);
+    kvb_judge_cfg c;
+    char url[128], err[256];
+    cfg_fault(&c, url, sizeof url);
+    c.api_key_env = "KVB_TEST_JUDGE_KEY";
+    c.cache_dir = cache;
+    int before = hits_total, auth_before = auth_ok;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(hits_total - before == N && auth_ok - auth_before == N); /* the key was sent */
+    for (int i = 0; i < N; i++) CU_ASSERT(r[i].ok && !r[i].from_cache);
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(hits_total - before == N); /* all from the cache */
+    for (int i = 0; i < N; i++) CU_ASSERT(r[i].ok && r[i].from_cache && !strcmp(r[i].replies[0], "yes"));
+    c.refresh = 1;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(hits_total - before == 2 * N);
+    CU_ASSERT(!dir_contains(cache, KEY));
+    CU_ASSERT(!dir_contains(cache, "SECRET"));
+    CU_ASSERT(dir_contains(cache, "q2")); /* the request itself is auditable */
+    for (int i = 0; i < N; i++) {
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+}
+
+/* ---- against kvbench serve ---- */
+
+static pid_t serve_pid;
+static int serve_port;
+
+static int start_serve(const char *extra) {
+    const char *bin = getenv("KVB_BIN");
+    if (!bin) return -1;
+    int fds[2];
+    if (pipe(fds)) return -1;
+    serve_pid = fork();
+    if (serve_pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "exec '%s' serve --port 0 --threads 2 --max-queue 2 --max-body 4096 %s", bin, extra);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line[256] = "";
+    if (!fgets(line, sizeof line, f)) return -1;
+    fclose(f);
+    char *p = strstr(line, "127.0.0.1:");
+    serve_port = p ? atoi(p + 10) : 0;
+    return serve_port > 0 ? 0 : -1;
+}
+
+static void stop_serve(void) {
+    if (serve_pid > 0) {
+        kill(serve_pid, SIGTERM);
+        int st;
+        waitpid(serve_pid, &st, 0);
+        CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* a clean stop, no crash */
+    }
+    serve_pid = 0;
+}
+
+static void test_client_against_kvbench_serve(void) {
+    CU_ASSERT_FATAL(start_serve("") == 0);
+    /* a LongMemEval-shaped judgement: template file as the dataset fetch writes it */
+    char tpath[128], err[256];
+    snprintf(tpath, sizeof tpath, "%s/judge_templates.json", tmpdir);
+    FILE *f = fopen(tpath, "w");
+    const char *t = "Question: {}\\n\\nCorrect Answer: {}\\n\\nModel Response: {}\\n\\nIs the model response correct? Answer yes or no only.";
+    fprintf(f, "{\"default\": \"%s\", \"temporal-reasoning\": \"%s\", \"knowledge-update\": \"%s\", "
+               "\"single-session-preference\": \"%s\", \"abstention\": \"%s\"}", t, t, t, t, t);
+    fclose(f);
+    kvb_lme_templates *tm = kvb_lme_templates_load(tpath, err, sizeof err);
+    CU_ASSERT_FATAL(tm != NULL);
+    char *prompt = kvb_lme_prompt(tm, "single-session-user", 0, "What colour is my car?", "red", "Your car is red.", err, sizeof err);
+    CU_ASSERT_FATAL(prompt != NULL);
+    CU_ASSERT(strstr(prompt, "Question: What colour is my car?\n\nCorrect Answer: red") != NULL);
+    kvb_judge_req r[3];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 3; i++) r[i].messages_json = msgs(prompt);
+    kvb_judge_cfg c;
+    kvb_judge_cfg_defaults(&c);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", serve_port);
+    c.base_url = url;
+    c.model = "default";
+    c.timeout_s = 120;
+    c.concurrency = 3;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, 3, err, sizeof err) == 0);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT(r[i].ok && r[i].http_status == 200 && r[i].n_replies == 1);
+        if (!r[i].ok) fprintf(stderr, "\n  judge request %d: %s\n", i, r[i].error);
+        if (r[i].ok && r[0].ok) CU_ASSERT(kvb_lme_verdict(r[i].replies[0]) == kvb_lme_verdict(r[0].replies[0])); /* greedy */
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+    free(prompt);
+    kvb_lme_templates_free(tm);
+    stop_serve();
+}
+
+typedef struct { char body[8192]; long status; } http_res;
+
+static size_t sink(char *p, size_t s, size_t n, void *u) {
+    http_res *h = u;
+    size_t have = strlen(h->body), k = s * n;
+    if (have + k < sizeof h->body) memcpy(h->body + have, p, k), h->body[have + k] = 0;
+    return s * n;
+}
+
+static long post(const char *path, const char *body, http_res *out) {
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", serve_port, path);
+    CURL *e = curl_easy_init();
+    memset(out, 0, sizeof *out);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    if (body) curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, 120L);
+    CURLcode cc = curl_easy_perform(e);
+    if (cc == CURLE_OK) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_easy_cleanup(e);
+    return out->status;
+}
+
+static void *client_thread(void *arg) {
+    http_res *h = arg;
+    post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Name a colour.\"}],\"max_tokens\":8}", h);
+    return NULL;
+}
+
+static void test_serve_bad_input(void) {
+    CU_ASSERT_FATAL(start_serve("") == 0);
+    http_res *h = malloc(sizeof *h);
+    char big[6000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    CU_ASSERT(post("/v1/chat/completions", big, h) == 413);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\": [", h) == 400 && strstr(h->body, "\"error\""));
+    CU_ASSERT(post("/v1/chat/completions", "{\"model\":\"gpt-9\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", h) == 404);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-5}", h) == 400);
+    CU_ASSERT(strstr(h->body, "max_tokens") != NULL);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"kvbench\":{\"method\":\"nope\"}}", h) == 400);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"kvbench\":{\"method\":\"snapkv\",\"budget\":\"200%\"}}", h) == 400);
+    CU_ASSERT(post("/v1/nothing", NULL, h) == 404);
+    /* a stream answers with server-sent events that end in [DONE] */
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"stream\":true}", h) == 200);
+    CU_ASSERT(strstr(h->body, "data: {") && strstr(h->body, "data: [DONE]"));
+    /* many concurrent clients: each one gets 200 or 503 (queue of 2), none is dropped, the server stays up */
+    enum { C = 12 };
+    pthread_t th[C];
+    http_res *res = calloc(C, sizeof *res);
+    for (int i = 0; i < C; i++) pthread_create(&th[i], NULL, client_thread, &res[i]);
+    int ok = 0, busy = 0;
+    for (int i = 0; i < C; i++) {
+        pthread_join(th[i], NULL);
+        ok += res[i].status == 200;
+        busy += res[i].status == 503;
+    }
+    CU_ASSERT(ok >= 1 && ok + busy == C);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/models", serve_port);
+    CURL *e = curl_easy_init();
+    memset(h, 0, sizeof *h);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    CU_ASSERT(curl_easy_perform(e) == CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &h->status);
+    curl_easy_cleanup(e);
+    CU_ASSERT(h->status == 200 && strstr(h->body, "\"object\":\"list\""));
+    free(res);
+    free(h);
+    stop_serve();
+}
+
+static void test_prompts_and_parsers(void) {
+    const char *args[3] = {"A", "B{x}", "C"};
+    char *s = kvb_format_positional("q={} a={} r={} {{lit}}", args, 3);
+    CU_ASSERT_STRING_EQUAL(s, "q=A a=B{x} r=C {lit}");
+    free(s);
+    CU_ASSERT(kvb_lme_verdict("Yes.") == 1 && kvb_lme_verdict("no") == 0 && kvb_lme_verdict("YES") == 1);
+    double v;
+    CU_ASSERT(kvb_quality_parse("{'factual accuracy': 9, 'overall score': 7}}", &v) == 0 && v == 7);
+    CU_ASSERT(kvb_quality_parse("{\"Overall Score\" : 8.5}", &v) == 0 && v == 8.5);
+    CU_ASSERT(kvb_quality_parse("overall score: eleven", &v) == -1);
+    CU_ASSERT(kvb_quality_parse("{'overall score': 42}", &v) == -1);
+    CU_ASSERT(kvb_rubric_parse("Score: 9", &v) == 0 && v == 9);
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir)) return 1;
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    fault = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_fault, NULL,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_fault_done, NULL, MHD_OPTION_END);
+    if (!fault) return 1;
+    fault_port = MHD_get_daemon_info(fault, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char model[1024];
+    int have_model = util_default_model(model, sizeof model) && getenv("KVB_BIN");
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("judge", NULL, NULL);
+    CU_add_test(s, "prompts and parsers", test_prompts_and_parsers);
+    CU_add_test(s, "fault cases end as documented", test_fault_cases_end_as_documented);
+    CU_add_test(s, "circuit breaker stops sending", test_circuit_breaker_stops_sending);
+    CU_add_test(s, "cache; the key is never written", test_cache_and_the_key_never_written);
+    if (have_model) {
+        CU_add_test(s, "client against kvbench serve", test_client_against_kvbench_serve);
+        CU_add_test(s, "kvbench serve under bad input", test_serve_bad_input);
+    } else {
+        fprintf(stderr, "default model or KVB_BIN missing: kvbench serve cases skipped\n");
+    }
+    int rc = util_run_suites();
+    MHD_stop_daemon(fault);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) rc = 1;
+    curl_global_cleanup();
+    return rc;
+}
