@@ -17,6 +17,7 @@ int cmd_bench_methods(int argc, char **argv);
 int cmd_fidelity(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench_judge(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);

@@ -14,8 +14,8 @@ static const char *HELP =
     "An OpenAI-compatible chat-completions server on the engine: GET /v1/models, POST /v1/chat/completions\n"
     "(non-streaming, or server-sent events with \"stream\": true). Any GGUF model; any KV-cache method as the\n"
     "default, or per request with {\"kvbench\": {\"method\": \"snapkv\", \"budget\": \"30%\", \"method_opts\": {...}}}.\n"
-    "Replies carry the measured KV bytes in a \"kvbench\" object. One request runs at a time, --max-queue more\n"
-    "wait, beyond that 503. --api-key-env VAR requires \"Authorization: Bearer $VAR\". Binds 127.0.0.1 unless\n"
+    "Replies carry the measured KV bytes in a \"kvbench\" object. --parallel N requests run at once (default 1,\n"
+    "each with its own context and a share of --threads), --max-queue more wait, beyond that 503. --api-key-env VAR requires \"Authorization: Bearer $VAR\". Binds 127.0.0.1 unless\n"
     "--host says otherwise. --port 0 picks a free port. Stops on SIGINT / SIGTERM.\n"
     "\n"
     "options:\n"
@@ -64,6 +64,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) { if (cli_int("--max-queue", v, 0, 4096, &n)) return 1; o.max_queue = (int)n; }
         else if (!strcmp(a, "--max-body")) { if (cli_int("--max-body", v, 1024, 1L << 30, &n)) return 1; o.max_body = (size_t)n; }
         else if (!strcmp(a, "--name")) o.model_name = v;
+        else if (!strcmp(a, "--parallel")) { if (cli_int("--parallel", v, 1, 64, &n)) return 1; o.parallel = (int)n; }
         else return cli_fail("serve: unknown option '%s' (see --help)", a);
     }
     char path[1024], err[512];

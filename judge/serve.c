@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,7 +25,8 @@ typedef struct {
     kvb_model *model;
     char name[256];
     char *token;           /* bearer token, or NULL */
-    pthread_mutex_t engine;
+    sem_t engine;          /* `parallel` generations at a time */
+    int threads_per;
     atomic_int in_flight;  /* running + waiting */
     atomic_long next_id;
 } server;
@@ -107,7 +109,7 @@ static void gen_free(gen *g) {
     free(g->stop);
     free(g->text);
     free(g->pending);
-    if (g->locked) pthread_mutex_unlock(&g->s->engine);
+    if (g->locked) sem_post(&g->s->engine);
     atomic_fetch_sub(&g->s->in_flight, 1);
     free(g);
 }
@@ -270,12 +272,13 @@ static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, 
     }
     g->prompt_tokens = n_ids;
     /* the engine: one generation at a time */
-    pthread_mutex_lock(&s->engine);
+    while (sem_wait(&s->engine) != 0) {
+    }
     g->locked = 1;
     *status = 500;
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_ctx = n_ids + max_tokens + 1;
-    cp.n_threads = s->o->n_threads;
+    cp.n_threads = s->threads_per;
     g->c = kvb_ctx_create(s->model, &cp, err, err_len);
     if (g->c) {
         *status = 400;
@@ -454,7 +457,7 @@ static int authorized(server *s, struct MHD_Connection *conn) {
 
 static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn, const upload *up) {
     if (up->too_large) return send_error(conn, 413, "invalid_request_error", NULL, "request body larger than %zu bytes", s->o->max_body);
-    if (atomic_load(&s->in_flight) > s->o->max_queue)
+    if (atomic_load(&s->in_flight) >= s->o->max_queue + (s->o->parallel > 0 ? s->o->parallel : 1))
         return send_error(conn, 503, "server_busy", NULL, "server busy: %d requests running or queued", atomic_load(&s->in_flight));
     cJSON *req = up->body ? cJSON_ParseWithLength(up->body, up->n) : NULL;
     if (!req || !cJSON_IsObject(req)) {
@@ -544,7 +547,10 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     }
     const char *base = strrchr(o->model_path, '/');
     snprintf(s.name, sizeof s.name, "%s", o->model_name ? o->model_name : (base ? base + 1 : o->model_path));
-    pthread_mutex_init(&s.engine, NULL);
+    int parallel = o->parallel > 0 ? o->parallel : 1;
+    sem_init(&s.engine, 0, (unsigned)parallel);
+    int total = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    s.threads_per = total / parallel > 0 ? total / parallel : 1;
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -569,7 +575,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     if (ready) ready(user, port);
     while (!*stop) usleep(100000);
     MHD_stop_daemon(d);
-    pthread_mutex_destroy(&s.engine);
+    sem_destroy(&s.engine);
     kvb_model_free(s.model);
     free(s.token);
     return 0;

@@ -8,8 +8,8 @@
  * tokens are generated ("data: {chunk}" lines, then "data: [DONE]").
  *
  * Binds 127.0.0.1 by default; optional bearer token (read from an environment variable, never logged);
- * request bodies above max_body are refused (413); one request runs on the engine at a time, up to
- * max_queue more wait, and beyond that the server answers 503; malformed JSON or fields -> 400, all with an
+ * request bodies above max_body are refused (413); `parallel` requests run on the engine at a time (each
+ * with its own context and a share of the threads), up to max_queue more wait, beyond that 503; malformed JSON or fields -> 400, all with an
  * OpenAI-style {"error": {"message", "type", "param", "code"}} body. */
 #ifndef KVB_SERVE_H
 #define KVB_SERVE_H
@@ -27,7 +27,8 @@ typedef struct {
     const char *api_key_env;  /* env var holding the bearer token; NULL = no auth */
     int max_queue;            /* waiting requests beyond the running one (default 8) */
     size_t max_body;          /* bytes (default 4 MiB) */
-    int n_threads;            /* engine threads (0 = all cores) */
+    int n_threads;            /* engine threads in all (0 = all cores), split between the parallel slots */
+    int parallel;             /* generations running at once (default 1), each with its own context */
     const char *method;       /* default method (default full) */
     kvb_budget budget;
     kvb_opts opts;

@@ -53,6 +53,25 @@ longmemeval() {
     for f in longmemeval_oracle.json longmemeval_s_cleaned.json; do
         fetch "$HF/datasets/xiaowu0162/longmemeval-cleaned/resolve/main/$f" "longmemeval/$f"
     done
+    # the judge prompts, taken from the official evaluate_qa.py by running its get_anscheck_prompt with
+    # placeholder arguments (only that function is executed; nothing is compiled into kvbench)
+    fetch "https://raw.githubusercontent.com/xiaowu0162/LongMemEval/main/src/evaluation/evaluate_qa.py" \
+        longmemeval/evaluate_qa.py
+    python3 - "$DIR/longmemeval/evaluate_qa.py" "$DIR/longmemeval/judge_templates.json" <<'PY'
+import ast, json, sys
+src = open(sys.argv[1]).read()
+fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "get_anscheck_prompt")
+ns = {}
+exec(compile(ast.Module(body=[fn], type_ignores=[]), "evaluate_qa.py", "exec"), ns)
+f = ns["get_anscheck_prompt"]
+t = {"default": f("single-session-user", "{}", "{}", "{}"),
+     "temporal-reasoning": f("temporal-reasoning", "{}", "{}", "{}"),
+     "knowledge-update": f("knowledge-update", "{}", "{}", "{}"),
+     "single-session-preference": f("single-session-preference", "{}", "{}", "{}"),
+     "abstention": f("single-session-user", "{}", "{}", "{}", abstention=True)}
+json.dump(t, open(sys.argv[2], "w"), indent=1)
+print("ok  longmemeval/judge_templates.json (from evaluate_qa.py)")
+PY
 }
 
 sharegpt() {

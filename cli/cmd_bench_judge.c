@@ -1,0 +1,152 @@
+/* cmd_bench_judge.c — `kvbench bench-judge`: judgments per second of the judge client against a local
+ * `kvbench serve` (started in this process on a free loopback port) at several client concurrencies. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "judge/client.h"
+#include "judge/serve.h"
+
+static const char *HELP =
+    "usage: kvbench bench-judge [--model PATH|default] [--concurrency 1,4,16] [--requests 32] [--parallel 2]\n"
+    "                           [--max-tokens 10]\n"
+    "\n"
+    "Starts `kvbench serve` in this process (loopback, free port, --parallel generations at once sharing the\n"
+    "threads), then sends --requests distinct LongMemEval-style yes/no judgements (one user message,\n"
+    "temperature 0, max_tokens 10, no cache) through the judge client at each client concurrency and prints\n"
+    "judgments/s, mean latency and errors.\n" CLI_ENGINE_HELP;
+
+typedef struct {
+    kvb_serve_opts o;
+    volatile sig_atomic_t stop;
+    int port, rc;
+    char err[512];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} bj_server;
+
+static void bj_ready(void *user, int port) {
+    bj_server *s = user;
+    pthread_mutex_lock(&s->mu);
+    s->port = port;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *bj_thread(void *arg) {
+    bj_server *s = arg;
+    s->rc = kvb_serve(&s->o, &s->stop, NULL, bj_ready, s, s->err, sizeof s->err);
+    pthread_mutex_lock(&s->mu);
+    if (!s->port) s->port = -1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static char *judge_messages(int i) {
+    char q[512];
+    snprintf(q, sizeof q,
+             "I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+             "response contains the correct answer. Otherwise, answer no.\n\nQuestion: What is %d plus %d?\n\n"
+             "Correct Answer: %d\n\nModel Response: The sum is %d.\n\nIs the model response correct? Answer yes or no only.",
+             i, i + 3, 2 * i + 3, 2 * i + 3 + (i % 2));
+    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", q);
+    cJSON_AddItemToArray(a, m);
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
+}
+
+int cmd_bench_judge(int argc, char **argv) {
+    cli_engine_opts eo;
+    cli_engine_defaults(&eo);
+    const char *conc = "1,4,16";
+    long n_req = 32, parallel = 2, max_tokens = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_engine_opt(&eo, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) return cli_fail("bench-judge: %s needs a value (or is unknown; see --help)", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--concurrency")) conc = v;
+        else if (!strcmp(a, "--requests")) { if (cli_int(a, v, 1, 100000, &n_req)) return 1; }
+        else if (!strcmp(a, "--parallel")) { if (cli_int(a, v, 1, 64, &parallel)) return 1; }
+        else if (!strcmp(a, "--max-tokens")) { if (cli_int(a, v, 1, 4096, &max_tokens)) return 1; }
+        else return cli_fail("bench-judge: unknown option '%s' (see --help)", a);
+    }
+    char path[1024], err[512];
+    if (kvb_model_resolve(eo.model, path, sizeof path, err, sizeof err)) return cli_fail("bench-judge: %s", err);
+    bj_server srv;
+    memset(&srv, 0, sizeof srv);
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_cond_init(&srv.cv, NULL);
+    srv.o.model_path = path;
+    srv.o.host = "127.0.0.1";
+    srv.o.max_queue = 1024;
+    srv.o.max_body = 1 << 20;
+    srv.o.n_threads = eo.ctx.n_threads;
+    srv.o.parallel = (int)parallel;
+    srv.o.method = "full";
+    signal(SIGPIPE, SIG_IGN);
+    pthread_t th;
+    pthread_create(&th, NULL, bj_thread, &srv);
+    pthread_mutex_lock(&srv.mu);
+    while (!srv.port) pthread_cond_wait(&srv.cv, &srv.mu);
+    pthread_mutex_unlock(&srv.mu);
+    if (srv.port < 0) {
+        pthread_join(th, NULL);
+        return cli_fail("bench-judge: %s", srv.err);
+    }
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", srv.port);
+    printf("judge: kvbench serve (%s, --parallel %ld) at %s, %ld requests per level, max_tokens %ld\n\n", path, parallel,
+           url, n_req, max_tokens);
+    printf("| client concurrency | judgments/s | mean s/judgment | errors | speedup vs 1 |\n|---|---|---|---|---|\n");
+    double base = 0;
+    char list[128];
+    snprintf(list, sizeof list, "%s", conc);
+    int rc = 0;
+    for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int c = atoi(t);
+        if (c < 1) { rc = cli_fail("bench-judge: bad concurrency '%s'", t); break; }
+        kvb_judge_req *reqs = calloc((size_t)n_req, sizeof *reqs);
+        for (long i = 0; i < n_req; i++) reqs[i].messages_json = judge_messages((int)i);
+        kvb_judge_cfg cfg;
+        kvb_judge_cfg_defaults(&cfg);
+        cfg.base_url = url;
+        cfg.model = "default";
+        cfg.concurrency = c;
+        cfg.timeout_s = 600;
+        cfg.max_tokens = (int)max_tokens;
+        double t0 = cli_now();
+        int jr = kvb_judge_run(&cfg, reqs, (int)n_req, err, sizeof err);
+        double dt = cli_now() - t0;
+        int errors = 0;
+        for (long i = 0; i < n_req; i++) {
+            errors += !reqs[i].ok;
+            kvb_judge_req_clear(&reqs[i]);
+            free(reqs[i].messages_json);
+        }
+        free(reqs);
+        if (jr) { rc = cli_fail("bench-judge: %s", err); break; }
+        double jps = n_req / dt;
+        if (base == 0) base = jps;
+        printf("| %d | %.2f | %.3f | %d | %.2fx |\n", c, jps, dt / n_req, errors, jps / base);
+        fflush(stdout);
+    }
+    srv.stop = 1;
+    pthread_join(th, NULL);
+    return rc;
+}
