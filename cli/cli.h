@@ -14,7 +14,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_methods(int argc, char **argv);
-int cmd_fidelity(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_judge(int argc, char **argv);

@@ -26,7 +26,6 @@ static const char *USAGE =
     "  compare BASE NEW     Markdown diff of two runs; exit 1 on a regression beyond the tolerances\n"
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
-    "  fidelity             per method vs full attention: top-1 agreement, KL, attention-mass recall per layer\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
     "\n"
@@ -170,9 +169,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
