@@ -217,8 +217,8 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
             if (!cJSON_IsString(x)) continue;
             if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
             if (!file_exists(path)) {
-                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (scripts/fetch-datasets)\n", x->valuestring, path); continue; }
-                return ERR("LongBench task %s: %s not found (run scripts/fetch-datasets)", x->valuestring, path);
+                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (scripts/fetch-datasets.sh)\n", x->valuestring, path); continue; }
+                return ERR("LongBench task %s: %s not found (run scripts/fetch-datasets.sh)", x->valuestring, path);
             }
             char msg[256];
             if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
@@ -233,8 +233,8 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
     if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
         expand_path(jstr(b, "path", ""), path, sizeof path);
         if (!file_exists(path)) {
-            if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets)\n", type, path); return 0; }
-            return ERR("%s: %s not found (run scripts/fetch-datasets)", type, path);
+            if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets.sh)\n", type, path); return 0; }
+            return ERR("%s: %s not found (run scripts/fetch-datasets.sh)", type, path);
         }
         if (optional && !getenv("KVB_JUDGE_URL")) {
             fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (KVB_JUDGE_URL)\n", type);

@@ -203,7 +203,7 @@ static void test_bad_inputs_are_one_line_errors(void) {
     fputs("{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"longbench\", "
           "\"data_dir\": \"/nonexistent\", \"tasks\": [\"hotpotqa\"]}]}", f);
     fclose(f);
-    expect_error(args, "not found (run scripts/fetch-datasets)");
+    expect_error(args, "not found (run scripts/fetch-datasets.sh)");
 }
 
 int main(void) {
