@@ -51,7 +51,7 @@ typedef struct {
     int fd;
     int round_chunk;
     long total, finished, ran;
-    double t_start, sec_per_cell;
+    double t_start;
     FILE *out;
 } run_state;
 
@@ -391,15 +391,9 @@ typedef struct {
 
 static int cell_opts(const cell *c, kvb_opts *o, char *err, size_t err_len) {
     memset(o, 0, sizeof *o);
-    const cJSON *x;
-    cJSON_ArrayForEach(x, c->opts) {
-        char kv[200];
-        if (cJSON_IsString(x)) snprintf(kv, sizeof kv, "%s=%s", x->string, x->valuestring);
-        else if (cJSON_IsNumber(x)) snprintf(kv, sizeof kv, "%s=%g", x->string, x->valuedouble);
-        else return ERR("method %s: option %s must be a string or number", c->method, x->string);
-        if (kvb_opts_add(o, kv, err, err_len)) return -1;
-    }
-    return 0;
+    char where[64];
+    snprintf(where, sizeof where, "method %s", c->method);
+    return kvb_opts_add_json(o, c->opts, where, err, err_len);
 }
 
 static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int need_hist, int max_new, shared_prefill *sp,
@@ -414,20 +408,21 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
     if (!sp->base) return -1;
     sp->share = kvb_share_create(sp->base, 32, need_scores, err, err_len);
     if (!sp->share) return -1;
-    double t0 = now_s();
+    double fwd_s = 0; /* forward time only: the fork for round is not prefill */
     int64_t at = 0;
     for (int r = 0; r < sp->p.n_rounds; r++) {
-        if (r == sp->p.n_rounds - 1 && need_hist) {
-            sp->hist_ms = (now_s() - t0) * 1e3;
-            if (at > 0 && !(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
-            t0 = now_s() - sp->hist_ms / 1e3;
+        if (r == sp->p.n_rounds - 1 && need_hist && at > 0) {
+            sp->hist_ms = fwd_s * 1e3;
+            if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
         }
+        double t0 = now_s();
         if (kvb_ctx_begin_round(sp->base, r, 0, err, err_len) ||
             kvb_forward(sp->base, sp->p.ids + at, sp->p.round_end[r] - at, err, err_len))
             return -1;
+        fwd_s += now_s() - t0;
         at = sp->p.round_end[r];
     }
-    sp->prefill_ms = (now_s() - t0) * 1e3;
+    sp->prefill_ms = fwd_s * 1e3;
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
         sp->pre_phase_ms[ph] = prof_total_ns(sp->base->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
     return 0;
@@ -635,7 +630,6 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         progress(st, what, 0);
         cell_result res = {0};
         char cerr[512] = "";
-        double t0 = now_s();
         int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
         cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
         rc = append_record(st, rec, err, err_len);
@@ -643,7 +637,6 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         free(res.prediction);
         st->finished++;
         st->ran++;
-        (void)t0;
     }
     free_prefill(&sp);
     return rc;

@@ -22,9 +22,8 @@ int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i) {
     char err[256];
     if (!strcmp(a, "--method")) {
         if (!kvb_method_find(v)) {
-            kvb_budget b = o->budget;
-            kvb_method_create(v, NULL, &b, NULL, err, sizeof err); /* builds the "unknown method" message */
-            cli_fail("%s", err);
+            kvb_method_names(err, sizeof err);
+            cli_fail("unknown method '%s' (available: %s)", v, err);
             return -1;
         }
         o->method = v;

@@ -310,20 +310,6 @@ int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl
     return 0;
 }
 
-int kvc_reserve(kvc_store *kv, int layer, int h, int64_t cap, char *err, size_t err_len) {
-    if (check_head(kv, layer, h, err, err_len)) return -1;
-    kv_head *hd = head_at(kv, layer, h);
-    if (cap < hd->n) cap = hd->n;
-    if (cap == hd->cap) return 0;
-    if (resize(kv, hd, cap, hd->tier)) return ERR("kv store: out of memory resizing layer %d head %d", layer, h);
-    return 0;
-}
-
-int kvc_n_layer(const kvc_store *kv) { return kv->n_layer; }
-int kvc_n_head_kv(const kvc_store *kv) { return kv->n_head_kv; }
-int kvc_head_dim(const kvc_store *kv) { return kv->head_dim; }
-kvb_dtype kvc_dtype(const kvc_store *kv) { return kv->dtype; }
-
 int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier) {
     int64_t s = 0;
     for (int h = 0; h < kv->n_head_kv; h++) {

@@ -42,12 +42,6 @@ int kvc_remove(kvc_store *kv, int layer, int h, int64_t slot, char *err, size_t 
  * bytes as a move between the two heads' tiers when they differ (a packed load or an offload write). */
 int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
                     int64_t n, int count_move, char *err, size_t err_len);
-/* Resize one head's storage to cap slots (at least its tokens): release slack or preallocate. */
-int kvc_reserve(kvc_store *kv, int layer, int h, int64_t cap, char *err, size_t err_len);
-int kvc_n_layer(const kvc_store *kv);
-int kvc_n_head_kv(const kvc_store *kv);
-int kvc_head_dim(const kvc_store *kv);
-kvb_dtype kvc_dtype(const kvc_store *kv);
 /* Occupied bytes of one layer in a tier (KVB_TIER_COUNT = both). */
 int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier);
 /* Drop slots n.. of one head. */

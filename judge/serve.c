@@ -191,15 +191,7 @@ static int parse_method(server *s, const cJSON *req, const char **method, kvb_bu
         if (!cJSON_IsString(bb)) ERR("kvbench.budget must be a string like \"30%%\"");
         return -1;
     }
-    const cJSON *x;
-    cJSON_ArrayForEach(x, oo) {
-        char kv[200];
-        if (cJSON_IsString(x)) snprintf(kv, sizeof kv, "%s=%s", x->string, x->valuestring);
-        else if (cJSON_IsNumber(x)) snprintf(kv, sizeof kv, "%s=%g", x->string, x->valuedouble);
-        else return ERR("kvbench.method_opts.%s must be a string or number", x->string);
-        if (kvb_opts_add(o, kv, err, err_len)) return -1;
-    }
-    return 0;
+    return kvb_opts_add_json(o, oo, "kvbench.method_opts", err, err_len);
 }
 
 /* Build the generation: validates the request (400 on error) and prefills. */

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "engine/model.h"
 
 typedef enum { KVB_BUDGET_NONE = 0, KVB_BUDGET_FRACTION, KVB_BUDGET_TOKENS } kvb_budget_kind;
@@ -41,6 +43,11 @@ typedef struct {
 
 /* Add "key=value" (comma-separated lists allowed: "a=1,b=2"). */
 int kvb_opts_add(kvb_opts *o, const char *kv, char *err, size_t err_len);
+/* Add the members of a JSON object {"key": "value" | number} (suites, server requests); where names the
+ * object in errors. NULL obj adds nothing. */
+int kvb_opts_add_json(kvb_opts *o, const cJSON *obj, const char *where, char *err, size_t err_len);
+/* "full, flash, streamingllm, ..." */
+void kvb_method_names(char *buf, size_t cap);
 /* Value of key or NULL (marks it used). */
 const char *kvb_opts_get(kvb_opts *o, const char *key);
 /* Typed getters: 0 = absent (out untouched), 1 = read, -1 = malformed (err set). */
@@ -136,6 +143,10 @@ void kvb_sort_i32(int32_t *v, int64_t n);
  * [n_head][n_q][*stride] in each head's list order; lse (optional, [n_head][n_q]). */
 int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q, const kvb_src *src,
                    float **probs, int64_t *stride, float *lse, char *err, size_t err_len);
+/* Offloading methods (OmniKV, Round Attention): copy the current chunk's n_q newest slots of a host-tier layer
+ * into the method's device buffer m->vis (their write to the host store is counted as a device->host move)
+ * and point src at the buffer. */
+int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len);
 /* Fill src[n_head_kv] with the store's views of a layer. */
 void kvb_src_from_store(const kvb_ctx *c, int layer, kvb_src *src);
 /* Current sequence length during a hook: positions of the chunk being processed included. */

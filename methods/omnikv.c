@@ -230,21 +230,7 @@ static int omnikv_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_
     int64_t len = kvc_n(c->kv, layer, 0);
     if (s->offload) {
         /* the current step's K/V rows join the packed buffer (written to the host store as well) */
-        int32_t cur[64];
-        for (int64_t done = 0; done < n_q;) {
-            int64_t m = n_q - done < 64 ? n_q - done : 64;
-            for (int64_t i = 0; i < m; i++) cur[i] = (int32_t)(len - n_q + done + i);
-            for (int h = 0; h < HK; h++)
-                if (kvc_append_from(s->base.vis, layer, h, c->kv, layer, h, cur, m, 0, err, err_len)) return -1;
-            done += m;
-        }
-        kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
-        for (int h = 0; h < HK; h++) {
-            kvc_view v = kvc_head_view(s->base.vis, layer, h);
-            kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
-            src[h] = x;
-        }
-        return 0;
+        return kvb_vis_attend_packed(&s->base, c, layer, src, n_q, err, err_len);
     }
     int64_t need = s->n_sel[f] + n_q;
     if (need > s->idx_cap) {

@@ -1,6 +1,7 @@
 /* registry.c — method lookup, budgets, options, measured usage and budget verification. */
 #include "methods/method.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -40,6 +41,14 @@ const kvb_method_info *kvb_method_find(const char *name) {
     for (int i = 0; i < N_METHODS; i++)
         if (!strcmp(METHODS[i].name, name)) return &METHODS[i];
     return NULL;
+}
+
+void kvb_method_names(char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int i = 0; i < N_METHODS; i++) {
+        strncat(buf, METHODS[i].name, cap - strlen(buf) - 1);
+        if (i + 1 < N_METHODS) strncat(buf, ", ", cap - strlen(buf) - 1);
+    }
 }
 
 /* ---- budgets ---- */
@@ -124,6 +133,18 @@ int kvb_opts_add(kvb_opts *o, const char *kv, char *err, size_t err_len) {
     return 0;
 }
 
+int kvb_opts_add_json(kvb_opts *o, const cJSON *obj, const char *where, char *err, size_t err_len) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, obj) {
+        char kv[200];
+        if (cJSON_IsString(x)) snprintf(kv, sizeof kv, "%s=%s", x->string, x->valuestring);
+        else if (cJSON_IsNumber(x)) snprintf(kv, sizeof kv, "%s=%g", x->string, x->valuedouble);
+        else return ERR("%s: option %s must be a string or number", where, x->string);
+        if (kvb_opts_add(o, kv, err, err_len)) return -1;
+    }
+    return 0;
+}
+
 const char *kvb_opts_get(kvb_opts *o, const char *key) {
     if (!o) return NULL;
     for (int i = 0; i < o->n; i++)
@@ -169,11 +190,8 @@ kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b,
                               size_t err_len) {
     const kvb_method_info *info = kvb_method_find(name);
     if (!info) {
-        char list[256] = "";
-        for (int i = 0; i < N_METHODS; i++) {
-            strncat(list, METHODS[i].name, sizeof list - strlen(list) - 1);
-            if (i + 1 < N_METHODS) strncat(list, ", ", sizeof list - strlen(list) - 1);
-        }
+        char list[256];
+        kvb_method_names(list, sizeof list);
         snprintf(err, err_len, "unknown method '%s' (available: %s)", name, list);
         return NULL;
     }
@@ -241,7 +259,6 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
     if (!m) return 0;
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
-    int64_t total_expected = 0;
     for (int l = 0; l < cfg->n_layer && m->expected_tokens; l++) {
         int64_t want = m->expected_tokens(m, c, l);
         if (want < 0) break;
@@ -251,7 +268,6 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
         if (llabs(have - want_all) > tol)
             return ERR("method %s: layer %d holds %lld device KV tokens, its budget says %lld (over %d KV heads)",
                        m->name, l, (long long)have, (long long)want_all, HK);
-        total_expected += want_all;
     }
     if (end_of_prefill && m->imposes_budget && m->expected_tokens) {
         int64_t per_head = 0;
@@ -265,7 +281,6 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
             return ERR("method %s: device KV after prefill is %.2f%% of full, budget %.2f%%", m->name,
                        100.0 * u.device_frac, 100.0 * target);
     }
-    (void)total_expected;
     if (m->formula_frac) {
         kvb_kv_usage u;
         kvb_method_usage(m, c, &u);
@@ -425,4 +440,24 @@ int kvb_errf(char *err, size_t err_len, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
+    const int HK = c->model->cfg.n_head_kv;
+    int64_t len = kvc_n(c->kv, layer, 0);
+    int32_t cur[64];
+    for (int64_t done = 0; done < n_q;) {
+        int64_t k = n_q - done < 64 ? n_q - done : 64;
+        for (int64_t i = 0; i < k; i++) cur[i] = (int32_t)(len - n_q + done + i);
+        for (int h = 0; h < HK; h++)
+            if (kvc_append_from(m->vis, layer, h, c->kv, layer, h, cur, k, 0, err, err_len)) return -1;
+        done += k;
+    }
+    kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
+    for (int h = 0; h < HK; h++) {
+        kvc_view v = kvc_head_view(m->vis, layer, h);
+        kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
+        src[h] = x;
+    }
+    return 0;
 }

@@ -170,24 +170,8 @@ static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, 
 static int round_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     round_m *s = self;
     if (s->q_round < 0 || !s->selected || layer < s->lw) return 0;
-    const int HK = c->model->cfg.n_head_kv;
-    int64_t len = kvc_n(c->kv, layer, 0);
-    int32_t cur[64];
-    for (int64_t done = 0; done < n_q;) {
-        int64_t m = n_q - done < 64 ? n_q - done : 64;
-        for (int64_t i = 0; i < m; i++) cur[i] = (int32_t)(len - n_q + done + i);
-        for (int h = 0; h < HK; h++)
-            if (kvc_append_from(s->base.vis, layer, h, c->kv, layer, h, cur, m, 0, err, err_len)) return -1;
-        done += m;
-    }
-    kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
     if (layer == s->lw) s->cur_tokens += n_q;
-    for (int h = 0; h < HK; h++) {
-        kvc_view v = kvc_head_view(s->base.vis, layer, h);
-        kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
-        src[h] = x;
-    }
-    return 0;
+    return kvb_vis_attend_packed(&s->base, c, layer, src, n_q, err, err_len);
 }
 
 static int round_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
