@@ -20,7 +20,7 @@
 #include "engine/sampler.h"
 #include "methods/method.h"
 #include "methods/profile.h"
-#include "reports/table.h"
+#include "reports/report.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define MAX_CELLS 64
@@ -704,8 +704,8 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (!o->quiet && isatty(2)) fputc('\n', stderr);
     close(st.fd);
     st.fd = -1;
-    if (kvb_table_write(st.out_dir, err, err_len)) goto done;
-    if (out && kvb_table_print_main(st.out_dir, out, err, err_len)) goto done;
+    if (kvb_report_write(st.out_dir, err, err_len)) goto done;
+    if (out && kvb_report_print_main(st.out_dir, out, err, err_len)) goto done;
     rc = 0;
 done:
     free_state(&st);

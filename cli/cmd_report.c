@@ -4,7 +4,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "reports/table.h"
+#include "reports/report.h"
+#include "reports/compare.h"
 
 static const char *REPORT_HELP =
     "usage: kvbench report RUN_DIR\n"
@@ -29,8 +30,8 @@ int cmd_report(int argc, char **argv) {
     }
     if (argc != 2) return cli_fail("report: give one run directory (see --help)");
     char err[1024];
-    if (kvb_table_write(argv[1], err, sizeof err)) return cli_fail("report: %s", err);
-    if (kvb_table_print_main(argv[1], stdout, err, sizeof err)) return cli_fail("report: %s", err);
+    if (kvb_report_write(argv[1], err, sizeof err)) return cli_fail("report: %s", err);
+    if (kvb_report_print_main(argv[1], stdout, err, sizeof err)) return cli_fail("report: %s", err);
     return 0;
 }
 
@@ -68,7 +69,7 @@ int cmd_compare(int argc, char **argv) {
     }
     if (!base || !cur) return cli_fail("compare: give two run directories (see --help)");
     char err[1024];
-    int rc = kvb_table_compare(base, cur, drop, slow, mem, allow, stdout, err, sizeof err);
+    int rc = kvb_compare(base, cur, drop, slow, mem, allow, stdout, err, sizeof err);
     if (rc < 0) return cli_fail("compare: %s", err);
     return rc;
 }

@@ -1,0 +1,433 @@
+/* results.c — load a run directory (run.json + results.jsonl) and group its records into cells (see
+ * results.h). A cell's records are kept sorted by (sample_id, line), so its scores, and with them the
+ * bootstrap interval, do not depend on the order shards or resumed runs appended them. */
+#include "reports/results.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/fsutil.h"
+#include "reports/stats.h"
+
+#define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
+
+static const double MIB = 1024.0 * 1024.0;
+
+/* ---- one record ---- */
+
+typedef struct {
+    const char *path;
+    long line;
+    char *err;
+    size_t err_len;
+} where;
+
+static int bad(const where *w, const char *what, const char *key) {
+    snprintf(w->err, w->err_len, "%s:%ld: %s%s%s", w->path, w->line, key ? "field \"" : "", key ? key : "", what);
+    return -1;
+}
+
+/* Optional string: NULL when absent or null; an error when of another type. */
+static int opt_str(const cJSON *o, const char *key, char **out, const where *w) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return bad(w, "\" is not a string", key);
+    *out = strdup(v->valuestring);
+    return *out ? 0 : bad(w, "out of memory", NULL);
+}
+
+static int req_str(const cJSON *o, const char *key, char **out, const where *w) {
+    if (opt_str(o, key, out, w)) return -1;
+    return *out ? 0 : bad(w, "\" is missing (a kvbench result record needs method, budget and task)", key);
+}
+
+/* Optional number: NAN when absent or null; an error when of another type or not finite. */
+static int opt_num(const cJSON *o, const char *key, double *out, const where *w) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NAN;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad(w, "\" is not a number", key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int parse_judge(const cJSON *o, kvb_record *r, const where *w) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "judge");
+    if (!j || cJSON_IsNull(j)) return 0;
+    if (!cJSON_IsObject(j)) return bad(w, "\" is neither null nor an object", "judge");
+    if (opt_str(j, "error", &r->judge_error, w)) return -1;
+    if (r->judge_error && !r->judge_error[0]) free(r->judge_error), r->judge_error = NULL;
+    return 0;
+}
+
+static int parse_flags(const cJSON *o, kvb_record *r, const where *w) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "abstention");
+    if (a && !cJSON_IsNull(a) && !cJSON_IsBool(a)) return bad(w, "\" is not a boolean", "abstention");
+    r->abstention = cJSON_IsTrue(a);
+    if (r->error && !r->error[0]) free(r->error), r->error = NULL;
+    if (!isnan(r->score) && (r->score < 0 || r->score > 1)) {
+        char what[96];
+        snprintf(what, sizeof what, "\" = %g is outside [0, 1]", r->score);
+        return bad(w, what, "score");
+    }
+    if (!r->benchmark && !(r->benchmark = strdup("other"))) return bad(w, "out of memory", NULL);
+    return 0;
+}
+
+static int parse_record(const cJSON *o, kvb_record *r, const where *w) {
+    static const char *const num_keys[] = {"score", "ctx_len", "depth", "prompt_tokens", "generated_tokens", "ttft_ms",
+                                           "prefill_ms", "decode_ms_per_token", "kv_device_bytes", "kv_device_bytes_end",
+                                           "kv_host_bytes", "kv_full_bytes", "moved_bytes", "attended_per_layer"};
+    double *num_out[] = {&r->score, &r->ctx_len, &r->depth, &r->prompt_tokens, &r->generated_tokens, &r->ttft_ms,
+                         &r->prefill_ms, &r->decode_ms_per_token, &r->kv_device_bytes, &r->kv_device_bytes_end,
+                         &r->kv_host_bytes, &r->kv_full_bytes, &r->moved_bytes, &r->attended_per_layer};
+    if (!cJSON_IsObject(o)) return bad(w, "not a JSON object", NULL);
+    if (req_str(o, "method", &r->method, w) || req_str(o, "budget", &r->budget, w) || req_str(o, "task", &r->task, w) ||
+        opt_str(o, "benchmark", &r->benchmark, w) || opt_str(o, "sample_id", &r->sample_id, w) ||
+        opt_str(o, "qtype", &r->qtype, w) || opt_str(o, "length_bin", &r->length_bin, w) ||
+        opt_str(o, "metric", &r->metric, w) || opt_str(o, "error", &r->error, w))
+        return -1;
+    for (size_t i = 0; i < sizeof num_keys / sizeof *num_keys; i++)
+        if (opt_num(o, num_keys[i], num_out[i], w)) return -1;
+    return parse_judge(o, r, w) || parse_flags(o, r, w) ? -1 : 0;
+}
+
+static void record_free(kvb_record *r) {
+    free(r->method), free(r->budget), free(r->benchmark), free(r->task), free(r->sample_id);
+    free(r->qtype), free(r->length_bin), free(r->metric), free(r->error), free(r->judge_error);
+}
+
+/* ---- the run ---- */
+
+static int blank(const char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    return !*s;
+}
+
+static int load_meta(kvb_run *run, const char *path, char *err, size_t err_len) {
+    char *text = kvb_read_file(path, NULL, err, err_len);
+    if (!text) return -1;
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(m)) {
+        cJSON_Delete(m);
+        return ERR("%s: not a JSON object", path);
+    }
+    static const char *const keys[] = {"suite", "model", "model_sha256", "git_commit", "host", "backend", "flags", "created"};
+    char **out[] = {&run->suite, &run->model, &run->model_sha256, &run->git_commit, &run->host, &run->backend, &run->flags, &run->created};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys && !rc; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[i]);
+        if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) rc = ERR("%s: field \"%s\" is not a string", path, keys[i]);
+        else if (cJSON_IsString(v) && !(*out[i] = strdup(v->valuestring))) rc = ERR("%s: out of memory", path);
+    }
+    cJSON_Delete(m);
+    return rc;
+}
+
+static int push_line(kvb_run *run, size_t *cap, char *line, const where *w) {
+    if (run->n_rec == *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        kvb_record *r = realloc(run->rec, c * sizeof *r);
+        if (!r) return bad(w, "out of memory", NULL);
+        run->rec = r, *cap = c;
+    }
+    cJSON *o = cJSON_Parse(line);
+    if (!o) {
+        const char *at = cJSON_GetErrorPtr();
+        char what[96];
+        long col = at && at >= line && at <= line + strlen(line) ? (long)(at - line) + 1 : 0;
+        snprintf(what, sizeof what, "not valid JSON (near column %ld)", col);
+        return bad(w, what, NULL);
+    }
+    kvb_record *r = &run->rec[run->n_rec];
+    memset(r, 0, sizeof *r);
+    r->line = w->line;
+    int rc = parse_record(o, r, w);
+    cJSON_Delete(o);
+    if (rc) record_free(r);
+    else run->n_rec++;
+    return rc;
+}
+
+static int load_records(kvb_run *run, const char *path, char *err, size_t err_len) {
+    char *text = kvb_read_file(path, NULL, err, err_len);
+    if (!text) return -1;
+    where w = {path, 0, err, err_len};
+    size_t cap = 0;
+    int rc = 0;
+    for (char *p = text; *p && !rc;) {
+        char *nl = strchr(p, '\n');
+        w.line++;
+        if (!nl) {
+            run->n_torn += !blank(p); /* cut by a crash mid-append: the runner drops it on resume too */
+            break;
+        }
+        *nl = 0;
+        if (!blank(p)) rc = push_line(run, &cap, p, &w);
+        p = nl + 1;
+    }
+    free(text);
+    return rc;
+}
+
+int kvb_run_load(const char *run_dir, kvb_run *run, char *err, size_t err_len) {
+    memset(run, 0, sizeof *run);
+    if ((size_t)snprintf(run->dir, sizeof run->dir, "%s", run_dir) >= sizeof run->dir) return ERR("run directory path too long: %s", run_dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    int rc = load_meta(run, path, err, err_len);
+    snprintf(path, sizeof path, "%s/results.jsonl", run_dir);
+    if (!rc) rc = load_records(run, path, err, err_len);
+    if (rc) kvb_run_free(run);
+    return rc;
+}
+
+void kvb_run_free(kvb_run *run) {
+    for (size_t i = 0; i < run->n_rec; i++) record_free(&run->rec[i]);
+    free(run->rec);
+    free(run->suite), free(run->model), free(run->model_sha256), free(run->git_commit);
+    free(run->host), free(run->backend), free(run->flags), free(run->created);
+    memset(run, 0, sizeof *run);
+}
+
+/* ---- budgets and rows ---- */
+
+kvb_rbudget_kind kvb_rbudget_parse(const char *budget, double *value) {
+    char *end;
+    *value = NAN;
+    if (!strcmp(budget, "full")) return KVB_RB_FULL;
+    double v = strtod(budget, &end);
+    if (end == budget || !isfinite(v)) return KVB_RB_OTHER;
+    *value = v;
+    if (!strcmp(end, "%")) return KVB_RB_PERCENT;
+    return *end ? KVB_RB_OTHER : KVB_RB_TOKENS;
+}
+
+int kvb_row_is_full(const kvb_row *row) { return !strcmp(row->method, "full") || !strcmp(row->method, "flash"); }
+
+/* ---- grouping into cells ---- */
+
+static int str_cmp(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : ""); }
+
+static int same_cell(const kvb_record *a, const kvb_record *b) {
+    return !strcmp(a->method, b->method) && !strcmp(a->budget, b->budget) && !strcmp(a->benchmark, b->benchmark) &&
+           !strcmp(a->task, b->task);
+}
+
+/* (method, budget, benchmark, task, sample_id, line): cells contiguous, duplicates adjacent, last one last */
+static int cmp_rec(const void *pa, const void *pb) {
+    const kvb_record *a = *(const kvb_record *const *)pa, *b = *(const kvb_record *const *)pb;
+    int c = strcmp(a->method, b->method);
+    if (!c) c = strcmp(a->budget, b->budget);
+    if (!c) c = strcmp(a->benchmark, b->benchmark);
+    if (!c) c = strcmp(a->task, b->task);
+    if (!c) c = str_cmp(a->sample_id, b->sample_id);
+    return c ? c : (a->line > b->line) - (a->line < b->line);
+}
+
+/* A name with the first line it appears on, and its rank once ordered. */
+typedef struct {
+    const char *a, *b;
+    long first, group_first;
+    kvb_rbudget_kind kind;
+    double value;
+} name_line;
+
+static int cmp_pair(const void *pa, const void *pb) {
+    const name_line *x = pa, *y = pb;
+    int c = strcmp(x->a, y->a);
+    return c ? c : strcmp(x->b, y->b);
+}
+
+static int cmp_row_order(const void *pa, const void *pb) {
+    const name_line *x = pa, *y = pb;
+    kvb_row rx = {x->a, x->b}, ry = {y->a, y->b};
+    int fx = kvb_row_is_full(&rx), fy = kvb_row_is_full(&ry);
+    if (fx != fy) return fy - fx;
+    if (fx && strcmp(x->a, y->a)) return strcmp(x->a, "full") ? 1 : -1; /* full before its alias flash */
+    if (x->kind != y->kind) return (int)x->kind - (int)y->kind;
+    if (x->kind != KVB_RB_OTHER && x->value != y->value) return x->value < y->value ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+static int cmp_col_order(const void *pa, const void *pb) {
+    const name_line *x = pa, *y = pb;
+    if (x->group_first != y->group_first) return x->group_first < y->group_first ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Sort pairs by name, merge equal ones keeping the earliest line; returns the distinct count. */
+static int unique_pairs(name_line *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_pair);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m && !cmp_pair(&v[m - 1], &v[i])) {
+            if (v[i].first < v[m - 1].first) v[m - 1].first = v[i].first;
+            continue;
+        }
+        v[m++] = v[i];
+    }
+    return m;
+}
+
+static long cell_first_line(const kvb_run *run, const kvb_cell *c) {
+    long first = run->rec[c->rec[0]].line;
+    for (size_t i = 1; i < c->n; i++)
+        if (run->rec[c->rec[i]].line < first) first = run->rec[c->rec[i]].line;
+    return first;
+}
+
+static int build_rows(const kvb_run *run, kvb_summary *s) {
+    name_line *v = calloc((size_t)s->n_cells + 1, sizeof *v);
+    if (!v) return -1;
+    for (int i = 0; i < s->n_cells; i++) {
+        v[i] = (name_line){s->cells[i].method, s->cells[i].budget, cell_first_line(run, &s->cells[i]), 0, 0, 0};
+        v[i].kind = kvb_rbudget_parse(v[i].b, &v[i].value);
+    }
+    int n = unique_pairs(v, s->n_cells);
+    qsort(v, (size_t)n, sizeof *v, cmp_row_order);
+    s->rows = calloc((size_t)n + 1, sizeof *s->rows);
+    for (int i = 0; s->rows && i < n; i++) s->rows[i] = (kvb_row){v[i].a, v[i].b};
+    s->n_rows = s->rows ? n : 0;
+    s->ref_row = s->n_rows && kvb_row_is_full(&s->rows[0]) ? 0 : -1;
+    free(v);
+    return s->rows ? 0 : -1;
+}
+
+static int build_cols(const kvb_run *run, kvb_summary *s) {
+    name_line *v = calloc((size_t)s->n_cells + 1, sizeof *v);
+    if (!v) return -1;
+    for (int i = 0; i < s->n_cells; i++)
+        v[i] = (name_line){s->cells[i].benchmark, s->cells[i].task, cell_first_line(run, &s->cells[i]), 0, 0, 0};
+    int n = unique_pairs(v, s->n_cells); /* sorted by benchmark: its tasks are contiguous */
+    for (int i = 0, j; i < n; i = j) {
+        long g = v[i].first;
+        for (j = i; j < n && !strcmp(v[j].a, v[i].a); j++) g = v[j].first < g ? v[j].first : g;
+        for (int k = i; k < j; k++) v[k].group_first = g;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_col_order);
+    s->cols = calloc((size_t)n + 1, sizeof *s->cols);
+    for (int i = 0; s->cols && i < n; i++) s->cols[i] = (kvb_col){v[i].a, v[i].b};
+    s->n_cols = s->cols ? n : 0;
+    free(v);
+    return s->cols ? 0 : -1;
+}
+
+static int place_cells(kvb_summary *s) {
+    s->grid = calloc((size_t)s->n_rows * (size_t)s->n_cols + 1, sizeof *s->grid);
+    if (!s->grid) return -1;
+    for (int i = 0; i < s->n_cells; i++) {
+        kvb_cell *c = &s->cells[i];
+        for (c->row = 0; c->row < s->n_rows; c->row++)
+            if (!strcmp(s->rows[c->row].method, c->method) && !strcmp(s->rows[c->row].budget, c->budget)) break;
+        for (c->col = 0; c->col < s->n_cols; c->col++)
+            if (!strcmp(s->cols[c->col].benchmark, c->benchmark) && !strcmp(s->cols[c->col].task, c->task)) break;
+        s->grid[(size_t)c->row * (size_t)s->n_cols + (size_t)c->col] = c;
+    }
+    return 0;
+}
+
+/* Mean of the finite values a record field holds, over samples that ran; positive_only for timings. */
+static double field_mean(const kvb_run *run, const kvb_cell *c, size_t offset, int positive_only) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const kvb_record *r = &run->rec[c->rec[i]];
+        double v = *(const double *)((const char *)r + offset);
+        if (r->error || !isfinite(v) || (positive_only && v <= 0)) continue;
+        sum += v, n++;
+    }
+    return n ? sum / (double)n : NAN;
+}
+
+static int cell_stats(const kvb_run *run, kvb_cell *c) {
+    c->scores = malloc((c->n + 1) * sizeof *c->scores);
+    if (!c->scores) return -1;
+    for (size_t i = 0; i < c->n; i++) {
+        const kvb_record *r = &run->rec[c->rec[i]];
+        if (!isnan(r->score)) c->scores[c->n_scored++] = r->score;
+        c->judge_errors += r->judge_error != NULL;
+        c->sample_errors += r->error != NULL;
+    }
+    c->mean = kvb_stats_mean(c->scores, c->n_scored);
+    if (kvb_stats_bootstrap_ci(c->scores, c->n_scored, KVB_BOOT_RESAMPLES, KVB_BOOT_SEED, &c->ci_lo, &c->ci_hi)) return -1;
+#define FIELD(f, pos) field_mean(run, c, offsetof(kvb_record, f), pos)
+    c->ttft_ms = FIELD(ttft_ms, 1);
+    c->decode_ms_per_token = FIELD(decode_ms_per_token, 1);
+    c->attended_per_layer = FIELD(attended_per_layer, 0);
+    c->kv_device_mib = FIELD(kv_device_bytes, 0) / MIB;
+    c->kv_device_end_mib = FIELD(kv_device_bytes_end, 0) / MIB;
+    c->kv_host_mib = FIELD(kv_host_bytes, 0) / MIB;
+    c->kv_full_mib = FIELD(kv_full_bytes, 0) / MIB;
+    c->moved_mib = FIELD(moved_bytes, 0) / MIB;
+#undef FIELD
+    return 0;
+}
+
+/* Cut the sorted records into cells, keeping only the last of records with the same sample_id. */
+static int cut_cells(const kvb_run *run, const kvb_record **sorted, kvb_summary *s) {
+    s->cells = calloc(run->n_rec + 1, sizeof *s->cells);
+    if (!s->cells) return -1;
+    for (size_t i = 0, j; i < run->n_rec; i = j) {
+        for (j = i; j < run->n_rec && same_cell(sorted[i], sorted[j]); j++) {}
+        kvb_cell *c = &s->cells[s->n_cells++];
+        const kvb_record *r = sorted[i];
+        *c = (kvb_cell){.method = r->method, .budget = r->budget, .benchmark = r->benchmark, .task = r->task};
+        if (!(c->rec = malloc((j - i) * sizeof *c->rec))) return -1;
+        for (size_t k = i; k < j; k++) {
+            const kvb_record *a = sorted[k], *b = k + 1 < j ? sorted[k + 1] : NULL;
+            if (b && a->sample_id && b->sample_id && !strcmp(a->sample_id, b->sample_id)) {
+                s->n_duplicates++;
+                continue;
+            }
+            c->rec[c->n++] = (size_t)(a - run->rec);
+        }
+    }
+    return 0;
+}
+
+int kvb_summary_build(const kvb_run *run, kvb_summary *s, char *err, size_t err_len) {
+    memset(s, 0, sizeof *s);
+    s->ref_row = -1;
+    const kvb_record **sorted = malloc((run->n_rec + 1) * sizeof *sorted);
+    int rc = sorted ? 0 : -1;
+    for (size_t i = 0; !rc && i < run->n_rec; i++) sorted[i] = &run->rec[i];
+    if (!rc) qsort(sorted, run->n_rec, sizeof *sorted, cmp_rec);
+    if (!rc) rc = cut_cells(run, sorted, s);
+    free(sorted);
+    if (!rc) rc = build_rows(run, s);
+    if (!rc) rc = build_cols(run, s);
+    if (!rc) rc = place_cells(s);
+    for (int i = 0; !rc && i < s->n_cells; i++) rc = cell_stats(run, &s->cells[i]);
+    if (rc) {
+        kvb_summary_free(s);
+        return ERR("%s: out of memory summarising %zu records", run->dir, run->n_rec);
+    }
+    return 0;
+}
+
+void kvb_summary_free(kvb_summary *s) {
+    for (int i = 0; s->cells && i < s->n_cells; i++) free(s->cells[i].rec), free(s->cells[i].scores);
+    free(s->cells), free(s->rows), free(s->cols), free(s->grid);
+    memset(s, 0, sizeof *s);
+    s->ref_row = -1;
+}
+
+const kvb_cell *kvb_summary_at(const kvb_summary *s, int row, int col) {
+    if (row < 0 || col < 0 || row >= s->n_rows || col >= s->n_cols) return NULL;
+    return s->grid[(size_t)row * (size_t)s->n_cols + (size_t)col];
+}
+
+const kvb_cell *kvb_summary_find(const kvb_summary *s, const char *method, const char *budget, const char *task) {
+    for (int i = 0; i < s->n_cells; i++) {
+        const kvb_cell *c = &s->cells[i];
+        if (!strcmp(c->method, method) && !strcmp(c->budget, budget) && !strcmp(c->task, task)) return c;
+    }
+    return NULL;
+}

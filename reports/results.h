@@ -1,0 +1,86 @@
+/* results.h — a run directory's records in memory: RUN_DIR/run.json (provenance) and RUN_DIR/results.jsonl
+ * (one record per method, budget, benchmark, task and sample), and those records grouped into the cells
+ * the report and the comparison are made of. Loading never skips a record silently: a malformed line is an
+ * error naming the file and line; only a last line without its '\n' (a record cut by a crash, which the
+ * runner also drops when it resumes) is ignored, and counted. */
+#ifndef KVB_RESULTS_H
+#define KVB_RESULTS_H
+
+#include <stddef.h>
+
+/* One results.jsonl record. Strings are owned by the run: NULL when absent or null, except method, budget
+ * and task (required) and benchmark ("other" when absent); "" error texts count as none. Numbers are NAN
+ * when absent or null. A present field of the wrong type, or a score outside [0, 1], makes the line
+ * malformed. Blank lines are skipped. */
+typedef struct {
+    char *method, *budget, *benchmark, *task, *sample_id, *qtype, *length_bin, *metric;
+    char *error;       /* per-sample failure text, NULL when the sample ran */
+    char *judge_error; /* the judge's error text, NULL when there was no judge or it answered */
+    int abstention;    /* LongMemEval abstention question */
+    double score;      /* in [0, 1]; NAN when unscored */
+    double ctx_len, depth, prompt_tokens, generated_tokens;
+    double ttft_ms, prefill_ms, decode_ms_per_token;
+    double kv_device_bytes, kv_device_bytes_end, kv_host_bytes, kv_full_bytes, moved_bytes, attended_per_layer;
+    long line; /* 1-based line in results.jsonl */
+} kvb_record;
+
+/* A loaded run directory. run.json strings are NULL when absent. */
+typedef struct {
+    char dir[1024];
+    char *suite, *model, *model_sha256, *git_commit, *host, *backend, *flags, *created;
+    kvb_record *rec;
+    size_t n_rec;
+    int n_torn; /* a last line without '\n' (cut by a crash), ignored */
+} kvb_run;
+
+/* Load RUN_DIR/run.json and RUN_DIR/results.jsonl. 0, or -1 + "path:LINE: why" (run is then empty). */
+int kvb_run_load(const char *run_dir, kvb_run *run, char *err, size_t err_len);
+/* Release everything a loaded run owns (safe on a zeroed or failed run). */
+void kvb_run_free(kvb_run *run);
+
+/* Budget kinds, in the order rows are shown: full, % of the full KV, tokens per layer and head, other. */
+typedef enum { KVB_RB_FULL, KVB_RB_PERCENT, KVB_RB_TOKENS, KVB_RB_OTHER } kvb_rbudget_kind;
+/* Classify a budget string ("full", "30%", "1024"); *value gets the percent or token count. */
+kvb_rbudget_kind kvb_rbudget_parse(const char *budget, double *value);
+
+/* A (method, budget, benchmark, task) cell: its records and their aggregates. Cost means skip samples that
+ * failed (error set) and fields they lack; timings count only when > 0. NAN where nothing counted. */
+typedef struct {
+    const char *method, *budget, *benchmark, *task; /* borrowed from the run */
+    int row, col;         /* indices into kvb_summary.rows / .cols */
+    size_t *rec, n;       /* the cell's records (indices into run->rec, run order, duplicates dropped) */
+    double *scores;       /* the n_scored scores, in record order */
+    size_t n_scored;
+    double mean, ci_lo, ci_hi; /* score in [0, 1] with its 95% bootstrap interval (stats.h) */
+    int judge_errors, sample_errors;
+    double ttft_ms, decode_ms_per_token, attended_per_layer;
+    double kv_device_mib, kv_device_end_mib, kv_host_mib, kv_full_mib, moved_mib;
+} kvb_cell;
+
+typedef struct { const char *method, *budget; } kvb_row;     /* a method@budget row */
+typedef struct { const char *benchmark, *task; } kvb_col;    /* a task column */
+
+/* A run's cells on a grid: rows ordered full-attention reference first, then by budget (% ascending, then
+ * tokens), then by first appearance; columns grouped by benchmark in order of first appearance. */
+typedef struct {
+    kvb_row *rows;
+    kvb_col *cols;
+    kvb_cell *cells;
+    kvb_cell **grid; /* n_rows x n_cols, NULL where the run has no such cell */
+    int n_rows, n_cols, n_cells;
+    int ref_row;         /* the full-attention row deltas are taken against, -1 when none */
+    size_t n_duplicates; /* records repeating an earlier (method, budget, benchmark, task, sample_id): last kept */
+} kvb_summary;
+
+/* Group a loaded run into cells and compute each cell's statistics. 0, or -1 + err (out of memory). */
+int kvb_summary_build(const kvb_run *run, kvb_summary *s, char *err, size_t err_len);
+/* Release a summary (safe on a zeroed one). */
+void kvb_summary_free(kvb_summary *s);
+/* The cell at (row, col), or NULL. */
+const kvb_cell *kvb_summary_at(const kvb_summary *s, int row, int col);
+/* The cell for (method, budget, task) in any benchmark, or NULL. */
+const kvb_cell *kvb_summary_find(const kvb_summary *s, const char *method, const char *budget, const char *task);
+/* 1 if the row is full attention (method full/flash, or budget "full"). */
+int kvb_row_is_full(const kvb_row *row);
+
+#endif
