@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/score.h"
@@ -35,6 +36,7 @@ typedef struct {
 typedef struct {
     char name[64], benchmark[32];
     kvb_samples samples;
+    kvb_judge_kind judge; /* how its samples are scored when not by score.c */
 } task;
 
 typedef struct {
@@ -46,6 +48,7 @@ typedef struct {
     int n_cells;
     task tasks[MAX_TASKS];
     int n_tasks;
+    kvb_runner_judge *judge; /* NULL when the suite and flags configure none */
     char **done_keys;
     int n_done, cap_done;
     int fd;
@@ -204,6 +207,10 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         int rc = niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, count_tokens, st->model,
                                &t->samples, err, err_len);
         if (!rc && limit > 0 && t->samples.n > limit) kvb_samples_truncate(&t->samples, limit);
+        if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "judge"))) {
+            if (!st->judge) return ERR("niah: \"judge\": true needs a judge (--judge-url URL, e.g. of kvbench serve, or the suite's \"judge\")");
+            t->judge = KVB_JK_RUBRIC;
+        }
         return rc;
     }
     char path[1024] = "";
@@ -236,11 +243,22 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
             if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets.sh)\n", type, path); return 0; }
             return ERR("%s: %s not found (run scripts/fetch-datasets.sh)", type, path);
         }
-        if (optional && !getenv("KVB_JUDGE_URL")) {
-            fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (KVB_JUDGE_URL)\n", type);
-            return 0;
+        if (!st->judge) {
+            if (optional) { fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (--judge-url)\n", type); return 0; }
+            return ERR("%s is scored by a judge: give --judge-url URL (an OpenAI-compatible server, e.g. kvbench serve) or the suite's \"judge\"", type);
         }
-        return ERR("%s: judge-scored benchmarks need the judge client (not built yet)", type);
+        int lme = !strcmp(type, "longmemeval");
+        if (lme && kvb_runner_judge_need_lme(st->judge, err, err_len)) return -1;
+        kvb_samples got = {0};
+        int rc = lme ? lme_load(path, jstr(b, "format", "json"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "cot")), limit, &got, err, err_len)
+                     : sharegpt_load(path, limit, &got, err, err_len);
+        if (rc) return -1;
+        const char *name = lme ? (got.n ? got.v[0].task : "longmemeval") : "sharegpt";
+        task *t = new_task(st, name, type, err, err_len);
+        if (!t) { kvb_samples_free(&got); return -1; }
+        t->samples = got;
+        t->judge = lme ? KVB_JK_LONGMEMEVAL : KVB_JK_QUALITY;
+        return 0;
     }
     return ERR("suite %s: unknown benchmark type '%s'", st->o->suite_path, type);
 }
@@ -371,6 +389,8 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     cJSON_AddStringToObject(j, "flags", st->o->argv_line ? st->o->argv_line : "");
     cJSON_AddStringToObject(j, "created", ts);
     cJSON_AddItemToObject(j, "suite_config", cJSON_Duplicate(st->suite, 1));
+    cJSON *judge = kvb_runner_judge_describe(st->judge);
+    if (judge) cJSON_AddItemToObject(j, "judge", judge);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return ERR("out of memory");
@@ -623,7 +643,8 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     progress(st, what, 1);
     char perr[512] = "";
     int prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
-    int rc = 0;
+    int rc = 0, n_held = 0;
+    cJSON *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
     for (int i = 0; i < n_todo && rc == 0; i++) {
         const cell *cl = &st->cells[todo[i]];
         snprintf(what, sizeof what, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
@@ -632,13 +653,24 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         char cerr[512] = "";
         int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
         cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
+        free(res.prediction);
+        if (t->judge != KVB_JK_NONE) { held[n_held++] = rec; continue; }
         rc = append_record(st, rec, err, err_len);
         cJSON_Delete(rec);
-        free(res.prediction);
         st->finished++;
         st->ran++;
     }
     free_prefill(&sp);
+    if (n_held && !rc) {
+        snprintf(what, sizeof what, "%s #%s: judging %d predictions", t->name, s->id ? s->id : "", n_held);
+        progress(st, what, 0);
+        rc = kvb_runner_judge_records(st->judge, t->judge, s, held, n_held, err, err_len);
+    }
+    for (int i = 0; i < n_held; i++) {
+        if (!rc) rc = append_record(st, held[i], err, err_len);
+        if (!rc) st->finished++, st->ran++;
+        cJSON_Delete(held[i]);
+    }
     return rc;
 }
 
@@ -648,6 +680,7 @@ static void free_state(run_state *st) {
     free(st->done_keys);
     if (st->fd > 0) close(st->fd);
     kvb_model_free(st->model);
+    kvb_runner_judge_free(st->judge);
     cJSON_Delete(st->suite);
 }
 
@@ -677,6 +710,9 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     st.fd = -1;
     int rc = -1;
     if (load_suite(&st, err, err_len)) goto done;
+    kvb_judge_flags jf = {o->judge_url, o->judge_model, o->judge_key_env, o->judge_refresh};
+    st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), &jf, expand_path, err, err_len);
+    if (!st.judge && err[0]) goto done;
     const char *model = o->model ? o->model : jstr(st.suite, "model", "default");
     if (kvb_model_resolve(model, st.model_path, sizeof st.model_path, err, err_len)) goto done;
     if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
@@ -685,7 +721,14 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (expand_cells(&st, err, err_len)) goto done;
     const cJSON *benches = cJSON_GetObjectItemCaseSensitive(st.suite, "benchmarks"), *b;
     if (!cJSON_IsArray(benches)) { ERR("suite %s: \"benchmarks\" must be an array", o->suite_path); goto done; }
-    cJSON_ArrayForEach(b, benches) if (load_benchmark(&st, b, err, err_len)) goto done;
+    cJSON_ArrayForEach(b, benches) {
+        int first = st.n_tasks;
+        if (load_benchmark(&st, b, err, err_len)) goto done;
+        /* "max_new_tokens" on a benchmark caps generation (cost control; the official lengths otherwise) */
+        int cap = (int)jnum(b, "max_new_tokens", 0);
+        for (int i = first; cap > 0 && i < st.n_tasks; i++)
+            for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;
+    }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
     if (prepare_run_json(&st, err, err_len)) goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);

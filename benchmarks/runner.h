@@ -12,7 +12,10 @@
  *      {"type": "longbench", "data_dir": "...", "config_dir": "...", "tasks": [...], "limit": 5, "e": false},
  *      {"type": "longmemeval", "path": "...", "limit": 5},
  *      {"type": "sharegpt", "path": "...", "limit": 5}],
+ *    "judge": {"base_url": "http://127.0.0.1:8080/v1", "model": "default", ...} (benchmarks/judging.h),
  *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent}
+ * longmemeval and sharegpt are scored by the judge; niah too with "judge": true on it.
+ * Any benchmark may set "max_new_tokens" to cap generation below the official length.
  * `full` runs once at budget "full"; every other method runs at every budget. Paths may start with "~/"
  * or "$KVB_DATA/". */
 #ifndef KVB_RUNNER_H
@@ -30,6 +33,8 @@ typedef struct {
     int n_threads;
     int quiet;             /* no progress line */
     const char *argv_line; /* recorded in run.json */
+    const char *judge_url, *judge_model, *judge_key_env; /* override the suite's "judge" (benchmarks/judging.h) */
+    int judge_refresh;     /* ignore cached judge replies */
 } kvb_run_opts;
 
 /* Run (or resume) a suite. Returns 0 when every cell has a record (per-sample failures are records with an

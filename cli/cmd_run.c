@@ -23,7 +23,16 @@ static const char *HELP =
     "  --budgets LIST         replace the suite's budgets\n"
     "  --model M              replace the suite's model (GGUF path or default)\n"
     "  --threads N            CPU threads (default: all cores)\n"
-    "  --quiet                no progress line\n";
+    "  --quiet                no progress line\n"
+    "\n"
+    "judge (LongMemEval, ShareGPT dialogue quality, NIAH with \"judge\": true; overrides the suite's \"judge\"):\n"
+    "  --judge-url URL        OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 of `kvbench serve`\n"
+    "                         (also KVB_JUDGE_URL)\n"
+    "  --judge-model NAME     model name sent to the judge (default: the suite's, else \"default\")\n"
+    "  --judge-key-env VAR    environment variable holding the API key (the key is never written anywhere)\n"
+    "  --judge-refresh        ask again instead of reading cached judge replies (~/.cache/kvbench/judge)\n"
+    "Every verdict is stored in its record (judge model, raw replies, parsed value); a failed or unparseable\n"
+    "judgement leaves the score empty with a judge error that the report counts, and the run goes on.\n";
 
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
@@ -40,6 +49,7 @@ int cmd_run(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
+        if (!strcmp(a, "--judge-refresh")) { o.judge_refresh = 1; continue; }
         if (a[0] != '-') {
             if (o.suite_path) return cli_fail("run: more than one suite given ('%s' and '%s')", o.suite_path, a);
             o.suite_path = a;
@@ -52,6 +62,9 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--methods")) o.methods = v;
         else if (!strcmp(a, "--budgets")) o.budgets = v;
         else if (!strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--judge-url")) o.judge_url = v;
+        else if (!strcmp(a, "--judge-model")) o.judge_model = v;
+        else if (!strcmp(a, "--judge-key-env")) o.judge_key_env = v;
         else if (!strcmp(a, "--limit")) { if (cli_int("--limit", v, 1, 1 << 30, &n)) return 1; o.limit = (int)n; }
         else if (!strcmp(a, "--threads")) { if (cli_int("--threads", v, 0, 1024, &n)) return 1; o.n_threads = (int)n; }
         else return cli_fail("run: unknown option '%s' (see --help)", a);

@@ -375,6 +375,140 @@ static void test_serve_bad_input(void) {
     stop_serve();
 }
 
+
+/* ---- a judged suite run: verdicts and judge errors in the records, the key in no file ---- */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *slurp(const char *path) {
+    size_t len;
+    return util_read_file(path, &len);
+}
+
+/* The record of (method, sample_id) in results.jsonl, parsed (caller frees), or NULL. */
+static cJSON *record_of(const char *results, const char *method, const char *id) {
+    char *all = slurp(results);
+    cJSON *found = NULL;
+    for (char *save, *line = all ? strtok_r(all, "\n", &save) : NULL; line && !found; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *r = cJSON_Parse(line);
+        if (r && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r, "method")), method) &&
+            !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r, "sample_id")), id))
+            found = r;
+        else
+            cJSON_Delete(r);
+    }
+    free(all);
+    return found;
+}
+
+static const char *judge_str(const cJSON *r, const char *key) {
+    return cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "judge"), key));
+}
+
+static void test_judged_run_records_verdicts(void) {
+    const char *bin = getenv("KVB_BIN");
+    char p[6][256];
+    const char *names[6] = {"lme.json", "sg.json", "tmpl.json", "suite.json", "run", "cache"};
+    for (int i = 0; i < 6; i++) snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, names[i]);
+    /* LongMemEval-shaped data: an ordinary question and an abstention one, whose template makes the judge fail */
+    write_text(p[0],
+               "[{\"question_id\": \"q1\", \"question_type\": \"single-session-user\", \"question\": \"What colour is my car?\","
+               " \"answer\": \"red\", \"question_date\": \"2023/05/30 (Tue) 10:00\", \"haystack_dates\": [\"2023/05/20 (Sat) 09:00\"],"
+               " \"haystack_session_ids\": [\"s1\"], \"haystack_sessions\": [[{\"role\": \"user\", \"content\": \"I bought a red car.\"},"
+               " {\"role\": \"assistant\", \"content\": \"Congratulations on the red car!\"}]], \"answer_session_ids\": [\"s1\"]},"
+               " {\"question_id\": \"q2_abs\", \"question_type\": \"single-session-user\", \"question\": \"What colour is my boat?\","
+               " \"answer\": \"You did not mention a boat.\", \"question_date\": \"2023/05/30 (Tue) 10:00\", \"haystack_dates\": [\"2023/05/20 (Sat) 09:00\"],"
+               " \"haystack_session_ids\": [\"s1\"], \"haystack_sessions\": [[{\"role\": \"user\", \"content\": \"I bought a red car.\"},"
+               " {\"role\": \"assistant\", \"content\": \"Nice!\"}]], \"answer_session_ids\": [\"s1\"]}]");
+    /* dialogues: the quality judge answers a score for one (case=quality) and text without a score for the other */
+    write_text(p[1],
+               "[{\"id\": \"d1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi, I am planning a trip.\"},"
+               " {\"from\": \"gpt\", \"value\": \"Where to?\"}, {\"from\": \"human\", \"value\": \"Rome. case=quality What should I see?\"},"
+               " {\"from\": \"gpt\", \"value\": \"The Colosseum.\"}]},"
+               " {\"id\": \"d2\", \"conversations\": [{\"from\": \"human\", \"value\": \"Name a fruit.\"}, {\"from\": \"gpt\", \"value\": \"Apple.\"},"
+               " {\"from\": \"human\", \"value\": \"Another one?\"}, {\"from\": \"gpt\", \"value\": \"Pear.\"}]}]");
+    const char *t = "Question: {}\\nCorrect Answer: {}\\nModel Response: {}\\nIs the model response correct? Answer yes or no only.";
+    char tm[2048];
+    snprintf(tm, sizeof tm, "{\"default\": \"%s\", \"temporal-reasoning\": \"%s\", \"knowledge-update\": \"%s\", "
+             "\"single-session-preference\": \"%s\", \"abstention\": \"case=always500 %s\"}", t, t, t, t, t);
+    write_text(p[2], tm);
+    char suite[4096];
+    snprintf(suite, sizeof suite,
+             "{\"name\": \"judged\", \"model\": \"default\", \"output\": \"%s\", \"methods\": [{\"name\": \"full\"}, "
+             "{\"name\": \"streamingllm\"}], \"budgets\": [\"50%%\"],"
+             " \"judge\": {\"model\": \"fault-judge\", \"timeout_s\": 5, \"max_retries\": 1, \"cache_dir\": \"%s\", \"templates\": \"%s\"},"
+             " \"benchmarks\": [{\"type\": \"longmemeval\", \"path\": \"%s\", \"max_new_tokens\": 8},"
+             " {\"type\": \"sharegpt\", \"path\": \"%s\", \"max_new_tokens\": 8}]}",
+             p[4], p[5], p[2], p[0], p[1]);
+    write_text(p[3], suite);
+    pthread_mutex_lock(&mu);
+    int auth_before = auth_ok;
+    pthread_mutex_unlock(&mu);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "KVB_TEST_JUDGE_KEY='%s' '%s' run '%s' --quiet --threads 2 --judge-url http://127.0.0.1:%d/v1 "
+             "--judge-key-env KVB_TEST_JUDGE_KEY > %s/run.log 2>&1",
+             KEY, bin, p[3], fault_port, tmpdir);
+    int rc = system(cmd);
+    CU_ASSERT_FATAL(WIFEXITED(rc) && WEXITSTATUS(rc) == 0); /* judge errors do not stop the run */
+    char results[300];
+    snprintf(results, sizeof results, "%s/results.jsonl", p[4]);
+    const char *methods[2] = {"full", "streamingllm"};
+    for (int m = 0; m < 2; m++) {
+        cJSON *ok = record_of(results, methods[m], "q1"), *abs = record_of(results, methods[m], "q2_abs"),
+              *good = record_of(results, methods[m], "d1"), *bad = record_of(results, methods[m], "d2");
+        CU_ASSERT_FATAL(ok && abs && good && bad);
+        /* verdict "yes" -> 1, stored with the judge model, the raw reply and the parsed value */
+        CU_ASSERT(cJSON_GetNumberValue(cJSON_GetObjectItem(ok, "score")) == 1.0);
+        CU_ASSERT_STRING_EQUAL(judge_str(ok, "model"), "fault-judge");
+        CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ok, "judge"), "replies"), 0)), "yes");
+        CU_ASSERT(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ok, "judge"), "parsed")) == 1.0);
+        /* a judge that keeps failing: a judge error, the score left empty (not 0) */
+        CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(abs, "score")));
+        CU_ASSERT(judge_str(abs, "error") && strstr(judge_str(abs, "error"), "500"));
+        /* quality: overall 7 of 10; a reply without a score is a judge error */
+        CU_ASSERT_DOUBLE_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(good, "score")), 0.7, 1e-12);
+        CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(bad, "score")) && judge_str(bad, "error") != NULL);
+        cJSON_Delete(ok), cJSON_Delete(abs), cJSON_Delete(good), cJSON_Delete(bad);
+    }
+    /* the report counts the judge errors: 2 per method (q2_abs, d2) */
+    char path[300];
+    snprintf(path, sizeof path, "%s/summary.csv", p[4]);
+    char *csv = slurp(path);
+    CU_ASSERT_FATAL(csv != NULL);
+    int errs = 0;
+    for (char *save, *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        int field = 0;
+        for (char *q = line; *q && field < 9; q++) field += *q == ',';
+        if (field == 9 && strncmp(line, "method,", 7)) {
+            char *q = line;
+            for (int k = 0; k < 9; k++) q = strchr(q, ',') + 1;
+            errs += atoi(q);
+        }
+    }
+    free(csv);
+    CU_ASSERT(errs == 4);
+    /* the key went out in the Authorization header, and into no file of the run or the judge cache */
+    pthread_mutex_lock(&mu);
+    CU_ASSERT(auth_ok > auth_before);
+    pthread_mutex_unlock(&mu);
+    CU_ASSERT(!dir_contains(p[4], KEY) && !dir_contains(p[5], KEY) && !dir_contains(tmpdir, KEY));
+    /* a second run is free: every cell is recorded, the judge is not asked again */
+    pthread_mutex_lock(&mu);
+    int hits = hits_total;
+    pthread_mutex_unlock(&mu);
+    rc = system(cmd);
+    CU_ASSERT(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    pthread_mutex_lock(&mu);
+    CU_ASSERT(hits_total == hits);
+    pthread_mutex_unlock(&mu);
+}
+
 static void test_prompts_and_parsers(void) {
     const char *args[3] = {"A", "B{x}", "C"};
     char *s = kvb_format_positional("q={} a={} r={} {{lit}}", args, 3);
@@ -408,6 +542,7 @@ int main(void) {
     if (have_model) {
         CU_add_test(s, "client against kvbench serve", test_client_against_kvbench_serve);
         CU_add_test(s, "kvbench serve under bad input", test_serve_bad_input);
+        CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
     } else {
         fprintf(stderr, "default model or KVB_BIN missing: kvbench serve cases skipped\n");
     }
@@ -415,7 +550,8 @@ int main(void) {
     MHD_stop_daemon(fault);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) rc = 1;
+    if (getenv("KVB_KEEP_TMP")) fprintf(stderr, "kept %s\n", tmpdir);
+    else if (system(cmd)) rc = 1;
     curl_global_cleanup();
     return rc;
 }
