@@ -20,6 +20,7 @@ int cmd_bench_judge(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_fidelity(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -44,6 +45,9 @@ typedef struct {
 } cli_method_opts;
 void cli_method_defaults(cli_method_opts *o);
 int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i);
+/* Options for one method from raw --method-opt values: "name:key=value" ones for this method, and unprefixed
+ * ones for every method but full. 0 or -1 + err. */
+int cli_method_opts_for(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
 /* Monotonic clock in seconds. */

@@ -30,21 +30,6 @@ typedef struct {
     char desc[200];
 } bm_row;
 
-/* Options for one method: unprefixed ones, plus "name:key=value" ones for this method. */
-static int method_opts(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
-    memset(o, 0, sizeof *o);
-    for (int i = 0; i < n_raw; i++) {
-        const char *colon = strchr(raw[i], ':'), *eq = strchr(raw[i], '=');
-        if (colon && (!eq || colon < eq)) {
-            if (strncmp(raw[i], name, (size_t)(colon - raw[i])) || strlen(name) != (size_t)(colon - raw[i])) continue;
-            if (kvb_opts_add(o, colon + 1, err, err_len)) return -1;
-        } else if (strcmp(name, "full") && kvb_opts_add(o, raw[i], err, err_len)) { /* full takes no options */
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *name, const kvb_budget *b, kvb_opts *o,
                         const int32_t *ids, long n_prompt, long n_dec, bm_row *row) {
     char err[512];
@@ -131,7 +116,7 @@ int cmd_bench_methods(int argc, char **argv) {
     kvb_budget_format(&budget, bud, sizeof bud);
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
-        if (method_opts(names[k], raw_opts, n_raw, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        if (cli_method_opts_for(names[k], raw_opts, n_raw, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
         fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
         if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
     }

@@ -27,6 +27,7 @@ static const char *USAGE =
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
+    "  fidelity             methods teacher-forced against full attention: top-1 agreement, KL, attention recall\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
     "\n"
     "MODEL is a GGUF path or `default` (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-model.sh).\n";
@@ -174,6 +175,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
 }

@@ -15,6 +15,7 @@
 #include "util_gguf_writer.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "methods/fidelity.h"
 #include "methods/method.h"
 
 enum { L = 8, E = 32, NH = 4, NKV = 2, HD = 8, FF = 48, V = 300, CTX = 512 };
@@ -549,6 +550,101 @@ static void test_pod_gate_and_merge_match_float64(void) {
     kvb_ctx_free(c);
 }
 
+
+/* ---- fidelity: teacher forcing, KL and attention-mass recall against a float64 reference ---- */
+
+/* KL(softmax(a) || softmax(b)) in float64, written out here. */
+static double kl_ref(const float *a, const float *b, int n) {
+    double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+    for (int i = 1; i < n; i++) ma = a[i] > ma ? a[i] : ma, mb = b[i] > mb ? b[i] : mb;
+    for (int i = 0; i < n; i++) za += exp(a[i] - ma), zb += exp(b[i] - mb);
+    for (int i = 0; i < n; i++) {
+        double pa = exp(a[i] - ma) / za, pb = exp(b[i] - mb) / zb;
+        kl += pa * log(pa / pb);
+    }
+    return kl;
+}
+
+static void test_fidelity_matches_float64_reference(void) {
+    enum { N = 200 };
+    char err[256];
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 3 + (int32_t)((i * 7919u) % (V - 3));
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = KVB_F32;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_fid_ref *ref = kvb_fid_ref_create(model, &p, ids, N, 2, err, sizeof err);
+    CU_ASSERT_FATAL(ref != NULL);
+    kvb_budget b;
+    kvb_opts o = {0};
+    kvb_fid_result r;
+    /* full against itself: every token agrees, KL 0, all of the mass seen */
+    CU_ASSERT_FATAL(kvb_budget_parse("100%", &b, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_fidelity_run(ref, "full", &b, &o, &r, err, sizeof err) == 0);
+    CU_ASSERT(r.positions == 2 && r.agree == 2 && r.kl_sum < 1e-12 && r.recall_steps == 1);
+    for (int l = 0; l < L; l++) CU_ASSERT_DOUBLE_EQUAL(r.recall_sum[l], 1.0, 1e-5);
+    kvb_fid_result_free(&r);
+
+    /* StreamingLLM with 32 tokens per head */
+    CU_ASSERT_FATAL(kvb_budget_parse("32", &b, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_fidelity_run(ref, "streamingllm", &b, &o, &r, err, sizeof err) == 0);
+    /* reference, step 0: full's and the method's logits after the prompt */
+    kvb_ctx *full = new_ctx(KVB_F32), *sl = new_ctx(KVB_F32);
+    kvb_method *m = make("streamingllm", sl, "32", NULL);
+    CU_ASSERT_FATAL(kvb_forward(full, ids, N, err, sizeof err) == 0 && kvb_ctx_end_prefill(full, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_method_prefill(m, sl, ids, N, err, sizeof err) == 0);
+    int32_t t0 = sampler_argmax(full->logits, V);
+    double kl = kl_ref(full->logits, sl->logits, V);
+    int agree = sampler_argmax(sl->logits, V) == t0;
+    /* step 1: both fed full's token; the method's visible positions recorded; full's probabilities from its
+     * cached keys and the layer's query (observation window), in float64 */
+    kvb_ctx *fq = kvb_ctx_fork(full, 1, err, sizeof err);
+    CU_ASSERT_FATAL(fq != NULL);
+    static seen_t seen;
+    sl->on_visible = record_visible;
+    sl->on_visible_user = &seen;
+    CU_ASSERT_FATAL(kvb_forward(fq, &t0, 1, err, sizeof err) == 0 && kvb_forward(sl, &t0, 1, err, sizeof err) == 0);
+    kl += kl_ref(fq->logits, sl->logits, V);
+    agree += sampler_argmax(sl->logits, V) == sampler_argmax(fq->logits, V);
+    CU_ASSERT(r.positions == 2 && r.agree == agree);
+    CU_ASSERT_DOUBLE_EQUAL(r.kl_sum, kl, 1e-6 + 1e-4 * kl);
+    CU_ASSERT(kl > 1e-6); /* a 32-token cache of 201 does change the distribution */
+    int partial = 0;
+    for (int l = 0; l < L; l++) {
+        const float *q = fq->obs_q + (size_t)l * fq->obs_cap * E; /* the step's query row: [NH][HD] */
+        double recall = 0;
+        for (int h = 0; h < NKV; h++) {
+            kvc_view kv = kvc_head_view(fq->kv, l, h);
+            double mass[N + 1] = {0};
+            for (int g = 0; g < NH / NKV; g++) {
+                const float *qh = q + (size_t)(h * (NH / NKV) + g) * HD;
+                double sc[N + 1], mx = -1e300, z = 0;
+                for (int64_t i = 0; i < kv.n; i++) {
+                    const float *k = (const float *)kv.k + i * HD;
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += (double)qh[e] * k[e];
+                    sc[i] = d / sqrt((double)HD);
+                    mx = sc[i] > mx ? sc[i] : mx;
+                }
+                for (int64_t i = 0; i < kv.n; i++) z += exp(sc[i] - mx);
+                for (int64_t i = 0; i < kv.n; i++) mass[kv.pos[i]] += exp(sc[i] - mx) / z / (NH / NKV);
+            }
+            for (int64_t i = 0; i < seen.n[l][h]; i++) recall += mass[seen.pos[l][h][i]];
+        }
+        recall /= NKV;
+        CU_ASSERT_DOUBLE_EQUAL(r.recall_sum[l], recall, 1e-5);
+        partial += recall < 0.999;
+    }
+    CU_ASSERT(partial > 0);
+    kvb_fid_result_free(&r);
+    kvb_method_free(m, sl);
+    kvb_ctx_free(fq);
+    kvb_ctx_free(sl);
+    kvb_ctx_free(full);
+    kvb_fid_ref_free(ref);
+}
+
 /* ---- shared prefill = own prefill ---- */
 
 static void greedy(kvb_ctx *c, int32_t *out, int n) {
@@ -688,5 +784,6 @@ int main(void) {
     CU_add_test(s, "pod gate and merge vs float64", test_pod_gate_and_merge_match_float64);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);
+    CU_add_test(s, "fidelity: KL, agreement, recall vs float64", test_fidelity_matches_float64_reference);
     return util_run_suites();
 }

@@ -1,0 +1,239 @@
+/* cmd_fidelity.c — `kvbench fidelity`: each method teacher-forced with full attention's greedy continuation
+ * on one or more prompts (methods/fidelity.h); a Markdown table per method and per layer, and JSON. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/tokenizer.h"
+#include "methods/fidelity.h"
+
+static const char *HELP =
+    "usage: kvbench fidelity --prompt-file F [--prompt-file F2 ...] --methods a,b|all --budget B [-n N]\n"
+    "                        [--max-tokens T] [--method-opt [M:]K=V] [--json FILE] [engine options]\n"
+    "\n"
+    "Full attention prefills each prompt and generates N greedy tokens; each method prefills the same prompt\n"
+    "with its own hooks and is teacher-forced with full's tokens, step for step. Per method it reports:\n"
+    "  top-1     share of positions where the method's most likely next token is full's;\n"
+    "  KL        mean (and max) KL(full || method) of the next-token distributions, in nats;\n"
+    "  recall    per layer, the share of full attention's probability mass (per KV head, mean over its query\n"
+    "            heads) on the positions the method let that layer read, averaged over decode steps.\n"
+    "Results are summed over the prompts. `--methods all` = the six compressing methods; add full for a\n"
+    "sanity row (top-1 100%, KL 0, recall 1). A --method-opt prefixed `M:` applies to that method only.\n"
+    "\n"
+    "options:\n"
+    "  --prompt-file F        a text prompt (repeatable, up to 16), tokenized with BOS, no chat template\n"
+    "  --methods LIST         comma list of methods, or all\n"
+    "  --budget B             30% (share of the full KV bytes) or N tokens per layer and head (default 30%)\n"
+    "  -n N                   positions compared per prompt (default 32)\n"
+    "  --max-tokens T         keep the first T tokens of each prompt (default: all)\n"
+    "  --method-opt [M:]K=V   a method parameter (repeatable)\n"
+    "  --json FILE            also write every figure (per prompt, per layer) as JSON\n" CLI_ENGINE_HELP;
+
+#define MAX_PROMPTS 16
+#define MAX_METHODS 16
+
+typedef struct {
+    const char *name;
+    int positions, agree, recall_steps;
+    double kl_sum, kl_max;
+    double *recall_sum; /* [n_layer] */
+    double device_frac_sum, host_mib_sum;
+    int runs;
+    char params[200];
+} method_total;
+
+static void add_result(method_total *t, const kvb_fid_result *r, int n_layer) {
+    t->positions += r->positions;
+    t->agree += r->agree;
+    t->kl_sum += r->kl_sum;
+    if (r->kl_max > t->kl_max) t->kl_max = r->kl_max;
+    for (int l = 0; l < n_layer; l++) t->recall_sum[l] += r->recall_sum[l];
+    t->recall_steps += r->recall_steps;
+    t->device_frac_sum += r->kv.device_frac;
+    t->host_mib_sum += r->kv.host_bytes / (1024.0 * 1024.0);
+    t->runs++;
+    snprintf(t->params, sizeof t->params, "%s", r->params);
+}
+
+static double mean_recall(const method_total *t, int n_layer) {
+    if (!t->recall_steps) return NAN;
+    double s = 0;
+    for (int l = 0; l < n_layer; l++) s += t->recall_sum[l];
+    return s / n_layer / t->recall_steps;
+}
+
+static cJSON *result_json(const char *prompt, int64_t n_tokens, const char *method, const kvb_fid_result *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", prompt);
+    cJSON_AddNumberToObject(o, "prompt_tokens", (double)n_tokens);
+    cJSON_AddStringToObject(o, "method", method);
+    cJSON_AddStringToObject(o, "parameters", r->params);
+    cJSON_AddNumberToObject(o, "positions", r->positions);
+    cJSON_AddNumberToObject(o, "top1_agreement", r->positions ? (double)r->agree / r->positions : 0);
+    cJSON_AddNumberToObject(o, "kl_mean", r->positions ? r->kl_sum / r->positions : 0);
+    cJSON_AddNumberToObject(o, "kl_max", r->kl_max);
+    cJSON_AddNumberToObject(o, "decode_steps", r->recall_steps);
+    cJSON *rl = cJSON_AddArrayToObject(o, "recall_by_layer");
+    for (int l = 0; l < r->n_layer; l++)
+        cJSON_AddItemToArray(rl, cJSON_CreateNumber(r->recall_steps ? r->recall_sum[l] / r->recall_steps : 0));
+    double mr = kvb_fid_mean_recall(r);
+    if (isnan(mr)) cJSON_AddNullToObject(o, "recall_mean");
+    else cJSON_AddNumberToObject(o, "recall_mean", mr);
+    cJSON_AddNumberToObject(o, "kv_device_frac", r->kv.device_frac);
+    cJSON_AddNumberToObject(o, "kv_device_bytes", (double)r->kv.device_bytes);
+    cJSON_AddNumberToObject(o, "kv_host_bytes", (double)r->kv.host_bytes);
+    return o;
+}
+
+static void print_tables(method_total *t, int n_methods, int n_layer, int n_prompts, const char *budget) {
+    printf("\nfidelity to full attention, budget %s, %d prompt(s)\n\n", budget, n_prompts);
+    printf("| method | positions | top-1 agreement %% | mean KL (nats) | max KL | mean recall | min layer recall | device KV %% of full | host KV MiB | parameters |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int k = 0; k < n_methods; k++) {
+        method_total *m = &t[k];
+        double minr = INFINITY;
+        int minl = -1;
+        for (int l = 0; l < n_layer && m->recall_steps; l++)
+            if (m->recall_sum[l] / m->recall_steps < minr) minr = m->recall_sum[l] / m->recall_steps, minl = l;
+        printf("| %s | %d | %.1f | %.4f | %.3f | %.3f | %.3f (layer %d) | %.1f | %.2f | %s |\n", m->name, m->positions,
+               m->positions ? 100.0 * m->agree / m->positions : 0, m->positions ? m->kl_sum / m->positions : 0, m->kl_max,
+               mean_recall(m, n_layer), minl >= 0 ? minr : NAN, minl, 100 * m->device_frac_sum / m->runs,
+               m->host_mib_sum / m->runs, m->params);
+    }
+    printf("\nattention-mass recall by layer\n\n| layer |");
+    for (int k = 0; k < n_methods; k++) printf(" %s |", t[k].name);
+    printf("\n|---:|");
+    for (int k = 0; k < n_methods; k++) printf("---:|");
+    printf("\n");
+    for (int l = 0; l < n_layer; l++) {
+        printf("| %d |", l);
+        for (int k = 0; k < n_methods; k++)
+            printf(" %.3f |", t[k].recall_steps ? t[k].recall_sum[l] / t[k].recall_steps : NAN);
+        printf("\n");
+    }
+}
+
+/* Tokenize a prompt file (BOS, no special-token parsing), keeping at most max_tokens. */
+static int32_t *prompt_ids(kvb_model *m, const char *path, long max_tokens, int *n) {
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) return NULL;
+    int32_t *ids = NULL;
+    char err[256];
+    int rc = tok_encode(m->tok, text, len, 1, 0, &ids, n, err, sizeof err);
+    free(text);
+    if (rc) { cli_fail("fidelity: %s: %s", path, err); return NULL; }
+    if (*n < 2) { free(ids); cli_fail("fidelity: %s: the prompt is empty", path); return NULL; }
+    if (max_tokens > 0 && *n > max_tokens) *n = (int)max_tokens;
+    return ids;
+}
+
+int cmd_fidelity(int argc, char **argv) {
+    cli_engine_opts eo;
+    cli_engine_defaults(&eo);
+    kvb_budget budget = {KVB_BUDGET_FRACTION, 0.3, 0};
+    const char *methods = NULL, *json = NULL, *prompts[MAX_PROMPTS];
+    char *raw_opts[32], err[512];
+    int n_raw = 0, n_prompts = 0;
+    long n_gen = 32, max_tokens = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_engine_opt(&eo, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) return cli_fail("fidelity: %s needs a value (or is unknown; see --help)", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--methods") || !strcmp(a, "--method")) methods = v;
+        else if (!strcmp(a, "--prompt-file")) { if (n_prompts == MAX_PROMPTS) return cli_fail("fidelity: more than %d prompts", MAX_PROMPTS); prompts[n_prompts++] = v; }
+        else if (!strcmp(a, "--budget")) { if (kvb_budget_parse(v, &budget, err, sizeof err)) return cli_fail("fidelity: %s", err); }
+        else if (!strcmp(a, "--method-opt")) { if (n_raw == 32) return cli_fail("fidelity: too many --method-opt"); raw_opts[n_raw++] = (char *)v; }
+        else if (!strcmp(a, "-n")) { if (cli_int("-n", v, 1, 1 << 16, &n_gen)) return 1; }
+        else if (!strcmp(a, "--max-tokens")) { if (cli_int("--max-tokens", v, 2, 1 << 24, &max_tokens)) return 1; }
+        else if (!strcmp(a, "--json")) json = v;
+        else return cli_fail("fidelity: unknown option '%s' (see --help)", a);
+    }
+    if (!methods) return cli_fail("fidelity: --methods is required (e.g. --methods all)");
+    if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
+    char list[512];
+    snprintf(list, sizeof list, "%s", !strcmp(methods, "all") ? "streamingllm,h2o,snapkv,omnikv,round,pod" : methods);
+    method_total tot[MAX_METHODS];
+    memset(tot, 0, sizeof tot);
+    int n_methods = 0;
+    for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!kvb_method_find(t)) return cli_fail("fidelity: unknown method '%s'", t);
+        if (n_methods == MAX_METHODS) return cli_fail("fidelity: more than %d methods", MAX_METHODS);
+        tot[n_methods++].name = t;
+    }
+    kvb_model *m = cli_load_model(&eo);
+    if (!m) return 1;
+    const int L = m->cfg.n_layer;
+    int rc = 1;
+    cJSON *runs = cJSON_CreateArray();
+    for (int k = 0; k < n_methods; k++)
+        if (!(tot[k].recall_sum = calloc((size_t)L, sizeof(double)))) { cli_fail("fidelity: out of memory"); goto done; }
+    char bud[32];
+    kvb_budget_format(&budget, bud, sizeof bud);
+    double t0 = cli_now();
+    for (int p = 0; p < n_prompts; p++) {
+        int n = 0;
+        int32_t *ids = prompt_ids(m, prompts[p], max_tokens, &n);
+        if (!ids) goto done;
+        if (n + n_gen + 1 > m->cfg.n_ctx_train) {
+            free(ids);
+            cli_fail("fidelity: %s: %d prompt tokens + %ld exceed the model's context of %d (use --max-tokens)", prompts[p], n,
+                     n_gen, m->cfg.n_ctx_train);
+            goto done;
+        }
+        fprintf(stderr, "[prompt %d/%d] %s: %d tokens, full attention prefill ...\n", p + 1, n_prompts, prompts[p], n);
+        kvb_fid_ref *ref = kvb_fid_ref_create(m, &eo.ctx, ids, n, (int)n_gen, err, sizeof err);
+        if (!ref) { free(ids); cli_fail("fidelity: %s: %s", prompts[p], err); goto done; }
+        for (int k = 0; k < n_methods; k++) {
+            kvb_opts o;
+            kvb_fid_result r;
+            if (cli_method_opts_for(tot[k].name, raw_opts, n_raw, &o, err, sizeof err) ||
+                kvb_fidelity_run(ref, tot[k].name, &budget, &o, &r, err, sizeof err)) {
+                kvb_fid_ref_free(ref);
+                free(ids);
+                cli_fail("fidelity: %s on %s: %s", tot[k].name, prompts[p], err);
+                goto done;
+            }
+            fprintf(stderr, "  %-12s top-1 %5.1f%%  KL %.4f  recall %.3f   (%.0f s elapsed)\n", tot[k].name,
+                    r.positions ? 100.0 * r.agree / r.positions : 0, r.positions ? r.kl_sum / r.positions : 0,
+                    kvb_fid_mean_recall(&r), cli_now() - t0);
+            add_result(&tot[k], &r, L);
+            cJSON_AddItemToArray(runs, result_json(prompts[p], n, tot[k].name, &r));
+            kvb_fid_result_free(&r);
+        }
+        kvb_fid_ref_free(ref);
+        free(ids);
+    }
+    print_tables(tot, n_methods, L, n_prompts, bud);
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", m->path);
+        cJSON_AddStringToObject(j, "budget", bud);
+        cJSON_AddNumberToObject(j, "n", (double)n_gen);
+        cJSON_AddItemToObject(j, "runs", runs);
+        runs = NULL;
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        FILE *f = fopen(json, "w");
+        int bad = !text || !f || fputs(text, f) < 0;
+        if (f && fclose(f)) bad = 1;
+        free(text);
+        if (bad) { cli_fail("fidelity: cannot write %s", json); goto done; }
+    }
+    rc = 0;
+done:
+    cJSON_Delete(runs);
+    for (int k = 0; k < n_methods; k++) free(tot[k].recall_sum);
+    kvb_model_free(m);
+    return rc;
+}

@@ -1,0 +1,204 @@
+/* fidelity.c — a method teacher-forced against full attention (fidelity.h). */
+#include "methods/fidelity.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+struct kvb_fid_ref {
+    kvb_model *m;
+    kvb_ctx_params p;
+    kvb_ctx *base;     /* full attention after the prompt */
+    const int32_t *ids;
+    int64_t n;
+    int n_gen;
+};
+
+/* One lockstep run: the full fork records its attention (mass per position), the method's context is
+ * measured against it. */
+typedef struct {
+    kvb_ctx *full, *meth;
+    int n_layer, n_head, n_head_kv;
+    int64_t n_pos;
+    float *mass;        /* [n_layer][n_head_kv][n_pos]: full attention of the current step, mean over the group */
+    kvb_fid_result *out;
+    double *step_recall; /* [n_layer] this step's recall (summed over KV heads) */
+} lockstep;
+
+static int64_t src_pos(const kvb_src *s, int64_t i) { return s->pos[s->idx ? s->idx[i] : i]; }
+
+/* Full attention's decode probabilities -> mass per (layer, KV head, position). */
+static int ref_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    (void)self, (void)layer;
+    return !c->in_prefill && n_q == 1;
+}
+
+static int ref_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                       int64_t n_q, char *err, size_t err_len) {
+    (void)c, (void)n_q, (void)err, (void)err_len;
+    lockstep *L = self;
+    const int group = L->n_head / L->n_head_kv;
+    float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
+    memset(mass, 0, (size_t)L->n_head_kv * L->n_pos * sizeof *mass);
+    for (int qh = 0; qh < L->n_head; qh++) {
+        const int h = qh / group;
+        const kvb_src *s = &src[h];
+        const int64_t len = s->idx ? s->n_idx : s->n;
+        const float *row = probs + (size_t)qh * stride; /* n_q == 1 */
+        float *mh = mass + (size_t)h * L->n_pos;
+        for (int64_t i = 0; i < len; i++) {
+            int64_t pos = src_pos(s, i);
+            if (pos >= 0 && pos < L->n_pos) mh[pos] += row[i] / (float)group;
+        }
+    }
+    return 0;
+}
+
+/* What the method lets a layer read, against full's mass of the same step. */
+static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
+    lockstep *L = user;
+    if (c->in_prefill || n_q != 1) return;
+    const float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
+    double sum = 0;
+    for (int h = 0; h < L->n_head_kv; h++) {
+        const kvb_src *s = &src[h];
+        const int64_t len = s->idx ? s->n_idx : s->n;
+        const float *mh = mass + (size_t)h * L->n_pos;
+        double r = 0;
+        for (int64_t i = 0; i < len; i++) {
+            int64_t pos = src_pos(s, i);
+            if (pos >= 0 && pos < L->n_pos) r += mh[pos];
+        }
+        sum += r;
+    }
+    L->step_recall[layer] = sum / L->n_head_kv;
+}
+
+/* KL(p || q) of softmax(a) and softmax(b), in float64. */
+static double kl_logits(const float *a, const float *b, int n) {
+    double ma = -INFINITY, mb = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (a[i] > ma) ma = a[i];
+        if (b[i] > mb) mb = b[i];
+    }
+    double za = 0, zb = 0;
+    for (int i = 0; i < n; i++) za += exp((double)a[i] - ma), zb += exp((double)b[i] - mb);
+    double lza = log(za), lzb = log(zb), kl = 0;
+    for (int i = 0; i < n; i++) {
+        double la = (double)a[i] - ma - lza, lb = (double)b[i] - mb - lzb;
+        kl += exp(la) * (la - lb);
+    }
+    return kl > 0 ? kl : 0; /* rounding can leave a tiny negative for identical distributions */
+}
+
+kvb_fid_ref *kvb_fid_ref_create(kvb_model *m, const kvb_ctx_params *p, const int32_t *ids, int64_t n, int n_gen,
+                                char *err, size_t err_len) {
+    kvb_fid_ref *r = calloc(1, sizeof *r);
+    if (!r) { ERR("out of memory"); return NULL; }
+    r->m = m;
+    r->p = *p;
+    r->p.n_ctx = (int)(n + n_gen + 1);
+    r->ids = ids;
+    r->n = n;
+    r->n_gen = n_gen;
+    if (!(r->base = kvb_ctx_create(m, &r->p, err, err_len)) || kvb_forward(r->base, ids, n, err, err_len) ||
+        kvb_ctx_end_prefill(r->base, err, err_len)) {
+        kvb_fid_ref_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void kvb_fid_ref_free(kvb_fid_ref *r) {
+    if (!r) return;
+    kvb_ctx_free(r->base);
+    free(r);
+}
+
+void kvb_fid_result_free(kvb_fid_result *r) {
+    free(r->recall_sum);
+    memset(r, 0, sizeof *r);
+}
+
+double kvb_fid_mean_recall(const kvb_fid_result *r) {
+    if (!r->recall_steps || !r->n_layer) return NAN;
+    double s = 0;
+    for (int l = 0; l < r->n_layer; l++) s += r->recall_sum[l];
+    return s / r->n_layer / r->recall_steps;
+}
+
+/* Compare the two contexts' next-token distributions; *next = full's greedy token. */
+static void compare(lockstep *L, int n_vocab, int32_t *next) {
+    *next = sampler_argmax(L->full->logits, n_vocab);
+    int32_t mine = sampler_argmax(L->meth->logits, n_vocab);
+    double kl = kl_logits(L->full->logits, L->meth->logits, n_vocab);
+    L->out->positions++;
+    L->out->agree += mine == *next;
+    L->out->kl_sum += kl;
+    if (kl > L->out->kl_max) L->out->kl_max = kl;
+}
+
+int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kvb_opts *o, kvb_fid_result *out,
+                     char *err, size_t err_len) {
+    const kvb_config *cfg = &r->m->cfg;
+    memset(out, 0, sizeof *out);
+    lockstep L = {0};
+    L.n_layer = cfg->n_layer;
+    L.n_head = cfg->n_head;
+    L.n_head_kv = cfg->n_head_kv;
+    L.n_pos = r->p.n_ctx;
+    L.out = out;
+    out->n_layer = cfg->n_layer;
+    out->recall_sum = calloc((size_t)cfg->n_layer, sizeof *out->recall_sum);
+    L.step_recall = calloc((size_t)cfg->n_layer, sizeof *L.step_recall);
+    L.mass = malloc((size_t)cfg->n_layer * cfg->n_head_kv * L.n_pos * sizeof *L.mass);
+    kvb_hooks capture = {0};
+    capture.self = &L;
+    capture.wants_probs = ref_wants;
+    capture.observe = ref_observe;
+    kvb_method *meth = NULL;
+    int rc = -1;
+    if (!out->recall_sum || !L.step_recall || !L.mass) { ERR("out of memory"); goto done; }
+    if (!(L.full = kvb_ctx_fork(r->base, 0, err, err_len)) || kvb_ctx_set_hooks(L.full, &capture, err, err_len) ||
+        kvb_ctx_end_prefill(L.full, err, err_len))
+        goto done;
+    kvb_ctx_params p = r->p;
+    p.share_backend = r->base->be; /* one thread pool: the contexts take turns */
+    if (!(L.meth = kvb_ctx_create(r->m, &p, err, err_len))) goto done;
+    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
+    int is_full = !strcmp(method, "full") || !strcmp(method, "flash");
+    if (!(meth = kvb_method_create(method, L.meth, is_full ? &none : b, o, err, err_len)) ||
+        kvb_method_prefill(meth, L.meth, r->ids, r->n, err, err_len))
+        goto done;
+    L.meth->on_visible = on_visible;
+    L.meth->on_visible_user = &L;
+    for (int i = 0; i < r->n_gen; i++) {
+        int32_t next;
+        compare(&L, cfg->n_vocab, &next);
+        if (i + 1 == r->n_gen || tok_is_eog(r->m->tok, next)) break;
+        for (int l = 0; l < cfg->n_layer; l++) L.step_recall[l] = NAN;
+        if (kvb_forward(L.full, &next, 1, err, err_len) || kvb_forward(L.meth, &next, 1, err, err_len)) goto done;
+        for (int l = 0; l < cfg->n_layer; l++) {
+            if (isnan(L.step_recall[l])) { ERR("fidelity: layer %d of %s reported no attention sources", l, method); goto done; }
+            out->recall_sum[l] += L.step_recall[l];
+        }
+        out->recall_steps++;
+    }
+    if (kvb_method_verify(meth, L.meth, 0, err, err_len)) goto done;
+    kvb_method_usage(meth, L.meth, &out->kv);
+    if (meth->describe) meth->describe(meth, out->params, sizeof out->params);
+    rc = 0;
+done:
+    if (meth) kvb_method_free(meth, L.meth);
+    kvb_ctx_free(L.meth); /* forks and sharers first: they use the base's backend */
+    kvb_ctx_free(L.full);
+    free(L.mass);
+    free(L.step_recall);
+    if (rc) kvb_fid_result_free(out);
+    return rc;
+}
