@@ -1,6 +1,8 @@
 /* score.c — dispatch from a benchmark sample to its metric (see score.h). */
 #include "benchmarks/score.h"
 
+#include "benchmarks/metrics.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,8 +25,15 @@ static double any_substring(const kvb_sample *s, const char *pred) {
 }
 
 int kvb_score_check_task(const char *task, char *msg, size_t cap) {
-    (void)task;
-    snprintf(msg, cap, "LongBench scoring is not available in this build");
+    static const char *const zh[] = {"multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh"};
+    if (kvb_longbench_metric(task)) return 0;
+    for (size_t i = 0; i < sizeof zh / sizeof *zh; i++)
+        if (!strncmp(task, zh[i], strlen(zh[i]))) {
+            snprintf(msg, cap, "LongBench task '%s' is Chinese: its official metric needs jieba segmentation, which "
+                     "kvbench does not implement", task);
+            return -1;
+        }
+    snprintf(msg, cap, "unknown LongBench task '%s'", task);
     return -1;
 }
 
@@ -33,6 +42,13 @@ int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *pre
     if (!strcmp(benchmark, "2stage") || !strcmp(benchmark, "recall") || !strcmp(benchmark, "niah")) {
         *score = any_substring(s, prediction);
         snprintf(metric, metric_cap, "substring");
+        return 0;
+    }
+    if (!strcmp(benchmark, "longbench") && s->task && kvb_longbench_metric(s->task)) {
+        if (kvb_longbench_score(s->task, prediction, (const char *const *)s->answers, s->n_answers,
+                                (const char *const *)s->all_classes, s->n_classes, score))
+            return -1;
+        snprintf(metric, metric_cap, "%s", kvb_longbench_metric(s->task));
         return 0;
     }
     snprintf(metric, metric_cap, "none");

@@ -2,8 +2,9 @@
  *   2stage, recall: case-insensitive substring accuracy of the answer (OmniKV's exact match; recall's planted
  *                   value);
  *   niah:           case-insensitive substring of the needle's key phrase;
- *   longbench:      the official per-task metric (benchmarks/metrics.c), after the first-line cut for trec,
- *                   triviaqa, samsum, lsht; Chinese tasks are refused (no jieba segmentation).
+ *   longbench:      the official per-task metric (benchmarks/metrics.h: qa_f1, Rouge-L, classification,
+ *                   retrieval, count, code_sim), with eval.py's first-line cut for trec, triviaqa, samsum;
+ *                   Chinese tasks are refused (no jieba segmentation).
  * Judge-scored benchmarks (longmemeval, sharegpt) are not scored here. */
 #ifndef KVB_SCORE_H
 #define KVB_SCORE_H

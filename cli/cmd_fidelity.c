@@ -175,32 +175,35 @@ int cmd_fidelity(int argc, char **argv) {
     if (!m) return 1;
     const int L = m->cfg.n_layer;
     int rc = 1;
+    int32_t *pids[MAX_PROMPTS] = {0};
+    int pn[MAX_PROMPTS] = {0};
     cJSON *runs = cJSON_CreateArray();
     for (int k = 0; k < n_methods; k++)
         if (!(tot[k].recall_sum = calloc((size_t)L, sizeof(double)))) { cli_fail("fidelity: out of memory"); goto done; }
     char bud[32];
     kvb_budget_format(&budget, bud, sizeof bud);
-    double t0 = cli_now();
+    /* every prompt is read and checked before any work, so a bad one does not cost the others' results */
     for (int p = 0; p < n_prompts; p++) {
-        int n = 0;
-        int32_t *ids = prompt_ids(m, prompts[p], max_tokens, &n);
-        if (!ids) goto done;
-        if (n + n_gen + 1 > m->cfg.n_ctx_train) {
-            free(ids);
-            cli_fail("fidelity: %s: %d prompt tokens + %ld exceed the model's context of %d (use --max-tokens)", prompts[p], n,
-                     n_gen, m->cfg.n_ctx_train);
+        if (!(pids[p] = prompt_ids(m, prompts[p], max_tokens, &pn[p]))) goto done;
+        if (pn[p] + n_gen + 1 > m->cfg.n_ctx_train) {
+            cli_fail("fidelity: %s: %d prompt tokens + %ld exceed the model's context of %d (use --max-tokens)", prompts[p],
+                     pn[p], n_gen, m->cfg.n_ctx_train);
             goto done;
         }
+    }
+    double t0 = cli_now();
+    for (int p = 0; p < n_prompts; p++) {
+        int n = pn[p];
+        const int32_t *ids = pids[p];
         fprintf(stderr, "[prompt %d/%d] %s: %d tokens, full attention prefill ...\n", p + 1, n_prompts, prompts[p], n);
         kvb_fid_ref *ref = kvb_fid_ref_create(m, &eo.ctx, ids, n, (int)n_gen, err, sizeof err);
-        if (!ref) { free(ids); cli_fail("fidelity: %s: %s", prompts[p], err); goto done; }
+        if (!ref) { cli_fail("fidelity: %s: %s", prompts[p], err); goto done; }
         for (int k = 0; k < n_methods; k++) {
             kvb_opts o;
             kvb_fid_result r;
             if (cli_method_opts_for(tot[k].name, raw_opts, n_raw, &o, err, sizeof err) ||
                 kvb_fidelity_run(ref, tot[k].name, &budget, &o, &r, err, sizeof err)) {
                 kvb_fid_ref_free(ref);
-                free(ids);
                 cli_fail("fidelity: %s on %s: %s", tot[k].name, prompts[p], err);
                 goto done;
             }
@@ -212,7 +215,6 @@ int cmd_fidelity(int argc, char **argv) {
             kvb_fid_result_free(&r);
         }
         kvb_fid_ref_free(ref);
-        free(ids);
     }
     print_tables(tot, n_methods, L, n_prompts, bud);
     if (json) {
@@ -232,6 +234,7 @@ int cmd_fidelity(int argc, char **argv) {
     }
     rc = 0;
 done:
+    for (int p = 0; p < n_prompts; p++) free(pids[p]);
     cJSON_Delete(runs);
     for (int k = 0; k < n_methods; k++) free(tot[k].recall_sum);
     kvb_model_free(m);

@@ -1,0 +1,41 @@
+/* metrics.h — LongBench's official metrics (THUDM/LongBench LongBench/metrics.py and eval.py) in C, English
+ * and code tasks. Each returns what the Python function returns for one (prediction, ground truth) pair;
+ * tests/test_metrics.c checks them against values the official code computed (scripts/metrics_ref.py).
+ *
+ *   qa_f1           SQuAD normalisation (lower, strip string.punctuation, drop a/an/the, collapse spaces),
+ *                   token-multiset F1;
+ *   rouge           Rouge-L F of the `rouge` package (1.0.1): text split into sentences at '.', words at ' ',
+ *                   summary-level union LCS over distinct words; 0 where the package raises (an empty
+ *                   prediction or reference, or a sentence pair deep enough to exhaust Python's recursion
+ *                   limit in its LCS reconstruction);
+ *   classification  the classes found in the prediction, minus those inside the gold class, as the official
+ *                   loop removes them (it skips the element after each removal);
+ *   retrieval       share of the numbers in the prediction equal to the gold "Paragraph N";
+ *   count           share of the numbers in the prediction equal to the gold count;
+ *   code_sim        fuzzywuzzy's fuzz.ratio of the first code line (no `, #, //) and the gold, / 100, with
+ *                   difflib's SequenceMatcher (autojunk on): LongBench's requirements.txt installs fuzzywuzzy
+ *                   without python-Levenshtein.
+ * Text is UTF-8 and handled as code points where Python would: lowercasing covers ASCII, Latin-1, Latin
+ * Extended-A, Greek and Cyrillic; \w/\b treat every non-ASCII code point outside the common punctuation and
+ * symbol blocks as a word character; \d is ASCII digits. Chinese tasks (jieba segmentation) are not scored. */
+#ifndef KVB_METRICS_H
+#define KVB_METRICS_H
+
+double kvb_metric_qa_f1(const char *pred, const char *gold);
+double kvb_metric_rouge_l(const char *pred, const char *gold);
+double kvb_metric_classification(const char *pred, const char *gold, const char *const *all_classes, int n_classes);
+double kvb_metric_retrieval(const char *pred, const char *gold);
+double kvb_metric_count(const char *pred, const char *gold);
+double kvb_metric_code_sim(const char *pred, const char *gold);
+/* fuzzywuzzy fuzz.ratio (difflib backend): 0..100. */
+int kvb_fuzz_ratio(const char *a, const char *b);
+
+/* The metric eval.py uses for a task ("hotpotqa", LongBench-E "hotpotqa_e" too): "qa_f1", "rouge",
+ * "classification", "retrieval", "count", "code_sim"; NULL for Chinese and unknown tasks. */
+const char *kvb_longbench_metric(const char *task);
+/* eval.py's score of one sample: the first-line cut for trec, triviaqa, samsum, lsht, then the max of the
+ * metric over the answers (0 when there are none). 0, or -1 for a task without an English metric. */
+int kvb_longbench_score(const char *task, const char *pred, const char *const *answers, int n_answers,
+                        const char *const *all_classes, int n_classes, double *score);
+
+#endif
