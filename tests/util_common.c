@@ -4,9 +4,12 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 char *util_read_file(const char *path, size_t *len) {
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode)) return NULL; /* a directory opens, but has no size */
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);

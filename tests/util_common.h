@@ -4,7 +4,8 @@
 
 #include <stddef.h>
 
-/* Whole file, NUL-terminated (malloc'd); NULL when it cannot be read. len may be NULL. */
+/* Whole regular file, NUL-terminated (malloc'd); NULL when it cannot be read or is not a regular file. len may be
+ * NULL. */
 char *util_read_file(const char *path, size_t *len);
 /* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
 int util_default_model(char *path, size_t cap);
