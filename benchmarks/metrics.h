@@ -15,24 +15,28 @@
  *   code_sim        fuzzywuzzy's fuzz.ratio of the first code line (no `, #, //) and the gold, / 100, with
  *                   difflib's SequenceMatcher (autojunk on): LongBench's requirements.txt installs fuzzywuzzy
  *                   without python-Levenshtein.
- * Text is UTF-8 and handled as code points where Python would: lowercasing covers ASCII, Latin-1, Latin
- * Extended-A, Greek and Cyrillic; \w/\b treat every non-ASCII code point outside the common punctuation and
- * symbol blocks as a word character; \d is ASCII digits. Chinese tasks (jieba segmentation) are not scored. */
+ * Text is UTF-8 and handled as code points where Python would. str.lower() is Python 3.11's (Unicode 14.0)
+ * mapping, U+0130 and final sigma included (Final_Sigma's cased / case-ignorable classes approximated);
+ * \d is every Unicode decimal digit, as in Python 3 str regexes; \w (for \b around a/an/the) is exact for
+ * ASCII and Latin-1 and elsewhere approximated as "not in a punctuation, symbol, combining-mark or emoji
+ * block". Chinese tasks (jieba segmentation) are not scored. */
 #ifndef KVB_METRICS_H
 #define KVB_METRICS_H
 
-double kvb_metric_qa_f1(const char *pred, const char *gold);
-double kvb_metric_rouge_l(const char *pred, const char *gold);
-double kvb_metric_classification(const char *pred, const char *gold, const char *const *all_classes, int n_classes);
-double kvb_metric_retrieval(const char *pred, const char *gold);
-double kvb_metric_count(const char *pred, const char *gold);
-double kvb_metric_code_sim(const char *pred, const char *gold);
+/* Each scores one prediction against one ground truth, in [0, 1], as metrics.py's function of the same name. */
+double kvb_metric_qa_f1(const char *pred, const char *gold);           /* qa_f1_score */
+double kvb_metric_rouge(const char *pred, const char *gold);           /* rouge_score */
+double kvb_metric_classification(const char *pred, const char *gold, const char *const *all_classes,
+                                 int n_classes);                       /* classification_score */
+double kvb_metric_retrieval(const char *pred, const char *gold);       /* retrieval_score (English) */
+double kvb_metric_count(const char *pred, const char *gold);           /* count_score */
+double kvb_metric_code_sim(const char *pred, const char *gold);        /* code_sim_score */
 /* fuzzywuzzy fuzz.ratio (difflib backend): 0..100. */
 int kvb_fuzz_ratio(const char *a, const char *b);
 
 /* The metric eval.py uses for a task ("hotpotqa", LongBench-E "hotpotqa_e" too): "qa_f1", "rouge",
  * "classification", "retrieval", "count", "code_sim"; NULL for Chinese and unknown tasks. */
-const char *kvb_longbench_metric(const char *task);
+const char *kvb_longbench_metric_name(const char *task);
 /* eval.py's score of one sample: the first-line cut for trec, triviaqa, samsum, lsht, then the max of the
  * metric over the answers (0 when there are none). 0, or -1 for a task without an English metric. */
 int kvb_longbench_score(const char *task, const char *pred, const char *const *answers, int n_answers,

@@ -26,7 +26,7 @@ static double any_substring(const kvb_sample *s, const char *pred) {
 
 int kvb_score_check_task(const char *task, char *msg, size_t cap) {
     static const char *const zh[] = {"multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh"};
-    if (kvb_longbench_metric(task)) return 0;
+    if (kvb_longbench_metric_name(task)) return 0;
     for (size_t i = 0; i < sizeof zh / sizeof *zh; i++)
         if (!strncmp(task, zh[i], strlen(zh[i]))) {
             snprintf(msg, cap, "LongBench task '%s' is Chinese: its official metric needs jieba segmentation, which "
@@ -44,11 +44,11 @@ int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *pre
         snprintf(metric, metric_cap, "substring");
         return 0;
     }
-    if (!strcmp(benchmark, "longbench") && s->task && kvb_longbench_metric(s->task)) {
+    if (!strcmp(benchmark, "longbench") && s->task && kvb_longbench_metric_name(s->task)) {
         if (kvb_longbench_score(s->task, prediction, (const char *const *)s->answers, s->n_answers,
                                 (const char *const *)s->all_classes, s->n_classes, score))
             return -1;
-        snprintf(metric, metric_cap, "%s", kvb_longbench_metric(s->task));
+        snprintf(metric, metric_cap, "%s", kvb_longbench_metric_name(s->task));
         return 0;
     }
     snprintf(metric, metric_cap, "none");

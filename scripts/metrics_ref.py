@@ -13,7 +13,8 @@ the same numbers.
 The environment must match LongBench's requirements: fuzzywuzzy without python-Levenshtein (difflib's
 SequenceMatcher); the script refuses to run otherwise. Scoring goes module -> score_case -> metric, the same
 call depth as eval.py's module -> scorer -> metric, so the `rouge` package hits Python's recursion limit on the
-same inputs as it does under eval.py.
+same inputs as it does under eval.py. The C code's Unicode tables (str.lower, \d) are Python 3.11's
+(Unicode 14.0); the fixture records the versions it was made with.
 """
 import argparse
 import importlib.util
@@ -102,7 +103,8 @@ def make_cases():
     ]
     for pred, ans in rouge:
         c.append(("gov_report", pred, ans, None))
-    c.append(("samsum", "Anna will bring the cake.\nTom brings drinks.", ["Anna is bringing a cake and Tom drinks."], None))
+    c.append(("samsum", "Anna will bring the cake.\nTom brings drinks.", ["Anna is bringing a cake and Tom drinks."],
+              None))
     c.append(("samsum", "\n\nJohn is late.", ["John will be late for the meeting."], None))
     c.append(("qmsum", "The team discussed the remote control design. They agreed on a yellow case.",
               ["The group discussed the design of the remote control and agreed on the case colour.",
@@ -163,8 +165,32 @@ def make_cases():
     ]
     for pred, gold in code:
         c.append(("lcc", pred, [gold], None))
-    c.append(("repobench-p", "result = model.forward(inputs)\n", ["result = self.model(inputs)", "out = model(inputs)"], None))
+    c.append(("repobench-p", "result = model.forward(inputs)\n", ["result = self.model(inputs)", "out = model(inputs)"],
+              None))
+    c += unicode_cases()
     return c
+
+
+# Unicode: full lowercase mapping (Vietnamese, Romanian, U+0130, final sigma), Unicode whitespace and format
+# characters around articles, Unicode digits in \d+
+def unicode_cases():
+    return [
+        ("hotpotqa", "NGUYỄN VĂN THIỆU", ["Nguyễn Văn Thiệu"], None),
+        ("hotpotqa", "ȘTEFAN CEL MARE", ["Ștefan cel Mare"], None),
+        ("hotpotqa", "ΟΔΥΣΣΕΥΣ", ["Οδυσσευς"], None),
+        ("hotpotqa", "ΟΔΥΣΣΕΥΣ'", ["οδυσσευς"], None),
+        ("hotpotqa", "İSTANBUL", ["istanbul"], None),
+        ("hotpotqa", "ЛЕВ ТОЛСТОЙ", ["Лев Толстой"], None),
+        ("hotpotqa", "ԱՐԱՄ Khachaturian", ["Արամ Khachaturian"], None),
+        ("hotpotqa", "\ufeffThe Beatles", ["Beatles"], None),
+        ("hotpotqa", "a\u1680band", ["band"], None),
+        ("hotpotqa", "the\u00a0answer\u2003is\u3000Paris", ["Paris"], None),
+        ("passage_count", "there are １２, i.e. 12", ["12"], None),
+        ("passage_count", "١٢ paragraphs", ["١٢"], None),
+        ("passage_retrieval_en", "Paragraph ٣", ["Paragraph 3"], None),
+        ("passage_retrieval_en", "Paragraph 1２ or 12", ["Paragraph 12"], None),
+        ("lcc", "naïve_résumé = 'café'", ["naive_resume = 'cafe'"], None),
+    ]
 
 
 def load_official(path):
@@ -190,10 +216,15 @@ def score_case(fn, task, pred, answers, classes):
     return float(score)
 
 
+def versions():
+    from importlib.metadata import version
+    return {"python": sys.version.split()[0], "rouge": version("rouge"), "fuzzywuzzy": version("fuzzywuzzy")}
+
+
 def write(path, out):
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"source": "THUDM/LongBench LongBench/metrics.py via scripts/metrics_ref.py", "cases": out}, f,
-                  ensure_ascii=False, indent=1)
+        json.dump({"source": "THUDM/LongBench LongBench/metrics.py via scripts/metrics_ref.py",
+                   "versions": versions(), "cases": out}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print("metrics_ref: %d cases -> %s" % (len(out), path))
 

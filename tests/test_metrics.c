@@ -27,7 +27,7 @@ static void test_fixture_cases_match_python(void) {
     cJSON *root = cJSON_Parse(text);
     free(text);
     const cJSON *cases = cJSON_GetObjectItem(root, "cases"), *c;
-    CU_ASSERT_FATAL(cJSON_GetArraySize(cases) >= 100);
+    CU_ASSERT_FATAL(cJSON_GetArraySize(cases) >= 120);
     int n_cases = 0, bad = 0;
     double worst = 0;
     cJSON_ArrayForEach(c, cases) {
@@ -38,7 +38,7 @@ static void test_fixture_cases_match_python(void) {
         const char **cls = strings(cJSON_GetObjectItem(c, "all_classes"), &nc);
         double want = cJSON_GetObjectItem(c, "score")->valuedouble, got = -1;
         CU_ASSERT(kvb_longbench_score(task, pred, ans, na, cls, nc, &got) == 0);
-        CU_ASSERT_STRING_EQUAL(kvb_longbench_metric(task), cJSON_GetObjectItem(c, "metric")->valuestring);
+        CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name(task), cJSON_GetObjectItem(c, "metric")->valuestring);
         double d = fabs(got - want);
         if (d > worst) worst = d;
         if (d > 1e-9) {
@@ -54,10 +54,10 @@ static void test_fixture_cases_match_python(void) {
 }
 
 static void test_dispatch_and_refusals(void) {
-    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric("hotpotqa_e"), "qa_f1");
-    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric("repobench-p"), "code_sim");
-    CU_ASSERT(kvb_longbench_metric("dureader") == NULL && kvb_longbench_metric("lsht") == NULL &&
-              kvb_longbench_metric("nonsense") == NULL);
+    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("hotpotqa_e"), "qa_f1");
+    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("repobench-p"), "code_sim");
+    CU_ASSERT(kvb_longbench_metric_name("dureader") == NULL && kvb_longbench_metric_name("lsht") == NULL &&
+              kvb_longbench_metric_name("nonsense") == NULL);
     double s;
     const char *a[1] = {"x"};
     CU_ASSERT(kvb_longbench_score("multifieldqa_zh", "x", a, 1, NULL, 0, &s) == -1);
@@ -65,10 +65,34 @@ static void test_dispatch_and_refusals(void) {
     CU_ASSERT(kvb_score_check_task("vcsum", msg, sizeof msg) == -1 && strstr(msg, "jieba"));
     CU_ASSERT(kvb_score_check_task("frobnicate", msg, sizeof msg) == -1 && strstr(msg, "unknown"));
     CU_ASSERT(kvb_score_check_task("qasper", msg, sizeof msg) == 0);
-    /* direct values that need no Python to check */
+    CU_ASSERT(kvb_longbench_score("trec_e", "City\nCountry", (const char *[]){"City"}, 1,
+                                  (const char *[]){"City", "Country"}, 2, &s) == 0);
+    CU_ASSERT_DOUBLE_EQUAL(s, 1.0, 1e-12); /* LongBench-E name keeps the first-line cut */
+}
+
+/* Values that need no Python to check: the rules a reader of metrics.py can verify by hand. */
+static void test_direct_values(void) {
     CU_ASSERT_DOUBLE_EQUAL(kvb_metric_qa_f1("The cat sat", "a cat sat down"), 0.8, 1e-12);
-    CU_ASSERT(kvb_metric_rouge_l("", "anything") == 0.0);
-    CU_ASSERT(kvb_fuzz_ratio("abc", "abc") == 100 && kvb_fuzz_ratio("", "abc") == 0);
+    CU_ASSERT(kvb_metric_qa_f1("the a an", "the") == 0.0);          /* nothing left after the articles */
+    CU_ASSERT(kvb_metric_qa_f1("NGUYỄN", "Nguyễn") == 1.0);          /* full Unicode lowercase */
+    CU_ASSERT(kvb_metric_qa_f1("ΟΔΥΣΣΕΥΣ", "οδυσσευς") == 1.0);      /* final sigma */
+    CU_ASSERT(kvb_metric_qa_f1("İ", "i") == 0.0);                    /* U+0130 lowers to "i" + U+0307 */
+    CU_ASSERT(kvb_metric_rouge("", "anything") == 0.0);              /* the package raises: empty hypothesis */
+    CU_ASSERT(kvb_metric_rouge("...", "a b") == 0.0);                /* only dots: no sentence either */
+    CU_ASSERT(kvb_metric_rouge("x", "") == 0.0);
+    CU_ASSERT_DOUBLE_EQUAL(kvb_metric_rouge("a b c", "a b c"), 2.0 * (1.0 / (2.0 + 1e-8)), 1e-15);
+    CU_ASSERT(kvb_metric_count("１２ and 12", "12") == 0.5);         /* \d+ matches fullwidth digits too */
+    CU_ASSERT(kvb_metric_retrieval("3, 4", "no paragraph here") == 0.0);
+    CU_ASSERT_DOUBLE_EQUAL(kvb_metric_retrieval("Paragraph 3, or 13", "Paragraph 3"), 0.5, 1e-12);
+    CU_ASSERT(kvb_fuzz_ratio("abc", "abc") == 100 && kvb_fuzz_ratio("", "abc") == 0 && kvb_fuzz_ratio("", "") == 100);
+    CU_ASSERT(kvb_fuzz_ratio("ab", "ac") == 50);
+    CU_ASSERT(kvb_fuzz_ratio("abcd", "abce") == 75); /* 2 * 3 / 8 */
+    CU_ASSERT(kvb_fuzz_ratio("a", "ab") == 67);      /* 66.67 */
+    CU_ASSERT_DOUBLE_EQUAL(kvb_metric_code_sim("# c\n// d\n```\nx = 1", "x = 1"), 1.0, 1e-12);
+    /* classification: "Organ" is inside the gold "Organ of body" and is dropped */
+    const char *cls[] = {"Organ", "Organ of body", "City"};
+    CU_ASSERT_DOUBLE_EQUAL(kvb_metric_classification("Organ of body", "Organ of body", cls, 3), 1.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(kvb_metric_classification("City or Organ of body", "Organ of body", cls, 3), 0.5, 1e-12);
 }
 
 static void test_runner_scorer_uses_the_official_rules(void) {
@@ -92,6 +116,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
     CU_add_test(s, "fixture cases = official Python values", test_fixture_cases_match_python);
     CU_add_test(s, "dispatch, LongBench-E names, refusals", test_dispatch_and_refusals);
+    CU_add_test(s, "direct values: articles, Unicode case and digits, empty Rouge, fuzz.ratio", test_direct_values);
     CU_add_test(s, "runner scorer: first-line cut, metric name", test_runner_scorer_uses_the_official_rules);
     return util_run_suites();
 }
