@@ -2,8 +2,11 @@
  * behaviour: same tokenisation, same set/multiset semantics, same float expressions. */
 #include "benchmarks/metrics.h"
 
+#include "benchmarks/loaders.h"
+
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -584,6 +587,14 @@ double kvb_metric_code_sim(const char *pred, const char *gold) {
 
 /* ---- eval.py ---- */
 
+/* The task without LongBench-E's "_e" suffix, in buf. */
+static const char *base_task(const char *task, char *buf, size_t cap) {
+    size_t n = strlen(task);
+    if (n > 2 && !strcmp(task + n - 2, "_e")) n -= 2;
+    snprintf(buf, cap, "%.*s", (int)n, task);
+    return buf;
+}
+
 const char *kvb_longbench_metric_name(const char *task) {
     static const char *const map[][2] = {
         {"narrativeqa", "qa_f1"}, {"qasper", "qa_f1"}, {"multifieldqa_en", "qa_f1"}, {"hotpotqa", "qa_f1"},
@@ -591,10 +602,10 @@ const char *kvb_longbench_metric_name(const char *task) {
         {"qmsum", "rouge"}, {"multi_news", "rouge"}, {"samsum", "rouge"}, {"trec", "classification"},
         {"passage_retrieval_en", "retrieval"}, {"passage_count", "count"}, {"lcc", "code_sim"},
         {"repobench-p", "code_sim"}};
-    size_t n = strlen(task);
-    if (n > 2 && !strcmp(task + n - 2, "_e")) n -= 2; /* LongBench-E */
+    char base[64];
+    base_task(task, base, sizeof base);
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
-        if (strlen(map[i][0]) == n && !strncmp(task, map[i][0], n)) return map[i][1];
+        if (!strcmp(base, map[i][0])) return map[i][1];
     return NULL;
 }
 
@@ -602,12 +613,9 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
                         const char *const *all_classes, int n_classes, double *score) {
     const char *metric = kvb_longbench_metric_name(task);
     if (!metric) return -1;
-    size_t n = strlen(task);
-    if (n > 2 && !strcmp(task + n - 2, "_e")) n -= 2;
-    int first_line = (n == 4 && !strncmp(task, "trec", 4)) || (n == 8 && !strncmp(task, "triviaqa", 8)) ||
-                     (n == 6 && !strncmp(task, "samsum", 6));
+    char base[64];
     char *cut = NULL;
-    if (first_line) { /* pred.lstrip('\n').split('\n')[0] */
+    if (lb_task_first_line(base_task(task, base, sizeof base))) { /* pred.lstrip('\n').split('\n')[0] */
         while (*pred == '\n') pred++;
         cut = strndup(pred, strcspn(pred, "\n"));
         if (!cut) return -1;
