@@ -131,16 +131,6 @@ static char *history_text(const kvb_sample *s) {
     return out;
 }
 
-static char *messages_of(const char *prompt) {
-    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "user");
-    cJSON_AddStringToObject(m, "content", prompt);
-    cJSON_AddItemToArray(a, m);
-    char *s = cJSON_PrintUnformatted(a);
-    cJSON_Delete(a);
-    return s;
-}
-
 static const char *kind_name(kvb_judge_kind k) {
     return k == KVB_JK_LONGMEMEVAL ? "longmemeval" : k == KVB_JK_QUALITY ? "quality" : "rubric";
 }
@@ -235,7 +225,7 @@ int kvb_runner_judge_records(kvb_runner_judge *j, kvb_judge_kind kind, const kvb
         char perr[256];
         char *prompt = prompt_for(j, kind, s, pred ? pred : "", perr, sizeof perr);
         if (!prompt) { record_error(kind, perr, recs[i]); continue; }
-        reqs[m].messages_json = messages_of(prompt);
+        reqs[m].messages_json = kvb_judge_user_message(prompt);
         free(prompt);
         if (!reqs[m].messages_json) { rc = ERR("out of memory"); break; }
         idx[m++] = i;

@@ -55,13 +55,7 @@ static char *judge_messages(int i) {
              "response contains the correct answer. Otherwise, answer no.\n\nQuestion: What is %d plus %d?\n\n"
              "Correct Answer: %d\n\nModel Response: The sum is %d.\n\nIs the model response correct? Answer yes or no only.",
              i, i + 3, 2 * i + 3, 2 * i + 3 + (i % 2));
-    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "user");
-    cJSON_AddStringToObject(m, "content", q);
-    cJSON_AddItemToArray(a, m);
-    char *s = cJSON_PrintUnformatted(a);
-    cJSON_Delete(a);
-    return s;
+    return kvb_judge_user_message(q);
 }
 
 int cmd_bench_judge(int argc, char **argv) {

@@ -37,32 +37,14 @@ static const char *HELP =
 
 typedef struct {
     const char *name;
-    int positions, agree, recall_steps;
-    double kl_sum, kl_max;
-    double *recall_sum; /* [n_layer] */
-    double device_frac_sum, host_mib_sum;
-    int runs;
-    char params[200];
+    kvb_fid_result sum;                  /* over the prompts */
+    double device_frac_sum, host_mib_sum; /* measured KV per prompt, summed */
 } method_total;
 
-static void add_result(method_total *t, const kvb_fid_result *r, int n_layer) {
-    t->positions += r->positions;
-    t->agree += r->agree;
-    t->kl_sum += r->kl_sum;
-    if (r->kl_max > t->kl_max) t->kl_max = r->kl_max;
-    for (int l = 0; l < n_layer; l++) t->recall_sum[l] += r->recall_sum[l];
-    t->recall_steps += r->recall_steps;
+static void add_result(method_total *t, const kvb_fid_result *r) {
+    kvb_fid_result_add(&t->sum, r);
     t->device_frac_sum += r->kv.device_frac;
     t->host_mib_sum += r->kv.host_bytes / (1024.0 * 1024.0);
-    t->runs++;
-    snprintf(t->params, sizeof t->params, "%s", r->params);
-}
-
-static double mean_recall(const method_total *t, int n_layer) {
-    if (!t->recall_steps) return NAN;
-    double s = 0;
-    for (int l = 0; l < n_layer; l++) s += t->recall_sum[l];
-    return s / n_layer / t->recall_steps;
 }
 
 static cJSON *result_json(const char *prompt, int64_t n_tokens, const char *method, const kvb_fid_result *r) {
@@ -78,7 +60,7 @@ static cJSON *result_json(const char *prompt, int64_t n_tokens, const char *meth
     cJSON_AddNumberToObject(o, "decode_steps", r->recall_steps);
     cJSON *rl = cJSON_AddArrayToObject(o, "recall_by_layer");
     for (int l = 0; l < r->n_layer; l++)
-        cJSON_AddItemToArray(rl, cJSON_CreateNumber(r->recall_steps ? r->recall_sum[l] / r->recall_steps : 0));
+        cJSON_AddItemToArray(rl, cJSON_CreateNumber(r->recall_steps ? kvb_fid_layer_recall(r, l) : 0));
     double mr = kvb_fid_mean_recall(r);
     if (isnan(mr)) cJSON_AddNullToObject(o, "recall_mean");
     else cJSON_AddNumberToObject(o, "recall_mean", mr);
@@ -88,20 +70,20 @@ static cJSON *result_json(const char *prompt, int64_t n_tokens, const char *meth
     return o;
 }
 
-static void print_tables(method_total *t, int n_methods, int n_layer, int n_prompts, const char *budget) {
+static void print_tables(const method_total *t, int n_methods, int n_layer, int n_prompts, const char *budget) {
     printf("\nfidelity to full attention, budget %s, %d prompt(s)\n\n", budget, n_prompts);
     printf("| method | positions | top-1 agreement %% | mean KL (nats) | max KL | mean recall | min layer recall | device KV %% of full | host KV MiB | parameters |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (int k = 0; k < n_methods; k++) {
-        method_total *m = &t[k];
+        const kvb_fid_result *r = &t[k].sum;
         double minr = INFINITY;
         int minl = -1;
-        for (int l = 0; l < n_layer && m->recall_steps; l++)
-            if (m->recall_sum[l] / m->recall_steps < minr) minr = m->recall_sum[l] / m->recall_steps, minl = l;
-        printf("| %s | %d | %.1f | %.4f | %.3f | %.3f | %.3f (layer %d) | %.1f | %.2f | %s |\n", m->name, m->positions,
-               m->positions ? 100.0 * m->agree / m->positions : 0, m->positions ? m->kl_sum / m->positions : 0, m->kl_max,
-               mean_recall(m, n_layer), minl >= 0 ? minr : NAN, minl, 100 * m->device_frac_sum / m->runs,
-               m->host_mib_sum / m->runs, m->params);
+        for (int l = 0; l < n_layer && r->recall_steps; l++)
+            if (kvb_fid_layer_recall(r, l) < minr) minr = kvb_fid_layer_recall(r, l), minl = l;
+        printf("| %s | %d | %.1f | %.4f | %.3f | %.3f | %.3f (layer %d) | %.1f | %.2f | %s |\n", t[k].name, r->positions,
+               r->positions ? 100.0 * r->agree / r->positions : 0, r->positions ? r->kl_sum / r->positions : 0, r->kl_max,
+               kvb_fid_mean_recall(r), minl >= 0 ? minr : NAN, minl, 100 * t[k].device_frac_sum / n_prompts,
+               t[k].host_mib_sum / n_prompts, r->params);
     }
     printf("\nattention-mass recall by layer\n\n| layer |");
     for (int k = 0; k < n_methods; k++) printf(" %s |", t[k].name);
@@ -110,8 +92,7 @@ static void print_tables(method_total *t, int n_methods, int n_layer, int n_prom
     printf("\n");
     for (int l = 0; l < n_layer; l++) {
         printf("| %d |", l);
-        for (int k = 0; k < n_methods; k++)
-            printf(" %.3f |", t[k].recall_steps ? t[k].recall_sum[l] / t[k].recall_steps : NAN);
+        for (int k = 0; k < n_methods; k++) printf(" %.3f |", kvb_fid_layer_recall(&t[k].sum, l));
         printf("\n");
     }
 }
@@ -179,7 +160,7 @@ int cmd_fidelity(int argc, char **argv) {
     int pn[MAX_PROMPTS] = {0};
     cJSON *runs = cJSON_CreateArray();
     for (int k = 0; k < n_methods; k++)
-        if (!(tot[k].recall_sum = calloc((size_t)L, sizeof(double)))) { cli_fail("fidelity: out of memory"); goto done; }
+        if (kvb_fid_result_init(&tot[k].sum, L)) { cli_fail("fidelity: out of memory"); goto done; }
     char bud[32];
     kvb_budget_format(&budget, bud, sizeof bud);
     /* every prompt is read and checked before any work, so a bad one does not cost the others' results */
@@ -210,7 +191,7 @@ int cmd_fidelity(int argc, char **argv) {
             fprintf(stderr, "  %-12s top-1 %5.1f%%  KL %.4f  recall %.3f   (%.0f s elapsed)\n", tot[k].name,
                     r.positions ? 100.0 * r.agree / r.positions : 0, r.positions ? r.kl_sum / r.positions : 0,
                     kvb_fid_mean_recall(&r), cli_now() - t0);
-            add_result(&tot[k], &r, L);
+            add_result(&tot[k], &r);
             cJSON_AddItemToArray(runs, result_json(prompts[p], n, tot[k].name, &r));
             kvb_fid_result_free(&r);
         }
@@ -236,7 +217,7 @@ int cmd_fidelity(int argc, char **argv) {
 done:
     for (int p = 0; p < n_prompts; p++) free(pids[p]);
     cJSON_Delete(runs);
-    for (int k = 0; k < n_methods; k++) free(tot[k].recall_sum);
+    for (int k = 0; k < n_methods; k++) kvb_fid_result_free(&tot[k].sum);
     kvb_model_free(m);
     return rc;
 }

@@ -27,6 +27,16 @@ void kvb_judge_cfg_defaults(kvb_judge_cfg *c) {
     c->n = 1;
 }
 
+char *kvb_judge_user_message(const char *content) {
+    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(a, m);
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
+}
+
 void kvb_judge_req_clear(kvb_judge_req *r) {
     for (int i = 0; i < r->n_replies; i++) free(r->replies[i]);
     free(r->replies);

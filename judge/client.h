@@ -46,5 +46,7 @@ void kvb_judge_cfg_defaults(kvb_judge_cfg *c);
  * requests), -1 + err only for a setup failure (curl init, unwritable cache directory). */
 int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *err, size_t err_len);
 void kvb_judge_req_clear(kvb_judge_req *r); /* frees outputs, keeps messages_json */
+/* messages_json for one user message: [{"role": "user", "content": content}] (malloc'd; NULL on OOM). */
+char *kvb_judge_user_message(const char *content);
 
 #endif

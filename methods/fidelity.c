@@ -2,6 +2,7 @@
 #include "methods/fidelity.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,16 +121,38 @@ void kvb_fid_ref_free(kvb_fid_ref *r) {
     free(r);
 }
 
+int kvb_fid_result_init(kvb_fid_result *r, int n_layer) {
+    memset(r, 0, sizeof *r);
+    r->n_layer = n_layer;
+    r->recall_sum = calloc((size_t)n_layer, sizeof *r->recall_sum);
+    return r->recall_sum ? 0 : -1;
+}
+
 void kvb_fid_result_free(kvb_fid_result *r) {
     free(r->recall_sum);
     memset(r, 0, sizeof *r);
 }
 
+void kvb_fid_result_add(kvb_fid_result *sum, const kvb_fid_result *r) {
+    sum->positions += r->positions;
+    sum->agree += r->agree;
+    sum->kl_sum += r->kl_sum;
+    if (r->kl_max > sum->kl_max) sum->kl_max = r->kl_max;
+    for (int l = 0; l < sum->n_layer; l++) sum->recall_sum[l] += r->recall_sum[l];
+    sum->recall_steps += r->recall_steps;
+    sum->kv = r->kv;
+    snprintf(sum->params, sizeof sum->params, "%s", r->params);
+}
+
+double kvb_fid_layer_recall(const kvb_fid_result *r, int layer) {
+    return r->recall_steps ? r->recall_sum[layer] / r->recall_steps : NAN;
+}
+
 double kvb_fid_mean_recall(const kvb_fid_result *r) {
     if (!r->recall_steps || !r->n_layer) return NAN;
     double s = 0;
-    for (int l = 0; l < r->n_layer; l++) s += r->recall_sum[l];
-    return s / r->n_layer / r->recall_steps;
+    for (int l = 0; l < r->n_layer; l++) s += kvb_fid_layer_recall(r, l);
+    return s / r->n_layer;
 }
 
 /* Compare the two contexts' next-token distributions; *next = full's greedy token. */
@@ -146,15 +169,13 @@ static void compare(lockstep *L, int n_vocab, int32_t *next) {
 int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kvb_opts *o, kvb_fid_result *out,
                      char *err, size_t err_len) {
     const kvb_config *cfg = &r->m->cfg;
-    memset(out, 0, sizeof *out);
     lockstep L = {0};
     L.n_layer = cfg->n_layer;
     L.n_head = cfg->n_head;
     L.n_head_kv = cfg->n_head_kv;
     L.n_pos = r->p.n_ctx;
     L.out = out;
-    out->n_layer = cfg->n_layer;
-    out->recall_sum = calloc((size_t)cfg->n_layer, sizeof *out->recall_sum);
+    kvb_fid_result_init(out, cfg->n_layer);
     L.step_recall = calloc((size_t)cfg->n_layer, sizeof *L.step_recall);
     L.mass = malloc((size_t)cfg->n_layer * cfg->n_head_kv * L.n_pos * sizeof *L.mass);
     kvb_hooks capture = {0};

@@ -41,9 +41,14 @@ void kvb_fid_ref_free(kvb_fid_ref *r);
  * ends its answer). out is zeroed and filled; free it with kvb_fid_result_free. 0 or -1 + err. */
 int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kvb_opts *o, kvb_fid_result *out,
                      char *err, size_t err_len);
+/* A zeroed result with room for n_layer layers (what runs fill and sums add into); 0 or -1 (out of memory). */
+int kvb_fid_result_init(kvb_fid_result *r, int n_layer);
 void kvb_fid_result_free(kvb_fid_result *r);
+/* Add r's counts and sums into sum (same n_layer); kl_max is the larger, kv and params are r's. */
+void kvb_fid_result_add(kvb_fid_result *sum, const kvb_fid_result *r);
 
-/* Mean over layers of the per-layer recall (NAN without decode steps). */
+/* A layer's recall averaged over decode steps, and its mean over layers (NAN without decode steps). */
+double kvb_fid_layer_recall(const kvb_fid_result *r, int layer);
 double kvb_fid_mean_recall(const kvb_fid_result *r);
 
 #endif

@@ -97,16 +97,6 @@ static void on_fault_done(void *cls, struct MHD_Connection *c, void **con, enum 
     *con = NULL;
 }
 
-static char *msgs(const char *content) {
-    cJSON *a = cJSON_CreateArray(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "user");
-    cJSON_AddStringToObject(m, "content", content);
-    cJSON_AddItemToArray(a, m);
-    char *s = cJSON_PrintUnformatted(a);
-    cJSON_Delete(a);
-    return s;
-}
-
 static void cfg_fault(kvb_judge_cfg *c, char *url, size_t cap) {
     kvb_judge_cfg_defaults(c);
     snprintf(url, cap, "http://127.0.0.1:%d/v1", fault_port);
@@ -123,7 +113,7 @@ static void test_fault_cases_end_as_documented(void) {
     enum { N = 8 };
     kvb_judge_req r[N];
     memset(r, 0, sizeof r);
-    for (int i = 0; i < N; i++) r[i].messages_json = msgs(cases[i]);
+    for (int i = 0; i < N; i++) r[i].messages_json = kvb_judge_user_message(cases[i]);
     kvb_judge_cfg c;
     char url[128], err[256];
     cfg_fault(&c, url, sizeof url);
@@ -150,7 +140,7 @@ static void test_circuit_breaker_stops_sending(void) {
     enum { N = 10 };
     kvb_judge_req r[N];
     memset(r, 0, sizeof r);
-    for (int i = 0; i < N; i++) r[i].messages_json = msgs("case=always500");
+    for (int i = 0; i < N; i++) r[i].messages_json = kvb_judge_user_message("case=always500");
     kvb_judge_cfg c;
     char url[128], err[256];
     cfg_fault(&c, url, sizeof url);
@@ -196,7 +186,7 @@ static void test_cache_and_the_key_never_written(void) {
     kvb_judge_req r[N];
     memset(r, 0, sizeof r);
     const char *q[N] = {"q1", "q2", "q3"};
-    for (int i = 0; i < N; i++) r[i].messages_json = msgs(q[i]);
+    for (int i = 0; i < N; i++) r[i].messages_json = kvb_judge_user_message(q[i]);
     kvb_judge_cfg c;
     char url[128], err[256];
     cfg_fault(&c, url, sizeof url);
@@ -277,7 +267,7 @@ static void test_client_against_kvbench_serve(void) {
     CU_ASSERT(strstr(prompt, "Question: What colour is my car?\n\nCorrect Answer: red") != NULL);
     kvb_judge_req r[3];
     memset(r, 0, sizeof r);
-    for (int i = 0; i < 3; i++) r[i].messages_json = msgs(prompt);
+    for (int i = 0; i < 3; i++) r[i].messages_json = kvb_judge_user_message(prompt);
     kvb_judge_cfg c;
     kvb_judge_cfg_defaults(&c);
     char url[128];
@@ -385,14 +375,9 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-static char *slurp(const char *path) {
-    size_t len;
-    return util_read_file(path, &len);
-}
-
 /* The record of (method, sample_id) in results.jsonl, parsed (caller frees), or NULL. */
 static cJSON *record_of(const char *results, const char *method, const char *id) {
-    char *all = slurp(results);
+    char *all = util_read_file(results, NULL);
     cJSON *found = NULL;
     for (char *save, *line = all ? strtok_r(all, "\n", &save) : NULL; line && !found; line = strtok_r(NULL, "\n", &save)) {
         cJSON *r = cJSON_Parse(line);
@@ -479,7 +464,7 @@ static void test_judged_run_records_verdicts(void) {
     /* the report counts the judge errors: 2 per method (q2_abs, d2) */
     char path[300];
     snprintf(path, sizeof path, "%s/summary.csv", p[4]);
-    char *csv = slurp(path);
+    char *csv = util_read_file(path, NULL);
     CU_ASSERT_FATAL(csv != NULL);
     int errs = 0;
     for (char *save, *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
