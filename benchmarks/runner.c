@@ -19,6 +19,7 @@
 #include "benchmarks/score.h"
 #include "engine/fsutil.h"
 #include "engine/sampler.h"
+#include "engine/synthetic.h"
 #include "methods/method.h"
 #include "methods/profile.h"
 #include "reports/report.h"
@@ -714,6 +715,10 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), &jf, expand_path, err, err_len);
     if (!st.judge && err[0]) goto done;
     const char *model = o->model ? o->model : jstr(st.suite, "model", "default");
+    if (syn_is_name(model)) {
+        ERR("synthetic models have no tokenizer: a suite needs text; use a GGUF model");
+        goto done;
+    }
     if (kvb_model_resolve(model, st.model_path, sizeof st.model_path, err, err_len)) goto done;
     if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
     if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;

@@ -20,6 +20,7 @@ int cmd_bench_judge(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_bench_attn(int argc, char **argv);
 int cmd_fidelity(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
@@ -62,6 +63,7 @@ const char *cli_source_dir(void);
     "  --threads N            CPU threads (default: all cores)\n"                                          \
     "  --ctx N                context size in tokens (default: the model's training context)\n"           \
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
+    "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
     "  --batch N              prefill chunk size in tokens (default 512)\n"
 
 #define CLI_METHOD_HELP                                                                                  \

@@ -1,6 +1,7 @@
 /* cmd_bench.c — `kvbench bench`: prefill and decode speed at several contexts, with llama.cpp's figures
  * from the same run beside ours when llama-cpp-python is installed (scripts/llamacpp_bench.py). Both
- * engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. */
+ * engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. A model without
+ * a tokenizer (synthetic:<shape>) gets seeded random ids and no llama.cpp run. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +10,11 @@
 
 #include "cli/cli.h"
 #include "engine/sampler.h"
+#include "engine/synthetic.h"
 
 static const char *HELP =
-    "usage: kvbench bench [--model PATH|default] [--contexts 512,2048,8000] [-n 64] [--reps R] [--no-peer]\n"
+    "usage: kvbench bench [--model PATH|default|synthetic:SHAPE] [--contexts 512,2048,8000] [-n 64] [--reps R]\n"
+    "                     [--no-peer]\n"
     "\n"
     "For each context length: prefill a prompt of that many tokens, then decode N greedy tokens; prints\n"
     "prefill and decode tokens/s (best of R repetitions, default 1). Then runs llama.cpp on the same token\n"
@@ -20,6 +23,7 @@ static const char *HELP =
     "\n"
     "options:\n"
     "  --contexts LIST        comma-separated prompt lengths (default 512,2048,8000)\n"
+    "  --ctx-len N            one prompt length (the same as --contexts N)\n"
     "  -n N                   decode steps per context (default 64)\n"
     "  --reps R               repetitions, best kept (default 1)\n"
     "  --no-peer              do not run llama.cpp\n"
@@ -27,6 +31,9 @@ static const char *HELP =
     "  --profile              print the phase breakdown of the last context\n"
     "\n"
     "With --method M[,M...] it benchmarks KV-cache methods instead (see `kvbench bench --method all --help`).\n"
+    "--model synthetic:SHAPE[?layers=N&seed=S&ctx=N] measures a model of that shape with seeded random F16\n"
+    "weights and random token ids, without a weights file (shapes: llama3-8b, llama3.1-8b, qwen2.5-7b,\n"
+    "smollm2-135m, tiny).\n"
     CLI_ENGINE_HELP;
 
 enum { MAX_CTX = 16 };
@@ -49,7 +56,10 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
         kvb_ctx_free(c);
         return cli_fail("bench: out of memory");
     }
-    for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    if (m->tok)
+        for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    else
+        syn_random_ids(0, m->cfg.n_vocab, ids, n_prompt);
     double t0 = cli_now();
     int rc = kvb_forward(c, ids, n_prompt, err, sizeof err);
     double t_pre = cli_now() - t0;
@@ -147,7 +157,7 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--no-peer")) peer = 0;
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (i + 1 >= argc) return cli_fail("bench: %s needs a value (or is unknown; see --help)", a);
-        else if (!strcmp(a, "--contexts")) contexts = argv[++i];
+        else if (!strcmp(a, "--contexts") || !strcmp(a, "--ctx-len")) contexts = argv[++i];
         else if (!strcmp(a, "--json")) json_path = argv[++i];
         else if (!strcmp(a, "-n")) { if (cli_int("-n", argv[++i], 0, 100000, &n_dec)) return 1; }
         else if (!strcmp(a, "--reps")) { if (cli_int("--reps", argv[++i], 1, 100, &reps)) return 1; }
@@ -173,11 +183,17 @@ int cmd_bench(int argc, char **argv) {
                             n_dec, m->cfg.n_ctx_train);
         }
     char err[512];
-    kvb_backend *probe = kvb_backend_cpu_create(eo.ctx.n_threads, err, sizeof err);
-    int n_threads = probe ? probe->n_threads : 1;
+    kvb_backend *probe = kvb_backend_create(eo.ctx.backend, eo.ctx.n_threads, err, sizeof err);
+    if (!probe) {
+        kvb_model_free(m);
+        return cli_fail("bench: %s", err);
+    }
+    int n_threads = probe->n_threads;
+    const int on_gpu = probe->allocator != NULL;
     kvb_backend_free(probe);
-    printf("kvbench bench: %s, %d threads, KV %s, decode %ld tokens, best of %ld\n", m->path, n_threads,
-           eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32", n_dec, reps);
+    if (on_gpu) peer = 0; /* llama-cpp-python here is a CPU build: no like-for-like peer */
+    printf("kvbench bench: %s, backend %s, %d threads, KV %s, decode %ld tokens, best of %ld\n", m->path,
+           eo.ctx.backend, n_threads, eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32", n_dec, reps);
     for (int i = 0; i < n_rows; i++) {
         for (long r = 0; r < reps; r++)
             if (bench_one(m, &eo.ctx, rows[i].ctx, n_dec, profile && i == n_rows - 1 && r == reps - 1, &rows[i])) {
@@ -187,6 +203,10 @@ int cmd_bench(int argc, char **argv) {
         printf("  ctx %6ld: prefill %8.1f tok/s, decode %7.1f tok/s\n", rows[i].ctx, rows[i].prefill_tok_s,
                rows[i].decode_tok_s);
         fflush(stdout);
+    }
+    if (peer && m->syn_weights) {
+        fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file for llama.cpp to load)\n");
+        peer = 0;
     }
     int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads) == 0;
     printf("\n| ctx | prefill tok/s | decode tok/s |");

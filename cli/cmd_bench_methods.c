@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "engine/sampler.h"
+#include "engine/synthetic.h"
 
 static const char *HELP =
     "usage: kvbench bench --method M[,M...] [--budget B] [--ctx-len 8000] [-n 32] [--method-opt [M:]K=V]\n"
@@ -111,7 +112,10 @@ int cmd_bench_methods(int argc, char **argv) {
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);
     int rc = 1;
     if (!ids || !rows) { cli_fail("bench: out of memory"); goto done; }
-    for (long i = 0; i < ctx_len; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    if (m->tok)
+        for (long i = 0; i < ctx_len; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
+    else
+        syn_random_ids(0, m->cfg.n_vocab, ids, ctx_len); /* synthetic:<shape>: no tokenizer, ids only */
     char bud[32];
     kvb_budget_format(&budget, bud, sizeof bud);
     for (int k = 0; k < n_names; k++) {

@@ -38,6 +38,7 @@
 #include "benchmarks/prompt.h"
 #include "cli/cli.h"
 #include "engine/fsutil.h"
+#include "engine/synthetic.h"
 #include "methods/calibrate.h"
 #include "methods/profile.h"
 
@@ -512,6 +513,7 @@ int cmd_calibrate(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     if (parse(argc, argv, &o, &eo)) return 1;
+    if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
     if (o.span < 0) o.span = (m->cfg.n_layer + 2) / 4; /* round(L / 4) */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/synthetic.h"
 #include "engine/tokenizer.h"
 #include "methods/fidelity.h"
 
@@ -142,6 +143,7 @@ int cmd_fidelity(int argc, char **argv) {
     }
     if (!methods) return cli_fail("fidelity: --methods is required (e.g. --methods all)");
     if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
+    if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "fidelity");
     char list[512];
     snprintf(list, sizeof list, "%s", !strcmp(methods, "all") ? "streamingllm,h2o,snapkv,omnikv,round,pod" : methods);
     method_total tot[MAX_METHODS];

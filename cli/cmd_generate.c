@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "engine/chat.h"
 #include "engine/sampler.h"
+#include "engine/synthetic.h"
 
 static const char *HELP =
     "usage: kvbench generate [--model PATH|default] (--prompt TEXT | --prompt-file F) [options]\n"
@@ -68,6 +69,7 @@ int cmd_generate(int argc, char **argv) {
         else return cli_fail("generate: unknown option '%s' (see --help)", a);
     }
     if (!!prompt == !!prompt_file) return cli_fail("generate: give exactly one of --prompt or --prompt-file");
+    if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "generate");
     char *file_text = NULL;
     size_t prompt_len = 0;
     if (prompt_file) {

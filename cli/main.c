@@ -25,6 +25,7 @@ static const char *USAGE =
     "  report RUN_DIR       write summary.csv, report.md and charts of a run\n"
     "  compare BASE NEW     Markdown diff of two runs; exit 1 on a regression beyond the tolerances\n"
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
+    "  bench-attention      decode attention GB/s on the GPU vs a device copy and PyTorch SDPA (CUDA builds)\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  fidelity             methods teacher-forced against full attention: top-1 agreement, KL, attention recall\n"
@@ -73,7 +74,7 @@ void cli_engine_defaults(cli_engine_opts *o) {
 
 int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    static const char *with_value[] = {"--model", "--threads", "--ctx", "--kv-type", "--batch"};
+    static const char *with_value[] = {"--model", "--threads", "--ctx", "--kv-type", "--batch", "--backend"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return 0;
@@ -94,6 +95,12 @@ int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--batch")) {
         if (cli_int(a, v, 1, 65536, &n)) return -1;
         o->ctx.n_batch = (int)n;
+    } else if (!strcmp(a, "--backend")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+            cli_fail("--backend must be cpu or cuda, got '%s'", v);
+            return -1;
+        }
+        o->ctx.backend = v;
     } else if (!strcmp(a, "--kv-type")) {
         if (!strcmp(v, "f16")) o->ctx.kv_dtype = KVB_F16;
         else if (!strcmp(v, "f32")) o->ctx.kv_dtype = KVB_F32;
@@ -176,6 +183,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-attention")) return cmd_bench_attn(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
 }

@@ -12,6 +12,8 @@
 
 #include "engine/f16.h"
 #include "engine/gguf.h"
+#include "engine/kvcache.h"
+#include "engine/mem.h"
 
 /* A weight matrix as stored in the model file: rows x cols, each row of `cols`
  * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). */
@@ -64,11 +66,22 @@ struct kvb_backend {
     void (*softmax)(kvb_backend *be, float *x, int64_t n);
     void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
     void (*free)(kvb_backend *be);
+    /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous). */
+    void (*sync)(kvb_backend *be);
+    /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
+     * (NULL = host code); both set by GPU backends, whose kernels cannot read plain heap memory. */
+    const kvb_allocator *allocator;
+    kvc_writer kv_writer;
     void *impl; /* backend private state (thread pool, workspaces) */
 };
 
 /* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
+/* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
+ * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
+kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
+/* A backend by name: "cpu" or "cuda". */
+kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len);
 /* Release a backend created by any *_create. NULL is a no-op. */
 void kvb_backend_free(kvb_backend *be);
 

@@ -18,6 +18,8 @@ struct kvc_store {
     int64_t initial_capacity;
     kvb_mem *mem;
     kv_head *heads; /* [n_layer][n_head_kv] */
+    kvc_writer writer; /* NULL = rows converted and stored by the host */
+    void *writer_user;
 };
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
@@ -62,10 +64,10 @@ static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier) {
         return -1;
     }
     if (n) {
-        memcpy(k, hd->k, n * rb);
-        memcpy(v, hd->v, n * rb);
-        memcpy(pos, hd->pos, n * sizeof(int32_t));
-        memcpy(round, hd->round, n * sizeof(int32_t));
+        kvb_mem_copy(kv->mem, k, hd->k, n * rb);
+        kvb_mem_copy(kv->mem, v, hd->v, n * rb);
+        kvb_mem_copy(kv->mem, pos, hd->pos, n * sizeof(int32_t));
+        kvb_mem_copy(kv->mem, round, hd->round, n * sizeof(int32_t));
     }
     release(kv, hd);
     hd->k = k;
@@ -126,12 +128,14 @@ kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
             kvc_free(kv);
             return NULL;
         }
-        memcpy(d->k, s->k, (size_t)s->n * kv->row_bytes);
-        memcpy(d->v, s->v, (size_t)s->n * kv->row_bytes);
-        memcpy(d->pos, s->pos, (size_t)s->n * sizeof(int32_t));
-        memcpy(d->round, s->round, (size_t)s->n * sizeof(int32_t));
+        kvb_mem_copy(kv->mem, d->k, s->k, (size_t)s->n * kv->row_bytes);
+        kvb_mem_copy(kv->mem, d->v, s->v, (size_t)s->n * kv->row_bytes);
+        kvb_mem_copy(kv->mem, d->pos, s->pos, (size_t)s->n * sizeof(int32_t));
+        kvb_mem_copy(kv->mem, d->round, s->round, (size_t)s->n * sizeof(int32_t));
         d->n = s->n;
     }
+    kv->writer = src->writer;
+    kv->writer_user = src->writer_user;
     return kv;
 }
 
@@ -158,7 +162,7 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
             if (resize(kv, hd, cap, hd->tier))
                 return ERR("kv store: out of memory growing layer %d head %d to %lld tokens", layer, h, (long long)cap);
         }
-        for (int64_t t = 0; t < n_tok; t++) {
+        for (int64_t t = 0; t < n_tok && !kv->writer; t++) { /* (a writer stores every head at once, below) */
             int64_t s = hd->n + t;
             store_row(kv, hd->k + (size_t)s * kv->row_bytes, k + t * stride + (int64_t)h * kv->head_dim);
             store_row(kv, hd->v + (size_t)s * kv->row_bytes, v + t * stride + (int64_t)h * kv->head_dim);
@@ -167,7 +171,26 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
         }
         hd->n += n_tok;
     }
+    if (kv->writer) {
+        kvc_append_dst dst[KVC_MAX_WRITER_HEADS];
+        if (kv->n_head_kv > KVC_MAX_WRITER_HEADS) return ERR("kv store: %d KV heads exceed the writer's %d", kv->n_head_kv, KVC_MAX_WRITER_HEADS);
+        for (int h = 0; h < kv->n_head_kv; h++) {
+            kv_head *hd = head_at(kv, layer, h);
+            int64_t s = hd->n - n_tok;
+            dst[h].k = hd->k + (size_t)s * kv->row_bytes;
+            dst[h].v = hd->v + (size_t)s * kv->row_bytes;
+            dst[h].pos = hd->pos + s;
+            dst[h].round = hd->round + s;
+        }
+        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round))
+            return ERR("kv store: device write of layer %d failed", layer);
+    }
     return 0;
+}
+
+void kvc_set_writer(kvc_store *kv, kvc_writer w, void *user) {
+    kv->writer = w;
+    kv->writer_user = user;
 }
 
 int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len) {

@@ -10,6 +10,14 @@ void kvb_mem_init(kvb_mem *m) {
 
 void kvb_mem_destroy(kvb_mem *m) { pthread_mutex_destroy(&m->mu); }
 
+void kvb_mem_set_allocator(kvb_mem *m, const kvb_allocator *a) { m->alloc = a; }
+
+void kvb_mem_copy(kvb_mem *m, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    if (m && m->alloc && m->alloc->copy) m->alloc->copy(m->alloc->user, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
 static void account(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, int64_t delta) {
     pthread_mutex_lock(&m->mu);
     m->cur_bytes[tier][cat] += delta;
@@ -22,8 +30,13 @@ static void account(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, int64_t delta) {
 void *kvb_mem_alloc(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, size_t bytes) {
     if (bytes == 0 || bytes > (size_t)INT64_MAX / 2) return NULL;
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes)) return NULL;
-    memset(p, 0, bytes);
+    if (m->alloc) {
+        p = m->alloc->alloc(m->alloc->user, tier, bytes);
+        if (!p) return NULL;
+    } else {
+        if (posix_memalign(&p, 64, bytes)) return NULL;
+        memset(p, 0, bytes);
+    }
     account(m, tier, cat, (int64_t)bytes);
     return p;
 }
@@ -35,14 +48,15 @@ void *kvb_mem_realloc(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, void *p, size_
     }
     void *q = kvb_mem_alloc(m, tier, cat, new_bytes);
     if (!q) return NULL;
-    if (p) memcpy(q, p, old_bytes < new_bytes ? old_bytes : new_bytes);
+    if (p) kvb_mem_copy(m, q, p, old_bytes < new_bytes ? old_bytes : new_bytes);
     kvb_mem_free(m, tier, cat, p, old_bytes);
     return q;
 }
 
 void kvb_mem_free(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, void *p, size_t bytes) {
     if (!p) return;
-    free(p);
+    if (m->alloc) m->alloc->free(m->alloc->user, tier, p, bytes);
+    else free(p);
     account(m, tier, cat, -(int64_t)bytes);
 }
 

@@ -11,8 +11,19 @@
 typedef enum { KVB_TIER_DEVICE = 0, KVB_TIER_HOST = 1, KVB_TIER_COUNT } kvb_tier;
 typedef enum { KVB_MEM_WEIGHTS = 0, KVB_MEM_KV, KVB_MEM_WORKSPACE, KVB_MEM_METHOD, KVB_MEM_COUNT } kvb_mem_cat;
 
+/* Where a tracker's bytes come from. NULL = the C heap (the CPU backend). A GPU backend supplies memory both
+ * the host and its kernels can address (device tier: GPU-resident, host tier: pinned host memory). alloc
+ * returns zeroed memory or NULL; copy is a synchronous copy between any two such blocks. */
+typedef struct {
+    void *(*alloc)(void *user, kvb_tier tier, size_t bytes);
+    void (*free)(void *user, kvb_tier tier, void *p, size_t bytes);
+    void (*copy)(void *user, void *dst, const void *src, size_t bytes);
+    void *user;
+} kvb_allocator;
+
 typedef struct {
     pthread_mutex_t mu;
+    const kvb_allocator *alloc; /* NULL = C heap */
     int64_t cur_bytes[KVB_TIER_COUNT][KVB_MEM_COUNT];
     int64_t peak_bytes[KVB_TIER_COUNT][KVB_MEM_COUNT];
     int64_t tier_cur_bytes[KVB_TIER_COUNT], tier_peak_bytes[KVB_TIER_COUNT];
@@ -23,6 +34,10 @@ typedef struct {
 /* Zero all counters. */
 void kvb_mem_init(kvb_mem *m);
 void kvb_mem_destroy(kvb_mem *m);
+/* Use this allocator for later allocations (NULL = C heap). Set it before the first allocation. */
+void kvb_mem_set_allocator(kvb_mem *m, const kvb_allocator *a);
+/* Copy between two blocks allocated through m (or plain host memory). */
+void kvb_mem_copy(kvb_mem *m, void *dst, const void *src, size_t bytes);
 /* Zeroed, 64-byte aligned memory of `bytes`, accounted to (tier, cat). NULL on failure or bytes == 0. */
 void *kvb_mem_alloc(kvb_mem *m, kvb_tier tier, kvb_mem_cat cat, size_t bytes);
 /* Resize an allocation made here (contents kept up to the smaller size; new bytes zeroed). NULL on failure

@@ -8,6 +8,7 @@
  * Round Attention's latency decomposition (calc_qkv_and_rope, update_cache,
  * attn_forward, attn_output, mlp), which are also the profiler's and NVTX's names. */
 #include "engine/model.h"
+#include "engine/synthetic.h"
 
 
 #include <math.h>
@@ -19,6 +20,8 @@
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
 int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len) {
+    syn_spec syn;
+    if (syn_is_name(name) && syn_parse(name, &syn, err, err_len)) return -1;
     if (strcmp(name, "default") != 0) {
         if ((size_t)snprintf(path_out, path_cap, "%s", name) >= path_cap) return ERR("model path too long");
         return 0;
@@ -123,6 +126,10 @@ kvb_model *kvb_model_load(const char *path, char *err, size_t err_len) {
     kvb_model *m = calloc(1, sizeof *m);
     if (!m) { snprintf(err, err_len, "out of memory"); return NULL; }
     snprintf(m->path, sizeof m->path, "%s", path);
+    if (syn_is_name(path)) {
+        if (syn_model_init(m, path, err, err_len)) goto fail;
+        return m;
+    }
     char sub[512];
     m->gguf = gguf_open(path, sub, sizeof sub);
     if (!m->gguf) {
@@ -188,6 +195,7 @@ void kvb_model_free(kvb_model *m) {
     if (!m) return;
     tok_free(m->tok);
     free(m->layers);
+    syn_model_release(m);
     gguf_close(m->gguf);
     free(m);
 }
@@ -196,7 +204,30 @@ kvb_ctx_params kvb_ctx_default_params(void) {
     kvb_ctx_params p = {0};
     p.kv_dtype = KVB_F16;
     p.n_batch = 512;
+    const char *b = getenv("KVB_BACKEND");
+    p.backend = b && *b ? b : "cpu";
     return p;
+}
+
+static int64_t f16_bytes(const kvb_weight *w) { return w->data ? w->rows * w->cols * 2 : 0; }
+
+/* Bytes of the model with every matrix in f16 and vectors in f32 (what the CUDA backend uploads). */
+static int64_t model_f16_bytes(const kvb_model *m) {
+    const kvb_config *cfg = &m->cfg;
+    int64_t b = f16_bytes(&m->tok_embd) + (m->output.data != m->tok_embd.data ? f16_bytes(&m->output) : 0);
+    b += (int64_t)cfg->n_embd * 4 * (2 * (int64_t)cfg->n_layer + 1);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const kvb_layer *L = &m->layers[l];
+        b += f16_bytes(&L->wq) + f16_bytes(&L->wk) + f16_bytes(&L->wv) + f16_bytes(&L->wo) + f16_bytes(&L->w_gate) +
+             f16_bytes(&L->w_up) + f16_bytes(&L->w_down);
+        if (L->bq) b += 4 * (L->wq.rows + L->wk.rows + L->wv.rows);
+    }
+    return b;
+}
+
+/* Host code is about to read what ops wrote (a GPU backend enqueues asynchronously). */
+static void be_sync(kvb_backend *be) {
+    if (be->sync) be->sync(be);
 }
 
 static float *alloc_f32(kvb_ctx *c, int64_t n) {
@@ -212,12 +243,22 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     if (c->params.n_ctx <= 0) c->params.n_ctx = cfg->n_ctx_train;
     if (c->params.n_batch <= 0) c->params.n_batch = 512;
     kvb_mem_init(&c->mem);
-    kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS, (int64_t)m->weight_bytes);
-    c->be = c->params.share_backend ? c->params.share_backend : kvb_backend_cpu_create(c->params.n_threads, err, err_len);
+    c->be = c->params.share_backend ? c->params.share_backend
+                                    : kvb_backend_create(c->params.backend, c->params.n_threads, err, err_len);
     if (!c->be) goto fail;
-    c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 256, &c->mem, err, err_len);
+    /* a GPU backend's kernels read the activations and the KV store: allocate them where it can */
+    kvb_mem_set_allocator(&c->mem, c->be->allocator);
+    /* weights as the backend holds them: the mapped file on the CPU, f16 copies on a GPU */
+    kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS,
+                 c->be->allocator ? model_f16_bytes(m) : (int64_t)m->weight_bytes);
+    /* on a GPU every growth of a head is an allocation, a copy and a free that wait for the device: start
+     * with room for the context (up to 32K tokens per head; a method's retain shrinks it to its budget) */
+    int64_t cap0 = c->be->allocator ? (c->params.n_ctx < 32768 ? c->params.n_ctx : 32768) : 256;
+    c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, &c->mem, err, err_len);
     if (!c->kv) goto fail;
+    if (c->be->kv_writer) kvc_set_writer(c->kv, c->be->kv_writer, c->be);
     c->prof = prof_create(cfg->n_layer, c->params.profile || c->params.trace, c->params.trace);
+    if (c->be->sync) prof_set_sync(c->prof, (void (*)(void *))c->be->sync, c->be);
     int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
     c->x = alloc_f32(c, B * cfg->n_embd);
     c->xn = alloc_f32(c, B * cfg->n_embd);
@@ -423,6 +464,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         kvb_src s = {hv.k, hv.v, hv.pos, hv.n, NULL, 0};
         c->src[h] = s;
     }
+    if (H || c->on_visible) be_sync(be);
     if (H && (H->pre_attend || H->select)) {
         prof_begin(P, PROF_SELECT, l);
         if (H->pre_attend && H->pre_attend(H->self, c, l, c->q, n, err, err_len)) return -1;
@@ -480,6 +522,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         if (handled < 0) return -1;
     }
     if (!handled && be->attention(be, &a, err, err_len)) return -1;
+    if (want) be_sync(be);
     if (want && H->observe(H->self, c, l, c->src, a.probs, a.probs_stride, n, err, err_len)) return -1;
     prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
     return 0;
@@ -519,9 +562,13 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
 
-        if (c->obs_q) obs_push(c, l, c->q, n);
+        if (c->obs_q) {
+            be_sync(be);
+            obs_push(c, l, c->q, n);
+        }
 
         prof_begin(P, PROF_UPDATE_CACHE, l);
+        if (!be->kv_writer) be_sync(be);
         if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, c->rounds, err, err_len)) return -1;
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
@@ -546,6 +593,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     const float *last = c->x + (n - 1) * D;
     be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
     if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer");
+    be_sync(be);
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
     c->n_past += n;
     if (!c->in_prefill) c->dec_calls++;

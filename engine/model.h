@@ -40,11 +40,14 @@ typedef struct {
     const float *output_norm;
     kvb_layer *layers;
     uint64_t weight_bytes;
+    void *syn_weights; /* synthetic:<shape> models (engine/synthetic.h): the generated weights; gguf, tok NULL */
 } kvb_model;
 
-/* Resolve "default" to the cached default model path (KVB_MODEL_DIR or ~/.cache/kvbench/models). */
+/* Resolve "default" to the cached default model path (KVB_MODEL_DIR or ~/.cache/kvbench/models); a
+ * "synthetic:<shape>" name is checked and passed through. */
 int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len);
-/* Open a GGUF model and bind its weights and tokenizer. NULL + err on failure. */
+/* Open a GGUF model and bind its weights and tokenizer, or build a synthetic:<shape> model (seeded random
+ * weights, no tokenizer). NULL + err on failure. */
 kvb_model *kvb_model_load(const char *path, char *err, size_t err_len);
 void kvb_model_free(kvb_model *m);
 /* Read the config from GGUF metadata (exposed for tests). */
@@ -58,6 +61,7 @@ typedef struct {
     int profile;          /* time phases per layer */
     int trace;            /* keep events for a Chrome trace */
     kvb_backend *share_backend; /* use this backend (owned by another context) instead of creating one */
+    const char *backend;        /* "cpu" (default, or $KVB_BACKEND) or "cuda" */
 } kvb_ctx_params;
 
 typedef struct kvb_ctx kvb_ctx;

@@ -22,6 +22,8 @@ typedef struct prof prof;
 /* A profiler for n_layer layers; enabled = accumulate totals; trace = also keep events for prof_write_trace. */
 prof *prof_create(int n_layer, int enabled, int trace);
 void prof_free(prof *p);
+/* GPU backends: call sync(user) before each clock read while timing, so phases measure device work. */
+void prof_set_sync(prof *p, void (*sync)(void *), void *user);
 /* Stage that following events count toward. */
 void prof_set_stage(prof *p, prof_stage s);
 /* Start / end a phase (layer -1 = not per layer); end records token and byte counts with the event. */

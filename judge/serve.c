@@ -17,6 +17,7 @@
 
 #include "engine/chat.h"
 #include "engine/sampler.h"
+#include "engine/synthetic.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
@@ -527,6 +528,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     server s;
     memset(&s, 0, sizeof s);
     s.o = o;
+    if (syn_is_name(o->model_path)) return ERR("synthetic models have no tokenizer: serve needs text; use a GGUF model");
     if (o->api_key_env) {
         const char *t = getenv(o->api_key_env);
         if (!t || !*t) return ERR("serve: environment variable %s (the bearer token) is empty or unset", o->api_key_env);

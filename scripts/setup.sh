@@ -41,7 +41,7 @@ fi
 cmake --build build -j"$jobs" >/dev/null || { cmake --build build -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
 if [ "$sanitize" = 1 ]; then
     if [ ! -f build-asan/CMakeCache.txt ]; then
-        cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVB_SANITIZE=ON -DKVB_WERROR=ON >/dev/null
+        cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVB_SANITIZE=ON -DKVB_WERROR=ON -DKVB_CUDA=off >/dev/null
     fi
     cmake --build build-asan -j"$jobs" >/dev/null || { cmake --build build-asan -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
 fi

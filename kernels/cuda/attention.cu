@@ -1,0 +1,433 @@
+/* attention.cu — CUDA attention over the KV store (kernels/cuda/attention.h).
+ *
+ * One kernel family for decode and prefill: a block takes (KV head, split of the key list, chunk of up to RMAX
+ * rows), where a row is a (query, head of the GQA group) pair, so each K/V row is read once per block for all
+ * the rows it serves. Splits (flash-decoding) fill the GPU when there are few rows; their partial (m, l, acc)
+ * are merged by log-sum-exp in k_attn_merge, which also writes lse. f16 K/V with head_dim 64 or 128 take the
+ * tiled path (k_attn_tile); other shapes and f32 K/V the generic one (k_attn_split). Probabilities, when asked
+ * for, are a second pass against lse (k_probs_simple). Prefill runs through the same blocks (rows = queries x
+ * group); it is correct but slow at long contexts: tensor-core tiling is the next step. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "kernels/cuda/attention.h"
+
+
+__device__ __forceinline__ float load_kv(const void *base, int f16, int64_t i) {
+    return f16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+}
+
+/* probabilities: exp(s - lse) per list entry; needs lse (kept in the workspace when the caller gave none) */
+__global__ void k_probs_simple(kvb_cuda_attn a, const float *lse) {
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y;
+    const int G = a.n_head / a.n_head_kv, g = h / G, D = a.head_dim;
+    const void *K = a.k[g];
+    const int32_t *kp = a.k_pos ? a.k_pos[g] : NULL;
+    const int32_t *ix = a.idx ? a.idx[g] : NULL;
+    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
+    const int32_t qp = a.q_pos ? a.q_pos[t] : 0;
+    const float *q = a.q + (t * a.n_head + h) * (int64_t)D;
+    const float L = lse[(int64_t)h * a.n_q + t];
+    float *pr = a.probs + ((int64_t)h * a.n_q + t) * a.probs_stride;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+        const int64_t slot = ix ? ix[j] : j;
+        if ((a.q_pos && kp && kp[slot] > qp) || L == -INFINITY) { pr[j] = 0.f; continue; }
+        float s = 0.f;
+        for (int d = 0; d < D; d++) s += q[d] * load_kv(K, a.kv_f16, slot * D + d);
+        pr[j] = expf(s * a.scale - L);
+    }
+}
+
+
+/* ---- split-KV decode (and chunked prefill): a block = (KV head, split of the list, chunk of <= RMAX rows)
+ * where rows are (query, head of the GQA group) pairs, so each K/V row is read once per block for all of them.
+ * Warps take keys in turn; a lane holds head_dim/32 contiguous elements (coalesced 8-byte loads for d=128). */
+enum { RMAX = 8, DWARPS = 4 };
+
+template <int E, int F16>
+__global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
+    const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
+    const int G = a.n_head / a.n_head_kv, D = a.head_dim;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const void *K = a.k[g], *V = a.v[g];
+    const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
+    const int32_t *ix = a.idx ? a.idx[g] : NULL;
+    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
+    const int64_t per = (len + n_split - 1) / n_split;
+    const int64_t j0 = (int64_t)split * per, j1 = j0 + per < len ? j0 + per : len;
+    const int row0 = chunk * RMAX;
+    const int R = n_rows - row0 < RMAX ? n_rows - row0 : RMAX;
+    /* rows r = row0 + i: query t = r / G, head h = g * G + r % G */
+    float qv[RMAX][E], acc[RMAX][E], m[RMAX], l[RMAX];
+    int32_t qp[RMAX];
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) {
+        const int r = row0 + (i < R ? i : 0);
+        const int64_t t = r / G;
+        const int h = g * G + r % G;
+        const float *q = a.q + (t * a.n_head + h) * (int64_t)D;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int d = lane * E + e;
+            qv[i][e] = (i < R && d < D) ? q[d] * a.scale : 0.f;
+            acc[i][e] = 0.f;
+        }
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+        qp[i] = a.q_pos ? a.q_pos[t] : 0;
+    }
+    /* U keys per warp per step, all loads issued before the math (several rows in flight per warp) */
+    constexpr int U = E >= 8 ? 2 : 4;
+    for (int64_t jb = j0 + (int64_t)warp * U; jb < j1; jb += (int64_t)DWARPS * U) {
+        float kf[U][E], vf[U][E];
+        int32_t pos[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t j = jb + u;
+            ok[u] = j < j1;
+            const int64_t slot = ok[u] ? (ix ? ix[j] : j) : 0;
+            pos[u] = (kp && ok[u]) ? kp[slot] : 0;
+            const int64_t base = slot * D + lane * E;
+            if (F16 && E % 4 == 0 && (D == 32 * E)) {
+#pragma unroll
+                for (int e = 0; e < E; e += 4) {
+                    uint2 kr = make_uint2(0, 0), vr = make_uint2(0, 0);
+                    if (ok[u]) {
+                        kr = __ldg((const uint2 *)((const __half *)K + base + e));
+                        vr = __ldg((const uint2 *)((const __half *)V + base + e));
+                    }
+                    float2 k0 = __half22float2(*(__half2 *)&kr.x), k1 = __half22float2(*(__half2 *)&kr.y);
+                    float2 v0 = __half22float2(*(__half2 *)&vr.x), v1 = __half22float2(*(__half2 *)&vr.y);
+                    kf[u][e] = k0.x; kf[u][e + 1] = k0.y; kf[u][e + 2] = k1.x; kf[u][e + 3] = k1.y;
+                    vf[u][e] = v0.x; vf[u][e + 1] = v0.y; vf[u][e + 2] = v1.x; vf[u][e + 3] = v1.y;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    const int d = lane * E + e;
+                    kf[u][e] = (ok[u] && d < D) ? load_kv(K, F16, base + e) : 0.f;
+                    vf[u][e] = (ok[u] && d < D) ? load_kv(V, F16, base + e) : 0.f;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (!ok[u]) break;
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i >= R) break;
+                float s = 0.f;
+#pragma unroll
+                for (int e = 0; e < E; e++) s += qv[i][e] * kf[u][e];
+#pragma unroll
+                for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (kp && pos[u] > qp[i]) continue;
+                const float mn = fmaxf(m[i], s), c = __expf(m[i] - mn), p = __expf(s - mn);
+                l[i] = l[i] * c + p;
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[i][e] = acc[i][e] * c + p * vf[u][e];
+                m[i] = mn;
+            }
+        }
+    }
+    /* merge the warps, write this split's partial (m, l, acc[D]) per row */
+    __shared__ float sm[DWARPS][RMAX], sl[DWARPS][RMAX];
+    extern __shared__ float sacc[]; /* [DWARPS][RMAX][32 * E] */
+    if (lane == 0)
+        for (int i = 0; i < RMAX; i++) { sm[warp][i] = m[i]; sl[warp][i] = l[i]; }
+    for (int i = 0; i < RMAX; i++)
+        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * 32 * E + lane * E + e] = acc[i][e];
+    __syncthreads();
+    const int stride = D + 2;
+    for (int i = warp; i < R; i += DWARPS) {
+        float M = -INFINITY;
+        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w][i]);
+        float L = 0.f;
+        for (int w = 0; w < DWARPS; w++) L += sm[w][i] == -INFINITY ? 0.f : sl[w][i] * __expf(sm[w][i] - M);
+        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        for (int d = lane; d < D; d += 32) {
+            float o = 0.f;
+            for (int w = 0; w < DWARPS; w++)
+                o += sm[w][i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * 32 * E + d] * __expf(sm[w][i] - M);
+            dst[2 + d] = o;
+        }
+        if (lane == 0) { dst[0] = M; dst[1] = L; }
+    }
+}
+
+/* ---- the fast decode path (f16 K/V, head_dim 64 or 128): a warp takes 32 keys at a time, stages their K rows
+ * in shared memory with coalesced 16-byte loads (row stride padded so a quarter-warp's 16-byte reads hit
+ * distinct banks), each lane scores one key for every row of the block, one warp max per tile updates the
+ * online softmax, and the P.V pass reads each V row once per warp, coalesced, each lane owning E dims. */
+template <int E>
+__global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
+    constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __half *Ks = (__half *)smem;                                        /* [DWARPS][32][KS] */
+    float *qs = (float *)(smem + DWARPS * 32 * KS * sizeof(__half));   /* [RMAX][D] */
+    float *Ps = qs + RMAX * D;                                          /* [DWARPS][RMAX][32] */
+    int64_t *slots = (int64_t *)(Ps + DWARPS * RMAX * 32);              /* [DWARPS][32] */
+    const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
+    const int G = a.n_head / a.n_head_kv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
+    const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
+    const int32_t *ix = a.idx ? a.idx[g] : NULL;
+    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
+    const int64_t per = (len + n_split - 1) / n_split;
+    const int64_t j0 = (int64_t)split * per, j1 = j0 + per < len ? j0 + per : len;
+    const int row0 = chunk * RMAX;
+    const int R = n_rows - row0 < RMAX ? n_rows - row0 : RMAX;
+    for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
+        const int i = x / D, d = x % D;
+        float v = 0.f;
+        if (i < R) {
+            const int r = row0 + i;
+            v = a.q[((int64_t)(r / G) * a.n_head + g * G + r % G) * D + d] * a.scale;
+        }
+        qs[x] = v;
+    }
+    int32_t qp[RMAX];
+    float m[RMAX], l[RMAX], acc[RMAX][E];
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) {
+        qp[i] = (a.q_pos && i < R) ? a.q_pos[(row0 + i) / G] : 0;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] = 0.f;
+    }
+    __syncthreads();
+    __half *Kw = Ks + warp * 32 * KS;
+    float *Pw = Ps + warp * RMAX * 32;
+    int64_t *Sw = slots + warp * 32;
+    for (int64_t tb = j0 + (int64_t)warp * 32; tb < j1; tb += (int64_t)DWARPS * 32) {
+        const int n = j1 - tb < 32 ? (int)(j1 - tb) : 32;
+        int64_t my_slot = 0;
+        int32_t my_pos = 0;
+        if (lane < n) {
+            my_slot = ix ? ix[tb + lane] : tb + lane;
+            if (kp) my_pos = kp[my_slot];
+        }
+        Sw[lane] = my_slot;
+        __syncwarp();
+#pragma unroll 4
+        for (int c = lane; c < 32 * CH; c += 32) {
+            const int r = c / CH, cc = c % CH;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < n) v = __ldg((const uint4 *)(K + Sw[r] * D) + cc);
+            *(uint4 *)(Kw + r * KS + cc * 8) = v;
+        }
+        __syncwarp();
+        float s[RMAX];
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) s[i] = 0.f;
+#pragma unroll
+        for (int cc = 0; cc < CH; cc++) {
+            uint4 kr = *(const uint4 *)(Kw + lane * KS + cc * 8);
+            const __half2 *h2 = (const __half2 *)&kr;
+            float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+                   f3 = __half22float2(h2[3]);
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i >= R) break;
+                const float4 a0 = *(const float4 *)(qs + i * D + cc * 8), a1 = *(const float4 *)(qs + i * D + cc * 8 + 4);
+                s[i] += a0.x * f0.x + a0.y * f0.y + a0.z * f1.x + a0.w * f1.y + a1.x * f2.x + a1.y * f2.y + a1.z * f3.x +
+                        a1.w * f3.y;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            if (i >= R) break;
+            const bool vis = lane < n && !(kp && my_pos > qp[i]);
+            const float si = vis ? s[i] : -INFINITY;
+            float tm = si;
+#pragma unroll
+            for (int o = 16; o; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+            const float mn = fmaxf(m[i], tm);
+            const float c = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
+            const float p = si == -INFINITY ? 0.f : __expf(si - mn);
+            l[i] = l[i] * c + p; /* this lane's share; summed over the warp at the end */
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[i][e] *= c;
+            m[i] = mn;
+            Pw[i * 32 + lane] = p;
+        }
+        __syncwarp();
+#pragma unroll 8
+        for (int k = 0; k < n; k++) {
+            const __half *vr = V + Sw[k] * D + lane * E;
+            float vf[E];
+            if (E == 4) {
+                const uint2 raw = __ldg((const uint2 *)vr);
+                const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
+                vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
+            } else {
+                const float2 v0 = __half22float2(__ldg((const __half2 *)vr));
+                vf[0] = v0.x; vf[1 % E] = v0.y;
+            }
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i >= R) break;
+                const float p = Pw[i * 32 + k];
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[i][e] += p * vf[e];
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int o = 16; o; o >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o);
+    __syncthreads(); /* K tiles are done: reuse their space for the merge */
+    float *sm = (float *)smem, *sl = sm + DWARPS * RMAX, *sacc = sl + DWARPS * RMAX; /* sacc [DWARPS][RMAX][D] */
+    if (lane == 0)
+        for (int i = 0; i < RMAX; i++) { sm[warp * RMAX + i] = m[i]; sl[warp * RMAX + i] = l[i]; }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
+    __syncthreads();
+    const int stride = D + 2;
+    for (int i = warp; i < R; i += DWARPS) {
+        float M = -INFINITY;
+        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
+        float L = 0.f;
+        for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
+        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        for (int d = lane; d < D; d += 32) {
+            float o = 0.f;
+            for (int w = 0; w < DWARPS; w++)
+                o += sm[w * RMAX + i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * D + d] * __expf(sm[w * RMAX + i] - M);
+            dst[2 + d] = o;
+        }
+        if (lane == 0) { dst[0] = M; dst[1] = L; }
+    }
+}
+
+template <int E> static size_t tile_smem(void) {
+    constexpr int D = 32 * E, KS = D + 8;
+    return (size_t)DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4 + DWARPS * 32 * 8;
+}
+
+/* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L */
+__global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chunks, const float *part) {
+    const int g = blockIdx.x, r = blockIdx.y;
+    const int G = a.n_head / a.n_head_kv, D = a.head_dim, stride = D + 2;
+    const int chunk = r / RMAX, i = r % RMAX;
+    const float *src = part + (((int64_t)g * n_chunks + chunk) * RMAX + i) * (int64_t)n_split * stride;
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, src[(int64_t)s * stride]);
+    float L = 0.f;
+    for (int s = 0; s < n_split; s++) {
+        const float ms = src[(int64_t)s * stride];
+        if (ms != -INFINITY) L += src[(int64_t)s * stride + 1] * __expf(ms - M);
+    }
+    const int64_t t = r / G;
+    const int h = g * G + r % G;
+    float *out = a.out + (t * a.n_head + h) * (int64_t)D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.f;
+        for (int s = 0; s < n_split; s++) {
+            const float ms = src[(int64_t)s * stride];
+            if (ms != -INFINITY) o += src[(int64_t)s * stride + 2 + d] * __expf(ms - M);
+        }
+        out[d] = L > 0.f ? o / L : 0.f;
+    }
+    if (threadIdx.x == 0 && a.lse) a.lse[(int64_t)h * a.n_q + t] = L > 0.f ? M + logf(L) : -INFINITY;
+}
+
+static int g_sms;
+
+static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
+    if (!g_sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
+        if (g_sms <= 0) g_sms = 1;
+    }
+    const int G = a->n_head / a->n_head_kv;
+    *n_rows = (int)(a->n_q * G);
+    *n_chunks = (*n_rows + RMAX - 1) / RMAX;
+    int64_t blocks = (int64_t)a->n_head_kv * *n_chunks;
+    int64_t want = (4LL * g_sms + blocks - 1) / blocks;
+    int64_t cap = (a->max_len + 255) / 256;
+    if (want > cap) want = cap;
+    if (want < 1) want = 1;
+    if (want > 1024) want = 1024;
+    *n_split = (int)want;
+}
+
+extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
+    if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_q < 1) return 256;
+    int n_split, n_rows, n_chunks;
+    plan(a, &n_split, &n_rows, &n_chunks);
+    size_t part = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
+    return part + (size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 512;
+}
+
+extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_bytes, void *stream, char *err,
+                                  size_t err_len) {
+    if (a->head_dim < 1 || a->head_dim > 256 || a->n_head_kv < 1 || a->n_head % a->n_head_kv) {
+        snprintf(err, err_len, "cuda attention: unsupported shapes (head_dim %d, %d heads, %d KV heads)", a->head_dim,
+                 a->n_head, a->n_head_kv);
+        return -1;
+    }
+    if (a->probs && a->probs_stride < a->max_len) {
+        snprintf(err, err_len, "cuda attention: probs_stride %lld < longest list %lld", (long long)a->probs_stride,
+                 (long long)a->max_len);
+        return -1;
+    }
+    if (ws_bytes < kvb_cuda_attention_ws(a)) {
+        snprintf(err, err_len, "cuda attention: workspace too small");
+        return -1;
+    }
+    if (a->n_q <= 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    kvb_cuda_attn c = *a;
+    int n_split, n_rows, n_chunks;
+    plan(a, &n_split, &n_rows, &n_chunks);
+    float *part = (float *)ws;
+    size_t part_bytes = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
+    if (a->probs && !a->lse) c.lse = (float *)((char *)ws + ((part_bytes + 255) & ~(size_t)255));
+    if (n_chunks > 65535) {
+        snprintf(err, err_len, "cuda attention: %lld query rows per KV head exceed the grid", (long long)n_rows);
+        return -1;
+    }
+    dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)n_chunks);
+    const int D = a->head_dim;
+    const int E = D <= 64 ? 2 : D <= 128 ? 4 : 8;
+    const size_t shm = (size_t)DWARPS * RMAX * 32 * E * sizeof(float);
+    if (a->kv_f16 && (D == 64 || D == 128)) {
+        if (D == 64) k_attn_tile<2><<<grid, DWARPS * 32, tile_smem<2>(), s>>>(c, n_split, n_rows, part);
+        else k_attn_tile<4><<<grid, DWARPS * 32, tile_smem<4>(), s>>>(c, n_split, n_rows, part);
+    } else if (E == 2) {
+        if (a->kv_f16) k_attn_split<2, 1><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+        else k_attn_split<2, 0><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+    } else if (E == 4) {
+        if (a->kv_f16) k_attn_split<4, 1><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+        else k_attn_split<4, 0><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+    } else {
+        static int raised;
+        if (!raised) {
+            cudaFuncSetAttribute(k_attn_split<8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+            cudaFuncSetAttribute(k_attn_split<8, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+            raised = 1;
+        }
+        if (a->kv_f16) k_attn_split<8, 1><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+        else k_attn_split<8, 0><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
+    }
+    k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, n_split, n_rows, n_chunks, part);
+    if (a->probs) k_probs_simple<<<dim3((unsigned)a->n_q, (unsigned)a->n_head), 256, 0, s>>>(c, c.lse);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* attention.h — CUDA attention over the KV store: causal prefill (flash-attention tiling, online softmax)
+ * and split-KV decode (flash-decoding), GQA, over all slots or a per-KV-head index list.
+ *
+ * Same semantics as the CPU op (engine/backend.h, kvb_attn_args): query head h reads KV head
+ * h / (n_head / n_head_kv); a slot is visible iff q_pos == NULL, k_pos[g] == NULL or k_pos[g][slot] <= q_pos[t];
+ * probs (optional) are softmax probabilities over each head's list in list order, masked entries 0;
+ * lse (optional) is the log-sum-exp of the scaled logits over the visible keys (-INFINITY when none is
+ * visible, and then the output row is 0).
+ *
+ * Every pointer in kvb_cuda_attn is a device pointer, including the per-KV-head arrays and the
+ * pointers they hold. Callable from C. */
+#ifndef KVB_CUDA_ATTENTION_H
+#define KVB_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int64_t n_q;                 /* query tokens */
+    int n_head, n_head_kv, head_dim; /* head_dim: any value 1..256 (fast paths for 64 and 128) */
+    const float *q;              /* [n_q][n_head][head_dim] */
+    const int32_t *q_pos;        /* [n_q] or NULL (no mask) */
+    int kv_f16;                  /* 1: K/V rows are IEEE half; 0: float */
+    const void *const *k;        /* [n_head_kv] -> [n_kv[g]][head_dim] */
+    const void *const *v;        /* [n_head_kv] -> [n_kv[g]][head_dim] */
+    const int32_t *const *k_pos; /* [n_head_kv] -> [n_kv[g]] absolute positions; NULL array or entry = no mask */
+    const int64_t *n_kv;         /* [n_head_kv] slots */
+    const int32_t *const *idx;   /* NULL, or [n_head_kv] -> [n_idx[g]] slot indices (a NULL entry = all slots) */
+    const int64_t *n_idx;        /* [n_head_kv] (with idx) */
+    int64_t max_len;             /* host-side: the longest list over the KV heads (grid sizing) */
+    float scale;
+    float *out;                  /* [n_q][n_head][head_dim] */
+    float *probs;                /* optional [n_head][n_q][probs_stride] */
+    int64_t probs_stride;        /* >= max_len when probs != NULL */
+    float *lse;                  /* optional [n_head][n_q] */
+} kvb_cuda_attn;
+
+/* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
+size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
+/* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least
+ * kvb_cuda_attention_ws(a) bytes. Returns 0, or -1 with a one-line message in err (bad shapes or a
+ * launch error). */
+int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_bytes, void *stream, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

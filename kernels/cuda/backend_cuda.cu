@@ -1,0 +1,696 @@
+/* backend_cuda.cu — the CUDA implementation of the backend op table (engine/backend.h).
+ *
+ * Weights: every matrix is converted to f16 on first use (from any GGUF type, dequantized on the host) and
+ * kept on the device for the backend's lifetime; f32 vectors (norms, biases) are copied likewise. Decode
+ * matrix-vector products use a bandwidth-bound f16 GEMV; prefill uses cuBLAS (tensor cores, f16 inputs,
+ * f32 accumulate and output).
+ *
+ * Memory: the engine's trackers allocate through this backend's allocator. The device tier is managed
+ * memory preferring the GPU (so the methods' host code can still read and compact the KV store, and the
+ * kernels find it resident), checked against cudaMemGetInfo before each allocation; the host tier is
+ * pinned host memory the kernels can address. KV rows are written by a kernel (kv_writer), so decode never
+ * touches the store from the host.
+ *
+ * Ops only enqueue on one stream; sync() waits. Pointers the engine's callers own on the plain heap (a
+ * method's index lists, PoD's partial outputs, token ids) are staged through device buffers. A CUDA error
+ * is sticky: it is reported once on stderr and the process exits, rather than returning wrong numbers. */
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "engine/backend.h"
+#include "kernels/cpu/ops.h"
+/* engine/quant.h (its _Static_asserts are C only) */
+void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
+}
+#include "kernels/cuda/attention.h"
+
+#define CK(call)                                                                                     \
+    do {                                                                                             \
+        cudaError_t e_ = (call);                                                                     \
+        if (e_ != cudaSuccess) fatal_cuda(#call, e_);                                                \
+    } while (0)
+
+static void fatal_cuda(const char *what, cudaError_t e) {
+    fprintf(stderr, "kvbench: CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+}
+
+/* ---- weight cache: host pointer -> device copy ---- */
+
+typedef struct {
+    const void *host;
+    void *dev;
+    size_t bytes;
+    uint64_t print; /* fingerprint of the host bytes: a reused address (a model freed, another mapped) re-uploads */
+} wentry;
+
+enum { RING = 32, PARAM_WORDS = 6 * KVC_MAX_WRITER_HEADS };
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    kvb_allocator alloc;
+    wentry *w;          /* open addressing by host pointer */
+    size_t w_cap, w_n;
+    size_t weight_bytes; /* device bytes of converted weights */
+    /* scratch, grown on demand */
+    void *scratch; size_t scratch_bytes;   /* f16 activations for cuBLAS */
+    void *attn_ws; size_t attn_ws_bytes;
+    void *stage; size_t stage_bytes;       /* staged copies of heap pointers */
+    size_t stage_used;
+    /* ring of per-call attention parameter blocks (pinned host + device), reused after their event */
+    uint64_t *param_host[RING];
+    uint64_t *param_dev[RING];
+    cudaEvent_t param_ev[RING];
+    int param_next;
+    int64_t managed_reserve; /* bytes of GPU memory kept free when allocating managed memory */
+} cuda_impl;
+
+static cuda_impl *IM(kvb_backend *be) { return (cuda_impl *)be->impl; }
+
+static void grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return;
+    size_t want = need + need / 4 + (1 << 20);
+    CK(cudaStreamSynchronize(im->stream));
+    if (*p) CK(cudaFree(*p));
+    CK(cudaMalloc(p, want));
+    *cap = want;
+}
+
+static size_t hash_ptr(const void *p, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static uint64_t fingerprint(const void *host, size_t bytes, uint64_t shape) {
+    const uint8_t *p = (const uint8_t *)host;
+    uint64_t h = 1469598103934665603ull ^ shape;
+    size_t n = bytes < 64 ? bytes : 64;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = bytes - n; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static wentry *w_find(cuda_impl *im, const void *host) {
+    if (!im->w_cap) return NULL;
+    for (size_t i = hash_ptr(host, im->w_cap);; i = (i + 1) & (im->w_cap - 1)) {
+        if (im->w[i].host == host) return &im->w[i];
+        if (!im->w[i].host) return NULL;
+    }
+}
+
+static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes) {
+    if ((im->w_n + 1) * 2 > im->w_cap) {
+        size_t cap = im->w_cap ? im->w_cap * 2 : 1024;
+        wentry *nw = (wentry *)calloc(cap, sizeof *nw);
+        if (!nw) { fprintf(stderr, "kvbench: out of memory (weight table)\n"); exit(1); }
+        for (size_t i = 0; i < im->w_cap; i++)
+            if (im->w[i].host) {
+                size_t j = hash_ptr(im->w[i].host, cap);
+                while (nw[j].host) j = (j + 1) & (cap - 1);
+                nw[j] = im->w[i];
+            }
+        free(im->w);
+        im->w = nw;
+        im->w_cap = cap;
+    }
+    size_t j = hash_ptr(host, im->w_cap);
+    while (im->w[j].host) j = (j + 1) & (im->w_cap - 1);
+    im->w[j].host = host;
+    im->w[j].dev = dev;
+    im->w[j].bytes = bytes;
+    im->w_n++;
+    im->weight_bytes += bytes;
+    return &im->w[j];
+}
+
+__global__ void k_f32_to_f16(__half *dst, const float *src, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = __float2half_rn(src[i]);
+}
+
+static unsigned blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+/* The device f16 copy of a weight matrix [rows][cols], converted on first use. */
+static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
+    const size_t host_bytes = (size_t)ggml_row_bytes(w->type, (uint64_t)w->cols) * (size_t)w->rows;
+    const uint64_t print = fingerprint(w->data, host_bytes, ((uint64_t)w->rows << 40) ^ ((uint64_t)w->cols << 8) ^ w->type);
+    wentry *e = w_find(im, w->data);
+    if (e && e->print == print) return (const __half *)e->dev;
+    size_t n = (size_t)w->rows * (size_t)w->cols, bytes = n * sizeof(__half);
+    void *dev = NULL;
+    CK(cudaMalloc(&dev, bytes));
+    if (w->type == GGML_T_F16) {
+        CK(cudaMemcpy(dev, w->data, bytes, cudaMemcpyHostToDevice));
+    } else {
+        /* dequantize row blocks on the host into a pinned f32 buffer, convert on the device */
+        const int64_t chunk_rows = (int64_t)((size_t)(16 << 20) / ((size_t)w->cols * sizeof(float))) + 1;
+        float *host = NULL, *tmp = NULL;
+        size_t chunk_bytes = (size_t)chunk_rows * (size_t)w->cols * sizeof(float);
+        CK(cudaMallocHost((void **)&host, chunk_bytes));
+        CK(cudaMalloc((void **)&tmp, chunk_bytes));
+        const size_t row_bytes = (size_t)ggml_row_bytes(w->type, (uint64_t)w->cols);
+        for (int64_t r0 = 0; r0 < w->rows; r0 += chunk_rows) {
+            int64_t nr = w->rows - r0 < chunk_rows ? w->rows - r0 : chunk_rows;
+            for (int64_t r = 0; r < nr; r++)
+                quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * row_bytes,
+                                  host + (size_t)r * (size_t)w->cols, w->cols);
+            int64_t ne = nr * w->cols;
+            CK(cudaMemcpyAsync(tmp, host, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, im->stream));
+            k_f32_to_f16<<<blocks_for(ne, 256), 256, 0, im->stream>>>((__half *)dev + (size_t)r0 * (size_t)w->cols, tmp, ne);
+            CK(cudaStreamSynchronize(im->stream)); /* the pinned buffer is refilled next */
+        }
+        CK(cudaFreeHost(host));
+        CK(cudaFree(tmp));
+    }
+    if (e) { /* same address, other contents */
+        CK(cudaStreamSynchronize(im->stream));
+        CK(cudaFree(e->dev));
+        im->weight_bytes += bytes - e->bytes;
+        e->dev = dev;
+        e->bytes = bytes;
+    } else {
+        e = w_insert(im, w->data, dev, bytes);
+    }
+    e->print = print;
+    return (const __half *)e->dev;
+}
+
+static int is_heap(const void *p) {
+    if (!p) return 0;
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    return at.type == cudaMemoryTypeUnregistered;
+}
+
+/* A device copy of an f32 vector the model owns (norm weights, biases: mapped from the file). */
+static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
+    if (!is_heap(host)) return host;
+    const size_t bytes = (size_t)n * sizeof(float);
+    const uint64_t print = fingerprint(host, bytes, (uint64_t)n);
+    wentry *e = w_find(im, host);
+    if (e && e->bytes == bytes && e->print == print) return (const float *)e->dev;
+    void *dev = NULL;
+    CK(cudaMalloc(&dev, bytes));
+    CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+    if (e) { /* same address, other length or contents: replace */
+        CK(cudaStreamSynchronize(im->stream));
+        CK(cudaFree(e->dev));
+        im->weight_bytes += bytes - e->bytes;
+        e->dev = dev;
+        e->bytes = bytes;
+    } else {
+        e = w_insert(im, host, dev, bytes);
+    }
+    e->print = print;
+    return (const float *)e->dev;
+}
+
+/* Staging of heap memory for one op: a device copy (in) or a device buffer to copy back (out). */
+static void stage_reset(cuda_impl *im) { im->stage_used = 0; }
+
+static void *stage_take(cuda_impl *im, size_t bytes) {
+    size_t off = (im->stage_used + 255) & ~(size_t)255;
+    if (off + bytes > im->stage_bytes) return NULL;
+    im->stage_used = off + bytes;
+    return (uint8_t *)im->stage + off;
+}
+
+/* ---- elementwise kernels ---- */
+
+__global__ void k_get_rows(float *out, const __half *w, const int32_t *ids, int64_t cols) {
+    const int64_t i = blockIdx.y;
+    const __half *row = w + (int64_t)ids[i] * cols;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x)
+        out[i * cols + c] = __half2float(row[c]);
+}
+
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *orow = out + (int64_t)blockIdx.x * n;
+    float s = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    __shared__ float red[32];
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (threadIdx.x == 0) red[0] = s;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf(red[0] / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
+}
+
+/* ggml's angle: theta_i = pos * base^(-2i/n_rot), accumulated as a product in float like ggml does; sin and
+ * cos in double (fast-math intrinsics lose accuracy at large angles). */
+__global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *pos, float theta_scale, int neox) {
+    const int64_t t = blockIdx.y;
+    const int h = blockIdx.x;
+    const int half_rot = n_rot / 2;
+    float *row = x + (t * n_head + h) * (int64_t)head_dim;
+    for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+        float theta = (float)pos[t];
+        for (int j = 0; j < i; j++) theta *= theta_scale;
+        double s, c;
+        sincos((double)theta, &s, &c);
+        const int a = neox ? i : 2 * i, b = neox ? i + half_rot : 2 * i + 1;
+        const float x0 = row[a], x1 = row[b];
+        row[a] = (float)(x0 * c - x1 * s);
+        row[b] = (float)(x0 * s + x1 * c);
+    }
+}
+
+__global__ void k_swiglu(float *out, const float *g, const float *u, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float a = g[i];
+        out[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+__global__ void k_add(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void k_add_bias(float *x, const float *bias, int64_t n, int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += bias[i % n];
+}
+
+/* ---- GEMV for decode: out[t][r] = W[r] . x[t], t < NT; one warp per row, 16-byte weight loads ---- */
+
+template <int NT>
+__global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r >= rows) return;
+    const __half *wr = w + r * cols;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    if ((cols & 7) == 0) {
+        const uint4 *w4 = (const uint4 *)wr;
+        const int64_t nv = cols >> 3;
+        for (int64_t v = lane; v < nv; v += 32) {
+            uint4 raw = __ldg(w4 + v);
+            const __half2 *h2 = (const __half2 *)&raw;
+            float wf[8];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 f = __half22float2(h2[k]);
+                wf[2 * k] = f.x;
+                wf[2 * k + 1] = f.y;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float4 *xv = (const float4 *)(x + t * cols + v * 8);
+                float4 a = __ldg(xv), b = __ldg(xv + 1);
+                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
+                          wf[6] * b.z + wf[7] * b.w;
+            }
+        }
+    } else {
+        for (int64_t c = lane; c < cols; c += 32) {
+            const float wv = __half2float(wr[c]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[t] += wv * x[t * cols + c];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) out[t * rows + r] = s;
+    }
+}
+
+/* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
+
+typedef struct {
+    kvc_append_dst dst[KVC_MAX_WRITER_HEADS];
+} writer_params;
+
+__global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16, const float *k, const float *v,
+                           const int32_t *pos, const int32_t *round) {
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y;
+    const float *ks = k + (t * n_head_kv + h) * (int64_t)head_dim;
+    const float *vs = v + (t * n_head_kv + h) * (int64_t)head_dim;
+    const kvc_append_dst d = p.dst[h];
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        if (f16) {
+            ((__half *)d.k)[t * head_dim + i] = __float2half_rn(ks[i]);
+            ((__half *)d.v)[t * head_dim + i] = __float2half_rn(vs[i]);
+        } else {
+            ((float *)d.k)[t * head_dim + i] = ks[i];
+            ((float *)d.v)[t * head_dim + i] = vs[i];
+        }
+    }
+    if (threadIdx.x == 0) {
+        d.pos[t] = pos[t];
+        d.round[t] = round ? round[t] : 0;
+    }
+}
+
+static int cuda_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
+                          const kvc_append_dst *dst, const float *k, const float *v, const int32_t *pos,
+                          const int32_t *round) {
+    kvb_backend *be = (kvb_backend *)user;
+    cuda_impl *im = IM(be);
+    if (n_head_kv > KVC_MAX_WRITER_HEADS || n_tok > 65535 * 1024) return -1;
+    writer_params p;
+    memset(&p, 0, sizeof p);
+    for (int h = 0; h < n_head_kv; h++) p.dst[h] = dst[h];
+    dim3 grid((unsigned)n_tok, (unsigned)n_head_kv);
+    k_kv_write<<<grid, head_dim < 128 ? 64 : 128, 0, im->stream>>>(p, n_head_kv, head_dim, dtype == KVB_F16, k, v, pos, round);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+/* ---- allocator for the engine's trackers ---- */
+
+static void *cuda_alloc(void *user, kvb_tier tier, size_t bytes) {
+    cuda_impl *im = (cuda_impl *)user;
+    void *p = NULL;
+    if (tier == KVB_TIER_HOST) {
+        if (cudaMallocHost(&p, bytes) != cudaSuccess) { cudaGetLastError(); return NULL; }
+        memset(p, 0, bytes);
+        return p;
+    }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    /* managed memory beyond what the GPU has free would be paged out to the host behind our back */
+    if ((int64_t)free_b - (int64_t)bytes < im->managed_reserve) return NULL;
+    if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    cudaMemLocation loc;
+    memset(&loc, 0, sizeof loc);
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = im->device;
+    cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, loc);
+    cudaGetLastError(); /* advice is a hint: ignore where unsupported */
+    CK(cudaMemsetAsync(p, 0, bytes, im->stream));
+    CK(cudaStreamSynchronize(im->stream));
+    return p;
+}
+
+static void cuda_free(void *user, kvb_tier tier, void *p, size_t bytes) {
+    if (!p) return;
+    if (tier == KVB_TIER_HOST) CK(cudaFreeHost(p));
+    else CK(cudaFree(p));
+}
+
+static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
+    cuda_impl *im = (cuda_impl *)user;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, im->stream));
+    CK(cudaStreamSynchronize(im->stream));
+}
+
+/* ---- ops ---- */
+
+static void cuda_sync(kvb_backend *be) {
+    cudaError_t e = cudaStreamSynchronize(IM(be)->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) fatal_cuda("a kernel", e);
+}
+
+static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
+    cuda_impl *im = IM(be);
+    const __half *wd = weight_f16(im, w);
+    const int64_t rows = w->rows, cols = w->cols;
+    if (n_tok <= 4) {
+        const int warps = 8;
+        unsigned grid = (unsigned)((rows + warps - 1) / warps);
+        switch (n_tok) {
+        case 1: k_gemv<1><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+        case 2: k_gemv<2><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+        case 3: k_gemv<3><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+        default: k_gemv<4><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+        }
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    }
+    /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok) */
+    const int64_t nx = n_tok * cols;
+    grow_dev(im, &im->scratch, &im->scratch_bytes, (size_t)nx * sizeof(__half));
+    k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, im->stream>>>((__half *)im->scratch, x, nx);
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n_tok, (int)cols, &alpha, wd,
+                                     CUDA_R_16F, (int)cols, im->scratch, CUDA_R_16F, (int)cols, &beta, out, CUDA_R_32F,
+                                     (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+}
+
+static void cuda_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
+    cuda_impl *im = IM(be);
+    const __half *wd = weight_f16(im, w);
+    stage_reset(im);
+    grow_dev(im, &im->stage, &im->stage_bytes, (size_t)n * sizeof(int32_t) + 256);
+    int32_t *d_ids = (int32_t *)stage_take(im, (size_t)n * sizeof(int32_t));
+    CK(cudaMemcpyAsync(d_ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyDefault, im->stream));
+    dim3 grid((unsigned)((w->cols + 255) / 256), (unsigned)n);
+    k_get_rows<<<grid, 256, 0, im->stream>>>(out, wd, d_ids, w->cols);
+    CK(cudaStreamSynchronize(im->stream)); /* ids may be a caller's temporary */
+}
+
+static void cuda_rmsnorm(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows,
+                         float eps) {
+    cuda_impl *im = IM(be);
+    k_rmsnorm<<<(unsigned)n_rows, 256, 0, im->stream>>>(out, x, vector_dev(im, w, n), n, eps);
+}
+
+static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                      float freq_base, int neox) {
+    cuda_impl *im = IM(be);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    dim3 grid((unsigned)n_head, (unsigned)n_tok);
+    k_rope<<<grid, 64, 0, im->stream>>>(x, n_head, head_dim, n_rot, pos, theta_scale, neox);
+}
+
+static void cuda_swiglu(kvb_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    k_swiglu<<<blocks_for(n, 256), 256, 0, IM(be)->stream>>>(out, gate, up, n);
+}
+
+static void cuda_add(kvb_backend *be, float *out, const float *a, const float *b, int64_t n) {
+    k_add<<<blocks_for(n, 256), 256, 0, IM(be)->stream>>>(out, a, b, n);
+}
+
+static void cuda_add_bias(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows) {
+    cuda_impl *im = IM(be);
+    k_add_bias<<<blocks_for(n * n_rows, 256), 256, 0, im->stream>>>(x, vector_dev(im, bias, n), n, n * n_rows);
+}
+
+/* Parameter block layout in one ring slot: k[H] v[H] k_pos[H] n_kv[H] idx[H] n_idx[H] (8 bytes each). */
+static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
+    cuda_impl *im = IM(be);
+    const int H = a->n_head_kv;
+    if (H <= 0 || H > KVC_MAX_WRITER_HEADS) {
+        snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, KVC_MAX_WRITER_HEADS);
+        return -1;
+    }
+    const size_t elt = a->kv_dtype == KVB_F16 ? 2 : 4;
+    /* stage what lives on the plain heap: index lists, K/V/pos of caller buffers, outputs */
+    size_t need = 4096;
+    int64_t max_len = 0;
+    for (int g = 0; g < H; g++) {
+        const int has_idx = a->idx && a->idx[g];
+        int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
+        if (len > max_len) max_len = len;
+        if (has_idx && is_heap(a->idx[g])) need += (size_t)a->n_idx[g] * 4 + 256;
+        if (is_heap(a->k[g])) need += 2 * ((size_t)a->n_kv[g] * a->head_dim * elt + 256);
+        if (a->k_pos && is_heap(a->k_pos[g])) need += (size_t)a->n_kv[g] * 4 + 256;
+    }
+    const size_t q_bytes = (size_t)a->n_q * a->n_head * a->head_dim * sizeof(float);
+    const int q_heap = is_heap(a->q), qpos_heap = a->q_pos && is_heap(a->q_pos), out_heap = is_heap(a->out);
+    const int probs_heap = a->probs && is_heap(a->probs), lse_heap = a->lse && is_heap(a->lse);
+    const size_t probs_bytes = a->probs ? (size_t)a->n_head * a->n_q * a->probs_stride * sizeof(float) : 0;
+    const size_t lse_bytes = (size_t)a->n_head * a->n_q * sizeof(float);
+    need += (q_heap + out_heap) * (q_bytes + 256) + qpos_heap * ((size_t)a->n_q * 4 + 256) + probs_heap * (probs_bytes + 256) +
+            lse_heap * (lse_bytes + 256);
+    stage_reset(im);
+    grow_dev(im, &im->stage, &im->stage_bytes, need);
+    auto in = [&](const void *p, size_t bytes) -> const void * {
+        void *d = stage_take(im, bytes);
+        CK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, im->stream));
+        return d;
+    };
+
+    const int slot = im->param_next;
+    im->param_next = (slot + 1) % RING;
+    CK(cudaEventSynchronize(im->param_ev[slot]));
+    uint64_t *ph = im->param_host[slot];
+    for (int g = 0; g < H; g++) {
+        const size_t rows = (size_t)a->n_kv[g] * a->head_dim * elt;
+        const void *k = a->k[g], *v = a->v[g];
+        if (is_heap(k)) { k = in(k, rows); v = in(v, rows); }
+        const void *kp = a->k_pos ? a->k_pos[g] : NULL;
+        if (kp && is_heap(kp)) kp = in(kp, (size_t)a->n_kv[g] * 4);
+        const void *ix = a->idx ? a->idx[g] : NULL;
+        if (ix && is_heap(ix)) ix = in(ix, (size_t)a->n_idx[g] * 4 + 4);
+        ph[0 * H + g] = (uint64_t)(uintptr_t)k;
+        ph[1 * H + g] = (uint64_t)(uintptr_t)v;
+        ph[2 * H + g] = (uint64_t)(uintptr_t)kp;
+        ph[3 * H + g] = (uint64_t)a->n_kv[g];
+        ph[4 * H + g] = (uint64_t)(uintptr_t)ix;
+        ph[5 * H + g] = (uint64_t)(a->idx && a->idx[g] ? a->n_idx[g] : 0);
+    }
+    uint64_t *pd = im->param_dev[slot];
+    CK(cudaMemcpyAsync(pd, ph, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream));
+
+    kvb_cuda_attn c;
+    memset(&c, 0, sizeof c);
+    c.n_q = a->n_q;
+    c.n_head = a->n_head;
+    c.n_head_kv = H;
+    c.head_dim = a->head_dim;
+    c.q = q_heap ? (const float *)in(a->q, q_bytes) : a->q;
+    c.q_pos = qpos_heap ? (const int32_t *)in(a->q_pos, (size_t)a->n_q * 4) : a->q_pos;
+    c.kv_f16 = a->kv_dtype == KVB_F16;
+    c.k = (const void *const *)(pd + 0 * H);
+    c.v = (const void *const *)(pd + 1 * H);
+    c.k_pos = a->k_pos ? (const int32_t *const *)(pd + 2 * H) : NULL;
+    c.n_kv = (const int64_t *)(pd + 3 * H);
+    c.idx = a->idx ? (const int32_t *const *)(pd + 4 * H) : NULL;
+    c.n_idx = a->idx ? (const int64_t *)(pd + 5 * H) : NULL;
+    c.max_len = max_len;
+    c.scale = a->scale;
+    c.out = out_heap ? (float *)stage_take(im, q_bytes) : a->out;
+    c.probs = probs_heap ? (float *)stage_take(im, probs_bytes) : a->probs;
+    c.probs_stride = a->probs_stride;
+    c.lse = lse_heap ? (float *)stage_take(im, lse_bytes) : a->lse;
+    if (probs_heap) CK(cudaMemsetAsync(c.probs, 0, probs_bytes, im->stream));
+
+    size_t ws = kvb_cuda_attention_ws(&c);
+    grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256);
+    int rc = kvb_cuda_attention(&c, im->attn_ws, im->attn_ws_bytes, im->stream, err, err_len);
+    CK(cudaEventRecord(im->param_ev[slot], im->stream));
+    if (rc) return -1;
+    if (out_heap) CK(cudaMemcpyAsync(a->out, c.out, q_bytes, cudaMemcpyDeviceToHost, im->stream));
+    if (probs_heap) CK(cudaMemcpyAsync(a->probs, c.probs, probs_bytes, cudaMemcpyDeviceToHost, im->stream));
+    if (lse_heap) CK(cudaMemcpyAsync(a->lse, c.lse, lse_bytes, cudaMemcpyDeviceToHost, im->stream));
+    /* staged inputs must outlive the kernel; heap outputs must have arrived: wait when anything was staged */
+    if (im->stage_used) CK(cudaStreamSynchronize(im->stream));
+    return 0;
+}
+
+/* Rarely used outside the engine's own hooks: run on the host after the queue drains. */
+static void cuda_softmax(kvb_backend *be, float *x, int64_t n) {
+    cuda_sync(be);
+    cpu_softmax(x, n);
+}
+
+static void cuda_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out) {
+    cuda_sync(be);
+    cpu_topk(x, n, k, idx_out);
+}
+
+/* One backend per process, shared by every context (weights are uploaded once): created on first use and
+ * kept until the process exits (the driver releases its memory then). */
+static kvb_backend *g_backend;
+static int g_refs;
+
+static void cuda_be_free(kvb_backend *be) {
+    if (be == g_backend) {
+        /* kept for the process's lifetime once created: contexts come and go (one per sample, per
+         * benchmark point) and re-uploading the weights each time would dominate short runs */
+        if (g_refs > 0) g_refs--;
+        return;
+    }
+    cuda_impl *im = IM(be);
+    if (im) {
+        cudaStreamSynchronize(im->stream);
+        for (size_t i = 0; i < im->w_cap; i++)
+            if (im->w[i].host) cudaFree(im->w[i].dev);
+        free(im->w);
+        cudaFree(im->scratch);
+        cudaFree(im->attn_ws);
+        cudaFree(im->stage);
+        for (int i = 0; i < RING; i++) {
+            cudaFreeHost(im->param_host[i]);
+            cudaFree(im->param_dev[i]);
+            cudaEventDestroy(im->param_ev[i]);
+        }
+        if (im->blas) cublasDestroy(im->blas);
+        cudaStreamDestroy(im->stream);
+        free(im);
+    }
+    free(be);
+}
+
+extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
+    if (g_backend) {
+        g_refs++;
+        return g_backend;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, err_len, "no CUDA GPU (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+        cudaGetLastError();
+        return NULL;
+    }
+    kvb_backend *be = (kvb_backend *)calloc(1, sizeof *be);
+    cuda_impl *im = (cuda_impl *)calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        snprintf(err, err_len, "out of memory creating the CUDA backend");
+        return NULL;
+    }
+    const char *dev = getenv("KVB_CUDA_DEVICE");
+    im->device = dev && *dev ? atoi(dev) : 0;
+    if (cudaSetDevice(im->device) != cudaSuccess || cudaStreamCreate(&im->stream) != cudaSuccess ||
+        cublasCreate(&im->blas) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, err_len, "could not initialise CUDA device %d (%s)", im->device, cudaGetErrorString(cudaGetLastError()));
+        free(be);
+        free(im);
+        return NULL;
+    }
+    cublasSetStream(im->blas, im->stream);
+    cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH);
+    for (int i = 0; i < RING; i++) {
+        CK(cudaMallocHost((void **)&im->param_host[i], PARAM_WORDS * sizeof(uint64_t)));
+        CK(cudaMalloc((void **)&im->param_dev[i], PARAM_WORDS * sizeof(uint64_t)));
+        CK(cudaEventCreateWithFlags(&im->param_ev[i], cudaEventDisableTiming));
+    }
+    im->managed_reserve = (int64_t)512 << 20;
+    im->alloc.alloc = cuda_alloc;
+    im->alloc.free = cuda_free;
+    im->alloc.copy = cuda_copy;
+    im->alloc.user = im;
+    be->name = "cuda";
+    be->n_threads = 1;
+    be->matmul = cuda_matmul;
+    be->get_rows = cuda_get_rows;
+    be->rmsnorm = cuda_rmsnorm;
+    be->rope = cuda_rope;
+    be->swiglu = cuda_swiglu;
+    be->add = cuda_add;
+    be->add_bias = cuda_add_bias;
+    be->attention = cuda_attention;
+    be->softmax = cuda_softmax;
+    be->topk = cuda_topk;
+    be->free = cuda_be_free;
+    be->sync = cuda_sync;
+    be->allocator = &im->alloc;
+    be->kv_writer = cuda_kv_writer;
+    be->impl = im;
+    g_backend = be;
+    g_refs = 1;
+    return be;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# gpu-check.sh — validate kvbench on a GPU box: build the CUDA targets, run every CUDA test and the GPU
+# benchmarks, and write logs and tables into OUTDIR (summary.md lists each step and its result).
+#
+#   scripts/gpu-check.sh OUTDIR                 build into build-gpu (needs the apt packages of setup.sh, nvcc)
+#   scripts/gpu-check.sh --bin DIR OUTDIR       use binaries already built in DIR (e.g. an unpacked bundle)
+#   scripts/gpu-check.sh --bundle FILE.tar.xz   build here for x86-64-v3 + sm_90 and pack the CUDA binaries with
+#                                               the shared libraries they need, for a GPU box without dev packages
+#
+# Environment: KVB_MODEL_DIR (where the default model is; steps that need it are skipped with a line when it
+# is missing), KVB_GPU_STEPS (space-separated subset of: tests bench-attention model methods synthetic nsys;
+# default all), KVB_SYNTH_CTX (contexts for the synthetic 8B runs, default 32768).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+build_gpu() { # $1 = build dir, extra cmake args after
+    local dir=$1; shift
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=on "$@" >/dev/null || return 1
+    cmake --build "$dir" -j"$(nproc)" --target kvbench test_cuda_attention test_cuda_ops test_cuda_model >/dev/null || {
+        cmake --build "$dir" -j1 --target kvbench test_cuda_attention test_cuda_ops test_cuda_model 2>&1 | grep -E "error" | head -20
+        return 1
+    }
+}
+
+if [ "${1:-}" = "--bundle" ]; then
+    out=${2:?usage: gpu-check.sh --bundle FILE.tar.xz}
+    build_gpu build-gpu-bundle -DKVB_MARCH=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES="90-real;80-virtual" || exit 1
+    stage=$(mktemp -d)
+    mkdir -p "$stage/bin/lib"
+    for b in kvbench test_cuda_attention test_cuda_ops test_cuda_model; do
+        strip -o "$stage/bin/$b" "build-gpu-bundle/$b"
+    done
+    # every shared library but glibc's own, the C++ runtime and CUDA's (the GPU box has those)
+    ldd build-gpu-bundle/kvbench build-gpu-bundle/test_cuda_model | awk '/=> \//{print $3}' | sort -u |
+        grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas[A-Za-z]*)\.so' |
+        while read -r lib; do cp -L "$lib" "$stage/bin/lib/"; done
+    tar -C "$stage" -cJf "$out" bin
+    rm -rf "$stage"
+    echo "gpu-check: bundle $out ($(du -h "$out" | cut -f1)): unpack it and run scripts/gpu-check.sh --bin DIR/bin OUTDIR"
+    exit 0
+fi
+
+bin=""
+if [ "${1:-}" = "--bin" ]; then
+    bin=$(cd "${2:?usage: gpu-check.sh --bin DIR OUTDIR}" && pwd)
+    shift 2
+fi
+outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+summary=$outdir/summary.md
+steps=${KVB_GPU_STEPS:-tests bench-attention model methods synthetic nsys}
+want() { [[ " $steps " == *" $1 "* ]]; }
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU visible (nvidia-smi failed); nothing to check" | tee "$summary"
+    exit 1
+fi
+if [ -z "$bin" ]; then
+    echo "gpu-check: building build-gpu ..."
+    build_gpu build-gpu || { echo "gpu-check: build failed" | tee "$summary"; exit 1; }
+    bin=$root/build-gpu
+fi
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KVB_SOURCE_DIR=$root KVB_BIN=$bin/kvbench
+model_dir=${KVB_MODEL_DIR:-$HOME/.cache/kvbench/models}
+have_model=0
+[ -r "$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf" ] && have_model=1
+
+{
+    echo "# kvbench gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/GPU: /'
+    echo "binaries: $bin"
+    echo
+    echo "| step | result | seconds | log |"
+    echo "|---|---|---:|---|"
+} >"$summary"
+
+fails=0
+step() { # name, log file, command...
+    local name=$1 log=$2; shift 2
+    local t0=$SECONDS rc
+    echo "gpu-check: $name ..."
+    "$@" >"$outdir/$log" 2>&1
+    rc=$?
+    local res=pass
+    [ $rc -eq 0 ] || { res="FAIL (exit $rc)"; fails=$((fails + 1)); }
+    echo "| $name | $res | $((SECONDS - t0)) | $log |" >>"$summary"
+    echo "gpu-check: $name: $res ($((SECONDS - t0)) s)"
+}
+skip() { echo "| $1 | skipped: $2 | - | - |" >>"$summary"; echo "gpu-check: $1 skipped: $2"; }
+
+if want tests; then
+    step "test_cuda_attention (kernels vs float64)" cuda_attention.log "$bin/test_cuda_attention"
+    step "test_cuda_ops (op table vs float64)" cuda_ops.log "$bin/test_cuda_ops"
+    if [ $have_model = 1 ]; then
+        step "test_cuda_model (7 methods, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
+    else
+        skip test_cuda_model "default model not in $model_dir"
+    fi
+fi
+if want bench-attention; then
+    step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \
+        --csv "$outdir/bench_attention.csv"
+fi
+if want model; then
+    if [ $have_model = 1 ]; then
+        step "bench default model on CUDA" bench_model_cuda.md "$bin/kvbench" bench --backend cuda --contexts 512,2048,8000 \
+            -n 64 --no-peer --profile
+    else
+        skip "bench default model" "default model not in $model_dir"
+    fi
+fi
+if want methods; then
+    if [ $have_model = 1 ]; then
+        step "bench --method all on CUDA (8000 tokens, 30%)" bench_methods_cuda.md "$bin/kvbench" bench --backend cuda \
+            --method all --budget 30% --ctx-len 8000 -n 32
+    else
+        skip "bench --method all" "default model not in $model_dir"
+    fi
+fi
+if want synthetic; then
+    for ctx in ${KVB_SYNTH_CTX:-32768}; do
+        step "synthetic:llama3.1-8b full, ctx $ctx" "bench_synth_$ctx.md" "$bin/kvbench" bench --backend cuda \
+            --model synthetic:llama3.1-8b --contexts "$ctx" -n 16 --no-peer --profile
+    done
+fi
+if want nsys; then
+    if command -v nsys >/dev/null 2>&1 && [ $have_model = 1 ]; then
+        step "nsys timeline (decode, default model)" nsys.log bash scripts/nsys-profile "$outdir/nsys" \
+            "$bin/kvbench" bench --backend cuda --contexts 2048 -n 4 --no-peer
+    else
+        skip "nsys timeline" "nsys not on PATH or no default model"
+    fi
+fi
+echo >>"$summary"
+echo "failed steps: $fails" >>"$summary"
+echo "gpu-check: $fails failed step(s); summary in $summary"
+[ $fails -eq 0 ]

@@ -1,0 +1,402 @@
+/* test_cuda_ops.c — every op of the CUDA backend against a float64 reference written here, on seeded random
+ * inputs of several shapes (odd sizes, index lists kept on the plain heap, positions past 100K), through the
+ * backend op table exactly as the engine calls it: buffers from the backend's allocator, weights in host
+ * memory as the model maps them. Also the device-side KV row writer through kvc_append.
+ *
+ * Bounds come from f16: weights are stored as f16 on the GPU (exactly, for F16 weights, so the reference
+ * uses the same values) and prefill GEMMs round activations to f16 (relative 2^-11 per element), so a dot
+ * product may be off by about 2^-11 * sum|w x|; elementwise ops are f32 and held to 1e-5 relative.
+ * Without a GPU the suite prints one line and passes. */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "util_common.h"
+#include "engine/backend.h"
+#include "engine/f16.h"
+#include "engine/kvcache.h"
+#include "engine/mem.h"
+#include "engine/quant.h"
+
+static kvb_backend *be;
+static kvb_mem mem;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static double urand(void) { /* [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static float *dev_f32(int64_t n) { return kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * 4); }
+static void dev_free(void *p, int64_t bytes) { kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, p, (size_t)bytes); }
+
+/* weights stay allocated until the backend is gone (it caches device copies by host address) */
+static void *kept[64];
+static int n_kept;
+static void keep(void *p) { kept[n_kept++] = p; }
+
+static void fill(float *x, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(urand() * scale);
+}
+
+/* ---- matmul: F16, Q8_0 and Q4_1 weights; decode GEMV (n_tok <= 4) and cuBLAS (more) ---- */
+static void check_matmul(ggml_type type, int64_t rows, int64_t cols, int64_t n_tok) {
+    size_t row_bytes = (size_t)ggml_row_bytes(type, (uint64_t)cols);
+    uint8_t *wq = malloc(row_bytes * (size_t)rows);
+    float *wrow = malloc((size_t)cols * 4);
+    double *wd = malloc((size_t)rows * cols * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        fill(wrow, cols, 1.0);
+        if (type == GGML_T_F16) {
+            for (int64_t c = 0; c < cols; c++) ((kvb_f16 *)(wq + r * row_bytes))[c] = kvb_f32_to_f16(wrow[c]);
+        } else {
+            CU_ASSERT_FATAL(quant_quantize_row(type, wrow, wq + r * row_bytes, cols) == 0);
+        }
+        quant_dequant_row(type, wq + r * row_bytes, wrow, cols);
+        /* what the GPU holds: the dequantized value rounded to f16 */
+        for (int64_t c = 0; c < cols; c++) wd[r * cols + c] = kvb_f16_to_f32(kvb_f32_to_f16(wrow[c]));
+    }
+    kvb_weight w = {wq, type, rows, cols};
+    float *x = dev_f32(n_tok * cols), *out = dev_f32(n_tok * rows);
+    fill(x, n_tok * cols, 1.0);
+    CU_ASSERT_FATAL(be->matmul(be, out, &w, x, n_tok) == 0);
+    be->sync(be);
+    double worst = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                ref += wd[r * cols + c] * x[t * cols + c];
+                mag += fabs(wd[r * cols + c] * x[t * cols + c]);
+            }
+            double e = fabs(out[t * rows + r] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    /* GEMV keeps x in f32 (error ~ f32 accumulation); cuBLAS rounds x to f16 */
+    double bound = n_tok <= 4 ? 1e-5 : 1.5e-3;
+    printf("\n    matmul type %d %lldx%lld n_tok %lld: max error %.2e of sum|wx| (bound %.0e)", (int)type,
+           (long long)rows, (long long)cols, (long long)n_tok, worst, bound);
+    CU_ASSERT(worst <= bound);
+    dev_free(x, n_tok * cols * 4);
+    dev_free(out, n_tok * rows * 4);
+    keep(wq); /* the backend caches weights by address for its lifetime: never reuse one */
+    free(wrow);
+    free(wd);
+}
+
+static void test_matmul(void) {
+    check_matmul(GGML_T_F16, 1, 64, 1);
+    check_matmul(GGML_T_F16, 577, 576, 1);
+    check_matmul(GGML_T_F16, 333, 100, 3); /* cols not a multiple of 8: the scalar GEMV path */
+    check_matmul(GGML_T_Q8_0, 1536, 576, 4);
+    check_matmul(GGML_T_Q4_1, 576, 1536, 1);
+    check_matmul(GGML_T_F16, 1000, 576, 37);
+    check_matmul(GGML_T_Q4_1, 513, 1536, 130);
+}
+
+static void test_get_rows(void) {
+    const int64_t rows = 1001, cols = 576;
+    size_t rb = (size_t)ggml_row_bytes(GGML_T_Q8_0, cols);
+    uint8_t *wq = malloc(rb * rows);
+    float *tmp = malloc(cols * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        fill(tmp, cols, 2.0);
+        quant_quantize_row(GGML_T_Q8_0, tmp, wq + r * rb, cols);
+    }
+    kvb_weight w = {wq, GGML_T_Q8_0, rows, cols};
+    int32_t ids[5] = {0, 1000, 7, 7, 512}; /* heap memory: staged by the backend */
+    float *out = dev_f32(5 * cols);
+    be->get_rows(be, out, &w, ids, 5);
+    be->sync(be);
+    double worst = 0;
+    for (int i = 0; i < 5; i++) {
+        quant_dequant_row(GGML_T_Q8_0, wq + ids[i] * rb, tmp, cols);
+        for (int64_t c = 0; c < cols; c++) {
+            double e = fabs(out[i * cols + c] - tmp[c]) / (fabs(tmp[c]) + 1e-6);
+            if (e > worst) worst = e;
+        }
+    }
+    printf("\n    get_rows Q8_0: max relative error %.2e (f16 rounding bound 4.9e-4)", worst);
+    CU_ASSERT(worst <= 4.9e-4);
+    dev_free(out, 5 * cols * 4);
+    keep(wq);
+    free(tmp);
+}
+
+static void test_rmsnorm_swiglu_add(void) {
+    const int64_t n = 1537, rows = 3;
+    float *x = dev_f32(n * rows), *o = dev_f32(n * rows), *g = dev_f32(n * rows), *u = dev_f32(n * rows);
+    float *w = malloc(n * 4), *bias = malloc(n * 4); /* model vectors live in host memory */
+    fill(x, n * rows, 3.0);
+    fill(w, n, 1.0);
+    fill(g, n * rows, 8.0);
+    fill(u, n * rows, 1.0);
+    fill(bias, n, 0.5);
+    be->rmsnorm(be, o, x, w, n, rows, 1e-5f);
+    be->sync(be);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+        double sc = 1.0 / sqrt(ss / n + 1e-5);
+        for (int64_t i = 0; i < n; i++) {
+            double ref = x[r * n + i] * sc * w[i], e = fabs(o[r * n + i] - ref) / (fabs(ref) + 1e-3);
+            if (e > worst) worst = e;
+        }
+    }
+    printf("\n    rmsnorm: max relative error %.2e", worst);
+    CU_ASSERT(worst <= 1e-5);
+    be->swiglu(be, o, g, u, n * rows);
+    be->sync(be);
+    worst = 0;
+    for (int64_t i = 0; i < n * rows; i++) {
+        double a = g[i], ref = a / (1 + exp(-a)) * u[i], e = fabs(o[i] - ref) / (fabs(ref) + 1e-3);
+        if (e > worst) worst = e;
+    }
+    printf("\n    swiglu: max relative error %.2e", worst);
+    CU_ASSERT(worst <= 1e-5);
+    be->add(be, o, g, u, n * rows);
+    be->add_bias(be, o, bias, n, rows);
+    be->sync(be);
+    worst = 0;
+    for (int64_t i = 0; i < n * rows; i++) {
+        double ref = (double)g[i] + u[i] + bias[i % n], e = fabs(o[i] - ref);
+        if (e > worst) worst = e;
+    }
+    printf("\n    add + add_bias: max error %.2e", worst);
+    CU_ASSERT(worst <= 1e-5);
+    dev_free(x, n * rows * 4); dev_free(o, n * rows * 4); dev_free(g, n * rows * 4); dev_free(u, n * rows * 4);
+    free(w);
+    free(bias);
+}
+
+static void check_rope(int neox, int head_dim, int n_rot, float base) {
+    const int n_tok = 5, n_head = 3;
+    const int64_t n = (int64_t)n_tok * n_head * head_dim;
+    float *x = dev_f32(n), *x0 = malloc(n * 4);
+    int32_t *pos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4);
+    int32_t ps[5] = {0, 1, 17, 4095, 131071};
+    memcpy(pos, ps, sizeof ps);
+    fill(x, n, 1.0);
+    memcpy(x0, x, n * 4);
+    be->rope(be, x, n_tok, n_head, head_dim, n_rot, pos, base, neox);
+    be->sync(be);
+    double worst = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            const float *r0 = x0 + ((int64_t)t * n_head + h) * head_dim;
+            const float *r1 = x + ((int64_t)t * n_head + h) * head_dim;
+            for (int i = 0; i < head_dim; i++) {
+                double ref = r0[i];
+                if (i < n_rot) {
+                    int pair = neox ? i % (n_rot / 2) : i / 2;
+                    int a = neox ? pair : 2 * pair, b = neox ? pair + n_rot / 2 : 2 * pair + 1;
+                    double th = ps[t] * pow(base, -2.0 * pair / n_rot), c = cos(th), s = sin(th);
+                    ref = (i == a) ? r0[a] * c - r0[b] * s : r0[a] * s + r0[b] * c;
+                }
+                double e = fabs(r1[i] - ref);
+                if (e > worst) worst = e;
+            }
+        }
+    /* float angles at position 131071 carry ~1e-2 rad of rounding (in ggml too): bound by position */
+    printf("\n    rope neox=%d d=%d rot=%d: max abs error %.2e", neox, head_dim, n_rot, worst);
+    CU_ASSERT(worst <= 3e-2);
+    dev_free(x, n * 4);
+    dev_free(pos, n_tok * 4);
+    free(x0);
+}
+
+static void test_rope(void) {
+    check_rope(0, 64, 64, 100000.0f);
+    check_rope(1, 128, 128, 1000000.0f);
+    check_rope(0, 80, 32, 10000.0f);
+}
+
+/* attention through the op table vs float64: KV rows in allocator memory, index lists and outputs on the plain
+ * heap (staged by the backend), shuffled positions with a causal mask, probabilities and lse. One case per path:
+ * the tiled f16 path (head_dim 64, 128), the generic path (odd head_dim, f32 KV), decode (1 query, split keys)
+ * and prefill-sized query blocks. */
+static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
+    const int n_head = HK * G;
+    const size_t es = f16 ? 2 : 4;
+    void **k = calloc(HK, sizeof *k), **v = calloc(HK, sizeof *v);
+    int32_t **kpos = calloc(HK, sizeof *kpos), **idx = calloc(HK, sizeof *idx);
+    int64_t *nk = calloc(HK, sizeof *nk), *ni = calloc(HK, sizeof *ni);
+    double *kd = malloc((size_t)HK * n_kv * D * sizeof(double)), *vd = malloc((size_t)HK * n_kv * D * sizeof(double));
+    int64_t longest = 0;
+    for (int g = 0; g < HK; g++) {
+        k[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
+        v[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
+        kpos[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * 4);
+        nk[g] = n_kv;
+        for (int64_t sl = 0; sl < n_kv; sl++) {
+            kpos[g][sl] = (int32_t)((sl * 7919) % n_kv); /* shuffled positions */
+            for (int i = 0; i < D; i++) {
+                size_t o = (size_t)sl * D + i, r = ((size_t)g * n_kv + sl) * D + i;
+                float kf = (float)urand(), vf = (float)urand();
+                if (f16) {
+                    ((kvb_f16 *)k[g])[o] = kvb_f32_to_f16(kf);
+                    ((kvb_f16 *)v[g])[o] = kvb_f32_to_f16(vf);
+                    kd[r] = kvb_f16_to_f32(((kvb_f16 *)k[g])[o]);
+                    vd[r] = kvb_f16_to_f32(((kvb_f16 *)v[g])[o]);
+                } else {
+                    ((float *)k[g])[o] = kf;
+                    ((float *)v[g])[o] = vf;
+                    kd[r] = kf;
+                    vd[r] = vf;
+                }
+            }
+        }
+        if (use_idx && g % 2 == 0) { /* heap lists (staged), unsorted; odd heads read every slot */
+            ni[g] = n_kv * 3 / 10 + 1;
+            idx[g] = malloc(ni[g] * 4);
+            for (int64_t j = 0; j < ni[g]; j++) idx[g][j] = (int32_t)((j * 37 + 11) % n_kv);
+        }
+        int64_t len = idx[g] ? ni[g] : n_kv;
+        if (len > longest) longest = len;
+    }
+    const int64_t nqe = (int64_t)n_q * n_head * D;
+    float *q = dev_f32(nqe), *out = malloc(nqe * 4);
+    fill(q, nqe, 1.0);
+    int32_t *qpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_q * 4);
+    for (int t = 0; t < n_q; t++) qpos[t] = (int32_t)(t == 0 ? n_kv / 10 : (int64_t)t * n_kv / n_q + 3);
+    float *probs = malloc((size_t)n_head * n_q * longest * 4), *lse = malloc((size_t)n_head * n_q * 4);
+    kvb_attn_args a = {0};
+    a.n_q = n_q; a.n_head = n_head; a.n_head_kv = HK; a.head_dim = D;
+    a.q = q; a.q_pos = qpos; a.kv_dtype = f16 ? KVB_F16 : KVB_F32;
+    a.k = (const void *const *)k; a.v = (const void *const *)v; a.k_pos = (const int32_t *const *)kpos; a.n_kv = nk;
+    a.idx = use_idx ? (const int32_t *const *)idx : NULL; a.n_idx = use_idx ? ni : NULL;
+    a.scale = 1.0f / sqrtf((float)D); a.out = out; a.probs = probs; a.probs_stride = longest; a.lse = lse;
+    char err[256];
+    int rc = be->attention(be, &a, err, sizeof err);
+    if (rc) printf("\n    attention: %s", err);
+    CU_ASSERT_FATAL(rc == 0);
+    be->sync(be);
+    double we = 0, wp = 0, wl = 0;
+    double *sc = malloc(longest * sizeof(double)), *o = malloc(D * sizeof(double));
+    for (int t = 0; t < n_q; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int g = h / G;
+            const int64_t len = idx[g] && use_idx ? ni[g] : n_kv;
+            double m = -INFINITY, l = 0;
+            for (int64_t j = 0; j < len; j++) {
+                int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
+                if (kpos[g][sl] > qpos[t]) { sc[j] = -INFINITY; continue; }
+                double d = 0;
+                for (int i = 0; i < D; i++) d += (double)q[((int64_t)t * n_head + h) * D + i] * kd[((size_t)g * n_kv + sl) * D + i];
+                sc[j] = d * a.scale;
+                if (sc[j] > m) m = sc[j];
+            }
+            for (int64_t j = 0; j < len; j++) l += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
+            for (int i = 0; i < D; i++) o[i] = 0;
+            for (int64_t j = 0; j < len; j++) {
+                double p = sc[j] == -INFINITY ? 0 : exp(sc[j] - m) / l;
+                int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
+                for (int i = 0; i < D; i++) o[i] += p * vd[((size_t)g * n_kv + sl) * D + i];
+                double e = fabs(probs[((int64_t)h * n_q + t) * longest + j] - p);
+                if (e > wp) wp = e;
+            }
+            for (int i = 0; i < D; i++) {
+                double e = fabs(out[((int64_t)t * n_head + h) * D + i] - o[i]);
+                if (e > we) we = e;
+            }
+            double e = fabs(lse[h * n_q + t] - (m + log(l)));
+            if (e > wl) wl = e;
+        }
+    /* f32 accumulation over up to 20K keys of values in [-1, 1]: errors of a few 1e-6 */
+    printf("\n    attention d=%d kv_heads=%d group=%d n_q=%d n_kv=%lld %s%s: out %.2e, probs %.2e, lse %.2e", D, HK, G,
+           n_q, (long long)n_kv, f16 ? "f16" : "f32", use_idx ? " idx" : "", we, wp, wl);
+    CU_ASSERT(we <= 1e-4);
+    CU_ASSERT(wp <= 1e-5);
+    CU_ASSERT(wl <= 1e-4);
+    for (int g = 0; g < HK; g++) {
+        kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, k[g], n_kv * D * es);
+        kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, v[g], n_kv * D * es);
+        kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, kpos[g], n_kv * 4);
+        free(idx[g]);
+    }
+    dev_free(q, nqe * 4);
+    dev_free(qpos, n_q * 4);
+    free(k); free(v); free(kpos); free(idx); free(nk); free(ni); free(kd); free(vd);
+    free(out); free(probs); free(lse); free(sc); free(o);
+}
+
+static void test_attention(void) {
+    check_attention(64, 2, 3, 3, 1000, 1, 1);    /* tiled path, rows in two chunks, lists + full heads */
+    check_attention(128, 2, 4, 1, 20000, 1, 1);  /* decode, Llama-3 group, split keys */
+    check_attention(128, 1, 4, 1, 33, 1, 0);     /* a partial tile */
+    check_attention(80, 2, 2, 5, 777, 1, 1);     /* odd head_dim: generic path */
+    check_attention(64, 3, 3, 1, 4097, 0, 1);    /* f32 KV */
+    check_attention(7, 1, 1, 2, 1, 1, 0);        /* one slot, head_dim 7 */
+    check_attention(64, 3, 3, 130, 600, 1, 0);   /* a prefill-sized block of queries */
+}
+
+/* kvc_append through the backend's device writer, then host reads of the managed store */
+static void test_kv_writer(void) {
+    char err[256];
+    const int HK = 3, D = 64;
+    kvc_store *kv = kvc_create(2, HK, D, KVB_F16, 4, &mem, err, sizeof err);
+    CU_ASSERT_FATAL(kv != NULL);
+    kvc_set_writer(kv, be->kv_writer, be);
+    const int64_t n_tok = 37;
+    float *k = dev_f32(n_tok * HK * D), *v = dev_f32(n_tok * HK * D);
+    int32_t *pos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4);
+    fill(k, n_tok * HK * D, 4.0);
+    fill(v, n_tok * HK * D, 4.0);
+    for (int t = 0; t < n_tok; t++) pos[t] = 1000 + t;
+    CU_ASSERT_FATAL(kvc_append(kv, 1, 20, k, v, pos, NULL, err, sizeof err) == 0); /* grows past capacity 4 */
+    CU_ASSERT_FATAL(kvc_append(kv, 1, 17, k + 20 * HK * D, v + 20 * HK * D, pos + 20, NULL, err, sizeof err) == 0);
+    be->sync(be);
+    int bad = 0;
+    for (int h = 0; h < HK; h++) {
+        kvc_view hv = kvc_head_view(kv, 1, h);
+        CU_ASSERT(hv.n == n_tok);
+        for (int64_t t = 0; t < n_tok; t++) {
+            bad += hv.pos[t] != 1000 + t || hv.round[t] != 0;
+            for (int i = 0; i < D; i++) {
+                bad += ((const kvb_f16 *)hv.k)[t * D + i] != kvb_f32_to_f16(k[(t * HK + h) * D + i]);
+                bad += ((const kvb_f16 *)hv.v)[t * D + i] != kvb_f32_to_f16(v[(t * HK + h) * D + i]);
+            }
+        }
+    }
+    printf("\n    kv writer: %d mismatching elements of %lld", bad, (long long)(n_tok * HK * (2 * D + 2)));
+    CU_ASSERT(bad == 0);
+    kvc_free(kv);
+    dev_free(k, n_tok * HK * D * 4);
+    dev_free(v, n_tok * HK * D * 4);
+    dev_free(pos, n_tok * 4);
+}
+
+int main(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("test_cuda_ops: no CUDA GPU (%s), skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+        return 0;
+    }
+    char err[256];
+    be = kvb_backend_cuda_create(err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "test_cuda_ops: %s\n", err);
+        return 1;
+    }
+    kvb_mem_init(&mem);
+    kvb_mem_set_allocator(&mem, be->allocator);
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("CUDA ops vs float64", NULL, NULL);
+    CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
+    CU_add_test(s, "get_rows", test_get_rows);
+    CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
+    CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);
+    CU_add_test(s, "attention through the op table", test_attention);
+    CU_add_test(s, "KV rows written on the device", test_kv_writer);
+    int rc = util_run_suites();
+    kvb_backend_free(be);
+    kvb_mem_destroy(&mem);
+    for (int i = 0; i < n_kept; i++) free(kept[i]);
+    return rc;
+}
