@@ -252,8 +252,10 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS,
                  c->be->allocator ? model_f16_bytes(m) : (int64_t)m->weight_bytes);
     /* on a GPU every growth of a head is an allocation, a copy and a free that wait for the device: start
-     * with room for the context (up to 32K tokens per head; a method's retain shrinks it to its budget) */
-    int64_t cap0 = c->be->allocator ? (c->params.n_ctx < 32768 ? c->params.n_ctx : 32768) : 256;
+     * with room for the context the caller asked for (a method's retain shrinks it to its budget), or 4096
+     * tokens when it left the size to the model */
+    int64_t cap0 = 256;
+    if (c->be->allocator) cap0 = p && p->n_ctx > 0 ? c->params.n_ctx : (c->params.n_ctx < 4096 ? c->params.n_ctx : 4096);
     c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, &c->mem, err, err_len);
     if (!c->kv) goto fail;
     if (c->be->kv_writer) kvc_set_writer(c->kv, c->be->kv_writer, c->be);
