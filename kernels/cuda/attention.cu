@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
     constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     __half *Ks = (__half *)smem;                                        /* [DWARPS][32][KS] */
-    float *qs = (float *)(smem + DWARPS * 32 * KS * sizeof(__half));   /* [RMAX][D] */
+    __half *Vs = Ks + DWARPS * 32 * KS;                                 /* [DWARPS][32][KS] */
+    float *qs = (float *)(smem + 2 * DWARPS * 32 * KS * sizeof(__half)); /* [RMAX][D] */
     float *Ps = qs + RMAX * D;                                          /* [DWARPS][RMAX][32] */
     int64_t *slots = (int64_t *)(Ps + DWARPS * RMAX * 32);              /* [DWARPS][32] */
     const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
         for (int e = 0; e < E; e++) acc[i][e] = 0.f;
     }
     __syncthreads();
-    __half *Kw = Ks + warp * 32 * KS;
+    __half *Kw = Ks + warp * 32 * KS, *Vw = Vs + warp * 32 * KS;
     float *Pw = Ps + warp * RMAX * 32;
     int64_t *Sw = slots + warp * 32;
     for (int64_t tb = j0 + (int64_t)warp * 32; tb < j1; tb += (int64_t)DWARPS * 32) {
@@ -215,12 +216,22 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
         }
         Sw[lane] = my_slot;
         __syncwarp();
-#pragma unroll 4
-        for (int c = lane; c < 32 * CH; c += 32) {
-            const int r = c / CH, cc = c % CH;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < n) v = __ldg((const uint4 *)(K + Sw[r] * D) + cc);
-            *(uint4 *)(Kw + r * KS + cc * 8) = v;
+        /* the tile's K and V rows in one burst of 16-byte loads (all in flight before the first store) */
+        uint4 kb[CH], vb[CH];
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int x = lane + 32 * c, r = x / CH, cc = x % CH;
+            kb[c] = vb[c] = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                kb[c] = __ldg((const uint4 *)(K + Sw[r] * D) + cc);
+                vb[c] = __ldg((const uint4 *)(V + Sw[r] * D) + cc);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int x = lane + 32 * c, r = x / CH, cc = x % CH;
+            *(uint4 *)(Kw + r * KS + cc * 8) = kb[c];
+            *(uint4 *)(Vw + r * KS + cc * 8) = vb[c];
         }
         __syncwarp();
         float s[RMAX];
@@ -260,14 +271,14 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
         __syncwarp();
 #pragma unroll 8
         for (int k = 0; k < n; k++) {
-            const __half *vr = V + Sw[k] * D + lane * E;
+            const __half *vr = Vw + k * KS + lane * E;
             float vf[E];
             if (E == 4) {
-                const uint2 raw = __ldg((const uint2 *)vr);
+                const uint2 raw = *(const uint2 *)vr;
                 const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
                 vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
             } else {
-                const float2 v0 = __half22float2(__ldg((const __half2 *)vr));
+                const float2 v0 = __half22float2(*(const __half2 *)vr);
                 vf[0] = v0.x; vf[1 % E] = v0.y;
             }
 #pragma unroll
@@ -312,7 +323,7 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
 
 template <int E> static size_t tile_smem(void) {
     constexpr int D = 32 * E, KS = D + 8;
-    return (size_t)DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4 + DWARPS * 32 * 8;
+    return (size_t)2 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4 + DWARPS * 32 * 8;
 }
 
 /* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L */
@@ -404,6 +415,12 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     const int E = D <= 64 ? 2 : D <= 128 ? 4 : 8;
     const size_t shm = (size_t)DWARPS * RMAX * 32 * E * sizeof(float);
     if (a->kv_f16 && (D == 64 || D == 128)) {
+        static int raised_tile;
+        if (!raised_tile) { /* K and V tiles of four warps exceed the default 48 KB of dynamic shared memory */
+            cudaFuncSetAttribute(k_attn_tile<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile_smem<2>());
+            cudaFuncSetAttribute(k_attn_tile<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile_smem<4>());
+            raised_tile = 1;
+        }
         if (D == 64) k_attn_tile<2><<<grid, DWARPS * 32, tile_smem<2>(), s>>>(c, n_split, n_rows, part);
         else k_attn_tile<4><<<grid, DWARPS * 32, tile_smem<4>(), s>>>(c, n_split, n_rows, part);
     } else if (E == 2) {
