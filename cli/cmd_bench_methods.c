@@ -125,8 +125,8 @@ int cmd_bench_methods(int argc, char **argv) {
         if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
     }
     const double MiB = 1024.0 * 1024.0;
-    printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, %d threads)\n\n", ctx_len, bud, n_dec, m->path,
-           eo.ctx.n_threads);
+    printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
+           eo.ctx.backend);
     printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | attended/layer | parameters |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n_names; k++) {

@@ -133,6 +133,21 @@ static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes
     return &im->w[j];
 }
 
+/* Record a fresh device copy: replaces e's (same address, other contents) or adds an entry. */
+static void *w_store(cuda_impl *im, wentry *e, const void *host, void *dev, size_t bytes, uint64_t print) {
+    if (e) {
+        CK(cudaStreamSynchronize(im->stream));
+        CK(cudaFree(e->dev));
+        im->weight_bytes += bytes - e->bytes;
+        e->dev = dev;
+        e->bytes = bytes;
+    } else {
+        e = w_insert(im, host, dev, bytes);
+    }
+    e->print = print;
+    return e->dev;
+}
+
 __global__ void k_f32_to_f16(__half *dst, const float *src, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = __float2half_rn(src[i]);
@@ -175,17 +190,7 @@ static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
         CK(cudaFreeHost(host));
         CK(cudaFree(tmp));
     }
-    if (e) { /* same address, other contents */
-        CK(cudaStreamSynchronize(im->stream));
-        CK(cudaFree(e->dev));
-        im->weight_bytes += bytes - e->bytes;
-        e->dev = dev;
-        e->bytes = bytes;
-    } else {
-        e = w_insert(im, w->data, dev, bytes);
-    }
-    e->print = print;
-    return (const __half *)e->dev;
+    return (const __half *)w_store(im, e, w->data, dev, bytes, print);
 }
 
 static int is_heap(const void *p) {
@@ -208,17 +213,7 @@ static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
     void *dev = NULL;
     CK(cudaMalloc(&dev, bytes));
     CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
-    if (e) { /* same address, other length or contents: replace */
-        CK(cudaStreamSynchronize(im->stream));
-        CK(cudaFree(e->dev));
-        im->weight_bytes += bytes - e->bytes;
-        e->dev = dev;
-        e->bytes = bytes;
-    } else {
-        e = w_insert(im, host, dev, bytes);
-    }
-    e->print = print;
-    return (const float *)e->dev;
+    return (const float *)w_store(im, e, host, dev, bytes, print);
 }
 
 /* Staging of heap memory for one op: a device copy (in) or a device buffer to copy back (out). */
