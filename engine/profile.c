@@ -96,14 +96,20 @@ static uint32_t phase_colour(int ph) {
     }
 }
 
-static void nvtx_push(prof *p, int ph, int layer) {
-    if (!p->nvtx_names) return;
-    int l = layer >= 0 && layer < p->n_layer ? layer : p->n_layer;
+/* event attributes with the version fields and the current stage's category */
+static nvtxEventAttributes_t nvtx_attr(const prof *p) {
     nvtxEventAttributes_t a;
     memset(&a, 0, sizeof a);
     a.version = NVTX_VERSION;
     a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     a.category = 1 + (uint32_t)p->stage;
+    return a;
+}
+
+static void nvtx_push(prof *p, int ph, int layer) {
+    if (!p->nvtx_names) return;
+    int l = layer >= 0 && layer < p->n_layer ? layer : p->n_layer;
+    nvtxEventAttributes_t a = nvtx_attr(p);
     a.colorType = NVTX_COLOR_ARGB;
     a.color = phase_colour(ph);
     a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
@@ -116,11 +122,7 @@ static void nvtx_push(prof *p, int ph, int layer) {
 static void nvtx_pop(prof *p, int ph, int64_t tokens, int64_t bytes) {
     if (!p->nvtx_names) return;
     if (tokens > 0 || bytes > 0) {
-        nvtxEventAttributes_t a;
-        memset(&a, 0, sizeof a);
-        a.version = NVTX_VERSION;
-        a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-        a.category = 1 + (uint32_t)p->stage;
+        nvtxEventAttributes_t a = nvtx_attr(p);
         a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
         a.payload.ullValue = (uint64_t)(bytes > 0 ? bytes : tokens);
         char msg[96];

@@ -205,11 +205,11 @@ static int is_heap(const void *p) {
 
 /* A device copy of an f32 vector the model owns (norm weights, biases: mapped from the file). */
 static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
-    if (!is_heap(host)) return host;
     const size_t bytes = (size_t)n * sizeof(float);
+    wentry *e = w_find(im, host); /* the cache first: a pointer query per call would sit on the hot path */
+    if (e && e->bytes == bytes && e->print == fingerprint(host, bytes, (uint64_t)n)) return (const float *)e->dev;
+    if (!is_heap(host)) return host;
     const uint64_t print = fingerprint(host, bytes, (uint64_t)n);
-    wentry *e = w_find(im, host);
-    if (e && e->bytes == bytes && e->print == print) return (const float *)e->dev;
     void *dev = NULL;
     CK(cudaMalloc(&dev, bytes));
     CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
@@ -502,13 +502,17 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     /* stage what lives on the plain heap: index lists, K/V/pos of caller buffers, outputs */
     size_t need = 4096;
     int64_t max_len = 0;
+    unsigned char idx_heap[KVC_MAX_WRITER_HEADS], kv_heap[KVC_MAX_WRITER_HEADS], pos_heap[KVC_MAX_WRITER_HEADS];
     for (int g = 0; g < H; g++) {
         const int has_idx = a->idx && a->idx[g];
         int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
         if (len > max_len) max_len = len;
-        if (has_idx && is_heap(a->idx[g])) need += (size_t)a->n_idx[g] * 4 + 256;
-        if (is_heap(a->k[g])) need += 2 * ((size_t)a->n_kv[g] * a->head_dim * elt + 256);
-        if (a->k_pos && is_heap(a->k_pos[g])) need += (size_t)a->n_kv[g] * 4 + 256;
+        idx_heap[g] = has_idx && is_heap(a->idx[g]);
+        kv_heap[g] = is_heap(a->k[g]);
+        pos_heap[g] = a->k_pos && a->k_pos[g] && is_heap(a->k_pos[g]);
+        if (idx_heap[g]) need += (size_t)a->n_idx[g] * 4 + 256;
+        if (kv_heap[g]) need += 2 * ((size_t)a->n_kv[g] * a->head_dim * elt + 256);
+        if (pos_heap[g]) need += (size_t)a->n_kv[g] * 4 + 256;
     }
     const size_t q_bytes = (size_t)a->n_q * a->n_head * a->head_dim * sizeof(float);
     const int q_heap = is_heap(a->q), qpos_heap = a->q_pos && is_heap(a->q_pos), out_heap = is_heap(a->out);
@@ -532,11 +536,11 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     for (int g = 0; g < H; g++) {
         const size_t rows = (size_t)a->n_kv[g] * a->head_dim * elt;
         const void *k = a->k[g], *v = a->v[g];
-        if (is_heap(k)) { k = in(k, rows); v = in(v, rows); }
+        if (kv_heap[g]) { k = in(k, rows); v = in(v, rows); }
         const void *kp = a->k_pos ? a->k_pos[g] : NULL;
-        if (kp && is_heap(kp)) kp = in(kp, (size_t)a->n_kv[g] * 4);
+        if (pos_heap[g]) kp = in(kp, (size_t)a->n_kv[g] * 4);
         const void *ix = a->idx ? a->idx[g] : NULL;
-        if (ix && is_heap(ix)) ix = in(ix, (size_t)a->n_idx[g] * 4 + 4);
+        if (idx_heap[g]) ix = in(ix, (size_t)a->n_idx[g] * 4 + 4);
         ph[0 * H + g] = (uint64_t)(uintptr_t)k;
         ph[1 * H + g] = (uint64_t)(uintptr_t)v;
         ph[2 * H + g] = (uint64_t)(uintptr_t)kp;
