@@ -1,9 +1,11 @@
 /* cmd_generate.c — `kvbench generate`: one prompt through the engine, text out, then speed. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/fsutil.h"
 #include "engine/chat.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -28,8 +30,52 @@ static const char *HELP =
     "  --profile              print the per-phase time breakdown (prefill vs decode)\n"
     "  --trace FILE           write a Chrome/Perfetto trace of the phases per layer\n"
     "  --ids                  also print the prompt and generated token ids on stderr\n"
+    "  --special              read special-token text in the prompt (<|im_start|> ...) as those tokens\n"
+    "                         (always on with --chat)\n"
     "  --kv-report            print measured KV bytes after prefill and at the end (always with a method)\n"
+    "  --dump-activations DIR write every intermediate activation (llama.cpp's graph names) of every forward\n"
+    "                         pass to DIR/activations.f32 with an index DIR/activations.tsv\n"
+    "                         (scripts/llamacpp_diff.py compares them with llama.cpp's, op by op)\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
+
+/* --dump-activations: raw floats appended to one file, a line per call in the index */
+typedef struct {
+    FILE *data, *index;
+    long long offset;
+    int call, failed;
+} act_dump;
+
+static void dump_tap(void *user, const char *name, int layer, const float *x, int64_t n_rows, int64_t row_len) {
+    act_dump *d = user;
+    if (d->failed) return;
+    size_t n = (size_t)(n_rows * row_len);
+    if (fwrite(x, sizeof *x, n, d->data) != n ||
+        fprintf(d->index, "%d\t%s\t%d\t%lld\t%lld\t%lld\n", d->call, name, layer, d->offset, (long long)n_rows,
+                (long long)row_len) < 0)
+        d->failed = 1;
+    d->offset += (long long)n;
+    if (!strcmp(name, "result_output")) d->call++;
+}
+
+static int dump_open(act_dump *d, const char *dir) {
+    char path[4096];
+    if (kvb_mkdirs(dir)) return cli_fail("generate: cannot create %s: %s", dir, strerror(errno)), -1;
+    snprintf(path, sizeof path, "%s/activations.f32", dir);
+    d->data = fopen(path, "wb");
+    snprintf(path, sizeof path, "%s/activations.tsv", dir);
+    d->index = fopen(path, "w");
+    if (!d->data || !d->index) return cli_fail("generate: cannot write activations in %s", dir), -1;
+    fputs("call\tname\tlayer\toffset\trows\tcols\n", d->index);
+    return 0;
+}
+
+static int dump_close(act_dump *d, const char *dir) {
+    int bad = d->failed;
+    if (d->data && fclose(d->data)) bad = 1;
+    if (d->index && fclose(d->index)) bad = 1;
+    if (bad && dir) cli_fail("generate: writing activations in %s failed (disk full?)", dir);
+    return bad ? -1 : 0;
+}
 
 int cmd_generate(int argc, char **argv) {
     cli_engine_opts eo;
@@ -38,9 +84,11 @@ int cmd_generate(int argc, char **argv) {
     cli_method_defaults(&mo);
     int kv_report = 0;
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL, *tmpl_name = NULL, *trace = NULL;
+    const char *dump_dir = NULL;
+    act_dump dump = {0};
     long n_gen = 128, seed = 42;
     double temp = 0.0, top_p = 1.0;
-    int chat = 0, ignore_eos = 0, show_ids = 0;
+    int chat = 0, ignore_eos = 0, show_ids = 0, special = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_engine_opt(&eo, argc, argv, &i);
@@ -55,12 +103,14 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--profile")) eo.ctx.profile = 1;
         else if (!strcmp(a, "--ids")) show_ids = 1;
+        else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "--kv-report")) kv_report = 1;
         else if (!has_val) return cli_fail("generate: %s needs a value (or is unknown; see --help)", a);
         else if (!strcmp(a, "--prompt")) prompt = argv[++i];
         else if (!strcmp(a, "--prompt-file")) prompt_file = argv[++i];
         else if (!strcmp(a, "--system")) system = argv[++i];
         else if (!strcmp(a, "--template")) tmpl_name = argv[++i];
+        else if (!strcmp(a, "--dump-activations")) dump_dir = argv[++i];
         else if (!strcmp(a, "--trace")) trace = argv[++i], eo.ctx.trace = 1;
         else if (!strcmp(a, "-n")) { if (cli_int("-n", argv[++i], 0, 1 << 24, &n_gen)) return 1; }
         else if (!strcmp(a, "--seed")) { if (cli_int("--seed", argv[++i], 0, 0x7fffffffL, &seed)) return 1; }
@@ -123,7 +173,7 @@ int cmd_generate(int argc, char **argv) {
         text_len = strlen(rendered);
     }
     int n_ids = 0;
-    if (tok_encode(m->tok, text, text_len, 1, chat, &ids, &n_ids, err, sizeof err)) {
+    if (tok_encode(m->tok, text, text_len, 1, chat || special, &ids, &n_ids, err, sizeof err)) {
         cli_fail("generate: prompt: %s", err);
         goto done;
     }
@@ -151,6 +201,11 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (strcmp(mo.method, "full")) kv_report = 1;
+    if (dump_dir) {
+        if (dump_open(&dump, dump_dir)) goto done;
+        ctx->tap = dump_tap;
+        ctx->tap_user = &dump;
+    }
     if (sampler_init(&smp, m->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed)) {
         cli_fail("generate: out of memory");
         goto done;
@@ -230,6 +285,7 @@ int cmd_generate(int argc, char **argv) {
     }
     rc = 0;
 done:
+    if (dump_dir && dump_close(&dump, dump_dir)) rc = 1;
     sampler_free(&smp);
     kvb_method_free(method, ctx);
     kvb_ctx_free(ctx);

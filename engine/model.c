@@ -530,6 +530,12 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     return 0;
 }
 
+static void tap(kvb_ctx *c, const char *name, int layer, const float *data, int64_t n_rows, int64_t row_len) {
+    if (!c->tap) return;
+    be_sync(c->be);
+    c->tap(c->tap_user, name, layer, data, n_rows, row_len);
+}
+
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */
 static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
     const kvb_model *m = c->model;
@@ -552,6 +558,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
 
         prof_begin(P, PROF_CALC_QKV_AND_ROPE, l);
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, D, n, cfg->rms_eps);
+        tap(c, "attn_norm", l, c->xn, n, D);
         if (be->matmul(be, c->q, &L->wq, c->xn, n) || be->matmul(be, c->k, &L->wk, c->xn, n) ||
             be->matmul(be, c->v, &L->wv, c->xn, n))
             return ERR("matmul failed in layer %d", l);
@@ -563,6 +570,9 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
         be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
+        tap(c, "Qcur", l, c->q, n, D);
+        tap(c, "Kcur", l, c->k, n, kv_dim);
+        tap(c, "Vcur", l, c->v, n, kv_dim);
 
         if (c->obs_q) {
             be_sync(be);
@@ -575,27 +585,38 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
         if (attention_layer(c, l, n, err, err_len)) return -1;
+        tap(c, "kqv_out", l, c->att, n, D);
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);
         if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d", l);
+        tap(c, "attn_out", l, c->xn, n, D);
         be->add(be, c->x, c->x, c->xn, n * D);
+        tap(c, "ffn_inp", l, c->x, n, D);
         prof_end(P, PROF_ATTN_OUTPUT, l, n, 0);
 
         prof_begin(P, PROF_MLP, l);
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, D, n, cfg->rms_eps);
+        tap(c, "ffn_norm", l, c->xn, n, D);
         if (be->matmul(be, c->ffn_g, &L->w_gate, c->xn, n) || be->matmul(be, c->ffn_u, &L->w_up, c->xn, n))
             return ERR("matmul failed in layer %d", l);
+        tap(c, "ffn_gate", l, c->ffn_g, n, cfg->n_ff);
+        tap(c, "ffn_up", l, c->ffn_u, n, cfg->n_ff);
         be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
+        tap(c, "ffn_swiglu", l, c->ffn_g, n, cfg->n_ff);
         if (be->matmul(be, c->xn, &L->w_down, c->ffn_g, n)) return ERR("matmul failed in layer %d", l);
+        tap(c, "ffn_out", l, c->xn, n, D);
         be->add(be, c->x, c->x, c->xn, n * D);
+        tap(c, "l_out", l, c->x, n, D);
         prof_end(P, PROF_MLP, l, n, 0);
     }
 
     prof_begin(P, PROF_LM_HEAD, -1);
     const float *last = c->x + (n - 1) * D;
     be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
+    tap(c, "result_norm", -1, c->xn, 1, D);
     if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer");
     be_sync(be);
+    tap(c, "result_output", -1, c->logits, 1, cfg->n_vocab);
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
     c->n_past += n;
     if (!c->in_prefill) c->dec_calls++;

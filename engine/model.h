@@ -104,6 +104,13 @@ typedef struct {
 /* Observer of what each layer's attention read (kvbench fidelity): called after select. */
 typedef void (*kvb_visible_fn)(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q);
 
+/* Observer of intermediate activations (numerics diagnosis, scripts/llamacpp_diff.py): called after each
+ * step of the forward pass with llama.cpp's graph names (attn_norm, Qcur, Kcur, Vcur, kqv_out, attn_out,
+ * ffn_inp, ffn_norm, ffn_gate, ffn_up, ffn_swiglu, ffn_out, l_out, result_norm, result_output), layer
+ * (-1 outside the layers) and a host view of n_rows rows of row_len floats (synced first). */
+typedef void (*kvb_tap_fn)(void *user, const char *name, int layer, const float *data, int64_t n_rows,
+                           int64_t row_len);
+
 struct kvb_ctx {
     kvb_model *model;
     kvb_ctx_params params;
@@ -126,6 +133,8 @@ struct kvb_ctx {
     const kvb_hooks *hooks;
     kvb_visible_fn on_visible;
     void *on_visible_user;
+    kvb_tap_fn tap;         /* activation observer (NULL = none) */
+    void *tap_user;
     int32_t cur_round;      /* round id tagged on appended tokens (multi-round sessions) */
     int in_prefill;         /* 1 until kvb_ctx_end_prefill */
     /* probabilities buffer for observe (grown on demand, method category) */

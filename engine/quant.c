@@ -1,10 +1,13 @@
 /* quant.c — block formats of ggml (see quant.h). The scalar kernels are the
  * reference and are always compiled; AVX2 versions of the hot pairs (Q4_1 x Q8_1,
- * Q8_0 x Q8_0, Q4_0 x Q8_0) are used when the compiler targets AVX2. */
+ * Q8_0 x Q8_0, Q4_0 x Q8_0) are used when the compiler targets AVX2, and give the
+ * same bits as the scalar ones. */
 #include "engine/quant.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels/cpu/ggml_compat.h" /* gc_sum8 */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KVB_HAVE_AVX2 1
@@ -277,25 +280,55 @@ void quant_act_quantize(ggml_type t, const float *x, void *dst, int64_t n) {
 
 /* ---------- scalar dot products ---------- */
 
-static float dot_q4_0_q8_0(int64_t n, const block_q4_0 *x, const block_q8_0 *y) {
-    float sum = 0.0f;
+/* Q4_0, Q4_1 and Q8_0 follow the AVX2 kernels' (and llama.cpp's) float order, so scalar builds give
+ * the same bits: lane l of a block holds the integer dot of elements 4l..4l+3, each lane accumulates
+ * scale x lane in a fused multiply-add chain over the blocks, and the 8 lanes are summed at the end. */
+typedef int (*block_lanes_fn)(const void *x, const void *y, int64_t i, int lane);
+
+static int lanes_q4_0(const void *vx, const void *vy, int64_t i, int l) {
+    const block_q4_0 *x = (const block_q4_0 *)vx + i;
+    const block_q8_0 *y = (const block_q8_0 *)vy + i;
+    int s = 0;
+    for (int e = 4 * l; e < 4 * l + 4; e++)
+        s += ((e < QK / 2 ? x->qs[e] & 0xF : x->qs[e - QK / 2] >> 4) - 8) * y->qs[e];
+    return s;
+}
+
+static int lanes_q4_1(const void *vx, const void *vy, int64_t i, int l) {
+    const block_q4_1 *x = (const block_q4_1 *)vx + i;
+    const block_q8_1 *y = (const block_q8_1 *)vy + i;
+    int s = 0;
+    for (int e = 4 * l; e < 4 * l + 4; e++) s += (e < QK / 2 ? x->qs[e] & 0xF : x->qs[e - QK / 2] >> 4) * y->qs[e];
+    return s;
+}
+
+static int lanes_q8_0(const void *vx, const void *vy, int64_t i, int l) {
+    const block_q8_0 *x = (const block_q8_0 *)vx + i;
+    const block_q8_0 *y = (const block_q8_0 *)vy + i;
+    int s = 0;
+    for (int e = 4 * l; e < 4 * l + 4; e++) s += x->qs[e] * y->qs[e];
+    return s;
+}
+
+static float dot_lanes(int64_t n, const void *x, const void *y, block_lanes_fn lanes, const kvb_f16 *dx,
+                       size_t x_block, const kvb_f16 *dy, size_t y_block) {
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / QK; i++) {
-        int s = 0;
-        for (int j = 0; j < QK / 2; j++)
-            s += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + QK / 2];
-        sum += s * F(x[i].d) * F(y[i].d);
+        const float d = F(*(const kvb_f16 *)((const char *)dx + i * x_block)) *
+                        F(*(const kvb_f16 *)((const char *)dy + i * y_block));
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes(x, y, i, l), acc[l]);
     }
-    return sum;
+    return gc_sum8(acc);
+}
+
+static float dot_q4_0_q8_0(int64_t n, const block_q4_0 *x, const block_q8_0 *y) {
+    return dot_lanes(n, x, y, lanes_q4_0, &x->d, sizeof *x, &y->d, sizeof *y);
 }
 
 static float dot_q4_1_q8_1(int64_t n, const block_q4_1 *x, const block_q8_1 *y) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n / QK; i++) {
-        int s = 0;
-        for (int j = 0; j < QK / 2; j++) s += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + QK / 2];
-        sum += (F(x[i].d) * F(y[i].d)) * s + F(x[i].m) * F(y[i].s);
-    }
-    return sum;
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) summs += F(x[i].m) * F(y[i].s);
+    return dot_lanes(n, x, y, lanes_q4_1, &x->d, sizeof *x, &y->d, sizeof *y) + summs;
 }
 
 static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) {
@@ -315,13 +348,7 @@ static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) 
 }
 
 static float dot_q8_0_q8_0(int64_t n, const block_q8_0 *x, const block_q8_0 *y) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n / QK; i++) {
-        int s = 0;
-        for (int j = 0; j < QK; j++) s += x[i].qs[j] * y[i].qs[j];
-        sum += s * (F(x[i].d) * F(y[i].d));
-    }
-    return sum;
+    return dot_lanes(n, x, y, lanes_q8_0, &x->d, sizeof *x, &y->d, sizeof *y);
 }
 
 static float dot_f32(int64_t n, const float *x, const float *y) {

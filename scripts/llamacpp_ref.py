@@ -79,6 +79,25 @@ def make_prompts(model_path):
         f.write(text)
 
 
+def cpu_summary():
+    """The reference build's SIMD level decides its float order (AVX-512 builds sum in 16 lanes), so the
+    fixtures say which CPU made them; kvbench follows the AVX2+FMA order on every machine."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "unknown"
+    flags = set()
+    name = ""
+    for line in info.splitlines():
+        if line.startswith("flags") and not flags:
+            flags = set(line.split(":", 1)[1].split())
+        if line.startswith("model name") and not name:
+            name = line.split(":", 1)[1].strip()
+    simd = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni") if f in flags]
+    return f"{name} ({' '.join(simd)})"
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -141,6 +160,7 @@ def main():
     out = {
         "engine": "llama.cpp",
         "llama_cpp_python": llama_cpp.__version__,
+        "cpu": cpu_summary(),
         "model": os.path.basename(args.model),
         "model_sha256": sha256(args.model),
         "settings": {"kv": "f32", "flash_attn": False, "n_batch": 512, "threads": 2, "add_special": True,

@@ -2,16 +2,16 @@
  *
  * tests/fixtures/llamacpp_ref.json was written by scripts/llamacpp_ref.py (llama.cpp, f32 KV cache) for
  * every prompt in tests/fixtures/prompts/. For each prompt this test checks: the prompt token ids are
- * identical; the last-position logits (top-40 ids and every 192nd id) agree within LOGIT_TOL; the greedy
- * continuation is identical at least up to the first step where llama.cpp's own top-2 margin is below
- * TIE_MARGIN (a near tie that a logit difference within LOGIT_TOL can flip).
+ * identical; the last-position logits (top-40 ids and every 192nd id) agree within LOGIT_TOL = 2e-2
+ * (issue 2's bound); the 64-token greedy continuation is identical, except that it may part where
+ * llama.cpp's own top-2 margin is within 2 x LOGIT_TOL (a tie that differences inside the bound could
+ * flip) — and must not part anywhere else.
  *
- * Why the bounds are not 2e-2 yet: with Q8 activation quantization (ggml's scheme, which we mirror) an
- * ulp-level difference in a float op upstream flips the rounding of some activations, and those flips
- * grow to ~0.1-0.6 in the logits after 30 layers. Our kernels agree with llama.cpp to 5 decimals on
- * 1-4 token inputs and our own batch-1 vs batched runs differ by the same mechanism; reaching 2e-2
- * needs attention/softmax/silu kernels bit-identical to ggml's (tracked in the issue). The measured
- * figures are printed per prompt. */
+ * With an f32 KV cache the CPU backend follows llama.cpp's float order op by op (kernels/cpu/ggml_compat.h;
+ * scripts/llamacpp_diff.py shows it per op), so on the machine that made the fixtures the figures printed
+ * per prompt are 0 (the fixture's 5-decimal rounding aside). The bound is needed at all because a
+ * llama.cpp build for another SIMD level, e.g. AVX-512, sums in another order: its own logits then move
+ * by 0.3-0.7 (scripts/llamacpp_ref.py records which CPU made the fixtures). */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -24,8 +24,8 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 
-#define LOGIT_TOL 1.0
-#define TIE_MARGIN 1.0
+#define LOGIT_TOL 2e-2
+#define TIE_MARGIN (2 * LOGIT_TOL)
 
 static kvb_model *model;
 static cJSON *ref;
@@ -87,19 +87,13 @@ static void check_prompt(const cJSON *rec) {
         }
         if (s + 1 < n_g) CU_ASSERT_FATAL(kvb_forward(c, &next, 1, err, sizeof err) == 0);
     }
-    int first_tie = n_g;
-    for (int s = 0; s < n_g; s++)
-        if (cJSON_GetArrayItem(margins, s)->valuedouble < TIE_MARGIN) {
-            first_tie = s;
-            break;
-        }
-    printf("\n  %-20s %5d tokens  ids %s  max|dlogit| %.4f  greedy %s", name, n_ids, same_ids ? "same" : "DIFFER",
-           max_d, diverged < 0 ? "same (64)" : "DIVERGED");
+    printf("\n  %-20s %5d tokens  ids %s  max|dlogit| %.2e  greedy %s", name, n_ids, same_ids ? "same" : "DIFFER",
+           max_d, diverged < 0 ? "same" : "DIVERGED");
+    if (diverged < 0) printf(" (%d)", n_g);
     if (diverged >= 0)
         printf(" at step %d (llama.cpp top-2 margin there %.4f)", diverged,
                cJSON_GetArrayItem(margins, diverged)->valuedouble);
-    if (diverged >= 0) printf(", first near tie at step %d", first_tie);
-    CU_ASSERT(diverged < 0 || diverged >= first_tie);
+    CU_ASSERT(diverged < 0 || cJSON_GetArrayItem(margins, diverged)->valuedouble <= TIE_MARGIN);
     free(rids);
     kvb_ctx_free(c);
     free(ids);
@@ -137,7 +131,7 @@ int main(void) {
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("model_llamacpp", NULL, NULL);
-    CU_add_test(s, "every prompt matches llama.cpp: ids, logits within 1.0, greedy tokens up to the first near tie",
+    CU_add_test(s, "every prompt matches llama.cpp: ids, logits within 2e-2, greedy tokens but at near ties",
                 test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens);
     int rc = util_run_suites();
     kvb_model_free(model);

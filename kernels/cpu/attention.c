@@ -108,9 +108,13 @@ static int make_plan(const cpu_attn_args *a, int n_threads, attn_plan *p) {
     return p->total_bytes == SIZE_MAX ? -1 : 0;
 }
 
+/* f32 KV without probabilities or lse: llama.cpp's exact order (attention_ggml.c) */
+static int use_ggml_order(const cpu_attn_args *a) { return a->kv_dtype == KVB_F32 && !a->probs && !a->lse; }
+
 size_t cpu_attention_ws_bytes(const cpu_attn_args *a, int n_threads) {
     attn_plan p;
     if (!a || make_plan(a, n_threads, &p)) return 0;
+    if (use_ggml_order(a)) return cpu_attention_ggml_ws_bytes(a, p.L_max, n_threads);
     return p.total_bytes;
 }
 
@@ -654,6 +658,13 @@ int cpu_attention(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_
     if (make_plan(a, nth, &p)) return fail(err, err_len, "bad shape (heads, head_dim, n_q) or size overflow");
     if (check_args(a, &p, err, err_len)) return -1;
     if (a->n_q == 0) return 0;
+    if (use_ggml_order(a)) {
+        if (cpu_attention_ggml(a, p.L_max, pool) == 0) return 0;
+        char msg[128];
+        snprintf(msg, sizeof msg, "workspace of %zu bytes, need %zu for %d threads", a->ws_bytes,
+                 cpu_attention_ggml_ws_bytes(a, p.L_max, nth), nth);
+        return fail(err, err_len, msg);
+    }
     if (!a->ws || a->ws_bytes < p.total_bytes) {
         char msg[128];
         snprintf(msg, sizeof msg, "workspace of %zu bytes, need %zu for %d threads", a->ws_bytes, p.total_bytes, nth);

@@ -1,40 +1,19 @@
 /* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax, top-k.
- * Attention lives in attention.c. Formulas follow ggml-cpu (see ops.h); where we vectorise a
- * reduction that ggml does sequentially, we keep ggml's precision (double sums) so the float
- * results agree except at rare rounding ties. */
+ * Attention lives in attention.c. rmsnorm, rope and swiglu take llama.cpp's CPU float order exactly
+ * (ggml_compat.h says why that matters), so the forward pass matches it bit for bit. */
 #include "kernels/cpu/ops.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/ggml_compat.h"
 #include "kernels/cpu/ops_vec.h"
 
-/* sum_i (double)(x[i]*x[i]): the square rounds to float, as in ggml, and is summed in double */
+/* sum_i (double)(x[i]*x[i]) in index order: each square rounds to float and is added in double, as ggml does
+ * (a vectorised double sum rounds differently now and then, which a Q8 activation can turn into a flip) */
 static double sum_squares_f64(const float *x, int64_t n) {
-    int64_t i = 0;
     double s = 0.0;
-#if defined(__AVX512F__)
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        __m512 sq = _mm512_mul_ps(v, v);
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
-    }
-    s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-#elif defined(__AVX2__) && defined(__FMA__)
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 sq = _mm256_mul_ps(v, v);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
-    }
-    double t[4];
-    _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
-    s = (t[0] + t[1]) + (t[2] + t[3]);
-#endif
-    for (; i < n; i++) s += (double)(x[i] * x[i]);
+    for (int64_t i = 0; i < n; i++) s += (double)(x[i] * x[i]);
     return s;
 }
 
@@ -60,8 +39,10 @@ static void rope_pairs(float *xh, int n_pairs, int neox, int p0, int np, const f
     for (int i = 0; i < np; i++) {
         const int j0 = neox ? p0 + i : 2 * (p0 + i), j1 = neox ? p0 + i + n_pairs : 2 * (p0 + i) + 1;
         const float x0 = xh[j0], x1 = xh[j1];
-        xh[j0] = x0 * cs[i] - x1 * sn[i];
-        xh[j1] = x0 * sn[i] + x1 * cs[i];
+        /* llama.cpp's build contracts both into fused multiply-adds whose fused product has x0 (its vector
+         * loop reads x0 against the interleaved cos/sin cache); the other product rounds first */
+        xh[j0] = fmaf(x0, cs[i], -(x1 * sn[i]));
+        xh[j1] = fmaf(x0, sn[i], x1 * cs[i]);
     }
 }
 
@@ -98,12 +79,21 @@ void cpu_rope(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, cons
 }
 
 void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    /* silu(g) = g / (1 + exp(-g)) with ggml's vector exp on 8 lanes and libm's expf on the tail, like
+     * llama.cpp's swiglu (ggml_compat.h) */
     int64_t i = 0;
-    const vf one = vf_set1(1.0f);
-    for (; i + VF_LANES <= n; i += VF_LANES) {
-        vf g = vf_load(gate + i);
-        vf s = vf_div(g, vf_add(one, vf_exp(vf_sub(vf_zero(), g))));
-        vf_store(out + i, vf_mul(s, vf_load(up + i)));
+    for (; i + 8 <= n; i += 8) {
+#if GC_AVX2
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = gc_expf8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                                _mm256_loadu_ps(up + i)));
+#else
+        for (int l = 0; l < 8; l++) {
+            const float g = gate[i + l];
+            out[i + l] = g / (1.0f + gc_expf(0.0f - g)) * up[i + l];
+        }
+#endif
     }
     for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }

@@ -48,5 +48,9 @@ size_t cpu_attention_ws_bytes(const cpu_attn_args *a, int n_threads);
 /* Compute out (and probs, lse when set); a query with no visible key gets out 0, lse -inf, probs 0.
  * Results do not depend on the number of threads. Returns 0, or -1 with a message on bad arguments. */
 int cpu_attention(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_len);
+/* The f32-KV path cpu_attention takes when no probabilities or lse are asked for: llama.cpp's float order
+ * (attention_ggml.c). L_max = the longest key list; -1 if the workspace is too small. */
+size_t cpu_attention_ggml_ws_bytes(const cpu_attn_args *a, int64_t L_max, int n_threads);
+int cpu_attention_ggml(const cpu_attn_args *a, int64_t L_max, kvb_pool *pool);
 
 #endif
