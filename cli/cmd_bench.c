@@ -18,7 +18,8 @@ static const char *HELP =
     "\n"
     "For each context length: prefill a prompt of that many tokens, then decode N greedy tokens; prints\n"
     "prefill and decode tokens/s (best of R repetitions, default 1). Then runs llama.cpp on the same token\n"
-    "ids with the same thread count (via scripts/llamacpp_bench.py, when llama-cpp-python is importable)\n"
+    "ids with the same thread count and KV type (via scripts/llamacpp_bench.py, when llama-cpp-python is\n"
+    "importable)\n"
     "and prints the ratios. --no-peer skips llama.cpp. --json FILE also writes the figures as JSON.\n"
     "\n"
     "options:\n"
@@ -84,14 +85,14 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
 }
 
 /* Run llama.cpp through its Python binding; fills peer figures. 0 = ran, 1 = unavailable (message printed). */
-static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_dec, int n_threads) {
+static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_dec, int n_threads, const char *kv) {
     char cmd[4096], list[512] = "";
     for (int i = 0; i < n_rows; i++) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%ld", i ? "," : "", rows[i].ctx);
     }
-    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --json",
-             cli_source_dir(), model_path, list, n_dec, n_threads);
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
+             cli_source_dir(), model_path, list, n_dec, n_threads, kv);
     FILE *p = popen(cmd, "r");
     if (!p) {
         fprintf(stderr, "llama.cpp: could not start python3\n");
@@ -132,8 +133,10 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
                 rows[i].peer_decode_tok_s = dec->valuedouble;
             }
     }
-    cJSON *ver = cJSON_GetObjectItem(j, "version");
-    if (cJSON_IsString(ver)) printf("llama.cpp peer: llama-cpp-python %s\n", ver->valuestring);
+    cJSON *ver = cJSON_GetObjectItem(j, "version"), *kv_j = cJSON_GetObjectItem(j, "kv");
+    if (cJSON_IsString(ver))
+        printf("llama.cpp peer: llama-cpp-python %s, KV %s\n", ver->valuestring,
+               cJSON_IsString(kv_j) ? kv_j->valuestring : kv);
     cJSON_Delete(j);
     return 0;
 }
@@ -208,7 +211,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file for llama.cpp to load)\n");
         peer = 0;
     }
-    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads) == 0;
+    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads, eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32") == 0;
     printf("\n| ctx | prefill tok/s | decode tok/s |");
     if (have_peer) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
     printf("\n|---:|---:|---:|%s\n", have_peer ? "---:|---:|---:|---:|" : "");

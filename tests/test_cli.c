@@ -196,6 +196,52 @@ static void test_profile_and_trace_are_written(void) {
     free(r);
 }
 
+/* --dump-activations: an index line per tensor and call, data that adds up (ffn_inp = previous l_out +
+ * attn_out, as the residual stream must), and a one-line error for a directory it cannot create */
+static void test_dump_activations_index_and_residual_stream(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    run(r, "generate --model default --prompt 'Hello there' -n 2 --kv-type f32 --dump-activations /tmp/kvb_act");
+    CU_ASSERT_FATAL(r->exit_code == 0);
+    FILE *f = fopen("/tmp/kvb_act/activations.tsv", "r");
+    CU_ASSERT_FATAL(f != NULL);
+    struct stat st;
+    CU_ASSERT_FATAL(stat("/tmp/kvb_act/activations.f32", &st) == 0);
+    float *data = malloc((size_t)st.st_size);
+    FILE *d = fopen("/tmp/kvb_act/activations.f32", "rb");
+    CU_ASSERT_FATAL(d && fread(data, 1, (size_t)st.st_size, d) == (size_t)st.st_size);
+    fclose(d);
+    char line[256], name[64];
+    int call, layer, lines = 0, calls = 0, checked = 0, bad = 0;
+    long long off, rows, cols, end = 0, prev_lout = -1, attn_out = -1;
+    CU_ASSERT(fgets(line, sizeof line, f) && strncmp(line, "call\tname", 9) == 0);
+    while (fgets(line, sizeof line, f)) {
+        CU_ASSERT_FATAL(sscanf(line, "%d\t%63s\t%d\t%lld\t%lld\t%lld", &call, name, &layer, &off, &rows, &cols) == 6);
+        CU_ASSERT(off == end);
+        end = off + rows * cols;
+        lines++;
+        if (!strcmp(name, "result_output")) {
+            calls++;
+            CU_ASSERT(cols == 49152);
+        }
+        if (!strcmp(name, "attn_out")) attn_out = off;
+        if (!strcmp(name, "ffn_inp") && layer > 0 && prev_lout >= 0 && attn_out >= 0) {
+            for (long long i = 0; i < rows * cols; i++) bad += data[off + i] != data[prev_lout + i] + data[attn_out + i];
+            checked++;
+        }
+        if (!strcmp(name, "l_out")) prev_lout = off;
+    }
+    fclose(f);
+    CU_ASSERT(end * (long long)sizeof(float) == (long long)st.st_size);
+    CU_ASSERT_EQUAL(calls, 2);                /* the prompt, then one decode step */
+    CU_ASSERT_EQUAL(lines, 2 * (30 * 13 + 2)); /* 13 tensors per layer + result_norm, result_output */
+    CU_ASSERT_EQUAL(checked, 2 * 29);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(data);
+    free(r);
+    expect_clean_failure("generate --model default --prompt hi -n 1 --dump-activations /proc/kvb_no/dir", "/proc/kvb_no/dir");
+}
+
 int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
@@ -213,6 +259,7 @@ int main(void) {
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
+    CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);
     CU_add_test(s, "generate --chat produces text and speed", test_generate_chat_produces_text_and_speed);
     CU_add_test(s, "profile table and trace file are written", test_profile_and_trace_are_written);
     return util_run_suites();
