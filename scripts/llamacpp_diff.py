@@ -8,6 +8,10 @@ many elements differ at all, in graph order, so the first op that is not bit-ide
 
   python3 scripts/llamacpp_diff.py --prompt-file tests/fixtures/prompts/short_question.txt [--layers 0-3]
 
+--variance runs llama.cpp alone instead: how far its own last-position logits move when only the
+arithmetic order changes (flash attention on, the prompt one token at a time, other batch and thread
+counts), which is why matching it to 2e-2 takes bit-exactness.
+
 Needs `pip install llama-cpp-python numpy` and a built ./build/kvbench (or --kvbench PATH).
 """
 import argparse
@@ -108,6 +112,29 @@ def kvbench_activations(kvbench, model, prompt_file, n_threads):
     return ids, got
 
 
+def llama_variance(model, prompt_file, n_threads):
+    import llama_cpp
+    base = dict(n_ctx=8192, n_batch=512, n_threads=n_threads, type_k=0, type_v=0, flash_attn=False, verbose=False)
+    with open(prompt_file, "rb") as f:
+        text = f.read()
+
+    def last_logits(**change):
+        llm = llama_cpp.Llama(model, **{**base, **change})
+        ids = llm.tokenize(text, add_bos=True, special=True)
+        llm.eval(ids)
+        out = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        return len(ids), out.astype(np.float64)
+
+    n, ref = last_logits()
+    print("%d tokens; llama.cpp against itself (f32 KV, flash attention off, batch 512, %d threads)" % (n, n_threads))
+    variants = [("flash attention on", dict(flash_attn=True)), ("batch 64", dict(n_batch=64)),
+                ("1 thread", dict(n_threads=1)), ("one token at a time", dict(n_batch=1, n_ubatch=1))]
+    for label, change in variants:
+        if label == "one token at a time" and n > 600:
+            continue  # minutes of decode calls
+        print("  %-22s max |d logit| %.4f" % (label, np.abs(last_logits(**change)[1] - ref).max()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompt-file", required=True)
@@ -115,7 +142,10 @@ def main():
     ap.add_argument("--kvbench", default=os.path.join(ROOT, "build", "kvbench"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", default="all", help="e.g. 0-3 (default all)")
+    ap.add_argument("--variance", action="store_true", help="llama.cpp against itself under other orders")
     a = ap.parse_args()
+    if a.variance:
+        return llama_variance(a.model, a.prompt_file, a.threads)
     with open(a.prompt_file, "rb") as f:
         text = f.read()
     ids_l, ref = llama_activations(a.model, text, a.threads)
