@@ -91,7 +91,8 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%ld", i ? "," : "", rows[i].ctx);
     }
-    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
+    snprintf(cmd, sizeof cmd,
+             "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
              cli_source_dir(), model_path, list, n_dec, n_threads, kv);
     FILE *p = popen(cmd, "r");
     if (!p) {
@@ -195,8 +196,9 @@ int cmd_bench(int argc, char **argv) {
     const int on_gpu = probe->allocator != NULL;
     kvb_backend_free(probe);
     if (on_gpu) peer = 0; /* llama-cpp-python here is a CPU build: no like-for-like peer */
+    const char *kv = eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32";
     printf("kvbench bench: %s, backend %s, %d threads, KV %s, decode %ld tokens, best of %ld\n", m->path,
-           eo.ctx.backend, n_threads, eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32", n_dec, reps);
+           eo.ctx.backend, n_threads, kv, n_dec, reps);
     for (int i = 0; i < n_rows; i++) {
         for (long r = 0; r < reps; r++)
             if (bench_one(m, &eo.ctx, rows[i].ctx, n_dec, profile && i == n_rows - 1 && r == reps - 1, &rows[i])) {
@@ -211,7 +213,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file for llama.cpp to load)\n");
         peer = 0;
     }
-    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads, eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32") == 0;
+    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads, kv) == 0;
     printf("\n| ctx | prefill tok/s | decode tok/s |");
     if (have_peer) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
     printf("\n|---:|---:|---:|%s\n", have_peer ? "---:|---:|---:|---:|" : "");

@@ -283,52 +283,41 @@ void quant_act_quantize(ggml_type t, const float *x, void *dst, int64_t n) {
 /* Q4_0, Q4_1 and Q8_0 follow the AVX2 kernels' (and llama.cpp's) float order, so scalar builds give
  * the same bits: lane l of a block holds the integer dot of elements 4l..4l+3, each lane accumulates
  * scale x lane in a fused multiply-add chain over the blocks, and the 8 lanes are summed at the end. */
-typedef int (*block_lanes_fn)(const void *x, const void *y, int64_t i, int lane);
-
-static int lanes_q4_0(const void *vx, const void *vy, int64_t i, int l) {
-    const block_q4_0 *x = (const block_q4_0 *)vx + i;
-    const block_q8_0 *y = (const block_q8_0 *)vy + i;
-    int s = 0;
-    for (int e = 4 * l; e < 4 * l + 4; e++)
-        s += ((e < QK / 2 ? x->qs[e] & 0xF : x->qs[e - QK / 2] >> 4) - 8) * y->qs[e];
-    return s;
+static void acc_lanes(float acc[8], float d, const int8_t *w, const int8_t *y) {
+    for (int l = 0; l < 8; l++) {
+        int s = 0;
+        for (int e = 4 * l; e < 4 * l + 4; e++) s += w[e] * y[e];
+        acc[l] = fmaf(d, (float)s, acc[l]);
+    }
 }
 
-static int lanes_q4_1(const void *vx, const void *vy, int64_t i, int l) {
-    const block_q4_1 *x = (const block_q4_1 *)vx + i;
-    const block_q8_1 *y = (const block_q8_1 *)vy + i;
-    int s = 0;
-    for (int e = 4 * l; e < 4 * l + 4; e++) s += (e < QK / 2 ? x->qs[e] & 0xF : x->qs[e - QK / 2] >> 4) * y->qs[e];
-    return s;
+/* the 32 weights of a 4-bit block (low nibbles, then high), minus offset */
+static void unpack_q4(const uint8_t *qs, int offset, int8_t *w) {
+    for (int j = 0; j < QK / 2; j++) {
+        w[j] = (int8_t)((qs[j] & 0xF) - offset);
+        w[j + QK / 2] = (int8_t)((qs[j] >> 4) - offset);
+    }
 }
 
-static int lanes_q8_0(const void *vx, const void *vy, int64_t i, int l) {
-    const block_q8_0 *x = (const block_q8_0 *)vx + i;
-    const block_q8_0 *y = (const block_q8_0 *)vy + i;
-    int s = 0;
-    for (int e = 4 * l; e < 4 * l + 4; e++) s += x->qs[e] * y->qs[e];
-    return s;
-}
-
-static float dot_lanes(int64_t n, const void *x, const void *y, block_lanes_fn lanes, const kvb_f16 *dx,
-                       size_t x_block, const kvb_f16 *dy, size_t y_block) {
+static float dot_q4_0_q8_0(int64_t n, const block_q4_0 *x, const block_q8_0 *y) {
     float acc[8] = {0};
+    int8_t w[QK];
     for (int64_t i = 0; i < n / QK; i++) {
-        const float d = F(*(const kvb_f16 *)((const char *)dx + i * x_block)) *
-                        F(*(const kvb_f16 *)((const char *)dy + i * y_block));
-        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes(x, y, i, l), acc[l]);
+        unpack_q4(x[i].qs, 8, w);
+        acc_lanes(acc, F(x[i].d) * F(y[i].d), w, y[i].qs);
     }
     return gc_sum8(acc);
 }
 
-static float dot_q4_0_q8_0(int64_t n, const block_q4_0 *x, const block_q8_0 *y) {
-    return dot_lanes(n, x, y, lanes_q4_0, &x->d, sizeof *x, &y->d, sizeof *y);
-}
-
 static float dot_q4_1_q8_1(int64_t n, const block_q4_1 *x, const block_q8_1 *y) {
-    float summs = 0.0f;
-    for (int64_t i = 0; i < n / QK; i++) summs += F(x[i].m) * F(y[i].s);
-    return dot_lanes(n, x, y, lanes_q4_1, &x->d, sizeof *x, &y->d, sizeof *y) + summs;
+    float acc[8] = {0}, summs = 0.0f;
+    int8_t w[QK];
+    for (int64_t i = 0; i < n / QK; i++) {
+        unpack_q4(x[i].qs, 0, w);
+        acc_lanes(acc, F(x[i].d) * F(y[i].d), w, y[i].qs);
+        summs += F(x[i].m) * F(y[i].s);
+    }
+    return gc_sum8(acc) + summs;
 }
 
 static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) {
@@ -348,7 +337,9 @@ static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) 
 }
 
 static float dot_q8_0_q8_0(int64_t n, const block_q8_0 *x, const block_q8_0 *y) {
-    return dot_lanes(n, x, y, lanes_q8_0, &x->d, sizeof *x, &y->d, sizeof *y);
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n / QK; i++) acc_lanes(acc, F(x[i].d) * F(y[i].d), x[i].qs, y[i].qs);
+    return gc_sum8(acc);
 }
 
 static float dot_f32(int64_t n, const float *x, const float *y) {

@@ -226,7 +226,8 @@ static void test_dump_activations_index_and_residual_stream(void) {
         }
         if (!strcmp(name, "attn_out")) attn_out = off;
         if (!strcmp(name, "ffn_inp") && layer > 0 && prev_lout >= 0 && attn_out >= 0) {
-            for (long long i = 0; i < rows * cols; i++) bad += data[off + i] != data[prev_lout + i] + data[attn_out + i];
+            for (long long i = 0; i < rows * cols; i++)
+                bad += data[off + i] != data[prev_lout + i] + data[attn_out + i];
             checked++;
         }
         if (!strcmp(name, "l_out")) prev_lout = off;
@@ -239,7 +240,8 @@ static void test_dump_activations_index_and_residual_stream(void) {
     CU_ASSERT_EQUAL(bad, 0);
     free(data);
     free(r);
-    expect_clean_failure("generate --model default --prompt hi -n 1 --dump-activations /proc/kvb_no/dir", "/proc/kvb_no/dir");
+    expect_clean_failure("generate --model default --prompt hi -n 1 --dump-activations /proc/kvb_no/dir",
+                         "/proc/kvb_no/dir");
 }
 
 int main(void) {

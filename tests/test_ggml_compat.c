@@ -33,7 +33,8 @@ static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 /* distance in units in the last place between two finite floats of the same sign */
 static double ulps(float a, float b) {
     if (a == b) return 0;
-    return fabs((double)a - (double)b) / (double)(nextafterf(fmaxf(fabsf(a), fabsf(b)), INFINITY) - fmaxf(fabsf(a), fabsf(b)));
+    const float big = fmaxf(fabsf(a), fabsf(b));
+    return fabs((double)a - (double)b) / (double)(nextafterf(big, INFINITY) - big);
 }
 
 static void test_expf_is_within_2_ulp_of_libm_and_flushes_at_the_ends(void) {
@@ -153,13 +154,14 @@ static void reference_row(const kvb_attn_args *a, int64_t t, int h, float *out, 
 
 static void check_shape(const shape *sh, kvb_pool *pool, double *worst64) {
     const int G = sh->n_head_kv, D = sh->D;
-    float *q = malloc(sizeof(float) * sh->n_q * sh->n_head * D), *out = malloc(sizeof(float) * sh->n_q * sh->n_head * D);
+    const size_t n_qd = (size_t)sh->n_q * sh->n_head * D;
+    float *q = malloc(sizeof(float) * n_qd), *out = malloc(sizeof(float) * n_qd);
     float *k[4], *v[4];
     int32_t *kp[4], *idx[4], qpos[64];
     int64_t n_kv[4], n_idx[4];
     const void *kk[4], *vv[4];
     const int32_t *kpp[4], *ii[4];
-    for (int i = 0; i < sh->n_q * sh->n_head * D; i++) q[i] = rnd_sym() * 3.0f;
+    for (size_t i = 0; i < n_qd; i++) q[i] = rnd_sym() * 3.0f;
     for (int g = 0; g < G; g++) {
         n_kv[g] = sh->n_kv;
         k[g] = malloc(sizeof(float) * sh->n_kv * D), v[g] = malloc(sizeof(float) * sh->n_kv * D);

@@ -47,19 +47,37 @@ __global__ void k_probs_simple(kvb_cuda_attn a, const float *lse) {
  * Warps take keys in turn; a lane holds head_dim/32 contiguous elements (coalesced 8-byte loads for d=128). */
 enum { RMAX = 8, DWARPS = 4 };
 
+/* what a block (KV head g, split, chunk of rows) covers: key list entries [j0, j1) and rows row0..row0+R-1 */
+struct block_span {
+    const int32_t *kp, *ix; /* positions (NULL = no mask) and index list (NULL = all slots) of KV head g */
+    int64_t j0, j1;
+    int row0, R;
+};
+
+__device__ __forceinline__ block_span span_of(const kvb_cuda_attn &a, int g, int split, int chunk, int n_split,
+                                              int n_rows) {
+    block_span sp;
+    sp.kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
+    sp.ix = a.idx ? a.idx[g] : NULL;
+    const int64_t len = sp.ix ? a.n_idx[g] : a.n_kv[g];
+    const int64_t per = (len + n_split - 1) / n_split;
+    sp.j0 = (int64_t)split * per;
+    sp.j1 = sp.j0 + per < len ? sp.j0 + per : len;
+    sp.row0 = chunk * RMAX;
+    sp.R = n_rows - sp.row0 < RMAX ? n_rows - sp.row0 : RMAX;
+    return sp;
+}
+
 template <int E, int F16>
 __global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
     const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
     const int G = a.n_head / a.n_head_kv, D = a.head_dim;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const void *K = a.k[g], *V = a.v[g];
-    const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
-    const int32_t *ix = a.idx ? a.idx[g] : NULL;
-    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
-    const int64_t per = (len + n_split - 1) / n_split;
-    const int64_t j0 = (int64_t)split * per, j1 = j0 + per < len ? j0 + per : len;
-    const int row0 = chunk * RMAX;
-    const int R = n_rows - row0 < RMAX ? n_rows - row0 : RMAX;
+    const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
+    const int32_t *kp = sp.kp, *ix = sp.ix;
+    const int64_t j0 = sp.j0, j1 = sp.j1;
+    const int row0 = sp.row0, R = sp.R;
     /* rows r = row0 + i: query t = r / G, head h = g * G + r % G */
     float qv[RMAX][E], acc[RMAX][E], m[RMAX], l[RMAX];
     int32_t qp[RMAX];
@@ -176,13 +194,10 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
     const int G = a.n_head / a.n_head_kv;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
-    const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
-    const int32_t *ix = a.idx ? a.idx[g] : NULL;
-    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
-    const int64_t per = (len + n_split - 1) / n_split;
-    const int64_t j0 = (int64_t)split * per, j1 = j0 + per < len ? j0 + per : len;
-    const int row0 = chunk * RMAX;
-    const int R = n_rows - row0 < RMAX ? n_rows - row0 : RMAX;
+    const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
+    const int32_t *kp = sp.kp, *ix = sp.ix;
+    const int64_t j0 = sp.j0, j1 = sp.j1;
+    const int row0 = sp.row0, R = sp.R;
     for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
         const int i = x / D, d = x % D;
         float v = 0.f;
