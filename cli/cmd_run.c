@@ -22,7 +22,7 @@ static const char *HELP =
     "  --methods LIST         only these methods of the suite\n"
     "  --budgets LIST         replace the suite's budgets\n"
     "  --model M              replace the suite's model (GGUF path or default)\n"
-    "  --threads N            CPU threads (default: all cores)\n"
+    "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
     "\n"
     "judge (LongMemEval, ShareGPT dialogue quality, NIAH with \"judge\": true; overrides the suite's \"judge\"):\n"

@@ -56,7 +56,7 @@ int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_l
 typedef struct {
     int n_ctx;            /* max tokens (prompt + generated); 0 = model's training context */
     kvb_dtype kv_dtype;   /* KVB_F16 (default) or KVB_F32 */
-    int n_threads;        /* 0 = all cores */
+    int n_threads;        /* 0 = the CPUs this process may use (affinity mask, cgroup quota) */
     int n_batch;          /* prefill chunk size in tokens; 0 = 512 */
     int profile;          /* time phases per layer */
     int trace;            /* keep events for a Chrome trace */

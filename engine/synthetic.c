@@ -7,6 +7,7 @@
  * Matrices are uniform in +-sqrt(3/cols) (variance 1/cols): a product with a unit-RMS input keeps unit
  * variance, so after RMSNorm each layer adds O(1) to the residual and the logits stay finite and spread. */
 #include "engine/synthetic.h"
+#include "kernels/cpu/pool.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -291,7 +292,7 @@ static void *gen_worker(void *arg) {
 }
 
 static void generate(gen_job *j) {
-    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long n_cpu = kvb_pool_default_threads();
     int n_threads = n_cpu < 1 ? 1 : n_cpu > 256 ? 256 : (int)n_cpu;
     if ((uint64_t)n_threads > j->n_chunks) n_threads = (int)(j->n_chunks ? j->n_chunks : 1);
     pthread_t tid[256];
