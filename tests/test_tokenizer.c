@@ -194,6 +194,42 @@ static void test_chatml_render_equals_jinja2_rendering_of_the_model_template(voi
     free(tmpl);
 }
 
+/* tests/fixtures/chat/qwen2.5-coder.{jinja,json}: Qwen2.5-Coder's own template and jinja2's renderings of it
+ * (scripts/chat_ref.py). Its first system turn is in the tools branch and built from expressions; the default
+ * system prompt is the literal of the plain branch, and a conversation without a system turn gets it. */
+static void test_qwen_template_default_system_and_renderings_equal_jinja2(void) {
+    char *tmpl = util_read_file("tests/fixtures/chat/qwen2.5-coder.jinja", NULL);
+    char *js = util_read_file("tests/fixtures/chat/qwen2.5-coder.json", NULL);
+    CU_ASSERT_FATAL(tmpl && js);
+    CU_ASSERT(chat_detect(tmpl, "qwen2") == CHAT_CHATML);
+    char *def = chat_default_system(tmpl);
+    CU_ASSERT_FATAL(def != NULL);
+    CU_ASSERT_STRING_EQUAL(def, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    cJSON *root = cJSON_Parse(js);
+    const cJSON *cases = cJSON_GetObjectItem(root, "cases");
+    CU_ASSERT_FATAL(cJSON_GetArraySize(cases) >= 3);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *ms = cJSON_GetObjectItem(c, "messages"), *m;
+        chat_msg msgs[8];
+        int n = 0;
+        cJSON_ArrayForEach(m, ms) {
+            if (n == 8) break;
+            msgs[n].role = cJSON_GetObjectItem(m, "role")->valuestring;
+            msgs[n].content = cJSON_GetObjectItem(m, "content")->valuestring;
+            n++;
+        }
+        char *out = NULL;
+        CU_ASSERT_FATAL(chat_render(CHAT_CHATML, msgs, n, 1, def, &out, err, sizeof err) == 0);
+        CU_ASSERT_STRING_EQUAL(out, cJSON_GetObjectItem(c, "rendered")->valuestring);
+        free(out);
+    }
+    cJSON_Delete(root);
+    free(def);
+    free(js);
+    free(tmpl);
+}
+
 static void test_llama3_and_mistral_templates_render_their_markers(void) {
     chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
     char *out;
@@ -236,6 +272,7 @@ int main(void) {
     CU_add_test(s, "SentencePiece merges by score with byte fallback", test_sentencepiece_merges_by_score_with_byte_fallback);
     CU_add_test(s, "unknown pre-tokenizer is a clear error", test_unknown_pre_tokenizer_is_a_clear_error);
     CU_add_test(s, "chatml render equals jinja2 rendering of the model template", test_chatml_render_equals_jinja2_rendering_of_the_model_template);
+    CU_add_test(s, "Qwen template: default system and renderings equal jinja2", test_qwen_template_default_system_and_renderings_equal_jinja2);
     CU_add_test(s, "llama3 and mistral templates render their markers", test_llama3_and_mistral_templates_render_their_markers);
     int rc = util_run_suites();
     tok_free(tok);
