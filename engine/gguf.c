@@ -165,11 +165,18 @@ static void value_free(gguf_value *v) {
     }
 }
 
+/* ggml types a GGUF may hold that kvbench refuses by name (ggml numbering), so the user learns which one */
+static const char *const unsupported_type_name[64] = {
+    [10] = "Q2_K", [11] = "Q3_K", [15] = "Q8_K", [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
+    [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS", [24] = "I8", [25] = "I16", [26] = "I32",
+    [27] = "I64", [28] = "F64", [29] = "IQ1_M", [34] = "TQ1_0", [35] = "TQ2_0",
+};
+
 uint32_t ggml_block_elems(ggml_type t) {
     switch (t) {
     case GGML_T_F32: case GGML_T_F16: case GGML_T_BF16: return 1;
-    case GGML_T_Q4_0: case GGML_T_Q4_1: case GGML_T_Q5_0: case GGML_T_Q8_0: return 32;
-    case GGML_T_Q4_K: case GGML_T_Q6_K: return 256;
+    case GGML_T_Q4_0: case GGML_T_Q4_1: case GGML_T_Q5_0: case GGML_T_Q5_1: case GGML_T_Q8_0: return 32;
+    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: return 256;
     default: return 0;
     }
 }
@@ -181,8 +188,10 @@ uint32_t ggml_block_bytes(ggml_type t) {
     case GGML_T_Q4_0: return 18;
     case GGML_T_Q4_1: return 20;
     case GGML_T_Q5_0: return 22;
+    case GGML_T_Q5_1: return 24;
     case GGML_T_Q8_0: return 34;
     case GGML_T_Q4_K: return 144;
+    case GGML_T_Q5_K: return 176;
     case GGML_T_Q6_K: return 210;
     default: return 0;
     }
@@ -201,8 +210,10 @@ const char *ggml_type_name(ggml_type t) {
     case GGML_T_Q4_0: return "Q4_0";
     case GGML_T_Q4_1: return "Q4_1";
     case GGML_T_Q5_0: return "Q5_0";
+    case GGML_T_Q5_1: return "Q5_1";
     case GGML_T_Q8_0: return "Q8_0";
     case GGML_T_Q4_K: return "Q4_K";
+    case GGML_T_Q5_K: return "Q5_K";
     case GGML_T_Q6_K: return "Q6_K";
     default: return "unknown";
     }
@@ -285,6 +296,10 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
         t->offset = rd_le(&c, 8, name);
         if (c.failed) return -1;
         t->type = (ggml_type)ty;
+        if (ty < 64 && ggml_block_elems(t->type) == 0 && unsupported_type_name[ty])
+            return fail(&c, "tensor '%s' has type %s, which kvbench does not read (it reads F32 F16 BF16 Q4_0 Q4_1 "
+                        "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K: requantize the model to one of those)", name,
+                        unsupported_type_name[ty]), -1;
         if (ty > 255 || ggml_block_elems(t->type) == 0)
             return fail(&c, "unknown tensor type %llu for tensor '%s'", (unsigned long long)ty, name), -1;
         uint32_t be = ggml_block_elems(t->type);

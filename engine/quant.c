@@ -1,8 +1,9 @@
-/* quant.c — block formats of ggml (see quant.h). The scalar kernels are the
- * reference and are always compiled; AVX2 versions of the hot pairs (Q4_1 x Q8_1,
- * Q8_0 x Q8_0, Q4_0 x Q8_0) are used when the compiler targets AVX2, and give the
- * same bits as the scalar ones. */
+/* quant.c — block formats of ggml (see quant.h); the K-quants are in quant_k.c. The scalar
+ * kernels are the reference and are always compiled; AVX2 versions of the pairs (Q4_0, Q5_0,
+ * Q8_0 x Q8_0, Q4_1, Q5_1 x Q8_1) are used when the compiler targets AVX2, and give the same
+ * bits as the scalar ones. */
 #include "engine/quant.h"
+#include "engine/quant_k.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,56 +20,6 @@ void quant_force_scalar(int on) { g_force_scalar = on; }
 static inline float F(kvb_f16 h) { return kvb_f16_to_f32(h); }
 
 /* ---------- dequantization ---------- */
-
-static void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-static void dequant_q4_K_block(const block_q4_K *b, float *y) {
-    const float d = F(b->d), min = F(b->dmin);
-    const uint8_t *q = b->qs;
-    int is = 0;
-    for (int j = 0; j < QK_K; j += 64) {
-        uint8_t sc, m;
-        get_scale_min_k4(is, b->scales, &sc, &m);
-        const float d1 = d * sc, m1 = min * m;
-        get_scale_min_k4(is + 1, b->scales, &sc, &m);
-        const float d2 = d * sc, m2 = min * m;
-        for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
-        for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
-        q += 32;
-        is += 2;
-    }
-}
-
-static void dequant_q6_K_block(const block_q6_K *b, float *y) {
-    const float d = F(b->d);
-    const uint8_t *ql = b->ql, *qh = b->qh;
-    const int8_t *sc = b->scales;
-    for (int n = 0; n < QK_K; n += 128) {
-        for (int l = 0; l < 32; l++) {
-            int is = l / 16;
-            int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            y[l] = d * sc[is] * q1;
-            y[l + 32] = d * sc[is + 2] * q2;
-            y[l + 64] = d * sc[is + 4] * q3;
-            y[l + 96] = d * sc[is + 6] * q4;
-        }
-        y += 128;
-        ql += 64;
-        qh += 32;
-        sc += 8;
-    }
-}
 
 void quant_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
     switch (t) {
@@ -121,6 +72,20 @@ void quant_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
         }
         return;
     }
+    case GGML_T_Q5_1: {
+        const block_q5_1 *b = src;
+        for (int64_t i = 0; i < n / QK; i++, y += QK) {
+            const float d = F(b[i].d), m = F(b[i].m);
+            uint32_t qh;
+            memcpy(&qh, b[i].qh, 4);
+            for (int j = 0; j < QK / 2; j++) {
+                const uint8_t h0 = (uint8_t)(((qh >> j) << 4) & 0x10), h1 = (uint8_t)((qh >> (j + 12)) & 0x10);
+                y[j] = ((b[i].qs[j] & 0xF) | h0) * d + m;
+                y[j + QK / 2] = ((b[i].qs[j] >> 4) | h1) * d + m;
+            }
+        }
+        return;
+    }
     case GGML_T_Q8_0: {
         const block_q8_0 *b = src;
         for (int64_t i = 0; i < n / QK; i++, y += QK) {
@@ -137,16 +102,9 @@ void quant_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
         }
         return;
     }
-    case GGML_T_Q4_K: {
-        const block_q4_K *b = src;
-        for (int64_t i = 0; i < n / QK_K; i++) dequant_q4_K_block(&b[i], y + i * QK_K);
+    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: case GGML_T_Q8_K:
+        quant_k_dequant_row(t, src, y, n);
         return;
-    }
-    case GGML_T_Q6_K: {
-        const block_q6_K *b = src;
-        for (int64_t i = 0; i < n / QK_K; i++) dequant_q6_K_block(&b[i], y + i * QK_K);
-        return;
-    }
     default:
         memset(y, 0, (size_t)n * sizeof(float));
     }
@@ -178,6 +136,17 @@ static void quantize_q8_1(const float *x, block_q8_1 *y, int64_t n) {
         }
         y[i].s = kvb_f32_to_f16(d * (float)sum);
     }
+}
+
+/* 32 five-bit values: low nibbles of values j and j+16 share byte j; the fifth bit of value j is bit j of qh */
+static void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t *qh_out) {
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | ((q[j + QK / 2] & 0xF) << 4));
+        qh |= (uint32_t)(q[j] >> 4) << j;
+        qh |= (uint32_t)(q[j + QK / 2] >> 4) << (j + QK / 2);
+    }
+    memcpy(qh_out, &qh, 4);
 }
 
 int quant_quantize_row(ggml_type t, const float *x, void *dst, int64_t n) {
@@ -238,28 +207,45 @@ int quant_quantize_row(ggml_type t, const float *x, void *dst, int64_t n) {
                 if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
             const float d = max / -16.0f, id = d ? 1.0f / d : 0.0f;
             y[i].d = kvb_f32_to_f16(d);
-            uint32_t qh = 0;
-            for (int j = 0; j < QK / 2; j++) {
-                int a = (int)(x[j] * id + 16.5f), b = (int)(x[j + QK / 2] * id + 16.5f);
-                a = a > 31 ? 31 : a;
-                b = b > 31 ? 31 : b;
-                y[i].qs[j] = (uint8_t)((a & 0xF) | ((b & 0xF) << 4));
-                qh |= (uint32_t)((a & 0x10) >> 4) << j;
-                qh |= (uint32_t)((b & 0x10) >> 4) << (j + QK / 2);
+            uint8_t q[QK];
+            for (int j = 0; j < QK; j++) {
+                const int v = (int)(x[j] * id + 16.5f);
+                q[j] = (uint8_t)(v > 31 ? 31 : v);
             }
-            memcpy(y[i].qh, &qh, 4);
+            pack_q5(q, y[i].qs, y[i].qh);
         }
         return 0;
     }
+    case GGML_T_Q5_1: {
+        block_q5_1 *y = dst;
+        for (int64_t i = 0; i < n / QK; i++, x += QK) {
+            float mn = x[0], mx = x[0];
+            for (int j = 1; j < QK; j++) mn = fminf(mn, x[j]), mx = fmaxf(mx, x[j]);
+            const float d = (mx - mn) / 31.0f, id = d ? 1.0f / d : 0.0f;
+            y[i].d = kvb_f32_to_f16(d);
+            y[i].m = kvb_f32_to_f16(mn);
+            uint8_t q[QK];
+            for (int j = 0; j < QK; j++) {
+                const int v = (int)((x[j] - mn) * id + 0.5f);
+                q[j] = (uint8_t)(v > 31 ? 31 : v);
+            }
+            pack_q5(q, y[i].qs, y[i].qh);
+        }
+        return 0;
+    }
+    case GGML_T_Q8_K:
+        quant_k_quantize_q8_K(x, dst, n);
+        return 0;
     default:
-        return -1;
+        return quant_k_quantize_row(t, x, dst, n);
     }
 }
 
 ggml_type quant_act_type(ggml_type t) {
     switch (t) {
     case GGML_T_Q4_0: case GGML_T_Q5_0: case GGML_T_Q8_0: return GGML_T_Q8_0;
-    case GGML_T_Q4_1: return GGML_T_Q8_1;
+    case GGML_T_Q4_1: case GGML_T_Q5_1: return GGML_T_Q8_1;
+    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: return GGML_T_Q8_K;
     case GGML_T_F16: return GGML_T_F16;
     default: return GGML_T_F32;
     }
@@ -269,6 +255,7 @@ size_t quant_act_row_bytes(ggml_type t, int64_t n) {
     switch (quant_act_type(t)) {
     case GGML_T_Q8_0: return (size_t)(n / QK) * sizeof(block_q8_0);
     case GGML_T_Q8_1: return (size_t)(n / QK) * sizeof(block_q8_1);
+    case GGML_T_Q8_K: return (size_t)(n / QK_K) * sizeof(block_q8_K);
     case GGML_T_F16: return (size_t)n * sizeof(kvb_f16);
     default: return (size_t)n * sizeof(float);
     }
@@ -280,7 +267,7 @@ void quant_act_quantize(ggml_type t, const float *x, void *dst, int64_t n) {
 
 /* ---------- scalar dot products ---------- */
 
-/* Q4_0, Q4_1 and Q8_0 follow the AVX2 kernels' (and llama.cpp's) float order, so scalar builds give
+/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow the AVX2 kernels' (and llama.cpp's) float order, so scalar builds give
  * the same bits: lane l of a block holds the integer dot of elements 4l..4l+3, each lane accumulates
  * scale x lane in a fused multiply-add chain over the blocks, and the 8 lanes are summed at the end. */
 static void acc_lanes(float acc[8], float d, const int8_t *w, const int8_t *y) {
@@ -320,20 +307,37 @@ static float dot_q4_1_q8_1(int64_t n, const block_q4_1 *x, const block_q8_1 *y) 
     return gc_sum8(acc) + summs;
 }
 
-static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n / QK; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int s = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            const uint8_t h0 = (uint8_t)(((qh >> j) << 4) & 0x10), h1 = (uint8_t)((qh >> (j + 12)) & 0x10);
-            s += ((int)((x[i].qs[j] & 0xF) | h0) - 16) * y[i].qs[j] +
-                 ((int)((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + QK / 2];
-        }
-        sum += s * F(x[i].d) * F(y[i].d);
+/* the 32 weights of a 5-bit block in value order, minus offset */
+static void unpack_q5(const uint8_t *qs, const uint8_t *qh_bytes, int offset, int8_t *w) {
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < QK / 2; j++) {
+        w[j] = (int8_t)(((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - offset);
+        w[j + QK / 2] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + QK / 2)) & 1) << 4)) - offset);
     }
-    return sum;
+}
+
+static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) {
+    float acc[8] = {0};
+    int8_t w[QK];
+    for (int64_t i = 0; i < n / QK; i++) {
+        unpack_q5(x[i].qs, x[i].qh, 16, w);
+        acc_lanes(acc, F(x[i].d) * F(y[i].d), w, y[i].qs);
+    }
+    return gc_sum8(acc);
+}
+
+/* llama.cpp's `summs += m * s` is contracted to an fma by its build (gnu11, -mfma): fmaf here. (Q4_1's
+ * twin keeps the unfused sum it was validated with against the SmolLM2 fixtures.) */
+static float dot_q5_1_q8_1(int64_t n, const block_q5_1 *x, const block_q8_1 *y) {
+    float acc[8] = {0}, summs = 0.0f;
+    int8_t w[QK];
+    for (int64_t i = 0; i < n / QK; i++) {
+        unpack_q5(x[i].qs, x[i].qh, 0, w);
+        acc_lanes(acc, F(x[i].d) * F(y[i].d), w, y[i].qs);
+        summs = fmaf(F(x[i].m), F(y[i].s), summs);
+    }
+    return gc_sum8(acc) + summs;
 }
 
 static float dot_q8_0_q8_0(int64_t n, const block_q8_0 *x, const block_q8_0 *y) {
@@ -359,17 +363,6 @@ static float dot_f32(int64_t n, const float *x, const float *y) {
     }
 #endif
     for (int64_t i = 0; i < n; i++) sum += x[i] * y[i];
-    return sum;
-}
-
-/* K-quants: dequantize a block at a time and dot with f32 activations */
-static float dot_k_f32(ggml_type t, int64_t n, const void *w, const float *x) {
-    float buf[QK_K], sum = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        if (t == GGML_T_Q4_K) dequant_q4_K_block((const block_q4_K *)w + i, buf);
-        else dequant_q6_K_block((const block_q6_K *)w + i, buf);
-        sum += dot_f32(QK_K, buf, x + i * QK_K);
-    }
     return sum;
 }
 
@@ -431,6 +424,50 @@ static void multi_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *act, size_
     for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]);
 }
 
+/* 32 bits as 32 bytes: 0x10 where bit j of qh is set (the fifth bit of 5-bit value j) */
+static inline __m256i fifth_bits(const uint8_t *qh) {
+    uint32_t b;
+    memcpy(&b, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)b),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+static void multi_q5_0(int64_t n, const block_q5_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK; i++) {
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh)),
+                                          _mm256_set1_epi8(16));
+        /* |q| and the sign moved onto y once per block: each activation then costs one maddubs */
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float d = F(x[i].d);
+        for (int j = 0; j < n_act; j++) {
+            const block_q8_0 *y = (const block_q8_0 *)(act + j * stride) + i;
+            const __m256i yq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(aq, yq), acc[j]);
+        }
+    }
+    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]);
+}
+
+static void multi_q5_1(int64_t n, const block_q5_1 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float summs[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK; i++) {
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
+        const float d = F(x[i].d), m = F(x[i].m);
+        for (int j = 0; j < n_act; j++) {
+            const block_q8_1 *y = (const block_q8_1 *)(act + j * stride) + i;
+            const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(q, yq), acc[j]);
+            summs[j] = fmaf(m, F(y->s), summs[j]);
+        }
+    }
+    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]) + summs[j];
+}
+
 static void multi_q4_0(int64_t n, const block_q4_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK; i++) {
@@ -451,6 +488,7 @@ static float dot_one(ggml_type t, int64_t n, const void *w, const void *a) {
     case GGML_T_Q4_0: return dot_q4_0_q8_0(n, w, a);
     case GGML_T_Q4_1: return dot_q4_1_q8_1(n, w, a);
     case GGML_T_Q5_0: return dot_q5_0_q8_0(n, w, a);
+    case GGML_T_Q5_1: return dot_q5_1_q8_1(n, w, a);
     case GGML_T_Q8_0: return dot_q8_0_q8_0(n, w, a);
     case GGML_T_F32: return dot_f32(n, w, a);
     case GGML_T_F16: {
@@ -466,19 +504,24 @@ static float dot_one(ggml_type t, int64_t n, const void *w, const void *a) {
         for (int64_t i = 0; i < n; i++) s += kvb_bf16_to_f32(x[i]) * y[i];
         return s;
     }
-    case GGML_T_Q4_K: case GGML_T_Q6_K: return dot_k_f32(t, n, w, a);
     default: return 0.0f;
     }
 }
 
 void quant_vec_dot_multi(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int n_act,
                          float *out) {
+    if (quant_k_is_k(t)) {
+        quant_k_dot_multi(t, n, w, act, stride, n_act, out, !g_force_scalar);
+        return;
+    }
 #if KVB_HAVE_AVX2
     if (!g_force_scalar) {
         switch (t) {
         case GGML_T_Q4_1: multi_q4_1(n, w, act, stride, n_act, out); return;
         case GGML_T_Q8_0: multi_q8_0(n, w, act, stride, n_act, out); return;
         case GGML_T_Q4_0: multi_q4_0(n, w, act, stride, n_act, out); return;
+        case GGML_T_Q5_0: multi_q5_0(n, w, act, stride, n_act, out); return;
+        case GGML_T_Q5_1: multi_q5_1(n, w, act, stride, n_act, out); return;
         default: break;
         }
     }

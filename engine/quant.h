@@ -2,11 +2,10 @@
  *
  * Weights stay quantized; before a matmul the activation row is quantized once to the
  * weight type's activation format, exactly as ggml's CPU backend does (Q4_0/Q5_0/Q8_0
- * weights -> Q8_0, Q4_1 -> Q8_1, F16 -> F16, BF16/F32/Q4_K/Q6_K -> F32), and the dot
- * product is integer per block, then scaled. Matching ggml's activation rounding is
- * what keeps our logits within ~1e-2 of llama.cpp's. Q4_K and Q6_K are dotted against
- * f32 activations (dequantized on the fly): exact up to float rounding, but not
- * ggml's Q8_K path — a documented difference. */
+ * weights -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16/F32 -> F32),
+ * and the dot product is integer per block, then scaled in llama.cpp's float order.
+ * Matching ggml's activation rounding and order is what keeps our logits next to
+ * llama.cpp's. The K-quants live in quant_k.c. */
 #ifndef KVB_QUANT_H
 #define KVB_QUANT_H
 
@@ -21,19 +20,26 @@
 
 typedef struct { kvb_f16 d; uint8_t qs[QK / 2]; } block_q4_0;
 typedef struct { kvb_f16 d, m; uint8_t qs[QK / 2]; } block_q4_1;
-typedef struct { kvb_f16 d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;
+typedef struct { kvb_f16 d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0; /* qh: bit j = 5th bit of value j */
+typedef struct { kvb_f16 d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_1;
 typedef struct { kvb_f16 d; int8_t qs[QK]; } block_q8_0;
 typedef struct { kvb_f16 d, s; int8_t qs[QK]; } block_q8_1; /* s = d * sum(qs) */
 typedef struct { kvb_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { kvb_f16 d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvb_f16 d; } block_q6_K;
+/* activations for K-quant weights: d = amax / -127 (float), bsums[g] = sum of qs over group g of 16 */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
 /* Dequantize n elements (a multiple of the block size) of type t. */
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
