@@ -327,8 +327,8 @@ static float dot_q5_0_q8_0(int64_t n, const block_q5_0 *x, const block_q8_0 *y) 
     return gc_sum8(acc);
 }
 
-/* llama.cpp's `summs += m * s` is contracted to an fma by its build (gnu11, -mfma): fmaf here. (Q4_1's
- * twin keeps the unfused sum it was validated with against the SmolLM2 fixtures.) */
+/* the minimum term m * s is a product of two halves, exact in float, so fused (llama.cpp's build contracts
+ * `summs += m * s`) and unfused sums agree; Q4_1's twin writes it unfused */
 static float dot_q5_1_q8_1(int64_t n, const block_q5_1 *x, const block_q8_1 *y) {
     float acc[8] = {0}, summs = 0.0f;
     int8_t w[QK];

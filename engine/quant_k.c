@@ -7,8 +7,10 @@
  * multiply-add; the sub-block minimums of Q4_K/Q5_K go through Q8_K's bsums. The integers are exact,
  * so only the float steps need an order, and the scalar twins take the AVX2 order step for step:
  * same per-block products, same fma chains, same final horizontal sums. That order is llama.cpp's
- * AVX2 order (ggml_vec_dot_q{4,5,6}_K_q8_K), except where llama.cpp repacks Q4_K weights for its
- * GEMM (see quant.h's users' notes in the README). */
+ * AVX2 order (ggml_vec_dot_q{4,5,6}_K_q8_K, quantize_row_q8_K_ref): scripts/ggml_dots_check.sh compiles
+ * llama.cpp's kernels and finds the same bytes. (Where a llama.cpp version repacks a weight type into
+ * interleaved row panels for its CPU GEMM — Q4_0 and IQ4_NL, in later versions Q4_K among others —
+ * that path sums in another order.) */
 #include "engine/quant_k.h"
 
 #include <math.h>

@@ -1,0 +1,66 @@
+/* ggml_dots_check.c — kvbench's activation quantizers and dot products against llama.cpp's own compiled
+ * CPU kernels, bit for bit (built and run by scripts/ggml_dots_check.sh; needs a llama.cpp checkout).
+ * For each weight type: random weights quantized by kvbench, random activations at two scales, and
+ * llama.cpp's quantize_row_q8_* and ggml_vec_dot_*; prints how many of the trials are byte-identical. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/quant.h"
+
+typedef void (*ggml_quantize_fn)(const float *x, void *y, int64_t k);
+typedef void (*ggml_dot_fn)(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
+#define GGML_DOT(name) void name(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
+void quantize_row_q8_0(const float *x, void *y, int64_t k);
+void quantize_row_q8_1(const float *x, void *y, int64_t k);
+void quantize_row_q8_K(const float *x, void *y, int64_t k);
+GGML_DOT(ggml_vec_dot_q4_0_q8_0)
+GGML_DOT(ggml_vec_dot_q4_1_q8_1)
+GGML_DOT(ggml_vec_dot_q5_0_q8_0)
+GGML_DOT(ggml_vec_dot_q5_1_q8_1)
+GGML_DOT(ggml_vec_dot_q8_0_q8_0)
+GGML_DOT(ggml_vec_dot_q4_K_q8_K)
+GGML_DOT(ggml_vec_dot_q5_K_q8_K)
+GGML_DOT(ggml_vec_dot_q6_K_q8_K)
+
+static float frand(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+int main(void) {
+    const struct {
+        ggml_type t;
+        ggml_quantize_fn quantize;
+        ggml_dot_fn dot;
+    } cases[] = {
+        {GGML_T_Q4_0, quantize_row_q8_0, ggml_vec_dot_q4_0_q8_0}, {GGML_T_Q4_1, quantize_row_q8_1, ggml_vec_dot_q4_1_q8_1},
+        {GGML_T_Q5_0, quantize_row_q8_0, ggml_vec_dot_q5_0_q8_0}, {GGML_T_Q5_1, quantize_row_q8_1, ggml_vec_dot_q5_1_q8_1},
+        {GGML_T_Q8_0, quantize_row_q8_0, ggml_vec_dot_q8_0_q8_0}, {GGML_T_Q4_K, quantize_row_q8_K, ggml_vec_dot_q4_K_q8_K},
+        {GGML_T_Q5_K, quantize_row_q8_K, ggml_vec_dot_q5_K_q8_K}, {GGML_T_Q6_K, quantize_row_q8_K, ggml_vec_dot_q6_K_q8_K},
+    };
+    enum { N = 4864, TRIALS = 200 }; /* Qwen2.5-0.5B's FFN width: 19 K-blocks, 152 small blocks */
+    static float w[N], x[N];
+    static uint8_t wq[N * 2], ours_act[N * 2], ggml_act[N * 2];
+    unsigned seed = 7;
+    int failed = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int act_same = 0, dot_same = 0;
+        for (int trial = 0; trial < TRIALS; trial++) {
+            const float scale = trial % 3 ? 0.5f : 30.0f;
+            for (int i = 0; i < N; i++) w[i] = frand(&seed), x[i] = scale * frand(&seed);
+            quant_quantize_row(cases[k].t, w, wq, N);
+            quant_act_quantize(cases[k].t, x, ours_act, N);
+            cases[k].quantize(x, ggml_act, N);
+            act_same += !memcmp(ours_act, ggml_act, quant_act_row_bytes(cases[k].t, N));
+            /* both dots on llama.cpp's activations, so a dot difference is the dot's own */
+            float ours = quant_vec_dot(cases[k].t, N, wq, ggml_act), theirs;
+            cases[k].dot(N, &theirs, 0, wq, 0, ggml_act, 0, 1);
+            dot_same += !memcmp(&ours, &theirs, sizeof ours);
+        }
+        printf("%-5s activations identical %3d/%d, dots identical %3d/%d\n", ggml_type_name(cases[k].t), act_same,
+               TRIALS, dot_same, TRIALS);
+        failed |= act_same != TRIALS || dot_same != TRIALS;
+    }
+    return failed;
+}
