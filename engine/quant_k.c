@@ -179,7 +179,8 @@ static void quantize_q6_K_block(const float *x, block_q6_K *b) {
             const uint8_t *v = q + 128 * h;
             b->ql[64 * h + l] = (uint8_t)((v[l] & 0xF) | ((v[l + 64] & 0xF) << 4));
             b->ql[64 * h + 32 + l] = (uint8_t)((v[l + 32] & 0xF) | ((v[l + 96] & 0xF) << 4));
-            b->qh[32 * h + l] = (uint8_t)((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) | ((v[l + 96] >> 4) << 6));
+            b->qh[32 * h + l] =
+                (uint8_t)((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) | ((v[l + 96] >> 4) << 6));
         }
 }
 
@@ -361,7 +362,8 @@ static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act,
                 const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
                 const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
                 q[2 * j] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-                q[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
+                q[2 * j + 1] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
             }
             xd = b->d, xdmin = b->dmin, scales = b->scales;
         }

@@ -12,7 +12,7 @@
 int quant_k_is_k(ggml_type t);
 /* Dequantize n elements (a multiple of 256) of a K type, or of Q8_K. */
 void quant_k_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
-/* Quantize n floats to a K weight type (simple per-block fit: tests and synthetic models). 0 = ok, -1 = not a K type. */
+/* Quantize n floats to a K weight type (a simple per-block fit, for tests). 0 = ok, -1 = not a K type. */
 int quant_k_quantize_row(ggml_type t, const float *x, void *dst, int64_t n);
 /* Quantize n activations to Q8_K as ggml's quantize_row_q8_K_ref does (same rounding, same bits). */
 void quant_k_quantize_q8_K(const float *x, block_q8_K *dst, int64_t n);

@@ -253,7 +253,8 @@ static void test_simd_scalar_and_multi_row_dots_agree_on_random_blocks(void) {
                 kvb_f16 d = kvb_f32_to_f16(frand(&s) * 0.01f), m = kvb_f32_to_f16(frand(&s) * 0.01f);
                 size_t d_at = t == GGML_T_Q6_K ? offsetof(block_q6_K, d) : 0;
                 memcpy(blk + d_at, &d, 2);
-                if (t == GGML_T_Q4_1 || t == GGML_T_Q5_1 || t == GGML_T_Q4_K || t == GGML_T_Q5_K) memcpy(blk + 2, &m, 2);
+                if (t == GGML_T_Q4_1 || t == GGML_T_Q5_1 || t == GGML_T_Q4_K || t == GGML_T_Q5_K)
+                    memcpy(blk + 2, &m, 2);
             }
             for (int a = 0; a < 4; a++) {
                 for (int i = 0; i < n; i++) x[i] = frand(&s) * (a + 1) * 3.0f;
@@ -359,11 +360,13 @@ int main(void) {
     CU_add_test(s, "Q4_K and Q6_K blocks follow their scale layout", test_q4_k_and_q6_k_blocks_follow_their_scale_layout);
     CU_add_test(s, "Q5_1 block dequantizes to d*q+m", test_q5_1_block_dequantizes_to_d_times_q_plus_m);
     CU_add_test(s, "Q5_K block takes the fifth bit from qh", test_q5_k_block_takes_the_fifth_bit_from_qh);
-    CU_add_test(s, "Q8_K maps the extreme to -127 and sums groups of 16", test_q8_k_maps_the_extreme_to_minus_127_and_sums_groups_of_16);
+    CU_add_test(s, "Q8_K maps the extreme to -127 and sums groups of 16",
+                test_q8_k_maps_the_extreme_to_minus_127_and_sums_groups_of_16);
     CU_add_test(s, "Q8_1 sum field is d times the sum of quants", test_q8_1_sum_field_is_d_times_sum_of_quants);
     CU_add_test(s, "vec_dot of every type matches float64 of dequantized operands", test_vec_dot_of_every_type_matches_float64_of_dequantized_operands);
     CU_add_test(s, "SIMD and scalar dots are bitwise equal", test_simd_and_scalar_dots_are_bitwise_equal);
-    CU_add_test(s, "SIMD, scalar and multi-row dots agree on random blocks", test_simd_scalar_and_multi_row_dots_agree_on_random_blocks);
+    CU_add_test(s, "SIMD, scalar and multi-row dots agree on random blocks",
+                test_simd_scalar_and_multi_row_dots_agree_on_random_blocks);
     CU_add_test(s, "matmul matches float64 for odd shapes and thread counts", test_matmul_matches_float64_for_odd_shapes_and_threads);
     CU_add_test(s, "get_rows returns dequantized rows", test_get_rows_returns_dequantized_rows);
     return util_run_suites();
