@@ -20,6 +20,7 @@
 #include "engine/synthetic.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+#define GEN_TIMEOUT_S 600 /* inactivity allowed to a connection once its request is read and being answered */
 
 typedef struct {
     const kvb_serve_opts *o;
@@ -67,6 +68,25 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, 
     else cJSON_AddNullToObject(e, "param");
     cJSON_AddNullToObject(e, "code");
     return send_json(conn, status, j);
+}
+
+/* 1 when a JSON text holds a NUL: a raw byte, or a \u0000 escape inside a string (cJSON would cut the string
+ * there, silently changing the message). */
+static int json_has_nul(const char *t, size_t n) {
+    if (memchr(t, 0, n)) return 1;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str) {
+            in_str = t[i] == '"';
+            continue;
+        }
+        if (t[i] == '"') in_str = 0;
+        else if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 5 < n && !strncmp(t + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
 }
 
 /* ---- one generation ---- */
@@ -202,7 +222,10 @@ static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, 
     int max_tokens = 256, stream = 0;
     double temp = 0.0, top_p = 1.0, seed = 42;
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "max_tokens"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 20) { ERR("'max_tokens' must be a positive integer"); return NULL; }
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 20 || v->valuedouble != (double)v->valueint) {
+            ERR("'max_tokens' must be a positive integer");
+            return NULL;
+        }
         max_tokens = v->valueint;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "temperature"))) {
@@ -214,7 +237,7 @@ static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, 
         top_p = v->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "seed")) && cJSON_IsNumber(v)) seed = v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valueint != 1)) { ERR("only n = 1 is supported"); return NULL; }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valuedouble != 1.0)) { ERR("'n': only n = 1 is supported"); return NULL; }
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "stream"))) {
         if (!cJSON_IsBool(v)) { ERR("'stream' must be a boolean"); return NULL; }
         stream = cJSON_IsTrue(v);
@@ -452,6 +475,8 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
     if (up->too_large) return send_error(conn, 413, "invalid_request_error", NULL, "request body larger than %zu bytes", s->o->max_body);
     if (atomic_load(&s->in_flight) >= s->o->max_queue + (s->o->parallel > 0 ? s->o->parallel : 1))
         return send_error(conn, 503, "server_busy", NULL, "server busy: %d requests running or queued", atomic_load(&s->in_flight));
+    if (up->body && json_has_nul(up->body, up->n))
+        return send_error(conn, 400, "invalid_request_error", "messages", "request body holds a NUL character (\\u0000)");
     cJSON *req = up->body ? cJSON_ParseWithLength(up->body, up->n) : NULL;
     if (!req || !cJSON_IsObject(req)) {
         cJSON_Delete(req);
@@ -470,6 +495,8 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
     }
     char err[512] = "";
     unsigned status;
+    /* the short read timeout guards idle sockets; a generation (and a slow reader of its stream) gets the long one */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GEN_TIMEOUT_S);
     gen *g = gen_start(s, req, &status, err, sizeof err);
     int stream = g && g->stream;
     cJSON_Delete(req);
@@ -557,7 +584,10 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                             (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                                            (unsigned)(o->max_queue + 16), MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+                                            (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+                                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_per_ip > 0 ? o->max_per_ip : 32),
+                                            MHD_OPTION_CONNECTION_TIMEOUT,
+                                            (unsigned)(o->read_timeout_s > 0 ? o->read_timeout_s : 10), MHD_OPTION_END);
     if (!d) {
         kvb_model_free(s.model);
         free(s.token);

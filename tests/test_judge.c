@@ -7,12 +7,16 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <dirent.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,7 +30,8 @@
 static struct MHD_Daemon *fault;
 static int fault_port;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int hits_429, hits_500, hits_total, auth_ok, auth_seen;
+static int hits_429, hits_500, hits_total, auth_ok, auth_seen, hits_dedupe;
+static volatile int stall_judge; /* "case=stall" requests get a 429 with Retry-After 30 while set */
 static char tmpdir[64] = "/tmp/kvb_judge_XXXXXX";
 
 typedef struct { char *b; size_t n; } body_t;
@@ -75,7 +80,23 @@ static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char 
         pthread_mutex_unlock(&mu);
         return fail ? reply(c, 500, "{\"error\":{\"message\":\"boom\"}}", NULL) : reply(c, 200, ok, NULL);
     }
-    if (strstr(body, "case=always500")) return reply(c, 500, "{\"error\":{\"message\":\"down\"}}", NULL);
+    /* a server that echoes the Authorization header (as some proxies and debug endpoints do) */
+    char echo[1024];
+    snprintf(echo, sizeof echo, "{\"error\":{\"message\":\"down; you sent Authorization: %.400s\"}}", auth ? auth : "(none)");
+    if (strstr(body, "case=always500")) return reply(c, 500, echo, NULL);
+    if (strstr(body, "case=echo")) {
+        snprintf(echo, sizeof echo, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"Score: 5 (auth was %.400s)\"}}]}",
+                 auth ? auth : "(none)");
+        return reply(c, 200, echo, NULL);
+    }
+    if (strstr(body, "case=429ra1")) return reply(c, 429, "{\"error\":{\"message\":\"slow down\"}}", "1");
+    if (strstr(body, "case=429long")) return reply(c, 429, "{\"error\":{\"message\":\"come back tomorrow\"}}", "100000");
+    if (strstr(body, "case=dedupe")) {
+        pthread_mutex_lock(&mu);
+        hits_dedupe++;
+        pthread_mutex_unlock(&mu);
+    }
+    if (strstr(body, "case=stall") && stall_judge) return reply(c, 429, "{\"error\":{\"message\":\"busy\"}}", "30");
     if (strstr(body, "case=slow")) {
         usleep(1500 * 1000);
         return reply(c, 200, ok, NULL);
@@ -140,7 +161,11 @@ static void test_circuit_breaker_stops_sending(void) {
     enum { N = 10 };
     kvb_judge_req r[N];
     memset(r, 0, sizeof r);
-    for (int i = 0; i < N; i++) r[i].messages_json = kvb_judge_user_message("case=always500");
+    for (int i = 0; i < N; i++) {
+        char q[64];
+        snprintf(q, sizeof q, "case=always500 #%d", i); /* distinct: identical requests would be sent once */
+        r[i].messages_json = kvb_judge_user_message(q);
+    }
     kvb_judge_cfg c;
     char url[128], err[256];
     cfg_fault(&c, url, sizeof url);
@@ -160,6 +185,93 @@ static void test_circuit_breaker_stops_sending(void) {
     CU_ASSERT(open >= N - 1);
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Run fn in a child process and wait at most limit_s for it: a stalled client fails the test instead of
+ * hanging it. The child's exit status: 0 = all its assertions held. */
+static int bounded(int (*fn)(void), double limit_s) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(fn());
+    double t0 = mono_s();
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (mono_s() - t0 > limit_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fprintf(stderr, "\n  still running after %.0f s: killed\n", limit_s);
+            return -1;
+        }
+        usleep(20000);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A 429 with Retry-After: 100000 fails at once (cap 60 s); a cap below the asked wait fails too; a batch
+ * deadline ends a request slower than it. */
+static int retry_after_child(void) {
+    enum { N = 3 };
+    kvb_judge_req r[N];
+    memset(r, 0, sizeof r);
+    r[0].messages_json = kvb_judge_user_message("case=429long");
+    r[1].messages_json = kvb_judge_user_message("case=ok");
+    r[2].messages_json = kvb_judge_user_message("case=429ra1");
+    kvb_judge_cfg c;
+    char url[128], err[256];
+    cfg_fault(&c, url, sizeof url);
+    c.retry_after_max_s = 60;
+    double t0 = mono_s();
+    if (kvb_judge_run(&c, r, 2, err, sizeof err)) return 10;
+    int bad = 0;
+    if (r[0].ok || !strstr(r[0].error, "Retry-After 100000") || !strstr(r[0].error, "cap of 60")) bad |= 1;
+    if (mono_s() - t0 > 5) bad |= 2; /* not stalled */
+    if (!r[1].ok) bad |= 4;
+    /* Retry-After 1 against a cap of 0.5 s: the attempt fails */
+    c.retry_after_max_s = 0.5;
+    if (kvb_judge_run(&c, &r[2], 1, err, sizeof err) || r[2].ok || !strstr(r[2].error, "cap of 0.5")) bad |= 8;
+    /* the batch deadline: a reply taking 1.5 s against a deadline of 0.6 s */
+    kvb_judge_req slow = {0};
+    slow.messages_json = kvb_judge_user_message("case=slow");
+    c.timeout_s = 10;
+    c.deadline_s = 0.6;
+    t0 = mono_s();
+    if (kvb_judge_run(&c, &slow, 1, err, sizeof err) || slow.ok || !strstr(slow.error, "deadline")) bad |= 16;
+    if (mono_s() - t0 > 1.4) bad |= 32;
+    if (bad) fprintf(stderr, "\n  retry-after/deadline: failures %#x (%s | %s | %s)\n", bad, r[0].error, r[2].error, slow.error);
+    kvb_judge_req_clear(&slow);
+    for (int i = 0; i < N; i++) kvb_judge_req_clear(&r[i]);
+    free(slow.messages_json);
+    for (int i = 0; i < N; i++) free(r[i].messages_json);
+    return bad;
+}
+
+static void test_retry_after_capped_and_batch_deadline(void) {
+    CU_ASSERT(bounded(retry_after_child, 20) == 0);
+}
+
+/* Identical prompts in one batch are sent once and share the reply. */
+static void test_identical_prompts_sent_once(void) {
+    enum { N = 4 };
+    kvb_judge_req r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) r[i].messages_json = kvb_judge_user_message(i < 3 ? "case=dedupe same" : "case=dedupe other");
+    kvb_judge_cfg c;
+    char url[128], err[256];
+    cfg_fault(&c, url, sizeof url);
+    int before = hits_dedupe;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+    CU_ASSERT(hits_dedupe - before == 2);
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT(r[i].ok && r[i].n_replies == 1 && !strcmp(r[i].replies[0], "yes"));
+        CU_ASSERT(r[i].shared == (i == 1 || i == 2));
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+}
+
 static int dir_contains(const char *dir, const char *needle) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -176,6 +288,44 @@ static int dir_contains(const char *dir, const char *needle) {
     }
     closedir(d);
     return found;
+}
+
+#define URL_PW "PW-SECRET-77"
+
+/* A server echoing the Authorization header (Bearer key or the Basic form of URL userinfo) in error bodies
+ * and replies: nothing the client returns or caches holds the key, the password or its base64 form. */
+static void test_echoed_secrets_redacted(void) {
+    setenv("KVB_TEST_JUDGE_KEY", KEY, 1);
+    char cache[128], url[128], err[256];
+    snprintf(cache, sizeof cache, "%s/echo-cache", tmpdir);
+    snprintf(url, sizeof url, "http://kvbuser:" URL_PW "@127.0.0.1:%d/v1", fault_port);
+    const char *b64 = "a3ZidXNlcjpQVy1TRUNSRVQtNzc="; /* base64("kvbuser:PW-SECRET-77"), as curl sends it */
+    for (int with_key = 0; with_key < 2; with_key++) {
+        kvb_judge_req r[2];
+        memset(r, 0, sizeof r);
+        r[0].messages_json = kvb_judge_user_message(with_key ? "case=echo k" : "case=echo u");
+        r[1].messages_json = kvb_judge_user_message(with_key ? "case=always500 k" : "case=always500 u");
+        kvb_judge_cfg c;
+        char u2[128];
+        cfg_fault(&c, u2, sizeof u2);
+        c.base_url = url;
+        c.api_key_env = with_key ? "KVB_TEST_JUDGE_KEY" : NULL;
+        c.cache_dir = cache;
+        c.max_retries = 0;
+        CU_ASSERT_FATAL(kvb_judge_run(&c, r, 2, err, sizeof err) == 0);
+        CU_ASSERT(r[0].ok && r[0].n_replies == 1 && strstr(r[0].replies[0], "[REDACTED]"));
+        CU_ASSERT(!r[1].ok && strstr(r[1].error, "[REDACTED]"));
+        for (int i = 0; i < 2; i++) {
+            const char *texts[3] = {r[i].error, r[i].raw ? r[i].raw : "", r[i].n_replies ? r[i].replies[0] : ""};
+            for (int k = 0; k < 3; k++)
+                CU_ASSERT(!strstr(texts[k], KEY) && !strstr(texts[k], URL_PW) && !strstr(texts[k], b64));
+            kvb_judge_req_clear(&r[i]);
+            free(r[i].messages_json);
+        }
+    }
+    CU_ASSERT(!dir_contains(cache, KEY) && !dir_contains(cache, URL_PW) && !dir_contains(cache, b64) &&
+              !dir_contains(cache, "kvbuser"));
+    CU_ASSERT(dir_contains(cache, "case=echo")); /* the cache was written */
 }
 
 static void test_cache_and_the_key_never_written(void) {
@@ -334,6 +484,17 @@ static void test_serve_bad_input(void) {
     CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"kvbench\":{\"method\":\"nope\"}}", h) == 400);
     CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"kvbench\":{\"method\":\"snapkv\",\"budget\":\"200%\"}}", h) == 400);
     CU_ASSERT(post("/v1/nothing", NULL, h) == 404);
+    /* fractional counts, a NUL inside the content and an OmniKV budget below its full layers' share are the
+     * client's errors (400 naming the field), not silently rounded, truncated or a server error */
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":1.5}", h) == 400);
+    CU_ASSERT(strstr(h->body, "'n'") != NULL);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.7}", h) == 400);
+    CU_ASSERT(strstr(h->body, "max_tokens") != NULL);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\\u0000cd\"}]}", h) == 400);
+    CU_ASSERT(strstr(h->body, "NUL") != NULL);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000 is fine\"}],\"max_tokens\":1}", h) == 200);
+    CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"kvbench\":{\"method\":\"omnikv\",\"budget\":\"2%\"}}", h) == 400);
+    CU_ASSERT(strstr(h->body, "omnikv") && strstr(h->body, "budget"));
     /* a stream answers with server-sent events that end in [DONE] */
     CU_ASSERT(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"stream\":true}", h) == 200);
     CU_ASSERT(strstr(h->body, "data: {") && strstr(h->body, "data: [DONE]"));
@@ -365,6 +526,100 @@ static void test_serve_bad_input(void) {
     stop_serve();
 }
 
+static long rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
+    if (f) fclose(f);
+    return kib;
+}
+
+/* An authenticated request (GET or POST body) with a 2 s limit; its status, its wall time in *secs. */
+static long timed_request(const char *path, const char *body, double *secs) {
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", serve_port, path);
+    http_res *h = calloc(1, sizeof *h);
+    CURL *e = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Authorization: Bearer serve-key-123");
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
+    if (body) curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 2000L);
+    double t0 = mono_s();
+    long status = 0;
+    if (curl_easy_perform(e) == CURLE_OK) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    *secs = mono_s() - t0;
+    curl_easy_cleanup(e);
+    curl_slist_free_all(hd);
+    free(h);
+    return status;
+}
+
+/* How many of the sockets the server has closed (EOF or reset). */
+static int count_closed(const int *fd, int n) {
+    int closed = 0;
+    for (int i = 0; i < n; i++) {
+        char b[64];
+        ssize_t r = recv(fd[i], b, sizeof b, MSG_DONTWAIT);
+        closed += r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    return closed;
+}
+
+/* 100 idle clients (half a request line each, from another loopback address) do not lock out an
+ * authenticated client: /v1/models and a chat completion answer within 2 s; at most --max-per-ip of the idle
+ * connections are kept, and those are closed after --read-timeout; the server's memory stays bounded. */
+static void test_serve_idle_connections_lock_nobody_out(void) {
+    setenv("KVB_TEST_SERVE_KEY", "serve-key-123", 1);
+    CU_ASSERT_FATAL(start_serve("--api-key-env KVB_TEST_SERVE_KEY --read-timeout 2 --max-per-ip 16") == 0);
+    double secs;
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}";
+    CU_ASSERT(timed_request("/v1/models", NULL, &secs) == 200);
+    for (int i = 0; i < 3 && timed_request("/v1/chat/completions", chat, &secs) != 200; i++) {} /* warm: weights paged in */
+    long rss0 = rss_kib(serve_pid);
+    enum { IDLE = 100 };
+    int fd[IDLE], opened = 0;
+    struct sockaddr_in from = {0}, to = {0};
+    from.sin_family = to.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    to.sin_port = htons((uint16_t)serve_port);
+    for (int i = 0; i < IDLE; i++) {
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd[i] < 0 || bind(fd[i], (struct sockaddr *)&from, sizeof from) || connect(fd[i], (struct sockaddr *)&to, sizeof to)) {
+            if (fd[i] >= 0) close(fd[i]);
+            break;
+        }
+        const char *part = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"; /* and then nothing */
+        if (send(fd[i], part, strlen(part), MSG_NOSIGNAL) < 0) {}
+        opened++;
+    }
+    CU_ASSERT_FATAL(opened == IDLE);
+    usleep(300000);
+    int refused = count_closed(fd, IDLE);
+    CU_ASSERT(refused >= IDLE - 16); /* the per-address cap */
+    long rss1 = rss_kib(serve_pid);
+    double t_models, t_chat;
+    long s_models = timed_request("/v1/models", NULL, &t_models);
+    long s_chat = timed_request("/v1/chat/completions", chat, &t_chat);
+    CU_ASSERT(s_models == 200 && t_models < 2.0);
+    CU_ASSERT(s_chat == 200 && t_chat < 2.0);
+    usleep(3500000);                  /* past --read-timeout 2 */
+    int closed = count_closed(fd, IDLE);
+    CU_ASSERT(closed == IDLE);
+    long rss2 = rss_kib(serve_pid);
+    fprintf(stderr, "\n  serve with %d idle connections: /v1/models %.3f s, chat %.3f s; idle closed at once %d, after the "
+                    "read timeout %d; RSS %ld KiB before, %ld KiB while held, %ld KiB after\n",
+            IDLE, t_models, t_chat, refused, closed, rss0, rss1, rss2);
+    CU_ASSERT(rss1 > 0 && rss1 - rss0 < 64 * 1024);
+    for (int i = 0; i < IDLE; i++) close(fd[i]);
+    stop_serve();
+}
 
 /* ---- a judged suite run: verdicts and judge errors in the records, the key in no file ---- */
 
@@ -375,15 +630,16 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-/* The record of (method, sample_id) in results.jsonl, parsed (caller frees), or NULL. */
+/* The last record of (method, sample_id) in results.jsonl (the one that counts: a judged cell's generation
+ * record is followed by its complete one), parsed (caller frees), or NULL. */
 static cJSON *record_of(const char *results, const char *method, const char *id) {
     char *all = util_read_file(results, NULL);
     cJSON *found = NULL;
-    for (char *save, *line = all ? strtok_r(all, "\n", &save) : NULL; line && !found; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save, *line = all ? strtok_r(all, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
         cJSON *r = cJSON_Parse(line);
         if (r && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r, "method")), method) &&
             !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r, "sample_id")), id))
-            found = r;
+            cJSON_Delete(found), found = r;
         else
             cJSON_Delete(r);
     }
@@ -436,7 +692,7 @@ static void test_judged_run_records_verdicts(void) {
     pthread_mutex_unlock(&mu);
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "KVB_TEST_JUDGE_KEY='%s' '%s' run '%s' --quiet --threads 2 --judge-url http://127.0.0.1:%d/v1 "
+             "KVB_TEST_JUDGE_KEY='%s' '%s' run '%s' --quiet --threads 2 --judge-url http://kvbuser:" URL_PW "@127.0.0.1:%d/v1 "
              "--judge-key-env KVB_TEST_JUDGE_KEY > %s/run.log 2>&1",
              KEY, bin, p[3], fault_port, tmpdir);
     int rc = system(cmd);
@@ -483,6 +739,14 @@ static void test_judged_run_records_verdicts(void) {
     CU_ASSERT(auth_ok > auth_before);
     pthread_mutex_unlock(&mu);
     CU_ASSERT(!dir_contains(p[4], KEY) && !dir_contains(p[5], KEY) && !dir_contains(tmpdir, KEY));
+    /* the judge echoed the key into an error body (case=always500): redacted; the URL's userinfo is in no
+     * file (run.json, records, report, cache, the run's stderr) */
+    cJSON *abs = record_of(results, "full", "q2_abs");
+    CU_ASSERT(abs && judge_str(abs, "error") && strstr(judge_str(abs, "error"), "[REDACTED]"));
+    CU_ASSERT(abs && judge_str(abs, "base_url") && !strstr(judge_str(abs, "base_url"), "kvbuser"));
+    cJSON_Delete(abs);
+    CU_ASSERT(!dir_contains(p[4], URL_PW) && !dir_contains(p[5], URL_PW) && !dir_contains(tmpdir, URL_PW));
+    CU_ASSERT(!dir_contains(p[4], "kvbuser") && !dir_contains(p[5], "kvbuser"));
     /* a second run is free: every cell is recorded, the judge is not asked again */
     pthread_mutex_lock(&mu);
     int hits = hits_total;
@@ -524,9 +788,13 @@ int main(void) {
     CU_add_test(s, "fault cases end as documented", test_fault_cases_end_as_documented);
     CU_add_test(s, "circuit breaker stops sending", test_circuit_breaker_stops_sending);
     CU_add_test(s, "cache; the key is never written", test_cache_and_the_key_never_written);
+    CU_add_test(s, "Retry-After is capped; a batch has a deadline", test_retry_after_capped_and_batch_deadline);
+    CU_add_test(s, "identical prompts in a batch are sent once", test_identical_prompts_sent_once);
+    CU_add_test(s, "echoed key and URL userinfo are redacted", test_echoed_secrets_redacted);
     if (have_model) {
         CU_add_test(s, "client against kvbench serve", test_client_against_kvbench_serve);
         CU_add_test(s, "kvbench serve under bad input", test_serve_bad_input);
+        CU_add_test(s, "idle connections lock nobody out of kvbench serve", test_serve_idle_connections_lock_nobody_out);
         CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
     } else {
         fprintf(stderr, "default model or KVB_BIN missing: kvbench serve cases skipped\n");
