@@ -537,8 +537,8 @@ static long rss_kib(pid_t pid) {
     return kib;
 }
 
-/* An authenticated request (GET or POST body) with a 2 s limit; its status, its wall time in *secs. */
-static long timed_request(const char *path, const char *body, double *secs) {
+/* An authenticated request (GET or POST body) with a time limit; its status, its wall time in *secs. */
+static long timed_request(const char *path, const char *body, long limit_ms, double *secs) {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", serve_port, path);
     http_res *h = calloc(1, sizeof *h);
@@ -549,7 +549,7 @@ static long timed_request(const char *path, const char *body, double *secs) {
     if (body) curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, limit_ms);
     double t0 = mono_s();
     long status = 0;
     if (curl_easy_perform(e) == CURLE_OK) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
@@ -579,8 +579,10 @@ static void test_serve_idle_connections_lock_nobody_out(void) {
     CU_ASSERT_FATAL(start_serve("--api-key-env KVB_TEST_SERVE_KEY --read-timeout 2 --max-per-ip 16") == 0);
     double secs;
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}";
-    CU_ASSERT(timed_request("/v1/models", NULL, &secs) == 200);
-    for (int i = 0; i < 3 && timed_request("/v1/chat/completions", chat, &secs) != 200; i++) {} /* warm: weights paged in */
+    CU_ASSERT(timed_request("/v1/models", NULL, 2000, &secs) == 200);
+    double t_chat0 = 0;
+    CU_ASSERT(timed_request("/v1/chat/completions", chat, 30000, &secs) == 200); /* warm: weights paged in */
+    CU_ASSERT(timed_request("/v1/chat/completions", chat, 30000, &t_chat0) == 200); /* the compute time, alone */
     long rss0 = rss_kib(serve_pid);
     enum { IDLE = 100 };
     int fd[IDLE], opened = 0;
@@ -605,17 +607,19 @@ static void test_serve_idle_connections_lock_nobody_out(void) {
     CU_ASSERT(refused >= IDLE - 16); /* the per-address cap */
     long rss1 = rss_kib(serve_pid);
     double t_models, t_chat;
-    long s_models = timed_request("/v1/models", NULL, &t_models);
-    long s_chat = timed_request("/v1/chat/completions", chat, &t_chat);
+    long s_models = timed_request("/v1/models", NULL, 2000, &t_models);
+    long s_chat = timed_request("/v1/chat/completions", chat, 30000, &t_chat);
     CU_ASSERT(s_models == 200 && t_models < 2.0);
-    CU_ASSERT(s_chat == 200 && t_chat < 2.0);
+    /* the chat's own compute varies with the machine's load (seconds on 2 busy cores): the idle clients may
+     * add at most 2 s to it */
+    CU_ASSERT(s_chat == 200 && t_chat < t_chat0 + 2.0);
     usleep(3500000);                  /* past --read-timeout 2 */
     int closed = count_closed(fd, IDLE);
     CU_ASSERT(closed == IDLE);
     long rss2 = rss_kib(serve_pid);
-    fprintf(stderr, "\n  serve with %d idle connections: /v1/models %.3f s, chat %.3f s; idle closed at once %d, after the "
+    fprintf(stderr, "\n  serve with %d idle connections: /v1/models %.3f s, chat %.3f s (%.3f s alone); idle closed at once %d, after the "
                     "read timeout %d; RSS %ld KiB before, %ld KiB while held, %ld KiB after\n",
-            IDLE, t_models, t_chat, refused, closed, rss0, rss1, rss2);
+            IDLE, t_models, t_chat, t_chat0, refused, closed, rss0, rss1, rss2);
     CU_ASSERT(rss1 > 0 && rss1 - rss0 < 64 * 1024);
     for (int i = 0; i < IDLE; i++) close(fd[i]);
     stop_serve();
