@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -96,7 +97,7 @@ static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char 
         hits_dedupe++;
         pthread_mutex_unlock(&mu);
     }
-    if (strstr(body, "case=stall") && stall_judge) return reply(c, 429, "{\"error\":{\"message\":\"busy\"}}", "30");
+    if (strstr(body, "case=stall") && stall_judge) return reply(c, 429, "{\"error\":{\"message\":\"busy\"}}", "50");
     if (strstr(body, "case=slow")) {
         usleep(1500 * 1000);
         return reply(c, 200, ok, NULL);
@@ -762,6 +763,80 @@ static void test_judged_run_records_verdicts(void) {
     pthread_mutex_unlock(&mu);
 }
 
+static int count_lines_with(const char *path, const char *needle) {
+    char *all = util_read_file(path, NULL);
+    int n = 0;
+    for (char *save, *line = all ? strtok_r(all, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+        n += !needle || strstr(line, needle) != NULL;
+    free(all);
+    return n;
+}
+
+/* A judge that stalls (429, Retry-After 50 s) does not hold the predictions hostage: each generation's
+ * record is on disk before its verdict (judge.pending); a run killed then resumes by judging the stored
+ * predictions, without generating again, and the report counts each cell once. */
+static void test_stalled_judge_loses_no_generation(void) {
+    const char *bin = getenv("KVB_BIN");
+    char data[256], suite[256], out[256], results[300], cache[256];
+    snprintf(data, sizeof data, "%s/stall.json", tmpdir);
+    snprintf(suite, sizeof suite, "%s/stall-suite.json", tmpdir);
+    snprintf(out, sizeof out, "%s/stall-run", tmpdir);
+    snprintf(cache, sizeof cache, "%s/stall-cache", tmpdir);
+    snprintf(results, sizeof results, "%s/results.jsonl", out);
+    write_text(data, "[{\"id\": \"s1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi. case=stall case=quality\"},"
+                     " {\"from\": \"gpt\", \"value\": \"Hello!\"}, {\"from\": \"human\", \"value\": \"Name a colour.\"},"
+                     " {\"from\": \"gpt\", \"value\": \"Blue.\"}]}]");
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"name\": \"stall\", \"model\": \"default\", \"output\": \"%s\", \"methods\": [{\"name\": \"full\"}, "
+             "{\"name\": \"streamingllm\"}], \"budgets\": [\"50%%\"], \"judge\": {\"model\": \"fault-judge\", \"cache_dir\": \"%s\", "
+             "\"max_retries\": 1}, \"benchmarks\": [{\"type\": \"sharegpt\", \"path\": \"%s\", \"max_new_tokens\": 4}]}",
+             out, cache, data);
+    write_text(suite, text);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", fault_port);
+    stall_judge = 1;
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", 1);
+        dup2(fd, 1), dup2(fd, 2);
+        execl(bin, bin, "run", suite, "--quiet", "--threads", "2", "--judge-url", url, (char *)NULL);
+        _exit(127);
+    }
+    double t0 = mono_s();
+    while (count_lines_with(results, "\"pending\":true") < 2 && mono_s() - t0 < 45) usleep(100000);
+    int pending = count_lines_with(results, "\"pending\":true");
+    kill(pid, SIGKILL); /* while the judge makes it wait */
+    int st;
+    waitpid(pid, &st, 0);
+    CU_ASSERT(pending == 2);
+    CU_ASSERT(count_lines_with(results, NULL) == 2); /* no verdict yet */
+    cJSON *gen = record_of(results, "streamingllm", "s1");
+    CU_ASSERT_FATAL(gen != NULL);
+    CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(gen, "score")));
+    /* the judge is back: the resume judges the stored predictions */
+    stall_judge = 0;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' run '%s' --quiet --threads 2 --judge-url %s > %s/stall.log 2>&1", bin, suite, url, tmpdir);
+    int rc = system(cmd);
+    CU_ASSERT(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    CU_ASSERT(count_lines_with(results, NULL) == 4);
+    cJSON *fin = record_of(results, "streamingllm", "s1");
+    CU_ASSERT_FATAL(fin != NULL);
+    CU_ASSERT_DOUBLE_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(fin, "score")), 0.7, 1e-12);
+    /* the same generation, not a new one: its timings are the stored ones */
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(fin, "prediction")),
+                           cJSON_GetStringValue(cJSON_GetObjectItem(gen, "prediction")));
+    CU_ASSERT(cJSON_GetNumberValue(cJSON_GetObjectItem(fin, "ttft_ms")) == cJSON_GetNumberValue(cJSON_GetObjectItem(gen, "ttft_ms")));
+    cJSON_Delete(gen), cJSON_Delete(fin);
+    char report[300];
+    snprintf(report, sizeof report, "%s/report.md", out);
+    char *md = util_read_file(report, NULL);
+    CU_ASSERT(md && !strstr(md, "duplicate"));
+    free(md);
+}
+
 static void test_prompts_and_parsers(void) {
     const char *args[3] = {"A", "B{x}", "C"};
     char *s = kvb_format_positional("q={} a={} r={} {{lit}}", args, 3);
@@ -800,6 +875,7 @@ int main(void) {
         CU_add_test(s, "kvbench serve under bad input", test_serve_bad_input);
         CU_add_test(s, "idle connections lock nobody out of kvbench serve", test_serve_idle_connections_lock_nobody_out);
         CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
+        CU_add_test(s, "a stalled judge loses no generation", test_stalled_judge_loses_no_generation);
     } else {
         fprintf(stderr, "default model or KVB_BIN missing: kvbench serve cases skipped\n");
     }
