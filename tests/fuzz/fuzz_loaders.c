@@ -3,6 +3,7 @@
  * 2stage.jsonl, and a NIAH haystack file; the rest is the file. Each must load or fail with an error. */
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "benchmarks/loaders.h"
 #include "fuzz_common.h"
@@ -12,9 +13,7 @@ static char cfg_dir[128];
 static void make_config(void) {
     if (cfg_dir[0]) return;
     snprintf(cfg_dir, sizeof cfg_dir, "%s/config", fuzz_scratch());
-    char path[256];
-    snprintf(path, sizeof path, "mkdir -p '%s'", cfg_dir);
-    if (system(path)) abort();
+    if (mkdir(cfg_dir, 0755)) abort();
     const char *prompt = "{\"hotpotqa\": \"Answer: {context}\\n\\nQuestion: {input}\\nAnswer:\", \"trec\": \"{context}{input}\"}";
     const char *maxlen = "{\"hotpotqa\": 32, \"trec\": 64}";
     char p[256];
@@ -29,14 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[256], err[512];
     kvb_samples out = {0};
     if (which == 5) { /* a haystack directory with one text file */
-        char dir[256], cmd[600];
+        char dir[256];
         snprintf(dir, sizeof dir, "%s/hay", fuzz_scratch());
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-        if (system(cmd)) abort();
+        mkdir(dir, 0755); /* exists after the first time */
         fuzz_write("hay/a.txt", data + 1, size - 1, path, sizeof path);
-        int lengths[2] = {260, 400};
-        double depths[2] = {0, 50};
-        niah_generate(dir, lengths, 2, depths, 2, NULL, NULL, NULL, niah_count_words, NULL, &out, err, sizeof err);
+        int lengths[1] = {240};
+        double depths[1] = {50};
+        niah_generate(dir, lengths, 1, depths, 1, NULL, NULL, NULL, niah_count_words, NULL, &out, err, sizeof err);
     } else {
         fuzz_write("data", data + 1, size - 1, path, sizeof path);
         if (which == 0) lb_load(path, "hotpotqa", cfg_dir, 0, &out, err, sizeof err);
