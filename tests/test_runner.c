@@ -228,7 +228,7 @@ static void test_changed_cells_are_not_reused(void) {
     CU_ASSERT_FATAL(text != NULL);
     char *w = strstr(text, "\"window\": 8");
     CU_ASSERT_FATAL(w != NULL);
-    w[11] = '4';
+    w[10] = '4';
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
@@ -239,8 +239,8 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(cmd, sizeof cmd, "'%%s' run %s --rerun-changed > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(ra), 25); /* the 5 snapkv cells again, nothing else */
-    snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > /tmp/kvb_runner_n.txt%%s%%s", ra);
-    CU_ASSERT(sh(cmd, "", "") == 0);
+    snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > /tmp/kvb_runner_n.txt", ra);
+    CU_ASSERT(system(cmd) == 0);
     char *n = util_read_file("/tmp/kvb_runner_n.txt", NULL);
     CU_ASSERT(n && atoi(n) == 5);
     free(n);
@@ -255,7 +255,7 @@ static void test_changed_cells_are_not_reused(void) {
     /* another suite, no run.json to catch it: the benchmark field differs */
     w = strstr(text, "\"max_pairs\": 9");
     CU_ASSERT_FATAL(w != NULL);
-    memcpy(w, "\"max_pairs\":12", 15);
+    memcpy(w, "\"max_pairs\":12", 14); /* as long as "\"max_pairs\": 9" */
     f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
