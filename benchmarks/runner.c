@@ -619,8 +619,8 @@ static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl,
 
 static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *err, size_t err_len) {
     int todo[MAX_CELLS], n_todo = 0, need_scores = 0, need_hist = 0, n_held = 0, rc = 0;
-    cJSON *fps[MAX_CELLS] = {0}, *held[MAX_CELLS];
-    int rerun[MAX_CELLS] = {0}; /* a judged task's records wait for one judge batch per sample */
+    cJSON *fps[MAX_CELLS] = {0}, *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
+    int rerun[MAX_CELLS] = {0};
     char sample_sha[65];
     kvb_fp_sample(s, sample_sha);
     for (int k = 0; k < st->n_cells && !rc; k++) {
