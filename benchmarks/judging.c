@@ -9,6 +9,7 @@
 #include "benchmarks/sample.h"
 #include "judge/client.h"
 #include "judge/judges.h"
+#include "judge/redact.h"
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -17,7 +18,7 @@
 
 struct kvb_runner_judge {
     kvb_judge_cfg cfg;
-    char url[512], model[128], key_env[128], cache_dir[1024], templates_path[1024];
+    char url[512], url_full[512], model[128], key_env[128], cache_dir[1024], templates_path[1024];
     kvb_lme_templates *lme;
 };
 
@@ -49,21 +50,25 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
     kvb_runner_judge *j = calloc(1, sizeof *j);
     if (!j) { ERR("out of memory"); return NULL; }
     kvb_judge_cfg_defaults(&j->cfg);
-    snprintf(j->url, sizeof j->url, "%s", url);
+    snprintf(j->url_full, sizeof j->url_full, "%s", url); /* what the client sends to (userinfo and all) */
+    kvb_url_strip_userinfo(url, j->url, sizeof j->url, NULL, 0, NULL, 0); /* what is written anywhere */
     snprintf(j->model, sizeof j->model, "%s", fl && fl->model ? fl->model : jstr(sj, "model", "default"));
     const char *ke = fl && fl->key_env ? fl->key_env : jstr(sj, "api_key_env", NULL);
     if (ke) snprintf(j->key_env, sizeof j->key_env, "%s", ke);
     resolve(jstr(sj, "cache_dir", "~/.cache/kvbench/judge"), j->cache_dir, sizeof j->cache_dir);
     resolve(jstr(sj, "templates", "$KVB_DATA/longmemeval/judge_templates.json"), j->templates_path, sizeof j->templates_path);
     double conc = j->cfg.concurrency, to = j->cfg.timeout_s, retries = j->cfg.max_retries, brk = j->cfg.breaker,
-           n = j->cfg.n;
+           n = j->cfg.n, ra_max = j->cfg.retry_after_max_s, deadline = j->cfg.deadline_s;
     if (jnum(sj, "concurrency", 1, 256, &conc, err, err_len) || jnum(sj, "timeout_s", 0.1, 3600, &to, err, err_len) ||
         jnum(sj, "max_retries", 0, 20, &retries, err, err_len) || jnum(sj, "breaker", 1, 1000, &brk, err, err_len) ||
-        jnum(sj, "n", 1, 16, &n, err, err_len)) {
+        jnum(sj, "n", 1, 16, &n, err, err_len) || jnum(sj, "retry_after_max_s", 0, 86400, &ra_max, err, err_len) ||
+        jnum(sj, "deadline_s", 0, 7 * 86400, &deadline, err, err_len)) {
         free(j);
         return NULL;
     }
-    j->cfg.base_url = j->url;
+    j->cfg.base_url = j->url_full;
+    j->cfg.retry_after_max_s = ra_max;
+    j->cfg.deadline_s = deadline;
     j->cfg.model = j->model;
     j->cfg.api_key_env = j->key_env[0] ? j->key_env : NULL;
     j->cfg.cache_dir = j->cache_dir;

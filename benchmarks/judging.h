@@ -10,7 +10,8 @@
  *
  * Configuration: the suite's "judge" object
  *   {"base_url": "http://127.0.0.1:8080/v1", "model": "default", "api_key_env": "OPENAI_API_KEY",
- *    "concurrency": 4, "timeout_s": 60, "max_retries": 4, "breaker": 8, "n": 1,
+ *    "concurrency": 4, "timeout_s": 60, "max_retries": 4, "breaker": 8, "n": 1, "retry_after_max_s": 60,
+ *    "deadline_s": 900,
  *    "cache_dir": "~/.cache/kvbench/judge", "templates": "$KVB_DATA/longmemeval/judge_templates.json"}
  * with the flags of `kvbench run` (--judge-url, --judge-model, --judge-key-env, --judge-refresh) and
  * KVB_JUDGE_URL taking precedence. The key itself is only ever read from the environment by the client. */

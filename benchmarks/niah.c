@@ -181,15 +181,17 @@ static char *read_pass(const char *dir, char *err, size_t err_len) {
 /* Whole passes until the text holds at least want tokens (read_context_files). */
 static char *repeat_until(const char *pass, const counter *c, int64_t want, char *err, size_t err_len) {
     kvb_sb b = {0};
-    int64_t have = 0;
+    int64_t have = 0, before = -1;
     size_t pass_len = strlen(pass);
     while (have < want && !b.oom) {
         kvb_sb_add(&b, pass, pass_len);
         have = b.oom ? 0 : c->count(c->ctx, b.p);
-        if (have < 0) break;
+        if (have < 0 || have <= before) break; /* a pass that adds no token would repeat forever (found by fuzzing) */
+        before = have;
     }
-    if (b.oom || have < 0) {
-        kvb_seterr(err, err_len, "niah: %s", b.oom ? "out of memory" : "the token counter failed");
+    if (b.oom || have < 0 || (have < want && have <= before)) {
+        kvb_seterr(err, err_len, "niah: %s", b.oom ? "out of memory" : have < 0 ? "the token counter failed"
+                                                     : "repeating the haystack text adds no tokens");
         kvb_sb_free(&b);
         return NULL;
     }

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/fingerprint.h"
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
@@ -20,6 +21,7 @@
 #include "engine/fsutil.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
+#include "judge/redact.h"
 #include "methods/method.h"
 #include "methods/profile.h"
 #include "reports/report.h"
@@ -38,6 +40,7 @@ typedef struct {
     char name[64], benchmark[32];
     kvb_samples samples;
     kvb_judge_kind judge; /* how its samples are scored when not by score.c */
+    const cJSON *bench;   /* its benchmark object in the suite (for the records' fingerprints) */
 } task;
 
 typedef struct {
@@ -50,8 +53,7 @@ typedef struct {
     task tasks[MAX_TASKS];
     int n_tasks;
     kvb_runner_judge *judge; /* NULL when the suite and flags configure none */
-    char **done_keys;
-    int n_done, cap_done;
+    kvb_fp_index done; /* the last record of each key already in results.jsonl (benchmarks/fingerprint.h) */
     int fd;
     int round_chunk;
     long total, finished, ran;
@@ -266,16 +268,6 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
 
 /* ---- records on disk ---- */
 
-static void key_of(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id) {
-    snprintf(buf, cap, "%s|%s|%s|%s", method, budget, task, id);
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int is_done(const run_state *st, const char *key) {
-    return st->n_done && bsearch(&key, st->done_keys, (size_t)st->n_done, sizeof *st->done_keys, cmp_str) != NULL;
-}
-
 /* Read finished records; cut a torn last line (a crash mid-append) so appends stay line-aligned. */
 static int load_done(run_state *st, char *err, size_t err_len) {
     FILE *f = fopen(st->results_path, "rb");
@@ -290,20 +282,11 @@ static int load_done(run_state *st, char *err, size_t err_len) {
         pos += len;
         if (line[len - 1] != '\n') break; /* torn last line */
         cJSON *r = cJSON_Parse(line);
-        const char *m = jstr(r, "method", NULL), *b = jstr(r, "budget", NULL), *t = jstr(r, "task", NULL),
-                   *id = jstr(r, "sample_id", NULL);
-        if (!r || !m || !b || !t || !id) {
+        if (!r || kvb_fp_index_add(&st->done, r, lineno)) {
             cJSON_Delete(r);
             rc = ERR("%s:%ld: not a kvbench result record", st->results_path, lineno);
             break;
         }
-        char key[512];
-        key_of(key, sizeof key, m, b, t, id);
-        if (st->n_done == st->cap_done) {
-            st->cap_done = st->cap_done ? 2 * st->cap_done : 256;
-            st->done_keys = realloc(st->done_keys, (size_t)st->cap_done * sizeof *st->done_keys);
-        }
-        st->done_keys[st->n_done++] = strdup(key);
         cJSON_Delete(r);
         good_end = pos;
     }
@@ -315,7 +298,7 @@ static int load_done(run_state *st, char *err, size_t err_len) {
         fprintf(stderr, "resume: dropping a torn last record in %s\n", st->results_path);
         if (truncate(st->results_path, good_end)) return ERR("cannot truncate %s: %s", st->results_path, strerror(errno));
     }
-    qsort(st->done_keys, (size_t)st->n_done, sizeof *st->done_keys, cmp_str);
+    kvb_fp_index_finish(&st->done);
     return 0;
 }
 
@@ -395,6 +378,7 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return ERR("out of memory");
+    kvb_redact_url_userinfo(text);
     int rc = kvb_write_file_atomic(path, text, err, err_len);
     free(text);
     return rc;
@@ -626,26 +610,51 @@ static void progress(run_state *st, const char *what, int new_sample) {
     fflush(stderr);
 }
 
+/* The fingerprint of cell cl on sample s (fingerprint.h). */
+static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl, const kvb_sample *s, const char *sample_sha) {
+    kvb_fp_in in = {st->model_sha, cl->method, cl->budget_str, cl->opts, t->bench, sample_sha,
+                    s->max_new_tokens > 0 ? s->max_new_tokens : 64, st->round_chunk, jnum(st->suite, "seed", 1)};
+    return kvb_fp_make(&in);
+}
+
 static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *err, size_t err_len) {
-    int todo[MAX_CELLS], n_todo = 0, need_scores = 0, need_hist = 0;
-    for (int k = 0; k < st->n_cells; k++) {
-        char key[512];
-        key_of(key, sizeof key, st->cells[k].method, st->cells[k].budget_str, t->name, s->id ? s->id : "");
-        if (is_done(st, key)) continue;
+    int todo[MAX_CELLS], n_todo = 0, need_scores = 0, need_hist = 0, n_held = 0, rc = 0;
+    cJSON *fps[MAX_CELLS] = {0}, *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
+    int rerun[MAX_CELLS] = {0};
+    char sample_sha[65];
+    kvb_fp_sample(s, sample_sha);
+    for (int k = 0; k < st->n_cells && !rc; k++) {
+        const cell *cl = &st->cells[k];
+        char key[1024], why[400];
+        kvb_fp_key(key, sizeof key, cl->method, cl->budget_str, t->name, s->id ? s->id : "");
+        if (!(fps[k] = fingerprint_of(st, t, cl, s, sample_sha))) { rc = ERR("out of memory"); break; }
+        const kvb_fp_entry *e = kvb_fp_index_find(&st->done, key);
+        if (e && kvb_fp_compare(e->fingerprint, fps[k], why, sizeof why)) {
+            if (!st->o->rerun_changed)
+                rc = ERR("%s: the record in %s was made with other inputs (%s); pass --rerun-changed to run such cells again, or use another --out",
+                         key, st->results_path, why);
+            else
+                e = NULL, rerun[k] = 1; /* run again: the new record supersedes the old one */
+        }
+        if (rc || (e && !e->pending)) continue;
+        if (e) { /* generated before a crash, its verdict never arrived: judge the stored prediction */
+            held[n_held++] = cJSON_Duplicate(e->pending, 1);
+            continue;
+        }
         todo[n_todo++] = k;
-        need_scores |= !strcmp(st->cells[k].method, "h2o");
-        need_hist |= !strcmp(st->cells[k].method, "round");
+        need_scores |= !strcmp(cl->method, "h2o");
+        need_hist |= !strcmp(cl->method, "round");
     }
-    if (!n_todo) return 0;
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
     shared_prefill sp = {0};
     char what[160];
-    snprintf(what, sizeof what, "%s #%s: shared prefill", t->name, s->id ? s->id : "");
-    progress(st, what, 1);
     char perr[512] = "";
-    int prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
-    int rc = 0, n_held = 0;
-    cJSON *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
+    int prc = 0;
+    if (n_todo && !rc) {
+        snprintf(what, sizeof what, "%s #%s: shared prefill", t->name, s->id ? s->id : "");
+        progress(st, what, 1);
+        prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
+    }
     for (int i = 0; i < n_todo && rc == 0; i++) {
         const cell *cl = &st->cells[todo[i]];
         snprintf(what, sizeof what, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
@@ -655,13 +664,26 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
         cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
         free(res.prediction);
+        cJSON_AddItemToObject(rec, "fingerprint", fps[todo[i]]);
+        fps[todo[i]] = NULL;
+        if (rerun[todo[i]]) cJSON_AddBoolToObject(rec, "rerun", 1); /* the report keeps it without a warning */
+        if (t->judge != KVB_JK_NONE && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(rec, "error"))) {
+            /* written now, completed by a second record when the verdict arrives: a crash loses no generation */
+            cJSON *pend = cJSON_CreateObject();
+            cJSON_AddBoolToObject(pend, "pending", 1);
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "judge", pend);
+            rc = append_record(st, rec, err, err_len);
+            cJSON_DeleteItemFromObjectCaseSensitive(rec, "rerun");
+            held[n_held++] = rec;
+            continue;
+        }
         if (t->judge != KVB_JK_NONE) { held[n_held++] = rec; continue; }
         rc = append_record(st, rec, err, err_len);
         cJSON_Delete(rec);
         st->finished++;
         st->ran++;
     }
-    free_prefill(&sp);
+    if (n_todo) free_prefill(&sp);
     if (n_held && !rc) {
         snprintf(what, sizeof what, "%s #%s: judging %d predictions", t->name, s->id ? s->id : "", n_held);
         progress(st, what, 0);
@@ -672,13 +694,13 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         if (!rc) st->finished++, st->ran++;
         cJSON_Delete(held[i]);
     }
+    for (int k = 0; k < st->n_cells; k++) cJSON_Delete(fps[k]);
     return rc;
 }
 
 static void free_state(run_state *st) {
     for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples);
-    for (int i = 0; i < st->n_done; i++) free(st->done_keys[i]);
-    free(st->done_keys);
+    kvb_fp_index_free(&st->done);
     if (st->fd > 0) close(st->fd);
     kvb_model_free(st->model);
     kvb_runner_judge_free(st->judge);
@@ -699,7 +721,11 @@ static int load_suite(run_state *st, char *err, size_t err_len) {
     }
     free(buf);
     snprintf(st->suite_name, sizeof st->suite_name, "%s", jstr(st->suite, "name", "suite"));
-    st->round_chunk = (int)jnum(st->suite, "round_chunk", 512);
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(st->suite, "round_chunk");
+    if (rc && (!cJSON_IsNumber(rc) || rc->valuedouble < 1 || rc->valuedouble > 1 << 20 || rc->valuedouble != (int)rc->valuedouble))
+        return ERR("suite %s: \"round_chunk\" must be an integer in [1, %d] (tokens per round of a single prompt)",
+                   st->o->suite_path, 1 << 20);
+    st->round_chunk = rc ? rc->valueint : 512;
     return 0;
 }
 
@@ -729,6 +755,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     cJSON_ArrayForEach(b, benches) {
         int first = st.n_tasks;
         if (load_benchmark(&st, b, err, err_len)) goto done;
+        for (int i = first; i < st.n_tasks; i++) st.tasks[i].bench = b;
         /* "max_new_tokens" on a benchmark caps generation (cost control; the official lengths otherwise) */
         int cap = (int)jnum(b, "max_new_tokens", 0);
         for (int i = first; cap > 0 && i < st.n_tasks; i++)
@@ -741,7 +768,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     st.fd = open(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (st.fd < 0) { ERR("cannot open %s: %s", st.results_path, strerror(errno)); goto done; }
     for (int i = 0; i < st.n_tasks; i++) st.total += (long)st.tasks[i].samples.n * st.n_cells;
-    st.finished = st.n_done < st.total ? st.n_done : st.total;
+    st.finished = st.done.n < st.total ? st.done.n : st.total;
     fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
     st.t_start = now_s();

@@ -35,9 +35,10 @@ typedef struct {
     const char *argv_line; /* recorded in run.json */
     const char *judge_url, *judge_model, *judge_key_env; /* override the suite's "judge" (benchmarks/judging.h) */
     int judge_refresh;     /* ignore cached judge replies */
+    int rerun_changed;     /* rerun cells whose stored record's fingerprint differs (else that is an error) */
 } kvb_run_opts;
 
-/* Run (or resume) a suite. Returns 0 when every cell has a record (per-sample failures are records with an
+/* Run (or resume) a suite; a resume reuses a record only when its fingerprint matches (fingerprint.h). Returns 0 when every cell has a record (per-sample failures are records with an
  * "error" field), -1 with a one-line message on a fatal error (bad suite, missing model, results from
  * another suite, unwritable output). Writes the report and prints its main table to out at the end. */
 int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len);

@@ -123,6 +123,7 @@ int cmd_bench_judge(int argc, char **argv) {
         cfg.model = "default";
         cfg.concurrency = c;
         cfg.timeout_s = 600;
+        cfg.deadline_s = 0; /* measuring the server: every request gets its answer, however long the batch */
         cfg.max_tokens = (int)max_tokens;
         double t0 = cli_now();
         int jr = kvb_judge_run(&cfg, reqs, (int)n_req, err, sizeof err);

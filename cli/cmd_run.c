@@ -13,7 +13,10 @@ static const char *HELP =
     "sample is shared by the methods that compress after prefill, then each method decodes greedily and is\n"
     "scored; one JSONL record per cell is appended (fsynced) to DIR/results.jsonl with the prediction, score,\n"
     "TTFT, decode ms/token, phase breakdown, measured KV bytes per tier and bytes moved. Re-running the same\n"
-    "command skips recorded cells, so a killed run (even kill -9) resumes where it stopped. At the end it\n"
+    "command skips recorded cells, so a killed run (even kill -9) resumes where it stopped. A record is reused\n"
+    "only when its fingerprint (model, method and options, budget, benchmark parameters, sample content,\n"
+    "generation settings, kvbench version) matches; a changed cell is an error naming it and the field, or\n"
+    "with --rerun-changed it runs again. At the end it\n"
     "writes DIR/summary.csv, DIR/report.md and SVG charts and prints the main table.\n"
     "\n"
     "options:\n"
@@ -24,6 +27,7 @@ static const char *HELP =
     "  --model M              replace the suite's model (GGUF path or default)\n"
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
+    "  --rerun-changed        run again the cells whose stored record was made with other inputs\n"
     "\n"
     "judge (LongMemEval, ShareGPT dialogue quality, NIAH with \"judge\": true; overrides the suite's \"judge\"):\n"
     "  --judge-url URL        OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 of `kvbench serve`\n"
@@ -50,6 +54,7 @@ int cmd_run(int argc, char **argv) {
         }
         if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
         if (!strcmp(a, "--judge-refresh")) { o.judge_refresh = 1; continue; }
+        if (!strcmp(a, "--rerun-changed")) { o.rerun_changed = 1; continue; }
         if (a[0] != '-') {
             if (o.suite_path) return cli_fail("run: more than one suite given ('%s' and '%s')", o.suite_path, a);
             o.suite_path = a;

@@ -17,6 +17,8 @@ static const char *HELP =
     "Replies carry the measured KV bytes in a \"kvbench\" object. --parallel N requests run at once (default 1,\n"
     "each with its own context and a share of --threads), --max-queue more wait, beyond that 503. --api-key-env VAR requires \"Authorization: Bearer $VAR\". Binds 127.0.0.1 unless\n"
     "--host says otherwise. --port 0 picks a free port. Stops on SIGINT / SIGTERM.\n"
+    "Slow clients: a connection silent for --read-timeout S (10) while its request is read is closed; one address\n"
+    "holds at most --max-per-ip N (32) connections, all addresses --max-connections N (256).\n"
     "\n"
     "options:\n"
     "  --verbose              one line per request on stderr\n" CLI_METHOD_HELP CLI_ENGINE_HELP;
@@ -61,6 +63,9 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--host")) o.host = v;
         else if (!strcmp(a, "--port")) { if (cli_int("--port", v, 0, 65535, &n)) return 1; o.port = (int)n; }
         else if (!strcmp(a, "--api-key-env")) o.api_key_env = v;
+        else if (!strcmp(a, "--read-timeout")) { if (cli_int("--read-timeout", v, 1, 3600, &n)) return 1; o.read_timeout_s = (int)n; }
+        else if (!strcmp(a, "--max-per-ip")) { if (cli_int("--max-per-ip", v, 1, 4096, &n)) return 1; o.max_per_ip = (int)n; }
+        else if (!strcmp(a, "--max-connections")) { if (cli_int("--max-connections", v, 1, 65536, &n)) return 1; o.max_connections = (int)n; }
         else if (!strcmp(a, "--max-queue")) { if (cli_int("--max-queue", v, 0, 4096, &n)) return 1; o.max_queue = (int)n; }
         else if (!strcmp(a, "--max-body")) { if (cli_int("--max-body", v, 1024, 1L << 30, &n)) return 1; o.max_body = (size_t)n; }
         else if (!strcmp(a, "--name")) o.model_name = v;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine/fsutil.h"
+#include "judge/redact.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
@@ -25,6 +26,8 @@ void kvb_judge_cfg_defaults(kvb_judge_cfg *c) {
     c->breaker = 8;
     c->max_tokens = 10;
     c->n = 1;
+    c->retry_after_max_s = 60;
+    c->deadline_s = 900;
 }
 
 char *kvb_judge_user_message(const char *content) {
@@ -69,12 +72,12 @@ static char *request_body(const kvb_judge_cfg *cfg, const char *messages_json) {
     return s;
 }
 
-static void cache_key(const kvb_judge_cfg *cfg, const char *body, char out[65]) {
+static void cache_key(const char *base_url, const char *body, char out[65]) {
     unsigned char md[32];
     unsigned int len = 0;
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-    EVP_DigestUpdate(c, cfg->base_url, strlen(cfg->base_url) + 1);
+    EVP_DigestUpdate(c, base_url, strlen(base_url) + 1);
     EVP_DigestUpdate(c, body, strlen(body));
     EVP_DigestFinal_ex(c, md, &len);
     EVP_MD_CTX_free(c);
@@ -132,10 +135,10 @@ static int cache_read(const kvb_judge_cfg *cfg, kvb_judge_req *r) {
     return hit;
 }
 
-static void cache_write(const kvb_judge_cfg *cfg, const kvb_judge_req *r, const char *body) {
+static void cache_write(const kvb_judge_cfg *cfg, const char *base_url, const kvb_judge_req *r, const char *body) {
     if (!cfg->cache_dir) return;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "base_url", cfg->base_url);
+    cJSON_AddStringToObject(j, "base_url", base_url);
     cJSON_AddStringToObject(j, "model", cfg->model ? cfg->model : "");
     cJSON_AddItemToObject(j, "request", cJSON_Parse(body));
     cJSON_AddStringToObject(j, "reply", r->raw);
@@ -158,6 +161,7 @@ typedef struct {
     double retry_after; /* from the last reply's Retry-After header, seconds (-1 none) */
     CURL *easy;
     int done;
+    int dup_of;         /* index of an identical earlier request in the batch, -1 none */
 } job;
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
@@ -179,11 +183,15 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
 static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
     job *jb = u;
     size_t n = sz * nm;
-    if (n > 12 && !strncasecmp(p, "Retry-After:", 12)) jb->retry_after = atof(p + 12);
+    if (n > 12 && !strncasecmp(p, "Retry-After:", 12)) {
+        char *end;
+        double v = strtod(p + 12, &end);
+        if (end != p + 12 && v >= 0) jb->retry_after = v; /* an HTTP-date falls back to our own backoff */
+    }
     return n;
 }
 
-static CURL *make_easy(const kvb_judge_cfg *cfg, job *jb, struct curl_slist **hdrs, const char *url) {
+static CURL *make_easy(const kvb_judge_cfg *cfg, job *jb, struct curl_slist **hdrs, const char *url, double left_s) {
     CURL *e = curl_easy_init();
     if (!e) return NULL;
     jb->n = 0;
@@ -194,7 +202,8 @@ static CURL *make_easy(const kvb_judge_cfg *cfg, job *jb, struct curl_slist **hd
     curl_easy_setopt(e, CURLOPT_WRITEDATA, jb);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, jb);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(cfg->timeout_s * 1000));
+    double to_s = cfg->timeout_s < left_s ? cfg->timeout_s : left_s; /* no attempt outlives the batch deadline */
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(to_s * 1000) > 0 ? (long)(to_s * 1000) : 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(cfg->timeout_s * 1000 < 10000 ? cfg->timeout_s * 1000 : 10000));
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
@@ -208,30 +217,46 @@ static double backoff(const kvb_judge_cfg *cfg, int attempt, unsigned *seed) {
     return b * (0.5 + 0.5 * (double)rand_r(seed) / RAND_MAX);
 }
 
+/* A request that will not be sent (again): its error set, counted done. */
+static void finish(job *jb, int *remaining, const char *fmt, double a, double b) {
+    if (fmt) snprintf(jb->r->error, sizeof jb->r->error, fmt, a, b);
+    jb->done = 1;
+    (*remaining)--;
+}
+
 int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *err, size_t err_len) {
     if (!cfg->base_url) return ERR("judge: no base URL");
     if (cfg->cache_dir && kvb_mkdirs(cfg->cache_dir)) return ERR("judge: cannot create cache %s: %s", cfg->cache_dir, strerror(errno));
     static int curl_ready;
     if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK) curl_ready = 1;
-    char url[1200];
+    /* secrets: the key and the URL's userinfo; what is stored or reported uses the URL without userinfo */
+    char url[1200], base[1024], userinfo[512], password[512];
+    kvb_url_strip_userinfo(cfg->base_url, base, sizeof base, userinfo, sizeof userinfo, password, sizeof password);
+    kvb_secrets sec = {0};
     size_t bl = strlen(cfg->base_url);
     snprintf(url, sizeof url, "%s%schat/completions", cfg->base_url, bl && cfg->base_url[bl - 1] == '/' ? "" : "/");
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     const char *key = cfg->api_key_env ? getenv(cfg->api_key_env) : NULL;
+    int sec_rc = kvb_secrets_add(&sec, key) | kvb_secrets_add(&sec, userinfo) | kvb_secrets_add(&sec, password);
+    memset(userinfo, 0, sizeof userinfo);
+    memset(password, 0, sizeof password);
     if (key && *key) {
         size_t l = strlen(key) + 32;
         char *h = malloc(l);
-        snprintf(h, l, "Authorization: Bearer %s", key);
-        hdrs = curl_slist_append(hdrs, h);
-        memset(h, 0, l);
-        free(h);
+        if (h) {
+            snprintf(h, l, "Authorization: Bearer %s", key);
+            hdrs = curl_slist_append(hdrs, h);
+            memset(h, 0, l);
+            free(h);
+        }
     }
     job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
     CURLM *multi = curl_multi_init();
-    if (!jobs || !multi || !hdrs) {
+    if (!jobs || !multi || !hdrs || sec_rc) {
         free(jobs);
         curl_multi_cleanup(multi);
         curl_slist_free_all(hdrs);
+        kvb_secrets_free(&sec);
         return ERR("judge: cannot initialise libcurl");
     }
     int remaining = 0;
@@ -239,26 +264,44 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         kvb_judge_req *r = &reqs[i];
         kvb_judge_req_clear(r);
         jobs[i].r = r;
+        jobs[i].dup_of = -1;
         jobs[i].body = request_body(cfg, r->messages_json);
         if (!jobs[i].body) {
             snprintf(r->error, sizeof r->error, "messages are not a JSON array");
             jobs[i].done = 1;
             continue;
         }
-        cache_key(cfg, jobs[i].body, r->key);
-        if (cache_read(cfg, r)) jobs[i].done = 1;
+        cache_key(base, jobs[i].body, r->key);
+        for (int k = 0; k < i && jobs[i].dup_of < 0; k++)
+            if (jobs[k].body && !strcmp(reqs[k].key, r->key)) jobs[i].dup_of = jobs[k].dup_of >= 0 ? jobs[k].dup_of : k;
+        if (jobs[i].dup_of >= 0) jobs[i].done = 1; /* sent once: copied from its first occurrence below */
+        else if (cache_read(cfg, r)) jobs[i].done = 1;
         else remaining++;
     }
     int active = 0, consecutive_fail = 0, open = 0, next = 0;
     unsigned seed = 12345;
+    double deadline = cfg->deadline_s > 0 ? now_s() + cfg->deadline_s : 1e300;
     while (remaining > 0) {
         double t = now_s();
+        if (t >= deadline) { /* everything unanswered fails, in flight or not */
+            for (int i = 0; i < n; i++) {
+                if (jobs[i].done) continue;
+                if (jobs[i].easy) {
+                    curl_multi_remove_handle(multi, jobs[i].easy);
+                    curl_easy_cleanup(jobs[i].easy);
+                    jobs[i].easy = NULL;
+                    active--;
+                }
+                finish(&jobs[i], &remaining, "judge batch deadline of %g s passed (deadline_s)", cfg->deadline_s, 0);
+            }
+            break;
+        }
         /* start what may start */
         for (int k = 0; k < n && active < (cfg->concurrency > 0 ? cfg->concurrency : 1) && !open; k++) {
             int i = (next + k) % n;
             job *jb = &jobs[i];
             if (jb->done || jb->easy || jb->not_before > t) continue;
-            jb->easy = make_easy(cfg, jb, &hdrs, url);
+            jb->easy = make_easy(cfg, jb, &hdrs, url, deadline - t);
             if (!jb->easy) continue;
             jb->r->attempts++;
             curl_multi_add_handle(multi, jb->easy);
@@ -267,12 +310,8 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         }
         if (open) { /* the breaker: fail everything not yet done and not in flight */
             for (int i = 0; i < n; i++)
-                if (!jobs[i].done && !jobs[i].easy) {
-                    snprintf(jobs[i].r->error, sizeof jobs[i].r->error,
-                             "circuit breaker open after %d consecutive failures; not sent", consecutive_fail);
-                    jobs[i].done = 1;
-                    remaining--;
-                }
+                if (!jobs[i].done && !jobs[i].easy)
+                    finish(&jobs[i], &remaining, "circuit breaker open after %g consecutive failures; not sent", consecutive_fail, 0);
             if (remaining == 0) break;
         }
         int running = 0;
@@ -292,17 +331,21 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
             active--;
             kvb_judge_req *r = jb->r;
             r->http_status = (int)status;
+            /* an echoing server must not get a secret into a record, the cache or an error line */
+            if (jb->buf) {
+                jb->buf = kvb_redact(&sec, jb->buf);
+                jb->n = jb->cap = jb->buf ? strlen(jb->buf) : 0;
+            }
             int retryable = cc != CURLE_OK || status == 429 || status >= 500;
             if (!retryable && status == 200) {
                 if (parse_reply(r, jb->buf ? jb->buf : "") == 0) {
                     r->raw = strdup(jb->buf);
                     r->ok = 1;
                     r->error[0] = 0;
-                    cache_write(cfg, r, jb->body);
+                    cache_write(cfg, base, r, jb->body);
                 }
                 consecutive_fail = 0;
-                jb->done = 1;
-                remaining--;
+                finish(jb, &remaining, NULL, 0, 0);
                 continue;
             }
             if (cc != CURLE_OK) snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(cc));
@@ -312,8 +355,12 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
                 if (cfg->breaker > 0 && consecutive_fail >= cfg->breaker) open = 1;
             }
             if (!retryable || r->attempts > cfg->max_retries || open) {
-                jb->done = 1;
-                remaining--;
+                finish(jb, &remaining, NULL, 0, 0);
+                continue;
+            }
+            if (jb->retry_after > cfg->retry_after_max_s) {
+                finish(jb, &remaining, "HTTP 429/5xx with Retry-After %g s, above the cap of %g s (retry_after_max_s)",
+                       jb->retry_after, cfg->retry_after_max_s);
                 continue;
             }
             double wait = jb->retry_after >= 0 ? jb->retry_after : backoff(cfg, r->attempts, &seed);
@@ -329,8 +376,19 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         free(jobs[i].body);
         free(jobs[i].buf);
     }
+    /* identical requests share the reply of the one that was sent */
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].dup_of < 0) continue;
+        kvb_judge_req *r = &reqs[i], *src = &reqs[jobs[i].dup_of];
+        r->ok = src->ok, r->attempts = 0, r->from_cache = src->from_cache, r->http_status = src->http_status, r->shared = 1;
+        snprintf(r->error, sizeof r->error, "%s", src->error);
+        r->raw = src->raw ? strdup(src->raw) : NULL;
+        if (src->n_replies && (r->replies = calloc((size_t)src->n_replies, sizeof *r->replies)))
+            for (int k = 0; k < src->n_replies; k++) r->replies[r->n_replies++] = strdup(src->replies[k] ? src->replies[k] : "");
+    }
     free(jobs);
     curl_multi_cleanup(multi);
     curl_slist_free_all(hdrs);
+    kvb_secrets_free(&sec);
     return 0;
 }

@@ -1,12 +1,16 @@
 /* client.h — an OpenAI-compatible chat-completions client for judges (libcurl multi + cJSON).
  *
  * Many requests in flight (a concurrency limit), a per-request timeout, retries with exponential backoff and
- * jitter on 429 / 5xx / connection errors and timeouts (honouring Retry-After), and a circuit breaker that
- * stops sending after N consecutive failed attempts and says so. Replies are cached on disk by content
+ * jitter on 429 / 5xx / connection errors and timeouts (honouring Retry-After up to retry_after_max_s: a
+ * server asking for a longer wait fails that request instead of stalling the run), an overall deadline per
+ * batch (what is not answered by then fails with a judge error), and a circuit breaker that stops sending
+ * after N consecutive failed attempts and says so. Identical requests in one batch (same cache key) are sent
+ * once and share the reply. Replies are cached on disk by content
  * (sha256 of base URL, model, messages and parameters): `cache_dir/<key>.json` holds the request and the raw
  * reply, so re-running is free and every verdict is auditable; refresh ignores the cache. The API key is
- * read from an environment variable at send time and is never written anywhere (not in the cache, logs or
- * errors). A failed or unparseable request is reported per request; the batch always completes. */
+ * read from an environment variable at send time and is never written anywhere: a reply or error body that
+ * echoes it (or the URL's userinfo) is redacted before it is parsed, cached or reported (judge/redact.h), and
+ * the cache stores the URL without userinfo. A failed or unparseable request is reported per request; the batch always completes. */
 #ifndef KVB_JUDGE_CLIENT_H
 #define KVB_JUDGE_CLIENT_H
 
@@ -26,6 +30,8 @@ typedef struct {
     double temperature;       /* default 0 */
     int max_tokens;           /* default 10 */
     int n;                    /* choices per request, default 1 */
+    double retry_after_max_s; /* longest Retry-After obeyed, default 60; a longer one fails the request */
+    double deadline_s;        /* the whole batch, default 900; 0 = none */
 } kvb_judge_cfg;
 
 typedef struct {
@@ -39,6 +45,7 @@ typedef struct {
     char error[256];          /* why not ok (judge error) */
     int attempts, from_cache, http_status;
     char key[65];             /* cache key */
+    int shared;               /* 1 = the reply of an identical request earlier in the batch (sent once) */
 } kvb_judge_req;
 
 void kvb_judge_cfg_defaults(kvb_judge_cfg *c);

@@ -3,6 +3,8 @@
 #include "judge/serve.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -20,6 +22,8 @@
 #include "engine/synthetic.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+#define PREFILL_CHUNK 512 /* tokens per prefill step: a gone client is noticed between steps */
+#define GEN_TIMEOUT_S 600 /* inactivity allowed to a connection once its request is read and being answered */
 
 typedef struct {
     const kvb_serve_opts *o;
@@ -67,6 +71,25 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, 
     else cJSON_AddNullToObject(e, "param");
     cJSON_AddNullToObject(e, "code");
     return send_json(conn, status, j);
+}
+
+/* 1 when a JSON text holds a NUL: a raw byte, or a \u0000 escape inside a string (cJSON would cut the string
+ * there, silently changing the message). */
+static int json_has_nul(const char *t, size_t n) {
+    if (memchr(t, 0, n)) return 1;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str) {
+            in_str = t[i] == '"';
+            continue;
+        }
+        if (t[i] == '"') in_str = 0;
+        else if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 5 < n && !strncmp(t + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
 }
 
 /* ---- one generation ---- */
@@ -195,54 +218,121 @@ static int parse_method(server *s, const cJSON *req, const char **method, kvb_bu
     return kvb_opts_add_json(o, oo, "kvbench.method_opts", err, err_len);
 }
 
-/* Build the generation: validates the request (400 on error) and prefills. */
-static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, size_t err_len) {
-    *status = 400;
-    const cJSON *v;
-    int max_tokens = 256, stream = 0;
-    double temp = 0.0, top_p = 1.0, seed = 42;
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "max_tokens"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 20) { ERR("'max_tokens' must be a positive integer"); return NULL; }
-        max_tokens = v->valueint;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "temperature"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2) { ERR("'temperature' must be in [0, 2]"); return NULL; }
-        temp = v->valuedouble;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "top_p"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble <= 0 || v->valuedouble > 1) { ERR("'top_p' must be in (0, 1]"); return NULL; }
-        top_p = v->valuedouble;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "seed")) && cJSON_IsNumber(v)) seed = v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valueint != 1)) { ERR("only n = 1 is supported"); return NULL; }
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stream"))) {
-        if (!cJSON_IsBool(v)) { ERR("'stream' must be a boolean"); return NULL; }
-        stream = cJSON_IsTrue(v);
-    }
-    chat_msg *msgs = NULL;
-    int n_msgs = 0;
-    if (parse_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), &msgs, &n_msgs, err, err_len)) { free(msgs); return NULL; }
+/* A request's fields, validated. */
+typedef struct {
+    int max_tokens, stream;
+    double temp, top_p, seed;
+    chat_msg *msgs; /* borrowed strings of the request */
+    int n_msgs;
     const char *method;
     kvb_budget budget;
     kvb_opts opts;
-    if (parse_method(s, req, &method, &budget, &opts, err, err_len)) { free(msgs); return NULL; }
+    char **stop;
+    int n_stop;
+} req_params;
+
+static void req_params_free(req_params *p) {
+    free(p->msgs);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->stop);
+    memset(p, 0, sizeof *p);
+}
+
+/* Validate a parsed request body into p (no engine work): 0, or -1 + a one-line error naming the field. */
+static int parse_request(server *s, const cJSON *req, req_params *p, char *err, size_t err_len) {
+    memset(p, 0, sizeof *p);
+    p->max_tokens = 256, p->top_p = 1.0, p->seed = 42;
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "max_tokens"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 20 || v->valuedouble != (double)v->valueint)
+            return ERR("'max_tokens' must be a positive integer");
+        p->max_tokens = v->valueint;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "temperature"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2) return ERR("'temperature' must be in [0, 2]");
+        p->temp = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "top_p"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble <= 0 || v->valuedouble > 1) return ERR("'top_p' must be in (0, 1]");
+        p->top_p = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "seed")) && cJSON_IsNumber(v)) p->seed = v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valuedouble != 1.0))
+        return ERR("'n': only n = 1 is supported");
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stream"))) {
+        if (!cJSON_IsBool(v)) return ERR("'stream' must be a boolean");
+        p->stream = cJSON_IsTrue(v);
+    }
+    if (parse_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), &p->msgs, &p->n_msgs, err, err_len) ||
+        parse_method(s, req, &p->method, &p->budget, &p->opts, err, err_len)) {
+        req_params_free(p);
+        return -1;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stop")) && !cJSON_IsNull(v)) {
+        int k = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        if (k < 0 || k > 4) {
+            req_params_free(p);
+            return ERR("'stop' must be a string or up to 4 strings");
+        }
+        p->stop = calloc((size_t)k + 1, sizeof *p->stop);
+        for (int i = 0; i < k && p->stop; i++) {
+            const cJSON *x = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsString(x) || !x->valuestring[0]) {
+                req_params_free(p);
+                return ERR("'stop' entries must be non-empty strings");
+            }
+            p->stop[p->n_stop++] = strdup(x->valuestring);
+        }
+    }
+    return 0;
+}
+
+/* 1 when the client has closed its connection (an orderly EOF or an error on the socket). */
+static int client_gone(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (!ci) return 0;
+    char b;
+    ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* The prompt into the context, PREFILL_CHUNK tokens at a time, stopping between chunks when the client has
+ * gone (*status 499: nobody to answer). Methods with their own prefill run it whole. */
+static int prefill(gen *g, struct MHD_Connection *conn, const int32_t *ids, int n, unsigned *status, char *err, size_t err_len) {
+    if (g->m->prefill) return kvb_method_prefill(g->m, g->c, ids, n, err, err_len);
+    for (int at = 0; at < n; at += PREFILL_CHUNK) {
+        if (client_gone(conn)) {
+            *status = 499;
+            if (g->s->o->verbose) fprintf(stderr, "serve: %s: client gone after %d of %d prompt tokens; prefill stopped\n", g->id, at, n);
+            return ERR("client closed the connection");
+        }
+        if (kvb_forward(g->c, ids + at, n - at < PREFILL_CHUNK ? n - at : PREFILL_CHUNK, err, err_len)) return -1;
+    }
+    /* as kvb_method_prefill ends it: the method's after-prefill hook, then its budget checks */
+    return kvb_ctx_end_prefill(g->c, err, err_len) || kvb_method_verify(g->m, g->c, 1, err, err_len) ? -1 : 0;
+}
+
+/* Build the generation: validates the request (400 on error) and prefills. */
+static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, unsigned *status, char *err, size_t err_len) {
+    *status = 400;
+    req_params p;
+    if (parse_request(s, req, &p, err, err_len)) return NULL;
+    int max_tokens = p.max_tokens;
+    double temp = p.temp, top_p = p.top_p, seed = p.seed;
+    chat_msg *msgs = p.msgs;
+    int n_msgs = p.n_msgs;
+    const char *method = p.method;
+    kvb_budget budget = p.budget;
+    kvb_opts opts = p.opts;
     gen *g = calloc(1, sizeof *g);
-    if (!g) { free(msgs); ERR("out of memory"); return NULL; }
+    if (!g) { req_params_free(&p); ERR("out of memory"); return NULL; }
     g->s = s;
     atomic_fetch_add(&s->in_flight, 1);
     g->max_tokens = max_tokens;
-    g->stream = stream;
+    g->stream = p.stream;
+    g->stop = p.stop, g->n_stop = p.n_stop; /* the generation owns them now */
+    p.stop = NULL, p.n_stop = 0, p.msgs = NULL;
     snprintf(g->id, sizeof g->id, "chatcmpl-kvb%ld", atomic_fetch_add(&s->next_id, 1));
-    if ((v = cJSON_GetObjectItemCaseSensitive(req, "stop")) && !cJSON_IsNull(v)) {
-        int k = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-        if (k < 0 || k > 4) { ERR("'stop' must be a string or up to 4 strings"); gen_free(g); free(msgs); return NULL; }
-        g->stop = calloc((size_t)k + 1, sizeof *g->stop);
-        for (int i = 0; i < k; i++) {
-            const cJSON *x = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
-            if (!cJSON_IsString(x) || !x->valuestring[0]) { ERR("'stop' entries must be non-empty strings"); gen_free(g); free(msgs); return NULL; }
-            g->stop[g->n_stop++] = strdup(x->valuestring);
-        }
-    }
     /* render and tokenize */
     const gguf_kv *tk = gguf_find(s->model->gguf, "tokenizer.chat_template");
     char *tmpl = tk && tk->val.type == GGUF_VT_STRING ? strndup(tk->val.v.s.ptr, tk->val.v.s.len) : NULL;
@@ -280,7 +370,7 @@ static gen *gen_start(server *s, const cJSON *req, unsigned *status, char *err, 
     rc = !g->c || !g->m || sampler_init(&g->smp, s->model->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed);
     if (!rc) {
         *status = 500;
-        rc = kvb_method_prefill(g->m, g->c, ids, n_ids, err, err_len);
+        rc = prefill(g, conn, ids, n_ids, status, err, err_len);
     }
     free(ids);
     if (rc) {
@@ -452,6 +542,8 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
     if (up->too_large) return send_error(conn, 413, "invalid_request_error", NULL, "request body larger than %zu bytes", s->o->max_body);
     if (atomic_load(&s->in_flight) >= s->o->max_queue + (s->o->parallel > 0 ? s->o->parallel : 1))
         return send_error(conn, 503, "server_busy", NULL, "server busy: %d requests running or queued", atomic_load(&s->in_flight));
+    if (up->body && json_has_nul(up->body, up->n))
+        return send_error(conn, 400, "invalid_request_error", "messages", "request body holds a NUL character (\\u0000)");
     cJSON *req = up->body ? cJSON_ParseWithLength(up->body, up->n) : NULL;
     if (!req || !cJSON_IsObject(req)) {
         cJSON_Delete(req);
@@ -470,9 +562,12 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
     }
     char err[512] = "";
     unsigned status;
-    gen *g = gen_start(s, req, &status, err, sizeof err);
+    /* the short read timeout guards idle sockets; a generation (and a slow reader of its stream) gets the long one */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GEN_TIMEOUT_S);
+    gen *g = gen_start(s, conn, req, &status, err, sizeof err);
     int stream = g && g->stream;
     cJSON_Delete(req);
+    if (!g && status == 499) return MHD_NO; /* the client has gone: close */
     if (!g) return send_error(conn, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", err);
     if (s->o->verbose) fprintf(stderr, "serve: %s %s %d prompt tokens%s\n", g->id, g->m->name, g->prompt_tokens, stream ? " (stream)" : "");
     return stream ? reply_stream(conn, g) : reply_whole(conn, g);
@@ -557,7 +652,10 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                             (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                                            (unsigned)(o->max_queue + 16), MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+                                            (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+                                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_per_ip > 0 ? o->max_per_ip : 32),
+                                            MHD_OPTION_CONNECTION_TIMEOUT,
+                                            (unsigned)(o->read_timeout_s > 0 ? o->read_timeout_s : 10), MHD_OPTION_END);
     if (!d) {
         kvb_model_free(s.model);
         free(s.token);

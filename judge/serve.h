@@ -7,6 +7,9 @@
  * "usage" and a "kvbench" object with the measured KV bytes; `stream: true` sends server-sent events as the
  * tokens are generated ("data: {chunk}" lines, then "data: [DONE]").
  *
+ * Slow or idle clients cannot lock others out: a connection that sends nothing for read_timeout_s while its
+ * request is read is closed, one address holds at most max_per_ip connections, and the generation queue
+ * counts only requests that arrived whole (an idle socket takes no slot of it).
  * Binds 127.0.0.1 by default; optional bearer token (read from an environment variable, never logged);
  * request bodies above max_body are refused (413); `parallel` requests run on the engine at a time (each
  * with its own context and a share of the threads), up to max_queue more wait, beyond that 503; malformed JSON or fields -> 400, all with an
@@ -33,6 +36,9 @@ typedef struct {
     kvb_budget budget;
     kvb_opts opts;
     int verbose;              /* one log line per request on stderr */
+    int read_timeout_s;       /* a connection idle this long while its request is read is closed (default 10) */
+    int max_per_ip;           /* connections at once from one address (default 32) */
+    int max_connections;      /* connections at once in all (default 256; a waiting socket costs a thread) */
 } kvb_serve_opts;
 
 /* Serve until *stop becomes non-zero. Writes the bound port to *port_out (may be NULL) once listening and

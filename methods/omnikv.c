@@ -327,6 +327,11 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     if ((r = kvb_opts_int(o, "offload", &v, err, err_len)) < 0) goto fail;
     if (r) s->offload = v != 0;
     classify(s, cfg->n_layer);
+    /* known before any prompt: a request/cell error at creation, not an engine failure after a prefill */
+    if (b->kind == KVB_BUDGET_FRACTION && b->frac < s->full_share - 1e-9) {
+        ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * b->frac, 100 * s->full_share);
+        goto fail;
+    }
     if (s->offload) {
         s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, &c->mem, err, err_len);
         if (!s->base.vis) goto fail;

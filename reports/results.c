@@ -61,6 +61,7 @@ static int parse_judge(const cJSON *o, kvb_record *r, const where *w) {
     if (!j || cJSON_IsNull(j)) return 0;
     if (!cJSON_IsObject(j)) return bad(w, "\" is neither null nor an object", "judge");
     if (opt_str(j, "error", &r->judge_error, w)) return -1;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "pending"))) r->superseded_ok = 1;
     if (r->judge_error && !r->judge_error[0]) free(r->judge_error), r->judge_error = NULL;
     return 0;
 }
@@ -69,6 +70,7 @@ static int parse_flags(const cJSON *o, kvb_record *r, const where *w) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "abstention");
     if (a && !cJSON_IsNull(a) && !cJSON_IsBool(a)) return bad(w, "\" is not a boolean", "abstention");
     r->abstention = cJSON_IsTrue(a);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "rerun"))) r->superseded_ok = 1;
     if (r->error && !r->error[0]) free(r->error), r->error = NULL;
     if (!isnan(r->score) && (r->score < 0 || r->score > 1)) {
         char what[96];
@@ -383,7 +385,7 @@ static int cut_cells(const kvb_run *run, const kvb_record **sorted, kvb_summary 
         for (size_t k = i; k < j; k++) {
             const kvb_record *a = sorted[k], *b = k + 1 < j ? sorted[k + 1] : NULL;
             if (b && a->sample_id && b->sample_id && !strcmp(a->sample_id, b->sample_id)) {
-                s->n_duplicates++;
+                s->n_duplicates += !a->superseded_ok && !b->superseded_ok; /* the runner's own supersessions */
                 continue;
             }
             c->rec[c->n++] = (size_t)(a - run->rec);

@@ -17,6 +17,7 @@ typedef struct {
     char *error;       /* per-sample failure text, NULL when the sample ran */
     char *judge_error; /* the judge's error text, NULL when there was no judge or it answered */
     int abstention;    /* LongMemEval abstention question */
+    int superseded_ok; /* judge.pending (a verdict record follows) or "rerun": its key repeating is no duplicate */
     double score;      /* in [0, 1]; NAN when unscored */
     double ctx_len, depth, prompt_tokens, generated_tokens;
     double ttft_ms, prefill_ms, decode_ms_per_token;

@@ -11,6 +11,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 rc=0
 ctest --test-dir build --output-on-failure -j"$jobs" 2>&1 | tee build/ctest.log || rc=1
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow 2>&1 | tee build-asan/ctest.log || rc=1
+# the fuzz harnesses (tests/fuzz), each for a bounded time under ASan + UBSan (skipped without clang)
+bash scripts/fuzz.sh "${KVB_FUZZ_SECONDS:-12}" || rc=1
 count() { grep -Eo "tests passed, [0-9]+ tests failed out of [0-9]+" "$1" | tail -n 1; }
 p=0 f=0
 for log in build/ctest.log build-asan/ctest.log; do

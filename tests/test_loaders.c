@@ -755,6 +755,18 @@ static void test_niah_bad_arguments_are_errors(void) {
     CU_ASSERT(niah_generate(tmpdir, ok, 1, depths, 1, NULL, NULL, NULL, NULL, NULL, &v, err, sizeof err) == -1);
     CU_ASSERT(niah_generate(NULL, ok, 1, depths, 1, NULL, NULL, NULL, count_fail, NULL, &v, err, sizeof err) == -1);
     CU_ASSERT(niah_generate(NULL, ok, 0, depths, 1, NULL, NULL, NULL, NULL, NULL, &v, err, sizeof err) == -1);
+    /* a haystack whose repetitions add no token (one word, no space: "wordword..." stays one word) would be
+     * repeated forever (found by tests/fuzz/fuzz_loaders): an error */
+    char hay[300], txt[320];
+    snprintf(hay, sizeof hay, "%s/oneword", tmpdir);
+    snprintf(txt, sizeof txt, "%s/a.txt", hay);
+    CU_ASSERT_FATAL(mkdir(hay, 0755) == 0);
+    FILE *f = fopen(txt, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("word", f);
+    fclose(f);
+    CU_ASSERT(niah_generate(hay, ok, 1, depths, 1, NULL, NULL, NULL, niah_count_words, NULL, &v, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "adds no tokens") != NULL);
     CU_ASSERT(v.n == 0);
 }
 

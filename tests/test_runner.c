@@ -204,6 +204,66 @@ static void test_bad_inputs_are_one_line_errors(void) {
           "\"data_dir\": \"/nonexistent\", \"tasks\": [\"hotpotqa\"]}]}", f);
     fclose(f);
     expect_error(args, "not found (run scripts/fetch-datasets.sh)");
+    /* round_chunk 0 or negative would make zero rounds: named */
+    const char *chunks[] = {"0", "-5", "1.5", "\"64\""};
+    for (int i = 0; i < 4; i++) {
+        f = fopen(path, "w");
+        fprintf(f, "{\"name\": \"x\", \"round_chunk\": %s, \"methods\": [{\"name\": \"full\"}], \"benchmarks\": []}", chunks[i]);
+        fclose(f);
+        expect_error(args, "\"round_chunk\" must be an integer in [1, ");
+    }
+}
+
+/* A record is reused only when its fingerprint matches: an edited suite under the same name (SnapKV window
+ * 8 -> 4) is a one-line error naming the cell and the field; --rerun-changed runs just those cells again;
+ * another suite in a directory without run.json (2stage max_pairs 9 -> 12) does not adopt the records. */
+static void test_changed_cells_are_not_reused(void) {
+    char a[256], ra[300], path[512], args[1400], cmd[1600];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(ra, sizeof ra, "%s/results.jsonl", a);
+    int before = count_lines(ra);
+    CU_ASSERT_FATAL(before == 20); /* the first test's run */
+    snprintf(path, sizeof path, "%s/edited.json", dir);
+    char *text = util_read_file(suite, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    char *w = strstr(text, "\"window\": 8");
+    CU_ASSERT_FATAL(w != NULL);
+    w[10] = '4';
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
+    expect_error(args, "snapkv|50%|2stage|");
+    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":8}, now {\"window\":4}"));
+    CU_ASSERT_EQUAL(count_lines(ra), 20); /* nothing written */
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --rerun-changed > /dev/null 2>&1%%s", args);
+    CU_ASSERT(sh(cmd, "", "") == 0);
+    CU_ASSERT_EQUAL(count_lines(ra), 25); /* the 5 snapkv cells again, nothing else */
+    snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > /tmp/kvb_runner_n.txt", ra);
+    CU_ASSERT(system(cmd) == 0);
+    char *n = util_read_file("/tmp/kvb_runner_n.txt", NULL);
+    CU_ASSERT(n && atoi(n) == 5);
+    free(n);
+    snprintf(cmd, sizeof cmd, "'%%s' run %s > /dev/null 2>&1%%s", args);
+    CU_ASSERT(sh(cmd, "", "") == 0); /* now every cell matches */
+    CU_ASSERT_EQUAL(count_lines(ra), 25);
+    char md[300];
+    snprintf(md, sizeof md, "%s/report.md", a);
+    char *rep = util_read_file(md, NULL);
+    CU_ASSERT(rep && !strstr(rep, "duplicate")); /* a rerun supersedes, it is not a duplicate */
+    free(rep);
+    /* another suite, no run.json to catch it: the benchmark field differs */
+    w = strstr(text, "\"max_pairs\": 9");
+    CU_ASSERT_FATAL(w != NULL);
+    memcpy(w, "\"max_pairs\":12", 14); /* as long as "\"max_pairs\": 9" */
+    f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -f %s/run.json", a);
+    CU_ASSERT(system(cmd) == 0);
+    expect_error(args, "|2stage|");
+    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "benchmark: stored"));
 }
 
 int main(void) {
@@ -222,6 +282,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("runner", NULL, NULL);
     CU_add_test(s, "a killed run resumes to the records of an uninterrupted one", test_killed_run_resumes_to_the_same_records);
     CU_add_test(s, "bad inputs are one-line errors", test_bad_inputs_are_one_line_errors);
+    CU_add_test(s, "changed cells are not reused", test_changed_cells_are_not_reused);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -1,0 +1,26 @@
+/* fuzz_suite.c — the suite parser: a suite JSON file through the runner's own reading of it (load_suite:
+ * JSON, round_chunk), its method x budget cells (names, budgets, method options) and its judge object,
+ * everything the runner checks before it needs a model. runner.c is included for its static functions. */
+#include "benchmarks/runner.c"
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char path[256], err[512] = "";
+    fuzz_write("suite.json", data, size, path, sizeof path);
+    kvb_run_opts o = {0};
+    o.suite_path = path;
+    run_state st;
+    memset(&st, 0, sizeof st);
+    st.o = &o;
+    st.fd = -1;
+    if (load_suite(&st, err, sizeof err) == 0) {
+        st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), NULL, expand_path, err, sizeof err);
+        expand_cells(&st, err, sizeof err);
+        for (int i = 0; i < st.n_cells; i++) { /* each cell's options as the runner builds them */
+            kvb_opts op;
+            cell_opts(&st.cells[i], &op, err, sizeof err);
+        }
+    }
+    free_state(&st);
+    return 0;
+}

@@ -1,0 +1,163 @@
+/* test_fingerprint.c — record fingerprints (benchmarks/fingerprint.h): each field that determines a record
+ * changes the fingerprint and is named when it differs; key order and count-only benchmark keys do not
+ * matter; the resume index keeps the last record of a key and the records still waiting for a verdict. */
+#include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "benchmarks/fingerprint.h"
+
+static kvb_sample sample(const char *prompt) {
+    kvb_sample s;
+    kvb_sample_init(&s);
+    s.id = strdup("7");
+    s.task = strdup("2stage");
+    s.prompt = strdup(prompt);
+    kvb_sample_add_answer(&s, "42");
+    return s;
+}
+
+typedef struct {
+    cJSON *opts, *bench;
+    char sha[65];
+    kvb_fp_in in;
+} fixture;
+
+static void fixture_make(fixture *f, const char *opts, const char *bench, const char *prompt) {
+    f->opts = cJSON_Parse(opts);
+    f->bench = cJSON_Parse(bench);
+    kvb_sample s = sample(prompt);
+    kvb_fp_sample(&s, f->sha);
+    kvb_sample_free(&s);
+    f->in = (kvb_fp_in){"abc123", "snapkv", "50%", f->opts, f->bench, f->sha, 64, 512, 7};
+}
+
+static void fixture_free(fixture *f) {
+    cJSON_Delete(f->opts);
+    cJSON_Delete(f->bench);
+}
+
+/* The field kvb_fp_compare names for stored a vs now b ("" when equal). */
+static void differing(const kvb_fp_in *a, const kvb_fp_in *b, char *why, size_t cap) {
+    cJSON *x = kvb_fp_make(a), *y = kvb_fp_make(b);
+    why[0] = 0;
+    CU_ASSERT_FATAL(x && y);
+    if (!kvb_fp_compare(x, y, why, cap)) why[0] = 0;
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+}
+
+static void test_each_field_is_named_when_it_differs(void) {
+    fixture a, b;
+    const char *bench = "{\"type\": \"2stage\", \"samples\": 40, \"min_pairs\": 40, \"max_pairs\": 60}";
+    fixture_make(&a, "{\"window\": 32, \"pool\": 7}", bench, "P");
+    char why[512];
+    /* the same inputs, keys in another order, another sample count: equal */
+    fixture_make(&b, "{\"pool\": 7, \"window\": 32}", "{\"max_pairs\": 60, \"samples\": 5, \"type\": \"2stage\", \"min_pairs\": 40, \"limit\": 2}", "P");
+    differing(&a.in, &b.in, why, sizeof why);
+    CU_ASSERT_STRING_EQUAL(why, "");
+    fixture_free(&b);
+    struct { const char *opts, *bench, *prompt, *field; } cases[] = {
+        {"{\"window\": 8, \"pool\": 7}", bench, "P", "method_opts: stored {\"pool\":7,\"window\":32}, now {\"pool\":7,\"window\":8}"},
+        {"{\"window\": 32, \"pool\": 7}", "{\"type\": \"2stage\", \"min_pairs\": 40, \"max_pairs\": 200}", "P", "benchmark:"},
+        {"{\"window\": 32, \"pool\": 7}", bench, "P2", "sample:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fixture_make(&b, cases[i].opts, cases[i].bench, cases[i].prompt);
+        differing(&a.in, &b.in, why, sizeof why);
+        CU_ASSERT(!strncmp(why, cases[i].field, strlen(cases[i].field)));
+        if (strncmp(why, cases[i].field, strlen(cases[i].field))) fprintf(stderr, "\n  got: %s\n", why);
+        fixture_free(&b);
+    }
+    kvb_fp_in in = a.in;
+    in.model_sha256 = "def456";
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "model_sha256: stored abc123, now def456", 39));
+    in = a.in, in.method = "h2o";
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "method:", 7));
+    in = a.in, in.budget = "30%";
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "budget: stored 50%, now 30%", 27));
+    in = a.in, in.max_new_tokens = 32;
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "generation:", 11));
+    in = a.in, in.round_chunk = 64;
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "generation:", 11));
+    in = a.in, in.seed = 8;
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "generation:", 11));
+    /* a record without a fingerprint (an older kvbench) is never reused */
+    cJSON *now = kvb_fp_make(&a.in);
+    CU_ASSERT(kvb_fp_compare(NULL, now, why, sizeof why) == 1 && strstr(why, "older kvbench"));
+    cJSON_Delete(now);
+    fixture_free(&a);
+}
+
+static void test_sample_hash_covers_the_content(void) {
+    kvb_sample s = sample("P");
+    char h0[65], h1[65];
+    kvb_fp_sample(&s, h0);
+    kvb_fp_sample(&s, h1);
+    CU_ASSERT_STRING_EQUAL(h0, h1);
+    kvb_sample_add_turn(&s, "user", "hello", NULL);
+    kvb_fp_sample(&s, h1);
+    CU_ASSERT(strcmp(h0, h1) != 0);
+    kvb_sample_free(&s);
+    /* field boundaries count: ("ab", "c") is not ("a", "bc") */
+    kvb_sample a = sample("ab"), b = sample("a");
+    a.question = strdup("c");
+    b.question = strdup("bc");
+    kvb_fp_sample(&a, h0);
+    kvb_fp_sample(&b, h1);
+    CU_ASSERT(strcmp(h0, h1) != 0);
+    kvb_sample_free(&a);
+    kvb_sample_free(&b);
+}
+
+static void test_index_keeps_the_last_record_of_a_key(void) {
+    const char *lines[] = {
+        "{\"method\":\"full\",\"budget\":\"full\",\"task\":\"t\",\"sample_id\":\"1\",\"fingerprint\":{\"sha256\":\"A\"}}",
+        "{\"method\":\"h2o\",\"budget\":\"50%\",\"task\":\"t\",\"sample_id\":\"1\",\"judge\":{\"pending\":true},\"prediction\":\"p\"}",
+        "{\"method\":\"full\",\"budget\":\"full\",\"task\":\"t\",\"sample_id\":\"1\",\"fingerprint\":{\"sha256\":\"B\"}}",
+        "{\"method\":\"snapkv\",\"budget\":\"50%\",\"task\":\"t\",\"sample_id\":\"1\",\"judge\":{\"pending\":true}}",
+        "{\"method\":\"snapkv\",\"budget\":\"50%\",\"task\":\"t\",\"sample_id\":\"1\",\"judge\":{\"error\":null},\"score\":1}",
+    };
+    kvb_fp_index ix = {0};
+    for (int i = 0; i < 5; i++) {
+        cJSON *r = cJSON_Parse(lines[i]);
+        CU_ASSERT(kvb_fp_index_add(&ix, r, i + 1) == 0);
+        cJSON_Delete(r);
+    }
+    cJSON *bad = cJSON_Parse("{\"method\":\"full\",\"task\":\"t\"}");
+    CU_ASSERT(kvb_fp_index_add(&ix, bad, 6) == -1);
+    cJSON_Delete(bad);
+    kvb_fp_index_finish(&ix);
+    CU_ASSERT_EQUAL(ix.n, 3);
+    char key[128];
+    kvb_fp_key(key, sizeof key, "full", "full", "t", "1");
+    const kvb_fp_entry *e = kvb_fp_index_find(&ix, key);
+    CU_ASSERT_FATAL(e != NULL);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(e->fingerprint, "sha256")), "B");
+    kvb_fp_key(key, sizeof key, "h2o", "50%", "t", "1");
+    e = kvb_fp_index_find(&ix, key);
+    CU_ASSERT(e && e->pending && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e->pending, "prediction")), "p"));
+    kvb_fp_key(key, sizeof key, "snapkv", "50%", "t", "1");
+    e = kvb_fp_index_find(&ix, key);
+    CU_ASSERT(e && !e->pending); /* its verdict arrived */
+    kvb_fp_key(key, sizeof key, "snapkv", "50%", "t", "2");
+    CU_ASSERT(kvb_fp_index_find(&ix, key) == NULL);
+    kvb_fp_index_free(&ix);
+}
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("fingerprint", NULL, NULL);
+    CU_add_test(s, "each field is named when it differs", test_each_field_is_named_when_it_differs);
+    CU_add_test(s, "the sample hash covers the content", test_sample_hash_covers_the_content);
+    CU_add_test(s, "the index keeps the last record of a key", test_index_keeps_the_last_record_of_a_key);
+    return util_run_suites();
+}
