@@ -23,6 +23,8 @@
 
 #include <stdio.h>
 
+#include "benchmarks/shard.h"
+
 typedef struct {
     const char *suite_path;
     const char *out_dir;   /* NULL = the suite's "output" */
@@ -35,6 +37,7 @@ typedef struct {
     const char *argv_line; /* recorded in run.json */
     const char *judge_url, *judge_model, *judge_key_env; /* override the suite's "judge" (benchmarks/judging.h) */
     int judge_refresh;     /* ignore cached judge replies */
+    kvb_shard shard;       /* run only this shard's cells (count 0 = all); every run writes DIR/plan.jsonl */
 } kvb_run_opts;
 
 /* Run (or resume) a suite. Returns 0 when every cell has a record (per-sample failures are records with an
