@@ -38,6 +38,17 @@ typedef struct {
     double *v;     /* [run * N_MEASURES + measure] */
 } hrow;
 
+/* history-<method>-<budget>.svg, each part made file-name safe. */
+static void svg_name(const char *row, char *out, size_t cap) {
+    char method[96], m_safe[128], b_safe[128];
+    snprintf(method, sizeof method, "%s", row);
+    char *at = strchr(method, '@');
+    if (at) *at = 0;
+    kvb_report_safe_name(method, m_safe, sizeof m_safe);
+    kvb_report_safe_name(at ? at + 1 : "", b_safe, sizeof b_safe);
+    snprintf(out, cap, "history-%s-%s.svg", m_safe, b_safe);
+}
+
 static int cmp_run(const void *a, const void *b) {
     const hrun *x = a, *y = b;
     int c = strcmp(x->run.created ? x->run.created : "", y->run.created ? y->run.created : "");
@@ -106,9 +117,9 @@ static char *history_md(const hrun *runs, int n, const hrow *rows, int n_rows) {
     }
     fputs("\nCharts: ", f);
     for (int r = 0; r < n_rows; r++) {
-        char safe[128];
-        kvb_report_safe_name(rows[r].name, safe, sizeof safe);
-        fprintf(f, "%s[%s](history-%s.svg)", r ? ", " : "", rows[r].name, safe);
+        char file[300];
+        svg_name(rows[r].name, file, sizeof file);
+        fprintf(f, "%s[%s](%s)", r ? ", " : "", rows[r].name, file);
     }
     fputc('\n', f);
     if (fclose(f)) { free(buf); return NULL; }
@@ -181,11 +192,11 @@ int kvb_history_write(const char *out_dir, char *const *dirs, int n, char *err, 
     free(md);
     if (wrc) goto done;
     for (int r = 0; r < n_rows; r++) {
-        char safe[128];
-        kvb_report_safe_name(rows[r].name, safe, sizeof safe);
+        char file[300];
+        svg_name(rows[r].name, file, sizeof file);
         char *svg = row_svg(runs, n, &rows[r]);
         if (!svg) { ERR("out of memory"); goto done; }
-        snprintf(path, sizeof path, "%s/history-%s.svg", out_dir, safe);
+        snprintf(path, sizeof path, "%s/%s", out_dir, file);
         wrc = kvb_write_file_atomic(path, svg, err, err_len);
         free(svg);
         if (wrc) goto done;

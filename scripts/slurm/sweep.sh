@@ -6,6 +6,7 @@
 #   KVB_BIN        kvbench binary (default: build/kvbench of this checkout); must be reachable from the nodes
 #   KVB_SWEEP_OUT  output root (default: runs/sweep-<suite>-<UTC time>); shard i writes OUT/shard-i, the
 #                  merge OUT/merged, Slurm logs go to OUT/logs. Must be on a filesystem the nodes share.
+#   KVB_SWEEP_MERGED  where the merge job writes the merged run (default OUT/merged)
 #   KVB_RUN_ARGS   extra `kvbench run` options for every shard, e.g. "--limit 5 --threads 8"
 # sbatch options are passed to both jobs (except --gpus*, which only the shards get). With --gpus-per-task
 # (or --gpus/--gres=gpu) the shards run on the CUDA backend (KVB_BACKEND=cuda) unless KVB_BACKEND is set.
@@ -29,6 +30,8 @@ name=$(basename "$suite" .json)
 out=${KVB_SWEEP_OUT:-runs/sweep-$name-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out/logs"
 out=$(cd "$out" && pwd)
+merged=${KVB_SWEEP_MERGED:-$out/merged}
+case $merged in /*) ;; *) merged=$(pwd)/$merged ;; esac
 
 array_opts=() merge_opts=() gpu=0
 for o in "$@"; do
@@ -54,10 +57,10 @@ dirs=""
 for ((i = 0; i < n; i++)); do dirs+=" $(q "$out/shard-$i")"; done
 cat > "$out/merge.sbatch" <<JOB
 #!/usr/bin/env bash
-# merge the $n shards of $(q "$suite") into $(q "$out")/merged (refuses missing or conflicting cells)
+# merge the $n shards of $(q "$suite") into $(q "$merged") (refuses missing or conflicting cells)
 set -eu
 export KVB_SOURCE_DIR=$(q "$here")
-exec $(q "$bin") merge $(q "$out/merged")$dirs
+exec $(q "$bin") merge $(q "$merged")$dirs
 JOB
 chmod +x "$out/shard.sbatch" "$out/merge.sbatch"
 
@@ -68,5 +71,5 @@ merge=$(sbatch --parsable --dependency=afterok:"$array" --kill-on-invalid-dep=ye
     --output="$out/logs/merge.out" ${merge_opts[@]+"${merge_opts[@]}"} "$out/merge.sbatch")
 merge=${merge%%;*}
 echo "submitted array job $array ($n shards of $name, backend $backend) -> $out/shard-{0..$((n - 1))}"
-echo "submitted merge job $merge (afterok:$array) -> $out/merged"
+echo "submitted merge job $merge (afterok:$array) -> $merged"
 echo "KVB_SWEEP array=$array merge=$merge out=$out"
