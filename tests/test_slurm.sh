@@ -110,7 +110,7 @@ array=$(echo "$line" | sed -n 's/.*array=\([0-9]*\).*/\1/p') merge=$(echo "$line
     fail "unsharded run failed: $(tail -n 1 "$T/unsharded.err")"
 
 state=""
-for _ in $(seq 240); do
+for _ in $(seq 540); do
     state=$(scontrol show job "$merge" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
     case $state in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
     sleep 1
@@ -120,8 +120,17 @@ for i in 0 1 2 3; do
     [ -f "$T/sweep/shard-$i/results.jsonl" ] && echo "test_slurm: shard $i: $(wc -l <"$T/sweep/shard-$i/results.jsonl") records"
 done
 echo "test_slurm: merge job $merge: ${state:-unknown}"
-[ "$state" = COMPLETED ] || fail "merge job $merge ended ${state:-without a state within 240 s}: $(tail -n 1 "$T/sweep/logs/merge.out" 2>/dev/null)$(why)"
+[ "$state" = COMPLETED ] || fail "merge job $merge ended ${state:-without a state within 540 s}: $(tail -n 1 "$T/sweep/logs/merge.out" 2>/dev/null)$(why)"
 grep '^merged' "$T/sweep/logs/merge.out" | sed 's/^/test_slurm: /'
+
+# provenance in every shard's run.json and in the merged one
+for i in 0 1 2 3; do
+    for k in '"shard":[[:space:]]*"'$i'/4"' '"git_commit":' '"git_dirty":' '"model_sha256":' '"build_flags":' '"backend":[[:space:]]*"cpu"' '"device":' '"host":'; do
+        grep -Eq "$k" "$T/sweep/shard-$i/run.json" || fail "shard $i run.json lacks $k"
+    done
+done
+grep -q '"merged_from":' "$T/sweep/merged/run.json" || fail "merged run.json lacks merged_from"
+[ "$(grep -Ec '"shard":[[:space:]]*"[0-3]/4"' "$T/sweep/merged/run.json")" = 4 ] || fail "merged run.json does not list the 4 shards"
 
 # merged == unsharded: same records but timings (merge refuses any other difference), same summary
 "$bin" merge "$T/check" "$T/unsharded" "$T/sweep/merged" >/dev/null 2>"$T/check.err" ||
