@@ -4,7 +4,8 @@
 # (OUT_DIR/compare.md), and write the history of every run beside OUT_DIR (../history: history.md and one
 # SVG trend per method@budget). Exit 0: no regression; 1: a regression (compare.md says which cells);
 # 2: the run, the merge or the comparison failed. A BASELINE_DIR without run.json (the first night) is
-# not compared.
+# not compared. Running it again on the same OUT_DIR resumes the run (recorded cells are skipped) and
+# compares again: a killed night, or a night re-gated with other tolerances.
 #
 # options:
 #   --slurm N            run as a Slurm job array of N shards + merge (scripts/slurm/sweep.sh) and wait for it;
@@ -39,7 +40,6 @@ base=$1 out=$2
 [ -r "$suite" ] || die "cannot read suite '$suite'"
 [[ $slurm =~ ^[0-9]+$ ]] || die "--slurm expects a number of shards, got '$slurm'"
 [ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit expects a positive integer, got '$limit'"
-[ -e "$out/results.jsonl" ] && die "$out already holds a run; give a new OUT_DIR per night"
 run_args=(${KVB_RUN_ARGS:-})
 [ -n "$limit" ] && run_args+=(--limit "$limit")
 mkdir -p "$out" || die "cannot create $out"
