@@ -17,6 +17,7 @@
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
+#include "benchmarks/provenance.h"
 #include "benchmarks/score.h"
 #include "engine/fsutil.h"
 #include "engine/sampler.h"
@@ -54,6 +55,7 @@ typedef struct {
     int n_tasks;
     kvb_runner_judge *judge; /* NULL when the suite and flags configure none */
     kvb_fp_index done; /* the last record of each key already in results.jsonl (benchmarks/fingerprint.h) */
+    unsigned char *keep[MAX_TASKS]; /* per task, [sample * n_cells + cell]: 1 when in this run's shard */
     int fd;
     int round_chunk;
     long total, finished, ran;
@@ -325,23 +327,50 @@ static int append_record(run_state *st, cJSON *rec, char *err, size_t err_len) {
     return rc;
 }
 
-static int git_commit(char *out, size_t cap) {
-    char cmd[1200];
-    const char *src = getenv("KVB_SOURCE_DIR");
-    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null", src && *src ? src : ".");
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    int ok = fgets(out, (int)cap, p) != NULL;
-    pclose(p);
-    if (!ok) return -1;
-    out[strcspn(out, "\n")] = 0;
-    return 0;
+/* Every cell of the suite with its shard (benchmarks/shard.h), in run order, written to DIR/plan.jsonl so
+ * `kvbench merge` can name missing cells; st->keep marks the cells of this run's shard. */
+static int plan_shard(run_state *st, char *err, size_t err_len) {
+    int count = st->o->shard.count > 0 ? st->o->shard.count : 1;
+    char *opts[MAX_CELLS] = {0}, *text = NULL, path[1100];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc = f ? 0 : ERR("out of memory");
+    for (int k = 0; !rc && k < st->n_cells; k++)
+        if (st->cells[k].opts && !(opts[k] = cJSON_PrintUnformatted(st->cells[k].opts))) rc = ERR("out of memory");
+    for (int i = 0; !rc && i < st->n_tasks; i++) {
+        const task *t = &st->tasks[i];
+        if (!(st->keep[i] = calloc((size_t)t->samples.n * st->n_cells + 1, 1))) rc = ERR("out of memory");
+        for (int s = 0; !rc && s < t->samples.n; s++)
+            for (int k = 0; !rc && k < st->n_cells; k++) {
+                const cell *c = &st->cells[k];
+                const char *id = t->samples.v[s].id ? t->samples.v[s].id : "";
+                int sh = kvb_shard_of(st->model_sha, c->method, c->budget_str, opts[k], t->benchmark, t->name, id, count);
+                if (sh < 0) { rc = ERR("shard: SHA-256 failed"); break; }
+                st->keep[i][s * st->n_cells + k] = sh == st->o->shard.index || st->o->shard.count == 0;
+                cJSON *row = cJSON_CreateArray();
+                const char *fields[] = {c->method, c->budget_str, t->benchmark, t->name, id};
+                for (int x = 0; x < 5; x++) cJSON_AddItemToArray(row, cJSON_CreateString(fields[x]));
+                cJSON_AddItemToArray(row, cJSON_CreateNumber(sh));
+                char *line = cJSON_PrintUnformatted(row);
+                cJSON_Delete(row);
+                if (!line) { rc = ERR("out of memory"); break; }
+                fprintf(f, "%s\n", line);
+                free(line);
+            }
+    }
+    for (int k = 0; k < st->n_cells; k++) free(opts[k]);
+    if (f && fclose(f) && !rc) rc = ERR("out of memory");
+    snprintf(path, sizeof path, "%s/plan.jsonl", st->out_dir);
+    if (!rc) rc = kvb_write_file_atomic(path, text ? text : "", err, err_len);
+    free(text);
+    return rc;
 }
 
 /* run.json: written once; a later run must be the same suite on the same model. */
 static int prepare_run_json(run_state *st, char *err, size_t err_len) {
-    char path[1100];
+    char path[1100], shard[32];
     snprintf(path, sizeof path, "%s/run.json", st->out_dir);
+    kvb_shard_format(&st->o->shard, shard, sizeof shard);
     char *buf = access(path, F_OK) == 0 ? kvb_read_file(path, NULL, err, err_len) : NULL;
     if (!buf && access(path, F_OK) == 0) return -1;
     if (buf) {
@@ -352,23 +381,21 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
         if (!j || !s) rc = ERR("%s is not a kvbench run.json", path);
         else if (strcmp(s, st->suite_name)) rc = ERR("%s holds results of suite '%s', not '%s' (use another --out)", st->out_dir, s, st->suite_name);
         else if (!sha || strcmp(sha, st->model_sha)) rc = ERR("%s holds results of another model (sha256 %.12s...)", st->out_dir, sha ? sha : "?");
+        else if (strcmp(jstr(j, "shard", ""), shard)) rc = ERR("%s holds shard '%s', not '%s' (use another --out)", st->out_dir, jstr(j, "shard", ""), shard);
         cJSON_Delete(j);
         return rc;
     }
     cJSON *j = cJSON_CreateObject();
-    char commit[64] = "unknown", host[300] = "unknown", ts[64];
-    git_commit(commit, sizeof commit);
-    struct utsname u;
-    if (uname(&u) == 0) snprintf(host, sizeof host, "%s %s %s", u.nodename, u.sysname, u.machine);
+    char ts[64];
     time_t t = time(NULL);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
     cJSON_AddStringToObject(j, "suite", st->suite_name);
     cJSON_AddStringToObject(j, "suite_path", st->o->suite_path);
     cJSON_AddStringToObject(j, "model", st->model_path);
     cJSON_AddStringToObject(j, "model_sha256", st->model_sha);
-    cJSON_AddStringToObject(j, "git_commit", commit);
-    cJSON_AddStringToObject(j, "host", host);
-    cJSON_AddStringToObject(j, "backend", "cpu");
+    kvb_provenance_add(j, kvb_ctx_default_params().backend);
+    if (shard[0]) cJSON_AddStringToObject(j, "shard", shard);
+    else cJSON_AddNullToObject(j, "shard");
     cJSON_AddNumberToObject(j, "threads", st->o->n_threads);
     cJSON_AddStringToObject(j, "flags", st->o->argv_line ? st->o->argv_line : "");
     cJSON_AddStringToObject(j, "created", ts);
@@ -625,6 +652,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     kvb_fp_sample(s, sample_sha);
     for (int k = 0; k < st->n_cells && !rc; k++) {
         const cell *cl = &st->cells[k];
+        if (!st->keep[t - st->tasks][(s - t->samples.v) * st->n_cells + k]) continue; /* another shard's */
         char key[1024], why[400];
         kvb_fp_key(key, sizeof key, cl->method, cl->budget_str, t->name, s->id ? s->id : "");
         if (!(fps[k] = fingerprint_of(st, t, cl, s, sample_sha))) { rc = ERR("out of memory"); break; }
@@ -699,7 +727,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
 }
 
 static void free_state(run_state *st) {
-    for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples);
+    for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples), free(st->keep[i]);
     kvb_fp_index_free(&st->done);
     if (st->fd > 0) close(st->fd);
     kvb_model_free(st->model);
@@ -762,12 +790,13 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
             for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;
     }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
-    if (prepare_run_json(&st, err, err_len)) goto done;
+    if (prepare_run_json(&st, err, err_len) || plan_shard(&st, err, err_len)) goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
     if (load_done(&st, err, err_len)) goto done;
     st.fd = open(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (st.fd < 0) { ERR("cannot open %s: %s", st.results_path, strerror(errno)); goto done; }
-    for (int i = 0; i < st.n_tasks; i++) st.total += (long)st.tasks[i].samples.n * st.n_cells;
+    for (int i = 0; i < st.n_tasks; i++)
+        for (int k = 0; k < st.tasks[i].samples.n * st.n_cells; k++) st.total += st.keep[i][k];
     st.finished = st.done.n < st.total ? st.done.n : st.total;
     fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);

@@ -23,6 +23,8 @@
 
 #include <stdio.h>
 
+#include "benchmarks/shard.h"
+
 typedef struct {
     const char *suite_path;
     const char *out_dir;   /* NULL = the suite's "output" */
@@ -36,6 +38,7 @@ typedef struct {
     const char *judge_url, *judge_model, *judge_key_env; /* override the suite's "judge" (benchmarks/judging.h) */
     int judge_refresh;     /* ignore cached judge replies */
     int rerun_changed;     /* rerun cells whose stored record's fingerprint differs (else that is an error) */
+    kvb_shard shard;       /* run only this shard's cells (count 0 = all); every run writes DIR/plan.jsonl */
 } kvb_run_opts;
 
 /* Run (or resume) a suite; a resume reuses a record only when its fingerprint matches (fingerprint.h). Returns 0 when every cell has a record (per-sample failures are records with an

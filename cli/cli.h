@@ -22,6 +22,8 @@ int cmd_compare(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_bench_attn(int argc, char **argv);
 int cmd_fidelity(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_history(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

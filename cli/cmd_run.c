@@ -8,6 +8,7 @@
 
 static const char *HELP =
     "usage: kvbench run SUITE.json [--out DIR] [--limit N] [--methods a,b] [--budgets 30%,50%] [--model M]\n"
+    "                         [--shard i/N]\n"
     "\n"
     "Runs every (method x budget x task x sample) cell of a suite (configs/*.json): one exact prefill per\n"
     "sample is shared by the methods that compress after prefill, then each method decodes greedily and is\n"
@@ -28,6 +29,9 @@ static const char *HELP =
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
     "  --rerun-changed        run again the cells whose stored record was made with other inputs\n"
+    "  --shard i/N            only the cells of shard i (0 <= i < N): a stable hash of (model sha256,\n"
+    "                         method@budget and options, benchmark, task, sample id) splits the suite into N\n"
+    "                         disjoint shards; join their directories with `kvbench merge`\n"
     "\n"
     "judge (LongMemEval, ShareGPT dialogue quality, NIAH with \"judge\": true; overrides the suite's \"judge\"):\n"
     "  --judge-url URL        OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 of `kvbench serve`\n"
@@ -46,6 +50,7 @@ int cmd_run(int argc, char **argv) {
         snprintf(line + l, sizeof line - l, " %s", argv[i]);
     }
     o.argv_line = line;
+    char err[1024];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -70,12 +75,12 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--judge-url")) o.judge_url = v;
         else if (!strcmp(a, "--judge-model")) o.judge_model = v;
         else if (!strcmp(a, "--judge-key-env")) o.judge_key_env = v;
+        else if (!strcmp(a, "--shard")) { if (kvb_shard_parse(v, &o.shard, err, sizeof err)) return cli_fail("run: %s", err); }
         else if (!strcmp(a, "--limit")) { if (cli_int("--limit", v, 1, 1 << 30, &n)) return 1; o.limit = (int)n; }
         else if (!strcmp(a, "--threads")) { if (cli_int("--threads", v, 0, 1024, &n)) return 1; o.n_threads = (int)n; }
         else return cli_fail("run: unknown option '%s' (see --help)", a);
     }
     if (!o.suite_path) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
-    char err[1024];
     if (kvb_run_suite(&o, stdout, err, sizeof err)) return cli_fail("run: %s", err);
     return 0;
 }

@@ -24,6 +24,8 @@ static const char *USAGE =
     "  run SUITE            run or resume a suite (configs/quick.json): methods x budgets x tasks x samples\n"
     "  report RUN_DIR       write summary.csv, report.md and charts of a run\n"
     "  compare BASE NEW     Markdown diff of two runs; exit 1 on a regression beyond the tolerances\n"
+    "  merge OUT DIR...     join shard run directories (run --shard i/N) into one run and report it\n"
+    "  history RUN_DIR...   history.md and an SVG trend per method@budget over runs' dates and commits\n"
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
     "  bench-attention      decode attention GB/s on the GPU vs a device copy and PyTorch SDPA (CUDA builds)\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
@@ -180,6 +182,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
+    if (!strcmp(cmd, "history")) return cmd_history(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);

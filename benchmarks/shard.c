@@ -1,0 +1,55 @@
+/* shard.c — deterministic shards (shard.h). SHA-256 rather than a faster hash: it is the same on every
+ * platform and in Python's hashlib, so a shard's cells can be checked from outside (tests/fixtures). */
+#include "benchmarks/shard.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "methods/method.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+#define MAX_SHARDS 100000
+
+int kvb_shard_parse(const char *text, kvb_shard *out, char *err, size_t err_len) {
+    const char *slash = text ? strchr(text, '/') : NULL;
+    if (!slash) return ERR("--shard expects i/N (e.g. 0/4), got '%s'", text ? text : "");
+    char *end;
+    errno = 0;
+    long i = strtol(text, &end, 10);
+    if (errno || end != slash || end == text) return ERR("--shard expects i/N with an integer i, got '%s'", text);
+    long n = strtol(slash + 1, &end, 10);
+    if (errno || *end || end == slash + 1) return ERR("--shard expects i/N with an integer N, got '%s'", text);
+    if (n < 1 || n > MAX_SHARDS) return ERR("--shard %s: N must be in [1, %d]", text, MAX_SHARDS);
+    if (i < 0 || i >= n) return ERR("--shard %s: i must be in [0, N-1] (shards are numbered from 0)", text);
+    out->index = (int)i;
+    out->count = (int)n;
+    return 0;
+}
+
+void kvb_shard_format(const kvb_shard *s, char *out, size_t cap) {
+    if (s->count > 0) snprintf(out, cap, "%d/%d", s->index, s->count);
+    else if (cap) out[0] = 0;
+}
+
+int kvb_shard_of(const char *model_sha, const char *method, const char *budget, const char *opts_json,
+                 const char *benchmark, const char *task, const char *sample_id, int count) {
+    if (count < 1) return -1;
+    if (count == 1) return 0;
+    const char *parts[] = {model_sha, "\n", method, "@", budget, "\n", opts_json ? opts_json : "", "\n",
+                           benchmark, "\n", task, "\n", sample_id ? sample_id : ""};
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    for (size_t k = 0; ok && k < sizeof parts / sizeof *parts; k++) ok = EVP_DigestUpdate(c, parts[k], strlen(parts[k]));
+    ok = ok && EVP_DigestFinal_ex(c, md, &md_len) && md_len >= 8;
+    EVP_MD_CTX_free(c);
+    if (!ok) return -1;
+    uint64_t h = 0;
+    for (int k = 0; k < 8; k++) h = h << 8 | md[k];
+    return (int)(h % (uint64_t)count);
+}
