@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/datahint.h"
 #include "benchmarks/hostload.h"
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
@@ -232,8 +233,10 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
             if (!cJSON_IsString(x)) continue;
             if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
             if (!file_exists(path)) {
-                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (scripts/fetch-datasets.sh)\n", x->valuestring, path); continue; }
-                return ERR("LongBench task %s: %s not found (run scripts/fetch-datasets.sh)", x->valuestring, path);
+                char hint[1400];
+                kvb_data_hint("longbench", hint, sizeof hint);
+                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (%s)\n", x->valuestring, path, hint); continue; }
+                return ERR("LongBench task %s: %s not found (%s)", x->valuestring, path, hint);
             }
             char msg[256];
             if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
@@ -248,8 +251,10 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
     if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
         expand_path(jstr(b, "path", ""), path, sizeof path);
         if (!file_exists(path)) {
-            if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets.sh)\n", type, path); return 0; }
-            return ERR("%s: %s not found (run scripts/fetch-datasets.sh)", type, path);
+            char hint[1400];
+            kvb_data_hint(type, hint, sizeof hint);
+            if (optional) { fprintf(stderr, "skipping %s: %s not found (%s)\n", type, path, hint); return 0; }
+            return ERR("%s: %s not found (%s)", type, path, hint);
         }
         if (!st->judge) {
             if (optional) { fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (--judge-url)\n", type); return 0; }

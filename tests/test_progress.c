@@ -1,7 +1,8 @@
 /* test_progress.c — what a suite run says while it runs and what it records about the machine: the progress
  * line (benchmarks/progress.h) in a log (one line per finished sample, nothing within a sample) and on a
  * terminal (within-sample steps rate-limited, driven by a made-up clock), and the host-load sessions in
- * run.json (benchmarks/hostload.h) against /proc/loadavg and sysconf, other run.json fields kept. */
+ * run.json (benchmarks/hostload.h) against /proc/loadavg and sysconf, other run.json fields kept; and what a
+ * missing dataset's message offers (benchmarks/datahint.h, configs/sample-data.json). */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "util_common.h"
+#include "benchmarks/datahint.h"
 #include "benchmarks/hostload.h"
 #include "benchmarks/progress.h"
 
@@ -126,6 +128,50 @@ static void test_host_load_sessions_are_appended_to_run_json(void) {
     CU_ASSERT(kvb_hostload_end(&h, path, err, sizeof err) != 0 && strstr(err, "host_load"));
 }
 
+/* With sample records beside the checkout (CI has ../shared beside the clone) the hint names them and the
+ * suite that runs on them; without, it still says where datasets go. Every path of that suite exists. */
+static void test_missing_dataset_hint_offers_the_sample_data(void) {
+    char hint[2048], path[1200];
+    const char *src = getenv("KVB_SOURCE_DIR");
+    CU_ASSERT_FATAL(src != NULL);
+    CU_ASSERT_FATAL(kvb_data_sample_path("longbench", path, sizeof path) == 1);
+    snprintf(hint, sizeof hint, "%s/../shared/data/longbench/reconstructed_from_minilongbench", src);
+    CU_ASSERT_STRING_EQUAL(path, hint);
+    kvb_data_hint("longmemeval", hint, sizeof hint);
+    CU_ASSERT(strstr(hint, "$KVB_DATA") && strstr(hint, "longmemeval_oracle.sample.json") && strstr(hint, "configs/sample-data.json"));
+    CU_ASSERT(kvb_data_sample_path("nosuch", path, sizeof path) == 0 && !path[0]);
+    setenv("KVB_SOURCE_DIR", root, 1); /* a checkout with nothing beside it */
+    setenv("KVB_DATA", "/data/kvb", 1);
+    kvb_data_hint("longbench", hint, sizeof hint);
+    CU_ASSERT(strstr(hint, "/data/kvb") && !strstr(hint, "sample"));
+    setenv("KVB_SOURCE_DIR", src, 1);
+    unsetenv("KVB_DATA");
+    /* configs/sample-data.json points at files that exist (run from the checkout's root, as ctest does) */
+    char *text = util_read_file("configs/sample-data.json", NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(j != NULL);
+    int checked = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItem(j, "benchmarks")) {
+        const char *keys[3] = {"haystack", "config_dir", "path"};
+        for (int k = 0; k < 3; k++) {
+            const cJSON *v = cJSON_GetObjectItem(b, keys[k]);
+            if (!cJSON_IsString(v)) continue;
+            CU_ASSERT(access(v->valuestring, R_OK) == 0);
+            checked++;
+        }
+        const cJSON *dir = cJSON_GetObjectItem(b, "data_dir"), *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(b, "tasks")) {
+            snprintf(path, sizeof path, "%s/%s.jsonl", dir->valuestring, t->valuestring);
+            CU_ASSERT(access(path, R_OK) == 0);
+            checked++;
+        }
+    }
+    CU_ASSERT(checked == 12); /* haystack, config, LongMemEval and 9 LongBench tasks */
+    cJSON_Delete(j);
+}
+
 int main(void) {
     if (!mkdtemp(root)) return 1;
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
@@ -133,6 +179,7 @@ int main(void) {
     CU_add_test(s, "log gets one line per sample and nothing within", test_log_gets_one_line_per_sample_and_nothing_within);
     CU_add_test(s, "terminal steps are rate limited", test_terminal_steps_are_rate_limited);
     CU_add_test(s, "host load sessions are appended to run.json", test_host_load_sessions_are_appended_to_run_json);
+    CU_add_test(s, "missing dataset hint offers the sample data", test_missing_dataset_hint_offers_the_sample_data);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
