@@ -576,7 +576,10 @@ static int latency_chart(const kvb_run *run, const kvb_summary *s, char *err, si
     for (int i = 0, used = 0; !rc && i < s->n_rows; i++) {
         int n = latency_points(run, s, i, x + used, y + used);
         if (!n) continue;
-        snprintf(names[n_se], 160, "%s@%s", s->rows[i].method, s->rows[i].budget);
+        const kvb_row *r = &s->rows[i];
+        if (!kvb_row_is_full(r) && isfinite(r->kv_device_pct))
+            snprintf(names[n_se], 160, "%s@%s (KV %.0f%%)", r->method, r->budget, r->kv_device_pct);
+        else snprintf(names[n_se], 160, "%s@%s", r->method, r->budget);
         se[n_se] = (kvb_svg_series){names[n_se], x + used, y + used, n, NAN};
         n_se++;
         used += n;

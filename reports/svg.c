@@ -267,10 +267,14 @@ char *kvb_svg_heatmap(const char *title, const char *x_label, const char *y_labe
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    const double cw = 64, ch = 30, left = 90, top = 50;
+    const double cw = 64, ch = 30, top = 50;
+    double left = 90;
     int w = (int)(left + nx * cw + 90), h = (int)(top + (ny * ch > 100 ? ny * ch : 100) + 70);
     if (w < 360) w = 360;
-    if (w < title_px(title)) w = title_px(title); /* a long method@budget must not clip the title */
+    if (w < title_px(title)) { /* a long method@budget must not clip the title: widen, keep the grid centred */
+        left += (title_px(title) - w) / 2.0;
+        w = title_px(title);
+    }
     open_doc(f, w, h, title);
     heat_cells(f, left, top, cw, ch, nx, ny, v);
     char lab[32];
