@@ -267,7 +267,8 @@ char *kvb_svg_heatmap(const char *title, const char *x_label, const char *y_labe
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    const double cw = 64, ch = 30, top = 50;
+    /* rows at least 30 px, and the grid at least 110 px tall so the rotated y label and the colour bar fit */
+    const double cw = 64, ch = ny > 0 && ny * 30 < 110 ? 110.0 / ny : 30, top = 50;
     double left = 90;
     int w = (int)(left + nx * cw + 90), h = (int)(top + (ny * ch > 100 ? ny * ch : 100) + 70);
     if (w < 360) w = 360;
