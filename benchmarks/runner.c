@@ -14,8 +14,11 @@
 #include <unistd.h>
 
 #include "benchmarks/fingerprint.h"
+#include "benchmarks/datahint.h"
+#include "benchmarks/hostload.h"
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
+#include "benchmarks/progress.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/provenance.h"
 #include "benchmarks/score.h"
@@ -61,7 +64,12 @@ typedef struct {
     long total, finished, ran;
     double t_start;
     FILE *out;
+    kvb_progress prog;
+    kvb_hostload load;
+    char doing[160]; /* the sample or cell being worked on, for progress within it */
 } run_state;
+
+static void progress(run_state *st, kvb_prog_kind kind, const char *what);
 
 static double now_s(void) {
     struct timespec ts;
@@ -229,8 +237,10 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
             if (!cJSON_IsString(x)) continue;
             if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
             if (!file_exists(path)) {
-                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (scripts/fetch-datasets.sh)\n", x->valuestring, path); continue; }
-                return ERR("LongBench task %s: %s not found (run scripts/fetch-datasets.sh)", x->valuestring, path);
+                char hint[1400];
+                kvb_data_hint("longbench", hint, sizeof hint);
+                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (%s)\n", x->valuestring, path, hint); continue; }
+                return ERR("LongBench task %s: %s not found (%s)", x->valuestring, path, hint);
             }
             char msg[256];
             if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
@@ -245,8 +255,10 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
     if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
         expand_path(jstr(b, "path", ""), path, sizeof path);
         if (!file_exists(path)) {
-            if (optional) { fprintf(stderr, "skipping %s: %s not found (scripts/fetch-datasets.sh)\n", type, path); return 0; }
-            return ERR("%s: %s not found (run scripts/fetch-datasets.sh)", type, path);
+            char hint[1400];
+            kvb_data_hint(type, hint, sizeof hint);
+            if (optional) { fprintf(stderr, "skipping %s: %s not found (%s)\n", type, path, hint); return 0; }
+            return ERR("%s: %s not found (%s)", type, path, hint);
         }
         if (!st->judge) {
             if (optional) { fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (--judge-url)\n", type); return 0; }
@@ -453,6 +465,9 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
             return -1;
         fwd_s += now_s() - t0;
         at = sp->p.round_end[r];
+        char what[240];
+        snprintf(what, sizeof what, "%s: prefill %lld/%lld tokens", st->doing, (long long)at, (long long)sp->p.n);
+        progress(st, KVB_PROG_STEP, what);
     }
     sp->prefill_ms = fwd_s * 1e3;
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
@@ -498,6 +513,9 @@ static int decode(run_state *st, kvb_ctx *c, const kvb_sample *s, int max_new, c
         if (n == max_new) break;
         if (kvb_forward(c, &next, 1, err, err_len)) { rc = -1; break; }
         steps++;
+        char what[240];
+        snprintf(what, sizeof what, "%s: decode %d/%d tokens", st->doing, n, max_new);
+        progress(st, KVB_PROG_STEP, what);
     }
     double dt = now_s() - t0;
     free(text);
@@ -624,17 +642,10 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     return r;
 }
 
-/* One status line, rewritten in place on a terminal; in a log, one line per sample. */
-static void progress(run_state *st, const char *what, int new_sample) {
-    if (st->o->quiet) return;
-    int tty = isatty(2);
-    if (!tty && !new_sample) return;
-    double el = now_s() - st->t_start;
-    double eta = st->ran > 0 ? el / st->ran * (double)(st->total - st->finished) : 0;
-    fprintf(stderr, "%s[%ld/%ld] %3.0f%% elapsed %02d:%02d ETA %02d:%02d  %-60.60s%s", tty ? "\r" : "", st->finished,
-            st->total, st->total ? 100.0 * st->finished / st->total : 100.0, (int)el / 60, (int)el % 60, (int)eta / 60,
-            (int)eta % 60, what, tty ? "" : "\n");
-    fflush(stderr);
+/* Progress on stderr (benchmarks/progress.h): the runner's counts, then the event. */
+static void progress(run_state *st, kvb_prog_kind kind, const char *what) {
+    st->prog.total = st->total, st->prog.finished = st->finished, st->prog.ran = st->ran;
+    kvb_progress_note(&st->prog, kind, what, now_s());
 }
 
 /* The fingerprint of cell cl on sample s (fingerprint.h). */
@@ -675,18 +686,21 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
     shared_prefill sp = {0};
-    char what[160];
+    char what[240];
+    snprintf(st->doing, sizeof st->doing, "%s #%s", t->name, s->id ? s->id : "");
+    double t_sample = now_s();
     char perr[512] = "";
     int prc = 0;
     if (n_todo && !rc) {
-        snprintf(what, sizeof what, "%s #%s: shared prefill", t->name, s->id ? s->id : "");
-        progress(st, what, 1);
+        snprintf(what, sizeof what, "%s: shared prefill", st->doing);
+        progress(st, KVB_PROG_BEGIN, what);
         prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
     }
+    long prompt_tokens = (long)sp.p.n;
     for (int i = 0; i < n_todo && rc == 0; i++) {
         const cell *cl = &st->cells[todo[i]];
-        snprintf(what, sizeof what, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
-        progress(st, what, 0);
+        snprintf(st->doing, sizeof st->doing, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
+        progress(st, KVB_PROG_STEP, st->doing);
         cell_result res = {0};
         char cerr[512] = "";
         int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
@@ -714,7 +728,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     if (n_todo) free_prefill(&sp);
     if (n_held && !rc) {
         snprintf(what, sizeof what, "%s #%s: judging %d predictions", t->name, s->id ? s->id : "", n_held);
-        progress(st, what, 0);
+        progress(st, KVB_PROG_STEP, what);
         rc = kvb_runner_judge_records(st->judge, t->judge, s, held, n_held, err, err_len);
     }
     for (int i = 0; i < n_held; i++) {
@@ -723,6 +737,12 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         cJSON_Delete(held[i]);
     }
     for (int k = 0; k < st->n_cells; k++) cJSON_Delete(fps[k]);
+    if (n_todo) {
+        kvb_hostload_sample(&st->load);
+        snprintf(what, sizeof what, "%s #%s: %d cells, %ld prompt tokens, %.1f s", t->name, s->id ? s->id : "", n_todo,
+                 prompt_tokens, now_s() - t_sample);
+        progress(st, KVB_PROG_END, what);
+    }
     return rc;
 }
 
@@ -801,11 +821,15 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
     st.t_start = now_s();
+    kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);
+    char run_json[1100];
+    snprintf(run_json, sizeof run_json, "%s/run.json", st.out_dir);
+    if (kvb_hostload_begin(&st.load, run_json, o->n_threads, err, err_len)) goto done;
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n; k++)
             if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;
-    progress(&st, "done", 1);
-    if (!o->quiet && isatty(2)) fputc('\n', stderr);
+    progress(&st, KVB_PROG_DONE, "done");
+    if (kvb_hostload_end(&st.load, run_json, err, err_len)) goto done;
     close(st.fd);
     st.fd = -1;
     if (kvb_report_write(st.out_dir, err, err_len)) goto done;

@@ -182,9 +182,10 @@ int cmd_bench(int argc, char **argv) {
     if (!m) return 1;
     for (int i = 0; i < n_rows; i++)
         if (rows[i].ctx + n_dec + 1 > m->cfg.n_ctx_train && eo.ctx.n_ctx == 0) {
+            int ctx_train = m->cfg.n_ctx_train; /* read before the model is freed */
             kvb_model_free(m);
             return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", rows[i].ctx,
-                            n_dec, m->cfg.n_ctx_train);
+                            n_dec, ctx_train);
         }
     char err[512];
     kvb_backend *probe = kvb_backend_create(eo.ctx.backend, eo.ctx.n_threads, err, sizeof err);

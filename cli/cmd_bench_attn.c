@@ -17,6 +17,6 @@ int cmd_bench_attn(int argc, char **argv) {
             puts("usage: kvbench bench-attention [options]: decode attention GB/s on the GPU (needs a CUDA build)");
             return 0;
         }
-    return cli_fail("bench-attention: this build has no CUDA backend (nvcc was not found at configure time)"), 1;
+    return cli_fail("bench-attention: no GPU: this build has no CUDA backend (nvcc was not found at configure time)"), 1;
 #endif
 }

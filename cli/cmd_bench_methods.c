@@ -108,6 +108,11 @@ int cmd_bench_methods(int argc, char **argv) {
         }
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
+    int ctx_train = m->cfg.n_ctx_train;
+    if (ctx_len + n_dec + 1 > ctx_train && eo.ctx.n_ctx == 0) { /* as plain bench: --ctx N goes beyond on purpose */
+        kvb_model_free(m);
+        return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", ctx_len, n_dec, ctx_train);
+    }
     int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);
     int rc = 1;

@@ -45,9 +45,11 @@
 static const char *HELP =
     "usage: kvbench calibrate round|omnikv|pod [--prompt-file F ...] [--samples 4] [--out-dir .] [--dry-run]\n"
     "\n"
-    "Runs a paper's analysis on calibration inputs, prints the curve, saves it as DIR/calibrate-KIND.csv and\n"
+    "Runs a paper's analysis on calibration inputs, prints the result, saves the curve as DIR/calibrate-KIND.csv\n"
+    "and its per-layer table as DIR/calibrate-KIND.md, and\n"
     "stores the result in the model's profile (keyed by the model's sha256, under $KVB_PROFILE_DIR or\n"
-    "~/.cache/kvbench/profiles), which the methods read unless a flag overrides it:\n"
+    "~/.cache/kvbench/profiles), which the methods read unless a flag overrides it (omnikv reads it only\n"
+    "with --method-opt layers=profile; its default is the paper's layers scaled to the model):\n"
     "  round   watershed layer lw (Round Attention: KL of round attention between layers)\n"
     "  omnikv  filter layers (OmniKV: attention mass later layers put on a layer's top-k tokens)\n"
     "  pod     layer blocks per KV head (PoD: head-wise JS similarity, greedy grouping)\n"
@@ -210,6 +212,20 @@ static int close_csv(FILE *f, const char *path) {
     return 0;
 }
 
+/* The per-layer table goes to DIR/calibrate-KIND.md, not stdout: ~30-90 lines would bury the result line. */
+static FILE *open_table(const cal_opts *o, char *path, size_t cap) {
+    snprintf(path, cap, "%s/calibrate-%s.md", o->out_dir, o->kind);
+    FILE *f = fopen(path, "w"); /* out_dir exists: open_csv made it */
+    if (!f) cli_fail("calibrate: cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static int close_table(FILE *f, const char *path) {
+    if (fclose(f)) return cli_fail("calibrate: cannot write %s: %s", path, strerror(errno));
+    printf("per-layer table: %s\n", path);
+    return 0;
+}
+
 static int store(const kvb_model *m, const cal_opts *o, cJSON *section) {
     char err[512], path[1024];
     int rc = 0;
@@ -273,12 +289,16 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
     FILE *f = open_csv(o, "", path, sizeof path);
     if (!f) { free(curve); return 1; }
     fprintf(f, "layer,mean_kl_to_later_layers\n");
-    printf("round attention: mean KL(P_q^l || P_q^l') over later layers l' (%d inputs)\n\n| layer | mean KL |\n|---|---|\n", n_in);
+    char tpath[1024];
+    FILE *t = open_table(o, tpath, sizeof tpath);
+    if (!t) { fclose(f); free(curve); return 1; }
+    fprintf(t, "round attention: mean KL(P_q^l || P_q^l') over later layers l' (%d inputs)\n\n| layer | mean KL |\n|---|---|\n", n_in);
     for (int l = 0; l < L - 1; l++) {
         fprintf(f, "%d,%.6f\n", l, curve[l]);
-        printf("| %d | %.4f%s |\n", l, curve[l], l == w ? " <- watershed" : "");
+        fprintf(t, "| %d | %.4f%s |\n", l, curve[l], l == w ? " <- watershed" : "");
     }
     rc = close_csv(f, path);
+    if (close_table(t, tpath)) rc = 1;
     printf("\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers\n",
            w, o->frac, mx, w + 1, L);
     cJSON *s = base_section(o, n_in);
@@ -316,15 +336,19 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
     fprintf(f, "layer,filter_ability\n");
     char span[48] = "all later layers";
     if (o->span > 0) snprintf(span, sizeof span, "the next %ld layers", o->span);
-    printf("filter ability: mean attention mass %s put on a layer's top %.0f%% tokens (%d inputs)\n\n"
-           "| layer | ability |\n|---|---|\n", span, 100 * o->topk, n_in);
+    char tpath[1024];
+    FILE *t = open_table(o, tpath, sizeof tpath);
+    if (!t) { fclose(f); free(ab); return 1; }
+    fprintf(t, "filter ability: mean attention mass %s put on a layer's top %.0f%% tokens (%d inputs)\n\n"
+               "| layer | ability |\n|---|---|\n", span, 100 * o->topk, n_in);
     for (int l = 0; l < L - 1; l++) {
         int chosen = 0;
         for (int k = 0; k < nf; k++) chosen |= layers[k] == l;
         fprintf(f, "%d,%.6f\n", l, ab[l]);
-        printf("| %d | %.4f%s |\n", l, ab[l], chosen ? " <- filter" : "");
+        fprintf(t, "| %d | %.4f%s |\n", l, ab[l], chosen ? " <- filter" : "");
     }
     rc = close_csv(f, path);
+    if (close_table(t, tpath)) rc = 1;
     printf("\nfilter layers:");
     for (int k = 0; k < nf; k++) printf("%s%d", k ? ";" : " ", layers[k]);
     printf(" (highest ability among layers 1..%d, no two adjacent)\n", L - 3);
@@ -391,16 +415,20 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
         for (int64_t k = 0; k < (int64_t)HK * L * L; k++) sim[k] = 1.0 - sim[k] / rows;
         rc = write_pod_csv(o, sim, L, HK);
     }
-    if (rc) { free(sim); free(bases); return rc; }
-    printf("head-wise similarity of consecutive layers (1 - mean JS, %d inputs x %ld queries)\n\n| layer |", n_in, o->q);
-    for (int g = 0; g < HK; g++) printf(" kv%d |", g);
-    printf("\n|---|");
-    for (int g = 0; g < HK; g++) printf("---|");
+    char tpath[1024];
+    FILE *t = rc ? NULL : open_table(o, tpath, sizeof tpath);
+    if (!t) { free(sim); free(bases); return 1; }
+    fprintf(t, "head-wise similarity of consecutive layers (1 - mean JS, %d inputs x %ld queries)\n\n| layer |", n_in, o->q);
+    for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
+    fprintf(t, "\n|---|");
+    for (int g = 0; g < HK; g++) fprintf(t, "---|");
     for (int l = 1; l < L; l++) {
-        printf("\n| %d-%d |", l - 1, l);
-        for (int g = 0; g < HK; g++) printf(" %.3f |", sim[((int64_t)g * L + l) * L + l - 1]);
+        fprintf(t, "\n| %d-%d |", l - 1, l);
+        for (int g = 0; g < HK; g++) fprintf(t, " %.3f |", sim[((int64_t)g * L + l) * L + l - 1]);
     }
-    printf("\n\nblocks (delta %.2f):\n", o->delta);
+    fputc('\n', t);
+    if (close_table(t, tpath)) { free(sim); free(bases); return 1; }
+    printf("\nblocks (delta %.2f):\n", o->delta);
     cJSON *b = cJSON_CreateArray(), *curve = cJSON_CreateArray(), *saving = cJSON_CreateArray();
     double *cons = malloc((size_t)L * sizeof *cons);
     for (int g = 0; g < HK && cons; g++) {

@@ -226,6 +226,7 @@ int cmd_generate(int argc, char **argv) {
     tok_stream ts;
     tok_stream_init(&ts);
     int n_out = 0, n_steps = 0; /* tokens generated; decode forward passes (each generated token but the last) */
+    int32_t first_eog = -1;     /* the end-of-generation token, when it came first */
     double t1 = cli_now();
     if (show_ids) fprintf(stderr, "generated ids:");
     while (n_out < n_gen) {
@@ -233,7 +234,10 @@ int cmd_generate(int argc, char **argv) {
         int32_t next = sampler_sample(&smp, ctx->logits);
         prof_end(ctx->prof, PROF_SAMPLE, -1, 1, 0);
         if (show_ids) fprintf(stderr, " %d", next);
-        if (!ignore_eos && tok_is_eog(m->tok, next)) break;
+        if (!ignore_eos && tok_is_eog(m->tok, next)) {
+            if (n_out == 0) first_eog = next;
+            break;
+        }
         n_out++;
         char piece[256];
         int np = tok_stream_push(&ts, m->tok, next, piece, sizeof piece);
@@ -255,6 +259,10 @@ int cmd_generate(int argc, char **argv) {
     }
     double t_decode = cli_now() - t1;
     if (show_ids) fputc('\n', stderr);
+    /* an instruct model given a bare prompt often ends at once: say so instead of printing nothing */
+    if (first_eog >= 0)
+        fprintf(stderr, "generate: the model's first token is end of generation (token %d)%s\n", first_eog,
+                chat ? "" : "; an instruct model may need --chat (its chat template), or --ignore-eos");
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "\nprefill: %d tokens in %.1f ms (%.1f tok/s)\n", n_ids, t_prefill * 1e3, n_ids / t_prefill);

@@ -26,10 +26,38 @@ static void md(FILE *f, const char *s) {
     }
 }
 
+/* "snapkv@30% (KV 31%)": the budget asked for and the device KV measured after prefill (% of full), so
+ * rows that held different memory are never read as equal-memory rows. Full rows stay "full@full". */
 static void row_name(FILE *f, const kvb_row *r) {
     md(f, r->method);
     fputc('@', f);
     md(f, r->budget);
+    if (!kvb_row_is_full(r) && isfinite(r->kv_device_pct)) fprintf(f, " (KV %.0f%%)", r->kv_device_pct);
+}
+
+/* Full attention below this mean score on a task: the model cannot do the task, so differences between
+ * methods there measure nothing. */
+#define UNINFORMATIVE_BELOW 0.2
+
+/* One line naming the tasks full attention scores below UNINFORMATIVE_BELOW on (nothing when none). */
+static void uninformative_note(const kvb_summary *s, FILE *f) {
+    int n = 0;
+    for (int j = 0; j < s->n_cols; j++) {
+        const kvb_cell *rc = kvb_summary_at(s, s->ref_row, j);
+        if (!rc || !rc->n_scored || !(rc->mean < UNINFORMATIVE_BELOW)) continue;
+        fputs(n++ ? ", " : "\n**Uninformative for this model:** ", f);
+        md(f, s->cols[j].task), fprintf(f, " (full scores %.1f)", 100 * rc->mean);
+    }
+    if (n) fprintf(f, ". Full attention scores below %.0f there, so the model cannot do %s and the methods' scores on %s "
+                      "measure nothing.\n", 100 * UNINFORMATIVE_BELOW, n > 1 ? "these tasks" : "this task", n > 1 ? "them" : "it");
+}
+
+/* One line warning that the machine was busier than its cores while the run ran (nothing otherwise). */
+static void load_warning(const kvb_run *run, FILE *f) {
+    if (!run->n_load_sessions || !run->cpus || !(run->load_max > run->cpus)) return;
+    fprintf(f, "\n**Warning: timings taken under load.** The 1-minute load average reached %.2f on %d CPUs (%d threads "
+               "for the run) while it ran: other processes shared the cores, so TTFT, ms/token and speedups are not "
+               "reliable; re-run on an idle machine to measure them.\n", run->load_max, run->cpus, run->threads);
 }
 
 /* A difference in points, one decimal, with a real minus sign: "+1.0", "−2.1". */
@@ -166,6 +194,7 @@ void kvb_report_main_table(const kvb_summary *s, FILE *f) {
         if (i != s->ref_row && isfinite(avg) && isfinite(ref)) fputs(" (", f), delta(f, avg - ref), fputc(')', f);
         fputs(" |\n", f);
     }
+    uninformative_note(s, f);
     fputs("\nColumns by benchmark:", f);
     for (int j = 0; j < s->n_cols; j++) {
         int first = !j || strcmp(s->cols[j].benchmark, s->cols[j - 1].benchmark);
@@ -458,8 +487,9 @@ static int niah_write(const kvb_run *run, const kvb_summary *s, char names[][160
         names[i][0] = 0;
         if (!nx || !niah_grid(run, s, i, xs, nx, ys, ny, grid, v)) continue;
         niah_name(names, i, &s->rows[i]);
-        char title[200];
-        snprintf(title, sizeof title, "Needle in a haystack: %s@%s (score x100)", s->rows[i].method, s->rows[i].budget);
+        char title[200], kv[32] = "";
+        if (!kvb_row_is_full(&s->rows[i]) && isfinite(s->rows[i].kv_device_pct)) snprintf(kv, sizeof kv, " (KV %.0f%%)", s->rows[i].kv_device_pct);
+        snprintf(title, sizeof title, "Needle in a haystack: %s@%s%s, score x100", s->rows[i].method, s->rows[i].budget, kv);
         rc = write_svg(run->dir, names[i], kvb_svg_heatmap(title, "context length (tokens)", "needle depth (%)", nx, xs, ny, ys, v),
                        err, err_len);
     }
@@ -469,32 +499,45 @@ static int niah_write(const kvb_run *run, const kvb_summary *s, char names[][160
 
 /* ---- accuracy vs budget, latency vs context ---- */
 
-static int percent_row(const kvb_summary *s, int i, double *pct) {
-    return i != s->ref_row && kvb_rbudget_parse(s->rows[i].budget, pct) == KVB_RB_PERCENT;
+/* A row the budget chart plots: a compressing method with a measured device KV %. */
+static int plotted_row(const kvb_summary *s, int i) {
+    return i != s->ref_row && !kvb_row_is_full(&s->rows[i]) && isfinite(s->rows[i].kv_device_pct);
 }
 
-/* One series per method with % budgets (points in budget order: rows are sorted so), full as a reference
- * line. 1 written, 0 nothing to draw, -1 error. */
+/* One series per method, its points at the device KV each row really held (not the budget asked for: a
+ * method that held 78% at "30%" is drawn at 78%), sorted by it; full as a reference line. 1 written, 0
+ * nothing to draw, -1 error. */
 static int budget_chart(const kvb_run *run, const kvb_summary *s, char *err, size_t err_len) {
     kvb_svg_series *se = calloc((size_t)s->n_rows + 1, sizeof *se);
-    double *x = malloc(((size_t)s->n_rows + 1) * sizeof *x), *y = malloc(((size_t)s->n_rows + 1) * sizeof *y), pct;
+    double *x = malloc(((size_t)s->n_rows + 1) * sizeof *x), *y = malloc(((size_t)s->n_rows + 1) * sizeof *y);
     int n_se = 0, n_pts = 0, rc = se && x && y ? 0 : ERR("out of memory");
     if (!rc && s->ref_row >= 0) se[n_se++] = (kvb_svg_series){"full (reference)", NULL, NULL, 0, row_avg(s, s->ref_row, NULL)};
     int first = n_se;
     for (int i = 0; !rc && i < s->n_rows; i++) {
-        if (!percent_row(s, i, &pct)) continue;
+        if (!plotted_row(s, i) || !isfinite(row_avg(s, i, NULL))) continue;
         int k = first;
         while (k < n_se && strcmp(se[k].name, s->rows[i].method)) k++;
         if (k == n_se) se[n_se++] = (kvb_svg_series){s->rows[i].method, NULL, NULL, 0, NAN};
     }
     for (int k = first; !rc && k < n_se; k++) {
-        se[k].x = x + n_pts, se[k].y = y + n_pts;
-        for (int i = 0; i < s->n_rows; i++)
-            if (percent_row(s, i, &pct) && !strcmp(s->rows[i].method, se[k].name))
-                x[n_pts] = pct, y[n_pts] = row_avg(s, i, NULL), n_pts++, se[k].n++;
+        double *sx = x + n_pts, *sy = y + n_pts;
+        se[k].x = sx, se[k].y = sy;
+        for (int i = 0; i < s->n_rows; i++) {
+            double avg = row_avg(s, i, NULL), kv = s->rows[i].kv_device_pct;
+            if (!plotted_row(s, i) || !isfinite(avg) || strcmp(s->rows[i].method, se[k].name)) continue;
+            int at = se[k].n++; /* insertion by measured KV: the polyline runs left to right */
+            for (; at > 0 && sx[at - 1] > kv; at--) {
+                sx[at] = sx[at - 1];
+                sy[at] = sy[at - 1];
+            }
+            sx[at] = kv;
+            sy[at] = avg;
+            n_pts++;
+        }
     }
     if (!rc && n_pts) {
-        kvb_svg_chart c = {"Accuracy vs KV budget", "KV budget (% of full)", "Avg score (x100)", 0, 0, 100, 0, 100, se, n_se};
+        kvb_svg_chart c = {"Accuracy vs measured KV", "device KV held after prefill (% of full, measured)", "Avg score (x100)",
+                           0, 0, 100, 0, 100, se, n_se};
         rc = write_svg(run->dir, "accuracy-vs-budget.svg", kvb_svg_line_chart(&c), err, err_len);
     }
     free(se), free(x), free(y);
@@ -533,7 +576,10 @@ static int latency_chart(const kvb_run *run, const kvb_summary *s, char *err, si
     for (int i = 0, used = 0; !rc && i < s->n_rows; i++) {
         int n = latency_points(run, s, i, x + used, y + used);
         if (!n) continue;
-        snprintf(names[n_se], 160, "%s@%s", s->rows[i].method, s->rows[i].budget);
+        const kvb_row *r = &s->rows[i];
+        if (!kvb_row_is_full(r) && isfinite(r->kv_device_pct))
+            snprintf(names[n_se], 160, "%s@%s (KV %.0f%%)", r->method, r->budget, r->kv_device_pct);
+        else snprintf(names[n_se], 160, "%s@%s", r->method, r->budget);
         se[n_se] = (kvb_svg_series){names[n_se], x + used, y + used, n, NAN};
         n_se++;
         used += n;
@@ -560,12 +606,19 @@ static void md_header(const kvb_run *run, const kvb_summary *s, FILE *f) {
     if (run->n_torn) fprintf(f, " (warning: %d torn last line ignored)", run->n_torn);
     if (s->n_duplicates) fprintf(f, " (warning: %zu duplicate records, the last of each kept)", s->n_duplicates);
     fputs(" |\n", f);
+    if (run->n_load_sessions) {
+        fprintf(f, "| CPUs, threads | %d, %d |\n| load average (1 min) | ", run->cpus, run->threads);
+        num(f, "%.2f at start", run->load_start), fputs(", ", f), num(f, "%.2f at most", run->load_max);
+        fprintf(f, " (%d session%s) |\n", run->n_load_sessions, run->n_load_sessions > 1 ? "s" : "");
+    }
+    load_warning(run, f);
 }
 
 static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160], int have_budget, int have_latency, FILE *f) {
     md_header(run, s, f);
     fprintf(f, "\n## Scores\n\nScore x100: mean ± half-width of the 95%% bootstrap interval (%d resamples, fixed seed; "
-               "bounds in summary.csv). (±d): difference to %s, before rounding. Avg: mean of the task means.\n\n",
+               "bounds in summary.csv). (±d): difference to %s, before rounding. Avg: mean of the task means. Rows: method@budget asked for, "
+               "(KV n%%) the device KV it held after prefill, measured, as %% of full attention's.\n\n",
             KVB_BOOT_RESAMPLES, s->ref_row >= 0 ? "full attention on the same task" : "full attention (none in this run)");
     kvb_report_main_table(s, f);
     fputs("\n## Efficiency\n\nMeans over samples that ran; KV bytes as measured in the run. % of full: device KV after "
@@ -639,6 +692,7 @@ int kvb_report_print_main(const char *run_dir, FILE *out, char *err, size_t err_
     kvb_report_main_table(&s, out);
     fputc('\n', out);
     kvb_report_efficiency_table(&run, &s, out);
+    load_warning(&run, out);
     if (run.n_torn) fprintf(out, "\nwarning: %s/results.jsonl: a torn last line (cut by a crash) was ignored\n", run_dir);
     if (s.n_duplicates) fprintf(out, "\nwarning: %zu duplicate records, the last of each kept\n", s.n_duplicates);
     fprintf(out, "\n(%s/report.md, %s/summary.csv)\n", run_dir, run_dir);

@@ -111,6 +111,33 @@ static int blank(const char *s) {
     return !*s;
 }
 
+/* "host_load": sessions of {cpus, threads, load_start, load_max, load_end}; a number field may be null. */
+static int load_host_load(kvb_run *run, const cJSON *m, const char *path, char *err, size_t err_len) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(m, "host_load"), *s;
+    run->load_start = run->load_max = NAN;
+    if (!arr || cJSON_IsNull(arr)) return 0;
+    if (!cJSON_IsArray(arr)) return ERR("%s: field \"host_load\" is not an array", path);
+    cJSON_ArrayForEach(s, arr) {
+        static const char *const keys[] = {"cpus", "threads", "load_start", "load_max", "load_end"};
+        double v[5];
+        if (!cJSON_IsObject(s)) return ERR("%s: a \"host_load\" entry is not an object", path);
+        for (int k = 0; k < 5; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, keys[k]);
+            v[k] = NAN;
+            if (!x || cJSON_IsNull(x)) continue;
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0)
+                return ERR("%s: \"host_load\" field \"%s\" is not a non-negative number", path, keys[k]);
+            v[k] = x->valuedouble;
+        }
+        if (isfinite(v[0]) && v[0] > run->cpus) run->cpus = (int)v[0];
+        if (isfinite(v[1]) && v[1] > run->threads) run->threads = (int)v[1];
+        if (!run->n_load_sessions++) run->load_start = v[2];
+        for (int k = 2; k < 5; k++)
+            if (isfinite(v[k]) && !(v[k] <= run->load_max)) run->load_max = v[k];
+    }
+    return 0;
+}
+
 static int load_meta(kvb_run *run, const char *path, char *err, size_t err_len) {
     char *text = kvb_read_file(path, NULL, err, err_len);
     if (!text) return -1;
@@ -128,6 +155,7 @@ static int load_meta(kvb_run *run, const char *path, char *err, size_t err_len) 
         if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) rc = ERR("%s: field \"%s\" is not a string", path, keys[i]);
         else if (cJSON_IsString(v) && !(*out[i] = strdup(v->valuestring))) rc = ERR("%s: out of memory", path);
     }
+    if (!rc) rc = load_host_load(run, m, path, err, err_len);
     cJSON_Delete(m);
     return rc;
 }
@@ -249,7 +277,7 @@ static int cmp_pair(const void *pa, const void *pb) {
 
 static int cmp_row_order(const void *pa, const void *pb) {
     const name_line *x = pa, *y = pb;
-    kvb_row rx = {x->a, x->b}, ry = {y->a, y->b};
+    kvb_row rx = {x->a, x->b, NAN}, ry = {y->a, y->b, NAN};
     int fx = kvb_row_is_full(&rx), fy = kvb_row_is_full(&ry);
     if (fx != fy) return fy - fx;
     if (fx && strcmp(x->a, y->a)) return strcmp(x->a, "full") ? 1 : -1; /* full before its alias flash */
@@ -295,7 +323,7 @@ static int build_rows(const kvb_run *run, kvb_summary *s) {
     int n = unique_pairs(v, s->n_cells);
     qsort(v, (size_t)n, sizeof *v, cmp_row_order);
     s->rows = calloc((size_t)n + 1, sizeof *s->rows);
-    for (int i = 0; s->rows && i < n; i++) s->rows[i] = (kvb_row){v[i].a, v[i].b};
+    for (int i = 0; s->rows && i < n; i++) s->rows[i] = (kvb_row){v[i].a, v[i].b, NAN};
     s->n_rows = s->rows ? n : 0;
     s->ref_row = s->n_rows && kvb_row_is_full(&s->rows[0]) ? 0 : -1;
     free(v);
@@ -372,6 +400,23 @@ static int cell_stats(const kvb_run *run, kvb_cell *c) {
     return 0;
 }
 
+/* Each row's measured device KV, % of full (see kvb_row). */
+static void row_kv(const kvb_run *run, kvb_summary *s) {
+    for (int i = 0; i < s->n_rows; i++) {
+        double sum = 0;
+        size_t n = 0;
+        for (int j = 0; j < s->n_cols; j++) {
+            const kvb_cell *c = kvb_summary_at(s, i, j);
+            for (size_t k = 0; c && k < c->n; k++) {
+                const kvb_record *r = &run->rec[c->rec[k]];
+                if (r->error || !isfinite(r->kv_device_bytes) || !(r->kv_full_bytes > 0)) continue;
+                sum += 100 * r->kv_device_bytes / r->kv_full_bytes, n++;
+            }
+        }
+        s->rows[i].kv_device_pct = n ? sum / (double)n : NAN;
+    }
+}
+
 /* Cut the sorted records into cells, keeping only the last of records with the same sample_id. */
 static int cut_cells(const kvb_run *run, const kvb_record **sorted, kvb_summary *s) {
     s->cells = calloc(run->n_rec + 1, sizeof *s->cells);
@@ -407,6 +452,7 @@ int kvb_summary_build(const kvb_run *run, kvb_summary *s, char *err, size_t err_
     if (!rc) rc = build_cols(run, s);
     if (!rc) rc = place_cells(s);
     for (int i = 0; !rc && i < s->n_cells; i++) rc = cell_stats(run, &s->cells[i]);
+    if (!rc) row_kv(run, s);
     if (rc) {
         kvb_summary_free(s);
         return ERR("%s: out of memory summarising %zu records", run->dir, run->n_rec);

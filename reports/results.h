@@ -32,6 +32,9 @@ typedef struct {
     kvb_record *rec;
     size_t n_rec;
     int n_torn; /* a last line without '\n' (cut by a crash), ignored */
+    /* run.json's "host_load" sessions (benchmarks/hostload.h): 0 sessions when absent (older runs) */
+    int n_load_sessions, cpus, threads; /* cpus, threads: the largest of any session */
+    double load_start, load_max;        /* 1-minute load average: the first session's start; the largest seen; NAN if none */
 } kvb_run;
 
 /* Load RUN_DIR/run.json and RUN_DIR/results.jsonl. 0, or -1 + "path:LINE: why" (run is then empty). */
@@ -58,7 +61,10 @@ typedef struct {
     double kv_device_mib, kv_device_end_mib, kv_host_mib, kv_full_mib, moved_mib;
 } kvb_cell;
 
-typedef struct { const char *method, *budget; } kvb_row;     /* a method@budget row */
+/* A method@budget row. kv_device_pct: the device KV it really held after prefill, % of full attention's KV
+ * (mean over the samples that ran, from the records' measured bytes); NAN when no record measured it. Rows
+ * are labelled and plotted by it: a budget is what was asked, this is what was held. */
+typedef struct { const char *method, *budget; double kv_device_pct; } kvb_row;
 typedef struct { const char *benchmark, *task; } kvb_col;    /* a task column */
 
 /* A run's cells on a grid: rows ordered full-attention reference first, then by budget (% ascending, then

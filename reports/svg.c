@@ -28,6 +28,14 @@ static void text(FILE *f, double x, double y, const char *anchor, const char *ex
     fputs("</text>\n", f);
 }
 
+/* Width in pixels a bold 15 px sans-serif title needs: 0.62 em per character (UTF-8 continuation bytes do
+ * not count), a generous average for Latin text, plus margins. */
+static int title_px(const char *title) {
+    int n = 0;
+    for (const char *p = title; p && *p; p++) n += ((unsigned char)*p & 0xC0) != 0x80;
+    return (int)ceil(n * 15 * 0.62) + 40;
+}
+
 static void open_doc(FILE *f, int w, int h, const char *title) {
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
@@ -128,7 +136,30 @@ static void data_range(const kvb_svg_chart *c, double *xlo, double *xhi, double 
     }
 }
 
-static void draw_series(FILE *f, const frame *fr, const axis *ax, const axis *ay, const kvb_svg_series *se, const char *color) {
+/* Series k's point marker: hollow, a shape and size of its own (circle, square, triangle, diamond, inverted
+ * triangle; smaller for later series), so points of several series at the same place stay visible as nested
+ * outlines instead of the last one covering the others. */
+static void marker(FILE *f, int k, double x, double y, const char *color) {
+    double r = 7.0 - 1.0 * (k % 5);
+    fprintf(f, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" d=\"", color);
+    switch (k % 5) {
+    case 0: fprintf(f, "M%.2f,%.2f a%.2f,%.2f 0 1,0 %.2f,0 a%.2f,%.2f 0 1,0 %.2f,0", x - r, y, r, r, 2 * r, r, r, -2 * r); break;
+    case 1: fprintf(f, "M%.2f,%.2f h%.2f v%.2f h%.2f Z", x - r, y - r, 2 * r, 2 * r, -2 * r); break;
+    case 2: fprintf(f, "M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z", x, y - r, x + r, y + r * 0.8, x - r, y + r * 0.8); break;
+    case 3: fprintf(f, "M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z", x, y - r, x + r, y, x, y + r, x - r, y); break;
+    default: fprintf(f, "M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z", x, y + r, x + r, y - r * 0.8, x - r, y - r * 0.8); break;
+    }
+    fputs("\"", f);
+}
+
+/* Points of a series that can be drawn (finite, and positive on a log2 x axis). */
+static int drawn_points(const kvb_svg_series *se, int x_log2) {
+    int n = 0;
+    for (int i = 0; i < se->n; i++) n += isfinite(se->x[i]) && isfinite(se->y[i]) && (!x_log2 || se->x[i] > 0);
+    return n;
+}
+
+static void draw_series(FILE *f, const frame *fr, const axis *ax, const axis *ay, const kvb_svg_series *se, int k, const char *color) {
     if (se->n == 0) {
         if (!isfinite(se->hline)) return;
         double y = py(fr, ay, se->hline);
@@ -136,26 +167,38 @@ static void draw_series(FILE *f, const frame *fr, const axis *ax, const axis *ay
                 fr->left, y, fr->right, y, color);
         return;
     }
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
-    for (int i = 0; i < se->n; i++)
-        if (isfinite(se->x[i]) && isfinite(se->y[i]) && (!ax->log2 || se->x[i] > 0))
-            fprintf(f, "%.2f,%.2f ", px(fr, ax, se->x[i]), py(fr, ay, se->y[i]));
-    fputs("\"/>\n", f);
+    if (drawn_points(se, ax->log2) >= 2) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+        for (int i = 0; i < se->n; i++)
+            if (isfinite(se->x[i]) && isfinite(se->y[i]) && (!ax->log2 || se->x[i] > 0))
+                fprintf(f, "%.2f,%.2f ", px(fr, ax, se->x[i]), py(fr, ay, se->y[i]));
+        fputs("\"/>\n", f);
+    }
     for (int i = 0; i < se->n; i++) {
         if (!isfinite(se->x[i]) || !isfinite(se->y[i]) || (ax->log2 && se->x[i] <= 0)) continue;
-        fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"%s\"><title>", px(fr, ax, se->x[i]), py(fr, ay, se->y[i]), color);
+        marker(f, k, px(fr, ax, se->x[i]), py(fr, ay, se->y[i]), color);
+        fputs("><title>", f);
         esc(f, se->name);
-        fprintf(f, ": (%g, %.3g)</title></circle>\n", se->x[i], se->y[i]);
+        fprintf(f, ": (%g, %.3g)</title></path>\n", se->x[i], se->y[i]);
     }
 }
 
+/* The legend shows what the plot shows: a dashed line for a reference line, a marker for points, a line
+ * through the marker only when the series has a line; series with nothing drawn are left out. */
 static void draw_legend(FILE *f, const frame *fr, const kvb_svg_chart *c) {
     double x = fr->right + 16, y = fr->top + 8;
-    for (int s = 0; s < c->n_series; s++, y += 20) {
+    for (int s = 0; s < c->n_series; s++) {
+        const kvb_svg_series *se = &c->series[s];
         const char *color = PALETTE[s % N_PALETTE];
-        fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x, y, x + 22,
-                y, color, c->series[s].n == 0 ? " stroke-dasharray=\"6 4\"" : "");
-        text(f, x + 28, y + 4, "start", NULL, c->series[s].name);
+        int pts = drawn_points(se, c->x_log2);
+        if (se->n == 0 && !isfinite(se->hline)) continue;
+        if (se->n > 0 && pts == 0) continue;
+        if (se->n == 0 || pts >= 2)
+            fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x, y,
+                    x + 22, y, color, se->n == 0 ? " stroke-dasharray=\"6 4\"" : "");
+        if (pts) marker(f, s, x + 11, y, color), fputs("/>\n", f);
+        text(f, x + 28, y + 4, "start", NULL, se->name);
+        y += 20;
     }
 }
 
@@ -172,7 +215,7 @@ char *kvb_svg_line_chart(const kvb_svg_chart *c) {
     axis ay = linear_axis(ylo, yhi, c->y_min, c->y_max);
     open_doc(f, w, h, c->title);
     draw_axes(f, &fr, &ax, &ay, c);
-    for (int s = 0; s < c->n_series; s++) draw_series(f, &fr, &ax, &ay, &c->series[s], PALETTE[s % N_PALETTE]);
+    for (int s = 0; s < c->n_series; s++) draw_series(f, &fr, &ax, &ay, &c->series[s], s, PALETTE[s % N_PALETTE]);
     draw_legend(f, &fr, c);
     return close_doc(f, &buf);
 }
@@ -224,9 +267,15 @@ char *kvb_svg_heatmap(const char *title, const char *x_label, const char *y_labe
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    const double cw = 64, ch = 30, left = 90, top = 50;
+    /* rows at least 30 px, and the grid at least 110 px tall so the rotated y label and the colour bar fit */
+    const double cw = 64, ch = ny > 0 && ny * 30 < 110 ? 110.0 / ny : 30, top = 50;
+    double left = 90;
     int w = (int)(left + nx * cw + 90), h = (int)(top + (ny * ch > 100 ? ny * ch : 100) + 70);
     if (w < 360) w = 360;
+    if (w < title_px(title)) { /* a long method@budget must not clip the title: widen, keep the grid centred */
+        left += (title_px(title) - w) / 2.0;
+        w = title_px(title);
+    }
     open_doc(f, w, h, title);
     heat_cells(f, left, top, cw, ch, nx, ny, v);
     char lab[32];

@@ -38,10 +38,26 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if [ ! -f build/CMakeCache.txt ]; then
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVB_WERROR=ON >/dev/null
 fi
-cmake --build build -j"$jobs" >/dev/null || { cmake --build build -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
+# A first build takes minutes on 2 cores: show its progress without the compiler's lines (they go to DIR/build.log).
+# On a terminal one line is rewritten in place; in a log, a line every 10%.
+build_dir() {
+    local dir=$1 log=$1/build.log show
+    echo "setup: building $dir (compiler output in $log)" >&2
+    if [ -t 2 ]; then
+        show='/^\[ *[0-9]+%\]/ { printf "\rsetup: %-90.90s", $0; fflush() } END { printf "\n" }'
+    else
+        show='/^\[ *[0-9]+%\]/ { p = substr($0, 2, 3) + 0; if (p >= next_p) { print "setup: " $0; next_p = p - p % 10 + 10; fflush() } }'
+    fi
+    if ! cmake --build "$dir" -j"$jobs" 2>&1 | tee "$log" | awk "$show" >&2; then
+        grep -E "error|warning" "$log" | head -20 >&2
+        echo "setup: building $dir failed (whole output: $log)" >&2
+        exit 1
+    fi
+}
+build_dir build
 if [ "$sanitize" = 1 ]; then
     if [ ! -f build-asan/CMakeCache.txt ]; then
         cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVB_SANITIZE=ON -DKVB_WERROR=ON -DKVB_CUDA=off >/dev/null
     fi
-    cmake --build build-asan -j"$jobs" >/dev/null || { cmake --build build-asan -j1 2>&1 | grep -E "error|warning" | head -20; exit 1; }
+    build_dir build-asan
 fi

@@ -277,6 +277,13 @@ static void test_calibrate_writes_profiles_the_methods_run_from(void) {
         char *text = util_read_file(csv, NULL);
         CU_ASSERT(text && count_lines(text) >= 29); /* header + a row per layer of the 30-layer model */
         free(text);
+        /* the per-layer table is in a file; stdout keeps the result lines and the paths */
+        snprintf(csv, sizeof csv, "%s/csv/calibrate-%s.md", tmp_dir, kinds[k]);
+        text = util_read_file(csv, NULL);
+        CU_ASSERT(text && count_lines(text) >= 29 && strstr(text, "| 12"));
+        free(text);
+        CU_ASSERT(count_lines(r->out) <= 10 && strstr(r->out, "per-layer table:") && !strstr(r->out, "| 12"));
+        if (count_lines(r->out) > 10) fprintf(stderr, "\n  %s stdout: %s\n", kinds[k], r->out);
     }
     CU_ASSERT(strstr(r->out, "kv head 2:") && strstr(r->out, "key saving"));
     cJSON *j = load_profile(prof);
@@ -305,8 +312,15 @@ static void test_calibrate_writes_profiles_the_methods_run_from(void) {
     snprintf(want, sizeof want, "lw=%d ", lw ? lw->valueint : -1);
     run(r, prof, "generate --method round --budget 30% -n 4 --prompt hi --threads 2");
     CU_ASSERT(r->exit_code == 0 && strstr(r->err, want));
+    /* omnikv: the paper's layers scaled to 30 layers by default (as the quick suite pins), the profile on request */
     run(r, prof, "generate --method omnikv --budget 100% -n 2 --prompt hi --threads 2");
-    CU_ASSERT(r->exit_code == 0 && strstr(r->err, "layers="));
+    CU_ASSERT(r->exit_code == 0 && strstr(r->err, "layers=2;8;17 "));
+    char want_l[64] = "layers=";
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++)
+        snprintf(want_l + strlen(want_l), sizeof want_l - strlen(want_l), "%s%d", i ? ";" : "", cJSON_GetArrayItem(layers, i)->valueint);
+    strcat(want_l, " ");
+    run(r, prof, "generate --method omnikv --method-opt layers=profile --budget 100% -n 2 --prompt hi --threads 2");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->err, want_l));
     run(r, prof, "generate --method pod --budget 30% -n 2 --prompt hi --threads 2");
     CU_ASSERT(r->exit_code == 0 && strstr(r->err, "blocks=profile"));
     cJSON_Delete(j);

@@ -124,6 +124,13 @@ static void test_prompt_longer_than_context_is_reported(void) {
                          "context");
 }
 
+/* bench --method refuses a context beyond the model's 8192 tokens, as plain bench does, before any work. */
+static void test_bench_method_refuses_contexts_beyond_the_model(void) {
+    if (!have_model) return;
+    expect_clean_failure("bench --model default --method snapkv --budget 30% --ctx-len 9000", "exceeds the model's context of 8192");
+    expect_clean_failure("bench --model default --contexts 9000", "exceeds the model's context of 8192");
+}
+
 static void test_invalid_utf8_prompt_is_reported(void) {
     if (!have_model) return;
     write_bytes("/tmp/kvb_bad_utf8.txt", "hello \xff\xfe world", 14);
@@ -178,6 +185,32 @@ static void test_generate_chat_produces_text_and_speed(void) {
     CU_ASSERT(r->exit_code == 0);
     CU_ASSERT(strlen(r->out) > 2);
     free(r);
+}
+
+/* A bare prompt the instruct model answers with end of generation at once: generate says so (and how to get
+ * text) instead of printing nothing; an ordinary prompt gets no such line. */
+static void test_generate_says_when_the_first_token_ends_generation(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    run(r, "generate --model default --special -n 4 --prompt \"$(printf '<|im_start|>user\\nSay OK.<|im_end|>\\n"
+           "<|im_start|>assistant\\nOK.')\"");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->err, "first token is end of generation") && strstr(r->err, "--chat"));
+    CU_ASSERT(strstr(r->err, "0 tokens generated") != NULL);
+    run(r, "generate --model default --prompt 'The capital of France is' -n 2");
+    CU_ASSERT(r->exit_code == 0 && !strstr(r->err, "end of generation"));
+    free(r);
+}
+
+/* --backend cuda where there is no GPU (a CPU-only build, or no device) is one line saying "no GPU". */
+static void test_backend_cuda_without_a_gpu_says_no_gpu(void) {
+    if (!have_model) return;
+    run_result *r = malloc(sizeof *r);
+    run(r, "generate --model default --prompt hi -n 1 --backend cuda");
+    int gpu = r->exit_code == 0;
+    free(r);
+    if (gpu) return; /* a CUDA build on a GPU machine: nothing to refuse */
+    expect_clean_failure("generate --model default --prompt hi -n 1 --backend cuda", "no GPU");
 }
 
 static void test_profile_and_trace_are_written(void) {
@@ -252,6 +285,9 @@ int main(void) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);
     CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);
+    CU_add_test(s, "generate says when the first token ends generation", test_generate_says_when_the_first_token_ends_generation);
+    CU_add_test(s, "--backend cuda without a GPU says no GPU", test_backend_cuda_without_a_gpu_says_no_gpu);
+    CU_add_test(s, "bench --method refuses contexts beyond the model", test_bench_method_refuses_contexts_beyond_the_model);
     CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
     CU_add_test(s, "truncated model is reported", test_truncated_model_is_reported);
     CU_add_test(s, "unknown arch, missing key and unknown tensor type are reported", test_unknown_arch_and_missing_key_are_reported);

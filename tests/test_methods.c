@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "methods/fidelity.h"
 #include "methods/method.h"
+#include "methods/profile.h"
 
 enum { L = 8, E = 32, NH = 4, NKV = 2, HD = 8, FF = 48, V = 300, CTX = 512 };
 
@@ -750,6 +751,32 @@ static void test_bad_budgets_and_options(void) {
     kvb_ctx_free(c);
 }
 
+/* OmniKV's default filter layers are the paper's {2, 8, 18}/32 scaled to the model (L = 8: round(0.5, 2,
+ * 4.5) = 1;2;5) whether or not a calibration profile exists, so run, bench and fidelity agree; the profile's
+ * layers are used only with layers=profile, and asking for a missing one says how to make it. */
+static void test_omnikv_default_layers_are_the_papers_scaled_profile_on_request(void) {
+    char err[256] = "", desc[240];
+    expect_create_error("omnikv", "50%", "layers=profile", "calibrate omnikv");
+    cJSON *v = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(v, "layers");
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(3)), cJSON_AddItemToArray(arr, cJSON_CreateNumber(6));
+    CU_ASSERT_FATAL(kvb_profile_store(model, "omnikv", v, err, sizeof err) == 0);
+    cJSON_Delete(v);
+    const char *opts[2] = {NULL, "layers=profile"}, *want[2] = {"layers=1;2;5 ", "layers=3;6 "};
+    for (int k = 0; k < 2; k++) {
+        kvb_ctx *c = new_ctx(KVB_F16);
+        kvb_method *m = make("omnikv", c, "50%", opts[k]);
+        m->describe(m, desc, sizeof desc);
+        CU_ASSERT(!strncmp(desc, want[k], strlen(want[k])));
+        if (strncmp(desc, want[k], strlen(want[k]))) fprintf(stderr, "\n  got: %s\n", desc);
+        kvb_method_free(m, c);
+        kvb_ctx_free(c);
+    }
+    char path[1100];
+    CU_ASSERT_FATAL(kvb_profile_path(model, path, sizeof path, err, sizeof err) == 0);
+    unlink(path); /* the other tests expect no profile */
+}
+
 static int setup(void) {
     char dir[] = "/tmp/kvb_methods_XXXXXX";
     if (!mkdtemp(dir)) return -1;
@@ -784,6 +811,8 @@ int main(void) {
     CU_add_test(s, "pod gate and merge vs float64", test_pod_gate_and_merge_match_float64);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);
+    CU_add_test(s, "omnikv default layers are the paper's scaled, the profile's on request",
+                test_omnikv_default_layers_are_the_papers_scaled_profile_on_request);
     CU_add_test(s, "fidelity: KL, agreement, recall vs float64", test_fidelity_matches_float64_reference);
     return util_run_suites();
 }

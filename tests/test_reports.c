@@ -17,6 +17,7 @@
 #include "reports/report.h"
 #include "reports/results.h"
 #include "reports/stats.h"
+#include "reports/svg.h"
 
 static char root[64] = "/tmp/kvb_reports_XXXXXX";
 static char err[512];
@@ -189,19 +190,19 @@ static void test_report_md_has_rows_in_order_and_deltas_to_full(void) {
     double v[6] = {1, 0, 0, 1, 0, 0}, lo, hi;
     kvb_stats_bootstrap_ci(v, 6, KVB_BOOT_RESAMPLES, KVB_BOOT_SEED, &lo, &hi);
     char want[128];
-    snprintf(want, sizeof want, "| snapkv@30%% | 33.3 ± %.1f (\u221233.3) | 75.0 ± ", 100 * (hi - lo) / 2);
+    snprintf(want, sizeof want, "| snapkv@30%% (KV 30%%) | 33.3 ± %.1f (\u221233.3) | 75.0 ± ", 100 * (hi - lo) / 2);
     CU_ASSERT(strstr(md, "| method@budget | hotpotqa | 2stage | Avg |") != NULL);
     CU_ASSERT(strstr(md, want) != NULL);
     CU_ASSERT(strstr(md, "(\u221225.0) | 54.2 (\u221229.2) |") != NULL); /* 75 vs 100; Avg 54.2 vs 83.3 */
-    const char *full = strstr(md, "| full@full | 66.7 ± "), *snap = strstr(md, "| snapkv@30% | 33.3");
+    const char *full = strstr(md, "| full@full | 66.7 ± "), *snap = strstr(md, "| snapkv@30% (KV 30%) | 33.3");
     CU_ASSERT(full && snap && full < snap);
     CU_ASSERT(strstr(md, "| 100.0 ± 0.0 | 83.3 |") != NULL);
     CU_ASSERT(strstr(md, "**longbench**: hotpotqa; **2stage**: 2stage") != NULL);
     /* efficiency: 8 samples, 2x decode speedup, 30% of full */
-    CU_ASSERT(strstr(md, "| snapkv@30% | 12 | 100.0 | 5.00 | 2.00× | 0.30 | 0.30 | 30.0 | 0.00 | 0.00 | 50 |") != NULL);
+    CU_ASSERT(strstr(md, "| snapkv@30% (KV 30%) | 12 | 100.0 | 5.00 | 2.00× | 0.30 | 0.30 | 30.0 | 0.00 | 0.00 | 50 |") != NULL);
     CU_ASSERT(strstr(md, "| full@full | 10 | 100.0 | 10.00 | 1.00× | 1.00 | 1.00 | 100.0 |") != NULL);
     /* errors per method, with the messages */
-    CU_ASSERT(strstr(md, "| snapkv@30% | 12 | 10 | 1 | 1 |") != NULL);
+    CU_ASSERT(strstr(md, "| snapkv@30% (KV 30%) | 12 | 10 | 1 | 1 |") != NULL);
     CU_ASSERT(strstr(md, "`prompt too long`") && strstr(md, "`timeout`"));
     CU_ASSERT(strstr(md, "| model sha256 | sha-a |") != NULL);
     free(md);
@@ -247,14 +248,15 @@ static void test_report_sections_and_svg_charts(void) {
     CU_ASSERT_FATAL(md != NULL);
     CU_ASSERT(strstr(md, "| method@budget | single-session-user | multi-session | temporal-reasoning | Overall | Task-avg | Abstention |") != NULL);
     /* snapkv: odd samples score 1 -> ssu {1:1,4:0}=50, ms {0:0,3:1}=50, tr {2:0,5:1}=50; abstention = sample 5 */
-    CU_ASSERT(strstr(md, "| snapkv@30% | 50.0 | 50.0 | 50.0 | 50.0 (6) | 50.0 | 100.0 (1) |") != NULL);
+    CU_ASSERT(strstr(md, "| snapkv@30% (KV 100%) | 50.0 | 50.0 | 50.0 | 50.0 (6) | 50.0 | 100.0 (1) |") != NULL);
     CU_ASSERT(strstr(md, "| method@budget | 0-4k | 8k+ |") != NULL);
     CU_ASSERT(strstr(md, "| qasper | full@full | 50.0 (2) | 25.0 (2) |") != NULL);
     CU_ASSERT(strstr(md, "[niah-snapkv-30pct.svg](niah-snapkv-30pct.svg)") != NULL);
     CU_ASSERT(strstr(md, "[niah-full-full.svg](niah-full-full.svg)") != NULL);
     CU_ASSERT(strstr(md, "accuracy-vs-budget.svg") && strstr(md, "latency-vs-context.svg"));
     /* rows: full, then budgets ascending, methods by first appearance */
-    const char *a = strstr(md, "| full@full |"), *b = strstr(md, "| snapkv@30% |"), *c = strstr(md, "| h2o@30% |"), *d = strstr(md, "| snapkv@50% |");
+    const char *a = strstr(md, "| full@full |"), *b = strstr(md, "| snapkv@30% (KV 100%) |"), *c = strstr(md, "| h2o@30% (KV 50%) |"),
+               *d = strstr(md, "| snapkv@50% (KV 50%) |");
     CU_ASSERT(a && b && c && d && a < b && b < c && c < d);
     free(md);
     CU_ASSERT(well_formed_svg("sections", "niah-snapkv-30pct.svg"));
@@ -267,6 +269,95 @@ static void test_report_sections_and_svg_charts(void) {
     char p[400];
     snprintf(p, sizeof p, "%s/report.md.tmp", dir_of("sections"));
     CU_ASSERT(access(p, F_OK) != 0); /* written to .tmp, then renamed */
+}
+
+static int count_of(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; p && (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* snapkv asked 30% but held 100% of full (the records' bytes), snapkv@50% and h2o@30% held 50%: the chart
+ * plots them there, the polyline runs by measured KV, and a one-point series gets a marker but no line. */
+static void test_accuracy_chart_plots_measured_kv_and_legends_only_what_is_drawn(void) {
+    char *svg = read_in("sections", "accuracy-vs-budget.svg");
+    CU_ASSERT_FATAL(svg != NULL);
+    /* snapkv@30%: (50 + 37.5 + 66.7) / 3 = 51.4 at 100% measured; snapkv@50%: 50 at 50%; h2o@30%: 10 at 50% */
+    const char *p50 = strstr(svg, "<title>snapkv: (50, 50)</title>"), *p100 = strstr(svg, "<title>snapkv: (100, 51.4)</title>");
+    CU_ASSERT(p50 && p100 && p50 < p100);
+    CU_ASSERT(strstr(svg, "<title>h2o: (50, 10)</title>") != NULL);
+    CU_ASSERT(strstr(svg, "(30,") == NULL); /* nothing at the budget asked for */
+    CU_ASSERT(strstr(svg, "measured") != NULL);
+    CU_ASSERT_EQUAL(count_of(svg, "<polyline"), 1); /* snapkv only: h2o has one point */
+    /* full's dashed line in the plot and in the legend, snapkv's legend line; none for h2o */
+    CU_ASSERT_EQUAL(count_of(svg, "stroke-width=\"2\"/>") + count_of(svg, "stroke-dasharray=\"6 4\"/>"), 3);
+    /* markers are hollow outlines, one shape per series, so points at the same place stay visible */
+    CU_ASSERT(strstr(svg, "<circle") == NULL);
+    CU_ASSERT(count_of(svg, "<path fill=\"none\"") == 3 + 2); /* 3 points + 2 legend markers */
+    CU_ASSERT(strstr(svg, "stroke=\"#ff7f0e\" stroke-width=\"2\" d=\"M") != NULL);
+    free(svg);
+}
+
+/* A heatmap is as wide as its title needs, however long the method@budget in it. */
+static void test_heatmap_is_wide_enough_for_its_title(void) {
+    double xs[2] = {1000, 2000}, ys[1] = {50}, v[2] = {1, 0};
+    const char *title = "Needle in a haystack: streamingllm@30% (KV 31%) (score x100)";
+    char *svg = kvb_svg_heatmap(title, "context length (tokens)", "needle depth (%)", 2, xs, 1, ys, v);
+    CU_ASSERT_FATAL(svg != NULL);
+    int w = 0;
+    CU_ASSERT(sscanf(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\"", &w) == 1);
+    /* bold 15 px sans-serif: about 0.6 em a character on average */
+    CU_ASSERT(w >= (int)(strlen(title) * 15 * 0.6) + 20);
+    free(svg);
+}
+
+/* A run whose full attention scores below 20% on a task, on a machine loaded beyond its cores. */
+static void test_uninformative_tasks_and_load_beyond_the_cores_are_flagged(void) {
+    FILE *f = new_run("loaded", "quick", "sha-a");
+    for (int i = 0; i < 10; i++) {
+        rec(f, "full", "full", "2stage", "2stage", i, i == 0 ? 1 : 0, 10, 1048576, NULL);   /* 10% */
+        rec(f, "full", "full", "recall", "recall", i, i < 2 ? 1 : 0, 10, 1048576, NULL);    /* 20%: not below */
+        rec(f, "snapkv", "30%", "2stage", "2stage", i, 0, 5, 314572.8, NULL);
+        rec(f, "snapkv", "30%", "recall", "recall", i, 0, 5, 314572.8, NULL);
+    }
+    fclose(f);
+    char p[400];
+    snprintf(p, sizeof p, "%s/run.json", dir_of("loaded"));
+    f = fopen(p, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"suite\":\"quick\",\"model_sha256\":\"sha-a\",\"host_load\":["
+          "{\"cpus\":2,\"threads\":2,\"load_start\":0.5,\"load_max\":1.5,\"load_end\":1.2},"
+          "{\"cpus\":2,\"threads\":2,\"load_start\":1.0,\"load_max\":4.75,\"load_end\":null}]}\n", f);
+    fclose(f);
+    CU_ASSERT_FATAL(kvb_report_write(dir_of("loaded"), err, sizeof err) == 0);
+    char *md = read_in("loaded", "report.md");
+    CU_ASSERT_FATAL(md != NULL);
+    CU_ASSERT(strstr(md, "**Uninformative for this model:** 2stage (full scores 10.0).") != NULL);
+    CU_ASSERT(strstr(md, "recall (full") == NULL);
+    CU_ASSERT(strstr(md, "| CPUs, threads | 2, 2 |") != NULL);
+    CU_ASSERT(strstr(md, "| load average (1 min) | 0.50 at start, 4.75 at most (2 sessions) |") != NULL);
+    CU_ASSERT(strstr(md, "load average reached 4.75 on 2 CPUs") != NULL);
+    free(md);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(kvb_report_print_main(dir_of("loaded"), m, err, sizeof err) == 0);
+    fclose(m);
+    CU_ASSERT(strstr(buf, "Uninformative for this model") && strstr(buf, "timings taken under load"));
+    free(buf);
+    /* an idle machine (load at most the core count) gets no warning; a bad field is an error naming it */
+    f = fopen(p, "w");
+    fputs("{\"suite\":\"quick\",\"host_load\":[{\"cpus\":2,\"threads\":2,\"load_start\":0.1,\"load_max\":2.0}]}\n", f);
+    fclose(f);
+    CU_ASSERT_FATAL(kvb_report_write(dir_of("loaded"), err, sizeof err) == 0);
+    md = read_in("loaded", "report.md");
+    CU_ASSERT(md && strstr(md, "| CPUs, threads | 2, 2 |") && !strstr(md, "under load"));
+    free(md);
+    f = fopen(p, "w");
+    fputs("{\"suite\":\"quick\",\"host_load\":[{\"cpus\":\"two\"}]}\n", f);
+    fclose(f);
+    CU_ASSERT(kvb_report_write(dir_of("loaded"), err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "run.json") && strstr(err, "\"cpus\""));
 }
 
 static void test_print_main_table_to_a_stream(void) {
@@ -441,6 +532,10 @@ int main(void) {
     CU_add_test(s, "summary.csv has counts, means and intervals", test_summary_csv_has_counts_means_and_intervals);
     CU_add_test(s, "report.md has rows in order and deltas to full", test_report_md_has_rows_in_order_and_deltas_to_full);
     CU_add_test(s, "report sections and SVG charts", test_report_sections_and_svg_charts);
+    CU_add_test(s, "accuracy chart plots measured KV and legends only what is drawn",
+                test_accuracy_chart_plots_measured_kv_and_legends_only_what_is_drawn);
+    CU_add_test(s, "heatmap is wide enough for its title", test_heatmap_is_wide_enough_for_its_title);
+    CU_add_test(s, "uninformative tasks and load beyond the cores are flagged", test_uninformative_tasks_and_load_beyond_the_cores_are_flagged);
     CU_add_test(s, "print main table to a stream", test_print_main_table_to_a_stream);
     CU_add_test(s, "safe file names", test_safe_file_names);
     CU_add_test(s, "compare flags regressions beyond each tolerance", test_compare_flags_regressions_beyond_each_tolerance);

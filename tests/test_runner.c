@@ -203,7 +203,8 @@ static void test_bad_inputs_are_one_line_errors(void) {
     fputs("{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"longbench\", "
           "\"data_dir\": \"/nonexistent\", \"tasks\": [\"hotpotqa\"]}]}", f);
     fclose(f);
-    expect_error(args, "not found (run scripts/fetch-datasets.sh)");
+    expect_error(args, "not found (scripts/fetch-datasets.sh fetches it into $KVB_DATA");
+    expect_error(args, "reconstructed_from_minilongbench (kvbench run configs/sample-data.json"); /* ../shared beside */
     /* round_chunk 0 or negative would make zero rounds: named */
     const char *chunks[] = {"0", "-5", "1.5", "\"64\""};
     for (int i = 0; i < 4; i++) {

@@ -130,7 +130,7 @@ void kvb_backend_free(kvb_backend *be) {
 
 #ifndef KVB_HAVE_CUDA
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
-    snprintf(err, err_len, "this build has no CUDA backend (nvcc was not found when it was configured)");
+    snprintf(err, err_len, "no GPU: this build has no CUDA backend (nvcc was not found when it was configured)");
     return NULL;
 }
 #endif

@@ -639,7 +639,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(err, err_len, "no CUDA GPU (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+        snprintf(err, err_len, "no GPU: no CUDA device is usable (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
         cudaGetLastError();
         return NULL;
     }

@@ -125,7 +125,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
-        fprintf(stderr, "kvbench: bench-attention: no CUDA GPU (%s)\n", e ? cudaGetErrorString(e) : "no devices");
+        fprintf(stderr, "kvbench: bench-attention: no GPU: no CUDA device is usable (%s)\n", e ? cudaGetErrorString(e) : "no devices");
         return 1;
     }
     cudaDeviceProp prop;
