@@ -18,11 +18,25 @@
 #define KVB_INFBENCH_H
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "benchmarks/loaders.h"
 
 /* 1 when task has a scorer here, else 0. */
 int infbench_has_scorer(const char *task);
 /* Score in [0, 1] of pred against label (the official ground_truth); 0, or -1 for a task without a scorer or
  * a label of the wrong type. */
 int infbench_score(const char *task, const char *pred, const cJSON *label, double *score);
+
+/* Seeded generators for the synthetic tasks "passkey", "number_string", "kv_retrieval" following
+ * data/construct_synthetic_dataset.py (noise lines around one passkey / 10-digit string line; a JSON object of
+ * UUID pairs) at `length` tokens of the model (prompt + max_new_tokens <= length, the largest haystack that
+ * fits), with src/prompt.py's yarn_mistral_templates (the open-model prompts). Depths sweep 0..100% over the
+ * samples as the official grid does (passkey: 5 samples per depth, number_string 10, kv_retrieval 1).
+ * Sample: prompt = the template filled, context, question = the text after the context, answers = [key],
+ * max_new_tokens 6 / 12 / 50, use_chat = 1, depth = percent depth of the needle, length = prompt tokens.
+ * 0, or -1 with a one-line message (loaders.h contract). */
+int infbench_generate(const char *task, int length, int n_samples, uint64_t seed, kvb_count_tokens_fn count_tokens,
+                      void *tok_ctx, kvb_samples *out, char *err, size_t err_len);
 
 #endif
