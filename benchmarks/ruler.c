@@ -814,11 +814,17 @@ int ruler_emit(ruler_gen *g, int index, const ruler_built *b, int gen_tokens, kv
     return kvb_samples_push(out, &s);
 }
 
+uint64_t ruler_stream(const ruler_opts *o, int index) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a of the task: each task its own draws */
+    for (const char *p = o->task; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)index * 0xd1b54a32d192ed03ULL + h;
+}
+
 static int synth_samples(ruler_gen *g, ruler_build_fn build, int inc, int gen_tokens, int max_n, kvb_samples *out,
                          char *err, size_t err_len) {
     int hint = 0;
     for (int i = 0; i < g->o->n_samples; i++) {
-        uint64_t rng = g->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)i * 0xd1b54a32d192ed03ULL + 0x52554c4552ULL;
+        uint64_t rng = ruler_stream(g->o, i);
         int n;
         if (ruler_fit(g, build, inc, rng, gen_tokens, hint, max_n, &n, err, err_len)) return -1;
         if (max_n > 0 && n >= max_n) /* the whole list fits: the length would be missed, not filled */

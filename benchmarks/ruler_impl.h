@@ -43,6 +43,8 @@ int ruler_fit(ruler_gen *g, ruler_build_fn build, int inc, uint64_t rng, int64_t
               int *out, char *err, size_t err_len);
 /* Appends the sample built for index; 0 / -1 (OOM). */
 int ruler_emit(ruler_gen *g, int index, const ruler_built *b, int gen_tokens, kvb_samples *out);
+/* The PRNG stream of sample index of a task (seed, task name, index). */
+uint64_t ruler_stream(const ruler_opts *o, int index);
 /* qa_1 / qa_2 (ruler_qa.c). */
 int ruler_qa_generate(ruler_gen *g, kvb_samples *out, char *err, size_t err_len);
 

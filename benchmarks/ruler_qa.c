@@ -244,7 +244,7 @@ int ruler_qa_generate(ruler_gen *g, kvb_samples *out, char *err, size_t err_len)
     int rc = 0, hint = 0;
     for (int i = 0; i < g->o->n_samples && !rc; i++) {
         g->qa_index = i % q->n_qas;
-        uint64_t rng = g->o->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)i * 0xd1b54a32d192ed03ULL + 0x5141ULL;
+        uint64_t rng = ruler_stream(g->o, i);
         int n;
         rc = ruler_fit(g, qa_build, 10, rng, 32, hint, 0, &n, err, err_len);
         if (rc) break;

@@ -17,7 +17,7 @@
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
-#include "benchmarks/ruler.h"
+#include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "engine/fsutil.h"
 #include "engine/sampler.h"
@@ -171,40 +171,9 @@ static int64_t count_tokens(void *ctx, const char *text) {
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
-/* RULER: one task per (task, length), named "<task>_<length>"; a task whose data is absent is skipped with
- * one line (word lists, essays, SQuAD / HotpotQA files). */
-static int load_ruler(run_state *st, const cJSON *b, int limit, uint64_t seed, char *err, size_t err_len) {
-    const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
-    if (!cJSON_IsArray(L) || !cJSON_GetArraySize(L)) return ERR("suite %s: ruler needs a \"lengths\" array", st->o->suite_path);
-    char hay[1024], words[1024], squad[1024], hotpot[1024];
-    expand_path(jstr(b, "haystack", "$KVB_DATA/niah/PaulGrahamEssays"), hay, sizeof hay);
-    expand_path(jstr(b, "words_dir", "$KVB_DATA/ruler/wonderwords"), words, sizeof words);
-    expand_path(jstr(b, "squad", "$KVB_DATA/ruler/squad.json"), squad, sizeof squad);
-    expand_path(jstr(b, "hotpotqa", "$KVB_DATA/ruler/hotpotqa.json"), hotpot, sizeof hotpot);
-    int n = (int)jnum(b, "samples", 500);
-    if (limit > 0 && limit < n) n = limit;
-    cJSON_ArrayForEach(x, L) {
-        if (!cJSON_IsNumber(x) || x->valueint > st->model->cfg.n_ctx_train)
-            return ERR("suite %s: ruler length must be a number within the model's context %d", st->o->suite_path, st->model->cfg.n_ctx_train);
-        for (int i = 0; i < RULER_N_TASKS; i++) {
-            const char *name = ruler_task_name(i);
-            int want = !cJSON_IsArray(T);
-            cJSON_ArrayForEach(y, T) want |= cJSON_IsString(y) && !strcmp(y->valuestring, name);
-            if (!want) continue;
-            int needs = ruler_task_needs(name);
-            char nwords[1100];
-            snprintf(nwords, sizeof nwords, "%s/nounlist.txt", words);
-            const char *qa = !strcmp(name, "qa_1") ? squad : hotpot, *missing = (needs & RULER_NEEDS_WORDS) && !file_exists(nwords) ? words
-                           : (needs & RULER_NEEDS_ESSAY) && !file_exists(hay) ? hay : (needs & RULER_NEEDS_QA) && !file_exists(qa) ? qa : NULL;
-            if (missing) { fprintf(stderr, "skipping RULER %s: %s not found (scripts/fetch-datasets.sh ruler)\n", name, missing); continue; }
-            char tname[64];
-            snprintf(tname, sizeof tname, "%s_%d", name, x->valueint);
-            task *t = new_task(st, tname, "ruler", err, err_len);
-            ruler_opts ro = {name, x->valueint, n, seed, hay, words, qa, count_tokens, st->model};
-            if (!t || ruler_generate(&ro, &t->samples, err, err_len)) return -1;
-        }
-    }
-    return 0;
+static kvb_samples *add_task(void *ctx, const char *name, const char *bench, char *err, size_t err_len) {
+    task *t = new_task(ctx, name, bench, err, err_len);
+    return t ? &t->samples : NULL;
 }
 
 static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_len) {
@@ -228,7 +197,9 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         if (limit > 0 && limit < n) n = limit;
         return t ? recall_generate(seed, n, (int)jnum(b, "rounds", 12), &t->samples, err, err_len) : -1;
     }
-    if (!strcmp(type, "ruler")) return load_ruler(st, b, limit, seed, err, err_len);
+    kvb_synth_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, seed, expand_path, count_tokens, st->model, add_task, st};
+    if (!strcmp(type, "ruler")) return kvb_synth_load_ruler(&env, b, err, err_len);
+    if (!strcmp(type, "infinitebench")) return kvb_synth_load_infbench(&env, b, err, err_len);
     if (!strcmp(type, "niah")) {
         const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
         int lengths[16], nl = 0, nd = 0;
