@@ -13,7 +13,9 @@
  *      {"type": "longmemeval", "path": "...", "limit": 5},
  *      {"type": "sharegpt", "path": "...", "limit": 5},
  *      {"type": "ruler", "lengths": [4096], "samples": 25, "tasks": [...], "haystack": "...", "words_dir": "...",
- *       "squad": "...", "hotpotqa": "..."} (benchmarks/ruler.h; tasks named "<task>_<length>")],
+ *       "squad": "...", "hotpotqa": "..."} (benchmarks/ruler.h; tasks named "<task>_<length>"),
+ *      {"type": "infinitebench", "tasks": ["passkey", "number_string", "kv_retrieval"], "lengths": [4096],
+ *       "samples": 20} (benchmarks/infbench.h, synth_suite.h)],
  *    "judge": {"base_url": "http://127.0.0.1:8080/v1", "model": "default", ...} (benchmarks/judging.h),
  *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent}
  * longmemeval and sharegpt are scored by the judge; niah too with "judge": true on it.
