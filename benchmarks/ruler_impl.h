@@ -30,6 +30,12 @@ typedef struct {
 /* Builds the sample for haystack size n from a copy of the stream rng; 0 / -1. */
 typedef int (*ruler_build_fn)(ruler_gen *g, int n, uint64_t rng, ruler_built *out);
 
+/* str.replace(from, to); malloc'd, NULL on OOM. */
+char *ruler_replace_all(const char *s, const char *from, const char *to);
+/* The wonderwords lists (nouns, adjectives, all = nouns + adjectives + verbs) and the essays; 0 / -1 + err. */
+int ruler_load_words(ruler_gen *g, char *err, size_t err_len);
+int ruler_load_essays(ruler_gen *g, char *err, size_t err_len);
+void ruler_words_free(ruler_words *w);
 /* Formats a str.format template with the named values (literal substitution, no re-parsing). */
 void ruler_fmt(kvb_sb *b, const char *tmpl, const char *const *names, const char *const *values, int n);
 /* Splits a template at "{context}" and formats both halves (malloc'd; NULL on OOM). */

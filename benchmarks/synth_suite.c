@@ -20,14 +20,12 @@ static int n_samples(const kvb_synth_env *env, const cJSON *b, int def) {
     return env->limit > 0 && env->limit < n ? env->limit : n;
 }
 
-static int fail(char *err, size_t err_len, const char *fmt, const char *a, int b) {
-    kvb_seterr(err, err_len, fmt, a, b);
-    return -1;
-}
-
 int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
-    if (!cJSON_IsArray(L) || !cJSON_GetArraySize(L)) return fail(err, err_len, "suite %s: ruler needs a \"lengths\" array%.0d", env->suite_path, 0);
+    if (!cJSON_IsArray(L) || !cJSON_GetArraySize(L)) {
+        kvb_seterr(err, err_len, "suite %s: ruler needs a \"lengths\" array", env->suite_path);
+        return -1;
+    }
     char hay[1024], words[1024], squad[1024], hotpot[1024];
     env->expand_path(jstr(b, "haystack", "$KVB_DATA/niah/PaulGrahamEssays"), hay, sizeof hay);
     env->expand_path(jstr(b, "words_dir", "$KVB_DATA/ruler/wonderwords"), words, sizeof words);
@@ -35,8 +33,10 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
     env->expand_path(jstr(b, "hotpotqa", "$KVB_DATA/ruler/hotpotqa.json"), hotpot, sizeof hotpot);
     int n = n_samples(env, b, 500);
     cJSON_ArrayForEach(x, L) {
-        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train)
-            return fail(err, err_len, "suite %s: ruler lengths must be numbers within the model's context %d", env->suite_path, env->n_ctx_train);
+        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train) {
+            kvb_seterr(err, err_len, "suite %s: ruler lengths must be numbers within the model's context %d", env->suite_path, env->n_ctx_train);
+            return -1;
+        }
         for (int i = 0; i < RULER_N_TASKS; i++) {
             const char *name = ruler_task_name(i);
             int want = !cJSON_IsArray(T);
@@ -65,12 +65,16 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
 
 int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
-    if (!cJSON_IsArray(L) || !cJSON_IsArray(T))
-        return fail(err, err_len, "suite %s: infinitebench needs \"lengths\" and \"tasks\" arrays%.0d", env->suite_path, 0);
+    if (!cJSON_IsArray(L) || !cJSON_IsArray(T)) {
+        kvb_seterr(err, err_len, "suite %s: infinitebench needs \"lengths\" and \"tasks\" arrays", env->suite_path);
+        return -1;
+    }
     int n = n_samples(env, b, 50);
     cJSON_ArrayForEach(x, L) cJSON_ArrayForEach(y, T) {
-        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train || !cJSON_IsString(y))
-            return fail(err, err_len, "suite %s: infinitebench lengths must fit the model's context %d and tasks be names", env->suite_path, env->n_ctx_train);
+        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train || !cJSON_IsString(y)) {
+            kvb_seterr(err, err_len, "suite %s: infinitebench lengths must fit the model's context %d and tasks be names", env->suite_path, env->n_ctx_train);
+            return -1;
+        }
         char tname[64];
         snprintf(tname, sizeof tname, "%s_%d", y->valuestring, x->valueint);
         kvb_samples *out = env->add_task(env->add_ctx, tname, "infinitebench", err, err_len);
