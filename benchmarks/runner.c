@@ -16,11 +16,13 @@
 #include "benchmarks/fingerprint.h"
 #include "benchmarks/datahint.h"
 #include "benchmarks/hostload.h"
+#include "benchmarks/hidden.h"
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/progress.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/provenance.h"
+#include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "engine/fsutil.h"
 #include "engine/sampler.h"
@@ -45,6 +47,7 @@ typedef struct {
     kvb_samples samples;
     kvb_judge_kind judge; /* how its samples are scored when not by score.c */
     const cJSON *bench;   /* its benchmark object in the suite (for the records' fingerprints) */
+    int hidden;           /* "question": "hidden": compress the context before the question is prefilled */
 } task;
 
 typedef struct {
@@ -180,6 +183,11 @@ static int64_t count_tokens(void *ctx, const char *text) {
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
+static kvb_samples *add_task(void *ctx, const char *name, const char *bench, char *err, size_t err_len) {
+    task *t = new_task(ctx, name, bench, err, err_len);
+    return t ? &t->samples : NULL;
+}
+
 static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_len) {
     const char *type = jstr(b, "type", NULL);
     int optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional"));
@@ -201,6 +209,9 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         if (limit > 0 && limit < n) n = limit;
         return t ? recall_generate(seed, n, (int)jnum(b, "rounds", 12), &t->samples, err, err_len) : -1;
     }
+    kvb_synth_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, seed, expand_path, count_tokens, st->model, add_task, st};
+    if (!strcmp(type, "ruler")) return kvb_synth_load_ruler(&env, b, err, err_len);
+    if (!strcmp(type, "infinitebench")) return kvb_synth_load_infbench(&env, b, err, err_len);
     if (!strcmp(type, "niah")) {
         const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
         int lengths[16], nl = 0, nd = 0;
@@ -429,6 +440,8 @@ typedef struct {
     kvb_prompt p;
     kvb_ctx *base, *hist; /* after the whole prompt; after the history rounds (for round) */
     kvb_share *share;
+    int hidden;           /* in: the task hides the question */
+    int64_t split;        /* hidden: prompt ids [0, split) are the context, prefilled and shared */
     double prefill_ms, hist_ms;
     double pre_phase_ms[PROF_PHASE_COUNT];
 } shared_prefill;
@@ -447,6 +460,7 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
     cp.profile = 1;
     int64_t max_prompt = st->model->cfg.n_ctx_train - max_new - 1;
     if (kvb_prompt_build(st->model, s, max_prompt, st->round_chunk, &sp->p, err, err_len)) return -1;
+    if (sp->hidden && kvb_hidden_split(st->model, s, &sp->p, &sp->split, err, err_len)) return -1;
     cp.n_ctx = (int)(sp->p.n + max_new + 1);
     sp->base = kvb_ctx_create(st->model, &cp, err, err_len);
     if (!sp->base) return -1;
@@ -455,16 +469,18 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
     double fwd_s = 0; /* forward time only: the fork for round is not prefill */
     int64_t at = 0;
     for (int r = 0; r < sp->p.n_rounds; r++) {
-        if (r == sp->p.n_rounds - 1 && need_hist && at > 0) {
+        int64_t end = sp->split && sp->p.round_end[r] > sp->split ? sp->split : sp->p.round_end[r];
+        if (end <= at) break; /* hidden: the question is prefilled per method, after compression */
+        if (r == sp->p.n_rounds - 1 && need_hist && at > 0 && !sp->split) {
             sp->hist_ms = fwd_s * 1e3;
             if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
         }
         double t0 = now_s();
         if (kvb_ctx_begin_round(sp->base, r, 0, err, err_len) ||
-            kvb_forward(sp->base, sp->p.ids + at, sp->p.round_end[r] - at, err, err_len))
+            kvb_forward(sp->base, sp->p.ids + at, end - at, err, err_len))
             return -1;
         fwd_s += now_s() - t0;
-        at = sp->p.round_end[r];
+        at = end;
         char what[240];
         snprintf(what, sizeof what, "%s: prefill %lld/%lld tokens", st->doing, (long long)at, (long long)sp->p.n);
         progress(st, KVB_PROG_STEP, what);
@@ -537,6 +553,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     kvb_opts o;
     if (cell_opts(cl, &o, err, err_len)) return -1;
     int is_round = !strcmp(cl->method, "round");
+    if (is_round && sp->split) return ERR("round: question hidden is not supported (Round Attention selects rounds while the question is decoded)");
     const kvb_ctx *from = is_round && sp->hist ? sp->hist : sp->base;
     double t0 = now_s();
     kvb_ctx *c = kvb_ctx_fork(from, is_round ? 0 : 32, err, err_len);
@@ -557,6 +574,8 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     } else {
         /* round with a single round (nothing to select from) stays full attention */
         if (kvb_method_adopt(m, c, sp->share, err, err_len)) goto done;
+        /* hidden: the question reaches the compressed cache only now, so the method never saw it */
+        if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
         res->prefill_ms = sp->prefill_ms + (now_s() - t0) * 1e3;
     }
     res->ttft_ms = res->prefill_ms;
@@ -607,6 +626,7 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     }
     cJSON_AddBoolToObject(r, "abstention", s->abstention);
     cJSON_AddNumberToObject(r, "prompt_tokens", (double)sp->p.n);
+    cJSON_AddStringToObject(r, "question", t->hidden ? "hidden" : "visible");
     cJSON_AddNumberToObject(r, "prompt_rounds", sp->p.n_rounds);
     cJSON_AddBoolToObject(r, "prompt_truncated", sp->p.truncated);
     cJSON_AddNumberToObject(r, "generated_tokens", res->n_gen);
@@ -686,6 +706,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
     shared_prefill sp = {0};
+    sp.hidden = t->hidden;
     char what[240];
     snprintf(st->doing, sizeof st->doing, "%s #%s", t->name, s->id ? s->id : "");
     double t_sample = now_s();
@@ -805,6 +826,14 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
         if (load_benchmark(&st, b, err, err_len)) goto done;
         for (int i = first; i < st.n_tasks; i++) st.tasks[i].bench = b;
         /* "max_new_tokens" on a benchmark caps generation (cost control; the official lengths otherwise) */
+        /* "question": "hidden" (kvpress's protocol) or "visible" (the default: the benchmarks' own code) */
+        const char *q = jstr(b, "question", "visible");
+        if (strcmp(q, "visible") && strcmp(q, "hidden")) { ERR("suite %s: \"question\" must be \"visible\" or \"hidden\", not \"%s\"", o->suite_path, q); goto done; }
+        for (int i = first; !strcmp(q, "hidden") && i < st.n_tasks; i++) {
+            st.tasks[i].hidden = 1;
+            size_t l = strlen(st.tasks[i].name);
+            snprintf(st.tasks[i].name + l, sizeof st.tasks[i].name - l, "+hidden");
+        }
         int cap = (int)jnum(b, "max_new_tokens", 0);
         for (int i = first; cap > 0 && i < st.n_tasks; i++)
             for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;

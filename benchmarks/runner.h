@@ -11,11 +11,17 @@
  *      {"type": "recall", "dialogues": 20, "rounds": 12},
  *      {"type": "longbench", "data_dir": "...", "config_dir": "...", "tasks": [...], "limit": 5, "e": false},
  *      {"type": "longmemeval", "path": "...", "limit": 5},
- *      {"type": "sharegpt", "path": "...", "limit": 5}],
+ *      {"type": "sharegpt", "path": "...", "limit": 5},
+ *      {"type": "ruler", "lengths": [4096], "samples": 25, "tasks": [...], "haystack": "...", "words_dir": "...",
+ *       "squad": "...", "hotpotqa": "..."} (benchmarks/ruler.h; tasks named "<task>_<length>"),
+ *      {"type": "infinitebench", "tasks": ["passkey", "number_string", "kv_retrieval"], "lengths": [4096],
+ *       "samples": 20} (benchmarks/infbench.h, synth_suite.h)],
  *    "judge": {"base_url": "http://127.0.0.1:8080/v1", "model": "default", ...} (benchmarks/judging.h),
  *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent}
  * longmemeval and sharegpt are scored by the judge; niah too with "judge": true on it.
- * Any benchmark may set "max_new_tokens" to cap generation below the official length.
+ * Any benchmark may set "max_new_tokens" to cap generation below the official length, and "question": "hidden"
+ * (default "visible") to compress the context before the question is prefilled (benchmarks/hidden.h; its tasks
+ * are named "<task>+hidden").
  * `full` runs once at budget "full"; every other method runs at every budget. Paths may start with "~/"
  * or "$KVB_DATA/". */
 #ifndef KVB_RUNNER_H

@@ -2,6 +2,8 @@
 #include "benchmarks/score.h"
 
 #include "benchmarks/metrics.h"
+#include "benchmarks/infbench.h"
+#include "benchmarks/ruler.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -42,6 +44,19 @@ int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *pre
     if (!strcmp(benchmark, "2stage") || !strcmp(benchmark, "recall") || !strcmp(benchmark, "niah")) {
         *score = any_substring(s, prediction);
         snprintf(metric, metric_cap, "substring");
+        return 0;
+    }
+    if (!strcmp(benchmark, "ruler") && s->task && ruler_metric_name(s->task)) {
+        if (ruler_score(s->task, prediction, (const char *const *)s->answers, s->n_answers, score)) return -1;
+        snprintf(metric, metric_cap, "%s", ruler_metric_name(s->task));
+        return 0;
+    }
+    if (!strcmp(benchmark, "infinitebench") && s->task && infbench_has_scorer(s->task) && s->n_answers == 1) {
+        cJSON *label = cJSON_CreateString(s->answers[0]); /* the synthetic tasks' labels are strings */
+        int rc = label ? infbench_score(s->task, prediction, label, score) : -1;
+        cJSON_Delete(label);
+        if (rc) return -1;
+        snprintf(metric, metric_cap, "infinitebench_%s", s->task);
         return 0;
     }
     if (!strcmp(benchmark, "longbench") && s->task && kvb_longbench_metric_name(s->task)) {

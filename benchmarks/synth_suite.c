@@ -1,0 +1,85 @@
+/* synth_suite.c — "ruler" and "infinitebench" suite entries (synth_suite.h). */
+#include "benchmarks/synth_suite.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "benchmarks/infbench.h"
+#include "benchmarks/ruler.h"
+#include "benchmarks/sample.h"
+
+static const char *jstr(const cJSON *o, const char *k, const char *def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+static int n_samples(const kvb_synth_env *env, const cJSON *b, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, "samples");
+    int n = cJSON_IsNumber(v) ? v->valueint : def;
+    return env->limit > 0 && env->limit < n ? env->limit : n;
+}
+
+int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
+    const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
+    if (!cJSON_IsArray(L) || !cJSON_GetArraySize(L)) {
+        kvb_seterr(err, err_len, "suite %s: ruler needs a \"lengths\" array", env->suite_path);
+        return -1;
+    }
+    char hay[1024], words[1024], squad[1024], hotpot[1024];
+    env->expand_path(jstr(b, "haystack", "$KVB_DATA/niah/PaulGrahamEssays"), hay, sizeof hay);
+    env->expand_path(jstr(b, "words_dir", "$KVB_DATA/ruler/wonderwords"), words, sizeof words);
+    env->expand_path(jstr(b, "squad", "$KVB_DATA/ruler/squad.json"), squad, sizeof squad);
+    env->expand_path(jstr(b, "hotpotqa", "$KVB_DATA/ruler/hotpotqa.json"), hotpot, sizeof hotpot);
+    int n = n_samples(env, b, 500);
+    cJSON_ArrayForEach(x, L) {
+        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train) {
+            kvb_seterr(err, err_len, "suite %s: ruler lengths must be numbers within the model's context %d", env->suite_path, env->n_ctx_train);
+            return -1;
+        }
+        for (int i = 0; i < RULER_N_TASKS; i++) {
+            const char *name = ruler_task_name(i);
+            int want = !cJSON_IsArray(T);
+            cJSON_ArrayForEach(y, T) want |= cJSON_IsString(y) && !strcmp(y->valuestring, name);
+            if (!want) continue;
+            int needs = ruler_task_needs(name);
+            char nouns[1100];
+            snprintf(nouns, sizeof nouns, "%s/nounlist.txt", words);
+            const char *qa = !strcmp(name, "qa_1") ? squad : hotpot;
+            const char *missing = (needs & RULER_NEEDS_WORDS) && access(nouns, R_OK) ? words
+                                : (needs & RULER_NEEDS_ESSAY) && access(hay, R_OK) ? hay
+                                : (needs & RULER_NEEDS_QA) && access(qa, R_OK) ? qa : NULL;
+            if (missing) {
+                fprintf(stderr, "skipping RULER %s: %s not found (scripts/fetch-datasets.sh ruler)\n", name, missing);
+                continue;
+            }
+            char tname[64];
+            snprintf(tname, sizeof tname, "%s_%d", name, x->valueint);
+            kvb_samples *out = env->add_task(env->add_ctx, tname, "ruler", err, err_len);
+            ruler_opts ro = {name, x->valueint, n, env->seed, hay, words, qa, env->count_tokens, env->tok_ctx};
+            if (!out || ruler_generate(&ro, out, err, err_len)) return -1;
+        }
+    }
+    return 0;
+}
+
+int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
+    const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
+    if (!cJSON_IsArray(L) || !cJSON_IsArray(T)) {
+        kvb_seterr(err, err_len, "suite %s: infinitebench needs \"lengths\" and \"tasks\" arrays", env->suite_path);
+        return -1;
+    }
+    int n = n_samples(env, b, 50);
+    cJSON_ArrayForEach(x, L) cJSON_ArrayForEach(y, T) {
+        if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train || !cJSON_IsString(y)) {
+            kvb_seterr(err, err_len, "suite %s: infinitebench lengths must fit the model's context %d and tasks be names", env->suite_path, env->n_ctx_train);
+            return -1;
+        }
+        char tname[64];
+        snprintf(tname, sizeof tname, "%s_%d", y->valuestring, x->valueint);
+        kvb_samples *out = env->add_task(env->add_ctx, tname, "infinitebench", err, err_len);
+        if (!out || infbench_generate(y->valuestring, x->valueint, n, env->seed, env->count_tokens, env->tok_ctx, out, err, err_len))
+            return -1;
+    }
+    return 0;
+}

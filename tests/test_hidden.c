@@ -1,0 +1,156 @@
+/* test_hidden.c — query-agnostic evaluation (benchmarks/hidden.h) on the default model, through the steps the
+ * runner takes (benchmarks/runner.c run_prefill / run_cell): build the prompt, prefill (the context only when
+ * the question is hidden) with a shared-prefill recorder, fork, let SnapKV adopt the share and compress, then
+ * read the positions it kept. With the question hidden the kept set cannot depend on the question; with it
+ * visible SnapKV's observation window holds the question and the kept set follows it. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "benchmarks/hidden.h"
+#include "benchmarks/loaders.h"
+#include "engine/kvcache.h"
+#include "methods/method.h"
+
+static char err[1024];
+static kvb_model *model;
+
+static void make_sample(kvb_sample *s, const char *question) {
+    kvb_sample_init(s);
+    char *filler = niah_filler_text(300);
+    kvb_sb c = {0};
+    kvb_sb_adds(&c, filler);
+    kvb_sb_adds(&c, " The secret code of the blue box is 4821. The secret code of the red box is 9377. ");
+    kvb_sb_adds(&c, filler);
+    free(filler);
+    s->context = kvb_sb_take(&c);
+    s->question = strdup(question);
+    kvb_sb p = {0};
+    kvb_sb_addf(&p, "Read the text and answer.\n%s\n%s", s->context, question);
+    s->prompt = kvb_sb_take(&p);
+    s->id = strdup("t");
+    s->use_chat = 1;
+    s->prefill = strdup(" The code is");
+}
+
+/* Positions SnapKV keeps at 30% after a shared prefill of ids[0, n_prefill) (the rest prefilled after
+ * compression, as run_cell does when the question is hidden); per (layer, head) the sorted positions,
+ * concatenated. *n_out = total. */
+static int32_t *kept_positions(const kvb_prompt *p, int64_t n_prefill, int64_t *n_out) {
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = (int)p->n + 8;
+    cp.n_threads = 1;
+    kvb_ctx *base = kvb_ctx_create(model, &cp, err, sizeof err);
+    CU_ASSERT_FATAL(base != NULL);
+    kvb_share *share = kvb_share_create(base, 32, 0, err, sizeof err);
+    CU_ASSERT_FATAL(share != NULL);
+    CU_ASSERT_FATAL(kvb_forward(base, p->ids, n_prefill, err, sizeof err) == 0);
+    kvb_ctx *c = kvb_ctx_fork(base, 32, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse("30%", &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
+    const kvb_config *cfg = &model->cfg;
+    int64_t total = 0, cap = 0;
+    int32_t *v = NULL;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int h = 0; h < cfg->n_head_kv; h++) {
+            kvc_view w = kvc_head_view(c->kv, l, h);
+            if (total + w.n > cap) {
+                cap = (total + w.n) * 2;
+                v = realloc(v, (size_t)cap * sizeof *v);
+            }
+            int32_t *dst = v + total;
+            memcpy(dst, w.pos, (size_t)w.n * sizeof *dst);
+            kvb_sort_i32(dst, w.n);
+            total += w.n;
+        }
+    /* the question after compression, as run_cell prefills it: the cache grows by exactly its tokens */
+    if (n_prefill < p->n) {
+        int64_t before = kvc_n(c->kv, 0, 0);
+        CU_ASSERT(kvb_forward(c, p->ids + n_prefill, p->n - n_prefill, err, sizeof err) == 0);
+        CU_ASSERT(kvc_n(c->kv, 0, 0) == before + (p->n - n_prefill));
+    }
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    kvb_share_free(share, base);
+    kvb_ctx_free(base);
+    *n_out = total;
+    return v;
+}
+
+static void test_hidden_question_leaves_snapkv_kept_set_unchanged_visible_does_not(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_sample a, b;
+    make_sample(&a, "What is the secret code of the blue box?");
+    make_sample(&b, "Which number is the secret code of the red box? Answer with the number only.");
+    kvb_prompt pa, pb;
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &a, 8000, 512, &pa, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &b, 8000, 512, &pb, err, sizeof err) == 0);
+    int64_t sa, sb;
+    CU_ASSERT_FATAL(kvb_hidden_split(model, &a, &pa, &sa, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_hidden_split(model, &b, &pb, &sb, err, sizeof err) == 0);
+    /* the split is the same place in both prompts, the context ids agree, and the question follows it */
+    CU_ASSERT_FATAL(sa == sb && sa > 100 && sa < pa.n - 10);
+    CU_ASSERT(memcmp(pa.ids, pb.ids, (size_t)sa * sizeof *pa.ids) == 0);
+    char *qa = NULL;
+    CU_ASSERT_FATAL(tok_decode(model->tok, pa.ids + sa, (int)(pa.n - sa), &qa) == 0);
+    CU_ASSERT(strstr(qa, "What is the secret code of the blue box?") != NULL);
+    CU_ASSERT(strstr(qa, "The code is") != NULL);
+    CU_ASSERT(strstr(qa, "9377") == NULL); /* the context stays before the split */
+    free(qa);
+
+    int64_t nha, nhb, nva, nvb;
+    int32_t *ha = kept_positions(&pa, sa, &nha), *hb = kept_positions(&pb, sb, &nhb);
+    int32_t *va = kept_positions(&pa, pa.n, &nva), *vb = kept_positions(&pb, pb.n, &nvb);
+    CU_ASSERT(nha == nhb && memcmp(ha, hb, (size_t)nha * sizeof *ha) == 0); /* hidden: one kept set */
+    /* visible: the budget follows each prompt's length and the selection its question */
+    int differ = nva != nvb || memcmp(va, vb, (size_t)nva * sizeof *va) != 0;
+    CU_ASSERT(differ);
+    /* and the visible kept set is not the hidden one (the window saw the question) */
+    CU_ASSERT(nva != nha || memcmp(va, ha, (size_t)nva * sizeof *va) != 0);
+    free(ha), free(hb), free(va), free(vb);
+    kvb_prompt_free(&pa);
+    kvb_prompt_free(&pb);
+    kvb_sample_free(&a);
+    kvb_sample_free(&b);
+}
+
+static void test_hidden_split_refuses_samples_without_a_separate_context(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_sample s;
+    make_sample(&s, "What is the secret code of the blue box?");
+    kvb_prompt p;
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s, 8000, 512, &p, err, sizeof err) == 0);
+    int64_t k;
+    char *ctx = s.context;
+    s.context = NULL; /* LongBench-style sample: one prompt, no context field */
+    CU_ASSERT(kvb_hidden_split(model, &s, &p, &k, err, sizeof err) == -1 && strstr(err, "context"));
+    s.context = strdup("text that is not in the prompt");
+    CU_ASSERT(kvb_hidden_split(model, &s, &p, &k, err, sizeof err) == -1 && strstr(err, "not part of its prompt"));
+    free(s.context);
+    s.context = ctx;
+    p.truncated = 1;
+    CU_ASSERT(kvb_hidden_split(model, &s, &p, &k, err, sizeof err) == -1 && strstr(err, "truncated"));
+    kvb_prompt_free(&p);
+    kvb_sample_free(&s);
+}
+
+int main(void) {
+    char path[1024];
+    if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
+    if (!model) fprintf(stderr, "test_hidden: the default model is missing (scripts/fetch-model.sh): the tests fail\n");
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("hidden", NULL, NULL);
+    CU_add_test(s, "hidden question leaves snapkv kept set unchanged, visible does not",
+                test_hidden_question_leaves_snapkv_kept_set_unchanged_visible_does_not);
+    CU_add_test(s, "hidden split refuses samples without a separate context", test_hidden_split_refuses_samples_without_a_separate_context);
+    int rc = util_run_suites();
+    kvb_model_free(model);
+    return rc;
+}
