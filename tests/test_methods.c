@@ -742,12 +742,13 @@ static void test_bad_budgets_and_options(void) {
     CU_ASSERT(strstr(err, "more than the prompt") != NULL);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
-    /* OmniKV below its full layers' share */
+    /* OmniKV below its full layers' share: known before any prompt, so creation fails (a request error in
+     * `serve`, not a server error after a prefill) */
     c = new_ctx(KVB_F16);
-    m = make("omnikv", c, "20%", "layers=1;4");
-    CU_ASSERT(kvb_method_prefill(m, c, ids, 50, err, sizeof err) == -1);
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_budget_parse("20%", &b, err, sizeof err) == 0 && kvb_opts_add(&o, "layers=1;4", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_create("omnikv", c, &b, &o, err, sizeof err) == NULL);
     CU_ASSERT(strstr(err, "below the share") != NULL);
-    kvb_method_free(m, c);
     kvb_ctx_free(c);
 }
 
