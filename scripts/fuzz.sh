@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the libFuzzer harnesses of tests/fuzz (clang -O1, ASan + UBSan, in build-fuzz/) and run each for SECONDS
 # (default 12, or $KVB_FUZZ_SECONDS) over a scratch copy of its seed corpus (tests/fuzz/corpus/<harness>,
-# plus configs/*.json for the suite parser), so the repository is never written. Prints the executions per
+# plus configs/*.json for the suite parser; the GGUF seeds come from tests/fuzz/gguf_seeds.py), so the repository is never written. Prints the executions per
 # harness; exits 1 when a harness finds a crash, leak or sanitizer report (its input is kept as
 # build-fuzz/crash-<harness>-*, replay it with build-fuzz/fuzz_<harness> FILE). Skipped without clang.
 #   scripts/fuzz.sh            12 s per harness (the CI step; build + runs are meant to stay near 3 minutes)
@@ -28,7 +28,8 @@ trap 'rm -rf "$work"' EXIT
 rc=0
 for h in $harnesses; do
     mkdir -p "$work/$h"
-    cp tests/fuzz/corpus/"$h"/* "$work/$h/"
+    # GGUF seeds are binary, so they are written here rather than kept in the repository
+    if [ "$h" = gguf ]; then python3 tests/fuzz/gguf_seeds.py "$work/$h" || exit 1; else cp tests/fuzz/corpus/"$h"/* "$work/$h/"; fi
     [ "$h" = suite ] && find configs -name '*.json' -exec cp {} "$work/$h/" \;
     log=build-fuzz/fuzz_$h.log
     failed=0

@@ -1,6 +1,7 @@
 /* fuzz_loaders.c — every dataset loader on arbitrary file contents. The first byte picks the loader:
  * LongBench JSONL (with a fixed task config), LongMemEval JSON and "nl" format, ShareGPT JSON, OmniKV's
- * 2stage.jsonl, and a NIAH haystack file; the rest is the file. Each must load or fail with an error. */
+ * 2stage.jsonl, and a NIAH haystack file (byte % 6, so the seeds start with an ASCII digit '0'-'5' and stay
+ * text); the rest is the file. Each must load or fail with an error. */
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
