@@ -3,26 +3,18 @@
 #include "reports/history.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/fsutil.h"
+#include "methods/method.h"
 #include "reports/report.h"
 #include "reports/results.h"
 #include "reports/svg.h"
 
-#define ERR(...) errf(err, err_len, __VA_ARGS__)
-
-__attribute__((format(printf, 3, 4))) static int errf(char *err, size_t err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define N_MEASURES 3
 
 static const char *const MEASURE[N_MEASURES] = {"score (x100, mean over tasks)", "decode ms/token", "device KV MiB (after prefill)"};

@@ -6,7 +6,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,17 +13,10 @@
 #include <unistd.h>
 
 #include "engine/fsutil.h"
+#include "methods/method.h"
 #include "reports/report.h"
 
-#define ERR(...) errf(err, err_len, __VA_ARGS__)
-
-__attribute__((format(printf, 3, 4))) static int errf(char *err, size_t err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define SEP "\x1f"
 
 /* Fields that measure time: they differ between two runs of the same cell and are not compared. */
