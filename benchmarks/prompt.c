@@ -68,19 +68,6 @@ static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_t
     return out;
 }
 
-static int chunk_rounds(kvb_prompt *p, int round_chunk) {
-    int64_t chunk = round_chunk > 0 ? round_chunk : p->n;
-    int64_t q = p->n % chunk ? p->n % chunk : (p->n < chunk ? p->n : chunk);
-    int64_t hist = p->n - q;
-    int nr = (int)(hist / chunk) + 1;
-    p->round_end = malloc((size_t)nr * sizeof *p->round_end);
-    if (!p->round_end) return -1;
-    for (int r = 0; r + 1 < nr; r++) p->round_end[r] = (int64_t)(r + 1) * chunk;
-    p->round_end[nr - 1] = p->n;
-    p->n_rounds = nr;
-    return 0;
-}
-
 static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *p,
                         char *err, size_t err_len) {
     /* leave room for the template around the prompt */
@@ -116,8 +103,7 @@ static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tok
     free(text);
     if (rc) return -1;
     if (p->n > max_tokens) return ERR("sample %s: prompt of %lld tokens does not fit %lld", s->id ? s->id : "?", (long long)p->n, (long long)max_tokens);
-    if (chunk_rounds(p, round_chunk)) return ERR("out of memory");
-    return 0;
+    return kvb_rounds_chunk(p, round_chunk, err, err_len);
 }
 
 /* Render messages[0..n) (with the assistant prompt when open) and return the text. */
@@ -207,8 +193,5 @@ int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens
 }
 
 void kvb_prompt_free(kvb_prompt *p) {
-    if (!p) return;
-    free(p->ids);
-    free(p->round_end);
-    memset(p, 0, sizeof *p);
+    if (p) kvb_rounds_free(p);
 }

@@ -15,15 +15,11 @@
 
 #include "benchmarks/sample.h"
 #include "engine/model.h"
+#include "engine/session.h"
 
-typedef struct {
-    int32_t *ids;
-    int64_t n;
-    int64_t *round_end; /* round r covers [round_end[r-1], round_end[r]); the last round is the question */
-    int n_rounds;
-    int real_rounds;    /* 1 = dialogue rounds, 0 = fixed-size chunks of a single prompt */
-    int truncated;      /* tokens or rounds were dropped to fit */
-} kvb_prompt;
+/* round_end: round r covers [round_end[r-1], round_end[r]); the last round is the question; truncated: tokens
+ * or rounds were dropped to fit. */
+typedef kvb_rounds kvb_prompt;
 
 /* Build the prompt of a sample within max_tokens (prompt only; the caller leaves room for generation). */
 int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,

@@ -147,7 +147,10 @@ static int expand_cells(run_state *st, char *err, size_t err_len) {
         if (!kvb_method_find(name)) return ERR("suite %s: unknown method '%s'", st->o->suite_path, name);
         if (!in_list(st->o->methods, name)) continue;
         cJSON *opts = cJSON_GetObjectItemCaseSensitive(m, "opts");
-        if (!strcmp(name, "full") || !strcmp(name, "flash")) {
+        kvb_opts o = {0};
+        kvb_method_needs nd;
+        if (kvb_opts_add_json(&o, opts, name, err, err_len) || kvb_method_needs_of(name, &o, &nd, err, err_len)) return -1;
+        if (!nd.takes_budget) { /* the baseline: one cell */
             if (add_cell(st, name, "full", opts, err, err_len)) return -1;
             continue;
         }
@@ -441,6 +444,7 @@ typedef struct {
     kvb_share *share;
     int hidden;           /* in: the task hides the question */
     int64_t split;        /* hidden: prompt ids [0, split) are the context, prefilled and shared */
+    int obs_window;       /* observation-window rows the cells' methods read */
     double prefill_ms, hist_ms;
     double pre_phase_ms[PROF_PHASE_COUNT];
 } shared_prefill;
@@ -452,7 +456,17 @@ static int cell_opts(const cell *c, kvb_opts *o, char *err, size_t err_len) {
     return kvb_opts_add_json(o, c->opts, where, err, err_len);
 }
 
-static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int need_hist, int max_new, shared_prefill *sp,
+/* Session progress (engine/session.h) as the runner's step events. */
+static void on_progress(void *user, const char *phase, int64_t done, int64_t total) {
+    run_state *st = user;
+    char what[240];
+    snprintf(what, sizeof what, "%s: %s %lld/%lld tokens", st->doing, phase, (long long)done, (long long)total);
+    progress(st, KVB_PROG_STEP, what);
+}
+
+/* The sample's one exact prefill, recording what the cells' methods need (u: their union); a method that
+ * prefills the question round itself forks from the history rounds. */
+static int run_prefill(run_state *st, const kvb_sample *s, const kvb_method_needs *u, int max_new, shared_prefill *sp,
                        char *err, size_t err_len) {
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_threads = st->o->n_threads;
@@ -463,26 +477,21 @@ static int run_prefill(run_state *st, const kvb_sample *s, int need_scores, int 
     cp.n_ctx = (int)(sp->p.n + max_new + 1);
     sp->base = kvb_ctx_create(st->model, &cp, err, err_len);
     if (!sp->base) return -1;
-    sp->share = kvb_share_create(sp->base, 32, need_scores, err, err_len);
+    sp->obs_window = u->obs_window;
+    sp->share = kvb_share_create(sp->base, u->obs_window, u->prefill_scores, err, err_len);
     if (!sp->share) return -1;
-    double fwd_s = 0; /* forward time only: the fork for round is not prefill */
-    int64_t at = 0;
-    for (int r = 0; r < sp->p.n_rounds; r++) {
-        int64_t end = sp->split && sp->p.round_end[r] > sp->split ? sp->split : sp->p.round_end[r];
-        if (end <= at) break; /* hidden: the question is prefilled per method, after compression */
-        if (r == sp->p.n_rounds - 1 && need_hist && at > 0 && !sp->split) {
-            sp->hist_ms = fwd_s * 1e3;
-            if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
-        }
-        double t0 = now_s();
-        if (kvb_ctx_begin_round(sp->base, r, 0, err, err_len) ||
-            kvb_forward(sp->base, sp->p.ids + at, end - at, err, err_len))
-            return -1;
+    kvb_gen_params gp = {.progress = on_progress, .user = st};
+    int last = sp->p.n_rounds - 1, fork_hist = u->own_prefill && last > 0 && !sp->split;
+    int64_t end = sp->split ? sp->split : sp->p.n; /* hidden: the question is prefilled per method, after compression */
+    double t0 = now_s();
+    if (kvb_prefill_rounds(sp->base, &sp->p, 0, fork_hist ? sp->p.round_end[last - 1] : end, &gp, err, err_len)) return -1;
+    double fwd_s = now_s() - t0; /* forward time only: the fork is not prefill */
+    if (fork_hist) {
+        sp->hist_ms = fwd_s * 1e3;
+        if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
+        t0 = now_s();
+        if (kvb_prefill_rounds(sp->base, &sp->p, last, end, &gp, err, err_len)) return -1;
         fwd_s += now_s() - t0;
-        at = end;
-        char what[240];
-        snprintf(what, sizeof what, "%s: prefill %lld/%lld tokens", st->doing, (long long)at, (long long)sp->p.n);
-        progress(st, KVB_PROG_STEP, what);
     }
     sp->prefill_ms = fwd_s * 1e3;
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
@@ -499,100 +508,46 @@ static void free_prefill(shared_prefill *sp) {
 }
 
 typedef struct {
-    char *prediction;
-    int n_gen;
-    double ttft_ms, prefill_ms, decode_ms_per_token;
-    kvb_kv_usage kv_prefill, kv_end;
-    double attended;
+    kvb_session ses;
     char params[240], note[160];
-    double dec_phase_ms[PROF_PHASE_COUNT], own_pre_phase_ms[PROF_PHASE_COUNT];
 } cell_result;
 
-/* Decode greedily until end of generation, max_new tokens or the stop string. */
-static int decode(run_state *st, kvb_ctx *c, const kvb_sample *s, int max_new, cell_result *res, char *err, size_t err_len) {
-    int32_t *gen = malloc((size_t)(max_new + 1) * sizeof *gen);
-    if (!gen) return ERR("out of memory");
-    int n = 0, rc = 0, steps = 0;
-    double t0 = now_s();
-    char *text = NULL;
-    while (n < max_new) {
-        int32_t next = sampler_argmax(c->logits, st->model->cfg.n_vocab);
-        if (tok_is_eog(st->model->tok, next)) break;
-        gen[n++] = next;
-        if (s->stop) {
-            free(text);
-            text = NULL;
-            if (tok_decode(st->model->tok, gen, n, &text)) { rc = ERR("out of memory"); break; }
-            if (strstr(text, s->stop)) break;
-        }
-        if (n == max_new) break;
-        if (kvb_forward(c, &next, 1, err, err_len)) { rc = -1; break; }
-        steps++;
-        char what[240];
-        snprintf(what, sizeof what, "%s: decode %d/%d tokens", st->doing, n, max_new);
-        progress(st, KVB_PROG_STEP, what);
-    }
-    double dt = now_s() - t0;
-    free(text);
-    if (!rc) {
-        res->n_gen = n;
-        res->decode_ms_per_token = steps ? dt * 1e3 / steps : 0;
-        if (tok_decode(st->model->tok, gen, n, &res->prediction)) rc = ERR("out of memory");
-        if (!rc && s->stop) {
-            char *p = strstr(res->prediction, s->stop);
-            if (p) *p = 0;
-        }
-    }
-    free(gen);
-    return rc;
-}
-
-static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_prefill *sp, int max_new, cell_result *res,
-                    char *err, size_t err_len) {
+/* One cell on the shared prefill: fork, install the method (it adopts the prefill's statistics, or prefills the
+ * question round itself), decode through the session. */
+static int run_cell(run_state *st, const cell *cl, const kvb_method_needs *nd, const kvb_sample *s, shared_prefill *sp,
+                    int max_new, cell_result *res, char *err, size_t err_len) {
     kvb_opts o;
     if (cell_opts(cl, &o, err, err_len)) return -1;
-    int is_round = !strcmp(cl->method, "round");
-    if (is_round && sp->split) return ERR("round: question hidden is not supported (Round Attention selects rounds while the question is decoded)");
-    const kvb_ctx *from = is_round && sp->hist ? sp->hist : sp->base;
+    if (nd->own_prefill && sp->split)
+        return ERR("%s: question hidden is not supported (the method prefills the question round itself)", cl->method);
+    const kvb_ctx *from = nd->own_prefill && sp->hist ? sp->hist : sp->base;
     double t0 = now_s();
-    kvb_ctx *c = kvb_ctx_fork(from, is_round ? 0 : 32, err, err_len);
+    kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : sp->obs_window, err, err_len);
     if (!c) return -1;
-    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
-    kvb_method *m = kvb_method_create(cl->method, c, strcmp(cl->method, "full") ? &cl->budget : &none, &o, err, err_len);
+    kvb_method *m = kvb_method_create(cl->method, c, &cl->budget, &o, err, err_len);
+    kvb_session_method seam = kvb_method_seam(m);
+    char *stop[1] = {(char *)s->stop};
+    kvb_gen_params gp = {.max_new = max_new, .stop = stop, .n_stop = s->stop ? 1 : 0, .progress = on_progress, .user = st};
     int rc = -1;
-    if (!m) goto done;
-    if (is_round && sp->hist) {
-        int64_t q0 = sp->p.n_rounds > 1 ? sp->p.round_end[sp->p.n_rounds - 2] : 0;
-        if (kvb_ctx_begin_round(c, sp->p.n_rounds - 1, 1, err, err_len) ||
-            kvb_forward(c, sp->p.ids + q0, sp->p.n - q0, err, err_len) || kvb_ctx_end_prefill(c, err, err_len) ||
-            kvb_method_verify(m, c, 1, err, err_len))
-            goto done;
-        res->prefill_ms = sp->hist_ms + (now_s() - t0) * 1e3;
+    if (!m || kvb_session_init(&res->ses, c, &seam, &gp, err, err_len)) goto done;
+    if (nd->own_prefill && sp->hist) {
+        res->ses.prefill_ms = sp->hist_ms + (now_s() - t0) * 1e3;
+        if (kvb_session_prefill(&res->ses, &sp->p, sp->p.n_rounds - 1, err, err_len)) goto done;
         if (!sp->p.real_rounds)
             snprintf(m->note, sizeof m->note, "single prompt: rounds are %d-token chunks (%d rounds)", st->round_chunk, sp->p.n_rounds);
     } else {
-        /* round with a single round (nothing to select from) stays full attention */
+        /* a method that prefills itself, given a single round (nothing to select from), adopts like the others */
         if (kvb_method_adopt(m, c, sp->share, err, err_len)) goto done;
         /* hidden: the question reaches the compressed cache only now, so the method never saw it */
         if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
-        res->prefill_ms = sp->prefill_ms + (now_s() - t0) * 1e3;
+        kvb_session_prefilled(&res->ses, sp->prefill_ms + (now_s() - t0) * 1e3);
     }
-    res->ttft_ms = res->prefill_ms;
-    kvb_method_usage(m, c, &res->kv_prefill);
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
-        res->own_pre_phase_ms[ph] = prof_total_ns(c->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
-    if (decode(st, c, s, max_new, res, err, err_len)) goto done;
-    if (kvb_method_verify(m, c, 0, err, err_len)) goto done;
-    kvb_method_usage(m, c, &res->kv_end);
-    double att = 0;
-    for (int l = 0; l < st->model->cfg.n_layer; l++) att += kvb_ctx_mean_attended(c, l);
-    res->attended = att / st->model->cfg.n_layer;
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
-        res->dec_phase_ms[ph] = prof_total_ns(c->prof, PROF_DECODE, (prof_phase)ph) / 1e6;
+    if (kvb_session_decode(&res->ses, err, err_len)) goto done;
     if (m->describe) m->describe(m, res->params, sizeof res->params);
     snprintf(res->note, sizeof res->note, "%s", m->note);
     rc = 0;
 done:
+    res->ses.c = NULL; /* the context goes; the measurements stay */
     kvb_method_free(m, c);
     kvb_ctx_free(c);
     return rc;
@@ -628,33 +583,33 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     cJSON_AddStringToObject(r, "question", t->hidden ? "hidden" : "visible");
     cJSON_AddNumberToObject(r, "prompt_rounds", sp->p.n_rounds);
     cJSON_AddBoolToObject(r, "prompt_truncated", sp->p.truncated);
-    cJSON_AddNumberToObject(r, "generated_tokens", res->n_gen);
-    cJSON_AddStringToObject(r, "prediction", res->prediction ? res->prediction : "");
+    cJSON_AddNumberToObject(r, "generated_tokens", res->ses.n_gen);
+    cJSON_AddStringToObject(r, "prediction", res->ses.text ? res->ses.text : "");
     cJSON *ans = cJSON_AddArrayToObject(r, "answers");
     for (int i = 0; i < s->n_answers; i++) cJSON_AddItemToArray(ans, cJSON_CreateString(s->answers[i]));
     char metric[32] = "";
     double score = 0;
-    int scored = !error && kvb_score_sample(t->benchmark, s, res->prediction ? res->prediction : "", &score, metric, sizeof metric) == 0;
+    int scored = !error && kvb_score_sample(t->benchmark, s, res->ses.text ? res->ses.text : "", &score, metric, sizeof metric) == 0;
     cJSON_AddStringToObject(r, "metric", metric);
     if (scored) cJSON_AddNumberToObject(r, "score", score);
     else cJSON_AddNullToObject(r, "score");
     cJSON_AddNullToObject(r, "judge");
     if (error) cJSON_AddStringToObject(r, "error", error);
     else cJSON_AddNullToObject(r, "error");
-    cJSON_AddNumberToObject(r, "ttft_ms", res->ttft_ms);
-    cJSON_AddNumberToObject(r, "prefill_ms", res->prefill_ms);
-    cJSON_AddNumberToObject(r, "decode_ms_per_token", res->decode_ms_per_token);
+    cJSON_AddNumberToObject(r, "ttft_ms", res->ses.prefill_ms);
+    cJSON_AddNumberToObject(r, "prefill_ms", res->ses.prefill_ms);
+    cJSON_AddNumberToObject(r, "decode_ms_per_token", kvb_session_ms_per_token(&res->ses));
     cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
     double pre[PROF_PHASE_COUNT];
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = sp->pre_phase_ms[ph] + res->own_pre_phase_ms[ph];
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = sp->pre_phase_ms[ph] + res->ses.pre_phase_ms[ph];
     cJSON_AddItemToObject(bd, "prefill", phase_obj(pre));
-    cJSON_AddItemToObject(bd, "decode", phase_obj(res->dec_phase_ms));
-    cJSON_AddNumberToObject(r, "kv_device_bytes", (double)res->kv_prefill.device_bytes);
-    cJSON_AddNumberToObject(r, "kv_device_bytes_end", (double)res->kv_end.device_bytes);
-    cJSON_AddNumberToObject(r, "kv_host_bytes", (double)res->kv_end.host_bytes);
-    cJSON_AddNumberToObject(r, "kv_full_bytes", (double)res->kv_prefill.full_bytes);
-    cJSON_AddNumberToObject(r, "moved_bytes", (double)(res->kv_end.moved_h2d + res->kv_end.moved_d2h));
-    cJSON_AddNumberToObject(r, "attended_per_layer", res->attended);
+    cJSON_AddItemToObject(bd, "decode", phase_obj(res->ses.dec_phase_ms));
+    cJSON_AddNumberToObject(r, "kv_device_bytes", (double)res->ses.kv_prefill.device_bytes);
+    cJSON_AddNumberToObject(r, "kv_device_bytes_end", (double)res->ses.kv_end.device_bytes);
+    cJSON_AddNumberToObject(r, "kv_host_bytes", (double)res->ses.kv_end.host_bytes);
+    cJSON_AddNumberToObject(r, "kv_full_bytes", (double)res->ses.kv_prefill.full_bytes);
+    cJSON_AddNumberToObject(r, "moved_bytes", (double)(res->ses.kv_end.moved_h2d + res->ses.kv_end.moved_d2h));
+    cJSON_AddNumberToObject(r, "attended_per_layer", res->ses.attended);
     cJSON_AddStringToObject(r, "note", res->note);
     cJSON_AddNumberToObject(r, "seed", jnum(st->suite, "seed", 1));
     cJSON_AddStringToObject(r, "model_sha256", st->model_sha);
@@ -675,7 +630,8 @@ static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl,
 }
 
 static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *err, size_t err_len) {
-    int todo[MAX_CELLS], n_todo = 0, need_scores = 0, need_hist = 0, n_held = 0, rc = 0;
+    int todo[MAX_CELLS], n_todo = 0, n_held = 0, rc = 0;
+    kvb_method_needs needs[MAX_CELLS], u = {0}; /* per cell, and their union */
     cJSON *fps[MAX_CELLS] = {0}, *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
     int rerun[MAX_CELLS] = {0};
     char sample_sha[65];
@@ -699,9 +655,12 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
             held[n_held++] = cJSON_Duplicate(e->pending, 1);
             continue;
         }
+        kvb_opts o;
+        if (cell_opts(cl, &o, err, err_len) || kvb_method_needs_of(cl->method, &o, &needs[k], err, err_len)) { rc = -1; break; }
+        u.prefill_scores |= needs[k].prefill_scores;
+        u.own_prefill |= needs[k].own_prefill;
+        if (needs[k].obs_window > u.obs_window) u.obs_window = needs[k].obs_window;
         todo[n_todo++] = k;
-        need_scores |= !strcmp(cl->method, "h2o");
-        need_hist |= !strcmp(cl->method, "round");
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
     shared_prefill sp = {0};
@@ -714,7 +673,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     if (n_todo && !rc) {
         snprintf(what, sizeof what, "%s: shared prefill", st->doing);
         progress(st, KVB_PROG_BEGIN, what);
-        prc = run_prefill(st, s, need_scores, need_hist, max_new, &sp, perr, sizeof perr);
+        prc = run_prefill(st, s, &u, max_new, &sp, perr, sizeof perr);
     }
     long prompt_tokens = (long)sp.p.n;
     for (int i = 0; i < n_todo && rc == 0; i++) {
@@ -723,9 +682,9 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         progress(st, KVB_PROG_STEP, st->doing);
         cell_result res = {0};
         char cerr[512] = "";
-        int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
+        int crc = prc ? -1 : run_cell(st, cl, &needs[todo[i]], s, &sp, max_new, &res, cerr, sizeof cerr);
         cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
-        free(res.prediction);
+        kvb_session_free(&res.ses);
         cJSON_AddItemToObject(rec, "fingerprint", fps[todo[i]]);
         fps[todo[i]] = NULL;
         if (rerun[todo[i]]) cJSON_AddBoolToObject(rec, "rerun", 1); /* the report keeps it without a warning */

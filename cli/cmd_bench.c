@@ -61,15 +61,14 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
         for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(1000 + (i * 7919) % 40000);
     else
         syn_random_ids(0, m->cfg.n_vocab, ids, n_prompt);
-    double t0 = cli_now();
-    int rc = kvb_forward(c, ids, n_prompt, err, sizeof err);
-    double t_pre = cli_now() - t0;
-    double t1 = cli_now();
-    for (long s = 0; rc == 0 && s < n_dec; s++) {
-        int32_t next = sampler_argmax(c->logits, m->cfg.n_vocab);
-        rc = kvb_forward(c, &next, 1, err, sizeof err);
-    }
-    double t_dec = cli_now() - t1;
+    kvb_session ses;
+    kvb_rounds prompt = {.ids = ids, .n = n_prompt};
+    kvb_gen_params gp = {.max_new = (int)n_dec + 1, .ignore_eos = 1}; /* n_dec decode steps */
+    int rc = kvb_session_init(&ses, c, NULL, &gp, err, sizeof err) || kvb_rounds_chunk(&prompt, 0, err, sizeof err) ||
+             kvb_session_prefill(&ses, &prompt, 0, err, sizeof err) || kvb_session_decode(&ses, err, sizeof err);
+    double t_pre = ses.prefill_ms / 1e3, t_dec = ses.decode_ms / 1e3;
+    kvb_session_free(&ses);
+    free(prompt.round_end);
     if (rc) {
         free(ids);
         kvb_ctx_free(c);

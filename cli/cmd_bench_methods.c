@@ -38,29 +38,30 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     p.n_ctx = (int)(n_prompt + n_dec + 1);
     kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
     if (!c) return cli_fail("bench: %s", err);
+    kvb_session ses = {0};
+    kvb_rounds prompt = {.ids = (int32_t *)ids, .n = n_prompt};
     kvb_budget full = {KVB_BUDGET_NONE, 0, 0};
     kvb_method *meth = kvb_method_create(name, c, strcmp(name, "full") ? b : &full, o, err, sizeof err);
     int rc = 1;
     if (!meth) { cli_fail("bench: %s", err); goto done; }
-    double t0 = cli_now();
-    if (kvb_method_prefill(meth, c, ids, n_prompt, err, sizeof err)) { cli_fail("bench: %s: %s", name, err); goto done; }
-    row->prefill_s = cli_now() - t0;
-    double t1 = cli_now();
-    for (long s = 0; s < n_dec; s++) {
-        int32_t next = sampler_argmax(c->logits, m->cfg.n_vocab);
-        if (kvb_forward(c, &next, 1, err, sizeof err)) { cli_fail("bench: %s: %s", name, err); goto done; }
+    kvb_session_method seam = kvb_method_seam(meth);
+    kvb_gen_params gp = {.max_new = (int)n_dec + 1, .ignore_eos = 1}; /* n_dec decode steps */
+    if (kvb_session_init(&ses, c, &seam, &gp, err, sizeof err) || kvb_rounds_chunk(&prompt, 0, err, sizeof err) ||
+        kvb_session_prefill(&ses, &prompt, 0, err, sizeof err) || kvb_session_decode(&ses, err, sizeof err)) {
+        cli_fail("bench: %s: %s", name, err);
+        goto done;
     }
-    row->decode_ms = n_dec > 0 ? (cli_now() - t1) * 1e3 / (double)n_dec : 0;
-    if (kvb_method_verify(meth, c, 0, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
-    kvb_method_usage(meth, c, &row->kv);
+    row->prefill_s = ses.prefill_ms / 1e3;
+    row->decode_ms = kvb_session_ms_per_token(&ses);
+    row->kv = ses.kv_end;
     row->formula = meth->formula_frac ? meth->formula_frac(meth, c) : -1;
-    double att = 0;
-    for (int l = 0; l < m->cfg.n_layer; l++) att += kvb_ctx_mean_attended(c, l);
-    row->attended = att / m->cfg.n_layer;
+    row->attended = ses.attended;
     snprintf(row->name, sizeof row->name, "%s", name);
     if (meth->describe) meth->describe(meth, row->desc, sizeof row->desc);
     rc = 0;
 done:
+    kvb_session_free(&ses);
+    free(prompt.round_end);
     kvb_method_free(meth, c);
     kvb_ctx_free(c);
     return rc;

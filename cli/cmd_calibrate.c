@@ -73,13 +73,7 @@ static const char *HELP =
     "  --out-dir DIR          where calibrate-KIND.csv goes (default .)\n"
     "  --dry-run              print and save the CSV, do not touch the profile\n" CLI_ENGINE_HELP;
 
-typedef struct {
-    int32_t *ids;
-    int64_t n;
-    int64_t *round_end; /* round r = [round_end[r-1], round_end[r]); the last round is the question */
-    int n_rounds;
-    int truncated;
-} cal_input;
+typedef kvb_rounds cal_input; /* round r = [round_end[r-1], round_end[r]); the last round is the question */
 
 typedef struct {
     const char *kind, *out_dir;
@@ -91,10 +85,7 @@ typedef struct {
 } cal_opts;
 
 static void inputs_free(cal_input *in, int n) {
-    for (int i = 0; i < n; i++) {
-        free(in[i].ids);
-        free(in[i].round_end);
-    }
+    for (int i = 0; i < n; i++) kvb_rounds_free(&in[i]);
     free(in);
 }
 
@@ -148,23 +139,11 @@ static int file_input(kvb_model *m, const char *path, long chunk, cal_input *in,
     if (rc) return -1;
     if (n < 2) return snprintf(err, err_len, "%s: fewer than 2 tokens", path), -1;
     in->n = n;
-    int64_t q = n % chunk ? n % chunk : (n < chunk ? n : chunk), hist = n - q;
-    in->n_rounds = (int)(hist / chunk) + 1;
-    in->round_end = malloc((size_t)in->n_rounds * sizeof *in->round_end);
-    if (!in->round_end) return snprintf(err, err_len, "out of memory"), -1;
-    for (int r = 0; r + 1 < in->n_rounds; r++) in->round_end[r] = (int64_t)(r + 1) * chunk;
-    in->round_end[in->n_rounds - 1] = n;
-    return 0;
+    return kvb_rounds_chunk(in, chunk, err, err_len);
 }
 
 static int dialogue_input(kvb_model *m, const kvb_sample *s, cal_input *in, char *err, size_t err_len) {
-    kvb_prompt p;
-    if (kvb_prompt_build(m, s, (int64_t)1 << 30, 0, &p, err, err_len)) {
-        kvb_prompt_free(&p);
-        return -1;
-    }
-    in->ids = p.ids, in->n = p.n, in->round_end = p.round_end, in->n_rounds = p.n_rounds;
-    return 0;
+    return kvb_prompt_build(m, s, (int64_t)1 << 30, 0, in, err, err_len);
 }
 
 /* The calibration inputs, capped; NULL + message printed on failure. */
@@ -272,7 +251,7 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
         free(P);
         P = malloc((size_t)L * (in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1) * sizeof *P);
         if (!curve || !one || !P) rc = cli_fail("calibrate: out of memory");
-        else if (kvb_cal_round_run(c, in[i].ids, in[i].round_end, in[i].n_rounds, P, err, sizeof err))
+        else if (kvb_cal_round_run(c, &in[i], P, err, sizeof err))
             rc = cli_fail("calibrate: input %d: %s", i + 1, err);
         else {
             kvb_cal_round_curve(P, L, in[i].n_rounds - 1, o->eps, one);

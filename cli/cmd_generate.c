@@ -135,7 +135,7 @@ int cmd_generate(int argc, char **argv) {
     char *rendered = NULL;
     int32_t *ids = NULL;
     kvb_ctx *ctx = NULL;
-    kvb_sampler smp = {0};
+    kvb_session ses = {0};
     kvb_method *method = NULL;
     kvb_model *m = cli_load_model(&eo);
     if (!m) goto done;
@@ -206,8 +206,11 @@ int cmd_generate(int argc, char **argv) {
         ctx->tap = dump_tap;
         ctx->tap_user = &dump;
     }
-    if (sampler_init(&smp, m->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed)) {
-        cli_fail("generate: out of memory");
+    kvb_gen_params gp = {.max_new = (int)n_gen, .ignore_eos = ignore_eos, .temp = (float)temp, .top_p = (float)top_p,
+                         .seed = (uint64_t)seed};
+    kvb_session_method seam = kvb_method_seam(method);
+    if (kvb_session_init(&ses, ctx, &seam, &gp, err, sizeof err)) {
+        cli_fail("generate: %s", err);
         goto done;
     }
     if (show_ids) {
@@ -215,66 +218,40 @@ int cmd_generate(int argc, char **argv) {
         for (int i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
         fputc('\n', stderr);
     }
-    double t0 = cli_now();
-    if (kvb_method_prefill(method, ctx, ids, n_ids, err, sizeof err)) {
+    kvb_rounds prompt_rounds = {.ids = ids, .n = n_ids};
+    if (kvb_rounds_chunk(&prompt_rounds, 0, err, sizeof err) || kvb_session_prefill(&ses, &prompt_rounds, 0, err, sizeof err)) {
+        free(prompt_rounds.round_end);
         cli_fail("generate: %s", err);
         goto done;
     }
-    double t_prefill = cli_now() - t0;
-    kvb_kv_usage after_prefill;
-    kvb_method_usage(method, ctx, &after_prefill);
-    tok_stream ts;
-    tok_stream_init(&ts);
-    int n_out = 0, n_steps = 0; /* tokens generated; decode forward passes (each generated token but the last) */
-    int32_t first_eog = -1;     /* the end-of-generation token, when it came first */
-    double t1 = cli_now();
-    if (show_ids) fprintf(stderr, "generated ids:");
-    while (n_out < n_gen) {
-        prof_begin(ctx->prof, PROF_SAMPLE, -1);
-        int32_t next = sampler_sample(&smp, ctx->logits);
-        prof_end(ctx->prof, PROF_SAMPLE, -1, 1, 0);
-        if (show_ids) fprintf(stderr, " %d", next);
-        if (!ignore_eos && tok_is_eog(m->tok, next)) {
-            if (n_out == 0) first_eog = next;
-            break;
-        }
-        n_out++;
-        char piece[256];
-        int np = tok_stream_push(&ts, m->tok, next, piece, sizeof piece);
-        if (np > 0) {
-            fwrite(piece, 1, (size_t)np, stdout);
-            fflush(stdout);
-        }
-        if (n_out == n_gen) break;
-        if (kvb_forward(ctx, &next, 1, err, sizeof err)) {
-            cli_fail("generate: %s", err);
-            goto done;
-        }
-        n_steps++;
+    free(prompt_rounds.round_end);
+    int r;
+    const char *piece;
+    size_t np;
+    while ((r = kvb_session_step(&ses, &piece, &np, err, sizeof err)) > 0) {
+        if (show_ids) fprintf(stderr, " %d", ses.gen[ses.n_gen - 1]);
+        fwrite(piece, 1, np, stdout);
+        fflush(stdout);
     }
-    {
-        char piece[64];
-        int np = tok_stream_flush(&ts, piece, sizeof piece);
-        if (np > 0) fwrite(piece, 1, (size_t)np, stdout);
+    size_t shown = ses.text_n;
+    if (r < 0 || kvb_session_finish(&ses, err, sizeof err)) {
+        cli_fail("generate: %s", err);
+        goto done;
     }
-    double t_decode = cli_now() - t1;
+    fwrite(ses.text + shown, 1, ses.text_n - shown, stdout);
     if (show_ids) fputc('\n', stderr);
     /* an instruct model given a bare prompt often ends at once: say so instead of printing nothing */
-    if (first_eog >= 0)
-        fprintf(stderr, "generate: the model's first token is end of generation (token %d)%s\n", first_eog,
+    if (ses.first_eog >= 0)
+        fprintf(stderr, "generate: the model's first token is end of generation (token %d)%s\n", ses.first_eog,
                 chat ? "" : "; an instruct model may need --chat (its chat template), or --ignore-eos");
     fputc('\n', stdout);
     fflush(stdout);
-    fprintf(stderr, "\nprefill: %d tokens in %.1f ms (%.1f tok/s)\n", n_ids, t_prefill * 1e3, n_ids / t_prefill);
-    if (n_steps > 0)
-        fprintf(stderr, "decode:  %d tokens generated, %d decode steps in %.1f ms (%.1f tok/s, %.2f ms/token)\n", n_out,
-                n_steps, t_decode * 1e3, n_steps / t_decode, t_decode * 1e3 / n_steps);
+    fprintf(stderr, "\nprefill: %d tokens in %.1f ms (%.1f tok/s)\n", n_ids, ses.prefill_ms, n_ids / ses.prefill_ms * 1e3);
+    if (ses.steps > 0)
+        fprintf(stderr, "decode:  %d tokens generated, %d decode steps in %.1f ms (%.1f tok/s, %.2f ms/token)\n", ses.n_gen,
+                ses.steps, ses.decode_ms, ses.steps / ses.decode_ms * 1e3, kvb_session_ms_per_token(&ses));
     else
-        fprintf(stderr, "decode:  %d tokens generated, no decode step\n", n_out);
-    if (kvb_method_verify(method, ctx, 0, err, sizeof err)) {
-        cli_fail("generate: %s", err);
-        goto done;
-    }
+        fprintf(stderr, "decode:  %d tokens generated, no decode step\n", ses.n_gen);
     if (kv_report) {
         char desc[256] = "", bud[32];
         if (method->describe) method->describe(method, desc, sizeof desc);
@@ -283,7 +260,7 @@ int cmd_generate(int argc, char **argv) {
                 method->note);
         const double MiB = 1024.0 * 1024.0;
         fprintf(stderr, "kv after prefill device %8.2f MiB (%5.1f%% of full)  host %8.2f MiB\n",
-                after_prefill.device_bytes / MiB, 100.0 * after_prefill.device_frac, after_prefill.host_bytes / MiB);
+                ses.kv_prefill.device_bytes / MiB, 100.0 * ses.kv_prefill.device_frac, ses.kv_prefill.host_bytes / MiB);
         cli_print_kv_usage(method, ctx, "at end", stderr);
     }
     if (eo.ctx.profile) prof_print_table(ctx->prof, stderr);
@@ -294,7 +271,7 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     if (dump_dir && dump_close(&dump, dump_dir)) rc = 1;
-    sampler_free(&smp);
+    kvb_session_free(&ses);
     kvb_method_free(method, ctx);
     kvb_ctx_free(ctx);
     free(ids);

@@ -99,81 +99,28 @@ typedef struct {
     char id[48];
     kvb_ctx *c;
     kvb_method *m;
-    kvb_sampler smp;
-    tok_stream ts;
-    int max_tokens, n_gen, prompt_tokens, done, stream, sent_role, finished_sent, locked;
-    const char *finish;
+    kvb_session ses;       /* the sample: sampling, stop rules, generated text */
+    int prompt_tokens, stream, sent_role, finished_sent, locked;
     char **stop;
     int n_stop;
-    char *text;            /* generated text so far */
-    size_t text_n, text_cap;
     char *pending;         /* stream bytes not yet handed to MHD */
     size_t pend_n, pend_off;
 } gen;
 
-static void text_add(gen *g, const char *p, size_t n) {
-    if (g->text_n + n + 1 > g->text_cap) {
-        size_t cap = (g->text_n + n + 1) * 2;
-        char *t = realloc(g->text, cap);
-        if (!t) return;
-        g->text = t;
-        g->text_cap = cap;
-    }
-    memcpy(g->text + g->text_n, p, n);
-    g->text_n += n;
-    g->text[g->text_n] = 0;
-}
-
 static void gen_free(gen *g) {
     if (!g) return;
     kvb_method_free(g->m, g->c);
+    kvb_session_free(&g->ses);
     kvb_ctx_free(g->c);
-    sampler_free(&g->smp);
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->stop);
-    free(g->text);
     free(g->pending);
     if (g->locked) sem_post(&g->s->engine);
     atomic_fetch_sub(&g->s->in_flight, 1);
     free(g);
 }
 
-/* Next token into g->text; sets done/finish. Returns bytes of text added, -1 on an engine error. */
-static int gen_step(gen *g, char *err, size_t err_len) {
-    const kvb_model *m = g->s->model;
-    if (g->n_gen >= g->max_tokens) {
-        g->done = 1;
-        g->finish = "length";
-        return 0;
-    }
-    int32_t next = sampler_sample(&g->smp, g->c->logits);
-    if (tok_is_eog(m->tok, next)) {
-        g->done = 1;
-        g->finish = "stop";
-        return 0;
-    }
-    g->n_gen++;
-    char piece[256];
-    int np = tok_stream_push(&g->ts, m->tok, next, piece, sizeof piece);
-    size_t before = g->text_n;
-    if (np > 0) text_add(g, piece, (size_t)np);
-    for (int i = 0; i < g->n_stop; i++) {
-        char *hit = g->text ? strstr(g->text + (before > 64 ? before - 64 : 0), g->stop[i]) : NULL;
-        if (hit) {
-            g->text_n = (size_t)(hit - g->text);
-            g->text[g->text_n] = 0;
-            g->done = 1;
-            g->finish = "stop";
-            return g->text_n > before ? (int)(g->text_n - before) : 0;
-        }
-    }
-    if (g->n_gen < g->max_tokens && kvb_forward(g->c, &next, 1, err, err_len)) return -1;
-    if (g->n_gen >= g->max_tokens) {
-        g->done = 1;
-        g->finish = "length";
-    }
-    return (int)(g->text_n - before);
-}
+static const char *finish_reason(const gen *g) { return g->ses.finish == KVB_FINISH_LENGTH ? "length" : "stop"; }
 
 static int parse_messages(const cJSON *msgs, chat_msg **out, int *n, char *err, size_t err_len) {
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return ERR("'messages' must be a non-empty array");
@@ -296,20 +243,16 @@ static int client_gone(struct MHD_Connection *conn) {
     return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* The prompt into the context, PREFILL_CHUNK tokens at a time, stopping between chunks when the client has
- * gone (*status 499: nobody to answer). Methods with their own prefill run it whole. */
-static int prefill(gen *g, struct MHD_Connection *conn, const int32_t *ids, int n, unsigned *status, char *err, size_t err_len) {
-    if (g->m->prefill) return kvb_method_prefill(g->m, g->c, ids, n, err, err_len);
-    for (int at = 0; at < n; at += PREFILL_CHUNK) {
-        if (client_gone(conn)) {
-            *status = 499;
-            if (g->s->o->verbose) fprintf(stderr, "serve: %s: client gone after %d of %d prompt tokens; prefill stopped\n", g->id, at, n);
-            return ERR("client closed the connection");
-        }
-        if (kvb_forward(g->c, ids + at, n - at < PREFILL_CHUNK ? n - at : PREFILL_CHUNK, err, err_len)) return -1;
-    }
-    /* as kvb_method_prefill ends it: the method's after-prefill hook, then its budget checks */
-    return kvb_ctx_end_prefill(g->c, err, err_len) || kvb_method_verify(g->m, g->c, 1, err, err_len) ? -1 : 0;
+typedef struct {
+    gen *g;
+    struct MHD_Connection *conn;
+    int gone;
+} prefill_watch;
+
+/* Between prefill chunks: has the client gone? (then nobody is left to answer: stop) */
+static int client_left(void *user) {
+    prefill_watch *w = user;
+    return w->gone = client_gone(w->conn);
 }
 
 /* Build the generation: validates the request (400 on error) and prefills. */
@@ -328,7 +271,6 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     if (!g) { req_params_free(&p); ERR("out of memory"); return NULL; }
     g->s = s;
     atomic_fetch_add(&s->in_flight, 1);
-    g->max_tokens = max_tokens;
     g->stream = p.stream;
     g->stop = p.stop, g->n_stop = p.n_stop; /* the generation owns them now */
     p.stop = NULL, p.n_stop = 0, p.msgs = NULL;
@@ -367,18 +309,27 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         *status = 400;
         g->m = kvb_method_create(method, g->c, &budget, &opts, err, err_len);
     }
-    rc = !g->c || !g->m || sampler_init(&g->smp, s->model->cfg.n_vocab, (float)temp, (float)top_p, (uint64_t)seed);
+    kvb_session_method seam = kvb_method_seam(g->m);
+    prefill_watch w = {g, conn, 0};
+    kvb_gen_params gp = {.max_new = max_tokens, .stop = g->stop, .n_stop = g->n_stop, .temp = (float)temp, .top_p = (float)top_p,
+                         .seed = (uint64_t)seed, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = &w};
+    kvb_rounds prompt = {.ids = ids, .n = n_ids};
+    rc = !g->c || !g->m || kvb_session_init(&g->ses, g->c, &seam, &gp, err, err_len) ||
+         kvb_rounds_chunk(&prompt, 0, err, err_len);
     if (!rc) {
         *status = 500;
-        rc = prefill(g, conn, ids, n_ids, status, err, err_len);
+        rc = kvb_session_prefill(&g->ses, &prompt, 0, err, err_len);
+        if (rc && w.gone) {
+            *status = 499;
+            if (s->o->verbose) fprintf(stderr, "serve: %s: client gone during the prefill of %d prompt tokens; prefill stopped\n", g->id, n_ids);
+        }
     }
-    free(ids);
+    kvb_rounds_free(&prompt);
     if (rc) {
         if (!err[0]) ERR("out of memory");
         gen_free(g);
         return NULL;
     }
-    tok_stream_init(&g->ts);
     *status = 200;
     return g;
 }
@@ -386,8 +337,8 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
 static cJSON *usage_obj(const gen *g) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", g->prompt_tokens);
-    cJSON_AddNumberToObject(u, "completion_tokens", g->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + g->n_gen);
+    cJSON_AddNumberToObject(u, "completion_tokens", g->ses.n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + g->ses.n_gen);
     return u;
 }
 
@@ -409,14 +360,10 @@ static cJSON *kv_obj(const gen *g) {
 
 static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
     char err[512] = "";
-    while (!g->done)
-        if (gen_step(g, err, sizeof err) < 0) {
-            gen_free(g);
-            return send_error(conn, 500, "server_error", NULL, "%s", err);
-        }
-    char tail[64];
-    int nt = tok_stream_flush(&g->ts, tail, sizeof tail);
-    if (nt > 0) text_add(g, tail, (size_t)nt);
+    if (kvb_session_decode(&g->ses, err, sizeof err)) {
+        gen_free(g);
+        return send_error(conn, 500, "server_error", NULL, "%s", err);
+    }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", g->id);
     cJSON_AddStringToObject(j, "object", "chat.completion");
@@ -425,9 +372,9 @@ static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
     cJSON *choices = cJSON_AddArrayToObject(j, "choices"), *ch = cJSON_CreateObject(), *msg = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     cJSON_AddStringToObject(msg, "role", "assistant");
-    cJSON_AddStringToObject(msg, "content", g->text ? g->text : "");
+    cJSON_AddStringToObject(msg, "content", g->ses.text ? g->ses.text : "");
     cJSON_AddItemToObject(ch, "message", msg);
-    cJSON_AddStringToObject(ch, "finish_reason", g->finish ? g->finish : "stop");
+    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g));
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddItemToObject(j, "usage", usage_obj(g));
     cJSON_AddItemToObject(j, "kvbench", kv_obj(g));
@@ -478,14 +425,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (!g->sent_role) {
             sse_chunk(g, "assistant", NULL, 0, NULL);
             g->sent_role = 1;
-        } else if (!g->done) {
+        } else if (!g->ses.finish) {
             char err[256];
-            size_t before = g->text_n;
-            int added = gen_step(g, err, sizeof err);
-            if (added < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (added > 0) sse_chunk(g, NULL, g->text + before, (size_t)added, NULL);
+            const char *piece;
+            size_t n;
+            if (kvb_session_step(&g->ses, &piece, &n, err, sizeof err) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (n > 0) sse_chunk(g, NULL, piece, n, NULL);
         } else if (!g->finished_sent) {
-            sse_chunk(g, NULL, NULL, 0, g->finish ? g->finish : "stop");
+            sse_chunk(g, NULL, NULL, 0, finish_reason(g));
             const char *done = "data: [DONE]\n\n";
             char *p = realloc(g->pending, g->pend_n + strlen(done));
             if (p) {

@@ -255,21 +255,19 @@ static void end(kvb_ctx *c) {
     kvb_ctx_reset(c);
 }
 
-int kvb_cal_round_run(kvb_ctx *c, const int32_t *ids, const int64_t *round_end, int n_rounds, float *P, char *err,
-                      size_t err_len) {
-    const int L = c->model->cfg.n_layer, R = n_rounds - 1;
-    if (n_rounds < 3) return ERR("calibrate round: an input needs at least 2 history rounds and a question");
+int kvb_cal_round_run(kvb_ctx *c, const kvb_rounds *in, float *P, char *err, size_t err_len) {
+    const int L = c->model->cfg.n_layer, R = in->n_rounds - 1;
+    if (in->n_rounds < 3) return ERR("calibrate round: an input needs at least 2 history rounds and a question");
+    for (int r = 0; r <= R; r++)
+        if (in->round_end[r] <= (r ? in->round_end[r - 1] : 0)) return ERR("calibrate round: round %d of an input is empty", r);
     capture s = {.kind = CAP_ROUND, .q_round = R};
     s.acc = calloc((size_t)L * R, sizeof *s.acc);
     if (!s.acc) return ERR("out of memory");
     kvb_hooks h;
-    int rc = begin(c, &h, &s, err, err_len);
-    for (int r = 0; r < n_rounds && !rc; r++) {
-        int64_t from = r ? round_end[r - 1] : 0;
-        s.on = r == R;
-        if (round_end[r] <= from) rc = ERR("calibrate round: round %d of an input is empty", r);
-        else rc = kvb_ctx_begin_round(c, r, r == R, err, err_len) || kvb_forward(c, ids + from, round_end[r] - from, err, err_len);
-    }
+    /* the history rounds, then the question's with its attention captured */
+    int rc = begin(c, &h, &s, err, err_len) || kvb_prefill_rounds(c, in, 0, in->round_end[R - 1], NULL, err, err_len);
+    s.on = 1;
+    rc = rc || kvb_prefill_rounds(c, in, R, in->n, NULL, err, err_len);
     for (int l = 0; l < L && !rc; l++) {
         double tot = 0;
         for (int k = 0; k < R; k++) tot += s.acc[(int64_t)l * R + k];

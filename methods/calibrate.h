@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "engine/model.h"
+#include "engine/session.h"
 
 /* ---- pure math ---- */
 
@@ -65,8 +66,7 @@ int kvb_cal_group(const double *sim, int L, double delta, int *base);
 /* Round analysis of one dialogue: rounds [round_end[r-1], round_end[r]) of ids, the last is the question
  * (n_rounds >= 3). History rounds are prefilled round by round, the question with probabilities at every
  * layer. P ([L][n_rounds - 1]) receives P_q^l. */
-int kvb_cal_round_run(kvb_ctx *c, const int32_t *ids, const int64_t *round_end, int n_rounds, float *P, char *err,
-                      size_t err_len);
+int kvb_cal_round_run(kvb_ctx *c, const kvb_rounds *in, float *P, char *err, size_t err_len);
 /* OmniKV analysis: prefill ids[0..n-1), forward the last token capturing every layer's probabilities, and write
  * kvb_cal_filter_ability with k = max(1, round(topk_frac * n)) into ability[L]. */
 int kvb_cal_omnikv_run(kvb_ctx *c, const int32_t *ids, int64_t n, double topk_frac, int span, double *ability,

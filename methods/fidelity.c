@@ -29,6 +29,8 @@ typedef struct {
     float *mass;        /* [n_layer][n_head_kv][n_pos]: full attention of the current step, mean over the group */
     kvb_fid_result *out;
     double *step_recall; /* [n_layer] this step's recall (summed over KV heads) */
+    int n_vocab;
+    int32_t next;        /* full attention's greedy token of this step: both contexts take it */
 } lockstep;
 
 static int64_t src_pos(const kvb_src *s, int64_t i) { return s->pos[s->idx ? s->idx[i] : i]; }
@@ -155,15 +157,23 @@ double kvb_fid_mean_recall(const kvb_fid_result *r) {
     return s / r->n_layer;
 }
 
-/* Compare the two contexts' next-token distributions; *next = full's greedy token. */
-static void compare(lockstep *L, int n_vocab, int32_t *next) {
-    *next = sampler_argmax(L->full->logits, n_vocab);
-    int32_t mine = sampler_argmax(L->meth->logits, n_vocab);
-    double kl = kl_logits(L->full->logits, L->meth->logits, n_vocab);
+/* The full context's pick: its greedy token, after comparing the two next-token distributions. */
+static int32_t pick_full(void *user, const float *logits) {
+    lockstep *L = user;
+    L->next = sampler_argmax(logits, L->n_vocab);
+    int32_t mine = sampler_argmax(L->meth->logits, L->n_vocab);
+    double kl = kl_logits(logits, L->meth->logits, L->n_vocab);
     L->out->positions++;
-    L->out->agree += mine == *next;
+    L->out->agree += mine == L->next;
     L->out->kl_sum += kl;
     if (kl > L->out->kl_max) L->out->kl_max = kl;
+    return L->next;
+}
+
+/* The method's context is fed full attention's token (teacher forcing). */
+static int32_t pick_forced(void *user, const float *logits) {
+    (void)logits;
+    return ((lockstep *)user)->next;
 }
 
 int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kvb_opts *o, kvb_fid_result *out,
@@ -174,6 +184,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     L.n_head = cfg->n_head;
     L.n_head_kv = cfg->n_head_kv;
     L.n_pos = r->p.n_ctx;
+    L.n_vocab = cfg->n_vocab;
     L.out = out;
     kvb_fid_result_init(out, cfg->n_layer);
     L.step_recall = calloc((size_t)cfg->n_layer, sizeof *L.step_recall);
@@ -183,8 +194,12 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     capture.wants_probs = ref_wants;
     capture.observe = ref_observe;
     kvb_method *meth = NULL;
+    kvb_session fs = {0}, ms = {0};
+    kvb_rounds prompt = {.ids = (int32_t *)r->ids, .n = r->n};
+    kvb_method_needs nd;
     int rc = -1;
     if (!out->recall_sum || !L.step_recall || !L.mass) { ERR("out of memory"); goto done; }
+    if (kvb_method_needs_of(method, o, &nd, err, err_len)) goto done;
     if (!(L.full = kvb_ctx_fork(r->base, 0, err, err_len)) || kvb_ctx_set_hooks(L.full, &capture, err, err_len) ||
         kvb_ctx_end_prefill(L.full, err, err_len))
         goto done;
@@ -192,29 +207,37 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     p.share_backend = r->base->be; /* one thread pool: the contexts take turns */
     if (!(L.meth = kvb_ctx_create(r->m, &p, err, err_len))) goto done;
     kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
-    int is_full = !strcmp(method, "full") || !strcmp(method, "flash");
-    if (!(meth = kvb_method_create(method, L.meth, is_full ? &none : b, o, err, err_len)) ||
-        kvb_method_prefill(meth, L.meth, r->ids, r->n, err, err_len))
+    if (!(meth = kvb_method_create(method, L.meth, nd.takes_budget ? b : &none, o, err, err_len))) goto done;
+    kvb_session_method seam = kvb_method_seam(meth);
+    kvb_gen_params gf = {.max_new = r->n_gen, .pick = pick_full, .user = &L}, gm = gf;
+    gm.pick = pick_forced;
+    if (kvb_session_init(&fs, L.full, NULL, &gf, err, err_len) || kvb_session_init(&ms, L.meth, &seam, &gm, err, err_len) ||
+        kvb_rounds_chunk(&prompt, 0, err, err_len) || kvb_session_prefill(&ms, &prompt, 0, err, err_len))
         goto done;
     L.meth->on_visible = on_visible;
     L.meth->on_visible_user = &L;
-    for (int i = 0; i < r->n_gen; i++) {
-        int32_t next;
-        compare(&L, cfg->n_vocab, &next);
-        if (i + 1 == r->n_gen || tok_is_eog(r->m->tok, next)) break;
+    for (;;) {
         for (int l = 0; l < cfg->n_layer; l++) L.step_recall[l] = NAN;
-        if (kvb_forward(L.full, &next, 1, err, err_len) || kvb_forward(L.meth, &next, 1, err, err_len)) goto done;
+        const char *piece;
+        size_t n;
+        int f = kvb_session_step(&fs, &piece, &n, err, err_len);
+        if (f < 0) goto done;
+        if (f == 0 || fs.finish) break; /* full attention's last token: nothing more to compare */
+        if (kvb_session_step(&ms, &piece, &n, err, err_len) < 0) goto done;
         for (int l = 0; l < cfg->n_layer; l++) {
             if (isnan(L.step_recall[l])) { ERR("fidelity: layer %d of %s reported no attention sources", l, method); goto done; }
             out->recall_sum[l] += L.step_recall[l];
         }
         out->recall_steps++;
     }
-    if (kvb_method_verify(meth, L.meth, 0, err, err_len)) goto done;
-    kvb_method_usage(meth, L.meth, &out->kv);
+    if (kvb_session_finish(&ms, err, err_len)) goto done;
+    out->kv = ms.kv_end;
     if (meth->describe) meth->describe(meth, out->params, sizeof out->params);
     rc = 0;
 done:
+    free(prompt.round_end);
+    kvb_session_free(&fs);
+    kvb_session_free(&ms);
     if (meth) kvb_method_free(meth, L.meth);
     kvb_ctx_free(L.meth); /* forks and sharers first: they use the base's backend */
     kvb_ctx_free(L.full);

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/model.h"
+#include "engine/session.h" /* kvb_kv_usage, kvb_session_method */
 
 typedef enum { KVB_BUDGET_NONE = 0, KVB_BUDGET_FRACTION, KVB_BUDGET_TOKENS } kvb_budget_kind;
 
@@ -119,13 +120,10 @@ void kvb_share_free(kvb_share *s, kvb_ctx *c);
  * (compression), verify. */
 int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len);
 
-/* Measured KV of a context: device / host bytes of occupied slots (store + method's vis store). */
-typedef struct {
-    int64_t device_bytes, host_bytes, full_bytes; /* full = what full attention would hold now */
-    int64_t moved_h2d, moved_d2h;
-    double device_frac;                            /* device / full */
-} kvb_kv_usage;
+/* Measured KV of a context: store + the method's own device buffers. */
 void kvb_method_usage(const kvb_method *m, const kvb_ctx *c, kvb_kv_usage *u);
+/* The method as an engine session sees it (own prefill, verify, usage). m may be NULL (full attention). */
+kvb_session_method kvb_method_seam(kvb_method *m);
 
 /* Check measured device KV per layer against the method's claim, and (at the end of prefill) the total
  * against the budget, within 1% (at least one token per head). -1 + "method X: layer L holds ..." on failure. */
