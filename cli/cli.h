@@ -69,7 +69,7 @@ const char *cli_source_dir(void);
     "  --batch N              prefill chunk size in tokens (default 512)\n"
 
 #define CLI_METHOD_HELP                                                                                  \
-    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod\n"   \
+    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod, random\n" \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 
