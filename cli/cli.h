@@ -49,7 +49,7 @@ typedef struct {
 void cli_method_defaults(cli_method_opts *o);
 int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i);
 /* Options for one method from raw --method-opt values: "name:key=value" ones for this method, and unprefixed
- * ones for every method but full. 0 or -1 + err. */
+ * ones for every method but the baseline (full). 0 or -1 + err. */
 int cli_method_opts_for(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
@@ -69,7 +69,7 @@ const char *cli_source_dir(void);
     "  --batch N              prefill chunk size in tokens (default 512)\n"
 
 #define CLI_METHOD_HELP                                                                                  \
-    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod\n"   \
+    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod, random\n" \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 

@@ -41,7 +41,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     kvb_session ses = {0};
     kvb_rounds prompt = {.ids = (int32_t *)ids, .n = n_prompt};
     kvb_budget full = {KVB_BUDGET_NONE, 0, 0};
-    kvb_method *meth = kvb_method_create(name, c, strcmp(name, "full") ? b : &full, o, err, sizeof err);
+    kvb_method *meth = kvb_method_create(name, c, kvb_method_find(name)->traits & KVB_NO_BUDGET ? &full : b, o, err, sizeof err);
     int rc = 1;
     if (!meth) { cli_fail("bench: %s", err); goto done; }
     kvb_session_method seam = kvb_method_seam(meth);
@@ -97,16 +97,16 @@ int cmd_bench_methods(int argc, char **argv) {
     }
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
     char list[512];
-    if (!strcmp(methods, "all")) snprintf(list, sizeof list, "streamingllm,h2o,snapkv,omnikv,round,pod");
+    if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
     else snprintf(list, sizeof list, "%s", methods);
     char *names[16];
     int n_names = 0;
     names[n_names++] = "full";
-    for (char *t = strtok(list, ","); t && n_names < 16; t = strtok(NULL, ","))
-        if (strcmp(t, "full") && strcmp(t, "flash")) {
-            if (!kvb_method_find(t)) return cli_fail("bench: unknown method '%s'", t);
-            names[n_names++] = t;
-        }
+    for (char *t = strtok(list, ","); t && n_names < 16; t = strtok(NULL, ",")) {
+        const kvb_method_info *info = kvb_method_find(t);
+        if (!info) return cli_fail("bench: unknown method '%s'", t);
+        if (!(info->traits & KVB_NO_BUDGET)) names[n_names++] = t; /* the baseline runs first anyway */
+    }
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
     int ctx_train = m->cfg.n_ctx_train;

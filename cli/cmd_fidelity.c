@@ -145,7 +145,8 @@ int cmd_fidelity(int argc, char **argv) {
     if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "fidelity");
     char list[512];
-    snprintf(list, sizeof list, "%s", !strcmp(methods, "all") ? "streamingllm,h2o,snapkv,omnikv,round,pod" : methods);
+    if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
+    else snprintf(list, sizeof list, "%s", methods);
     method_total tot[MAX_METHODS];
     memset(tot, 0, sizeof tot);
     int n_methods = 0;

@@ -200,7 +200,7 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: %s", err);
         goto done;
     }
-    if (strcmp(mo.method, "full")) kv_report = 1;
+    if (!(kvb_method_find(mo.method)->traits & KVB_NO_BUDGET)) kv_report = 1; /* a method beside the baseline */
     if (dump_dir) {
         if (dump_open(&dump, dump_dir)) goto done;
         ctx->tap = dump_tap;

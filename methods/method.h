@@ -2,60 +2,26 @@
  *
  * A method is a set of engine hooks (engine/model.h kvb_hooks) plus its parameters. It is created per
  * sample on a context, before prefill; kvb_ctx_end_prefill runs its compression; decode calls its select /
- * observe / attend hooks. Methods never call kernels directly: they use the backend op table and the KV
- * store, so the same method runs on every backend.
+ * observe / attend hooks. Methods never call a backend's kernels directly: they use the backend op table and
+ * the KV store, so the same method runs on every backend (host-side helpers such as top-k aside).
  *
- * Budgets: "30%" = Mem%: that share of the full KV bytes at the end of prefill; "1024" = tokens per layer
- * and KV head. A method declares the device-tier tokens it means to hold per layer (expected_tokens); the run
- * measures what the store really holds and kvb_method_verify fails when they disagree by more than 1%. */
+ * Budgets (methods/budget.h): a method declares the device-tier tokens it means to hold per layer
+ * (expected_tokens); the run measures what the store really holds and kvb_method_verify fails when they
+ * disagree by more than 1%.
+ *
+ * The registry (registry.c) is the only place that knows methods by name: what each needs from the session
+ * that runs it (kvb_method_needs) is data there, so callers ask instead of testing names. Adding a method is
+ * its file plus one registry line. */
 #ifndef KVB_METHOD_H
 #define KVB_METHOD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cjson/cJSON.h>
-
 #include "engine/model.h"
 #include "engine/session.h" /* kvb_kv_usage, kvb_session_method */
-
-typedef enum { KVB_BUDGET_NONE = 0, KVB_BUDGET_FRACTION, KVB_BUDGET_TOKENS } kvb_budget_kind;
-
-typedef struct {
-    kvb_budget_kind kind;
-    double frac;    /* KVB_BUDGET_FRACTION: (0, 1] */
-    int64_t tokens; /* KVB_BUDGET_TOKENS: > 0 */
-} kvb_budget;
-
-/* "30%", "0.3" is rejected (ambiguous), "1024" tokens, "full"/"100%"/"" = fraction 1. One-line error. */
-int kvb_budget_parse(const char *s, kvb_budget *b, char *err, size_t err_len);
-/* "30%", "1024", "full" */
-void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap);
-/* Tokens per layer and KV head the budget allows for a cache of n tokens (fraction: rounded to nearest, at
- * least 1). Errors when a token budget exceeds n. */
-int kvb_budget_tokens(const kvb_budget *b, int64_t n, int64_t *out, char *err, size_t err_len);
-
-/* --method-opt key=value pairs */
-#define KVB_MAX_OPTS 16
-typedef struct {
-    struct { char key[32]; char val[128]; int used; } v[KVB_MAX_OPTS];
-    int n;
-} kvb_opts;
-
-/* Add "key=value" (comma-separated lists allowed: "a=1,b=2"). */
-int kvb_opts_add(kvb_opts *o, const char *kv, char *err, size_t err_len);
-/* Add the members of a JSON object {"key": "value" | number} (suites, server requests); where names the
- * object in errors. NULL obj adds nothing. */
-int kvb_opts_add_json(kvb_opts *o, const cJSON *obj, const char *where, char *err, size_t err_len);
-/* "full, flash, streamingllm, ..." */
-void kvb_method_names(char *buf, size_t cap);
-/* Value of key or NULL (marks it used). */
-const char *kvb_opts_get(kvb_opts *o, const char *key);
-/* Typed getters: 0 = absent (out untouched), 1 = read, -1 = malformed (err set). */
-int kvb_opts_int(kvb_opts *o, const char *key, int64_t *out, char *err, size_t err_len);
-int kvb_opts_double(kvb_opts *o, const char *key, double *out, char *err, size_t err_len);
-/* The first option no method read, or NULL. */
-const char *kvb_opts_unused(const kvb_opts *o);
+#include "methods/budget.h"
+#include "methods/opts.h"
 
 typedef struct kvb_method kvb_method;
 typedef struct kvb_share kvb_share;
@@ -84,16 +50,50 @@ struct kvb_method {
     char note[160];      /* what the results should say (e.g. "rounds = 512-token chunks") */
 };
 
+/* What a method needs from the session that runs it (engine/session.h): resolved from the registry and the
+ * options, before any context exists. */
+typedef struct {
+    const char *name;     /* canonical name, aliases resolved ("flash" -> "full") */
+    int needs_budget;     /* 1: a budget is required and imposed; 0: takes no budget (full) or reports it (round) */
+    int prefill_scores;   /* needs accumulated prefill attention from a shared prefill (H2O) */
+    int obs_window;       /* rows of the observation window it reads from a shared prefill (SnapKV: its
+                             `window` option, default 32; 0 = none) — read from the options given */
+    int own_prefill;      /* prefills round by round itself (Round Attention): a shared prefill forks it after
+                             the history rounds and it prefills the question round */
+    int shares_prefill;   /* may adopt a shared exact prefill (all but methods whose prefill is not exact) */
+    int takes_budget;     /* 0: refuses any budget below 100% (full, the baseline): a suite runs it once */
+} kvb_method_needs;
+
+/* Method traits, the registry's data behind kvb_method_needs. */
+enum {
+    KVB_NEEDS_BUDGET = 1 << 0,
+    KVB_NO_BUDGET = 1 << 1,
+    KVB_PREFILL_SCORES = 1 << 2,
+    KVB_OWN_PREFILL = 1 << 3,
+    KVB_SHARES_PREFILL = 1 << 4,
+};
+
 typedef struct {
     const char *name;
-    const char *summary;
+    const char *aliases; /* other names of the same method, comma-separated, or NULL */
+    int traits;          /* KVB_NEEDS_BUDGET | ... */
+    /* Observation-window rows it reads, from its options (NULL: none); -1 + err on a malformed option. */
+    int (*obs_window)(kvb_opts *o, int *rows, char *err, size_t err_len);
     kvb_method *(*create)(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+    const char *summary;
 } kvb_method_info;
 
-/* Registered methods (full, flash, streamingllm, h2o, snapkv, omnikv, round, pod). */
+/* Registered method by name or alias (NULL = unknown). */
 const kvb_method_info *kvb_method_find(const char *name);
 int kvb_method_count(void);
 const kvb_method_info *kvb_method_at(int i);
+/* "full (flash), streamingllm, ..." for help and error messages */
+void kvb_method_names(char *buf, size_t cap);
+/* What `--method all` means: every method but the baseline, comma-separated ("streamingllm,h2o,...") */
+void kvb_method_names_all(char *buf, size_t cap);
+/* What method `name` with options o needs from the session (aliases resolved); -1 + one-line error for an
+ * unknown method or a malformed option it reads. Does not mark options used. */
+int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *out, char *err, size_t err_len);
 
 /* Create a method by name on a context and install its hooks. Unknown name, bad option or impossible
  * budget: NULL + one-line error. Options no method read are an error. */
@@ -109,8 +109,10 @@ int kvb_method_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n,
 /* ---- shared prefill (DESIGN.md "Data flow") ----
  * One exact prefill serves every method that compresses after prefill: install a kvb_share on a context
  * before prefill (it keeps the observation window and, when asked, H2O's accumulated attention per slot),
- * then per method kvb_ctx_fork the context and kvb_method_adopt the share. */
-typedef struct kvb_share kvb_share;
+ * then per method kvb_ctx_fork the context and kvb_method_adopt the share. What the share must keep comes from
+ * the methods that will adopt it (kvb_method_needs_of): obs_window = the largest of their obs_window (fork
+ * with the same), want_scores = any of them needs prefill_scores; a method adopts any share that keeps at
+ * least what it needs. */
 kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *err, size_t err_len);
 /* Accumulated attention of every prefill query on slot j of (layer, KV head), summed over the group's heads. */
 const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n);
@@ -132,7 +134,8 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
 /* Shared helpers for method files. */
 /* Format a one-line error into err; returns -1. */
 int kvb_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Indices of the k largest scores (ties: lower index first), written ascending into out. -1 = out of memory. */
+/* Indices of the k largest scores (ties: lower index first, NaN below every number), written ascending into
+ * out: kernels/cpu/ops.c's cpu_topk, the one top-k, sorted by index. Returns 0 (kept int for callers). */
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out);
 /* Sort int32 ascending. */
 void kvb_sort_i32(int32_t *v, int64_t n);

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "methods/profile.h"
+
 #define MAX_FILTER 8
 
 typedef struct {
@@ -289,14 +291,37 @@ static void omnikv_destroy(kvb_method *m) {
     free(s);
 }
 
-int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char *err, size_t err_len);
+/* selector=last|uniform|exp (0, 1, 2; default last) and window=N (default 16) */
+static int read_selector(kvb_opts *o, int *selector, int *window, char *err, size_t err_len) {
+    const char *sel = kvb_opts_get(o, "selector");
+    *selector = 0;
+    if (sel) {
+        if (!strcmp(sel, "last")) *selector = 0;
+        else if (!strcmp(sel, "uniform")) *selector = 1;
+        else if (!strcmp(sel, "exp")) *selector = 2;
+        else return ERR("omnikv: selector must be last, uniform or exp");
+    }
+    int64_t v = 16;
+    if (kvb_opts_int(o, "window", &v, err, err_len) < 0) return -1;
+    if (v < 1 || v > 1024) return ERR("omnikv: window must be in [1, 1024]");
+    *window = (int)v;
+    return 0;
+}
+
+/* Observation-window rows OmniKV reads: the current query (`last`) or its window (registry: what a shared
+ * prefill must keep). */
+int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
+    int selector = 0, window = 0;
+    if (read_selector(o, &selector, &window, err, err_len)) return -1;
+    *rows = selector == 0 ? 1 : window;
+    return 0;
+}
 
 kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     omnikv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
-    s->window = 16;
     s->offload = 1;
     s->kind = calloc((size_t)cfg->n_layer, sizeof *s->kind);
     s->served_by = calloc((size_t)cfg->n_layer, sizeof *s->served_by);
@@ -314,20 +339,9 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     } else {
         default_layers(s, cfg->n_layer);
     }
-    const char *sel = kvb_opts_get(o, "selector");
-    if (sel) {
-        if (!strcmp(sel, "last")) s->selector = 0;
-        else if (!strcmp(sel, "uniform")) s->selector = 1;
-        else if (!strcmp(sel, "exp")) s->selector = 2;
-        else { ERR("omnikv: selector must be last, uniform or exp"); goto fail; }
-    }
+    if (read_selector(o, &s->selector, &s->window, err, err_len)) goto fail;
     int64_t v;
     int r;
-    if ((r = kvb_opts_int(o, "window", &v, err, err_len)) < 0) goto fail;
-    if (r) {
-        if (v < 1 || v > 1024) { ERR("omnikv: window must be in [1, 1024]"); goto fail; }
-        s->window = (int)v;
-    }
     if ((r = kvb_opts_int(o, "offload", &v, err, err_len)) < 0) goto fail;
     if (r) s->offload = v != 0;
     classify(s, cfg->n_layer);
@@ -343,7 +357,7 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     s->base.name = "omnikv";
     s->base.budget = *b;
     s->base.imposes_budget = s->offload;
-    s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window;
+    s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window; /* = kvb_omnikv_obs_window */
     s->base.hooks.after_prefill = omnikv_after_prefill;
     s->base.hooks.pre_attend = omnikv_pre_attend;
     s->base.hooks.wants_probs = omnikv_wants;

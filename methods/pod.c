@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "methods/profile.h"
+
 typedef struct {
     uint8_t *v;         /* distant V rows in position order (positions n_s, n_s + 1, ...) */
     int64_t n, cap;
@@ -256,8 +258,6 @@ static void pod_destroy(kvb_method *m) {
     free(s->bases);
     free(s);
 }
-
-int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len);
 
 kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;

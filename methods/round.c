@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "methods/profile.h"
+
 typedef struct {
     kvb_method base;
     kvb_ctx *c;
@@ -224,8 +226,6 @@ static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t 
              r + 1);
     return 0;
 }
-
-int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len);
 
 kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;

@@ -111,15 +111,24 @@ static void snapkv_describe(kvb_method *m, char *buf, size_t cap) {
 
 static void snapkv_destroy(kvb_method *m) { free(m); }
 
+/* Observation-window rows SnapKV reads: its `window` option (registry: what a shared prefill must keep). */
+int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
+    int64_t w = 32;
+    if (kvb_opts_int(o, "window", &w, err, err_len) < 0) return -1;
+    if (w < 1 || w > 4096) return ERR("snapkv: window must be in [1, 4096]");
+    *rows = (int)w;
+    return 0;
+}
+
 kvb_method *kvb_snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     snapkv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
-    s->window = 32;
+    int window = 0;
     s->kernel = 7;
-    if (kvb_opts_int(o, "window", &s->window, err, err_len) < 0 || kvb_opts_int(o, "kernel", &s->kernel, err, err_len) < 0)
+    if (kvb_snapkv_obs_window(o, &window, err, err_len) || kvb_opts_int(o, "kernel", &s->kernel, err, err_len) < 0)
         goto fail;
-    if (s->window < 1 || s->window > 4096) { ERR("snapkv: window must be in [1, 4096]"); goto fail; }
+    s->window = window;
     if (s->kernel < 1 || s->kernel % 2 == 0) { ERR("snapkv: kernel must be odd and >= 1"); goto fail; }
     const char *pool = kvb_opts_get(o, "pool");
     if (pool && strcmp(pool, "max") && strcmp(pool, "avg")) { ERR("snapkv: pool must be max or avg"); goto fail; }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/fsutil.h"
+#include "methods/method.h"
 #include "reports/stats.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
@@ -239,7 +240,10 @@ kvb_rbudget_kind kvb_rbudget_parse(const char *budget, double *value) {
     return *end ? KVB_RB_OTHER : KVB_RB_TOKENS;
 }
 
-int kvb_row_is_full(const kvb_row *row) { return !strcmp(row->method, "full") || !strcmp(row->method, "flash"); }
+int kvb_row_is_full(const kvb_row *row) {
+    const kvb_method_info *m = kvb_method_find(row->method); /* the baseline, by any of its names */
+    return m && (m->traits & KVB_NO_BUDGET);
+}
 
 /* ---- grouping into cells ---- */
 
@@ -280,7 +284,7 @@ static int cmp_row_order(const void *pa, const void *pb) {
     kvb_row rx = {x->a, x->b, NAN}, ry = {y->a, y->b, NAN};
     int fx = kvb_row_is_full(&rx), fy = kvb_row_is_full(&ry);
     if (fx != fy) return fy - fx;
-    if (fx && strcmp(x->a, y->a)) return strcmp(x->a, "full") ? 1 : -1; /* full before its alias flash */
+    if (fx && strcmp(x->a, y->a)) return strcmp(x->a, kvb_method_find(x->a)->name) ? 1 : -1; /* full before flash */
     if (x->kind != y->kind) return (int)x->kind - (int)y->kind;
     if (x->kind != KVB_RB_OTHER && x->value != y->value) return x->value < y->value ? -1 : 1;
     return (x->first > y->first) - (x->first < y->first);

@@ -1,8 +1,9 @@
 /* test_methods.c — each KV-cache method on a tiny random model and on hand-built KV states where the right
  * kept set is known or recomputed here in float64: StreamingLLM's sinks + window, H2O's heavy hitters after
  * known probabilities, SnapKV's window scores + max pooling + top-k, OmniKV's selection and its propagation to
- * the right layers, Round Attention's round choice under each strategy, PoD's gate and merge. Also: a
- * shared prefill (fork + adopt) gives exactly what each method's own prefill gives, and bad budgets,
+ * the right layers, Round Attention's round choice under each strategy, PoD's gate and merge, the random
+ * control's kept set (budget, sinks, window, seeded, uniform). Also: what each method needs from a session,
+ * a shared prefill (fork + adopt) gives exactly what each method's own prefill gives, and bad budgets,
  * options and missing profiles are one-line errors. */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -646,6 +647,132 @@ static void test_fidelity_matches_float64_reference(void) {
     kvb_fid_ref_free(ref);
 }
 
+/* ---- random: the control ---- */
+
+/* Kept positions of every head of a random method with seed `seed` on a copy of base (n tokens). */
+static void random_kept(kvb_ctx *base, const char *budget, int seed, int32_t out[L][NKV][CTX], int64_t n_out[L][NKV]) {
+    char err[256], opts[32];
+    kvb_ctx *c = kvb_ctx_fork(base, 0, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    snprintf(opts, sizeof opts, "seed=%d", seed);
+    kvb_method *m = make("random", c, budget, opts);
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < NKV; h++) n_out[l][h] = head_positions(c, c->kv, l, h, out[l][h]);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_random_keeps_budget_sinks_window_same_set_per_seed(void) {
+    static int32_t a[L][NKV][CTX], b[L][NKV][CTX], d[L][NKV][CTX];
+    int64_t na[L][NKV], nb[L][NKV], nd[L][NKV];
+    const int n = 200, keep = 60;
+    kvb_ctx *base = new_ctx(KVB_F32);
+    fill_store(base, n, 0);
+    random_kept(base, "30%", 1, a, na);
+    random_kept(base, "30%", 1, b, nb);
+    random_kept(base, "30%", 2, d, nd);
+    int same_seed_differs = 0, other_seed_same = 0, heads_same = 0, layers_same = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < NKV; h++) {
+            CU_ASSERT_EQUAL_FATAL(na[l][h], keep);
+            for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(a[l][h][i], i);               /* sinks */
+            for (int i = 0; i < 32; i++) CU_ASSERT_EQUAL(a[l][h][keep - 32 + i], n - 32 + i); /* window */
+            same_seed_differs += memcmp(a[l][h], b[l][h], keep * sizeof(int32_t)) != 0;
+            other_seed_same += memcmp(a[l][h], d[l][h], keep * sizeof(int32_t)) == 0;
+        }
+    for (int l = 0; l < L; l++) heads_same += !memcmp(a[l][0], a[l][1], keep * sizeof(int32_t));
+    for (int l = 1; l < L; l++) layers_same += !memcmp(a[l][0], a[0][0], keep * sizeof(int32_t));
+    CU_ASSERT_EQUAL(same_seed_differs, 0);
+    CU_ASSERT_EQUAL(other_seed_same, 0);
+    CU_ASSERT_EQUAL(heads_same, 0);  /* independent per KV head, as kvpress */
+    CU_ASSERT_EQUAL(layers_same, 0); /* and per layer */
+    /* a budget below sinks + window: the sinks, then the newest tokens */
+    random_kept(base, "10", 1, a, na);
+    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(a[3][1][i], i);
+    for (int i = 4; i < 10; i++) CU_ASSERT_EQUAL(a[3][1][i], n - 10 + i);
+    kvb_ctx_free(base);
+}
+
+/* Over 1000 seeds x 16 heads, each middle position is kept with frequency pick / middle: a chi-square over the
+ * 64 middle positions below 63 + 5 sqrt(2 x 63) and no position off by more than 5 standard deviations. */
+static void test_random_middle_is_uniform(void) {
+    static int32_t kept[L][NKV][CTX];
+    int64_t nk[L][NKV];
+    const int n = 100, middle = n - 4 - 32, pick = 60 - 4 - 32, seeds = 1000, draws = seeds * L * NKV;
+    long count[100] = {0};
+    kvb_ctx *base = new_ctx(KVB_F32);
+    fill_store(base, n, 0);
+    for (int seed = 1; seed <= seeds; seed++) {
+        random_kept(base, "60", seed, kept, nk);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < NKV; h++)
+                for (int i = 4; i < 4 + pick; i++) count[kept[l][h][i]]++;
+    }
+    double p = (double)pick / middle, want = draws * p, var = draws * p * (1 - p), chi2 = 0, worst = 0;
+    for (int j = 4; j < 4 + middle; j++) {
+        chi2 += (count[j] - want) * (count[j] - want) / var;
+        if (fabs(count[j] - want) > worst) worst = fabs(count[j] - want);
+    }
+    CU_ASSERT(chi2 < 63 + 5 * sqrt(2.0 * 63));
+    CU_ASSERT(worst < 5 * sqrt(var));
+    if (chi2 >= 63 + 5 * sqrt(2.0 * 63)) fprintf(stderr, "\n  chi-square %.1f over %d positions worst %.1f sd %.1f\n", chi2, middle, worst, sqrt(var));
+    kvb_ctx_free(base);
+}
+
+/* ---- the method contract ---- */
+
+static void test_needs_come_from_the_registry_and_options(void) {
+    char err[256], all[256];
+    kvb_method_needs nd;
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_method_needs_of("flash", NULL, &nd, err, sizeof err) == 0);
+    CU_ASSERT(!strcmp(nd.name, "full") && !nd.takes_budget && !nd.needs_budget && nd.shares_prefill && !nd.obs_window);
+    CU_ASSERT(kvb_method_needs_of("snapkv", NULL, &nd, err, sizeof err) == 0 && nd.obs_window == 32 && nd.needs_budget);
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "window=64", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_needs_of("snapkv", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 64);
+    CU_ASSERT_STRING_EQUAL(kvb_opts_unused(&o), "window"); /* asking did not use the option */
+    CU_ASSERT(kvb_method_needs_of("omnikv", NULL, &nd, err, sizeof err) == 0 && nd.obs_window == 1);
+    CU_ASSERT(kvb_method_needs_of("omnikv", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 1); /* `last` */
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "selector=uniform", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_needs_of("omnikv", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 64);
+    CU_ASSERT(kvb_method_needs_of("h2o", NULL, &nd, err, sizeof err) == 0 && nd.prefill_scores && nd.shares_prefill);
+    CU_ASSERT(kvb_method_needs_of("round", NULL, &nd, err, sizeof err) == 0 && nd.own_prefill && !nd.shares_prefill &&
+              !nd.needs_budget && nd.takes_budget);
+    CU_ASSERT(kvb_method_needs_of("random", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget && nd.shares_prefill &&
+              !nd.prefill_scores && !nd.obs_window && !nd.own_prefill);
+    CU_ASSERT(kvb_method_needs_of("nosuch", NULL, &nd, err, sizeof err) == -1 && strstr(err, "unknown method 'nosuch'"));
+    kvb_opts bad = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&bad, "window=wide", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_needs_of("snapkv", &bad, &nd, err, sizeof err) == -1 && strstr(err, "window=wide"));
+    kvb_method_names_all(all, sizeof all);
+    CU_ASSERT_STRING_EQUAL(all, "streamingllm,h2o,snapkv,omnikv,round,pod,random");
+    CU_ASSERT(kvb_method_find("flash") == kvb_method_find("full"));
+}
+
+/* kvb_topk_ascending = the k largest (ties to the lower index), as indices ascending; brute force reference */
+static void test_topk_ascending_is_the_k_largest_ties_to_lower_index(void) {
+    float x[97];
+    int32_t got[97], want[97];
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + trial % 97, k = (trial * 31) % (n + 1);
+        for (int i = 0; i < n; i++) x[i] = (float)((trial * 7 + i * 13) % (1 + trial % 9)); /* many ties */
+        char taken[97] = {0};
+        for (int r = 0; r < k; r++) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (!taken[i] && (best < 0 || x[i] > x[best])) best = i;
+            taken[best] = 1;
+        }
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (taken[i]) want[m++] = i;
+        CU_ASSERT_FATAL(kvb_topk_ascending(x, n, k, got) == 0);
+        CU_ASSERT(!memcmp(got, want, (size_t)k * sizeof *got));
+    }
+}
+
 /* ---- shared prefill = own prefill ---- */
 
 static void greedy(kvb_ctx *c, int32_t *out, int n) {
@@ -657,8 +784,8 @@ static void greedy(kvb_ctx *c, int32_t *out, int n) {
 }
 
 static void test_shared_prefill_equals_own_prefill(void) {
-    static const char *names[][2] = {{"streamingllm", NULL}, {"h2o", NULL}, {"snapkv", "window=16"},
-                                     {"omnikv", "layers=1;4"}, {"pod", "block=2"}};
+    static const char *names[][2] = {{"streamingllm", NULL}, {"h2o", NULL}, {"snapkv", "window=16"}, {"snapkv", "window=64"},
+                                     {"omnikv", "layers=1;4"}, {"pod", "block=2"}, {"random", NULL}};
     char err[256];
     int32_t ids[300];
     for (int i = 0; i < 300; i++) ids[i] = 3 + (i * 53) % 290;
@@ -673,11 +800,16 @@ static void test_shared_prefill_equals_own_prefill(void) {
         kvb_method_usage(ma, a, &ua);
         greedy(a, ta, 12);
 
+        /* the share keeps what the method says it needs, read from its options */
+        kvb_method_needs nd;
+        kvb_opts o = {0};
+        if (names[k][1]) CU_ASSERT_FATAL(kvb_opts_add(&o, names[k][1], err, sizeof err) == 0);
+        CU_ASSERT_FATAL(kvb_method_needs_of(names[k][0], &o, &nd, err, sizeof err) == 0 && nd.shares_prefill);
         kvb_ctx *base = new_ctx(KVB_F16);
-        kvb_share *sh = kvb_share_create(base, 32, 1, err, sizeof err);
+        kvb_share *sh = kvb_share_create(base, nd.obs_window, nd.prefill_scores, err, sizeof err);
         CU_ASSERT_FATAL(sh != NULL);
         CU_ASSERT_FATAL(kvb_forward(base, ids, 300, err, sizeof err) == 0);
-        kvb_ctx *b = kvb_ctx_fork(base, 32, err, sizeof err);
+        kvb_ctx *b = kvb_ctx_fork(base, nd.obs_window, err, sizeof err);
         CU_ASSERT_FATAL(b != NULL);
         kvb_method *mb = make(names[k][0], b, "70%", names[k][1]);
         CU_ASSERT_FATAL(kvb_method_adopt(mb, b, sh, err, sizeof err) == 0);
@@ -726,6 +858,8 @@ static void test_bad_budgets_and_options(void) {
     CU_ASSERT(kvb_budget_parse("1024", &b, err, sizeof err) == 0 && b.kind == KVB_BUDGET_TOKENS && b.tokens == 1024);
     expect_create_error("nosuch", "30%", NULL, "unknown method 'nosuch'");
     expect_create_error("streamingllm", NULL, NULL, "needs a budget");
+    expect_create_error("random", NULL, NULL, "needs a budget");
+    expect_create_error("random", "30%", "sinks=-1", "must be >= 0");
     expect_create_error("snapkv", "30%", "windw=8", "has no option 'windw'");
     expect_create_error("round", "30%", "lw=8", "outside the model's layers");
     expect_create_error("round", "30%", "lw=0", "outside the model's layers");
@@ -810,6 +944,10 @@ int main(void) {
     CU_add_test(s, "round at 100% selects every round", test_round_full_budget_selects_all);
     CU_add_test(s, "round device KV = eq. 2", test_round_memory_matches_formula);
     CU_add_test(s, "pod gate and merge vs float64", test_pod_gate_and_merge_match_float64);
+    CU_add_test(s, "random keeps budget, sinks, window; same set per seed", test_random_keeps_budget_sinks_window_same_set_per_seed);
+    CU_add_test(s, "random middle is uniform over seeds", test_random_middle_is_uniform);
+    CU_add_test(s, "needs come from the registry and the options", test_needs_come_from_the_registry_and_options);
+    CU_add_test(s, "top-k ascending: k largest, ties to lower index", test_topk_ascending_is_the_k_largest_ties_to_lower_index);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);
     CU_add_test(s, "omnikv default layers are the paper's scaled, the profile's on request",

@@ -1,0 +1,58 @@
+/* budget.c — parsing, formatting and sizing KV budgets. */
+#include "methods/budget.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "methods/method.h" /* kvb_errf */
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+int kvb_budget_parse(const char *s, kvb_budget *b, char *err, size_t err_len) {
+    memset(b, 0, sizeof *b);
+    if (!s || !*s || !strcmp(s, "full")) {
+        b->kind = KVB_BUDGET_FRACTION;
+        b->frac = 1.0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno) return ERR("budget '%s' is not a number (use e.g. 30%% or 1024 tokens)", s);
+    if (*end == '%' && end[1] == 0) {
+        if (!(v > 0) || v > 100) return ERR("budget %s is outside (0%%, 100%%]", s);
+        b->kind = KVB_BUDGET_FRACTION;
+        b->frac = v / 100.0;
+        return 0;
+    }
+    if (*end) return ERR("budget '%s' is not a number (use e.g. 30%% or 1024 tokens)", s);
+    if (v != floor(v)) return ERR("budget '%s': a fraction needs a %% sign (e.g. 30%%), tokens are whole", s);
+    if (v <= 0) return ERR("budget %s must be positive", s);
+    if (v > 1e9) return ERR("budget %s tokens is too large", s);
+    b->kind = KVB_BUDGET_TOKENS;
+    b->tokens = (int64_t)v;
+    return 0;
+}
+
+void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap) {
+    if (b->kind == KVB_BUDGET_TOKENS) snprintf(buf, cap, "%lld", (long long)b->tokens);
+    else if (b->kind == KVB_BUDGET_FRACTION && b->frac < 1.0) snprintf(buf, cap, "%g%%", b->frac * 100.0);
+    else snprintf(buf, cap, "full");
+}
+
+int kvb_budget_tokens(const kvb_budget *b, int64_t n, int64_t *out, char *err, size_t err_len) {
+    if (b->kind == KVB_BUDGET_TOKENS) {
+        if (b->tokens > n)
+            return ERR("budget of %lld tokens is more than the prompt's %lld tokens", (long long)b->tokens,
+                       (long long)n);
+        *out = b->tokens;
+        return 0;
+    }
+    double f = b->kind == KVB_BUDGET_FRACTION ? b->frac : 1.0; /* NONE: everything */
+    int64_t t = (int64_t)llround(f * (double)n);
+    *out = t < 1 ? 1 : (t > n ? n : t);
+    return 0;
+}

@@ -1,0 +1,143 @@
+/* helpers.c — what method files share: errors, top-k and sorting of indices, attention probabilities of
+ * given queries, store views, method allocations and the packed device copy of offloading methods. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/ops.h" /* cpu_topk */
+#include "methods/method.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+int kvb_errf(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void kvb_sort_i32(int32_t *v, int64_t n) { qsort(v, (size_t)n, sizeof *v, cmp_i32); }
+
+int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    cpu_topk(score, n, k, out);
+    kvb_sort_i32(out, k);
+    return 0;
+}
+
+void kvb_src_from_store(const kvb_ctx *c, int layer, kvb_src *src) {
+    for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
+        kvc_view v = kvc_head_view(c->kv, layer, h);
+        kvb_src s = {v.k, v.v, v.pos, v.n, NULL, 0};
+        src[h] = s;
+    }
+}
+
+int64_t kvb_cur_len(const kvb_ctx *c, int64_t n_q) { return (int64_t)c->pos[n_q - 1] + 1; }
+
+void *kvb_method_alloc(kvb_ctx *c, size_t bytes) {
+    return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
+}
+
+void kvb_method_release(kvb_ctx *c, void *p, size_t bytes) {
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, p, bytes);
+}
+
+int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q, const kvb_src *src,
+                   float **probs, int64_t *stride, float *lse, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    const int HK = cfg->n_head_kv;
+    kvb_src *own = NULL;
+    if (!src) {
+        own = calloc((size_t)HK, sizeof *own);
+        if (!own) return ERR("out of memory");
+        kvb_src_from_store(c, layer, own);
+        src = own;
+    }
+    const void **k = calloc((size_t)HK, sizeof *k), **v = calloc((size_t)HK, sizeof *v);
+    const int32_t **pos = calloc((size_t)HK, sizeof *pos), **idx = calloc((size_t)HK, sizeof *idx);
+    int64_t *n = calloc((size_t)HK, sizeof *n), *nidx = calloc((size_t)HK, sizeof *nidx);
+    float *out = malloc((size_t)n_q * cfg->n_head * cfg->head_dim * sizeof(float));
+    int rc = -1, any_idx = 0;
+    int64_t longest = 1;
+    *probs = NULL;
+    if (!k || !v || !pos || !idx || !n || !nidx || !out) { ERR("out of memory"); goto done; }
+    for (int h = 0; h < HK; h++) {
+        k[h] = src[h].k;
+        v[h] = src[h].v;
+        pos[h] = src[h].pos;
+        n[h] = src[h].n;
+        idx[h] = src[h].idx;
+        nidx[h] = src[h].idx ? src[h].n_idx : 0;
+        any_idx |= src[h].idx != NULL;
+        int64_t len = src[h].idx ? src[h].n_idx : src[h].n;
+        if (len > longest) longest = len;
+    }
+    *probs = malloc((size_t)cfg->n_head * n_q * longest * sizeof(float));
+    if (!*probs) { ERR("out of memory for %lld x %lld attention probabilities", (long long)n_q, (long long)longest); goto done; }
+    kvb_attn_args a = {0};
+    a.n_q = n_q;
+    a.n_head = cfg->n_head;
+    a.n_head_kv = HK;
+    a.head_dim = cfg->head_dim;
+    a.q = q;
+    a.q_pos = q_pos;
+    a.kv_dtype = c->params.kv_dtype;
+    a.k = k;
+    a.v = v;
+    a.k_pos = pos;
+    a.n_kv = n;
+    a.idx = any_idx ? idx : NULL;
+    a.n_idx = any_idx ? nidx : NULL;
+    a.scale = 1.0f / sqrtf((float)cfg->head_dim);
+    a.out = out;
+    a.probs = *probs;
+    a.probs_stride = longest;
+    a.lse = lse;
+    rc = c->be->attention(c->be, &a, err, err_len);
+    *stride = longest;
+done:
+    if (rc) {
+        free(*probs);
+        *probs = NULL;
+    }
+    free(own);
+    free(k);
+    free(v);
+    free(pos);
+    free(idx);
+    free(n);
+    free(nidx);
+    free(out);
+    return rc;
+}
+int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
+    const int HK = c->model->cfg.n_head_kv;
+    int64_t len = kvc_n(c->kv, layer, 0);
+    int32_t cur[64];
+    for (int64_t done = 0; done < n_q;) {
+        int64_t k = n_q - done < 64 ? n_q - done : 64;
+        for (int64_t i = 0; i < k; i++) cur[i] = (int32_t)(len - n_q + done + i);
+        for (int h = 0; h < HK; h++)
+            if (kvc_append_from(m->vis, layer, h, c->kv, layer, h, cur, k, 0, err, err_len)) return -1;
+        done += k;
+    }
+    kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
+    for (int h = 0; h < HK; h++) {
+        kvc_view v = kvc_head_view(m->vis, layer, h);
+        kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
+        src[h] = x;
+    }
+    return 0;
+}
