@@ -176,7 +176,6 @@ kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     s->base.hooks.observe = h2o_observe;
     s->base.hooks.after_prefill = h2o_after_prefill;
     s->base.adopt = h2o_adopt;
-    s->base.needs_prefill_scores = 1;
     s->base.expected_tokens = h2o_expected;
     s->base.describe = h2o_describe;
     s->base.destroy = h2o_destroy;

@@ -44,7 +44,6 @@ struct kvb_method {
     /* Take over statistics of a shared prefill (kvb_share) instead of having observed the prefill itself;
      * NULL for methods that need none. */
     int (*adopt)(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len);
-    int needs_prefill_scores; /* accumulated prefill attention (H2O): a shared prefill must record it */
     int64_t extra_device_bytes; /* device KV the method holds outside the stores (PoD's V-only rows) */
     int64_t n_prompt;    /* tokens at the end of prefill (set by after_prefill) */
     char note[160];      /* what the results should say (e.g. "rounds = 512-token chunks") */

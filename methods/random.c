@@ -4,9 +4,9 @@
  * best must do better than keeping them at random.
  *
  * Choices (flags): seed=1, sinks=4, window=32. Budget B per head = budget x prompt length (or a token count),
- * as SnapKV's. Unlike RandomPress, the first `sinks` tokens and the last `window` tokens are always kept (as
- * StreamingLLM, H2O and SnapKV keep them), so the control differs from those methods only in how the middle is
- * chosen; when B <= sinks + window, the sinks and then the newest tokens fill it. The remaining
+ * as SnapKV's. Unlike RandomPress, the first `sinks` tokens and the last `window` tokens are always kept
+ * (StreamingLLM keeps both, H2O and SnapKV a recent window), so the control differs from those methods in how
+ * the middle is chosen; when B <= sinks + window, the sinks and then the newest tokens fill it. The remaining
  * B - sinks - window tokens are drawn uniformly without replacement from the middle [sinks, n - window)
  * (selection sampling, Knuth's Algorithm S: ascending, no sort), independently per layer and per KV head:
  * RandomPress draws one score per KV head and token (torch.rand over batch x heads x tokens) and keeps each

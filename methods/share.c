@@ -102,7 +102,8 @@ void kvb_share_free(kvb_share *s, kvb_ctx *c) {
 }
 
 int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len) {
-    if (m->needs_prefill_scores && (!s || !s->want_scores))
+    const kvb_method_info *info = kvb_method_find(m->name);
+    if (info && (info->traits & KVB_PREFILL_SCORES) && (!s || !s->want_scores))
         return ERR("method %s needs prefill attention scores: the shared prefill did not record them", m->name);
     if (m->hooks.obs_window > 0 && (!s || s->obs_window < m->hooks.obs_window))
         return ERR("method %s needs a %d-token observation window, the shared prefill kept %d", m->name, m->hooks.obs_window,

@@ -876,6 +876,21 @@ static void test_bad_budgets_and_options(void) {
     CU_ASSERT(strstr(err, "more than the prompt") != NULL);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
+    /* a shared prefill that kept no scores cannot serve H2O, a fork that kept 16 rows not SnapKV's 32 */
+    kvb_ctx *base = new_ctx(KVB_F16);
+    kvb_share *sh = kvb_share_create(base, 16, 0, err, sizeof err);
+    CU_ASSERT_FATAL(sh != NULL && kvb_forward(base, ids, 50, err, sizeof err) == 0);
+    c = kvb_ctx_fork(base, 16, err, sizeof err);
+    m = make("h2o", c, "50%", NULL);
+    CU_ASSERT(kvb_method_adopt(m, c, sh, err, sizeof err) == -1 && strstr(err, "needs prefill attention scores"));
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    c = kvb_ctx_fork(base, 16, err, sizeof err);
+    kvb_opts none = {0};
+    CU_ASSERT(kvb_method_create("snapkv", c, &b, &none, err, sizeof err) == NULL && strstr(err, "kept 16"));
+    kvb_ctx_free(c);
+    kvb_share_free(sh, base);
+    kvb_ctx_free(base);
     /* OmniKV below its full layers' share: known before any prompt, so creation fails (a request error in
      * `serve`, not a server error after a prefill) */
     c = new_ctx(KVB_F16);
