@@ -123,20 +123,16 @@ int main(int argc, char **argv) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } COMMANDS[] = {{"inspect", cmd_inspect}, {"generate", cmd_generate}, {"bench", cmd_bench}, {"run", cmd_run},
+                    {"report", cmd_report}, {"compare", cmd_compare}, {"merge", cmd_merge}, {"history", cmd_history},
+                    {"serve", cmd_serve}, {"bench-judge", cmd_bench_judge}, {"calibrate", cmd_calibrate},
+                    {"fidelity", cmd_fidelity}, {"bench-attention", cmd_bench_attn}};
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
-    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
-    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "history")) return cmd_history(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench-attention")) return cmd_bench_attn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        if (!strcmp(cmd, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
 }
