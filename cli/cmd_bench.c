@@ -149,9 +149,10 @@ int cmd_bench(int argc, char **argv) {
     const char *contexts = "512,2048,8000", *json_path = NULL;
     long n_dec = 64, reps = 1;
     int no_peer = 0, profile = 0;
-    cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile), CLI_STR("--contexts", &contexts),
-                      CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path), CLI_LONG("-n", &n_dec, 0, 100000),
-                      CLI_LONG("--reps", &reps, 1, 100), CLI_ENGINE_OPTS(&eo), CLI_END};
+    cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile),
+                      CLI_STR("--contexts", &contexts), CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path),
+                      CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     int peer = !no_peer;

@@ -76,9 +76,10 @@ int cmd_bench_methods(int argc, char **argv) {
     cli_list raw = {raw_opts, 0, 32};
     long ctx_len = 8000, n_dec = 32;
     char err[512];
-    cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods), CLI_FN("--budget", &budget, cli_fn_budget),
-                      CLI_LIST("--method-opt", &raw), CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20),
-                      CLI_LONG("-n", &n_dec, 0, 1 << 16), CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo), CLI_END};
+    cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
+                      CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
+                      CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
+                      CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");

@@ -483,12 +483,14 @@ int cmd_calibrate(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     cli_list files = {o.files, 0, 64};
-    cli_opt opts[] = {CLI_FLAG("--dry-run", &o.dry_run), CLI_LIST("--prompt-file", &files), CLI_STR("--out-dir", &o.out_dir),
-                      CLI_LONG("--samples", &o.samples, 1, 1000), CLI_LONG("--rounds", &o.rounds, 3, 10000),
-                      CLI_LONG("--chunk", &o.chunk, 1, 1 << 20), CLI_LONG("--max-tokens", &o.max_tokens, 16, 1 << 24),
-                      CLI_LONG("--n-filter", &o.n_filter, 1, 8), CLI_LONG("--span", &o.span, 0, 10000),
-                      CLI_LONG("--q", &o.q, 1, 4096), CLI_FLOAT("--frac", &o.frac, 0, 1), CLI_FLOAT("--eps", &o.eps, 0, 1),
-                      CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo), CLI_END};
+    cli_opt opts[] = {CLI_FLAG("--dry-run", &o.dry_run), CLI_LIST("--prompt-file", &files),
+                      CLI_STR("--out-dir", &o.out_dir), CLI_LONG("--samples", &o.samples, 1, 1000),
+                      CLI_LONG("--rounds", &o.rounds, 3, 10000), CLI_LONG("--chunk", &o.chunk, 1, 1 << 20),
+                      CLI_LONG("--max-tokens", &o.max_tokens, 16, 1 << 24), CLI_LONG("--n-filter", &o.n_filter, 1, 8),
+                      CLI_LONG("--span", &o.span, 0, 10000), CLI_LONG("--q", &o.q, 1, 4096),
+                      CLI_FLOAT("--frac", &o.frac, 0, 1), CLI_FLOAT("--eps", &o.eps, 0, 1),
+                      CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
     int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
     if (stop >= 0) return stop;
     if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv or pod (see --help)");

@@ -121,10 +121,11 @@ int cmd_fidelity(int argc, char **argv) {
     cli_list prompt_list = {prompts, 0, MAX_PROMPTS}, raw = {raw_opts, 0, 32};
     char err[512];
     long n_gen = 32, max_tokens = 0;
-    cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods), CLI_LIST("--prompt-file", &prompt_list),
-                      CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
-                      CLI_LONG("-n", &n_gen, 1, 1 << 16), CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24),
-                      CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo), CLI_END};
+    cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods),
+                      CLI_LIST("--prompt-file", &prompt_list), CLI_FN("--budget", &budget, cli_fn_budget),
+                      CLI_LIST("--method-opt", &raw), CLI_LONG("-n", &n_gen, 1, 1 << 16),
+                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
     int stop = cli_parse("fidelity", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     int n_prompts = prompt_list.n;

@@ -89,13 +89,15 @@ int cmd_generate(int argc, char **argv) {
     long n_gen = 128, seed = 42;
     double temp = 0.0, top_p = 1.0;
     int chat = 0, ignore_eos = 0, show_ids = 0, special = 0;
-    cli_opt opts[] = {CLI_FLAG("--chat", &chat), CLI_FLAG("--ignore-eos", &ignore_eos), CLI_FLAG("--profile", &eo.ctx.profile),
-                      CLI_FLAG("--ids", &show_ids), CLI_FLAG("--special", &special), CLI_FLAG("--kv-report", &kv_report),
-                      CLI_STR("--prompt", &prompt), CLI_STR("--prompt-file", &prompt_file), CLI_STR("--system", &system),
-                      CLI_STR("--template", &tmpl_name), CLI_STR("--dump-activations", &dump_dir), CLI_STR("--trace", &trace),
+    cli_opt opts[] = {CLI_FLAG("--chat", &chat), CLI_FLAG("--ignore-eos", &ignore_eos),
+                      CLI_FLAG("--profile", &eo.ctx.profile), CLI_FLAG("--ids", &show_ids),
+                      CLI_FLAG("--special", &special), CLI_FLAG("--kv-report", &kv_report),
+                      CLI_STR("--prompt", &prompt), CLI_STR("--prompt-file", &prompt_file),
+                      CLI_STR("--system", &system), CLI_STR("--template", &tmpl_name),
+                      CLI_STR("--dump-activations", &dump_dir), CLI_STR("--trace", &trace),
                       CLI_LONG("-n", &n_gen, 0, 1 << 24), CLI_LONG("--seed", &seed, 0, 0x7fffffffL),
-                      CLI_FLOAT("--temp", &temp, 0, 100), CLI_FLOAT("--top-p", &top_p, 0, 1),
-                      CLI_METHOD_OPTS(&mo), CLI_ENGINE_OPTS(&eo), CLI_END};
+                      CLI_FLOAT("--temp", &temp, 0, 100), CLI_FLOAT("--top-p", &top_p, 0, 1), CLI_METHOD_OPTS(&mo),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("generate", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (trace) eo.ctx.trace = 1;

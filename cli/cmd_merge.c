@@ -23,7 +23,8 @@ static const char *HELP =
 
 int cmd_merge(int argc, char **argv) {
     kvb_merge_opts o = {0};
-    cli_opt opts[] = {CLI_FLAG("--allow-mixed", &o.allow_mixed), CLI_FLAG("--allow-missing", &o.allow_missing), CLI_END};
+    cli_opt opts[] = {CLI_FLAG("--allow-mixed", &o.allow_mixed), CLI_FLAG("--allow-missing", &o.allow_missing),
+                      CLI_END};
     int n, stop = cli_parse("merge", HELP, opts, argc, argc, argv, &n);
     if (stop >= 0) return stop;
     if (n < 2) return cli_fail("merge: give OUT and at least one run directory (see --help)");

@@ -45,12 +45,14 @@ int cmd_serve(int argc, char **argv) {
     o.port = 8080;
     o.max_queue = 8;
     long max_body = 4L << 20;
-    cli_opt opts[] = {CLI_FLAG("--verbose", &o.verbose), CLI_STR("--host", &o.host), CLI_INT("--port", &o.port, 0, 65535),
-                      CLI_STR("--api-key-env", &o.api_key_env), CLI_INT("--read-timeout", &o.read_timeout_s, 1, 3600),
-                      CLI_INT("--max-per-ip", &o.max_per_ip, 1, 4096), CLI_INT("--max-connections", &o.max_connections, 1, 65536),
+    cli_opt opts[] = {CLI_FLAG("--verbose", &o.verbose), CLI_STR("--host", &o.host),
+                      CLI_INT("--port", &o.port, 0, 65535), CLI_STR("--api-key-env", &o.api_key_env),
+                      CLI_INT("--read-timeout", &o.read_timeout_s, 1, 3600),
+                      CLI_INT("--max-per-ip", &o.max_per_ip, 1, 4096),
+                      CLI_INT("--max-connections", &o.max_connections, 1, 65536),
                       CLI_INT("--max-queue", &o.max_queue, 0, 4096), CLI_LONG("--max-body", &max_body, 1024, 1L << 30),
-                      CLI_STR("--name", &o.model_name), CLI_INT("--parallel", &o.parallel, 1, 64),
-                      CLI_METHOD_OPTS(&mo), CLI_ENGINE_OPTS(&eo), CLI_END};
+                      CLI_STR("--name", &o.model_name), CLI_INT("--parallel", &o.parallel, 1, 64), CLI_METHOD_OPTS(&mo),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     o.max_body = (size_t)max_body;

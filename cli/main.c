@@ -52,13 +52,15 @@ void cli_engine_defaults(cli_engine_opts *o) {
 }
 
 int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
-    if (strcmp(v, "cpu") && strcmp(v, "cuda")) return snprintf(err, err_len, "%s must be cpu or cuda, got '%s'", opt, v), -1;
+    if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+        return snprintf(err, err_len, "%s must be cpu or cuda, got '%s'", opt, v), -1;
     *(const char **)dst = v;
     return 0;
 }
 
 int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
-    if (strcmp(v, "f16") && strcmp(v, "f32")) return snprintf(err, err_len, "%s must be f16 or f32, got '%s'", opt, v), -1;
+    if (strcmp(v, "f16") && strcmp(v, "f32"))
+        return snprintf(err, err_len, "%s must be f16 or f32, got '%s'", opt, v), -1;
     *(kvb_dtype *)dst = strcmp(v, "f16") ? KVB_F32 : KVB_F16;
     return 0;
 }

@@ -6,13 +6,16 @@
 
 #include "cli/cli.h"
 
-int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err, size_t err_len) {
+int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err,
+               size_t err_len) {
     char *end;
     errno = 0;
     double v = integer ? (double)strtol(s, &end, 10) : strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        if (integer) snprintf(err, err_len, "%s expects an integer in [%ld, %ld], got '%s'", opt, (long)lo, (long)hi, s);
-        else snprintf(err, err_len, "%s expects a number in [%g, %g], got '%s'", opt, lo, hi, s);
+        if (integer)
+            snprintf(err, err_len, "%s expects an integer in [%ld, %ld], got '%s'", opt, (long)lo, (long)hi, s);
+        else
+            snprintf(err, err_len, "%s expects a number in [%g, %g], got '%s'", opt, lo, hi, s);
         return -1;
     }
     *out = v;

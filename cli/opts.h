@@ -51,6 +51,7 @@ typedef struct {
 int cli_parse(const char *cmd, const char *help, const cli_opt *opts, int max_pos, int argc, char **argv, int *n_pos);
 
 /* Parse s as an integer (integer != 0) or a number in [lo, hi]: 0, or -1 with "OPT expects ..." in err. */
-int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err, size_t err_len);
+int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err,
+               size_t err_len);
 
 #endif
