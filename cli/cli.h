@@ -3,9 +3,9 @@
 #define KVB_CLI_H
 
 #include <stdint.h>
-
 #include <stdio.h>
 
+#include "cli/opts.h"
 #include "engine/model.h"
 #include "methods/method.h"
 
@@ -27,39 +27,21 @@ int cmd_history(int argc, char **argv);
 
 /* Print "kvbench: <msg>" on stderr; returns 1 (the exit code for errors). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Parse an integer / float option value, failing with a message naming the option. */
-int cli_int(const char *opt, const char *s, long lo, long hi, long *out);
-int cli_float(const char *opt, const char *s, double lo, double hi, double *out);
-/* Common engine options: --model, --threads, --ctx, --kv-type, --batch. Returns 1 if argv[*i] was consumed
- * (advancing *i past its value), 0 if not an engine option, -1 on a bad value (message printed). */
+
+/* The engine options every running command takes (table entries CLI_ENGINE_OPTS(&o), help CLI_ENGINE_HELP):
+ * --model, --threads, --ctx, --kv-type, --backend, --batch. */
 typedef struct {
     const char *model;
     kvb_ctx_params ctx;
 } cli_engine_opts;
 void cli_engine_defaults(cli_engine_opts *o);
-int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i);
-/* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
-kvb_model *cli_load_model(const cli_engine_opts *o);
-/* Method options: --method NAME, --budget B, --method-opt k=v (repeatable). Same return convention. */
-typedef struct {
-    const char *method;
-    kvb_budget budget;
-    kvb_opts opts;
-} cli_method_opts;
-void cli_method_defaults(cli_method_opts *o);
-int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i);
-/* Options for one method from raw --method-opt values: "name:key=value" ones for this method, and unprefixed
- * ones for every method but the baseline (full). 0 or -1 + err. */
-int cli_method_opts_for(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
-/* One line of measured KV: device / host bytes, share of full, bytes moved. */
-void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
-/* Monotonic clock in seconds. */
-double cli_now(void);
-/* Read a whole file; NULL + message on failure. */
-char *cli_read_file(const char *path, size_t *len);
-/* The directory holding scripts/ (KVB_SOURCE_DIR env, else the source tree this binary was built from). */
-const char *cli_source_dir(void);
-
+/* CLI_K_FN parsers: --backend cpu|cuda into a const char *, --kv-type f16|f32 into a kvb_dtype. */
+int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+#define CLI_ENGINE_OPTS(o)                                                                                         \
+    CLI_STR("--model", &(o)->model), CLI_INT("--threads", &(o)->ctx.n_threads, 1, 256),                            \
+        CLI_INT("--ctx", &(o)->ctx.n_ctx, 1, 1 << 24), CLI_FN("--kv-type", &(o)->ctx.kv_dtype, cli_fn_kv_type),    \
+        CLI_FN("--backend", &(o)->ctx.backend, cli_fn_backend), CLI_INT("--batch", &(o)->ctx.n_batch, 1, 65536)
 #define CLI_ENGINE_HELP                                                                                  \
     "  --model PATH|default   GGUF model (default: SmolLM2-135M-Instruct Q4_1 from scripts/fetch-model.sh)\n" \
     "  --threads N            CPU threads (default: usable cores)\n"                                       \
@@ -68,9 +50,41 @@ const char *cli_source_dir(void);
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
     "  --batch N              prefill chunk size in tokens (default 512)\n"
 
+/* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
+kvb_model *cli_load_model(const cli_engine_opts *o);
+
+/* The method options (table entries CLI_METHOD_OPTS(&o), help CLI_METHOD_HELP): --method NAME, --budget B,
+ * --method-opt K=V (repeatable). */
+typedef struct {
+    const char *method;
+    kvb_budget budget;
+    kvb_opts opts;
+} cli_method_opts;
+void cli_method_defaults(cli_method_opts *o);
+/* CLI_K_FN parsers: --method NAME (a registered method) into a const char *, --budget into a kvb_budget,
+ * --method-opt K=V added to a kvb_opts. */
+int cli_fn_method(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+int cli_fn_budget(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+#define CLI_METHOD_OPTS(o)                                                                                         \
+    CLI_FN("--method", &(o)->method, cli_fn_method), CLI_FN("--budget", &(o)->budget, cli_fn_budget),              \
+        CLI_FN("--method-opt", &(o)->opts, cli_fn_method_opt)
 #define CLI_METHOD_HELP                                                                                  \
     "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod, random\n" \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
+
+/* Options for one method from raw --method-opt values: "name:key=value" ones for this method, and unprefixed
+ * ones for every method but the baseline (full). 0 or -1 + err. */
+int cli_method_opts_for(const char *name, const char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
+/* One line of measured KV: device / host bytes, share of full, bytes moved. */
+void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
+
+/* Monotonic clock in seconds. */
+double cli_now(void);
+/* Read a whole file; NULL + message on failure. */
+char *cli_read_file(const char *path, size_t *len);
+/* The directory holding scripts/ (KVB_SOURCE_DIR env, else the source tree this binary was built from). */
+const char *cli_source_dir(void);
 
 #endif

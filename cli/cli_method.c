@@ -1,5 +1,5 @@
-/* cli_method.c — the method options every running subcommand shares (--method, --budget, --method-opt) and
- * the measured-KV report. */
+/* cli_method.c — the defaults of the method options every running subcommand shares (CLI_METHOD_OPTS), the
+ * options of one method from raw --method-opt values, and the measured-KV report. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,32 +11,22 @@ void cli_method_defaults(cli_method_opts *o) {
     o->budget.kind = KVB_BUDGET_NONE; /* the method's own default (an error for methods that need one) */
 }
 
-int cli_method_opt(cli_method_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    if (strcmp(a, "--method") && strcmp(a, "--budget") && strcmp(a, "--method-opt")) return 0;
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", a);
-        return -1;
+int cli_fn_method(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    if (!kvb_method_find(v)) {
+        char names[256];
+        kvb_method_names(names, sizeof names);
+        return snprintf(err, err_len, "unknown method '%s' (available: %s)", v, names), -1;
     }
-    const char *v = argv[++*i];
-    char err[256];
-    if (!strcmp(a, "--method")) {
-        if (!kvb_method_find(v)) {
-            kvb_method_names(err, sizeof err);
-            cli_fail("unknown method '%s' (available: %s)", v, err);
-            return -1;
-        }
-        o->method = v;
-    } else if (!strcmp(a, "--budget")) {
-        if (kvb_budget_parse(v, &o->budget, err, sizeof err)) {
-            cli_fail("%s", err);
-            return -1;
-        }
-    } else if (kvb_opts_add(&o->opts, v, err, sizeof err)) {
-        cli_fail("%s", err);
-        return -1;
-    }
-    return 1;
+    *(const char **)dst = v;
+    return 0;
+}
+
+int cli_fn_budget(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    return kvb_budget_parse(v, dst, err, err_len);
+}
+
+int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    return kvb_opts_add(dst, v, err, err_len);
 }
 
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out) {
@@ -49,7 +39,7 @@ void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when,
 }
 
 /* Options for one method: unprefixed ones, plus "name:key=value" ones for this method. */
-int cli_method_opts_for(const char *name, char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
+int cli_method_opts_for(const char *name, const char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
     memset(o, 0, sizeof *o);
     const kvb_method_info *info = kvb_method_find(name);
     int baseline = info && (info->traits & KVB_NO_BUDGET); /* takes no options: unprefixed ones skip it */

@@ -148,24 +148,14 @@ int cmd_bench(int argc, char **argv) {
     cli_engine_defaults(&eo);
     const char *contexts = "512,2048,8000", *json_path = NULL;
     long n_dec = 64, reps = 1;
-    int peer = 1, profile = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-peer")) peer = 0;
-        else if (!strcmp(a, "--profile")) profile = 1;
-        else if (i + 1 >= argc) return cli_fail("bench: %s needs a value (or is unknown; see --help)", a);
-        else if (!strcmp(a, "--contexts") || !strcmp(a, "--ctx-len")) contexts = argv[++i];
-        else if (!strcmp(a, "--json")) json_path = argv[++i];
-        else if (!strcmp(a, "-n")) { if (cli_int("-n", argv[++i], 0, 100000, &n_dec)) return 1; }
-        else if (!strcmp(a, "--reps")) { if (cli_int("--reps", argv[++i], 1, 100, &reps)) return 1; }
-        else return cli_fail("bench: unknown option '%s' (see --help)", a);
-    }
+    int no_peer = 0, profile = 0;
+    cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile),
+                      CLI_STR("--contexts", &contexts), CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path),
+                      CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
+    int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
+    int peer = !no_peer;
     bench_row rows[MAX_CTX] = {0};
     int n_rows = 0;
     for (const char *s = contexts; *s;) {

@@ -63,23 +63,11 @@ int cmd_bench_judge(int argc, char **argv) {
     cli_engine_defaults(&eo);
     const char *conc = "1,4,16";
     long n_req = 32, parallel = 2, max_tokens = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) return cli_fail("bench-judge: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--concurrency")) conc = v;
-        else if (!strcmp(a, "--requests")) { if (cli_int(a, v, 1, 100000, &n_req)) return 1; }
-        else if (!strcmp(a, "--parallel")) { if (cli_int(a, v, 1, 64, &parallel)) return 1; }
-        else if (!strcmp(a, "--max-tokens")) { if (cli_int(a, v, 1, 4096, &max_tokens)) return 1; }
-        else return cli_fail("bench-judge: unknown option '%s' (see --help)", a);
-    }
+    cli_opt opts[] = {CLI_STR("--concurrency", &conc), CLI_LONG("--requests", &n_req, 1, 100000),
+                      CLI_LONG("--parallel", &parallel, 1, 64), CLI_LONG("--max-tokens", &max_tokens, 1, 4096),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
+    int stop = cli_parse("bench-judge", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
     char path[1024], err[512];
     if (kvb_model_resolve(eo.model, path, sizeof path, err, sizeof err)) return cli_fail("bench-judge: %s", err);
     bj_server srv;

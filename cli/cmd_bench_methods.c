@@ -72,29 +72,16 @@ int cmd_bench_methods(int argc, char **argv) {
     cli_engine_defaults(&eo);
     kvb_budget budget = {KVB_BUDGET_FRACTION, 0.3, 0};
     const char *methods = NULL, *json = NULL;
-    char *raw_opts[32];
-    int n_raw = 0;
+    const char *raw_opts[32];
+    cli_list raw = {raw_opts, 0, 32};
     long ctx_len = 8000, n_dec = 32;
     char err[512];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) return cli_fail("bench: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--method") || !strcmp(a, "--methods")) methods = v;
-        else if (!strcmp(a, "--budget")) { if (kvb_budget_parse(v, &budget, err, sizeof err)) return cli_fail("bench: %s", err); }
-        else if (!strcmp(a, "--method-opt")) { if (n_raw == 32) return cli_fail("bench: too many --method-opt"); raw_opts[n_raw++] = (char *)v; }
-        else if (!strcmp(a, "--ctx-len")) { if (cli_int("--ctx-len", v, 16, 1 << 20, &ctx_len)) return 1; }
-        else if (!strcmp(a, "-n")) { if (cli_int("-n", v, 0, 1 << 16, &n_dec)) return 1; }
-        else if (!strcmp(a, "--json")) json = v;
-        else return cli_fail("bench: unknown option '%s' (see --help)", a);
-    }
+    cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
+                      CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
+                      CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
+                      CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo), CLI_END};
+    int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
     char list[512];
     if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
@@ -126,7 +113,7 @@ int cmd_bench_methods(int argc, char **argv) {
     kvb_budget_format(&budget, bud, sizeof bud);
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
-        if (cli_method_opts_for(names[k], raw_opts, n_raw, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        if (cli_method_opts_for(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
         fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
         if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
     }

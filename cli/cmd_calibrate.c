@@ -434,35 +434,6 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
 
 /* ---- command ---- */
 
-static int parse(int argc, char **argv, cal_opts *o, cli_engine_opts *eo) {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(eo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--dry-run")) { o->dry_run = 1; continue; }
-        if (i + 1 >= argc) return cli_fail("calibrate: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--prompt-file")) {
-            if (o->n_files == 64) return cli_fail("calibrate: at most 64 --prompt-file");
-            o->files[o->n_files++] = v;
-        } else if (!strcmp(a, "--out-dir")) o->out_dir = v;
-        else if (!strcmp(a, "--samples")) { if (cli_int(a, v, 1, 1000, &o->samples)) return 1; }
-        else if (!strcmp(a, "--rounds")) { if (cli_int(a, v, 3, 10000, &o->rounds)) return 1; }
-        else if (!strcmp(a, "--chunk")) { if (cli_int(a, v, 1, 1 << 20, &o->chunk)) return 1; }
-        else if (!strcmp(a, "--max-tokens")) { if (cli_int(a, v, 16, 1 << 24, &o->max_tokens)) return 1; }
-        else if (!strcmp(a, "--n-filter")) { if (cli_int(a, v, 1, 8, &o->n_filter)) return 1; }
-        else if (!strcmp(a, "--span")) { if (cli_int(a, v, 0, 10000, &o->span)) return 1; }
-        else if (!strcmp(a, "--q")) { if (cli_int(a, v, 1, 4096, &o->q)) return 1; }
-        else if (!strcmp(a, "--frac")) { if (cli_float(a, v, 0, 1, &o->frac)) return 1; }
-        else if (!strcmp(a, "--eps")) { if (cli_float(a, v, 0, 1, &o->eps)) return 1; }
-        else if (!strcmp(a, "--topk")) { if (cli_float(a, v, 1e-6, 1, &o->topk)) return 1; }
-        else if (!strcmp(a, "--delta")) { if (cli_float(a, v, 0, 1, &o->delta)) return 1; }
-        else return cli_fail("calibrate: unknown option '%s' (see --help)", a);
-    }
-    return 0;
-}
-
 /* What an analysis needs of every input, checked before any run (one-line errors). */
 static int check_inputs(const cal_opts *o, const cal_input *in, int n_in) {
     for (int i = 0; i < n_in; i++) {
@@ -507,19 +478,26 @@ static int run_kind(kvb_model *m, const cli_engine_opts *eo, const cal_opts *o) 
 }
 
 int cmd_calibrate(int argc, char **argv) {
-    if (argc < 2) return cli_fail("calibrate: give a kind: round, omnikv or pod (see --help)");
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-    cal_opts o = {.kind = argv[1], .out_dir = ".", .samples = 4, .rounds = 12, .chunk = 256, .max_tokens = 2500,
+    cal_opts o = {.out_dir = ".", .samples = 4, .rounds = 12, .chunk = 256, .max_tokens = 2500,
                   .n_filter = 3, .span = -1, .q = 16, .frac = 0.5, .eps = 1e-6, .topk = 0.1, .delta = 0.5};
-    if (strcmp(o.kind, "round") && strcmp(o.kind, "omnikv") && strcmp(o.kind, "pod"))
-        return cli_fail("calibrate: unknown kind '%s' (round, omnikv or pod)", o.kind);
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
-    if (parse(argc, argv, &o, &eo)) return 1;
+    cli_list files = {o.files, 0, 64};
+    cli_opt opts[] = {CLI_FLAG("--dry-run", &o.dry_run), CLI_LIST("--prompt-file", &files),
+                      CLI_STR("--out-dir", &o.out_dir), CLI_LONG("--samples", &o.samples, 1, 1000),
+                      CLI_LONG("--rounds", &o.rounds, 3, 10000), CLI_LONG("--chunk", &o.chunk, 1, 1 << 20),
+                      CLI_LONG("--max-tokens", &o.max_tokens, 16, 1 << 24), CLI_LONG("--n-filter", &o.n_filter, 1, 8),
+                      CLI_LONG("--span", &o.span, 0, 10000), CLI_LONG("--q", &o.q, 1, 4096),
+                      CLI_FLOAT("--frac", &o.frac, 0, 1), CLI_FLOAT("--eps", &o.eps, 0, 1),
+                      CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
+    int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
+    if (stop >= 0) return stop;
+    if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv or pod (see --help)");
+    o.kind = argv[1];
+    o.n_files = files.n;
+    if (strcmp(o.kind, "round") && strcmp(o.kind, "omnikv") && strcmp(o.kind, "pod"))
+        return cli_fail("calibrate: unknown kind '%s' (round, omnikv or pod)", o.kind);
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;

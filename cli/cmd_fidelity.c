@@ -117,30 +117,18 @@ int cmd_fidelity(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     kvb_budget budget = {KVB_BUDGET_FRACTION, 0.3, 0};
-    const char *methods = NULL, *json = NULL, *prompts[MAX_PROMPTS];
-    char *raw_opts[32], err[512];
-    int n_raw = 0, n_prompts = 0;
+    const char *methods = NULL, *json = NULL, *prompts[MAX_PROMPTS], *raw_opts[32];
+    cli_list prompt_list = {prompts, 0, MAX_PROMPTS}, raw = {raw_opts, 0, 32};
+    char err[512];
     long n_gen = 32, max_tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) return cli_fail("fidelity: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--methods") || !strcmp(a, "--method")) methods = v;
-        else if (!strcmp(a, "--prompt-file")) { if (n_prompts == MAX_PROMPTS) return cli_fail("fidelity: more than %d prompts", MAX_PROMPTS); prompts[n_prompts++] = v; }
-        else if (!strcmp(a, "--budget")) { if (kvb_budget_parse(v, &budget, err, sizeof err)) return cli_fail("fidelity: %s", err); }
-        else if (!strcmp(a, "--method-opt")) { if (n_raw == 32) return cli_fail("fidelity: too many --method-opt"); raw_opts[n_raw++] = (char *)v; }
-        else if (!strcmp(a, "-n")) { if (cli_int("-n", v, 1, 1 << 16, &n_gen)) return 1; }
-        else if (!strcmp(a, "--max-tokens")) { if (cli_int("--max-tokens", v, 2, 1 << 24, &max_tokens)) return 1; }
-        else if (!strcmp(a, "--json")) json = v;
-        else return cli_fail("fidelity: unknown option '%s' (see --help)", a);
-    }
+    cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods),
+                      CLI_LIST("--prompt-file", &prompt_list), CLI_FN("--budget", &budget, cli_fn_budget),
+                      CLI_LIST("--method-opt", &raw), CLI_LONG("-n", &n_gen, 1, 1 << 16),
+                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo),
+                      CLI_END};
+    int stop = cli_parse("fidelity", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
+    int n_prompts = prompt_list.n;
     if (!methods) return cli_fail("fidelity: --methods is required (e.g. --methods all)");
     if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "fidelity");
@@ -185,7 +173,7 @@ int cmd_fidelity(int argc, char **argv) {
         for (int k = 0; k < n_methods; k++) {
             kvb_opts o;
             kvb_fid_result r;
-            if (cli_method_opts_for(tot[k].name, raw_opts, n_raw, &o, err, sizeof err) ||
+            if (cli_method_opts_for(tot[k].name, raw.v, raw.n, &o, err, sizeof err) ||
                 kvb_fidelity_run(ref, tot[k].name, &budget, &o, &r, err, sizeof err)) {
                 kvb_fid_ref_free(ref);
                 cli_fail("fidelity: %s on %s: %s", tot[k].name, prompts[p], err);

@@ -89,35 +89,18 @@ int cmd_generate(int argc, char **argv) {
     long n_gen = 128, seed = 42;
     double temp = 0.0, top_p = 1.0;
     int chat = 0, ignore_eos = 0, show_ids = 0, special = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r == 0) r = cli_method_opt(&mo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        int has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        } else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
-        else if (!strcmp(a, "--profile")) eo.ctx.profile = 1;
-        else if (!strcmp(a, "--ids")) show_ids = 1;
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!strcmp(a, "--kv-report")) kv_report = 1;
-        else if (!has_val) return cli_fail("generate: %s needs a value (or is unknown; see --help)", a);
-        else if (!strcmp(a, "--prompt")) prompt = argv[++i];
-        else if (!strcmp(a, "--prompt-file")) prompt_file = argv[++i];
-        else if (!strcmp(a, "--system")) system = argv[++i];
-        else if (!strcmp(a, "--template")) tmpl_name = argv[++i];
-        else if (!strcmp(a, "--dump-activations")) dump_dir = argv[++i];
-        else if (!strcmp(a, "--trace")) trace = argv[++i], eo.ctx.trace = 1;
-        else if (!strcmp(a, "-n")) { if (cli_int("-n", argv[++i], 0, 1 << 24, &n_gen)) return 1; }
-        else if (!strcmp(a, "--seed")) { if (cli_int("--seed", argv[++i], 0, 0x7fffffffL, &seed)) return 1; }
-        else if (!strcmp(a, "--temp")) { if (cli_float("--temp", argv[++i], 0, 100, &temp)) return 1; }
-        else if (!strcmp(a, "--top-p")) { if (cli_float("--top-p", argv[++i], 0.0, 1.0, &top_p)) return 1; }
-        else return cli_fail("generate: unknown option '%s' (see --help)", a);
-    }
+    cli_opt opts[] = {CLI_FLAG("--chat", &chat), CLI_FLAG("--ignore-eos", &ignore_eos),
+                      CLI_FLAG("--profile", &eo.ctx.profile), CLI_FLAG("--ids", &show_ids),
+                      CLI_FLAG("--special", &special), CLI_FLAG("--kv-report", &kv_report),
+                      CLI_STR("--prompt", &prompt), CLI_STR("--prompt-file", &prompt_file),
+                      CLI_STR("--system", &system), CLI_STR("--template", &tmpl_name),
+                      CLI_STR("--dump-activations", &dump_dir), CLI_STR("--trace", &trace),
+                      CLI_LONG("-n", &n_gen, 0, 1 << 24), CLI_LONG("--seed", &seed, 0, 0x7fffffffL),
+                      CLI_FLOAT("--temp", &temp, 0, 100), CLI_FLOAT("--top-p", &top_p, 0, 1), CLI_METHOD_OPTS(&mo),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
+    int stop = cli_parse("generate", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
+    if (trace) eo.ctx.trace = 1;
     if (!!prompt == !!prompt_file) return cli_fail("generate: give exactly one of --prompt or --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "generate");
     char *file_text = NULL;

@@ -1,7 +1,5 @@
 /* cmd_history.c — `kvbench history RUN_DIR...`: a suite's trend over runs (nightly pages). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cli/cli.h"
 #include "reports/history.h"
@@ -18,26 +16,12 @@ static const char *HELP =
 
 int cmd_history(int argc, char **argv) {
     const char *out = "history";
-    char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
-    if (!dirs) return cli_fail("history: out of memory");
-    int n = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            free(dirs);
-            return 0;
-        }
-        if (!strcmp(a, "--out")) {
-            if (i + 1 >= argc) { free(dirs); return cli_fail("history: --out needs a directory"); }
-            out = argv[++i];
-        } else if (a[0] == '-') { free(dirs); return cli_fail("history: unknown option '%s' (see --help)", a); }
-        else dirs[n++] = argv[i];
-    }
-    if (!n) { free(dirs); return cli_fail("history: give at least one run directory (see --help)"); }
+    cli_opt opts[] = {CLI_STR("--out", &out), CLI_END};
+    int n, stop = cli_parse("history", HELP, opts, argc, argc, argv, &n);
+    if (stop >= 0) return stop;
+    if (!n) return cli_fail("history: give at least one run directory (see --help)");
     char err[1024];
-    int rc = kvb_history_write(out, dirs, n, err, sizeof err);
-    free(dirs);
+    int rc = kvb_history_write(out, argv + 1, n, err, sizeof err);
     if (rc) return cli_fail("history: %s", err);
     printf("wrote %s/history.md (%d runs)\n", out, n);
     return 0;

@@ -1,7 +1,6 @@
 /* cmd_inspect.c — `kvbench inspect MODEL`: metadata, tensor table, and the config the engine derives. */
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "cli/cli.h"
 #include "engine/gguf_print.h"
@@ -13,6 +12,13 @@ static void print_config(const kvb_config *cfg) {
            cfg->arch, cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->n_ff, cfg->n_ctx_train,
            cfg->rope_freq_base, cfg->rope_neox ? "neox" : "normal", cfg->rms_eps);
 }
+
+static const char *HELP =
+    "usage: kvbench inspect MODEL [--items N]\n"
+    "Prints the GGUF header, every metadata key (arrays: first N items, default 8), the tensor\n"
+    "table with types, shapes, offsets and sizes, and the model config kvbench derives from it.\n"
+    "MODEL may be synthetic:SHAPE[?layers=N&seed=S&ctx=N]: its config and tensor table, from the\n"
+    "shape alone.\n";
 
 /* A synthetic model's tensor table and config, from its shape alone: nothing is allocated or generated. */
 static int inspect_synthetic(const char *name) {
@@ -40,27 +46,12 @@ static int inspect_synthetic(const char *name) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *model = NULL;
     long max_items = 8;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            puts("usage: kvbench inspect MODEL [--items N]\n"
-                 "Prints the GGUF header, every metadata key (arrays: first N items, default 8), the tensor\n"
-                 "table with types, shapes, offsets and sizes, and the model config kvbench derives from it.\n"
-                 "MODEL may be synthetic:SHAPE[?layers=N&seed=S&ctx=N]: its config and tensor table, from the\n"
-                 "shape alone.");
-            return 0;
-        }
-        if (!strcmp(argv[i], "--items") && i + 1 < argc) {
-            if (cli_int("--items", argv[++i], 0, 1 << 20, &max_items)) return 1;
-        } else if (argv[i][0] == '-') {
-            return cli_fail("inspect: unknown option '%s'", argv[i]);
-        } else if (!model) {
-            model = argv[i];
-        } else {
-            return cli_fail("inspect: one model at a time ('%s' is extra)", argv[i]);
-        }
-    }
+    cli_opt opts[] = {CLI_LONG("--items", &max_items, 0, 1 << 20), CLI_END};
+    int n_pos, stop = cli_parse("inspect", HELP, opts, argc, argc, argv, &n_pos);
+    if (stop >= 0) return stop;
+    if (n_pos > 1) return cli_fail("inspect: one model at a time ('%s' is extra)", argv[2]);
+    const char *model = n_pos ? argv[1] : NULL;
     if (!model) return cli_fail("inspect: which model? usage: kvbench inspect MODEL");
     if (syn_is_name(model)) return inspect_synthetic(model);
     char path[1024], err[512];

@@ -1,7 +1,5 @@
 /* cmd_merge.c — `kvbench merge OUT DIR...`: join shard (or any same-suite) run directories into one run. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cli/cli.h"
 #include "reports/merge.h"
@@ -25,27 +23,14 @@ static const char *HELP =
 
 int cmd_merge(int argc, char **argv) {
     kvb_merge_opts o = {0};
-    const char *out = NULL;
-    char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
-    if (!dirs) return cli_fail("merge: out of memory");
-    int n = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            free(dirs);
-            return 0;
-        }
-        if (!strcmp(a, "--allow-mixed")) o.allow_mixed = 1;
-        else if (!strcmp(a, "--allow-missing")) o.allow_missing = 1;
-        else if (a[0] == '-') { free(dirs); return cli_fail("merge: unknown option '%s' (see --help)", a); }
-        else if (!out) out = a;
-        else dirs[n++] = argv[i];
-    }
-    if (!out || !n) { free(dirs); return cli_fail("merge: give OUT and at least one run directory (see --help)"); }
+    cli_opt opts[] = {CLI_FLAG("--allow-mixed", &o.allow_mixed), CLI_FLAG("--allow-missing", &o.allow_missing),
+                      CLI_END};
+    int n, stop = cli_parse("merge", HELP, opts, argc, argc, argv, &n);
+    if (stop >= 0) return stop;
+    if (n < 2) return cli_fail("merge: give OUT and at least one run directory (see --help)");
+    const char *out = argv[1];
     char err[2048];
-    int rc = kvb_merge(out, dirs, n, &o, stderr, err, sizeof err);
-    free(dirs);
+    int rc = kvb_merge(out, argv + 2, n - 1, &o, stderr, err, sizeof err);
     if (rc) return cli_fail("merge: %s", err);
     if (kvb_report_print_main(out, stdout, err, sizeof err)) return cli_fail("merge: %s", err);
     return 0;

@@ -1,6 +1,5 @@
 /* cmd_report.c — `kvbench report RUN_DIR` and `kvbench compare BASE NEW`. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -24,50 +23,34 @@ static const char *COMPARE_HELP =
     "Runs of different suites or models are refused unless --allow-mismatch.\n";
 
 int cmd_report(int argc, char **argv) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(REPORT_HELP, stdout);
-        return 0;
-    }
-    if (argc != 2) return cli_fail("report: give one run directory (see --help)");
+    int n_pos, stop = cli_parse("report", REPORT_HELP, NULL, argc, argc, argv, &n_pos);
+    if (stop >= 0) return stop;
+    if (n_pos != 1) return cli_fail("report: give one run directory (see --help)");
     char err[1024];
     if (kvb_report_write(argv[1], err, sizeof err)) return cli_fail("report: %s", err);
     if (kvb_report_print_main(argv[1], stdout, err, sizeof err)) return cli_fail("report: %s", err);
     return 0;
 }
 
-static int pct(const char *opt, const char *v, double *out) {
+/* --max-slowdown 10% or 10 */
+static int pct_fn(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     char buf[64];
     snprintf(buf, sizeof buf, "%s", v);
     size_t l = strlen(buf);
     if (l && buf[l - 1] == '%') buf[l - 1] = 0;
-    return cli_float(opt, buf, 0, 1e6, out);
+    return cli_number(opt, buf, 0, 1e6, 0, dst, err, err_len);
 }
 
 int cmd_compare(int argc, char **argv) {
-    const char *base = NULL, *cur = NULL;
     double drop = 2.0, slow = 10.0, mem = 1.0;
     int allow = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(COMPARE_HELP, stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--allow-mismatch")) { allow = 1; continue; }
-        if (a[0] != '-') {
-            if (!base) base = a;
-            else if (!cur) cur = a;
-            else return cli_fail("compare: give exactly two run directories");
-            continue;
-        }
-        if (i + 1 >= argc) return cli_fail("compare: %s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--max-score-drop")) { if (cli_float(a, v, 0, 100, &drop)) return 1; }
-        else if (!strcmp(a, "--max-slowdown")) { if (pct(a, v, &slow)) return 1; }
-        else if (!strcmp(a, "--max-mem-growth")) { if (pct(a, v, &mem)) return 1; }
-        else return cli_fail("compare: unknown option '%s' (see --help)", a);
-    }
-    if (!base || !cur) return cli_fail("compare: give two run directories (see --help)");
+    cli_opt opts[] = {CLI_FLAG("--allow-mismatch", &allow), CLI_FLOAT("--max-score-drop", &drop, 0, 100),
+                      CLI_FN("--max-slowdown", &slow, pct_fn), CLI_FN("--max-mem-growth", &mem, pct_fn), CLI_END};
+    int n_pos, stop = cli_parse("compare", COMPARE_HELP, opts, argc, argc, argv, &n_pos);
+    if (stop >= 0) return stop;
+    if (n_pos > 2) return cli_fail("compare: give exactly two run directories");
+    if (n_pos < 2) return cli_fail("compare: give two run directories (see --help)");
+    const char *base = argv[1], *cur = argv[2];
     char err[1024];
     int rc = kvb_compare(base, cur, drop, slow, mem, allow, stdout, err, sizeof err);
     if (rc < 0) return cli_fail("compare: %s", err);

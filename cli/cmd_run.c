@@ -1,6 +1,5 @@
 /* cmd_run.c — `kvbench run SUITE`: run or resume a suite, then write and print its report. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "benchmarks/runner.h"
@@ -42,6 +41,10 @@ static const char *HELP =
     "Every verdict is stored in its record (judge model, raw replies, parsed value); a failed or unparseable\n"
     "judgement leaves the score empty with a judge error that the report counts, and the run goes on.\n";
 
+static int shard_fn(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    return kvb_shard_parse(v, dst, err, err_len);
+}
+
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
     char line[2048] = "kvbench";
@@ -50,37 +53,18 @@ int cmd_run(int argc, char **argv) {
         snprintf(line + l, sizeof line - l, " %s", argv[i]);
     }
     o.argv_line = line;
+    cli_opt opts[] = {CLI_FLAG("--quiet", &o.quiet), CLI_FLAG("--judge-refresh", &o.judge_refresh),
+                      CLI_FLAG("--rerun-changed", &o.rerun_changed), CLI_STR("--out", &o.out_dir),
+                      CLI_STR("--methods", &o.methods), CLI_STR("--budgets", &o.budgets), CLI_STR("--model", &o.model),
+                      CLI_STR("--judge-url", &o.judge_url), CLI_STR("--judge-model", &o.judge_model),
+                      CLI_STR("--judge-key-env", &o.judge_key_env), CLI_FN("--shard", &o.shard, shard_fn),
+                      CLI_INT("--limit", &o.limit, 1, 1 << 30), CLI_INT("--threads", &o.n_threads, 0, 1024), CLI_END};
+    int n_pos, stop = cli_parse("run", HELP, opts, argc, argc, argv, &n_pos);
+    if (stop >= 0) return stop;
+    if (n_pos > 1) return cli_fail("run: more than one suite given ('%s' and '%s')", argv[1], argv[2]);
+    if (!n_pos) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
+    o.suite_path = argv[1];
     char err[1024];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
-        if (!strcmp(a, "--judge-refresh")) { o.judge_refresh = 1; continue; }
-        if (!strcmp(a, "--rerun-changed")) { o.rerun_changed = 1; continue; }
-        if (a[0] != '-') {
-            if (o.suite_path) return cli_fail("run: more than one suite given ('%s' and '%s')", o.suite_path, a);
-            o.suite_path = a;
-            continue;
-        }
-        if (i + 1 >= argc) return cli_fail("run: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        long n;
-        if (!strcmp(a, "--out")) o.out_dir = v;
-        else if (!strcmp(a, "--methods")) o.methods = v;
-        else if (!strcmp(a, "--budgets")) o.budgets = v;
-        else if (!strcmp(a, "--model")) o.model = v;
-        else if (!strcmp(a, "--judge-url")) o.judge_url = v;
-        else if (!strcmp(a, "--judge-model")) o.judge_model = v;
-        else if (!strcmp(a, "--judge-key-env")) o.judge_key_env = v;
-        else if (!strcmp(a, "--shard")) { if (kvb_shard_parse(v, &o.shard, err, sizeof err)) return cli_fail("run: %s", err); }
-        else if (!strcmp(a, "--limit")) { if (cli_int("--limit", v, 1, 1 << 30, &n)) return 1; o.limit = (int)n; }
-        else if (!strcmp(a, "--threads")) { if (cli_int("--threads", v, 0, 1024, &n)) return 1; o.n_threads = (int)n; }
-        else return cli_fail("run: unknown option '%s' (see --help)", a);
-    }
-    if (!o.suite_path) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
     if (kvb_run_suite(&o, stdout, err, sizeof err)) return cli_fail("run: %s", err);
     return 0;
 }

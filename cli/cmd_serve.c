@@ -1,7 +1,6 @@
 /* cmd_serve.c — `kvbench serve`: the OpenAI-compatible server (judge/serve.h). */
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -45,33 +44,18 @@ int cmd_serve(int argc, char **argv) {
     o.host = "127.0.0.1";
     o.port = 8080;
     o.max_queue = 8;
-    o.max_body = 4u << 20;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_engine_opt(&eo, argc, argv, &i);
-        if (r == 0) r = cli_method_opt(&mo, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(HELP, stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--verbose")) { o.verbose = 1; continue; }
-        if (i + 1 >= argc) return cli_fail("serve: %s needs a value (or is unknown; see --help)", a);
-        const char *v = argv[++i];
-        long n;
-        if (!strcmp(a, "--host")) o.host = v;
-        else if (!strcmp(a, "--port")) { if (cli_int("--port", v, 0, 65535, &n)) return 1; o.port = (int)n; }
-        else if (!strcmp(a, "--api-key-env")) o.api_key_env = v;
-        else if (!strcmp(a, "--read-timeout")) { if (cli_int("--read-timeout", v, 1, 3600, &n)) return 1; o.read_timeout_s = (int)n; }
-        else if (!strcmp(a, "--max-per-ip")) { if (cli_int("--max-per-ip", v, 1, 4096, &n)) return 1; o.max_per_ip = (int)n; }
-        else if (!strcmp(a, "--max-connections")) { if (cli_int("--max-connections", v, 1, 65536, &n)) return 1; o.max_connections = (int)n; }
-        else if (!strcmp(a, "--max-queue")) { if (cli_int("--max-queue", v, 0, 4096, &n)) return 1; o.max_queue = (int)n; }
-        else if (!strcmp(a, "--max-body")) { if (cli_int("--max-body", v, 1024, 1L << 30, &n)) return 1; o.max_body = (size_t)n; }
-        else if (!strcmp(a, "--name")) o.model_name = v;
-        else if (!strcmp(a, "--parallel")) { if (cli_int("--parallel", v, 1, 64, &n)) return 1; o.parallel = (int)n; }
-        else return cli_fail("serve: unknown option '%s' (see --help)", a);
-    }
+    long max_body = 4L << 20;
+    cli_opt opts[] = {CLI_FLAG("--verbose", &o.verbose), CLI_STR("--host", &o.host),
+                      CLI_INT("--port", &o.port, 0, 65535), CLI_STR("--api-key-env", &o.api_key_env),
+                      CLI_INT("--read-timeout", &o.read_timeout_s, 1, 3600),
+                      CLI_INT("--max-per-ip", &o.max_per_ip, 1, 4096),
+                      CLI_INT("--max-connections", &o.max_connections, 1, 65536),
+                      CLI_INT("--max-queue", &o.max_queue, 0, 4096), CLI_LONG("--max-body", &max_body, 1024, 1L << 30),
+                      CLI_STR("--name", &o.model_name), CLI_INT("--parallel", &o.parallel, 1, 64), CLI_METHOD_OPTS(&mo),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
+    int stop = cli_parse("serve", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
+    o.max_body = (size_t)max_body;
     char path[1024], err[512];
     if (kvb_model_resolve(eo.model, path, sizeof path, err, sizeof err)) return cli_fail("serve: %s", err);
     o.model_path = path;

@@ -1,4 +1,4 @@
-/* main.c — the kvbench command: subcommand dispatch and shared option parsing. */
+/* main.c — the kvbench command: subcommand dispatch and the helpers the subcommands share. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,73 +46,23 @@ int cli_fail(const char *fmt, ...) {
     return 1;
 }
 
-int cli_int(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_fail("%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cli_float(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        cli_fail("%s expects a number in [%g, %g], got '%s'", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 void cli_engine_defaults(cli_engine_opts *o) {
     o->model = "default";
     o->ctx = kvb_ctx_default_params();
 }
 
-int cli_engine_opt(cli_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    static const char *with_value[] = {"--model", "--threads", "--ctx", "--kv-type", "--batch", "--backend"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= strcmp(a, with_value[k]) == 0;
-    if (!known) return 0;
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    long n;
-    if (!strcmp(a, "--model")) {
-        o->model = v;
-    } else if (!strcmp(a, "--threads")) {
-        if (cli_int(a, v, 1, 256, &n)) return -1;
-        o->ctx.n_threads = (int)n;
-    } else if (!strcmp(a, "--ctx")) {
-        if (cli_int(a, v, 1, 1 << 24, &n)) return -1;
-        o->ctx.n_ctx = (int)n;
-    } else if (!strcmp(a, "--batch")) {
-        if (cli_int(a, v, 1, 65536, &n)) return -1;
-        o->ctx.n_batch = (int)n;
-    } else if (!strcmp(a, "--backend")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
-            cli_fail("--backend must be cpu or cuda, got '%s'", v);
-            return -1;
-        }
-        o->ctx.backend = v;
-    } else if (!strcmp(a, "--kv-type")) {
-        if (!strcmp(v, "f16")) o->ctx.kv_dtype = KVB_F16;
-        else if (!strcmp(v, "f32")) o->ctx.kv_dtype = KVB_F32;
-        else {
-            cli_fail("--kv-type must be f16 or f32, got '%s'", v);
-            return -1;
-        }
-    }
-    return 1;
+int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+        return snprintf(err, err_len, "%s must be cpu or cuda, got '%s'", opt, v), -1;
+    *(const char **)dst = v;
+    return 0;
+}
+
+int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    if (strcmp(v, "f16") && strcmp(v, "f32"))
+        return snprintf(err, err_len, "%s must be f16 or f32, got '%s'", opt, v), -1;
+    *(kvb_dtype *)dst = strcmp(v, "f16") ? KVB_F32 : KVB_F16;
+    return 0;
 }
 
 kvb_model *cli_load_model(const cli_engine_opts *o) {
@@ -175,20 +125,16 @@ int main(int argc, char **argv) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } COMMANDS[] = {{"inspect", cmd_inspect}, {"generate", cmd_generate}, {"bench", cmd_bench}, {"run", cmd_run},
+                    {"report", cmd_report}, {"compare", cmd_compare}, {"merge", cmd_merge}, {"history", cmd_history},
+                    {"serve", cmd_serve}, {"bench-judge", cmd_bench_judge}, {"calibrate", cmd_calibrate},
+                    {"fidelity", cmd_fidelity}, {"bench-attention", cmd_bench_attn}};
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
-    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
-    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "history")) return cmd_history(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench-judge")) return cmd_bench_judge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "fidelity")) return cmd_fidelity(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench-attention")) return cmd_bench_attn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        if (!strcmp(cmd, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
     fprintf(stderr, "kvbench: unknown command '%s' (see `kvbench help`)\n", cmd);
     return 2;
 }

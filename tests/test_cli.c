@@ -145,6 +145,18 @@ static void test_bad_flags_are_reported(void) {
     expect_clean_failure("bench --contexts 12,x", "--contexts");
 }
 
+/* Every command parses its options with one table-driven parser (cli/opts.c): an unknown option, an option
+ * missing its value and a stray argument are told apart, and positionals may come anywhere. */
+static void test_option_errors_tell_unknown_missing_and_stray_apart(void) {
+    expect_clean_failure("generate --prompt", "generate: --prompt needs a value");
+    expect_clean_failure("generate --prompt hi --bogus", "generate: unknown option '--bogus'");
+    expect_clean_failure("serve stray", "serve: unexpected argument 'stray'");
+    expect_clean_failure("history --out", "history: --out needs a value");
+    expect_clean_failure("inspect --items", "inspect: --items needs a value");
+    expect_clean_failure("compare a b --max-slowdown 10x", "--max-slowdown expects a number in [0, 1e+06], got '10x'");
+    expect_clean_failure("calibrate --dry-run round --model /nonexistent/m.gguf", "/nonexistent/m.gguf");
+}
+
 static void test_unknown_command_fails(void) {
     run_result *r = malloc(sizeof *r);
     run(r, "frobnicate");
@@ -294,6 +306,7 @@ int main(void) {
     CU_add_test(s, "prompt longer than the context is reported", test_prompt_longer_than_context_is_reported);
     CU_add_test(s, "invalid UTF-8 prompt is reported", test_invalid_utf8_prompt_is_reported);
     CU_add_test(s, "bad flags are reported", test_bad_flags_are_reported);
+    CU_add_test(s, "option errors tell unknown, missing and stray apart", test_option_errors_tell_unknown_missing_and_stray_apart);
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
