@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "reports/stats.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
