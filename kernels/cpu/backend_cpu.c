@@ -1,11 +1,11 @@
-/* backend_cpu.c — the CPU implementation of the backend op table (engine/backend.h).
+/* backend_cpu.c — the CPU implementation of the backend op table (kernels/backend.h).
  * Thin wrappers: the kernels live in matmul.c and ops.c; this file owns the
  * thread pool and the scratch buffers they need, grown on demand and kept. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -122,22 +122,4 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->free = cpu_be_free;
     be->impl = im;
     return be;
-}
-
-void kvb_backend_free(kvb_backend *be) {
-    if (be && be->free) be->free(be);
-}
-
-#ifndef KVB_HAVE_CUDA
-kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
-    snprintf(err, err_len, "no GPU: this build has no CUDA backend (nvcc was not found when it was configured)");
-    return NULL;
-}
-#endif
-
-kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len) {
-    if (!name || !*name || !strcmp(name, "cpu")) return kvb_backend_cpu_create(n_threads, err, err_len);
-    if (!strcmp(name, "cuda")) return kvb_backend_cuda_create(err, err_len);
-    snprintf(err, err_len, "unknown backend '%s' (expected cpu or cuda)", name);
-    return NULL;
 }

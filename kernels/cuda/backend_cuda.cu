@@ -1,4 +1,4 @@
-/* backend_cuda.cu — the CUDA implementation of the backend op table (engine/backend.h).
+/* backend_cuda.cu — the CUDA implementation of the backend op table (kernels/backend.h).
  *
  * Weights: every matrix is converted to f16 on first use (from any GGUF type, dequantized on the host) and
  * kept on the device for the backend's lifetime; f32 vectors (norms, biases) are copied likewise. Decode
@@ -24,9 +24,9 @@
 #include <string.h>
 
 extern "C" {
-#include "engine/backend.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/ops.h"
-/* engine/quant.h (its _Static_asserts are C only) */
+/* kernels/cpu/quant.h (its _Static_asserts are C only) */
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
@@ -51,7 +51,7 @@ typedef struct {
     uint64_t print; /* fingerprint of the host bytes: a reused address (a model freed, another mapped) re-uploads */
 } wentry;
 
-enum { RING = 32, PARAM_WORDS = 6 * KVC_MAX_WRITER_HEADS };
+enum { RING = 32, PARAM_WORDS = 6 * KVB_MAX_KV_HEADS };
 
 typedef struct {
     int device;
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
 
 typedef struct {
-    kvc_append_dst dst[KVC_MAX_WRITER_HEADS];
+    kvb_kv_rows dst[KVB_MAX_KV_HEADS];
 } writer_params;
 
 __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16, const float *k, const float *v,
@@ -349,7 +349,7 @@ __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16
     const int h = blockIdx.y;
     const float *ks = k + (t * n_head_kv + h) * (int64_t)head_dim;
     const float *vs = v + (t * n_head_kv + h) * (int64_t)head_dim;
-    const kvc_append_dst d = p.dst[h];
+    const kvb_kv_rows d = p.dst[h];
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (f16) {
             ((__half *)d.k)[t * head_dim + i] = __float2half_rn(ks[i]);
@@ -366,11 +366,11 @@ __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16
 }
 
 static int cuda_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
-                          const kvc_append_dst *dst, const float *k, const float *v, const int32_t *pos,
+                          const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
                           const int32_t *round) {
     kvb_backend *be = (kvb_backend *)user;
     cuda_impl *im = IM(be);
-    if (n_head_kv > KVC_MAX_WRITER_HEADS || n_tok > 65535 * 1024) return -1;
+    if (n_head_kv > KVB_MAX_KV_HEADS || n_tok > 65535 * 1024) return -1;
     writer_params p;
     memset(&p, 0, sizeof p);
     for (int h = 0; h < n_head_kv; h++) p.dst[h] = dst[h];
@@ -494,15 +494,15 @@ static void cuda_add_bias(kvb_backend *be, float *x, const float *bias, int64_t 
 static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
     cuda_impl *im = IM(be);
     const int H = a->n_head_kv;
-    if (H <= 0 || H > KVC_MAX_WRITER_HEADS) {
-        snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, KVC_MAX_WRITER_HEADS);
+    if (H <= 0 || H > KVB_MAX_KV_HEADS) {
+        snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, KVB_MAX_KV_HEADS);
         return -1;
     }
     const size_t elt = a->kv_dtype == KVB_F16 ? 2 : 4;
     /* stage what lives on the plain heap: index lists, K/V/pos of caller buffers, outputs */
     size_t need = 4096;
     int64_t max_len = 0;
-    unsigned char idx_heap[KVC_MAX_WRITER_HEADS], kv_heap[KVC_MAX_WRITER_HEADS], pos_heap[KVC_MAX_WRITER_HEADS];
+    unsigned char idx_heap[KVB_MAX_KV_HEADS], kv_heap[KVB_MAX_KV_HEADS], pos_heap[KVB_MAX_KV_HEADS];
     for (int g = 0; g < H; g++) {
         const int has_idx = a->idx && a->idx[g];
         int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
