@@ -182,8 +182,9 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
             dst[h].pos = hd->pos + s;
             dst[h].round = hd->round + s;
         }
-        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round))
-            return ERR("kv store: device write of layer %d failed", layer);
+        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round, err,
+                       err_len))
+            return -1;
     }
     return 0;
 }

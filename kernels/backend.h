@@ -34,10 +34,10 @@ typedef struct {
 } kvb_kv_rows;
 enum { KVB_MAX_KV_HEADS = 64 }; /* KV heads a kv_writer call and the CUDA attention take */
 /* A device-side KV row writer: converts and stores n_tok rows of every head of a layer in one go:
- * dst[h].k[t] = k[t][h] (as dtype), likewise v; pos and round copied (round NULL = 0). 0 or -1. */
+ * dst[h].k[t] = k[t][h] (as dtype), likewise v; pos and round copied (round NULL = 0). 0, or -1 + err. */
 typedef int (*kvb_kv_writer)(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
                              const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
-                             const int32_t *round);
+                             const int32_t *round, char *err, size_t err_len);
 
 /* A weight matrix as stored in the model file: rows x cols, each row of `cols`
  * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). */
@@ -75,6 +75,9 @@ typedef struct kvb_backend kvb_backend;
 struct kvb_backend {
     const char *name;
     int n_threads;
+    /* Ops that return int give 0, or -1 with the reason in err (matmul, which takes none: in `error`). Ops that
+     * return nothing record a failure in `error` (only GPU backends, whose ops run asynchronously, can fail
+     * there), and the next int-returning op or sync reports it: a failed GPU backend stays failed. */
     /* out[t][r] = W[r] . x[t] for t < n_tok (x quantized to the weight's activation format first) */
     int (*matmul)(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok);
     /* out[i] = dequantized row ids[i] of w */
@@ -90,14 +93,16 @@ struct kvb_backend {
     void (*softmax)(kvb_backend *be, float *x, int64_t n);
     void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
     void (*free)(kvb_backend *be);
-    /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous). */
-    void (*sync)(kvb_backend *be);
+    /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
+     * 0, or -1 when an op has failed (the reason in `error`). */
+    int (*sync)(kvb_backend *be);
     /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
      * (NULL = host code; called with the backend as user); both set by GPU backends, whose kernels cannot
      * read plain heap memory. */
     const kvb_allocator *allocator;
     kvb_kv_writer kv_writer;
-    void *impl; /* backend private state (thread pool, workspaces) */
+    void *impl;      /* backend private state (thread pool, workspaces) */
+    char error[256]; /* one line: why an op failed ("" = none; see above) */
 };
 
 /* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */

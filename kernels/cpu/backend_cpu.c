@@ -31,8 +31,13 @@ static int grow(void **buf, size_t *cap, size_t need) {
 
 static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cpu_impl *im = be->impl;
-    if (grow(&im->act_ws, &im->act_ws_bytes, cpu_matmul_ws_bytes(w->type, w->cols, n_tok))) return -1;
-    return cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool);
+    size_t need = cpu_matmul_ws_bytes(w->type, w->cols, n_tok);
+    if (grow(&im->act_ws, &im->act_ws_bytes, need))
+        return snprintf(be->error, sizeof be->error, "out of memory for the matmul activations (%zu bytes)", need), -1;
+    if (cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool))
+        return snprintf(be->error, sizeof be->error, "matmul: bad arguments (%s, %lld x %lld)", ggml_type_name(w->type),
+                        (long long)w->rows, (long long)w->cols), -1;
+    return 0;
 }
 
 static void cpu_be_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
