@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 

@@ -6,7 +6,7 @@
 #ifndef KVB_JSONL_H
 #define KVB_JSONL_H
 
-#include "engine/fsutil.h" /* kvb_read_file */
+#include "base/fsutil.h" /* kvb_read_file */
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@
 #include "benchmarks/provenance.h"
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
 #include "judge/redact.h"

@@ -3,12 +3,12 @@
 #include "benchmarks/shard.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sha256.h"
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -41,14 +41,8 @@ int kvb_shard_of(const char *model_sha, const char *method, const char *budget, 
     if (count == 1) return 0;
     const char *parts[] = {model_sha, "\n", method, "@", budget, "\n", opts_json ? opts_json : "", "\n",
                            benchmark, "\n", task, "\n", sample_id ? sample_id : ""};
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-    for (size_t k = 0; ok && k < sizeof parts / sizeof *parts; k++) ok = EVP_DigestUpdate(c, parts[k], strlen(parts[k]));
-    ok = ok && EVP_DigestFinal_ex(c, md, &md_len) && md_len >= 8;
-    EVP_MD_CTX_free(c);
-    if (!ok) return -1;
+    unsigned char md[32];
+    if (kvb_sha256((const void *const *)parts, NULL, (int)(sizeof parts / sizeof *parts), md, NULL)) return -1;
     uint64_t h = 0;
     for (int k = 0; k < 8; k++) h = h << 8 | md[k];
     return (int)(h % (uint64_t)count);

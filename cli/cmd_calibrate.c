@@ -37,7 +37,7 @@
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
 #include "cli/cli.h"
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "engine/synthetic.h"
 #include "methods/calibrate.h"
 #include "methods/profile.h"

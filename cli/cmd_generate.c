@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "engine/chat.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"

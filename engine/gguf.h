@@ -11,20 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/dtype.h" /* ggml_type */
+
 typedef enum {
     GGUF_VT_UINT8 = 0, GGUF_VT_INT8 = 1, GGUF_VT_UINT16 = 2, GGUF_VT_INT16 = 3,
     GGUF_VT_UINT32 = 4, GGUF_VT_INT32 = 5, GGUF_VT_FLOAT32 = 6, GGUF_VT_BOOL = 7,
     GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_UINT64 = 10, GGUF_VT_INT64 = 11,
     GGUF_VT_FLOAT64 = 12, GGUF_VT_COUNT
 } gguf_vtype;
-
-/* tensor types (ggml numbering); only these are accepted */
-typedef enum {
-    GGML_T_F32 = 0, GGML_T_F16 = 1, GGML_T_Q4_0 = 2, GGML_T_Q4_1 = 3,
-    GGML_T_Q5_0 = 6, GGML_T_Q5_1 = 7, GGML_T_Q8_0 = 8, GGML_T_Q4_K = 12, GGML_T_Q5_K = 13, GGML_T_Q6_K = 14,
-    GGML_T_BF16 = 30,
-    GGML_T_Q8_1 = 9, GGML_T_Q8_K = 15 /* activations only (never in a file) */
-} ggml_type;
 
 typedef struct { const char *ptr; uint64_t len; } gguf_str;
 
@@ -98,14 +92,8 @@ double gguf_arr_f64(const gguf_value *arr, uint64_t i);
 /* Tensor lookup by name; NULL when absent. */
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 
-/* Names and sizes of types. */
+/* Name of a metadata value type. (Tensor types, ggml_type: kernels/dtype.h.) */
 const char *gguf_vtype_name(gguf_vtype t);
-const char *ggml_type_name(ggml_type t);
-/* Elements per block and bytes per block of a tensor type; 0 for unknown types. */
-uint32_t ggml_block_elems(ggml_type t);
-uint32_t ggml_block_bytes(ggml_type t);
-/* Bytes of one row of n elements (n must be a multiple of the block size). */
-uint64_t ggml_row_bytes(ggml_type t, uint64_t n);
 
 /* Compare a gguf_str with a C string. */
 int gguf_str_eq(gguf_str s, const char *c);

@@ -18,7 +18,7 @@ struct kvc_store {
     int64_t initial_capacity;
     kvb_mem *mem;
     kv_head *heads; /* [n_layer][n_head_kv] */
-    kvc_writer writer; /* NULL = rows converted and stored by the host */
+    kvb_kv_writer writer; /* a backend's device-side writer; NULL = rows converted and stored by the host */
     void *writer_user;
 };
 
@@ -172,8 +172,8 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
         hd->n += n_tok;
     }
     if (kv->writer) {
-        kvc_append_dst dst[KVC_MAX_WRITER_HEADS];
-        if (kv->n_head_kv > KVC_MAX_WRITER_HEADS) return ERR("kv store: %d KV heads exceed the writer's %d", kv->n_head_kv, KVC_MAX_WRITER_HEADS);
+        kvb_kv_rows dst[KVB_MAX_KV_HEADS];
+        if (kv->n_head_kv > KVB_MAX_KV_HEADS) return ERR("kv store: %d KV heads exceed the writer's %d", kv->n_head_kv, KVB_MAX_KV_HEADS);
         for (int h = 0; h < kv->n_head_kv; h++) {
             kv_head *hd = head_at(kv, layer, h);
             int64_t s = hd->n - n_tok;
@@ -182,13 +182,14 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
             dst[h].pos = hd->pos + s;
             dst[h].round = hd->round + s;
         }
-        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round))
-            return ERR("kv store: device write of layer %d failed", layer);
+        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round, err,
+                       err_len))
+            return -1;
     }
     return 0;
 }
 
-void kvc_set_writer(kvc_store *kv, kvc_writer w, void *user) {
+void kvc_set_writer(kvc_store *kv, kvb_kv_writer w, void *user) {
     kv->writer = w;
     kv->writer_user = user;
 }

@@ -10,8 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/f16.h"
 #include "engine/mem.h"
+#include "kernels/backend.h" /* kvb_kv_writer */
+#include "kernels/dtype.h"
 
 typedef struct kvc_store kvc_store;
 
@@ -30,19 +31,9 @@ kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype,
 void kvc_free(kvc_store *kv);
 /* Deep copy (same accounting tracker unless mem is given). NULL on failure. */
 kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem);
-/* Where one head's new rows go in kvc_append (slot n_before onwards). */
-typedef struct {
-    void *k, *v;
-    int32_t *pos, *round;
-} kvc_append_dst;
-enum { KVC_MAX_WRITER_HEADS = 64 };
-/* A device-side row writer (GPU backends): converts and stores n_tok rows of every head of a layer in one
- * go: dst[h].k[t] = k[t][h] (as dtype), likewise v; pos and round copied (round NULL = 0). 0 or -1. */
-typedef int (*kvc_writer)(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
-                          const kvc_append_dst *dst, const float *k, const float *v, const int32_t *pos,
-                          const int32_t *round);
-/* Route kvc_append's row writes through w (NULL = host code). Forks inherit it. */
-void kvc_set_writer(kvc_store *kv, kvc_writer w, void *user);
+/* Route kvc_append's row writes through a backend's KV row writer (kernels/backend.h; NULL = host code).
+ * Forks inherit it. */
+void kvc_set_writer(kvc_store *kv, kvb_kv_writer w, void *user);
 /* Append n_tok tokens to every head of a layer; k, v: [n_tok][n_head_kv][head_dim] f32; round may be NULL (= 0). */
 int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const float *v, const int32_t *pos,
                const int32_t *round, char *err, size_t err_len);

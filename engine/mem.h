@@ -8,22 +8,13 @@
 #include <stdio.h>
 #include <pthread.h>
 
-typedef enum { KVB_TIER_DEVICE = 0, KVB_TIER_HOST = 1, KVB_TIER_COUNT } kvb_tier;
-typedef enum { KVB_MEM_WEIGHTS = 0, KVB_MEM_KV, KVB_MEM_WORKSPACE, KVB_MEM_METHOD, KVB_MEM_COUNT } kvb_mem_cat;
+#include "kernels/backend.h" /* kvb_tier, kvb_allocator */
 
-/* Where a tracker's bytes come from. NULL = the C heap (the CPU backend). A GPU backend supplies memory both
- * the host and its kernels can address (device tier: GPU-resident, host tier: pinned host memory). alloc
- * returns zeroed memory or NULL; copy is a synchronous copy between any two such blocks. */
-typedef struct {
-    void *(*alloc)(void *user, kvb_tier tier, size_t bytes);
-    void (*free)(void *user, kvb_tier tier, void *p, size_t bytes);
-    void (*copy)(void *user, void *dst, const void *src, size_t bytes);
-    void *user;
-} kvb_allocator;
+typedef enum { KVB_MEM_WEIGHTS = 0, KVB_MEM_KV, KVB_MEM_WORKSPACE, KVB_MEM_METHOD, KVB_MEM_COUNT } kvb_mem_cat;
 
 typedef struct {
     pthread_mutex_t mu;
-    const kvb_allocator *alloc; /* NULL = C heap */
+    const kvb_allocator *alloc; /* where the bytes come from: a GPU backend's allocator, NULL = C heap */
     int64_t cur_bytes[KVB_TIER_COUNT][KVB_MEM_COUNT];
     int64_t peak_bytes[KVB_TIER_COUNT][KVB_MEM_COUNT];
     int64_t tier_cur_bytes[KVB_TIER_COUNT], tier_peak_bytes[KVB_TIER_COUNT];

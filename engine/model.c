@@ -235,10 +235,12 @@ static int64_t model_f16_bytes(const kvb_model *m) {
     return b;
 }
 
-/* Host code is about to read what ops wrote (a GPU backend enqueues asynchronously). */
-static void be_sync(kvb_backend *be) {
-    if (be->sync) be->sync(be);
+/* Host code is about to read what ops wrote (a GPU backend enqueues asynchronously): wait, and report an op
+ * that failed since (a backend's failure is sticky, so a sync that ignores it reports at the next one). */
+static int be_sync(kvb_backend *be, char *err, size_t err_len) {
+    return be->sync && be->sync(be) ? ERR("%s", be->error) : 0;
 }
+static void be_sync_quiet(void *be) { be_sync(be, NULL, 0); } /* for the profiler's timestamps */
 
 static float *alloc_f32(kvb_ctx *c, int64_t n) {
     return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(float));
@@ -270,7 +272,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     if (!c->kv) goto fail;
     if (c->be->kv_writer) kvc_set_writer(c->kv, c->be->kv_writer, c->be);
     c->prof = prof_create(cfg->n_layer, c->params.profile || c->params.trace, c->params.trace);
-    if (c->be->sync) prof_set_sync(c->prof, (void (*)(void *))c->be->sync, c->be);
+    if (c->be->sync) prof_set_sync(c->prof, be_sync_quiet, c->be);
     int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
     c->x = alloc_f32(c, B * cfg->n_embd);
     c->xn = alloc_f32(c, B * cfg->n_embd);
@@ -476,7 +478,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         kvb_src s = {hv.k, hv.v, hv.pos, hv.n, NULL, 0};
         c->src[h] = s;
     }
-    if (H || c->on_visible) be_sync(be);
+    if ((H || c->on_visible) && be_sync(be, err, err_len)) return -1;
     if (H && (H->pre_attend || H->select)) {
         prof_begin(P, PROF_SELECT, l);
         if (H->pre_attend && H->pre_attend(H->self, c, l, c->q, n, err, err_len)) return -1;
@@ -534,7 +536,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         if (handled < 0) return -1;
     }
     if (!handled && be->attention(be, &a, err, err_len)) return -1;
-    if (want) be_sync(be);
+    if (want && be_sync(be, err, err_len)) return -1;
     if (want && H->observe(H->self, c, l, c->src, a.probs, a.probs_stride, n, err, err_len)) return -1;
     prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
     return 0;
@@ -542,7 +544,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
 
 static void tap(kvb_ctx *c, const char *name, int layer, const float *data, int64_t n_rows, int64_t row_len) {
     if (!c->tap) return;
-    be_sync(c->be);
+    be_sync_quiet(c->be);
     c->tap(c->tap_user, name, layer, data, n_rows, row_len);
 }
 
@@ -571,7 +573,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         tap(c, "attn_norm", l, c->xn, n, D);
         if (be->matmul(be, c->q, &L->wq, c->xn, n) || be->matmul(be, c->k, &L->wk, c->xn, n) ||
             be->matmul(be, c->v, &L->wv, c->xn, n))
-            return ERR("matmul failed in layer %d", l);
+            return ERR("matmul failed in layer %d: %s", l, be->error);
         if (L->bq) {
             be->add_bias(be, c->q, L->bq, D, n);
             be->add_bias(be, c->k, L->bk, kv_dim, n);
@@ -585,12 +587,12 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         tap(c, "Vcur", l, c->v, n, kv_dim);
 
         if (c->obs_q) {
-            be_sync(be);
+            if (be_sync(be, err, err_len)) return -1;
             obs_push(c, l, c->q, n);
         }
 
         prof_begin(P, PROF_UPDATE_CACHE, l);
-        if (!be->kv_writer) be_sync(be);
+        if (!be->kv_writer && be_sync(be, err, err_len)) return -1;
         if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, c->rounds, err, err_len)) return -1;
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
@@ -598,7 +600,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         tap(c, "kqv_out", l, c->att, n, D);
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);
-        if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d", l);
+        if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "attn_out", l, c->xn, n, D);
         be->add(be, c->x, c->x, c->xn, n * D);
         tap(c, "ffn_inp", l, c->x, n, D);
@@ -608,12 +610,12 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, D, n, cfg->rms_eps);
         tap(c, "ffn_norm", l, c->xn, n, D);
         if (be->matmul(be, c->ffn_g, &L->w_gate, c->xn, n) || be->matmul(be, c->ffn_u, &L->w_up, c->xn, n))
-            return ERR("matmul failed in layer %d", l);
+            return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "ffn_gate", l, c->ffn_g, n, cfg->n_ff);
         tap(c, "ffn_up", l, c->ffn_u, n, cfg->n_ff);
         be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
         tap(c, "ffn_swiglu", l, c->ffn_g, n, cfg->n_ff);
-        if (be->matmul(be, c->xn, &L->w_down, c->ffn_g, n)) return ERR("matmul failed in layer %d", l);
+        if (be->matmul(be, c->xn, &L->w_down, c->ffn_g, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "ffn_out", l, c->xn, n, D);
         be->add(be, c->x, c->x, c->xn, n * D);
         tap(c, "l_out", l, c->x, n, D);
@@ -624,8 +626,8 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     const float *last = c->x + (n - 1) * D;
     be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
     tap(c, "result_norm", -1, c->xn, 1, D);
-    if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer");
-    be_sync(be);
+    if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer: %s", be->error);
+    if (be_sync(be, err, err_len)) return -1;
     tap(c, "result_output", -1, c->logits, 1, cfg->n_vocab);
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
     c->n_past += n;

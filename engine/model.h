@@ -3,13 +3,13 @@
  * kvb_model holds the read-only part (config, weights mapped from the file,
  * tokenizer); kvb_ctx holds one inference state (KV store, activations,
  * profiler) that prefill and decode advance. The forward pass is written once
- * against the backend op table (engine/backend.h). */
+ * against the backend op table (kernels/backend.h). */
 #ifndef KVB_MODEL_H
 #define KVB_MODEL_H
 
 #include <stdint.h>
 
-#include "engine/backend.h"
+#include "kernels/backend.h"
 #include "engine/gguf.h"
 #include "engine/kvcache.h"
 #include "engine/mem.h"

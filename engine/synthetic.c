@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "engine/f16.h"
+#include "kernels/dtype.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 

@@ -5,14 +5,14 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
+#include "base/sha256.h"
 #include "judge/redact.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
@@ -73,15 +73,9 @@ static char *request_body(const kvb_judge_cfg *cfg, const char *messages_json) {
 }
 
 static void cache_key(const char *base_url, const char *body, char out[65]) {
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-    EVP_DigestUpdate(c, base_url, strlen(base_url) + 1);
-    EVP_DigestUpdate(c, body, strlen(body));
-    EVP_DigestFinal_ex(c, md, &len);
-    EVP_MD_CTX_free(c);
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    const void *parts[] = {base_url, body};
+    const size_t lens[] = {strlen(base_url) + 1, strlen(body)}; /* the URL's NUL separates it from the body */
+    if (kvb_sha256(parts, lens, 2, NULL, out)) out[0] = 0;
 }
 
 /* choices[i].message.content of a raw reply; 0 or -1 + a reason in r->error. */

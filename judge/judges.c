@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 
 static const char *LME_KEYS[] = {"default", "temporal-reasoning", "knowledge-update", "single-session-preference",
                                  "abstention"};

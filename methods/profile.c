@@ -1,10 +1,10 @@
-/* profile.c — calibration profiles on disk, keyed by the model's sha256 (OpenSSL's libcrypto digests). */
+/* profile.c — calibration profiles on disk, keyed by the model's sha256 (base/sha256.h). */
 #include "methods/profile.h"
 #include "methods/method.h"
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
+#include "base/sha256.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,20 +21,9 @@ int kvb_model_sha256(const kvb_model *m, char hex[65], char *err, size_t err_len
         return 0;
     }
     /* a synthetic model has no file: its canonical name (shape, layers, seed, ctx) determines its weights */
-    FILE *f = m->syn_weights ? NULL : fopen(m->path, "rb");
-    if (!f && !m->syn_weights) return ERR("cannot read %s for its sha256: %s", m->path, strerror(errno));
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    unsigned char buf[1 << 16], out[32];
-    unsigned int olen = 0;
-    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-    size_t r;
-    if (!f) ok = ok && EVP_DigestUpdate(md, m->path, strlen(m->path));
-    while (ok && f && (r = fread(buf, 1, sizeof buf, f)) > 0) ok = EVP_DigestUpdate(md, buf, r);
-    ok = ok && !(f && ferror(f)) && EVP_DigestFinal_ex(md, out, &olen);
-    EVP_MD_CTX_free(md);
-    if (f) fclose(f);
-    if (!ok || olen != 32) return ERR("sha256 of %s failed", m->path);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", out[i]);
+    const void *name = m->path;
+    if (m->syn_weights ? kvb_sha256(&name, NULL, 1, NULL, hex) : kvb_sha256_file(m->path, hex, err, err_len))
+        return m->syn_weights ? ERR("sha256 of %s failed", m->path) : -1;
     snprintf(cached_path, sizeof cached_path, "%s", m->path);
     memcpy(cached_hex, hex, 65);
     return 0;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "methods/method.h"
 #include "reports/report.h"
 #include "reports/results.h"

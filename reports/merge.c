@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "methods/method.h"
 #include "reports/report.h"
 

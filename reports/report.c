@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 #include "reports/stats.h"
 #include "reports/svg.h"
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/quant.h"
+#include "kernels/cpu/quant.h"
 
 typedef void (*ggml_quantize_fn)(const float *x, void *y, int64_t k);
 typedef void (*ggml_dot_fn)(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);

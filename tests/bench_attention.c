@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/f16.h"
+#include "kernels/dtype.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
 

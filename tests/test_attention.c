@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/f16.h"
+#include "kernels/dtype.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
 

@@ -16,11 +16,11 @@
 #include <cuda_runtime_api.h>
 
 #include "util_common.h"
-#include "engine/backend.h"
-#include "engine/f16.h"
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
 #include "engine/kvcache.h"
 #include "engine/mem.h"
-#include "engine/quant.h"
+#include "kernels/cpu/quant.h"
 
 static kvb_backend *be;
 static kvb_mem mem;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "util_common.h"
-#include "engine/quant.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/matmul.h"
 
 static float frand(unsigned *s) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "util_common.h"
-#include "engine/f16.h"
+#include "kernels/dtype.h"
 #include "engine/model.h"
 #include "engine/synthetic.h"
 

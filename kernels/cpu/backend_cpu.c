@@ -1,11 +1,11 @@
-/* backend_cpu.c — the CPU implementation of the backend op table (engine/backend.h).
+/* backend_cpu.c — the CPU implementation of the backend op table (kernels/backend.h).
  * Thin wrappers: the kernels live in matmul.c and ops.c; this file owns the
  * thread pool and the scratch buffers they need, grown on demand and kept. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -31,8 +31,13 @@ static int grow(void **buf, size_t *cap, size_t need) {
 
 static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cpu_impl *im = be->impl;
-    if (grow(&im->act_ws, &im->act_ws_bytes, cpu_matmul_ws_bytes(w->type, w->cols, n_tok))) return -1;
-    return cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool);
+    size_t need = cpu_matmul_ws_bytes(w->type, w->cols, n_tok);
+    if (grow(&im->act_ws, &im->act_ws_bytes, need))
+        return snprintf(be->error, sizeof be->error, "out of memory for the matmul activations (%zu bytes)", need), -1;
+    if (cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool))
+        return snprintf(be->error, sizeof be->error, "matmul: bad arguments (%s, %lld x %lld)", ggml_type_name(w->type),
+                        (long long)w->rows, (long long)w->cols), -1;
+    return 0;
 }
 
 static void cpu_be_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
@@ -122,22 +127,4 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->free = cpu_be_free;
     be->impl = im;
     return be;
-}
-
-void kvb_backend_free(kvb_backend *be) {
-    if (be && be->free) be->free(be);
-}
-
-#ifndef KVB_HAVE_CUDA
-kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
-    snprintf(err, err_len, "no GPU: this build has no CUDA backend (nvcc was not found when it was configured)");
-    return NULL;
-}
-#endif
-
-kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len) {
-    if (!name || !*name || !strcmp(name, "cpu")) return kvb_backend_cpu_create(n_threads, err, err_len);
-    if (!strcmp(name, "cuda")) return kvb_backend_cuda_create(err, err_len);
-    snprintf(err, err_len, "unknown backend '%s' (expected cpu or cuda)", name);
-    return NULL;
 }

@@ -3,7 +3,7 @@
  * walks the tokens four at a time so each weight block is unpacked once per four dots. */
 #include "kernels/cpu/matmul.h"
 
-#include "engine/quant.h"
+#include "kernels/cpu/quant.h"
 
 enum { TOK_TILE = 4, ROW_TILE = 16 };
 

@@ -1,11 +1,11 @@
-/* matmul.h — CPU matrix products with quantized weights (engine/quant.h formats). */
+/* matmul.h — CPU matrix products with quantized weights (kernels/cpu/quant.h formats). */
 #ifndef KVB_CPU_MATMUL_H
 #define KVB_CPU_MATMUL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gguf.h"
+#include "kernels/dtype.h"
 #include "kernels/cpu/pool.h"
 
 /* Workspace bytes cpu_matmul needs to hold the quantized activations. */

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/backend.h" /* kvb_attn_args */
-#include "engine/f16.h"     /* kvb_dtype: KVB_F32 / KVB_F16 */
+#include "kernels/backend.h" /* kvb_attn_args */
+#include "kernels/dtype.h"   /* kvb_dtype: KVB_F32 / KVB_F16 */
 #include "kernels/cpu/pool.h"
 
 /* out[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * w[i]  (sum of squares accumulated in double, like ggml);
@@ -39,7 +39,7 @@ void cpu_softmax(float *x, int64_t n);
  * (NaN ranks below every number) */
 void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out);
 
-/* the attention arguments are the backend op interface's (engine/backend.h) */
+/* the attention arguments are the backend op interface's (kernels/backend.h) */
 typedef struct kvb_attn_args cpu_attn_args;
 
 /* Workspace bytes cpu_attention needs for these shapes and this many pool threads (0 on overflow/bad shapes;

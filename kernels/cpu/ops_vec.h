@@ -157,7 +157,7 @@ static inline vf vf_sum_each(const vf *v) {
 
 #else /* portable scalar fallback: one lane */
 
-#include "engine/f16.h"
+#include "kernels/dtype.h"
 #define VF_LANES 1
 typedef float vf;
 static inline vf vf_load(const float *p) { return *p; }

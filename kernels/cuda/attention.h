@@ -1,7 +1,7 @@
 /* attention.h — CUDA attention over the KV store: causal prefill (flash-attention tiling, online softmax)
  * and split-KV decode (flash-decoding), GQA, over all slots or a per-KV-head index list.
  *
- * Same semantics as the CPU op (engine/backend.h, kvb_attn_args): query head h reads KV head
+ * Same semantics as the CPU op (kernels/backend.h, kvb_attn_args): query head h reads KV head
  * h / (n_head / n_head_kv); a slot is visible iff q_pos == NULL, k_pos[g] == NULL or k_pos[g][slot] <= q_pos[t];
  * probs (optional) are softmax probabilities over each head's list in list order, masked entries 0;
  * lse (optional) is the log-sum-exp of the scaled logits over the visible keys (-INFINITY when none is

@@ -1,4 +1,4 @@
-/* backend_cuda.cu — the CUDA implementation of the backend op table (engine/backend.h).
+/* backend_cuda.cu — the CUDA implementation of the backend op table (kernels/backend.h).
  *
  * Weights: every matrix is converted to f16 on first use (from any GGUF type, dequantized on the host) and
  * kept on the device for the backend's lifetime; f32 vectors (norms, biases) are copied likewise. Decode
@@ -12,8 +12,10 @@
  * touches the store from the host.
  *
  * Ops only enqueue on one stream; sync() waits. Pointers the engine's callers own on the plain heap (a
- * method's index lists, PoD's partial outputs, token ids) are staged through device buffers. A CUDA error
- * is sticky: it is reported once on stderr and the process exits, rather than returning wrong numbers. */
+ * method's index lists, PoD's partial outputs, token ids) are staged through device buffers. Every CUDA call
+ * and kernel launch is checked (CK, CK_LAUNCH): the first failure is kept in be->error as one line,
+ * "cuda: FILE:LINE: CALL: reason", the op that met it fails, and every later int-returning op and sync
+ * fails with it, so a broken device gives an error instead of wrong numbers (and never exits the process). */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,23 +26,17 @@
 #include <string.h>
 
 extern "C" {
-#include "engine/backend.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/ops.h"
-/* engine/quant.h (its _Static_asserts are C only) */
+/* kernels/cpu/quant.h (its _Static_asserts are C only) */
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
 
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) fatal_cuda(#call, e_);                                                \
-    } while (0)
-
-static void fatal_cuda(const char *what, cudaError_t e) {
-    fprintf(stderr, "kvbench: CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    exit(1);
-}
+/* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
+ * same for the launch just made (bad grid or shared memory; faults inside a kernel surface at the next sync). */
+#define CK(call) ck(im, (call), #call, __FILE__, __LINE__)
+#define CK_LAUNCH(kernel) ck(im, cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
 
 /* ---- weight cache: host pointer -> device copy ---- */
 
@@ -51,9 +47,10 @@ typedef struct {
     uint64_t print; /* fingerprint of the host bytes: a reused address (a model freed, another mapped) re-uploads */
 } wentry;
 
-enum { RING = 32, PARAM_WORDS = 6 * KVC_MAX_WRITER_HEADS };
+enum { RING = 32, PARAM_WORDS = 6 * KVB_MAX_KV_HEADS };
 
 typedef struct {
+    kvb_backend *be; /* whose error[] keeps the first failure */
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -76,13 +73,33 @@ typedef struct {
 
 static cuda_impl *IM(kvb_backend *be) { return (cuda_impl *)be->impl; }
 
-static void grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
-    if (need <= *cap) return;
+/* Record a failure (the first one wins: later ones are usually its consequences). */
+static int fail(cuda_impl *im, const char *file, int line, const char *what, const char *why) {
+    const char *base = strrchr(file, '/');
+    if (!im->be->error[0])
+        snprintf(im->be->error, sizeof im->be->error, "cuda: %s:%d: %s: %s", base ? base + 1 : file, line, what, why);
+    return -1;
+}
+
+static int ck(cuda_impl *im, cudaError_t e, const char *call, const char *file, int line) {
+    return e == cudaSuccess ? 0 : fail(im, file, line, call, cudaGetErrorString(e));
+}
+
+/* An int-returning op's answer once the backend has failed. */
+static int failed(cuda_impl *im, char *err, size_t err_len) {
+    snprintf(err, err_len, "%s", im->be->error);
+    return -1;
+}
+
+static int grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
     size_t want = need + need / 4 + (1 << 20);
-    CK(cudaStreamSynchronize(im->stream));
-    if (*p) CK(cudaFree(*p));
-    CK(cudaMalloc(p, want));
+    if (CK(cudaStreamSynchronize(im->stream)) || (*p && CK(cudaFree(*p)))) return -1;
+    *p = NULL;
+    *cap = 0;
+    if (CK(cudaMalloc(p, want))) return -1;
     *cap = want;
+    return 0;
 }
 
 static size_t hash_ptr(const void *p, size_t cap) {
@@ -112,7 +129,7 @@ static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes
     if ((im->w_n + 1) * 2 > im->w_cap) {
         size_t cap = im->w_cap ? im->w_cap * 2 : 1024;
         wentry *nw = (wentry *)calloc(cap, sizeof *nw);
-        if (!nw) { fprintf(stderr, "kvbench: out of memory (weight table)\n"); exit(1); }
+        if (!nw) return fail(im, __FILE__, __LINE__, "calloc", "out of memory for the weight table"), (wentry *)NULL;
         for (size_t i = 0; i < im->w_cap; i++)
             if (im->w[i].host) {
                 size_t j = hash_ptr(im->w[i].host, cap);
@@ -133,16 +150,16 @@ static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes
     return &im->w[j];
 }
 
-/* Record a fresh device copy: replaces e's (same address, other contents) or adds an entry. */
+/* Record a fresh device copy: replaces e's (same address, other contents) or adds an entry. NULL on failure. */
 static void *w_store(cuda_impl *im, wentry *e, const void *host, void *dev, size_t bytes, uint64_t print) {
     if (e) {
-        CK(cudaStreamSynchronize(im->stream));
-        CK(cudaFree(e->dev));
+        if (CK(cudaStreamSynchronize(im->stream)) || CK(cudaFree(e->dev))) return NULL;
         im->weight_bytes += bytes - e->bytes;
         e->dev = dev;
         e->bytes = bytes;
-    } else {
-        e = w_insert(im, host, dev, bytes);
+    } else if (!(e = w_insert(im, host, dev, bytes))) {
+        cudaFree(dev);
+        return NULL;
     }
     e->print = print;
     return e->dev;
@@ -158,7 +175,7 @@ static unsigned blocks_for(int64_t n, int threads) {
     return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
 }
 
-/* The device f16 copy of a weight matrix [rows][cols], converted on first use. */
+/* The device f16 copy of a weight matrix [rows][cols], converted on first use. NULL on failure. */
 static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
     const size_t host_bytes = (size_t)ggml_row_bytes(w->type, (uint64_t)w->cols) * (size_t)w->rows;
     const uint64_t print = fingerprint(w->data, host_bytes, ((uint64_t)w->rows << 40) ^ ((uint64_t)w->cols << 8) ^ w->type);
@@ -166,29 +183,33 @@ static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
     if (e && e->print == print) return (const __half *)e->dev;
     size_t n = (size_t)w->rows * (size_t)w->cols, bytes = n * sizeof(__half);
     void *dev = NULL;
-    CK(cudaMalloc(&dev, bytes));
+    if (CK(cudaMalloc(&dev, bytes))) return NULL;
+    int rc = 0;
     if (w->type == GGML_T_F16) {
-        CK(cudaMemcpy(dev, w->data, bytes, cudaMemcpyHostToDevice));
+        rc = CK(cudaMemcpy(dev, w->data, bytes, cudaMemcpyHostToDevice));
     } else {
         /* dequantize row blocks on the host into a pinned f32 buffer, convert on the device */
         const int64_t chunk_rows = (int64_t)((size_t)(16 << 20) / ((size_t)w->cols * sizeof(float))) + 1;
         float *host = NULL, *tmp = NULL;
         size_t chunk_bytes = (size_t)chunk_rows * (size_t)w->cols * sizeof(float);
-        CK(cudaMallocHost((void **)&host, chunk_bytes));
-        CK(cudaMalloc((void **)&tmp, chunk_bytes));
+        rc = CK(cudaMallocHost((void **)&host, chunk_bytes)) || CK(cudaMalloc((void **)&tmp, chunk_bytes));
         const size_t row_bytes = (size_t)ggml_row_bytes(w->type, (uint64_t)w->cols);
-        for (int64_t r0 = 0; r0 < w->rows; r0 += chunk_rows) {
+        for (int64_t r0 = 0; !rc && r0 < w->rows; r0 += chunk_rows) {
             int64_t nr = w->rows - r0 < chunk_rows ? w->rows - r0 : chunk_rows;
             for (int64_t r = 0; r < nr; r++)
                 quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * row_bytes,
                                   host + (size_t)r * (size_t)w->cols, w->cols);
             int64_t ne = nr * w->cols;
-            CK(cudaMemcpyAsync(tmp, host, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, im->stream));
+            if ((rc = CK(cudaMemcpyAsync(tmp, host, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, im->stream))))
+                break;
             k_f32_to_f16<<<blocks_for(ne, 256), 256, 0, im->stream>>>((__half *)dev + (size_t)r0 * (size_t)w->cols, tmp, ne);
-            CK(cudaStreamSynchronize(im->stream)); /* the pinned buffer is refilled next */
+            rc = CK_LAUNCH(k_f32_to_f16) || CK(cudaStreamSynchronize(im->stream)); /* the pinned buffer is refilled next */
         }
-        CK(cudaFreeHost(host));
-        CK(cudaFree(tmp));
+        rc |= CK(cudaFreeHost(host)) | CK(cudaFree(tmp));
+    }
+    if (rc) {
+        cudaFree(dev);
+        return NULL;
     }
     return (const __half *)w_store(im, e, w->data, dev, bytes, print);
 }
@@ -203,7 +224,7 @@ static int is_heap(const void *p) {
     return at.type == cudaMemoryTypeUnregistered;
 }
 
-/* A device copy of an f32 vector the model owns (norm weights, biases: mapped from the file). */
+/* A device copy of an f32 vector the model owns (norm weights, biases: mapped from the file). NULL on failure. */
 static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
     const size_t bytes = (size_t)n * sizeof(float);
     wentry *e = w_find(im, host); /* the cache first: a pointer query per call would sit on the hot path */
@@ -211,8 +232,11 @@ static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
     if (!is_heap(host)) return host;
     const uint64_t print = fingerprint(host, bytes, (uint64_t)n);
     void *dev = NULL;
-    CK(cudaMalloc(&dev, bytes));
-    CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+    if (CK(cudaMalloc(&dev, bytes))) return NULL;
+    if (CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice))) {
+        cudaFree(dev);
+        return NULL;
+    }
     return (const float *)w_store(im, e, host, dev, bytes, print);
 }
 
@@ -340,7 +364,7 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
 
 typedef struct {
-    kvc_append_dst dst[KVC_MAX_WRITER_HEADS];
+    kvb_kv_rows dst[KVB_MAX_KV_HEADS];
 } writer_params;
 
 __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16, const float *k, const float *v,
@@ -349,7 +373,7 @@ __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16
     const int h = blockIdx.y;
     const float *ks = k + (t * n_head_kv + h) * (int64_t)head_dim;
     const float *vs = v + (t * n_head_kv + h) * (int64_t)head_dim;
-    const kvc_append_dst d = p.dst[h];
+    const kvb_kv_rows d = p.dst[h];
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (f16) {
             ((__half *)d.k)[t * head_dim + i] = __float2half_rn(ks[i]);
@@ -366,17 +390,20 @@ __global__ void k_kv_write(writer_params p, int n_head_kv, int head_dim, int f16
 }
 
 static int cuda_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
-                          const kvc_append_dst *dst, const float *k, const float *v, const int32_t *pos,
-                          const int32_t *round) {
+                          const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
+                          const int32_t *round, char *err, size_t err_len) {
     kvb_backend *be = (kvb_backend *)user;
     cuda_impl *im = IM(be);
-    if (n_head_kv > KVC_MAX_WRITER_HEADS || n_tok > 65535 * 1024) return -1;
+    if (be->error[0]) return failed(im, err, err_len);
+    if (n_head_kv > KVB_MAX_KV_HEADS || n_tok > 65535 * 1024)
+        return snprintf(err, err_len, "cuda kv writer: %d KV heads x %lld tokens (at most %d x %d)", n_head_kv,
+                        (long long)n_tok, (int)KVB_MAX_KV_HEADS, 65535 * 1024), -1;
     writer_params p;
     memset(&p, 0, sizeof p);
     for (int h = 0; h < n_head_kv; h++) p.dst[h] = dst[h];
     dim3 grid((unsigned)n_tok, (unsigned)n_head_kv);
     k_kv_write<<<grid, head_dim < 128 ? 64 : 128, 0, im->stream>>>(p, n_head_kv, head_dim, dtype == KVB_F16, k, v, pos, round);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    return CK_LAUNCH(k_kv_write) ? failed(im, err, err_len) : 0;
 }
 
 /* ---- allocator for the engine's trackers ---- */
@@ -400,12 +427,15 @@ static void *cuda_alloc(void *user, kvb_tier tier, size_t bytes) {
     loc.id = im->device;
     cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, loc);
     cudaGetLastError(); /* advice is a hint: ignore where unsupported */
-    CK(cudaMemsetAsync(p, 0, bytes, im->stream));
-    CK(cudaStreamSynchronize(im->stream));
+    if (CK(cudaMemsetAsync(p, 0, bytes, im->stream)) || CK(cudaStreamSynchronize(im->stream))) {
+        cudaFree(p);
+        return NULL;
+    }
     return p;
 }
 
 static void cuda_free(void *user, kvb_tier tier, void *p, size_t bytes) {
+    cuda_impl *im = (cuda_impl *)user;
     if (!p) return;
     if (tier == KVB_TIER_HOST) CK(cudaFreeHost(p));
     else CK(cudaFree(p));
@@ -419,15 +449,16 @@ static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
 
 /* ---- ops ---- */
 
-static void cuda_sync(kvb_backend *be) {
-    cudaError_t e = cudaStreamSynchronize(IM(be)->stream);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) fatal_cuda("a kernel", e);
+static int cuda_sync(kvb_backend *be) {
+    cuda_impl *im = IM(be);
+    if (!CK(cudaStreamSynchronize(im->stream))) CK(cudaGetLastError());
+    return be->error[0] ? -1 : 0;
 }
 
 static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cuda_impl *im = IM(be);
-    const __half *wd = weight_f16(im, w);
+    const __half *wd = be->error[0] ? NULL : weight_f16(im, w);
+    if (!wd) return -1;
     const int64_t rows = w->rows, cols = w->cols;
     if (n_tok <= 4) {
         const int warps = 8;
@@ -438,35 +469,39 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
         case 3: k_gemv<3><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
         default: k_gemv<4><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
         }
-        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+        return CK_LAUNCH(k_gemv);
     }
     /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok) */
     const int64_t nx = n_tok * cols;
-    grow_dev(im, &im->scratch, &im->scratch_bytes, (size_t)nx * sizeof(__half));
+    if (grow_dev(im, &im->scratch, &im->scratch_bytes, (size_t)nx * sizeof(__half))) return -1;
     k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, im->stream>>>((__half *)im->scratch, x, nx);
+    if (CK_LAUNCH(k_f32_to_f16)) return -1;
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n_tok, (int)cols, &alpha, wd,
                                      CUDA_R_16F, (int)cols, im->scratch, CUDA_R_16F, (int)cols, &beta, out, CUDA_R_32F,
                                      (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : fail(im, __FILE__, __LINE__, "cublasGemmEx", cublasGetStatusString(st));
 }
 
 static void cuda_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
     cuda_impl *im = IM(be);
     const __half *wd = weight_f16(im, w);
     stage_reset(im);
-    grow_dev(im, &im->stage, &im->stage_bytes, (size_t)n * sizeof(int32_t) + 256);
+    if (!wd || grow_dev(im, &im->stage, &im->stage_bytes, (size_t)n * sizeof(int32_t) + 256)) return;
     int32_t *d_ids = (int32_t *)stage_take(im, (size_t)n * sizeof(int32_t));
-    CK(cudaMemcpyAsync(d_ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyDefault, im->stream));
+    if (CK(cudaMemcpyAsync(d_ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyDefault, im->stream))) return;
     dim3 grid((unsigned)((w->cols + 255) / 256), (unsigned)n);
     k_get_rows<<<grid, 256, 0, im->stream>>>(out, wd, d_ids, w->cols);
-    CK(cudaStreamSynchronize(im->stream)); /* ids may be a caller's temporary */
+    if (!CK_LAUNCH(k_get_rows)) CK(cudaStreamSynchronize(im->stream)); /* ids may be a caller's temporary */
 }
 
 static void cuda_rmsnorm(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows,
                          float eps) {
     cuda_impl *im = IM(be);
-    k_rmsnorm<<<(unsigned)n_rows, 256, 0, im->stream>>>(out, x, vector_dev(im, w, n), n, eps);
+    const float *wd = vector_dev(im, w, n);
+    if (!wd) return;
+    k_rmsnorm<<<(unsigned)n_rows, 256, 0, im->stream>>>(out, x, wd, n, eps);
+    CK_LAUNCH(k_rmsnorm);
 }
 
 static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
@@ -475,34 +510,43 @@ static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int 
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     dim3 grid((unsigned)n_head, (unsigned)n_tok);
     k_rope<<<grid, 64, 0, im->stream>>>(x, n_head, head_dim, n_rot, pos, theta_scale, neox);
+    CK_LAUNCH(k_rope);
 }
 
 static void cuda_swiglu(kvb_backend *be, float *out, const float *gate, const float *up, int64_t n) {
-    k_swiglu<<<blocks_for(n, 256), 256, 0, IM(be)->stream>>>(out, gate, up, n);
+    cuda_impl *im = IM(be);
+    k_swiglu<<<blocks_for(n, 256), 256, 0, im->stream>>>(out, gate, up, n);
+    CK_LAUNCH(k_swiglu);
 }
 
 static void cuda_add(kvb_backend *be, float *out, const float *a, const float *b, int64_t n) {
-    k_add<<<blocks_for(n, 256), 256, 0, IM(be)->stream>>>(out, a, b, n);
+    cuda_impl *im = IM(be);
+    k_add<<<blocks_for(n, 256), 256, 0, im->stream>>>(out, a, b, n);
+    CK_LAUNCH(k_add);
 }
 
 static void cuda_add_bias(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows) {
     cuda_impl *im = IM(be);
-    k_add_bias<<<blocks_for(n * n_rows, 256), 256, 0, im->stream>>>(x, vector_dev(im, bias, n), n, n * n_rows);
+    const float *bd = vector_dev(im, bias, n);
+    if (!bd) return;
+    k_add_bias<<<blocks_for(n * n_rows, 256), 256, 0, im->stream>>>(x, bd, n, n * n_rows);
+    CK_LAUNCH(k_add_bias);
 }
 
 /* Parameter block layout in one ring slot: k[H] v[H] k_pos[H] n_kv[H] idx[H] n_idx[H] (8 bytes each). */
 static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
     cuda_impl *im = IM(be);
     const int H = a->n_head_kv;
-    if (H <= 0 || H > KVC_MAX_WRITER_HEADS) {
-        snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, KVC_MAX_WRITER_HEADS);
+    if (be->error[0]) return failed(im, err, err_len);
+    if (H <= 0 || H > KVB_MAX_KV_HEADS) {
+        snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, (int)KVB_MAX_KV_HEADS);
         return -1;
     }
     const size_t elt = a->kv_dtype == KVB_F16 ? 2 : 4;
     /* stage what lives on the plain heap: index lists, K/V/pos of caller buffers, outputs */
     size_t need = 4096;
     int64_t max_len = 0;
-    unsigned char idx_heap[KVC_MAX_WRITER_HEADS], kv_heap[KVC_MAX_WRITER_HEADS], pos_heap[KVC_MAX_WRITER_HEADS];
+    unsigned char idx_heap[KVB_MAX_KV_HEADS], kv_heap[KVB_MAX_KV_HEADS], pos_heap[KVB_MAX_KV_HEADS];
     for (int g = 0; g < H; g++) {
         const int has_idx = a->idx && a->idx[g];
         int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
@@ -522,8 +566,8 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     need += (q_heap + out_heap) * (q_bytes + 256) + qpos_heap * ((size_t)a->n_q * 4 + 256) + probs_heap * (probs_bytes + 256) +
             lse_heap * (lse_bytes + 256);
     stage_reset(im);
-    grow_dev(im, &im->stage, &im->stage_bytes, need);
-    auto in = [&](const void *p, size_t bytes) -> const void * {
+    if (grow_dev(im, &im->stage, &im->stage_bytes, need)) return failed(im, err, err_len);
+    auto in = [&](const void *p, size_t bytes) -> const void * { /* a failed copy is reported below */
         void *d = stage_take(im, bytes);
         CK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, im->stream));
         return d;
@@ -531,7 +575,7 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
 
     const int slot = im->param_next;
     im->param_next = (slot + 1) % RING;
-    CK(cudaEventSynchronize(im->param_ev[slot]));
+    if (CK(cudaEventSynchronize(im->param_ev[slot]))) return failed(im, err, err_len);
     uint64_t *ph = im->param_host[slot];
     for (int g = 0; g < H; g++) {
         const size_t rows = (size_t)a->n_kv[g] * a->head_dim * elt;
@@ -549,7 +593,8 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
         ph[5 * H + g] = (uint64_t)(a->idx && a->idx[g] ? a->n_idx[g] : 0);
     }
     uint64_t *pd = im->param_dev[slot];
-    CK(cudaMemcpyAsync(pd, ph, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream));
+    if (CK(cudaMemcpyAsync(pd, ph, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream)))
+        return failed(im, err, err_len);
 
     kvb_cuda_attn c;
     memset(&c, 0, sizeof c);
@@ -575,7 +620,7 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     if (probs_heap) CK(cudaMemsetAsync(c.probs, 0, probs_bytes, im->stream));
 
     size_t ws = kvb_cuda_attention_ws(&c);
-    grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256);
+    if (be->error[0] || grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
     int rc = kvb_cuda_attention(&c, im->attn_ws, im->attn_ws_bytes, im->stream, err, err_len);
     CK(cudaEventRecord(im->param_ev[slot], im->stream));
     if (rc) return -1;
@@ -584,10 +629,11 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     if (lse_heap) CK(cudaMemcpyAsync(a->lse, c.lse, lse_bytes, cudaMemcpyDeviceToHost, im->stream));
     /* staged inputs must outlive the kernel; heap outputs must have arrived: wait when anything was staged */
     if (im->stage_used) CK(cudaStreamSynchronize(im->stream));
-    return 0;
+    return be->error[0] ? failed(im, err, err_len) : 0;
 }
 
-/* Rarely used outside the engine's own hooks: run on the host after the queue drains. */
+/* Rarely used outside the engine's own hooks: run on the host after the queue drains (also after a failure,
+ * which the next int-returning op reports, so that the indices stay in range meanwhile). */
 static void cuda_softmax(kvb_backend *be, float *x, int64_t n) {
     cuda_sync(be);
     cpu_softmax(x, n);
@@ -651,6 +697,8 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         snprintf(err, err_len, "out of memory creating the CUDA backend");
         return NULL;
     }
+    im->be = be;
+    be->impl = im;
     const char *dev = getenv("KVB_CUDA_DEVICE");
     im->device = dev && *dev ? atoi(dev) : 0;
     if (cudaSetDevice(im->device) != cudaSuccess || cudaStreamCreate(&im->stream) != cudaSuccess ||
@@ -662,11 +710,14 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     }
     cublasSetStream(im->blas, im->stream);
     cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH);
-    for (int i = 0; i < RING; i++) {
-        CK(cudaMallocHost((void **)&im->param_host[i], PARAM_WORDS * sizeof(uint64_t)));
-        CK(cudaMalloc((void **)&im->param_dev[i], PARAM_WORDS * sizeof(uint64_t)));
-        CK(cudaEventCreateWithFlags(&im->param_ev[i], cudaEventDisableTiming));
-    }
+    for (int i = 0; i < RING; i++)
+        if (CK(cudaMallocHost((void **)&im->param_host[i], PARAM_WORDS * sizeof(uint64_t))) ||
+            CK(cudaMalloc((void **)&im->param_dev[i], PARAM_WORDS * sizeof(uint64_t))) ||
+            CK(cudaEventCreateWithFlags(&im->param_ev[i], cudaEventDisableTiming))) {
+            failed(im, err, err_len);
+            cuda_be_free(be);
+            return NULL;
+        }
     im->managed_reserve = (int64_t)512 << 20;
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
@@ -688,7 +739,6 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->sync = cuda_sync;
     be->allocator = &im->alloc;
     be->kv_writer = cuda_kv_writer;
-    be->impl = im;
     g_backend = be;
     g_refs = 1;
     return be;

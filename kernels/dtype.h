@@ -1,6 +1,8 @@
-/* f16.h — IEEE half and bfloat16 conversions shared by the quant formats, the KV store and kernels. */
-#ifndef KVB_F16_H
-#define KVB_F16_H
+/* dtype.h — the element types kernels read and write: IEEE half and bfloat16 with their conversions (shared
+ * by the quant formats, the KV store and the kernels), the KV rows' storage type, and ggml's tensor types
+ * (the GGUF block formats: engine/gguf.h reads them, kernels/cpu/quant.h computes with them). */
+#ifndef KVB_DTYPE_H
+#define KVB_DTYPE_H
 
 #include <stdint.h>
 #include <string.h>
@@ -13,6 +15,22 @@ typedef uint16_t kvb_bf16;
 
 /* storage type of KV rows */
 typedef enum { KVB_F32 = 0, KVB_F16 = 1 } kvb_dtype;
+
+/* tensor types (ggml numbering); only these are accepted */
+typedef enum {
+    GGML_T_F32 = 0, GGML_T_F16 = 1, GGML_T_Q4_0 = 2, GGML_T_Q4_1 = 3,
+    GGML_T_Q5_0 = 6, GGML_T_Q5_1 = 7, GGML_T_Q8_0 = 8, GGML_T_Q4_K = 12, GGML_T_Q5_K = 13, GGML_T_Q6_K = 14,
+    GGML_T_BF16 = 30,
+    GGML_T_Q8_1 = 9, GGML_T_Q8_K = 15 /* activations only (never in a file) */
+} ggml_type;
+
+/* Name of a tensor type ("Q4_1"; "unknown" for types not listed above). */
+const char *ggml_type_name(ggml_type t);
+/* Elements per block and bytes per block of a tensor type; 0 for unknown types. */
+uint32_t ggml_block_elems(ggml_type t);
+uint32_t ggml_block_bytes(ggml_type t);
+/* Bytes of one row of n elements (n must be a multiple of the block size). */
+uint64_t ggml_row_bytes(ggml_type t, uint64_t n);
 
 static inline float kvb_f16_to_f32(kvb_f16 h) {
 #if defined(__F16C__)

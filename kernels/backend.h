@@ -1,19 +1,43 @@
-/* backend.h — the op interface every compute backend implements.
+/* backend.h — the op interface every compute backend implements: the ground floor of kvbench.
  *
- * The forward pass (engine/model.c) and, later, the KV-cache methods call ops only
- * through this table, so the same code runs on the CPU backend (kernels/cpu/) and
- * the CUDA backend (kernels/cuda/). Activation buffers passed to ops live in the
- * backend's own memory (host memory for the CPU backend). */
+ * The forward pass (engine/model.c) and the KV-cache methods call ops only through this table, so the
+ * same code runs on the CPU backend (kernels/cpu/) and the CUDA backend (kernels/cuda/). Activation
+ * buffers passed to ops live in the backend's own memory (host memory for the CPU backend). The table
+ * names no engine type: weights, KV rows and memory are plain pointers, sizes and dtypes, and what the
+ * engine needs from a GPU backend (an allocator, a KV row writer) are plain function pointers it adapts
+ * its KV store and memory trackers to. */
 #ifndef KVB_BACKEND_H
 #define KVB_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/f16.h"
-#include "engine/gguf.h"
-#include "engine/kvcache.h"
-#include "engine/mem.h"
+#include "kernels/dtype.h"
+
+/* Where memory lives: next to the compute (GPU memory on CUDA) or on the host (pinned on CUDA). */
+typedef enum { KVB_TIER_DEVICE = 0, KVB_TIER_HOST = 1, KVB_TIER_COUNT } kvb_tier;
+
+/* Memory a GPU backend hands out for both the host and its kernels to address (device tier: GPU-resident,
+ * host tier: pinned host memory). alloc returns zeroed memory or NULL; copy is a synchronous copy between
+ * any two such blocks. The engine's memory trackers (engine/mem.h) allocate through it. */
+typedef struct {
+    void *(*alloc)(void *user, kvb_tier tier, size_t bytes);
+    void (*free)(void *user, kvb_tier tier, void *p, size_t bytes);
+    void (*copy)(void *user, void *dst, const void *src, size_t bytes);
+    void *user;
+} kvb_allocator;
+
+/* Where one KV head's new rows go in a kv_writer call (its slots n_before onwards). */
+typedef struct {
+    void *k, *v;
+    int32_t *pos, *round;
+} kvb_kv_rows;
+enum { KVB_MAX_KV_HEADS = 64 }; /* KV heads a kv_writer call and the CUDA attention take */
+/* A device-side KV row writer: converts and stores n_tok rows of every head of a layer in one go:
+ * dst[h].k[t] = k[t][h] (as dtype), likewise v; pos and round copied (round NULL = 0). 0, or -1 + err. */
+typedef int (*kvb_kv_writer)(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
+                             const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
+                             const int32_t *round, char *err, size_t err_len);
 
 /* A weight matrix as stored in the model file: rows x cols, each row of `cols`
  * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). */
@@ -51,6 +75,9 @@ typedef struct kvb_backend kvb_backend;
 struct kvb_backend {
     const char *name;
     int n_threads;
+    /* Ops that return int give 0, or -1 with the reason in err (matmul, which takes none: in `error`). Ops that
+     * return nothing record a failure in `error` (only GPU backends, whose ops run asynchronously, can fail
+     * there), and the next int-returning op or sync reports it: a failed GPU backend stays failed. */
     /* out[t][r] = W[r] . x[t] for t < n_tok (x quantized to the weight's activation format first) */
     int (*matmul)(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok);
     /* out[i] = dequantized row ids[i] of w */
@@ -66,13 +93,16 @@ struct kvb_backend {
     void (*softmax)(kvb_backend *be, float *x, int64_t n);
     void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
     void (*free)(kvb_backend *be);
-    /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous). */
-    void (*sync)(kvb_backend *be);
+    /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
+     * 0, or -1 when an op has failed (the reason in `error`). */
+    int (*sync)(kvb_backend *be);
     /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
-     * (NULL = host code); both set by GPU backends, whose kernels cannot read plain heap memory. */
+     * (NULL = host code; called with the backend as user); both set by GPU backends, whose kernels cannot
+     * read plain heap memory. */
     const kvb_allocator *allocator;
-    kvc_writer kv_writer;
-    void *impl; /* backend private state (thread pool, workspaces) */
+    kvb_kv_writer kv_writer;
+    void *impl;      /* backend private state (thread pool, workspaces) */
+    char error[256]; /* one line: why an op failed ("" = none; see above) */
 };
 
 /* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */

@@ -2,8 +2,8 @@
  * kernels are the reference and are always compiled; AVX2 versions of the pairs (Q4_0, Q5_0,
  * Q8_0 x Q8_0, Q4_1, Q5_1 x Q8_1) are used when the compiler targets AVX2, and give the same
  * bits as the scalar ones. */
-#include "engine/quant.h"
-#include "engine/quant_k.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_k.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/quant.h"
+#include "kernels/cpu/quant.h"
 
 /* 1 if t is a K-quant weight type handled here (Q4_K, Q5_K, Q6_K). */
 int quant_k_is_k(ggml_type t);

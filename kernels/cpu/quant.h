@@ -12,8 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/f16.h"
-#include "engine/gguf.h"
+#include "kernels/dtype.h"
 
 #define QK 32
 #define QK_K 256

@@ -11,7 +11,7 @@
  * llama.cpp's kernels and finds the same bytes. (Where a llama.cpp version repacks a weight type into
  * interleaved row panels for its CPU GEMM — Q4_0 and IQ4_NL, in later versions Q4_K among others —
  * that path sums in another order.) */
-#include "engine/quant_k.h"
+#include "kernels/cpu/quant_k.h"
 
 #include <math.h>
 #include <string.h>

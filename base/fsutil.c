@@ -1,5 +1,5 @@
 /* fsutil.c — see fsutil.h. */
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 
 #include <errno.h>
 #include <stdio.h>
