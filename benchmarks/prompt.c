@@ -186,8 +186,8 @@ static int build_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_t
         if (!ok) { ERR("sample %s: the chat template does not render rounds as prefixes", s->id ? s->id : "?"); break; }
         p->n_rounds = n_hist_rounds + 1;
         p->real_rounds = 1;
+        p->truncated = keep < hist_end; /* set after the reset at the top of the loop */
         if (p->n <= max_tokens) { rc = 0; break; }
-        p->truncated = 1;
     }
     if (rc && !err[0]) ERR("sample %s: the question alone is longer than %lld tokens", s->id ? s->id : "?", (long long)max_tokens);
     free(msgs);
