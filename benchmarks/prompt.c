@@ -45,6 +45,7 @@ static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_t
     int32_t *ids = NULL;
     int n = 0;
     if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, err, err_len)) return NULL;
+    if (n > max_tokens && max_tokens < 2) { free(ids); ERR("the budget leaves no room for the prompt beside its template"); return NULL; }
     char *out = NULL;
     if (n <= max_tokens) {
         out = strdup(text);
