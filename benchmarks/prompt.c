@@ -45,6 +45,7 @@ static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_t
     int32_t *ids = NULL;
     int n = 0;
     if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, err, err_len)) return NULL;
+    if (n > max_tokens && max_tokens < 2) { free(ids); ERR("the budget leaves no room for the prompt beside its template"); return NULL; }
     char *out = NULL;
     if (n <= max_tokens) {
         out = strdup(text);
@@ -172,8 +173,8 @@ static int build_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_t
         if (!ok) { ERR("sample %s: the chat template does not render rounds as prefixes", s->id ? s->id : "?"); break; }
         p->n_rounds = n_hist_rounds + 1;
         p->real_rounds = 1;
+        p->truncated = keep < hist_end; /* set after the reset at the top of the loop */
         if (p->n <= max_tokens) { rc = 0; break; }
-        p->truncated = 1;
     }
     if (rc && !err[0]) ERR("sample %s: the question alone is longer than %lld tokens", s->id ? s->id : "?", (long long)max_tokens);
     free(msgs);

@@ -22,7 +22,6 @@
 
 static const char *bin;
 static char model[1024];
-static int have_model;
 static char tmp_dir[256];
 
 /* ---- naive float64 references ---- */
@@ -262,7 +261,7 @@ static void expect_clean_failure(const char *args, const char *needle) {
 }
 
 static void test_calibrate_writes_profiles_the_methods_run_from(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     char prof[300], args[600];
     snprintf(prof, sizeof prof, "%s/profiles", tmp_dir);
     run_result *r = malloc(sizeof *r);
@@ -328,7 +327,7 @@ static void test_calibrate_writes_profiles_the_methods_run_from(void) {
 }
 
 static void test_dry_run_leaves_the_profile_alone(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     char prof[300], args[600];
     snprintf(prof, sizeof prof, "%s/dry", tmp_dir);
     snprintf(args, sizeof args, "calibrate round --samples 1 --threads 2 --dry-run --out-dir '%s'", tmp_dir);
@@ -346,7 +345,7 @@ static void test_bad_input_is_a_one_line_error(void) {
     expect_clean_failure("calibrate attention", "unknown kind 'attention'");
     expect_clean_failure("calibrate pod --delta 2", "--delta");
     expect_clean_failure("calibrate pod --bogus 1", "unknown option '--bogus'");
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     expect_clean_failure("calibrate round --prompt-file /nonexistent/calib.txt", "/nonexistent/calib.txt");
     char path[300], args[600];
     snprintf(path, sizeof path, "%s/short.txt", tmp_dir);
@@ -364,8 +363,7 @@ static void test_bad_input_is_a_one_line_error(void) {
 int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
-    have_model = util_default_model(model, sizeof model);
-    if (!have_model) printf("note: default model not found at %s: end-to-end calibration tests skipped\n", model);
+    util_default_model(model, sizeof model);
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kvb_calib_XXXXXX");
     if (!mkdtemp(tmp_dir)) return 1;
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;

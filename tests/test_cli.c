@@ -13,7 +13,6 @@
 
 static const char *bin;
 static char model[1024];
-static int have_model;
 
 typedef struct {
     int exit_code; /* -1 when killed by a signal */
@@ -84,7 +83,7 @@ static void test_wrong_magic_is_reported(void) {
 }
 
 static void test_truncated_model_is_reported(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     write_model_prefix("/tmp/kvb_trunc_head.gguf", 1000);
     expect_clean_failure("generate --model /tmp/kvb_trunc_head.gguf --prompt hi", "kvb_trunc_head.gguf");
     write_model_prefix("/tmp/kvb_trunc_data.gguf", 50u << 20);
@@ -118,7 +117,7 @@ static void test_unknown_arch_and_missing_key_are_reported(void) {
 }
 
 static void test_prompt_longer_than_context_is_reported(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     expect_clean_failure("generate --model default --ctx 16 -n 4 --prompt 'one two three four five six seven eight "
                          "nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen'",
                          "context");
@@ -126,13 +125,13 @@ static void test_prompt_longer_than_context_is_reported(void) {
 
 /* bench --method refuses a context beyond the model's 8192 tokens, as plain bench does, before any work. */
 static void test_bench_method_refuses_contexts_beyond_the_model(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     expect_clean_failure("bench --model default --method snapkv --budget 30% --ctx-len 9000", "exceeds the model's context of 8192");
     expect_clean_failure("bench --model default --contexts 9000", "exceeds the model's context of 8192");
 }
 
 static void test_invalid_utf8_prompt_is_reported(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     write_bytes("/tmp/kvb_bad_utf8.txt", "hello \xff\xfe world", 14);
     expect_clean_failure("generate --model default --prompt-file /tmp/kvb_bad_utf8.txt -n 2", "UTF-8");
 }
@@ -176,7 +175,7 @@ static void test_help_explains_every_command(void) {
 }
 
 static void test_inspect_prints_metadata_and_tensors(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     run(r, "inspect default");
     CU_ASSERT(r->exit_code == 0);
@@ -187,7 +186,7 @@ static void test_inspect_prints_metadata_and_tensors(void) {
 }
 
 static void test_generate_chat_produces_text_and_speed(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     run(r, "generate --model default --prompt 'The capital of France is' -n 3");
     CU_ASSERT(r->exit_code == 0);
@@ -202,7 +201,7 @@ static void test_generate_chat_produces_text_and_speed(void) {
 /* A bare prompt the instruct model answers with end of generation at once: generate says so (and how to get
  * text) instead of printing nothing; an ordinary prompt gets no such line. */
 static void test_generate_says_when_the_first_token_ends_generation(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     run(r, "generate --model default --special -n 4 --prompt \"$(printf '<|im_start|>user\\nSay OK.<|im_end|>\\n"
            "<|im_start|>assistant\\nOK.')\"");
@@ -216,7 +215,7 @@ static void test_generate_says_when_the_first_token_ends_generation(void) {
 
 /* --backend cuda where there is no GPU (a CPU-only build, or no device) is one line saying "no GPU". */
 static void test_backend_cuda_without_a_gpu_says_no_gpu(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     run(r, "generate --model default --prompt hi -n 1 --backend cuda");
     int gpu = r->exit_code == 0;
@@ -226,7 +225,7 @@ static void test_backend_cuda_without_a_gpu_says_no_gpu(void) {
 }
 
 static void test_profile_and_trace_are_written(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     unlink("/tmp/kvb_trace.json");
     run(r, "generate --model default --prompt 'The quick brown fox' -n 4 --profile --trace /tmp/kvb_trace.json");
@@ -244,7 +243,7 @@ static void test_profile_and_trace_are_written(void) {
 /* --dump-activations: an index line per tensor and call, data that adds up (ffn_inp = previous l_out +
  * attn_out, as the residual stream must), and a one-line error for a directory it cannot create */
 static void test_dump_activations_index_and_residual_stream(void) {
-    if (!have_model) return;
+    UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
     run(r, "generate --model default --prompt 'Hello there' -n 2 --kv-type f32 --dump-activations /tmp/kvb_act");
     CU_ASSERT_FATAL(r->exit_code == 0);
@@ -292,8 +291,7 @@ static void test_dump_activations_index_and_residual_stream(void) {
 int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
-    have_model = util_default_model(model, sizeof model);
-    if (!have_model) printf("note: default model not found at %s: model-dependent CLI tests skipped\n", model);
+    util_default_model(model, sizeof model);
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);
     CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);

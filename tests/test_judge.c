@@ -389,8 +389,18 @@ static const char *judge_str(const cJSON *r, const char *key) {
     return cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "judge"), key));
 }
 
-static void test_judged_run_records_verdicts(void) {
+/* The judged suite runs need kvbench (KVB_BIN, set by ctest) and the default model: without them they fail. */
+static const char *need_bin_and_model(void) {
+    char model[1024];
+    util_default_model(model, sizeof model);
+    UTIL_REQUIRE_FILE(model);
     const char *bin = getenv("KVB_BIN");
+    if (!bin) CU_FAIL_FATAL("KVB_BIN is not set (ctest sets it to the kvbench binary)");
+    return bin;
+}
+
+static void test_judged_run_records_verdicts(void) {
+    const char *bin = need_bin_and_model();
     char p[6][256];
     const char *names[6] = {"lme.json", "sg.json", "tmpl.json", "suite.json", "run", "cache"};
     for (int i = 0; i < 6; i++) snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, names[i]);
@@ -509,7 +519,7 @@ static int count_lines_with(const char *path, const char *needle) {
  * record is on disk before its verdict (judge.pending); a run killed then resumes by judging the stored
  * predictions, without generating again, and the report counts each cell once. */
 static void test_stalled_judge_loses_no_generation(void) {
-    const char *bin = getenv("KVB_BIN");
+    const char *bin = need_bin_and_model();
     char data[256], suite[256], out[256], results[300], cache[256];
     snprintf(data, sizeof data, "%s/stall.json", tmpdir);
     snprintf(suite, sizeof suite, "%s/stall-suite.json", tmpdir);
@@ -592,8 +602,6 @@ int main(void) {
                              MHD_OPTION_NOTIFY_COMPLETED, on_fault_done, NULL, MHD_OPTION_END);
     if (!fault) return 1;
     fault_port = MHD_get_daemon_info(fault, MHD_DAEMON_INFO_BIND_PORT)->port;
-    char model[1024];
-    int have_model = util_default_model(model, sizeof model) && getenv("KVB_BIN");
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("judge", NULL, NULL);
     CU_add_test(s, "prompts and parsers", test_prompts_and_parsers);
@@ -603,12 +611,8 @@ int main(void) {
     CU_add_test(s, "Retry-After is capped; a batch has a deadline", test_retry_after_capped_and_batch_deadline);
     CU_add_test(s, "identical prompts in a batch are sent once", test_identical_prompts_sent_once);
     CU_add_test(s, "echoed key and URL userinfo are redacted", test_echoed_secrets_redacted);
-    if (have_model) {
-        CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
-        CU_add_test(s, "a stalled judge loses no generation", test_stalled_judge_loses_no_generation);
-    } else {
-        fprintf(stderr, "default model or KVB_BIN missing: judged suite runs skipped\n");
-    }
+    CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
+    CU_add_test(s, "a stalled judge loses no generation", test_stalled_judge_loses_no_generation);
     int rc = util_run_suites();
     MHD_stop_daemon(fault);
     char cmd[128];

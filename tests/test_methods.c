@@ -31,60 +31,12 @@ static float frand(float s) {
     return s * ((float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
 }
 
-static void add_rand(gw_writer *g, const char *name, int64_t cols, int64_t rows, float scale, float offset) {
-    int64_t n = cols * rows;
-    float *d = malloc((size_t)n * sizeof *d);
-    for (int64_t i = 0; i < n; i++) d[i] = offset + frand(scale);
-    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    gw_tensor(g, name, GGML_T_F32, rows > 1 ? 2 : 1, ne, d, (size_t)n * sizeof(float));
-    free(d);
-}
-
 static int write_tiny(const char *path) {
-    gw_writer *g = gw_new();
-    gw_kv_str(g, "general.architecture", "llama");
-    gw_kv_u32(g, "llama.block_count", L);
-    gw_kv_u32(g, "llama.context_length", CTX);
-    gw_kv_u32(g, "llama.embedding_length", E);
-    gw_kv_u32(g, "llama.feed_forward_length", FF);
-    gw_kv_u32(g, "llama.attention.head_count", NH);
-    gw_kv_u32(g, "llama.attention.head_count_kv", NKV);
-    gw_kv_f32(g, "llama.rope.freq_base", 500.0f);
-    gw_kv_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gw_kv_str(g, "tokenizer.ggml.model", "gpt2");
-    gw_kv_str(g, "tokenizer.ggml.pre", "gpt2");
-    static char buf[V][8];
-    const char *toks[V];
-    int32_t types[V];
-    for (int i = 0; i < V; i++) {
-        snprintf(buf[i], sizeof buf[i], "t%d", i);
-        toks[i] = buf[i];
-        types[i] = 1;
-    }
-    gw_kv_arr_str(g, "tokenizer.ggml.tokens", toks, V);
-    gw_kv_arr_i32(g, "tokenizer.ggml.token_type", types, V);
-    const char *merges[1] = {"t 1"};
-    gw_kv_arr_str(g, "tokenizer.ggml.merges", merges, 1);
-    gw_kv_u32(g, "tokenizer.ggml.bos_token_id", 1);
-    gw_kv_u32(g, "tokenizer.ggml.eos_token_id", 2);
-    add_rand(g, "token_embd.weight", E, V, 1.0f, 0);
-    add_rand(g, "output_norm.weight", E, 1, 0.2f, 1.0f);
-    for (int l = 0; l < L; l++) {
-        char n[64];
-#define N(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-        add_rand(g, N("attn_norm.weight"), E, 1, 0.2f, 1.0f);
-        add_rand(g, N("ffn_norm.weight"), E, 1, 0.2f, 1.0f);
-        add_rand(g, N("attn_q.weight"), E, E, 0.5f, 0);
-        add_rand(g, N("attn_k.weight"), E, NKV * HD, 0.5f, 0);
-        add_rand(g, N("attn_v.weight"), E, NKV * HD, 0.5f, 0);
-        add_rand(g, N("attn_output.weight"), E, E, 0.2f, 0);
-        add_rand(g, N("ffn_gate.weight"), E, FF, 0.2f, 0);
-        add_rand(g, N("ffn_up.weight"), E, FF, 0.2f, 0);
-        add_rand(g, N("ffn_down.weight"), FF, E, 0.2f, 0);
-#undef N
-    }
-    int rc = gw_write_file(g, path);
-    gw_free(g);
+    gw_random r = {rng, 0.5f, NULL};
+    gw_tiny t = {"llama", L, E, NH, NKV, FF, V, CTX, 0, NULL, gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, path);
+    free(r.buf);
+    rng = r.state; /* the tests draw on from where the weights ended */
     return rc;
 }
 

@@ -28,6 +28,7 @@
 #define TIE_MARGIN (2 * LOGIT_TOL)
 
 static kvb_model *model;
+static char model_path[1024];
 static cJSON *ref;
 
 static void check_prompt(const cJSON *rec) {
@@ -101,7 +102,8 @@ static void check_prompt(const cJSON *rec) {
 }
 
 static void test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens(void) {
-    if (!model) return;
+    UTIL_REQUIRE_FILE(model_path); /* CI always fetches it: a missing model is a failure, not a pass */
+    CU_ASSERT_FATAL(model != NULL);
     const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
     CU_ASSERT_FATAL(cJSON_GetArraySize(prompts) >= 8);
     const cJSON *rec;
@@ -110,8 +112,8 @@ static void test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens(void
 }
 
 int main(void) {
-    char path[1024], err[512];
-    int have_model = util_default_model(path, sizeof path);
+    char err[512];
+    int have_model = util_default_model(model_path, sizeof model_path);
     char *json = util_read_file("tests/fixtures/llamacpp_ref.json", NULL);
     if (!json) {
         fprintf(stderr, "tests/fixtures/llamacpp_ref.json missing (run from the project root)\n");
@@ -121,13 +123,11 @@ int main(void) {
     free(json);
     if (!ref) return 1;
     if (have_model) {
-        model = kvb_model_load(path, err, sizeof err);
+        model = kvb_model_load(model_path, err, sizeof err);
         if (!model) {
-            fprintf(stderr, "cannot load %s: %s\n", path, err);
+            fprintf(stderr, "cannot load %s: %s\n", model_path, err);
             return 1;
         }
-    } else {
-        printf("note: default model not found at %s (scripts/fetch-model.sh): llama.cpp comparison skipped\n", path);
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("model_llamacpp", NULL, NULL);

@@ -65,75 +65,31 @@ static void free_weights(tiny_weights *w) {
     }
 }
 
-static void add_mat(gw_writer *g, const char *name, const float *d, int64_t cols, int64_t rows) {
-    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    gw_tensor(g, name, GGML_T_F32, 2, ne, d, (size_t)(cols * rows) * sizeof(float));
-}
-static void add_vec(gw_writer *g, const char *name, const float *d, int64_t n) {
-    uint64_t ne[1] = {(uint64_t)n};
-    gw_tensor(g, name, GGML_T_F32, 1, ne, d, (size_t)n * sizeof(float));
+/* gw_write_tiny's tensor source: the weights of w by GGUF name. */
+static const float *weight_by_name(void *user, const char *name, int64_t n) {
+    const tiny_weights *w = user;
+    (void)n;
+    if (!strcmp(name, "token_embd.weight")) return w->emb;
+    if (!strcmp(name, "output_norm.weight")) return w->out_norm;
+    int l = atoi(name + 4); /* "blk.<l>.<tensor>" */
+    const char *t = strchr(name + 4, '.') + 1;
+    static const char *names[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                  "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+                                  "attn_q.bias", "attn_k.bias", "attn_v.bias"};
+    float *const by_index[] = {w->attn_norm[l], w->ffn_norm[l], w->wq[l], w->wk[l], w->wv[l], w->wo[l],
+                               w->wg[l], w->wu[l], w->wd[l], w->bq[l], w->bk[l], w->bv[l]};
+    for (int i = 0; i < 12; i++)
+        if (!strcmp(t, names[i])) return by_index[i];
+    return NULL;
 }
 
 /* Writes the tiny model; the vocabulary is 300 arbitrary distinct strings (the test feeds ids directly). */
 static int write_model(const tiny_weights *w, const char *path) {
-    const char *arch = w->qwen2 ? "qwen2" : "llama";
-    gw_writer *g = gw_new();
-    char key[96];
-    gw_kv_str(g, "general.architecture", arch);
-#define K(s) (snprintf(key, sizeof key, "%s.%s", arch, s), key)
-    gw_kv_u32(g, K("block_count"), T_LAYERS);
-    gw_kv_u32(g, K("context_length"), T_CTX);
-    gw_kv_u32(g, K("embedding_length"), T_EMBD);
-    gw_kv_u32(g, K("feed_forward_length"), T_FF);
-    gw_kv_u32(g, K("attention.head_count"), T_HEADS);
-    gw_kv_u32(g, K("attention.head_count_kv"), T_KV_HEADS);
-    gw_kv_f32(g, K("rope.freq_base"), 500.0f);
-    gw_kv_f32(g, K("attention.layer_norm_rms_epsilon"), 1e-5f);
-#undef K
-    gw_kv_str(g, "tokenizer.ggml.model", "gpt2");
-    gw_kv_str(g, "tokenizer.ggml.pre", "gpt2");
-    static char tok_buf[T_VOCAB][8];
-    const char *toks[T_VOCAB];
-    int32_t types[T_VOCAB];
-    for (int i = 0; i < T_VOCAB; i++) {
-        snprintf(tok_buf[i], sizeof tok_buf[i], "t%d", i);
-        toks[i] = tok_buf[i];
-        types[i] = 1;
-    }
-    gw_kv_arr_str(g, "tokenizer.ggml.tokens", toks, T_VOCAB);
-    gw_kv_arr_i32(g, "tokenizer.ggml.token_type", types, T_VOCAB);
-    const char *merges[1] = {"t 1"}; /* "t" and "1" are not tokens: loads, never applies */
-    gw_kv_arr_str(g, "tokenizer.ggml.merges", merges, 1);
-    gw_kv_u32(g, "tokenizer.ggml.bos_token_id", 1);
-    gw_kv_u32(g, "tokenizer.ggml.eos_token_id", 2);
-    add_mat(g, "token_embd.weight", w->emb, T_EMBD, T_VOCAB);
-    add_vec(g, "output_norm.weight", w->out_norm, T_EMBD);
-    int kvd = T_KV_HEADS * T_HD;
-    for (int l = 0; l < T_LAYERS; l++) {
-        char n[64];
-#define N(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-        add_vec(g, N("attn_norm.weight"), w->attn_norm[l], T_EMBD);
-        add_vec(g, N("ffn_norm.weight"), w->ffn_norm[l], T_EMBD);
-        add_mat(g, N("attn_q.weight"), w->wq[l], T_EMBD, T_EMBD);
-        add_mat(g, N("attn_k.weight"), w->wk[l], T_EMBD, kvd);
-        add_mat(g, N("attn_v.weight"), w->wv[l], T_EMBD, kvd);
-        add_mat(g, N("attn_output.weight"), w->wo[l], T_EMBD, T_EMBD);
-        add_mat(g, N("ffn_gate.weight"), w->wg[l], T_EMBD, T_FF);
-        add_mat(g, N("ffn_up.weight"), w->wu[l], T_EMBD, T_FF);
-        add_mat(g, N("ffn_down.weight"), w->wd[l], T_FF, T_EMBD);
-        if (w->qwen2) {
-            add_vec(g, N("attn_q.bias"), w->bq[l], T_EMBD);
-            add_vec(g, N("attn_k.bias"), w->bk[l], kvd);
-            add_vec(g, N("attn_v.bias"), w->bv[l], kvd);
-        }
-#undef N
-    }
-    int rc = gw_write_file(g, path);
-    gw_free(g);
-    return rc;
+    gw_tiny t = {w->qwen2 ? "qwen2" : "llama", T_LAYERS, T_EMBD, T_HEADS, T_KV_HEADS, T_FF, T_VOCAB, T_CTX, 0, NULL,
+                 weight_by_name, (void *)w};
+    return gw_write_tiny(&t, path);
 }
 
-/* ---- float64 reference ---- */
 static void ref_rmsnorm(double *out, const double *x, const float *w, int n) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];

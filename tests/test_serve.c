@@ -1,12 +1,18 @@
-/* test_serve.c — `kvbench serve` with the default model over loopback: the judge client against it, bad input
- * answered with the right status (fractional counts, NUL in content, an OmniKV budget below its full layers'
- * share, ...) while the server stays up, and idle clients that cannot lock others out. */
+/* test_serve.c — the OpenAI-compatible server (judge/serve.h) over loopback. In this process, on a tiny model
+ * with one token per byte (so prompt token counts are known by hand): /v1/models, a chat completion with its
+ * usage and measured KV bytes, the same text streamed as server-sent events, a KV-cache method per request,
+ * bad requests answered 400 with a one-line OpenAI error, startup errors, a clean stop. `kvbench serve` with the
+ * default model: the judge client against it, bad input answered with the right status (fractional counts, NUL
+ * in content, an OmniKV budget below its full layers' share, ...) while the server stays up, and idle clients
+ * that cannot lock others out. */
 #include <CUnit/Basic.h>
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <cjson/cJSON.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +23,10 @@
 #include <unistd.h>
 
 #include "util_common.h"
+#include "util_gguf_writer.h"
 #include "judge/client.h"
 #include "judge/judges.h"
+#include "judge/serve.h"
 
 static char tmpdir[64] = "/tmp/kvb_serve_XXXXXX";
 
@@ -34,8 +42,11 @@ static pid_t serve_pid;
 static int serve_port;
 
 static int start_serve(const char *extra) {
+    char model[1024];
+    util_default_model(model, sizeof model);
+    UTIL_REQUIRE_FILE(model);
     const char *bin = getenv("KVB_BIN");
-    if (!bin) return -1;
+    if (!bin) CU_FAIL_FATAL("KVB_BIN is not set (ctest sets it to the kvbench binary)");
     int fds[2];
     if (pipe(fds)) return -1;
     serve_pid = fork();
@@ -292,17 +303,260 @@ static void test_serve_idle_connections_lock_nobody_out(void) {
     stop_serve();
 }
 
-int main(void) {
-    char model[1024];
-    if (!getenv("KVB_BIN") || !util_default_model(model, sizeof model)) {
-        fprintf(stderr, "needs KVB_BIN and the default model (scripts/fetch-model.sh)\n");
-        return 1;
+/* ---- kvb_serve in this process, on a tiny byte-vocabulary model ---- */
+
+enum { T_LAYERS = 2, T_KV_HEADS = 2 };
+/* Bytes of one KV slot: K and V rows of 8 f16 values (head size 32 / 4 heads) plus the position and round ids. */
+#define T_SLOT_BYTES (2 * 8 * 2 + 2 * 4)
+#define T_SYSTEM "You are tiny."
+
+static kvb_serve_opts tiny_opts;
+static char tiny_path[128], tiny_err[512];
+static volatile sig_atomic_t tiny_stop;
+static pthread_t tiny_thread;
+static int tiny_running, tiny_rc;
+static sem_t tiny_ready;
+
+static void on_ready(void *user, int port) {
+    (void)user;
+    serve_port = port;
+    sem_post(&tiny_ready);
+}
+
+static void *tiny_serve(void *arg) {
+    (void)arg;
+    tiny_rc = kvb_serve(&tiny_opts, &tiny_stop, NULL, on_ready, NULL, tiny_err, sizeof tiny_err);
+    if (tiny_rc) sem_post(&tiny_ready);
+    return NULL;
+}
+
+static int start_tiny(void) {
+    snprintf(tiny_path, sizeof tiny_path, "%s/tiny-bytes.gguf", tmpdir);
+    gw_random r = {5, 0.5f, NULL};
+    gw_tiny t = {"llama", T_LAYERS, 32, 4, T_KV_HEADS, 48, GW_BYTE_VOCAB, 1024, 1,
+                 "<|im_start|>system\n" T_SYSTEM "<|im_end|>\n{% for m in messages %}...{% endfor %}", gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, tiny_path);
+    free(r.buf);
+    if (rc) return -1;
+    memset(&tiny_opts, 0, sizeof tiny_opts);
+    tiny_opts.model_path = tiny_path;
+    tiny_opts.model_name = "tiny-bytes";
+    tiny_opts.max_queue = 4;
+    tiny_opts.max_body = 1 << 16;
+    tiny_opts.n_threads = 1;
+    tiny_opts.parallel = 1;
+    tiny_opts.read_timeout_s = 10;
+    sem_init(&tiny_ready, 0, 0);
+    tiny_stop = 0;
+    serve_port = 0;
+    if (pthread_create(&tiny_thread, NULL, tiny_serve, NULL)) return -1;
+    tiny_running = 1;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    if (sem_timedwait(&tiny_ready, &until) || serve_port <= 0) {
+        fprintf(stderr, "tiny server did not start: %s\n", tiny_err);
+        return -1;
     }
+    return 0;
+}
+
+static int stop_tiny(void) {
+    if (tiny_running) {
+        tiny_stop = 1;
+        pthread_join(tiny_thread, NULL);
+        tiny_running = 0;
+    }
+    sem_destroy(&tiny_ready);
+    return 0;
+}
+
+/* POST (or GET when body is NULL) and parse the reply as JSON (NULL when it is not). */
+static cJSON *request_json(const char *path, const char *body, long *status) {
+    http_res *h = calloc(1, sizeof *h);
+    *status = post(path, body, h);
+    cJSON *j = cJSON_Parse(h->body);
+    free(h);
+    return j;
+}
+
+static const char *jstr(const cJSON *o, const char *k) { return cJSON_GetStringValue(cJSON_GetObjectItem(o, k)); }
+static double jnum(const cJSON *o, const char *k) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, k)); }
+
+static void test_models_lists_the_served_model(void) {
+    long status;
+    cJSON *j = request_json("/v1/models", NULL, &status);
+    CU_ASSERT_FATAL(status == 200 && j != NULL);
+    CU_ASSERT_STRING_EQUAL(jstr(j, "object"), "list");
+    const cJSON *data = cJSON_GetObjectItem(j, "data"), *m = cJSON_GetArrayItem(data, 0);
+    CU_ASSERT(cJSON_GetArraySize(data) == 1);
+    CU_ASSERT(jstr(m, "id") && !strcmp(jstr(m, "id"), "tiny-bytes") && !strcmp(jstr(m, "object"), "model"));
+    CU_ASSERT(jstr(m, "owned_by") && !strcmp(jstr(m, "owned_by"), "kvbench"));
+    cJSON_Delete(j);
+}
+
+#define HI_REQUEST "{\"model\": \"tiny-bytes\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5"
+/* "<|im_start|>system\nYou are tiny.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n": the default
+ * system turn (1 + 7 + 13 + 1 + 1), the user turn (1 + 5 + 2 + 1 + 1), the open assistant turn (1 + 10) */
+#define HI_PROMPT_TOKENS 44
+
+/* The reply: one assistant choice, usage that adds up (the prompt's tokens counted by hand), and the KV the
+ * generation held: full attention keeps every slot on the device, one per token fed (the last generated token
+ * is fed only when generation goes on). */
+static void test_chat_completion_counts_its_tokens_and_kv_bytes(void) {
+    long status;
+    cJSON *j = request_json("/v1/chat/completions", HI_REQUEST "}", &status);
+    CU_ASSERT_FATAL(status == 200 && j != NULL);
+    CU_ASSERT_STRING_EQUAL(jstr(j, "object"), "chat.completion");
+    CU_ASSERT(jstr(j, "id") && !strncmp(jstr(j, "id"), "chatcmpl-", 9) && !strcmp(jstr(j, "model"), "tiny-bytes"));
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *msg = cJSON_GetObjectItem(ch, "message");
+    CU_ASSERT_FATAL(ch && msg && cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")) == 1);
+    CU_ASSERT(!strcmp(jstr(msg, "role"), "assistant") && jstr(msg, "content") != NULL);
+    const char *finish = jstr(ch, "finish_reason");
+    CU_ASSERT_FATAL(finish && (!strcmp(finish, "length") || !strcmp(finish, "stop")));
+    const cJSON *u = cJSON_GetObjectItem(j, "usage");
+    int completion = (int)jnum(u, "completion_tokens");
+    CU_ASSERT(jnum(u, "prompt_tokens") == HI_PROMPT_TOKENS && jnum(u, "total_tokens") == HI_PROMPT_TOKENS + completion);
+    CU_ASSERT(!strcmp(finish, "length") ? completion == 5 : completion < 5);
+    const cJSON *kv = cJSON_GetObjectItem(j, "kvbench");
+    int64_t fed = HI_PROMPT_TOKENS + completion - (!strcmp(finish, "length") ? 1 : 0);
+    CU_ASSERT(jstr(kv, "method") && !strcmp(jstr(kv, "method"), "full"));
+    CU_ASSERT(jnum(kv, "kv_full_bytes") == (double)(T_LAYERS * T_KV_HEADS * fed * T_SLOT_BYTES));
+    CU_ASSERT(jnum(kv, "kv_device_bytes") == jnum(kv, "kv_full_bytes") && jnum(kv, "kv_host_bytes") == 0);
+    cJSON_Delete(j);
+}
+
+/* With "stream": true the same greedy text arrives as "data: {chunk}" events: the role first, the content in
+ * pieces, then the finish reason with the usage, then "data: [DONE]"; every chunk has the reply's id. */
+static void test_stream_sends_the_same_text_as_events(void) {
+    long status;
+    cJSON *whole = request_json("/v1/chat/completions", HI_REQUEST "}", &status);
+    CU_ASSERT_FATAL(status == 200 && whole != NULL);
+    const cJSON *wch = cJSON_GetArrayItem(cJSON_GetObjectItem(whole, "choices"), 0);
+    const char *want = jstr(cJSON_GetObjectItem(wch, "message"), "content");
+    http_res *h = calloc(1, sizeof *h);
+    CU_ASSERT_FATAL(post("/v1/chat/completions", HI_REQUEST ", \"stream\": true}", h) == 200);
+    char text[1024] = "", id[64] = "", *save = NULL;
+    int n_events = 0, done = 0, role_first = 0, finished = 0;
+    for (char *ev = strtok_r(h->body, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        CU_ASSERT_FATAL(!strncmp(ev, "data: ", 6) && !done);
+        if (!strcmp(ev + 6, "[DONE]")) { done = 1; continue; }
+        cJSON *c = cJSON_Parse(ev + 6);
+        CU_ASSERT_FATAL(c != NULL);
+        CU_ASSERT_STRING_EQUAL(jstr(c, "object"), "chat.completion.chunk");
+        if (!n_events++) snprintf(id, sizeof id, "%s", jstr(c, "id"));
+        CU_ASSERT_STRING_EQUAL(jstr(c, "id"), id);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0), *d = cJSON_GetObjectItem(ch, "delta");
+        if (n_events == 1) role_first = jstr(d, "role") && !strcmp(jstr(d, "role"), "assistant");
+        if (jstr(d, "content")) strncat(text, jstr(d, "content"), sizeof text - strlen(text) - 1);
+        if (jstr(ch, "finish_reason")) {
+            finished = 1;
+            CU_ASSERT_STRING_EQUAL(jstr(ch, "finish_reason"), jstr(wch, "finish_reason"));
+            CU_ASSERT(jnum(cJSON_GetObjectItem(c, "usage"), "completion_tokens") ==
+                      jnum(cJSON_GetObjectItem(whole, "usage"), "completion_tokens"));
+        }
+        cJSON_Delete(c);
+    }
+    CU_ASSERT(done && role_first && finished && n_events >= 2);
+    CU_ASSERT_STRING_EQUAL(text, want);
+    free(h);
+    cJSON_Delete(whole);
+}
+
+/* The "kvbench" extension picks the method and budget per request; the reply measures what it held. */
+static void test_kv_cache_method_per_request(void) {
+    char body[1024], content[301];
+    memset(content, 'a', 300), content[300] = 0;
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}], \"max_tokens\": 2, "
+             "\"kvbench\": {\"method\": \"streamingllm\", \"budget\": \"25%%\"}}", content);
+    long status;
+    cJSON *j = request_json("/v1/chat/completions", body, &status);
+    CU_ASSERT_FATAL(status == 200 && j != NULL);
+    const cJSON *kv = cJSON_GetObjectItem(j, "kvbench");
+    CU_ASSERT(jstr(kv, "method") && !strcmp(jstr(kv, "method"), "streamingllm") && !strcmp(jstr(kv, "budget"), "25%"));
+    double frac = jnum(kv, "kv_device_bytes") / jnum(kv, "kv_full_bytes");
+    CU_ASSERT(frac > 0.2 && frac < 0.3);
+    if (!(frac > 0.2 && frac < 0.3)) fprintf(stderr, "\n  streamingllm@25%% holds %.3f of full\n", frac);
+    CU_ASSERT(jnum(cJSON_GetObjectItem(j, "usage"), "prompt_tokens") == 300 + 42);
+    cJSON_Delete(j);
+}
+
+/* Bad requests get 400 and the OpenAI error shape {"error": {"message", "type", "param", "code"}} with a
+ * one-line message naming the problem; the server goes on. */
+static void test_bad_requests_are_400_with_a_one_line_openai_error(void) {
+    static const struct { const char *body, *what; } cases[] = {
+        {"{\"messages\": [", "not a JSON object"},
+        {"[1, 2]", "not a JSON object"},
+        {"{\"max_tokens\": 4}", "'messages'"},
+        {"{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "role"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"kvbench\": {\"method\": \"nope\"}}", "kvbench.method"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": \"yes\"}", "'stream'"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": 3}", "'temperature'"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"\"]}", "'stop'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        long status;
+        cJSON *j = request_json("/v1/chat/completions", cases[i].body, &status);
+        const cJSON *e = cJSON_GetObjectItem(j, "error");
+        const char *msg = jstr(e, "message");
+        int ok = status == 400 && msg && strstr(msg, cases[i].what) && !strchr(msg, '\n') &&
+                 jstr(e, "type") && !strcmp(jstr(e, "type"), "invalid_request_error") &&
+                 cJSON_GetObjectItem(e, "param") && cJSON_IsNull(cJSON_GetObjectItem(e, "code"));
+        CU_ASSERT(ok);
+        if (!ok) fprintf(stderr, "\n  case %zu: status %ld, message %s\n", i, status, msg ? msg : "(none)");
+        cJSON_Delete(j);
+    }
+    long status;
+    cJSON *j = request_json("/v1/models", NULL, &status); /* still serving */
+    CU_ASSERT(status == 200);
+    cJSON_Delete(j);
+}
+
+static void test_server_stops_cleanly_when_asked(void) {
+    CU_ASSERT_FATAL(tiny_running);
+    tiny_stop = 1;
+    pthread_join(tiny_thread, NULL);
+    tiny_running = 0;
+    CU_ASSERT(tiny_rc == 0);
+    http_res *h = calloc(1, sizeof *h);
+    CU_ASSERT(post("/v1/models", NULL, h) == 0); /* nobody listens any more */
+    free(h);
+}
+
+/* What keeps the server from starting is a one-line error, before any socket is opened. */
+static void test_startup_errors_are_one_line(void) {
+    volatile sig_atomic_t stop = 1;
+    char err[512];
+    kvb_serve_opts o = tiny_opts;
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/none.gguf", tmpdir);
+    o.model_path = missing;
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, missing) && !strchr(err, '\n'));
+    o.model_path = "synthetic:llama3-8b";
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "no tokenizer"));
+    o = tiny_opts;
+    o.host = "300.1.2.3";
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "300.1.2.3"));
+    o = tiny_opts;
+    unsetenv("KVB_TEST_NO_SUCH_KEY");
+    o.api_key_env = "KVB_TEST_NO_SUCH_KEY";
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "KVB_TEST_NO_SUCH_KEY"));
+}
+
+int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("serve", NULL, NULL);
+    CU_pSuite t = CU_add_suite("serve in process (tiny model)", start_tiny, stop_tiny);
+    CU_add_test(t, "/v1/models lists the served model", test_models_lists_the_served_model);
+    CU_add_test(t, "a chat completion counts its tokens and KV bytes", test_chat_completion_counts_its_tokens_and_kv_bytes);
+    CU_add_test(t, "a stream sends the same text as events", test_stream_sends_the_same_text_as_events);
+    CU_add_test(t, "a KV-cache method per request", test_kv_cache_method_per_request);
+    CU_add_test(t, "bad requests are 400 with a one-line OpenAI error", test_bad_requests_are_400_with_a_one_line_openai_error);
+    CU_add_test(t, "the server stops cleanly when asked", test_server_stops_cleanly_when_asked);
+    CU_add_test(t, "startup errors are one line", test_startup_errors_are_one_line);
+    CU_pSuite s = CU_add_suite("kvbench serve (default model)", NULL, NULL);
     CU_add_test(s, "client against kvbench serve", test_client_against_kvbench_serve);
     CU_add_test(s, "kvbench serve under bad input", test_serve_bad_input);
     CU_add_test(s, "idle connections lock nobody out of kvbench serve", test_serve_idle_connections_lock_nobody_out);

@@ -34,6 +34,13 @@ int util_default_model(char *path, size_t cap) {
     return access(path, R_OK) == 0;
 }
 
+void util_require_file(const char *path, const char *file, unsigned line) {
+    if (access(path, R_OK) == 0) return;
+    char msg[1200];
+    snprintf(msg, sizeof msg, "missing input %s (the default model: scripts/fetch-model.sh)", path);
+    CU_assertImplementation(CU_FALSE, line, msg, file, "", CU_TRUE); /* copies msg, then leaves the test */
+}
+
 int util_run_suites(void) {
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();

@@ -10,6 +10,11 @@ char *util_read_file(const char *path, size_t *len);
 /* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
 int util_default_model(char *path, size_t cap);
 
+/* In a running test: a fatal failure naming path when it cannot be read. CI always has the test inputs (setup
+ * fetches the default model), so a missing input fails the test instead of letting it pass with nothing checked. */
+#define UTIL_REQUIRE_FILE(path) util_require_file((path), __FILE__, __LINE__)
+void util_require_file(const char *path, const char *file, unsigned line);
+
 /* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). */
 int util_run_suites(void);
 

@@ -189,3 +189,103 @@ int gw_write_file(gw_writer *w, const char *path) {
     free(buf);
     return fclose(f) == 0 && wrote == len ? 0 : -1;
 }
+
+/* ---- tiny models ---- */
+
+static void tiny_tensor(gw_writer *g, const gw_tiny *t, const char *name, int64_t cols, int64_t rows) {
+    const float *d = t->tensor(t->user, name, cols * rows);
+    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    gw_tensor(g, name, GGML_T_F32, rows > 1 ? 2 : 1, ne, d, (size_t)(cols * rows) * sizeof(float));
+}
+
+/* The GPT-2 byte-level symbol of byte b (printable bytes stand for themselves, the rest map to U+0100 on). */
+static void byte_symbol(int b, char out[4]) {
+    static int cp[256];
+    if (!cp['!']) {
+        int n = 0;
+        for (int i = 0; i < 256; i++) cp[i] = (i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174) ? i : 256 + n++;
+    }
+    int c = cp[b];
+    if (c < 0x80) out[0] = (char)c, out[1] = 0;
+    else out[0] = (char)(0xC0 | (c >> 6)), out[1] = (char)(0x80 | (c & 0x3F)), out[2] = 0;
+}
+
+int gw_write_tiny(const gw_tiny *t, const char *path) {
+    if (t->byte_vocab && t->n_vocab != GW_BYTE_VOCAB) return -1;
+    gw_writer *g = gw_new();
+    char key[96];
+    gw_kv_str(g, "general.architecture", t->arch);
+#define K(s) (snprintf(key, sizeof key, "%s.%s", t->arch, s), key)
+    gw_kv_u32(g, K("block_count"), (uint32_t)t->n_layer);
+    gw_kv_u32(g, K("context_length"), (uint32_t)t->n_ctx);
+    gw_kv_u32(g, K("embedding_length"), (uint32_t)t->n_embd);
+    gw_kv_u32(g, K("feed_forward_length"), (uint32_t)t->n_ff);
+    gw_kv_u32(g, K("attention.head_count"), (uint32_t)t->n_head);
+    gw_kv_u32(g, K("attention.head_count_kv"), (uint32_t)t->n_head_kv);
+    gw_kv_f32(g, K("rope.freq_base"), 500.0f);
+    gw_kv_f32(g, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+#undef K
+    gw_kv_str(g, "tokenizer.ggml.model", "gpt2");
+    gw_kv_str(g, "tokenizer.ggml.pre", "gpt2");
+    char(*tok_buf)[16] = calloc((size_t)t->n_vocab, sizeof *tok_buf);
+    const char **toks = calloc((size_t)t->n_vocab, sizeof *toks);
+    int32_t *types = calloc((size_t)t->n_vocab, sizeof *types);
+    static const char *const specials[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    for (int i = 0; i < t->n_vocab; i++) {
+        if (t->byte_vocab && i < 3) snprintf(tok_buf[i], sizeof tok_buf[i], "%s", specials[i]);
+        else if (t->byte_vocab) byte_symbol(i - 3, tok_buf[i]);
+        else snprintf(tok_buf[i], sizeof tok_buf[i], "t%d", i);
+        toks[i] = tok_buf[i];
+        types[i] = t->byte_vocab && i < 3 ? 3 : 1; /* 3 = control */
+    }
+    gw_kv_arr_str(g, "tokenizer.ggml.tokens", toks, t->n_vocab);
+    gw_kv_arr_i32(g, "tokenizer.ggml.token_type", types, t->n_vocab);
+    free(tok_buf), free(toks), free(types);
+    const char *merges[1] = {"t 1"}; /* never yields a token: "t1" is none */
+    gw_kv_arr_str(g, "tokenizer.ggml.merges", merges, 1);
+    gw_kv_u32(g, "tokenizer.ggml.bos_token_id", 1);
+    gw_kv_u32(g, "tokenizer.ggml.eos_token_id", 2);
+    if (t->chat_template) gw_kv_str(g, "tokenizer.chat_template", t->chat_template);
+    const int E = t->n_embd, KV = t->n_head_kv * (t->n_embd / t->n_head), FF = t->n_ff;
+    int qwen2 = !strcmp(t->arch, "qwen2");
+    tiny_tensor(g, t, "token_embd.weight", E, t->n_vocab);
+    tiny_tensor(g, t, "output_norm.weight", E, 1);
+    for (int l = 0; l < t->n_layer; l++) {
+        char n[64];
+#define N(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        tiny_tensor(g, t, N("attn_norm.weight"), E, 1);
+        tiny_tensor(g, t, N("ffn_norm.weight"), E, 1);
+        tiny_tensor(g, t, N("attn_q.weight"), E, E);
+        tiny_tensor(g, t, N("attn_k.weight"), E, KV);
+        tiny_tensor(g, t, N("attn_v.weight"), E, KV);
+        tiny_tensor(g, t, N("attn_output.weight"), E, E);
+        tiny_tensor(g, t, N("ffn_gate.weight"), E, FF);
+        tiny_tensor(g, t, N("ffn_up.weight"), E, FF);
+        tiny_tensor(g, t, N("ffn_down.weight"), FF, E);
+        if (qwen2) {
+            tiny_tensor(g, t, N("attn_q.bias"), E, 1);
+            tiny_tensor(g, t, N("attn_k.bias"), KV, 1);
+            tiny_tensor(g, t, N("attn_v.bias"), KV, 1);
+        }
+#undef N
+    }
+    int rc = gw_write_file(g, path);
+    gw_free(g);
+    return rc;
+}
+
+const float *gw_random_tensor(void *user, const char *name, int64_t n) {
+    gw_random *r = user;
+    float scale = 0.2f, offset = 0;
+    if (strstr(name, "norm")) offset = 1.0f;
+    else if (!strcmp(name, "token_embd.weight")) scale = 1.0f;
+    else if (strstr(name, ".bias")) scale = 0.1f;
+    else if (strstr(name, "attn_q.") || strstr(name, "attn_k.") || strstr(name, "attn_v.")) scale = r->qkv_scale;
+    free(r->buf);
+    r->buf = malloc((size_t)n * sizeof *r->buf);
+    for (int64_t i = 0; i < n; i++) {
+        r->state = r->state * 6364136223846793005ull + 1442695040888963407ull;
+        r->buf[i] = offset + scale * ((float)((r->state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+    }
+    return r->buf;
+}

@@ -37,4 +37,36 @@ gguf_file *gw_open(gw_writer *w, uint8_t **buf, char *err, size_t err_len);
 /* Write the image to path. 0 = ok. */
 int gw_write_file(gw_writer *w, const char *path);
 
+/* ---- tiny models ---- */
+
+/* Vocabulary size of a byte vocabulary: <|endoftext|> <|im_start|> <|im_end|> (control tokens 0, 1, 2), then one
+ * token per byte b (id 3 + b, its GPT-2 byte symbol), so any text encodes as one token per byte. */
+#define GW_BYTE_VOCAB 259
+
+/* A tiny llama / qwen2 model with f32 weights. Tensors come from tensor(user, name, n) in file order:
+ * token_embd, output_norm, then per layer attn_norm, ffn_norm, attn_q, attn_k, attn_v, attn_output, ffn_gate,
+ * ffn_up, ffn_down (and attn_q/k/v biases for qwen2). The vocabulary is "t0".."t<n_vocab-1>" (for tests that feed
+ * ids) or, with byte_vocab (n_vocab = GW_BYTE_VOCAB), the byte vocabulary; chat_template (may be NULL) is stored
+ * as tokenizer.chat_template. */
+typedef struct {
+    const char *arch; /* "llama" or "qwen2" */
+    int n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    int byte_vocab;
+    const char *chat_template;
+    const float *(*tensor)(void *user, const char *name, int64_t n);
+    void *user;
+} gw_tiny;
+/* Write the model to path. 0 = ok. */
+int gw_write_tiny(const gw_tiny *t, const char *path);
+
+/* A tensor source for gw_write_tiny: uniform values from a 64-bit LCG (state advances across calls):
+ * token_embd in [-1, 1], norms in [0.8, 1.2], attn_q/k/v in [-qkv_scale, qkv_scale], biases in [-0.1, 0.1],
+ * every other matrix in [-0.2, 0.2]. buf is scratch (free it after writing). */
+typedef struct {
+    uint64_t state;
+    float qkv_scale;
+    float *buf;
+} gw_random;
+const float *gw_random_tensor(void *user, const char *name, int64_t n);
+
 #endif

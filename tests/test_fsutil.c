@@ -1,0 +1,131 @@
+/* test_fsutil.c — the shared file helpers (engine/fsutil.h): mkdir -p, whole-file reads of any size and of
+ * binary content, and the atomic write that either replaces a file whole or leaves the old one untouched. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "engine/fsutil.h"
+
+static char dir[64] = "/tmp/kvb_fsutil_XXXXXX";
+static char err[512];
+
+static const char *path_in(const char *name) {
+    static char p[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Every missing level is made; existing ones and a trailing slash are fine; a file in the way, or a path longer
+ * than the helper's buffer, is -1 with errno. */
+static void test_mkdirs_makes_every_level_and_reports_a_file_in_the_way(void) {
+    CU_ASSERT(kvb_mkdirs(path_in("a/b/c")) == 0 && is_dir(path_in("a/b/c")));
+    CU_ASSERT(kvb_mkdirs(path_in("a/b/c")) == 0);
+    CU_ASSERT(kvb_mkdirs(path_in("a/b/d/")) == 0 && is_dir(path_in("a/b/d")));
+    FILE *f = fopen(path_in("a/file"), "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fclose(f);
+    errno = 0;
+    CU_ASSERT(kvb_mkdirs(path_in("a/file/x")) == -1 && errno == ENOTDIR);
+    char long_path[1200];
+    memset(long_path, 'x', sizeof long_path - 1);
+    long_path[0] = '/', long_path[sizeof long_path - 1] = 0;
+    errno = 0;
+    CU_ASSERT(kvb_mkdirs(long_path) == -1 && errno == ENAMETOOLONG);
+}
+
+/* The whole file whatever its size (past the 64 KiB read steps) and content (NUL bytes), NUL-terminated; an
+ * empty file is "" of length 0. */
+static void test_read_file_returns_every_byte(void) {
+    size_t n = 300000;
+    unsigned char *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (unsigned char)(i * 131 + (i >> 9));
+    FILE *f = fopen(path_in("big.bin"), "wb");
+    CU_ASSERT_FATAL(f && fwrite(data, 1, n, f) == n);
+    fclose(f);
+    size_t len = 0;
+    char *got = kvb_read_file(path_in("big.bin"), &len, err, sizeof err);
+    CU_ASSERT_FATAL(got != NULL);
+    CU_ASSERT(len == n && !memcmp(got, data, n) && got[n] == 0);
+    free(got);
+    free(data);
+    f = fopen(path_in("empty"), "w");
+    fclose(f);
+    got = kvb_read_file(path_in("empty"), &len, err, sizeof err);
+    CU_ASSERT(got && got[0] == 0 && len == 0);
+    free(got);
+    got = kvb_read_file(path_in("empty"), NULL, err, sizeof err); /* len may be NULL */
+    CU_ASSERT(got != NULL);
+    free(got);
+}
+
+/* A missing file and a directory are NULL with one line naming the path. */
+static void test_read_file_failures_name_the_path(void) {
+    CU_ASSERT(kvb_read_file(path_in("missing.txt"), NULL, err, sizeof err) == NULL);
+    char want[300];
+    snprintf(want, sizeof want, "%s: cannot open: No such file or directory", path_in("missing.txt"));
+    CU_ASSERT_STRING_EQUAL(err, want);
+    CU_ASSERT_FATAL(kvb_mkdirs(path_in("adir")) == 0);
+    err[0] = 0;
+    CU_ASSERT(kvb_read_file(path_in("adir"), NULL, err, sizeof err) == NULL);
+    CU_ASSERT(strstr(err, path_in("adir")) != NULL && !strchr(err, '\n'));
+}
+
+/* The new text replaces the old one whole, and no .tmp file stays behind. */
+static void test_atomic_write_replaces_the_file_whole(void) {
+    const char *p = path_in("profile.json");
+    CU_ASSERT_FATAL(kvb_write_file_atomic(p, "first version, longer than the second\n", err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_write_file_atomic(p, "second\n", err, sizeof err) == 0);
+    char *got = util_read_file(p, NULL);
+    CU_ASSERT(got && !strcmp(got, "second\n"));
+    free(got);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    CU_ASSERT(access(tmp, F_OK) != 0);
+}
+
+/* A write that cannot happen (here: its .tmp name is taken by a directory; or the directory is missing) is -1
+ * with one line naming the file, and the old content is still there. */
+static void test_failed_atomic_write_leaves_the_old_file(void) {
+    const char *p = path_in("keep.json");
+    CU_ASSERT_FATAL(kvb_write_file_atomic(p, "old\n", err, sizeof err) == 0);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    CU_ASSERT_FATAL(mkdir(tmp, 0755) == 0);
+    err[0] = 0;
+    CU_ASSERT(kvb_write_file_atomic(p, "new\n", err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, p) != NULL && !strchr(err, '\n'));
+    char *got = util_read_file(p, NULL);
+    CU_ASSERT(got && !strcmp(got, "old\n"));
+    free(got);
+    rmdir(tmp);
+    CU_ASSERT(kvb_write_file_atomic(path_in("no/such/dir/x.json"), "x", err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "no/such/dir/x.json") && strstr(err, "No such file or directory"));
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("fsutil", NULL, NULL);
+    CU_add_test(s, "mkdirs makes every level, reports a file in the way", test_mkdirs_makes_every_level_and_reports_a_file_in_the_way);
+    CU_add_test(s, "read_file returns every byte", test_read_file_returns_every_byte);
+    CU_add_test(s, "read_file failures name the path", test_read_file_failures_name_the_path);
+    CU_add_test(s, "atomic write replaces the file whole", test_atomic_write_replaces_the_file_whole);
+    CU_add_test(s, "failed atomic write leaves the old file", test_failed_atomic_write_leaves_the_old_file);
+    int rc = util_run_suites();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) rc = 1;
+    return rc;
+}
