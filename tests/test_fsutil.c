@@ -1,4 +1,4 @@
-/* test_fsutil.c — the shared file helpers (engine/fsutil.h): mkdir -p, whole-file reads of any size and of
+/* test_fsutil.c — the shared file helpers (base/fsutil.h): mkdir -p, whole-file reads of any size and of
  * binary content, and the atomic write that either replaces a file whole or leaves the old one untouched. */
 #include <CUnit/Basic.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "util_common.h"
-#include "engine/fsutil.h"
+#include "base/fsutil.h"
 
 static char dir[64] = "/tmp/kvb_fsutil_XXXXXX";
 static char err[512];
