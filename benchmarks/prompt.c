@@ -10,16 +10,6 @@
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-static chat_kind model_chat(const kvb_model *m, char **def_sys) {
-    const gguf_kv *kv = gguf_find(m->gguf, "tokenizer.chat_template");
-    char *t = NULL;
-    if (kv && kv->val.type == GGUF_VT_STRING) t = strndup(kv->val.v.s.ptr, kv->val.v.s.len);
-    chat_kind k = chat_detect(t, m->cfg.arch);
-    free(t);
-    *def_sys = chat_default_system_from_model(m->gguf);
-    return k;
-}
-
 static int append_ids(kvb_prompt *p, const int32_t *ids, int n) {
     int32_t *v = realloc(p->ids, (size_t)(p->n + n + 1) * sizeof *v);
     if (!v) return -1;
@@ -80,7 +70,7 @@ static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tok
     int rc = 0;
     if (s->use_chat) {
         char *def_sys = NULL, *rendered = NULL;
-        chat_kind k = model_chat(m, &def_sys);
+        chat_kind k = chat_model_kind(m->gguf, m->cfg.arch, &def_sys);
         chat_msg msgs[2];
         int nm = 0;
         if (s->system) msgs[nm++] = (chat_msg){"system", s->system};
@@ -110,7 +100,7 @@ static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tok
 /* Render messages[0..n) (with the assistant prompt when open) and return the text. */
 static char *render(const kvb_model *m, const chat_msg *msgs, int n, int open) {
     char *def_sys = NULL, *out = NULL, e[64];
-    chat_kind k = model_chat(m, &def_sys);
+    chat_kind k = chat_model_kind(m->gguf, m->cfg.arch, &def_sys);
     if (chat_render(k, msgs, n, open, def_sys, &out, e, sizeof e)) out = NULL;
     free(def_sys);
     return out;

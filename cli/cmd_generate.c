@@ -132,20 +132,14 @@ int cmd_generate(int argc, char **argv) {
                 cli_fail("generate: unknown chat template '%s' (chatml, llama3, mistral)", tmpl_name);
                 goto done;
             }
-        } else {
-            gguf_str t = {0};
-            const gguf_kv *kv = gguf_find(m->gguf, "tokenizer.chat_template");
-            if (kv && kv->val.type == GGUF_VT_STRING) t = kv->val.v.s;
-            char *tcopy = strndup(t.ptr ? t.ptr : "", t.len);
-            kind = chat_detect(tcopy, m->cfg.arch);
-            free(tcopy);
         }
         chat_msg msgs[2];
         int n_msgs = 0;
         if (system) msgs[n_msgs++] = (chat_msg){"system", system};
         msgs[n_msgs++] = (chat_msg){"user", prompt};
         char *def_sys = NULL;
-        if (!system) def_sys = chat_default_system_from_model(m->gguf);
+        chat_kind detected = chat_model_kind(m->gguf, m->cfg.arch, system ? NULL : &def_sys);
+        if (!tmpl_name) kind = detected;
         int e = chat_render(kind, msgs, n_msgs, 1, def_sys, &rendered, err, sizeof err);
         free(def_sys);
         if (e) {

@@ -131,3 +131,12 @@ int chat_render(chat_kind k, const chat_msg *msgs, int n, int add_assistant_prom
     *out = b.s;
     return 0;
 }
+
+chat_kind chat_model_kind(const gguf_file *f, const char *arch, char **def_sys) {
+    const gguf_kv *kv = gguf_find(f, "tokenizer.chat_template");
+    char *t = kv && kv->val.type == GGUF_VT_STRING ? strndup(kv->val.v.s.ptr, kv->val.v.s.len) : NULL;
+    chat_kind k = chat_detect(t, arch);
+    free(t);
+    if (def_sys) *def_sys = chat_default_system_from_model(f);
+    return k;
+}

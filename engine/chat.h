@@ -24,6 +24,9 @@ const char *chat_kind_name(chat_kind k);
 char *chat_default_system(const char *jinja_template);
 /* Same, from a model's metadata. */
 char *chat_default_system_from_model(const gguf_file *f);
+/* The model's template kind (tokenizer.chat_template, else by arch) and, when def_sys is given, its default
+ * system prompt (malloc'd or NULL). */
+chat_kind chat_model_kind(const gguf_file *f, const char *arch, char **def_sys);
 /* Render messages; add_assistant_prompt opens the assistant turn. default_system (may be NULL) is used
  * when the first message is not a system message (chatml only, as the model's template does). 0 = ok. */
 int chat_render(chat_kind k, const chat_msg *msgs, int n, int add_assistant_prompt, const char *default_system,

@@ -276,11 +276,8 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     p.stop = NULL, p.n_stop = 0, p.msgs = NULL;
     snprintf(g->id, sizeof g->id, "chatcmpl-kvb%ld", atomic_fetch_add(&s->next_id, 1));
     /* render and tokenize */
-    const gguf_kv *tk = gguf_find(s->model->gguf, "tokenizer.chat_template");
-    char *tmpl = tk && tk->val.type == GGUF_VT_STRING ? strndup(tk->val.v.s.ptr, tk->val.v.s.len) : NULL;
-    chat_kind kind = chat_detect(tmpl, s->model->cfg.arch);
-    free(tmpl);
-    char *def_sys = chat_default_system_from_model(s->model->gguf), *rendered = NULL;
+    char *def_sys = NULL, *rendered = NULL;
+    chat_kind kind = chat_model_kind(s->model->gguf, s->model->cfg.arch, &def_sys);
     int rc = chat_render(kind, msgs, n_msgs, 1, def_sys, &rendered, err, err_len);
     free(def_sys);
     free(msgs);

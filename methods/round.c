@@ -217,14 +217,13 @@ static void round_destroy(kvb_method *m) {
  * budget is bit-exact); the last, possibly shorter, chunk is the question. */
 static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
     round_m *s = (round_m *)m;
-    int64_t q = n % s->chunk ? n % s->chunk : (n < s->chunk ? n : s->chunk), hist = n - q;
-    int32_t r = 0;
-    for (int64_t at = 0; at < hist; at += s->chunk)
-        if (kvb_ctx_begin_round(c, r++, 0, err, err_len) || kvb_forward(c, ids + at, s->chunk, err, err_len)) return -1;
-    if (kvb_ctx_begin_round(c, r, 1, err, err_len) || kvb_forward(c, ids + hist, q, err, err_len)) return -1;
-    snprintf(m->note, sizeof m->note, "single prompt: rounds are %lld-token chunks (%d rounds)", (long long)s->chunk,
-             r + 1);
-    return 0;
+    kvb_rounds r = {.ids = (int32_t *)ids, .n = n};
+    int rc = kvb_rounds_chunk(&r, s->chunk, err, err_len) || kvb_prefill_rounds(c, &r, 0, n, NULL, err, err_len);
+    if (!rc)
+        snprintf(m->note, sizeof m->note, "single prompt: rounds are %lld-token chunks (%d rounds)", (long long)s->chunk,
+                 r.n_rounds);
+    free(r.round_end);
+    return rc ? -1 : 0;
 }
 
 kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
