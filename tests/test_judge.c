@@ -32,7 +32,6 @@ static int hits_429, hits_500, hits_total, auth_ok, auth_seen, hits_dedupe;
 static volatile int stall_judge; /* "case=stall" requests get a 429 with Retry-After 30 while set */
 static char tmpdir[64] = "/tmp/kvb_judge_XXXXXX";
 
-typedef struct { char *b; size_t n; } body_t;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *text, const char *retry_after) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
@@ -46,26 +45,15 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
 static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *data, size_t *size, void **con) {
     (void)cls, (void)url, (void)method, (void)version;
-    if (!*con) {
-        *con = calloc(1, sizeof(body_t));
-        return MHD_YES;
-    }
-    body_t *b = *con;
-    if (*size) {
-        b->b = realloc(b->b, b->n + *size + 1);
-        memcpy(b->b + b->n, data, *size);
-        b->n += *size;
-        b->b[b->n] = 0;
-        *size = 0;
-        return MHD_YES;
-    }
+    const char *body = NULL;
+    if (util_http_body(con, data, size, &body)) return MHD_YES;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     pthread_mutex_lock(&mu);
     hits_total++;
     if (auth) auth_seen++, auth_ok += !strcmp(auth, "Bearer " KEY);
     pthread_mutex_unlock(&mu);
     const char *ok = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"yes\"}}]}";
-    const char *body = b->b ? b->b : "";
+    if (!body) body = "";
     if (strstr(body, "case=429once")) {
         pthread_mutex_lock(&mu);
         int first = hits_429++ == 0;
@@ -111,9 +99,7 @@ static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char 
 
 static void on_fault_done(void *cls, struct MHD_Connection *c, void **con, enum MHD_RequestTerminationCode t) {
     (void)cls, (void)c, (void)t;
-    body_t *b = *con;
-    if (b) free(b->b), free(b);
-    *con = NULL;
+    util_http_body_free(con);
 }
 
 static void cfg_fault(kvb_judge_cfg *c, char *url, size_t cap) {

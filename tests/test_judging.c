@@ -27,7 +27,6 @@ static struct MHD_Daemon *judge;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static cJSON *requests; /* every request body received, in order */
 
-typedef struct { char *b; size_t n; } body_t;
 
 static const struct { const char *name; const char *replies[2]; } RECIPES[] = {
     {"yes", {"Yes."}},
@@ -52,20 +51,9 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, cJSON 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *u, const char *method,
                                   const char *version, const char *data, size_t *size, void **con) {
     (void)cls, (void)u, (void)method, (void)version;
-    if (!*con) {
-        *con = calloc(1, sizeof(body_t));
-        return MHD_YES;
-    }
-    body_t *b = *con;
-    if (*size) {
-        b->b = realloc(b->b, b->n + *size + 1);
-        memcpy(b->b + b->n, data, *size);
-        b->n += *size;
-        b->b[b->n] = 0;
-        *size = 0;
-        return MHD_YES;
-    }
-    cJSON *req = b->b ? cJSON_Parse(b->b) : NULL;
+    const char *body = NULL;
+    if (util_http_body(con, data, size, &body)) return MHD_YES;
+    cJSON *req = body ? cJSON_Parse(body) : NULL;
     const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(req, "messages"), 0), "content"));
     int n = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(req, "n"));
     pthread_mutex_lock(&mu);
@@ -93,9 +81,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con, enum MHD_RequestTerminationCode t) {
     (void)cls, (void)c, (void)t;
-    body_t *b = *con;
-    if (b) free(b->b), free(b);
-    *con = NULL;
+    util_http_body_free(con);
 }
 
 /* The last request the judge received (a copy), or NULL. */

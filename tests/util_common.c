@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,4 +48,30 @@ int util_run_suites(void) {
     unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
     CU_cleanup_registry();
     return fails ? 1 : 0;
+}
+
+typedef struct { char *b; size_t n; } http_body;
+
+int util_http_body(void **con, const char *data, size_t *size, const char **body) {
+    if (!*con) {
+        *con = calloc(1, sizeof(http_body));
+        return 1;
+    }
+    http_body *b = *con;
+    if (*size) {
+        b->b = realloc(b->b, b->n + *size + 1);
+        memcpy(b->b + b->n, data, *size);
+        b->n += *size;
+        b->b[b->n] = 0;
+        *size = 0;
+        return 1;
+    }
+    *body = b->b;
+    return 0;
+}
+
+void util_http_body_free(void **con) {
+    http_body *b = *con;
+    if (b) free(b->b), free(b);
+    *con = NULL;
 }

@@ -17,5 +17,10 @@ void util_require_file(const char *path, const char *file, unsigned line);
 
 /* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). */
 int util_run_suites(void);
+/* A request body gathered across a microhttpd handler's calls (tests' judge servers): 1 while data arrives
+ * (the handler returns MHD_YES), 0 when the body is complete (*body: NUL-terminated, NULL when empty). *con
+ * holds the buffer until util_http_body_free (the request-completed callback). */
+int util_http_body(void **con, const char *data, size_t *size, const char **body);
+void util_http_body_free(void **con);
 
 #endif
