@@ -39,6 +39,7 @@ typedef struct {
     char method[32], budget_str[32];
     kvb_budget budget;
     cJSON *opts; /* borrowed from the suite */
+    kvb_method_needs needs; /* what its method asks of the sample's session */
 } cell;
 
 typedef struct {
@@ -114,7 +115,8 @@ static int in_list(const char *list, const char *name) {
 
 /* ---- suite ---- */
 
-static int add_cell(run_state *st, const char *method, const char *budget, cJSON *opts, char *err, size_t err_len) {
+static int add_cell(run_state *st, const char *method, const char *budget, cJSON *opts, const kvb_method_needs *nd,
+                    char *err, size_t err_len) {
     if (st->n_cells == MAX_CELLS) return ERR("suite: more than %d method x budget cells", MAX_CELLS);
     cell *c = &st->cells[st->n_cells];
     memset(c, 0, sizeof *c);
@@ -122,6 +124,7 @@ static int add_cell(run_state *st, const char *method, const char *budget, cJSON
     if (kvb_budget_parse(budget, &c->budget, err, err_len)) return -1;
     kvb_budget_format(&c->budget, c->budget_str, sizeof c->budget_str);
     c->opts = opts;
+    c->needs = *nd;
     st->n_cells++;
     return 0;
 }
@@ -151,14 +154,14 @@ static int expand_cells(run_state *st, char *err, size_t err_len) {
         kvb_method_needs nd;
         if (kvb_opts_add_json(&o, opts, name, err, err_len) || kvb_method_needs_of(name, &o, &nd, err, err_len)) return -1;
         if (!nd.takes_budget) { /* the baseline: one cell */
-            if (add_cell(st, name, "full", opts, err, err_len)) return -1;
+            if (add_cell(st, name, "full", opts, &nd, err, err_len)) return -1;
             continue;
         }
         if (!blist[0]) return ERR("suite %s: method %s needs \"budgets\"", st->o->suite_path, name);
         char tmp[256];
         snprintf(tmp, sizeof tmp, "%s", blist);
         for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (add_cell(st, name, t, opts, err, err_len)) return -1;
+            if (add_cell(st, name, t, opts, &nd, err, err_len)) return -1;
     }
     if (!st->n_cells) return ERR("no method of the suite is left after --methods %s", st->o->methods ? st->o->methods : "");
     return 0;
@@ -514,8 +517,9 @@ typedef struct {
 
 /* One cell on the shared prefill: fork, install the method (it adopts the prefill's statistics, or prefills the
  * question round itself), decode through the session. */
-static int run_cell(run_state *st, const cell *cl, const kvb_method_needs *nd, const kvb_sample *s, shared_prefill *sp,
+static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_prefill *sp,
                     int max_new, cell_result *res, char *err, size_t err_len) {
+    const kvb_method_needs *nd = &cl->needs;
     kvb_opts o;
     if (cell_opts(cl, &o, err, err_len)) return -1;
     if (nd->own_prefill && sp->split)
@@ -631,7 +635,7 @@ static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl,
 
 static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *err, size_t err_len) {
     int todo[MAX_CELLS], n_todo = 0, n_held = 0, rc = 0;
-    kvb_method_needs needs[MAX_CELLS], u = {0}; /* per cell, and their union */
+    kvb_method_needs u = {0}; /* the union of the cells' needs */
     cJSON *fps[MAX_CELLS] = {0}, *held[MAX_CELLS]; /* a judged task's records wait for one judge batch per sample */
     int rerun[MAX_CELLS] = {0};
     char sample_sha[65];
@@ -655,11 +659,9 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
             held[n_held++] = cJSON_Duplicate(e->pending, 1);
             continue;
         }
-        kvb_opts o;
-        if (cell_opts(cl, &o, err, err_len) || kvb_method_needs_of(cl->method, &o, &needs[k], err, err_len)) { rc = -1; break; }
-        u.prefill_scores |= needs[k].prefill_scores;
-        u.own_prefill |= needs[k].own_prefill;
-        if (needs[k].obs_window > u.obs_window) u.obs_window = needs[k].obs_window;
+        u.prefill_scores |= cl->needs.prefill_scores;
+        u.own_prefill |= cl->needs.own_prefill;
+        if (cl->needs.obs_window > u.obs_window) u.obs_window = cl->needs.obs_window;
         todo[n_todo++] = k;
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
@@ -682,7 +684,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         progress(st, KVB_PROG_STEP, st->doing);
         cell_result res = {0};
         char cerr[512] = "";
-        int crc = prc ? -1 : run_cell(st, cl, &needs[todo[i]], s, &sp, max_new, &res, cerr, sizeof cerr);
+        int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
         cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
         kvb_session_free(&res.ses);
         cJSON_AddItemToObject(rec, "fingerprint", fps[todo[i]]);
