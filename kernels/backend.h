@@ -71,6 +71,40 @@ struct kvb_attn_args {
     void *ws; size_t ws_bytes;   /* backend workspace (the CPU backend fills it) */
 };
 
+/* ---- data ops: what KV-cache methods do to the cache, done where the cache lives ----
+ *
+ * Memory model. The device tier is the backend's own memory (GPU memory on CUDA; the CPU heap on the CPU
+ * backend, or a guarded mapping under KVB_GUARD, see kvb_backend_cpu_create); the host tier is host memory
+ * (pinned on CUDA). Host code never reads or writes device-tier bytes: it calls these ops, and it moves bytes
+ * between tiers only with `copy` or `kv_gather`, which count every copy in be->traffic (the bytes that cross
+ * PCIe on a GPU). Index lists and scores live in the device tier and are consumed there; the host sees counts.
+ * Unless a parameter says "host", every pointer below is device-tier memory. Ops are ordered: each sees what
+ * earlier ops wrote; host code reads a d2h destination only after be->sync. */
+
+typedef enum { KVB_COPY_H2D = 0, KVB_COPY_D2H = 1, KVB_COPY_D2D = 2, KVB_COPY_DIRS } kvb_copy_dir;
+
+/* Copies made by `copy` and `kv_gather`, per direction: calls and bytes (never reset by the backend). */
+typedef struct {
+    int64_t n[KVB_COPY_DIRS], bytes[KVB_COPY_DIRS];
+} kvb_traffic;
+
+/* One KV head's slots: slot s holds K row k[s], V row v[s] (row_bytes each: head_dim elements of the store's
+ * dtype), its absolute position pos[s] and dialogue round round[s]. */
+typedef struct {
+    void *k, *v;
+    int32_t *pos, *round;
+} kvb_kv_head;
+
+/* probs_reduce modes (probabilities p[h][t][j] of n_head query heads, n_q rows, as attention writes them) */
+enum {
+    /* out[g][j] = sum over the group's heads r = 0..G-1 (outer) and rows t = 0..n_q-1 (inner) of
+     * p[g*G + r][t][j], added in that order in float to out's previous value (accumulate) or to 0 */
+    KVB_REDUCE_GROUP_SUM = 0,
+    /* out[j] = sum over rows t of (float)(w[t] * max(0, max_h p[h][t][j])) (w[t] double, host; NULL = 1),
+     * added in row order in float (one row of out, shared by every KV head) */
+    KVB_REDUCE_MAX_HEADS = 1,
+};
+
 typedef struct kvb_backend kvb_backend;
 struct kvb_backend {
     const char *name;
@@ -92,6 +126,66 @@ struct kvb_backend {
     int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
     void (*softmax)(kvb_backend *be, float *x, int64_t n);
     void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
+    /* ---- data ops (see above) ---- */
+    /* bytes from src to dst in direction dir (H2D: src host, dst device; D2H: src device, dst host; D2D: both
+     * device, may overlap like memmove). Counted in be->traffic. */
+    int (*copy)(kvb_backend *be, void *dst, const void *src, size_t bytes, kvb_copy_dir dir, char *err,
+                size_t err_len);
+    /* dst[0..bytes) = 0 */
+    int (*zero)(kvb_backend *be, void *dst, size_t bytes, char *err, size_t err_len);
+    /* dst slot dst_off + i = src slot idx[i] (K, V, pos, round) for i < n; idx NULL = slots 0..n-1. D2D: both
+     * heads device, idx device. H2D (src in the host tier) and D2H (dst in the host tier): idx is host memory,
+     * and the backend packs the rows on the host side and makes one counted copy per array (K, V, pos, round).
+     * dst and src must not overlap. */
+    int (*kv_gather)(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off, const kvb_kv_head *src,
+                     const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err,
+                     size_t err_len);
+    /* Evict `count` slots from a head of n slots, one at a time: the victim is the slot with lo <= pos < hi
+     * whose key (score[s], or pos[s] when score is NULL) is lowest, ties to the lowest slot; its V row is
+     * written to row i of spill_v (optional, for the i-th eviction); then the last slot moves into the victim's
+     * place (K, V, pos, round and score[]), and n shrinks by one. The caller guarantees a candidate each time
+     * (the CPU backend reports a violation). */
+    int (*kv_evict)(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
+                    int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len);
+    /* Reduce attention probabilities (probs: [n_head][n_q][stride], columns 0..n-1 read) into per-slot scores
+     * out (rows out_stride apart), by mode (KVB_REDUCE_*); accumulate = add to out instead of overwriting. */
+    int (*probs_reduce)(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
+                        int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode,
+                        int accumulate, char *err, size_t err_len);
+    /* out[r][i] = max (avg = 0) or sum / kernel (avg = 1, double sum) of in[r][i - kernel/2 .. i + kernel/2]
+     * clipped to [0, n), for rows r < rows (max_pool1d / avg_pool1d with same padding, count_include_pad). */
+    int (*pool1d)(kvb_backend *be, float *out, int64_t out_stride, const float *in, int64_t in_stride,
+                  int64_t rows, int64_t n, int64_t kernel, int avg, char *err, size_t err_len);
+    /* idx[0..k) = the slots of the k largest score[0..n) in ascending slot order (ties: lower slot first; NaN
+     * below every number); k is clipped to n. */
+    int (*topk_idx)(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
+                    size_t err_len);
+    /* idx[i] = start + i for i < n */
+    int (*iota)(kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len);
+    /* dst[i] = src[idx[i]] for i < n (dst and src must not overlap) */
+    int (*gather_f32)(kvb_backend *be, float *dst, const float *src, const int32_t *idx, int64_t n, char *err,
+                      size_t err_len);
+    /* Round Attention's round scores: for every KV head g (round[g]: its slots' round ids, n[g] host), query
+     * head r of its group, row t and slot j < n[g] (in that order) whose round rd is in [0, n_round) and not
+     * skip: out[rd] += probs[g*G + r][t][j] (double) and present[rd] = 1. out, present: n_round entries,
+     * accumulated (zero them first). round: host array of n_head_kv device pointers. */
+    int (*round_scores)(kvb_backend *be, double *out, int32_t *present, int n_round, const float *probs,
+                        int64_t stride, int n_head, int n_head_kv, int64_t n_q, const int32_t *const *round,
+                        const int64_t *n, int32_t skip, char *err, size_t err_len);
+    /* PoD, base heads (is_base[h] host, n_head entries): from one decode query's probabilities over slots in
+     * position order, the distant slots first .. first + n_dist - 1 give m = their mass (double sum),
+     * pd[h][i] = p[h][first + i] * (float)(1/m) (0 when m = 0) and lse_d[h] = lse_p[h] + log m (-inf when
+     * m = 0). Other heads are not written. */
+    int (*pod_share)(kvb_backend *be, float *pd, int64_t pd_stride, float *lse_d, const float *probs,
+                     int64_t stride, const float *lse_p, int n_head, const unsigned char *is_base,
+                     int64_t first, int64_t n_dist, char *err, size_t err_len);
+    /* PoD's merge for the G query heads of one KV head (eq. 4): gate = 1 / (1 + exp(lse_d[r] - lse_p[r])) in
+     * double (1 when lse_d[r] is not finite); gate >= tau: skipped (counts[1]++); else counts[0]++ and
+     * out[r] = gate out[r] + (1 - gate) o_d with o_d = sum_i pd[r][i] v[i] (float, i ascending) over the n_dist
+     * distant V rows (head_dim elements of dtype). out: [G][head_dim]; counts: device int64[2]. */
+    int (*pod_merge)(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
+                     int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
+                     double tau, int64_t *counts, char *err, size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */
@@ -101,6 +195,7 @@ struct kvb_backend {
      * read plain heap memory. */
     const kvb_allocator *allocator;
     kvb_kv_writer kv_writer;
+    kvb_traffic traffic; /* copies made by copy / kv_gather (see the data ops) */
     void *impl;      /* backend private state (thread pool, workspaces) */
     char error[256]; /* one line: why an op failed ("" = none; see above) */
 };
