@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/kvops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -125,6 +126,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->softmax = cpu_be_softmax;
     be->topk = cpu_be_topk;
     be->free = cpu_be_free;
+    cpu_install_data_ops(be);
     be->impl = im;
     return be;
 }
