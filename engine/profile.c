@@ -9,7 +9,9 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
-enum { MAX_EVENTS = 2000000 };
+enum { MAX_EVENTS = 2000000, COPY_DIRS = 3 };
+
+static const char *COPY_DIR_NAMES[COPY_DIRS] = {"h2d", "d2h", "d2d"};
 
 typedef struct {
     int64_t start_ns, dur_ns, tokens, bytes;
@@ -24,6 +26,7 @@ struct prof {
     int64_t open_ns[PROF_PHASE_COUNT];
     int64_t total_ns[PROF_STAGE_COUNT][PROF_PHASE_COUNT], calls[PROF_STAGE_COUNT][PROF_PHASE_COUNT];
     int64_t *layer_ns; /* [stage][phase][n_layer] */
+    int64_t copies[PROF_STAGE_COUNT][COPY_DIRS], copy_bytes[PROF_STAGE_COUNT][COPY_DIRS];
     prof_event *ev;
     int64_t n_ev, cap_ev, dropped;
     void (*sync)(void *); /* wait for the device before reading the clock (GPU backends) */
@@ -198,6 +201,30 @@ int64_t prof_layer_ns(const prof *p, prof_stage s, prof_phase ph, int layer) {
     return p->layer_ns[((size_t)s * PROF_PHASE_COUNT + ph) * (size_t)p->n_layer + (size_t)layer];
 }
 
+void prof_add_copies(prof *p, int dir, int64_t n, int64_t bytes) {
+    if (!p || dir < 0 || dir >= COPY_DIRS) return;
+    p->copies[p->stage][dir] += n;
+    p->copy_bytes[p->stage][dir] += bytes;
+}
+
+void prof_copies(const prof *p, prof_stage s, int dir, int64_t *n, int64_t *bytes) {
+    int ok = p && (unsigned)s < PROF_STAGE_COUNT && dir >= 0 && dir < COPY_DIRS;
+    if (n) *n = ok ? p->copies[s][dir] : 0;
+    if (bytes) *bytes = ok ? p->copy_bytes[s][dir] : 0;
+}
+
+/* Two rows under the phase table: copies, then MiB, per direction and stage. */
+static void print_copies(const prof *p, FILE *out) {
+    fprintf(out, "\n| traffic | prefill h2d | prefill d2h | prefill d2d | decode h2d | decode d2h | decode d2d |\n");
+    fprintf(out, "|---|---:|---:|---:|---:|---:|---:|\n| copies |");
+    for (int s = 0; s < PROF_STAGE_COUNT; s++)
+        for (int d = 0; d < COPY_DIRS; d++) fprintf(out, " %lld |", (long long)p->copies[s][d]);
+    fprintf(out, "\n| MiB |");
+    for (int s = 0; s < PROF_STAGE_COUNT; s++)
+        for (int d = 0; d < COPY_DIRS; d++) fprintf(out, " %.3f |", p->copy_bytes[s][d] / (1024.0 * 1024.0));
+    fprintf(out, "\n");
+}
+
 void prof_print_table(const prof *p, FILE *out) {
     if (!p || !p->enabled) return;
     double stage_ms[PROF_STAGE_COUNT] = {0, 0};
@@ -214,6 +241,7 @@ void prof_print_table(const prof *p, FILE *out) {
                 stage_ms[1] > 0 ? 100.0 * m1 / stage_ms[1] : 0.0, (long long)c1[ph], c1[ph] ? m1 / (double)c1[ph] : 0.0);
     }
     fprintf(out, "| total | %.2f | 100.0 | | %.2f | 100.0 | | |\n", stage_ms[0], stage_ms[1]);
+    print_copies(p, out);
 }
 
 int prof_write_trace(const prof *p, const char *path, char *err, size_t err_len) {
@@ -231,8 +259,16 @@ int prof_write_trace(const prof *p, const char *path, char *err, size_t err_len)
         snprintf(err, err_len, "trace: cannot write %s: %s", tmp, strerror(errno));
         return -1;
     }
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"kvbench\",\"dropped_events\":%lld},"
-               "\"traceEvents\":[\n", (long long)p->dropped);
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"kvbench\",\"dropped_events\":%lld,\"copies\":{",
+            (long long)p->dropped);
+    for (int s = 0; s < PROF_STAGE_COUNT; s++) { /* "copies":{"prefill":{"h2d":{"n":3,"bytes":4096},...},...} */
+        fprintf(f, "%s\"%s\":{", s ? "," : "", prof_stage_name((prof_stage)s));
+        for (int d = 0; d < COPY_DIRS; d++)
+            fprintf(f, "%s\"%s\":{\"n\":%lld,\"bytes\":%lld}", d ? "," : "", COPY_DIR_NAMES[d],
+                    (long long)p->copies[s][d], (long long)p->copy_bytes[s][d]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "}},\"traceEvents\":[\n");
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"kvbench\"}}");
     for (int64_t i = 0; i < p->n_ev; i++) {
         const prof_event *e = &p->ev[i];
