@@ -32,6 +32,7 @@ extern "C" {
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
  * same for the launch just made (bad grid or shared memory; faults inside a kernel surface at the next sync). */
@@ -50,6 +51,7 @@ typedef struct {
 enum { RING = 32, PARAM_WORDS = 6 * KVB_MAX_KV_HEADS };
 
 typedef struct {
+    cuda_kvops ops;  /* the data ops' state (kvops.cu); first: an op finds it at be->impl */
     kvb_backend *be; /* whose error[] keeps the first failure */
     int device;
     cudaStream_t stream;
@@ -70,6 +72,7 @@ typedef struct {
     int param_next;
     int64_t managed_reserve; /* bytes of GPU memory kept free when allocating managed memory */
 } cuda_impl;
+static_assert(offsetof(cuda_impl, ops) == 0, "kvops.cu finds its state at be->impl");
 
 static cuda_impl *IM(kvb_backend *be) { return (cuda_impl *)be->impl; }
 
@@ -671,6 +674,7 @@ static void cuda_be_free(kvb_backend *be) {
             cudaEventDestroy(im->param_ev[i]);
         }
         if (im->blas) cublasDestroy(im->blas);
+        cuda_kvops_release(&im->ops);
         cudaStreamDestroy(im->stream);
         free(im);
     }
@@ -718,6 +722,11 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
             cuda_be_free(be);
             return NULL;
         }
+    if (cuda_install_data_ops(be, &im->ops, im->stream)) {
+        failed(im, err, err_len);
+        cuda_be_free(be);
+        return NULL;
+    }
     im->managed_reserve = (int64_t)512 << 20;
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
