@@ -1,8 +1,10 @@
-/* profile.h — host-clock timers around the forward pass's phases, per stage and layer.
+/* profile.h — host-clock timers around the forward pass's phases, per stage and layer, and the host<->device
+ * traffic per stage.
  *
- * The phase names are Round Attention's latency decomposition and the NVTX range names
- * of the CUDA build, so a CPU breakdown table, a Perfetto trace and an Nsight timeline
- * line up. A NULL or disabled profiler costs a branch per call. */
+ * The phase names are Round Attention's latency decomposition and the NVTX range names (domain "kvbench",
+ * emitted on every backend when the NVTX v3 headers were found at configure; see profile.c for the range,
+ * category and payload layout), so a breakdown table, a Perfetto trace and an Nsight timeline line up.
+ * A NULL or disabled profiler, with no NVTX tool attached, costs a branch per call. */
 #ifndef KVB_PROFILE_H
 #define KVB_PROFILE_H
 
