@@ -14,7 +14,9 @@ static const char *HELP =
     "\n"
     "Prefills one prompt of --ctx-len tokens with each method (full attention first, as the reference), decodes\n"
     "N greedy tokens, and prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
-    "the device and host tiers after decode, bytes moved between tiers and mean tokens attended per layer.\n"
+    "the device and host tiers after decode, bytes moved between tiers, the backend's host->device and\n"
+    "device->host copies per decode step (count / bytes: positions up and logits down are the engine's own)\n"
+    "and mean tokens attended per layer.\n"
     "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only, an unprefixed\n"
     "one to every method but full.\n"
     "\n"
@@ -28,6 +30,7 @@ typedef struct {
     double prefill_s, decode_ms;
     kvb_kv_usage kv;
     double attended, formula;
+    double copies[KVB_COPY_DIRS], bytes[KVB_COPY_DIRS]; /* per decode step, by direction */
     char desc[200];
 } bm_row;
 
@@ -56,6 +59,12 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     row->kv = ses.kv_end;
     row->formula = meth->formula_frac ? meth->formula_frac(meth, c) : -1;
     row->attended = ses.attended;
+    for (int d = 0; d < KVB_COPY_DIRS; d++) {
+        int64_t cn = 0, cb = 0;
+        prof_copies(c->prof, PROF_DECODE, d, &cn, &cb);
+        row->copies[d] = n_dec > 0 ? (double)cn / (double)n_dec : 0;
+        row->bytes[d] = n_dec > 0 ? (double)cb / (double)n_dec : 0;
+    }
     snprintf(row->name, sizeof row->name, "%s", name);
     if (meth->describe) meth->describe(meth, row->desc, sizeof row->desc);
     rc = 0;
@@ -65,6 +74,12 @@ done:
     kvb_method_free(meth, c);
     kvb_ctx_free(c);
     return rc;
+}
+
+/* "3 / 12.0 KiB": copies and bytes per decode step in one direction */
+static void copies_cell(char *buf, size_t cap, double n, double bytes) {
+    if (bytes >= 1024.0 * 1024.0) snprintf(buf, cap, "%.0f / %.2f MiB", n, bytes / (1024.0 * 1024.0));
+    else snprintf(buf, cap, "%.0f / %.1f KiB", n, bytes / 1024.0);
 }
 
 int cmd_bench_methods(int argc, char **argv) {
@@ -120,16 +135,19 @@ int cmd_bench_methods(int argc, char **argv) {
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
            eo.ctx.backend);
-    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | attended/layer | parameters |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | h2d/step | d2h/step | attended/layer | parameters |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n_names; k++) {
         bm_row *r = &rows[k];
         char formula[32] = "-";
         if (r->formula >= 0) snprintf(formula, sizeof formula, "%.1f", 100 * r->formula);
-        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %s | %.2f | %.2f | %.0f | %s |\n", r->name, r->prefill_s,
-               r->decode_ms, r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0, r->kv.device_bytes / MiB,
-               100 * r->kv.device_frac, formula, r->kv.host_bytes / MiB, (r->kv.moved_h2d + r->kv.moved_d2h) / MiB,
-               r->attended, r->desc);
+        char up[48], down[48];
+        copies_cell(up, sizeof up, r->copies[KVB_COPY_H2D], r->bytes[KVB_COPY_H2D]);
+        copies_cell(down, sizeof down, r->copies[KVB_COPY_D2H], r->bytes[KVB_COPY_D2H]);
+        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %s | %.2f | %.2f | %s | %s | %.0f | %s |\n", r->name,
+               r->prefill_s, r->decode_ms, r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0,
+               r->kv.device_bytes / MiB, 100 * r->kv.device_frac, formula, r->kv.host_bytes / MiB,
+               (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, up, down, r->attended, r->desc);
     }
     if (json) {
         cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "methods");
@@ -145,6 +163,10 @@ int cmd_bench_methods(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "kv_full_bytes", (double)rows[k].kv.full_bytes);
             cJSON_AddNumberToObject(o, "moved_bytes", (double)(rows[k].kv.moved_h2d + rows[k].kv.moved_d2h));
             cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
+            cJSON_AddNumberToObject(o, "h2d_copies_per_step", rows[k].copies[KVB_COPY_H2D]);
+            cJSON_AddNumberToObject(o, "h2d_bytes_per_step", rows[k].bytes[KVB_COPY_H2D]);
+            cJSON_AddNumberToObject(o, "d2h_copies_per_step", rows[k].copies[KVB_COPY_D2H]);
+            cJSON_AddNumberToObject(o, "d2h_bytes_per_step", rows[k].bytes[KVB_COPY_D2H]);
             if (rows[k].formula >= 0) cJSON_AddNumberToObject(o, "formula_frac", rows[k].formula);
             cJSON_AddStringToObject(o, "parameters", rows[k].desc);
             cJSON_AddItemToArray(arr, o);

@@ -247,6 +247,13 @@ static int dev_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, c
     return bytes ? be->copy(be, dst, src, bytes, KVB_COPY_D2D, err, err_len) : 0;
 }
 
+/* Copies the backend made since t0 (data ops: packed loads, offload writes, positions up, logits down) go to
+ * the profiler's current stage. */
+static void count_copies(kvb_ctx *c, const kvb_traffic *t0) {
+    for (int d = 0; d < KVB_COPY_DIRS; d++)
+        prof_add_copies(c->prof, d, c->be->traffic.n[d] - t0->n[d], c->be->traffic.bytes[d] - t0->bytes[d]);
+}
+
 static float *alloc_f32(kvb_ctx *c, int64_t n) {
     return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(float));
 }
@@ -433,9 +440,11 @@ int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len) {
     if (!c->in_prefill) return 0;
     c->in_prefill = 0;
     if (c->hooks && c->hooks->after_prefill) {
+        kvb_traffic t0 = c->be->traffic;
         prof_begin(c->prof, PROF_SELECT, -1);
         int rc = c->hooks->after_prefill(c->hooks->self, c, err, err_len);
         prof_end(c->prof, PROF_SELECT, -1, c->n_past, 0);
+        count_copies(c, &t0);
         if (rc) return -1;
     }
     return 0;
@@ -672,10 +681,13 @@ int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err
         if (ids[i] < 0 || ids[i] >= c->model->cfg.n_vocab)
             return ERR("token id %d out of range (vocabulary %d)", ids[i], c->model->cfg.n_vocab);
     prof_set_stage(c->prof, n > 1 ? PROF_PREFILL : PROF_DECODE);
-    for (int64_t done = 0; done < n;) {
+    kvb_traffic t0 = c->be->traffic;
+    int rc = 0;
+    for (int64_t done = 0; done < n && !rc;) {
         int64_t chunk = n - done < c->params.n_batch ? n - done : c->params.n_batch;
-        if (forward_chunk(c, ids + done, chunk, err, err_len)) return -1;
+        rc = forward_chunk(c, ids + done, chunk, err, err_len);
         done += chunk;
     }
-    return 0;
+    count_copies(c, &t0);
+    return rc;
 }

@@ -13,7 +13,7 @@
 #include "methods/method.h"
 
 #define N_GEN 16
-#define MAX_PROMPT 1100
+#define MAX_PROMPT 700 /* > the 512-token rounds of `round chunk=512`: two rounds */
 
 static kvb_model *model;
 static int32_t *prompts[5];
