@@ -17,9 +17,11 @@
 /* Where memory lives: next to the compute (GPU memory on CUDA) or on the host (pinned on CUDA). */
 typedef enum { KVB_TIER_DEVICE = 0, KVB_TIER_HOST = 1, KVB_TIER_COUNT } kvb_tier;
 
-/* Memory a GPU backend hands out for both the host and its kernels to address (device tier: GPU-resident,
- * host tier: pinned host memory). alloc returns zeroed memory or NULL; copy is a synchronous copy between
- * any two such blocks. The engine's memory trackers (engine/mem.h) allocate through it. */
+/* Memory a backend hands out: device tier = its own memory, which host code never reads or writes (GPU memory
+ * on CUDA, the heap or the guarded arena on the CPU); host tier = host memory the host may touch (pinned on
+ * CUDA). alloc returns zeroed memory or NULL; copy is a synchronous copy between any two such blocks (not
+ * counted in be->traffic: the engine uses it to move a block it reallocates). The engine's memory trackers
+ * (engine/mem.h) allocate through it. */
 typedef struct {
     void *(*alloc)(void *user, kvb_tier tier, size_t bytes);
     void (*free)(void *user, kvb_tier tier, void *p, size_t bytes);
@@ -191,8 +193,8 @@ struct kvb_backend {
      * 0, or -1 when an op has failed (the reason in `error`). */
     int (*sync)(kvb_backend *be);
     /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
-     * (NULL = host code; called with the backend as user); both set by GPU backends, whose kernels cannot
-     * read plain heap memory. */
+     * (NULL = host code; called with the backend as user); every backend sets both (the CPU backend: the C
+     * heap, or the guarded arena under KVB_GUARD). */
     const kvb_allocator *allocator;
     kvb_kv_writer kv_writer;
     kvb_traffic traffic; /* copies made by copy / kv_gather (see the data ops) */
@@ -200,7 +202,9 @@ struct kvb_backend {
     char error[256]; /* one line: why an op failed ("" = none; see above) */
 };
 
-/* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */
+/* The CPU backend with n_threads (<= 0: one per core). NULL on failure. With $KVB_GUARD set (and not "0") its
+ * device tier is a mapping host code cannot read or write outside its ops (any touch dies with SIGSEGV), so the
+ * tests prove that engine and method code leave device-tier bytes to the ops (kernels/cpu/guard.h). */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */

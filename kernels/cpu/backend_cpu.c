@@ -1,11 +1,14 @@
 /* backend_cpu.c — the CPU implementation of the backend op table (kernels/backend.h).
  * Thin wrappers: the kernels live in matmul.c and ops.c; this file owns the
- * thread pool and the scratch buffers they need, grown on demand and kept. */
+ * thread pool and the scratch buffers they need, grown on demand and kept. Both memory tiers are the C heap
+ * (under KVB_GUARD the device tier is guard.c's arena), and KV rows are stored by an op (kv_writer) like on
+ * a GPU, so the engine never writes device-tier bytes itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/guard.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -85,6 +88,43 @@ static void cpu_be_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, i
     cpu_topk(x, n, k, idx_out);
 }
 
+/* kv_writer (backend.h): row t of head h from k[t][h], rounded to f16 like the host store did */
+static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
+                         const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
+                         const int32_t *round, char *err, size_t err_len) {
+    for (int h = 0; h < n_head_kv; h++)
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *ks = k + (t * n_head_kv + h) * head_dim, *vs = v + (t * n_head_kv + h) * head_dim;
+            if (dtype == KVB_F16) {
+                kvb_f16 *kd = (kvb_f16 *)dst[h].k + t * head_dim, *vd = (kvb_f16 *)dst[h].v + t * head_dim;
+                for (int i = 0; i < head_dim; i++) {
+                    kd[i] = kvb_f32_to_f16(ks[i]);
+                    vd[i] = kvb_f32_to_f16(vs[i]);
+                }
+            } else {
+                memcpy((float *)dst[h].k + t * head_dim, ks, (size_t)head_dim * sizeof(float));
+                memcpy((float *)dst[h].v + t * head_dim, vs, (size_t)head_dim * sizeof(float));
+            }
+            dst[h].pos[t] = pos[t];
+            dst[h].round[t] = round ? round[t] : 0;
+        }
+    return 0;
+}
+
+/* ---- allocator: both tiers on the C heap ---- */
+
+static void *heap_alloc(void *user, kvb_tier tier, size_t bytes) {
+    void *p = NULL;
+    if (!bytes || posix_memalign(&p, 64, bytes)) return NULL;
+    return memset(p, 0, bytes);
+}
+
+static void heap_free(void *user, kvb_tier tier, void *p, size_t bytes) { free(p); }
+
+static void heap_copy(void *user, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+
+static const kvb_allocator heap_allocator = {heap_alloc, heap_free, heap_copy, NULL};
+
 static void cpu_be_free(kvb_backend *be) {
     cpu_impl *im = be->impl;
     if (im) {
@@ -126,5 +166,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->topk = cpu_be_topk;
     be->free = cpu_be_free;
     be->impl = im;
-    return be;
+    be->allocator = &heap_allocator;
+    be->kv_writer = cpu_kv_writer;
+    return kvb_guard_wanted() ? kvb_guard_wrap(be, err, err_len) : be;
 }
