@@ -9,6 +9,7 @@ typedef struct {
     int32_t *pos, *round;
     int64_t n, cap;
     kvb_tier tier;
+    kvb_mem_cat cat; /* KVB_MEM_KV; the append staging rows are workspace */
 } kv_head;
 
 struct kvc_store {
@@ -16,15 +17,19 @@ struct kvc_store {
     kvb_dtype dtype;
     size_t row_bytes;
     int64_t initial_capacity;
+    kvb_backend *be;
     kvb_mem *mem;
-    kv_head *heads; /* [n_layer][n_head_kv] */
-    kvb_kv_writer writer; /* a backend's device-side writer; NULL = rows converted and stored by the host */
-    void *writer_user;
+    kv_head *heads;   /* [n_layer][n_head_kv] */
+    kv_head *staging; /* [n_head_kv] device rows where appends to host-tier heads are written first */
+    int32_t *idx;     /* device copy of a host index list (retain) */
+    int64_t idx_cap;
 };
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
 static kv_head *head_at(const kvc_store *kv, int layer, int h) { return &kv->heads[(size_t)layer * kv->n_head_kv + h]; }
+
+static kvb_kv_head ops_head(const kv_head *hd) { return (kvb_kv_head){hd->k, hd->v, hd->pos, hd->round}; }
 
 static int check_head(const kvc_store *kv, int layer, int h, char *err, size_t err_len) {
     if (layer < 0 || layer >= kv->n_layer || h < 0 || h >= kv->n_head_kv)
@@ -35,54 +40,82 @@ static int check_head(const kvc_store *kv, int layer, int h, char *err, size_t e
 static void release(kvc_store *kv, kv_head *hd) {
     if (!hd->cap) return;
     size_t rb = kv->row_bytes, c = (size_t)hd->cap;
-    kvb_mem_free(kv->mem, hd->tier, KVB_MEM_KV, hd->k, c * rb);
-    kvb_mem_free(kv->mem, hd->tier, KVB_MEM_KV, hd->v, c * rb);
-    kvb_mem_free(kv->mem, hd->tier, KVB_MEM_KV, hd->pos, c * sizeof(int32_t));
-    kvb_mem_free(kv->mem, hd->tier, KVB_MEM_KV, hd->round, c * sizeof(int32_t));
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->k, c * rb);
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->v, c * rb);
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->pos, c * sizeof(int32_t));
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->round, c * sizeof(int32_t));
     hd->k = hd->v = NULL;
     hd->pos = hd->round = NULL;
     hd->cap = 0;
 }
 
-/* Reallocate a head to exactly cap slots in tier (cap >= n). */
-static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier) {
+/* Copy the first n slots between two heads' arrays: a backend copy in the direction the tiers give (host to
+ * host is plain memory). Tier-crossing copies are counted by the backend. */
+static int copy_slots(kvc_store *kv, const kv_head *dst, kvb_tier to, const kv_head *src, kvb_tier from, int64_t n,
+                      char *err, size_t err_len) {
+    const size_t rb = kv->row_bytes, ib = sizeof(int32_t);
+    void *d[4] = {dst->k, dst->v, dst->pos, dst->round};
+    const void *s[4] = {src->k, src->v, src->pos, src->round};
+    const size_t bytes[4] = {(size_t)n * rb, (size_t)n * rb, (size_t)n * ib, (size_t)n * ib};
+    for (int i = 0; i < 4 && n > 0; i++) {
+        if (from == KVB_TIER_HOST && to == KVB_TIER_HOST) {
+            memcpy(d[i], s[i], bytes[i]);
+            continue;
+        }
+        kvb_copy_dir dir = from == KVB_TIER_HOST ? KVB_COPY_H2D : to == KVB_TIER_HOST ? KVB_COPY_D2H : KVB_COPY_D2D;
+        if (kv->be->copy(kv->be, d[i], s[i], bytes[i], dir, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+/* Reallocate a head to exactly cap slots in tier (cap >= n), keeping its slots. */
+static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier, char *err, size_t err_len) {
     if (cap == 0) {
         release(kv, hd);
         hd->tier = tier;
         return 0;
     }
-    size_t rb = kv->row_bytes, c = (size_t)cap, n = (size_t)hd->n;
-    uint8_t *k = kvb_mem_alloc(kv->mem, tier, KVB_MEM_KV, c * rb);
-    uint8_t *v = kvb_mem_alloc(kv->mem, tier, KVB_MEM_KV, c * rb);
-    int32_t *pos = kvb_mem_alloc(kv->mem, tier, KVB_MEM_KV, c * sizeof(int32_t));
-    int32_t *round = kvb_mem_alloc(kv->mem, tier, KVB_MEM_KV, c * sizeof(int32_t));
-    if (!k || !v || !pos || !round) {
-        kvb_mem_free(kv->mem, tier, KVB_MEM_KV, k, c * rb);
-        kvb_mem_free(kv->mem, tier, KVB_MEM_KV, v, c * rb);
-        kvb_mem_free(kv->mem, tier, KVB_MEM_KV, pos, c * sizeof(int32_t));
-        kvb_mem_free(kv->mem, tier, KVB_MEM_KV, round, c * sizeof(int32_t));
+    size_t rb = kv->row_bytes, c = (size_t)cap;
+    kv_head nh = {0};
+    nh.cat = hd->cat;
+    nh.k = kvb_mem_alloc(kv->mem, tier, nh.cat, c * rb);
+    nh.v = kvb_mem_alloc(kv->mem, tier, nh.cat, c * rb);
+    nh.pos = kvb_mem_alloc(kv->mem, tier, nh.cat, c * sizeof(int32_t));
+    nh.round = kvb_mem_alloc(kv->mem, tier, nh.cat, c * sizeof(int32_t));
+    nh.n = hd->n;
+    nh.cap = cap;
+    nh.tier = tier;
+    if (!nh.k || !nh.v || !nh.pos || !nh.round) {
+        nh.cap = cap;
+        release(kv, &nh); /* (kvb_mem_free skips the NULL ones) */
+        return ERR("kv store: out of memory for %lld slots", (long long)cap);
+    }
+    if (copy_slots(kv, &nh, tier, hd, hd->tier, hd->n, err, err_len)) {
+        release(kv, &nh);
         return -1;
     }
-    if (n) {
-        kvb_mem_copy(kv->mem, k, hd->k, n * rb);
-        kvb_mem_copy(kv->mem, v, hd->v, n * rb);
-        kvb_mem_copy(kv->mem, pos, hd->pos, n * sizeof(int32_t));
-        kvb_mem_copy(kv->mem, round, hd->round, n * sizeof(int32_t));
-    }
     release(kv, hd);
-    hd->k = k;
-    hd->v = v;
-    hd->pos = pos;
-    hd->round = round;
-    hd->cap = cap;
-    hd->tier = tier;
+    *hd = nh;
     return 0;
 }
 
+/* Room for `more` slots after the head's n (grow by a quarter: a compacted head stays close to its budget while
+ * decode appends). */
+static int reserve(kvc_store *kv, kv_head *hd, int64_t more, char *err, size_t err_len) {
+    if (hd->n + more <= hd->cap) return 0;
+    int64_t cap = hd->cap ? hd->cap + hd->cap / 4 + 16 : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
+    if (cap < hd->n + more) cap = hd->n + more;
+    return resize(kv, hd, cap, hd->tier, err, err_len);
+}
+
 kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t initial_capacity,
-                      kvb_mem *mem, char *err, size_t err_len) {
-    if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || initial_capacity < 0 || !mem)
-        { snprintf(err, err_len, "kv store: bad shape (%d layers, %d heads, head_dim %d)", n_layer, n_head_kv, head_dim); return NULL; }
+                      kvb_backend *be, kvb_mem *mem, char *err, size_t err_len) {
+    if (n_layer <= 0 || n_head_kv <= 0 || n_head_kv > KVB_MAX_KV_HEADS || head_dim <= 0 || initial_capacity < 0 || !mem ||
+        !be || !be->kv_writer) {
+        snprintf(err, err_len, "kv store: bad shape (%d layers, %d heads, head_dim %d) or no backend", n_layer, n_head_kv,
+                 head_dim);
+        return NULL;
+    }
     kvc_store *kv = calloc(1, sizeof *kv);
     if (!kv) { snprintf(err, err_len, "kv store: out of memory"); return NULL; }
     kv->n_layer = n_layer;
@@ -91,19 +124,27 @@ kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype,
     kv->dtype = dtype;
     kv->row_bytes = (size_t)head_dim * (dtype == KVB_F16 ? 2 : 4);
     kv->initial_capacity = initial_capacity;
+    kv->be = be;
     kv->mem = mem;
     kv->heads = calloc((size_t)n_layer * (size_t)n_head_kv, sizeof *kv->heads);
-    if (!kv->heads) {
-        free(kv);
-        { snprintf(err, err_len, "kv store: out of memory"); return NULL; }
+    kv->staging = calloc((size_t)n_head_kv, sizeof *kv->staging);
+    if (!kv->heads || !kv->staging) {
+        kvc_free(kv);
+        snprintf(err, err_len, "kv store: out of memory");
+        return NULL;
     }
+    for (int i = 0; i < n_layer * n_head_kv; i++) kv->heads[i].cat = KVB_MEM_KV;
+    for (int h = 0; h < n_head_kv; h++) kv->staging[h].cat = KVB_MEM_WORKSPACE;
     return kv;
 }
 
 void kvc_free(kvc_store *kv) {
     if (!kv) return;
-    kvc_clear(kv);
+    if (kv->heads) kvc_clear(kv);
+    for (int h = 0; kv->staging && h < kv->n_head_kv; h++) release(kv, &kv->staging[h]);
+    kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, kv->idx, (size_t)kv->idx_cap * sizeof(int32_t));
     free(kv->heads);
+    free(kv->staging);
     free(kv);
 }
 
@@ -115,8 +156,8 @@ void kvc_clear(kvc_store *kv) {
 }
 
 kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
-    char err[128];
-    kvc_store *kv = kvc_create(src->n_layer, src->n_head_kv, src->head_dim, src->dtype, src->initial_capacity,
+    char err[160];
+    kvc_store *kv = kvc_create(src->n_layer, src->n_head_kv, src->head_dim, src->dtype, src->initial_capacity, src->be,
                                mem ? mem : src->mem, err, sizeof err);
     if (!kv) return NULL;
     for (int i = 0; i < src->n_layer * src->n_head_kv; i++) {
@@ -124,74 +165,66 @@ kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
         kv_head *d = &kv->heads[i];
         d->tier = s->tier;
         if (s->n == 0) continue;
-        if (resize(kv, d, s->n, s->tier)) {
+        if (resize(kv, d, s->n, s->tier, err, sizeof err) || copy_slots(kv, d, d->tier, s, s->tier, s->n, err, sizeof err)) {
             kvc_free(kv);
             return NULL;
         }
-        kvb_mem_copy(kv->mem, d->k, s->k, (size_t)s->n * kv->row_bytes);
-        kvb_mem_copy(kv->mem, d->v, s->v, (size_t)s->n * kv->row_bytes);
-        kvb_mem_copy(kv->mem, d->pos, s->pos, (size_t)s->n * sizeof(int32_t));
-        kvb_mem_copy(kv->mem, d->round, s->round, (size_t)s->n * sizeof(int32_t));
         d->n = s->n;
     }
-    kv->writer = src->writer;
-    kv->writer_user = src->writer_user;
     return kv;
-}
-
-static void store_row(const kvc_store *kv, uint8_t *dst, const float *src) {
-    if (kv->dtype == KVB_F32) {
-        memcpy(dst, src, kv->row_bytes);
-    } else {
-        kvb_f16 *d = (kvb_f16 *)dst;
-        for (int i = 0; i < kv->head_dim; i++) d[i] = kvb_f32_to_f16(src[i]);
-    }
 }
 
 int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const float *v, const int32_t *pos,
                const int32_t *round, char *err, size_t err_len) {
     if (check_head(kv, layer, 0, err, err_len)) return -1;
     if (n_tok <= 0) return n_tok == 0 ? 0 : ERR("kv store: negative token count");
-    const int64_t stride = (int64_t)kv->n_head_kv * kv->head_dim;
+    kvb_kv_rows dst[KVB_MAX_KV_HEADS];
+    int to_host = 0;
     for (int h = 0; h < kv->n_head_kv; h++) {
         kv_head *hd = head_at(kv, layer, h);
-        if (hd->n + n_tok > hd->cap) {
-            /* grow by a quarter: a compacted head (retain) stays close to its budget while decode appends */
-            int64_t cap = hd->cap ? hd->cap + hd->cap / 4 + 16 : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
-            if (cap < hd->n + n_tok) cap = hd->n + n_tok;
-            if (resize(kv, hd, cap, hd->tier))
-                return ERR("kv store: out of memory growing layer %d head %d to %lld tokens", layer, h, (long long)cap);
+        if (reserve(kv, hd, n_tok, err, err_len)) return -1;
+        kv_head *w = hd;
+        if (hd->tier == KVB_TIER_HOST) { /* the writer stores on the device: stage, then copy down */
+            kv_head *st = &kv->staging[h];
+            st->n = 0;
+            if (reserve(kv, st, n_tok, err, err_len)) return -1;
+            w = st;
+            to_host = 1;
         }
-        for (int64_t t = 0; t < n_tok && !kv->writer; t++) { /* (a writer stores every head at once, below) */
-            int64_t s = hd->n + t;
-            store_row(kv, hd->k + (size_t)s * kv->row_bytes, k + t * stride + (int64_t)h * kv->head_dim);
-            store_row(kv, hd->v + (size_t)s * kv->row_bytes, v + t * stride + (int64_t)h * kv->head_dim);
-            hd->pos[s] = pos[t];
-            hd->round[s] = round ? round[t] : 0;
+        size_t s = (size_t)w->n;
+        dst[h] = (kvb_kv_rows){w->k + s * kv->row_bytes, w->v + s * kv->row_bytes, w->pos + s, w->round + s};
+    }
+    if (kv->be->kv_writer(kv->be, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round, err, err_len))
+        return -1;
+    for (int h = 0; h < kv->n_head_kv; h++) {
+        kv_head *hd = head_at(kv, layer, h);
+        if (hd->tier == KVB_TIER_HOST) {
+            size_t s = (size_t)hd->n;
+            kv_head at = {hd->k + s * kv->row_bytes, hd->v + s * kv->row_bytes, hd->pos + s, hd->round + s, 0, 0, 0, 0};
+            if (copy_slots(kv, &at, KVB_TIER_HOST, &kv->staging[h], KVB_TIER_DEVICE, n_tok, err, err_len)) return -1;
         }
         hd->n += n_tok;
     }
-    if (kv->writer) {
-        kvb_kv_rows dst[KVB_MAX_KV_HEADS];
-        if (kv->n_head_kv > KVB_MAX_KV_HEADS) return ERR("kv store: %d KV heads exceed the writer's %d", kv->n_head_kv, KVB_MAX_KV_HEADS);
-        for (int h = 0; h < kv->n_head_kv; h++) {
-            kv_head *hd = head_at(kv, layer, h);
-            int64_t s = hd->n - n_tok;
-            dst[h].k = hd->k + (size_t)s * kv->row_bytes;
-            dst[h].v = hd->v + (size_t)s * kv->row_bytes;
-            dst[h].pos = hd->pos + s;
-            dst[h].round = hd->round + s;
-        }
-        if (kv->writer(kv->writer_user, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round, err,
-                       err_len))
-            return -1;
-    }
+    if (to_host)
+        kvb_mem_move(kv->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_tok * kv->n_head_kv * kvc_slot_bytes(kv));
     return 0;
 }
 
-void kvc_set_writer(kvc_store *kv, kvb_kv_writer w, void *user) {
-    kv->writer = w;
-    kv->writer_user = user;
+/* Compact a device-tier head to the slots of a device index list: gather them into storage of exactly n slots. */
+static int retain_gather(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t n, char *err, size_t err_len) {
+    kv_head old = *hd;
+    *hd = (kv_head){0};
+    hd->tier = old.tier;
+    hd->cat = old.cat;
+    if (resize(kv, hd, n, old.tier, err, err_len)) {
+        *hd = old;
+        return -1;
+    }
+    kvb_kv_head d = ops_head(hd), s = ops_head(&old);
+    int rc = n > 0 ? kv->be->kv_gather(kv->be, &d, 0, &s, idx, n, kv->row_bytes, KVB_COPY_D2D, err, err_len) : 0;
+    hd->n = n;
+    release(kv, &old);
+    return rc;
 }
 
 int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len) {
@@ -205,17 +238,46 @@ int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, c
         if (i > 0 && idx[i] <= idx[i - 1])
             return ERR("kv store: retain indices must be strictly ascending (layer %d head %d)", layer, h);
     }
-    size_t rb = kv->row_bytes;
-    for (int64_t i = 0; i < n; i++) { /* idx ascending, so i <= idx[i]: forward compaction is safe */
-        int64_t s = idx[i];
-        if (s == i) continue;
-        memmove(hd->k + (size_t)i * rb, hd->k + (size_t)s * rb, rb);
-        memmove(hd->v + (size_t)i * rb, hd->v + (size_t)s * rb, rb);
-        hd->pos[i] = hd->pos[s];
-        hd->round[i] = hd->round[s];
+    if (hd->tier == KVB_TIER_HOST) { /* host memory: compact in place (idx ascending, so i <= idx[i]) */
+        size_t rb = kv->row_bytes;
+        for (int64_t i = 0; i < n; i++) {
+            memmove(hd->k + (size_t)i * rb, hd->k + (size_t)idx[i] * rb, rb);
+            memmove(hd->v + (size_t)i * rb, hd->v + (size_t)idx[i] * rb, rb);
+            hd->pos[i] = hd->pos[idx[i]];
+            hd->round[i] = hd->round[idx[i]];
+        }
+        hd->n = n;
+        return resize(kv, hd, n, hd->tier, err, err_len);
     }
-    hd->n = n;
-    if (resize(kv, hd, n, hd->tier)) return ERR("kv store: out of memory compacting layer %d head %d", layer, h);
+    if (n > kv->idx_cap) {
+        int32_t *p = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(int32_t));
+        if (!p) return ERR("kv store: out of memory for an index list of %lld", (long long)n);
+        kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, kv->idx, (size_t)kv->idx_cap * sizeof(int32_t));
+        kv->idx = p;
+        kv->idx_cap = n;
+    }
+    if (n > 0 && kv->be->copy(kv->be, kv->idx, idx, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len)) return -1;
+    return retain_gather(kv, hd, kv->idx, n, err, err_len);
+}
+
+int kvc_retain_dev(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len) {
+    if (check_head(kv, layer, h, err, err_len)) return -1;
+    kv_head *hd = head_at(kv, layer, h);
+    if (n < 0 || n > hd->n) return ERR("kv store: retain of %lld slots from %lld", (long long)n, (long long)hd->n);
+    if (hd->tier != KVB_TIER_DEVICE) return ERR("kv store: a device index list for a host-tier head (layer %d)", layer);
+    return retain_gather(kv, hd, idx, n, err, err_len);
+}
+
+int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t hi, int64_t count, void *spill_v,
+              char *err, size_t err_len) {
+    if (check_head(kv, layer, h, err, err_len)) return -1;
+    kv_head *hd = head_at(kv, layer, h);
+    if (count <= 0) return 0;
+    if (count > hd->n) return ERR("kv store: evict %lld of %lld slots", (long long)count, (long long)hd->n);
+    if (hd->tier != KVB_TIER_DEVICE) return ERR("kv store: eviction from a host-tier head (layer %d)", layer);
+    kvb_kv_head x = ops_head(hd);
+    if (kv->be->kv_evict(kv->be, &x, hd->n, kv->row_bytes, score, lo, hi, count, spill_v, err, err_len)) return -1;
+    hd->n -= count;
     return 0;
 }
 
@@ -227,20 +289,35 @@ int kvc_truncate(kvc_store *kv, int layer, int h, int64_t n, char *err, size_t e
     return 0;
 }
 
+static int check_list(const kv_head *s, const int32_t *idx, int64_t n, char *err, size_t err_len) {
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= s->n) return ERR("kv store: index %d out of range [0, %lld)", idx[i], (long long)s->n);
+    return 0;
+}
+
 int kvc_gather(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, void *k_out, void *v_out,
                int32_t *pos_out, char *err, size_t err_len) {
     if (check_head(kv, layer, h, err, err_len)) return -1;
     kv_head *hd = head_at(kv, layer, h);
+    if (check_list(hd, idx, n, err, err_len)) return -1;
+    int32_t *pos = malloc((size_t)(n > 0 ? n : 1) * sizeof *pos), *round = malloc((size_t)(n > 0 ? n : 1) * sizeof *round);
+    int rc = pos && round ? 0 : ERR("kv store: out of memory");
     size_t rb = kv->row_bytes;
-    for (int64_t i = 0; i < n; i++) {
-        if (idx[i] < 0 || idx[i] >= hd->n)
-            return ERR("kv store: gather index %d out of range [0, %lld)", idx[i], (long long)hd->n);
-        memcpy((uint8_t *)k_out + (size_t)i * rb, hd->k + (size_t)idx[i] * rb, rb);
-        memcpy((uint8_t *)v_out + (size_t)i * rb, hd->v + (size_t)idx[i] * rb, rb);
-        if (pos_out) pos_out[i] = hd->pos[idx[i]];
+    if (!rc && hd->tier == KVB_TIER_HOST) {
+        for (int64_t i = 0; i < n; i++) {
+            memcpy((uint8_t *)k_out + (size_t)i * rb, hd->k + (size_t)idx[i] * rb, rb);
+            memcpy((uint8_t *)v_out + (size_t)i * rb, hd->v + (size_t)idx[i] * rb, rb);
+            pos[i] = hd->pos[idx[i]];
+        }
+    } else if (!rc && n > 0) {
+        kvb_kv_head d = {k_out, v_out, pos, round}, s = ops_head(hd);
+        rc = kv->be->kv_gather(kv->be, &d, 0, &s, idx, n, rb, KVB_COPY_D2H, err, err_len);
+        if (!rc && kv->be->sync && kv->be->sync(kv->be)) rc = ERR("%s", kv->be->error);
     }
-    if (hd->tier == KVB_TIER_HOST && n > 0) kvb_mem_move(kv->mem, KVB_TIER_HOST, KVB_TIER_DEVICE, (int64_t)(2 * rb) * n);
-    return 0;
+    if (!rc && pos_out) memcpy(pos_out, pos, (size_t)n * sizeof *pos);
+    free(pos);
+    free(round);
+    return rc;
 }
 
 int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size_t err_len) {
@@ -250,7 +327,7 @@ int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size
     if (hd->tier == tier) return 0;
     kvb_tier from = hd->tier;
     int64_t moved = hd->n * kvc_slot_bytes(kv);
-    if (resize(kv, hd, hd->n, tier)) return ERR("kv store: out of memory moving layer %d head %d", layer, h);
+    if (resize(kv, hd, hd->n, tier, err, err_len)) return -1;
     if (moved) kvb_mem_move(kv->mem, from, tier, moved);
     return 0;
 }
@@ -289,48 +366,21 @@ int64_t kvc_full_bytes_for(const kvc_store *kv, int64_t n_tokens) {
     return 2 * (int64_t)kv->n_layer * kv->n_head_kv * (int64_t)kv->row_bytes * n_tokens;
 }
 
-int kvc_remove(kvc_store *kv, int layer, int h, int64_t slot, char *err, size_t err_len) {
-    if (check_head(kv, layer, h, err, err_len)) return -1;
-    kv_head *hd = head_at(kv, layer, h);
-    if (slot < 0 || slot >= hd->n)
-        return ERR("kv store: remove of slot %lld of %lld (layer %d head %d)", (long long)slot, (long long)hd->n, layer, h);
-    int64_t last = hd->n - 1;
-    if (slot != last) {
-        size_t rb = kv->row_bytes;
-        memcpy(hd->k + (size_t)slot * rb, hd->k + (size_t)last * rb, rb);
-        memcpy(hd->v + (size_t)slot * rb, hd->v + (size_t)last * rb, rb);
-        hd->pos[slot] = hd->pos[last];
-        hd->round[slot] = hd->round[last];
-    }
-    hd->n = last;
-    return 0;
-}
-
 int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
                     int64_t n, int count_move, char *err, size_t err_len) {
     if (check_head(dst, dl, dh, err, err_len) || check_head(src, sl, sh, err, err_len)) return -1;
     if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
     kv_head *d = head_at(dst, dl, dh);
     const kv_head *s = head_at(src, sl, sh);
-    for (int64_t i = 0; i < n; i++)
-        if (idx[i] < 0 || idx[i] >= s->n)
-            return ERR("kv store: copy index %d out of range [0, %lld)", idx[i], (long long)s->n);
-    if (d->n + n > d->cap) {
-        int64_t cap = d->cap ? d->cap + d->cap / 4 + 16 : (dst->initial_capacity > 0 ? dst->initial_capacity : 16);
-        if (cap < d->n + n) cap = d->n + n;
-        if (resize(dst, d, cap, d->tier))
-            return ERR("kv store: out of memory growing layer %d head %d to %lld tokens", dl, dh, (long long)cap);
-    }
-    size_t rb = dst->row_bytes;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t t = d->n + i, f = idx[i];
-        memcpy(d->k + (size_t)t * rb, s->k + (size_t)f * rb, rb);
-        memcpy(d->v + (size_t)t * rb, s->v + (size_t)f * rb, rb);
-        d->pos[t] = s->pos[f];
-        d->round[t] = s->round[f];
-    }
+    if (check_list(s, idx, n, err, err_len) || reserve(dst, d, n, err, err_len)) return -1;
+    if (n == 0) return 0;
+    if (s->tier == d->tier) /* same tier: only the tier-crossing packed loads and offload writes are expected */
+        return ERR("kv store: append_from within the %s tier (layer %d)", kvb_tier_name(d->tier), dl);
+    kvb_kv_head x = ops_head(d), y = ops_head(s);
+    kvb_copy_dir dir = s->tier == KVB_TIER_HOST ? KVB_COPY_H2D : KVB_COPY_D2H;
+    if (dst->be->kv_gather(dst->be, &x, d->n, &y, idx, n, dst->row_bytes, dir, err, err_len)) return -1;
     d->n += n;
-    if (count_move && s->tier != d->tier && n > 0) kvb_mem_move(dst->mem, s->tier, d->tier, n * kvc_slot_bytes(dst));
+    if (count_move) kvb_mem_move(dst->mem, s->tier, d->tier, n * kvc_slot_bytes(dst));
     return 0;
 }
 

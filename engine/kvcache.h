@@ -1,9 +1,11 @@
 /* kvcache.h — the KV store: per layer, per KV head, slots of K and V rows with each
  * token's absolute position and dialogue round id, in the device or host tier.
  *
- * Methods evict (retain), select (gather) and offload (set_tier) through these calls;
+ * Methods evict (retain, evict), select (append_from) and offload (set_tier) through these calls;
  * storage is real: retain shrinks the allocation, so a method's saving shows up in the
- * byte accounting (engine/mem.h) rather than being a mask. */
+ * byte accounting (engine/mem.h) rather than being a mask. Every byte is moved by the store's backend
+ * (kernels/backend.h data ops): device-tier rows are never touched by host code, and each move between
+ * tiers is a counted copy (be->traffic). Host-tier rows are host memory that host code may read. */
 #ifndef KVB_KVCACHE_H
 #define KVB_KVCACHE_H
 
@@ -16,7 +18,8 @@
 
 typedef struct kvc_store kvc_store;
 
-/* Read-only view of one (layer, KV head): rows are head_dim elements of dtype. */
+/* View of one (layer, KV head): rows are head_dim elements of dtype. Pointers are the tier's memory: device-tier
+ * ones are for backend ops only (host code must not dereference them). */
 typedef struct {
     const void *k, *v;
     const int32_t *pos, *round;
@@ -27,23 +30,30 @@ typedef struct {
 
 /* A store for n_layer x n_head_kv heads of head_dim, starting with room for initial_capacity tokens per head. */
 kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t initial_capacity,
-                      kvb_mem *mem, char *err, size_t err_len);
+                      kvb_backend *be, kvb_mem *mem, char *err, size_t err_len);
 void kvc_free(kvc_store *kv);
-/* Deep copy (same accounting tracker unless mem is given). NULL on failure. */
+/* Deep copy (same backend; same accounting tracker unless mem is given). NULL on failure. */
 kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem);
-/* Route kvc_append's row writes through a backend's KV row writer (kernels/backend.h; NULL = host code).
- * Forks inherit it. */
-void kvc_set_writer(kvc_store *kv, kvb_kv_writer w, void *user);
-/* Append n_tok tokens to every head of a layer; k, v: [n_tok][n_head_kv][head_dim] f32; round may be NULL (= 0). */
+/* Append n_tok tokens to every head of a layer; k, v: [n_tok][n_head_kv][head_dim] f32, pos, round: [n_tok]
+ * (round may be NULL = 0), all device memory (the backend's kv_writer stores them; rows for host-tier heads are
+ * written on the device and copied down, counted as a device->host move). */
 int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const float *v, const int32_t *pos,
                const int32_t *round, char *err, size_t err_len);
-/* Keep exactly slots idx[0..n) (strictly ascending, in range) of one head, compacting and shrinking storage. */
+/* Keep exactly slots idx[0..n) (host list: strictly ascending, in range) of one head, compacting and shrinking
+ * storage. */
 int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len);
-/* Remove one slot of one head in O(1): the last slot moves into its place (slot order is not kept;
- * every slot carries its absolute position, which is all attention needs). Storage is kept for reuse. */
-int kvc_remove(kvc_store *kv, int layer, int h, int64_t slot, char *err, size_t err_len);
-/* Append slots idx[0..n) of src head (sl, sh) to dst head (dl, dh) (same row size). count_move = count the
- * bytes as a move between the two heads' tiers when they differ (a packed load or an offload write). */
+/* The same with a device-tier list (made by backend ops, e.g. topk_idx): the caller guarantees it is ascending
+ * and in range. */
+int kvc_retain_dev(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len);
+/* Evict `count` slots of one head with the backend's kv_evict (lowest score, or lowest position when score is
+ * NULL, among slots with lo <= pos < hi; swap-remove, so slot order is not kept: every slot carries its
+ * absolute position, which is all attention needs). score: device, aligned with the slots (moved with them);
+ * spill_v (device, optional): receives the victims' V rows in eviction order. Storage is kept for reuse. */
+int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t hi, int64_t count, void *spill_v,
+              char *err, size_t err_len);
+/* Append slots idx[0..n) (host list) of src head (sl, sh) to dst head (dl, dh) (same row size): one backend
+ * gather (host->device from a host-tier head, device->host into one). count_move = count the bytes as a move
+ * between the two heads' tiers in the byte accounting when they differ (a packed load or an offload write). */
 int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
                     int64_t n, int count_move, char *err, size_t err_len);
 /* Occupied bytes of one layer in a tier (KVB_TIER_COUNT = both). */
@@ -52,8 +62,8 @@ int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier);
 int kvc_truncate(kvc_store *kv, int layer, int h, int64_t n, char *err, size_t err_len);
 /* Empty every head (storage released). */
 void kvc_clear(kvc_store *kv);
-/* Copy slots idx[0..n) of one head into caller buffers (k_out/v_out: n rows of dtype; pos_out may be NULL).
- * From the host tier this counts as a host->device move (a packed load). */
+/* Copy slots idx[0..n) (host list) of one head into caller host buffers (k_out/v_out: n rows of dtype; pos_out
+ * may be NULL): a counted device->host read for a device-tier head (tests and diagnostics). */
 int kvc_gather(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, void *k_out, void *v_out,
                int32_t *pos_out, char *err, size_t err_len);
 /* Move one head's / a whole layer's storage to a tier (bytes and moves counted). */

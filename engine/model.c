@@ -242,6 +242,11 @@ static int be_sync(kvb_backend *be, char *err, size_t err_len) {
 }
 static void be_sync_quiet(void *be) { be_sync(be, NULL, 0); } /* for the profiler's timestamps */
 
+/* A device-to-device copy (overlap allowed). */
+static int dev_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, char *err, size_t err_len) {
+    return bytes ? be->copy(be, dst, src, bytes, KVB_COPY_D2D, err, err_len) : 0;
+}
+
 static float *alloc_f32(kvb_ctx *c, int64_t n) {
     return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(float));
 }
@@ -268,9 +273,9 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
      * tokens when it left the size to the model */
     int64_t cap0 = 256;
     if (c->be->allocator) cap0 = p && p->n_ctx > 0 ? c->params.n_ctx : (c->params.n_ctx < 4096 ? c->params.n_ctx : 4096);
-    c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, &c->mem, err, err_len);
+    c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, c->be, &c->mem, err,
+                       err_len);
     if (!c->kv) goto fail;
-    if (c->be->kv_writer) kvc_set_writer(c->kv, c->be->kv_writer, c->be);
     c->prof = prof_create(cfg->n_layer, c->params.profile || c->params.trace, c->params.trace);
     if (c->be->sync) prof_set_sync(c->prof, be_sync_quiet, c->be);
     int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
@@ -282,9 +287,12 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     c->v = alloc_f32(c, B * kv_dim);
     c->ffn_g = alloc_f32(c, B * cfg->n_ff);
     c->ffn_u = alloc_f32(c, B * cfg->n_ff);
-    c->logits = alloc_f32(c, cfg->n_vocab);
-    c->pos = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
-    c->rounds = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
+    c->logits_d = alloc_f32(c, cfg->n_vocab);
+    c->pos_d = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
+    c->rounds_d = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)B * sizeof(int32_t));
+    c->logits = calloc((size_t)cfg->n_vocab, sizeof *c->logits);
+    c->pos = calloc((size_t)B, sizeof *c->pos);
+    c->rounds = calloc((size_t)B, sizeof *c->rounds);
     c->hk = calloc((size_t)cfg->n_head_kv, sizeof *c->hk);
     c->hv = calloc((size_t)cfg->n_head_kv, sizeof *c->hv);
     c->hpos = calloc((size_t)cfg->n_head_kv, sizeof *c->hpos);
@@ -299,6 +307,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
         goto fail;
     }
     if (!c->x || !c->xn || !c->q || !c->att || !c->k || !c->v || !c->ffn_g || !c->ffn_u || !c->logits || !c->pos || !c->rounds ||
+        !c->logits_d || !c->pos_d || !c->rounds_d ||
         !c->hk || !c->hv || !c->hpos || !c->hn) {
         snprintf(err, err_len, "out of memory allocating activations");
         goto fail;
@@ -322,9 +331,12 @@ void kvb_ctx_free(kvb_ctx *c) {
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->v, (size_t)(B * kv_dim) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_g, (size_t)(B * cfg->n_ff) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_u, (size_t)(B * cfg->n_ff) * f);
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->logits, (size_t)cfg->n_vocab * f);
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->pos, (size_t)B * sizeof(int32_t));
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->rounds, (size_t)B * sizeof(int32_t));
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->logits_d, (size_t)cfg->n_vocab * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->pos_d, (size_t)B * sizeof(int32_t));
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->rounds_d, (size_t)B * sizeof(int32_t));
+    free(c->logits);
+    free(c->pos);
+    free(c->rounds);
     free(c->hk);
     free(c->hv);
     free(c->hpos);
@@ -338,7 +350,7 @@ void kvb_ctx_free(kvb_ctx *c) {
         int W = c->obs_cap;
         kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q,
                      (size_t)cfg->n_layer * W * cfg->n_embd * sizeof(float));
-        free(c->obs_pos);
+        kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_pos, (size_t)W * sizeof(int32_t));
     }
     kvc_free(c->kv);
     prof_free(c->prof);
@@ -380,9 +392,17 @@ kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_le
         const int64_t D = c->model->cfg.n_embd;
         int keep = c->obs_q ? (c->obs_n < obs_window ? c->obs_n : obs_window) : 0;
         for (int l = 0; l < c->model->cfg.n_layer && keep; l++)
-            memcpy(d->obs_q + (size_t)l * obs_window * D, c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - keep)) * D,
-                   (size_t)keep * D * sizeof(float));
-        if (keep) memcpy(d->obs_pos, c->obs_pos + (c->obs_n - keep), (size_t)keep * sizeof(int32_t));
+            if (dev_copy(c->be, d->obs_q + (size_t)l * obs_window * D,
+                         c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - keep)) * D, (size_t)keep * D * sizeof(float),
+                         err, err_len)) {
+                kvb_ctx_free(d);
+                return NULL;
+            }
+        if (keep && dev_copy(c->be, d->obs_pos, c->obs_pos + (c->obs_n - keep), (size_t)keep * sizeof(int32_t), err,
+                             err_len)) {
+            kvb_ctx_free(d);
+            return NULL;
+        }
         d->obs_n = keep;
     }
     d->n_past = c->n_past;
@@ -402,7 +422,7 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
     if (h && h->obs_window > 0 && !c->obs_q) {
         size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->n_embd * sizeof(float);
         c->obs_q = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
-        c->obs_pos = calloc((size_t)h->obs_window, sizeof *c->obs_pos);
+        c->obs_pos = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, (size_t)h->obs_window * sizeof(int32_t));
         c->obs_cap = h->obs_window;
         if (!c->obs_q || !c->obs_pos) return ERR("out of memory allocating the observation window");
     }
@@ -434,25 +454,27 @@ double kvb_ctx_mean_attended(const kvb_ctx *c, int layer) {
 
 /* The observation window keeps the newest obs_window query rows per layer, oldest first. At the start of a
  * chunk the positions advance (obs_begin); each layer then shifts its rows the same way (obs_push). */
-static void obs_begin(kvb_ctx *c, int64_t n) {
+static int obs_begin(kvb_ctx *c, int64_t n, char *err, size_t err_len) {
     const int W = c->obs_cap;
     int have = c->obs_n;
     int take = (int)(n < W ? n : W);
     int keep = have + take > W ? W - take : have;
     c->obs_have = have;
-    if (keep < have) memmove(c->obs_pos, c->obs_pos + (have - keep), (size_t)keep * sizeof(int32_t));
-    memcpy(c->obs_pos + keep, c->pos + (n - take), (size_t)take * sizeof(int32_t));
     c->obs_n = keep + take;
+    if (keep < have && dev_copy(c->be, c->obs_pos, c->obs_pos + (have - keep), (size_t)keep * sizeof(int32_t), err, err_len))
+        return -1;
+    return dev_copy(c->be, c->obs_pos + keep, c->pos_d + (n - take), (size_t)take * sizeof(int32_t), err, err_len);
 }
 
-static void obs_push(kvb_ctx *c, int l, const float *q, int64_t n) {
+static int obs_push(kvb_ctx *c, int l, const float *q, int64_t n, char *err, size_t err_len) {
     const int W = c->obs_cap;
     const int64_t D = c->model->cfg.n_embd;
     float *rows = c->obs_q + (size_t)l * W * D;
     int have = c->obs_have, take = (int)(n < W ? n : W);
     int keep = have + take > W ? W - take : have;
-    if (keep < have) memmove(rows, rows + (size_t)(have - keep) * D, (size_t)keep * D * sizeof(float));
-    memcpy(rows + (size_t)keep * D, q + (n - take) * D, (size_t)take * D * sizeof(float));
+    if (keep < have && dev_copy(c->be, rows, rows + (size_t)(have - keep) * D, (size_t)keep * D * sizeof(float), err, err_len))
+        return -1;
+    return dev_copy(c->be, rows + (size_t)keep * D, q + (n - take) * D, (size_t)take * D * sizeof(float), err, err_len);
 }
 
 static int ensure_probs(kvb_ctx *c, size_t bytes) {
@@ -511,7 +533,7 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     a.n_head_kv = HK;
     a.head_dim = cfg->head_dim;
     a.q = c->q;
-    a.q_pos = c->pos;
+    a.q_pos = c->pos_d;
     a.kv_dtype = c->params.kv_dtype;
     a.k = c->hk;
     a.v = c->hv;
@@ -542,10 +564,15 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     return 0;
 }
 
+/* The activation observer sees a host copy of device rows. */
 static void tap(kvb_ctx *c, const char *name, int layer, const float *data, int64_t n_rows, int64_t row_len) {
     if (!c->tap) return;
-    be_sync_quiet(c->be);
-    c->tap(c->tap_user, name, layer, data, n_rows, row_len);
+    size_t bytes = (size_t)(n_rows * row_len) * sizeof(float);
+    float *host = malloc(bytes ? bytes : 1);
+    char err[8];
+    if (host && !c->be->copy(c->be, host, data, bytes, KVB_COPY_D2H, err, sizeof err) && !be_sync(c->be, NULL, 0))
+        c->tap(c->tap_user, name, layer, host, n_rows, row_len);
+    free(host);
 }
 
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */
@@ -559,7 +586,10 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         c->pos[t] = (int32_t)(c->n_past + t);
         c->rounds[t] = c->cur_round;
     }
-    if (c->obs_q) obs_begin(c, n);
+    if (be->copy(be, c->pos_d, c->pos, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len) ||
+        be->copy(be, c->rounds_d, c->rounds, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len))
+        return -1;
+    if (c->obs_q && obs_begin(c, n, err, err_len)) return -1;
 
     prof_begin(P, PROF_EMBED, -1);
     be->get_rows(be, c->x, &m->tok_embd, ids, n);
@@ -579,21 +609,17 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
             be->add_bias(be, c->k, L->bk, kv_dim, n);
             be->add_bias(be, c->v, L->bv, kv_dim, n);
         }
-        be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
-        be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos, cfg->rope_freq_base, cfg->rope_neox);
+        be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
+        be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
         tap(c, "Qcur", l, c->q, n, D);
         tap(c, "Kcur", l, c->k, n, kv_dim);
         tap(c, "Vcur", l, c->v, n, kv_dim);
 
-        if (c->obs_q) {
-            if (be_sync(be, err, err_len)) return -1;
-            obs_push(c, l, c->q, n);
-        }
+        if (c->obs_q && obs_push(c, l, c->q, n, err, err_len)) return -1;
 
         prof_begin(P, PROF_UPDATE_CACHE, l);
-        if (!be->kv_writer && be_sync(be, err, err_len)) return -1;
-        if (kvc_append(c->kv, l, n, c->k, c->v, c->pos, c->rounds, err, err_len)) return -1;
+        if (kvc_append(c->kv, l, n, c->k, c->v, c->pos_d, c->rounds_d, err, err_len)) return -1;
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
         if (attention_layer(c, l, n, err, err_len)) return -1;
@@ -626,9 +652,11 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     const float *last = c->x + (n - 1) * D;
     be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
     tap(c, "result_norm", -1, c->xn, 1, D);
-    if (be->matmul(be, c->logits, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer: %s", be->error);
-    if (be_sync(be, err, err_len)) return -1;
-    tap(c, "result_output", -1, c->logits, 1, cfg->n_vocab);
+    if (be->matmul(be, c->logits_d, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer: %s", be->error);
+    if (be->copy(be, c->logits, c->logits_d, (size_t)cfg->n_vocab * sizeof(float), KVB_COPY_D2H, err, err_len) ||
+        be_sync(be, err, err_len))
+        return -1;
+    tap(c, "result_output", -1, c->logits_d, 1, cfg->n_vocab);
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
     c->n_past += n;
     if (!c->in_prefill) c->dec_calls++;

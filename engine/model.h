@@ -119,8 +119,12 @@ struct kvb_ctx {
     kvc_store *kv;
     prof *prof;
     int64_t n_past;       /* tokens processed so far (next absolute position) */
-    /* activations for one chunk of up to n_batch tokens */
-    float *x, *xn, *q, *k, *v, *att, *ffn_g, *ffn_u, *logits;
+    /* activations for one chunk of up to n_batch tokens (device tier: for backend ops only) */
+    float *x, *xn, *q, *k, *v, *att, *ffn_g, *ffn_u, *logits_d;
+    int32_t *pos_d, *rounds_d; /* device copies of pos and rounds */
+    /* host memory: the last token's logits (copied down after each forward call), the chunk's positions and
+     * round ids */
+    float *logits;
     int32_t *pos, *rounds;
     /* per KV head views for the attention op */
     const void **hk, **hv;
@@ -137,10 +141,11 @@ struct kvb_ctx {
     void *tap_user;
     int32_t cur_round;      /* round id tagged on appended tokens (multi-round sessions) */
     int in_prefill;         /* 1 until kvb_ctx_end_prefill */
-    /* probabilities buffer for observe (grown on demand, method category) */
+    /* probabilities buffer for observe (device, grown on demand, method category) */
     float *probs;
     size_t probs_bytes;
-    /* observation window: last obs_window query rows per layer, oldest first ([layer][w][n_head*head_dim]) */
+    /* observation window: last obs_window query rows per layer, oldest first ([layer][w][n_head*head_dim]);
+     * device memory, as is obs_pos */
     float *obs_q;
     int32_t *obs_pos;       /* [w] positions of the kept rows */
     int obs_n;              /* rows kept (<= obs_window) */

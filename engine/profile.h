@@ -1,8 +1,10 @@
-/* profile.h — host-clock timers around the forward pass's phases, per stage and layer.
+/* profile.h — host-clock timers around the forward pass's phases, per stage and layer, and the host<->device
+ * traffic per stage.
  *
- * The phase names are Round Attention's latency decomposition and the NVTX range names
- * of the CUDA build, so a CPU breakdown table, a Perfetto trace and an Nsight timeline
- * line up. A NULL or disabled profiler costs a branch per call. */
+ * The phase names are Round Attention's latency decomposition and the NVTX range names (domain "kvbench",
+ * emitted on every backend when the NVTX v3 headers were found at configure; see profile.c for the range,
+ * category and payload layout), so a breakdown table, a Perfetto trace and an Nsight timeline line up.
+ * A NULL or disabled profiler, with no NVTX tool attached, costs a branch per call. */
 #ifndef KVB_PROFILE_H
 #define KVB_PROFILE_H
 
@@ -34,10 +36,15 @@ int64_t prof_total_ns(const prof *p, prof_stage s, prof_phase ph);
 int64_t prof_calls(const prof *p, prof_stage s, prof_phase ph);
 /* Nanoseconds of (stage, phase) in one layer. */
 int64_t prof_layer_ns(const prof *p, prof_stage s, prof_phase ph, int layer);
+/* Host<->device traffic, counted toward the current stage: n copies of bytes in all, in direction dir
+ * (0 = h2d, 1 = d2h, 2 = d2d: kvb_copy_dir's values). Counted whether or not timing is enabled. */
+void prof_add_copies(prof *p, int dir, int64_t n, int64_t bytes);
+/* Copies and bytes of (stage, direction) so far; zeros for a NULL profiler or a bad direction. */
+void prof_copies(const prof *p, prof_stage s, int dir, int64_t *n, int64_t *bytes);
 /* Phase name as used in tables, traces and NVTX ranges. */
 const char *prof_phase_name(prof_phase ph);
 const char *prof_stage_name(prof_stage s);
-/* Breakdown table: one row per phase, prefill and decode columns. */
+/* Breakdown table: one row per phase, prefill and decode columns; then copies and MiB per direction. */
 void prof_print_table(const prof *p, FILE *out);
 /* Chrome/Perfetto trace JSON ("traceEvents", complete events in microseconds); written to path.tmp, then renamed. */
 int prof_write_trace(const prof *p, const char *path, char *err, size_t err_len);

@@ -198,16 +198,16 @@ static int cap_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
 }
 
 static void observe_round(capture *s, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
-                          int64_t n_q) {
+                          int64_t n_q, int32_t *const *rounds) {
     const kvb_config *cfg = &c->model->cfg;
     const int G = cfg->n_head / cfg->n_head_kv;
     double *acc = s->acc + (int64_t)layer * s->q_round;
     for (int h = 0; h < cfg->n_head; h++) {
-        kvc_view v = kvc_head_view(c->kv, layer, h / G);
+        const int32_t *round = rounds[h / G];
         for (int64_t t = 0; t < n_q; t++) {
             const float *p = probs + ((int64_t)h * n_q + t) * stride;
             for (int64_t j = 0; j < src[h / G].n; j++)
-                if (v.round[j] >= 0 && v.round[j] < s->q_round) acc[v.round[j]] += p[j];
+                if (round[j] >= 0 && round[j] < s->q_round) acc[round[j]] += p[j];
         }
     }
 }
@@ -229,14 +229,29 @@ static int observe_rows(capture *s, kvb_ctx *c, int layer, const kvb_src *src, c
     return 0;
 }
 
+/* Calibration reads attention on the host: the probabilities (and the slots' round ids) come down in counted
+ * copies, so it runs on every backend. */
 static int cap_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
                        int64_t n_q, char *err, size_t err_len) {
     capture *s = self;
-    if (s->kind == CAP_ROUND) {
-        observe_round(s, c, layer, src, probs, stride, n_q);
-        return 0;
+    kvb_backend *be = c->be;
+    const int HK = c->model->cfg.n_head_kv;
+    size_t bytes = (size_t)c->model->cfg.n_head * n_q * stride * sizeof(float);
+    float *host = malloc(bytes ? bytes : 1);
+    int32_t *rounds[KVB_MAX_KV_HEADS] = {0};
+    int rc = host ? be->copy(be, host, probs, bytes, KVB_COPY_D2H, err, err_len) : ERR("out of memory");
+    for (int g = 0; g < HK && !rc && s->kind == CAP_ROUND; g++) {
+        rounds[g] = malloc((size_t)(src[g].n > 0 ? src[g].n : 1) * sizeof(int32_t));
+        rc = rounds[g] ? be->copy(be, rounds[g], kvc_head_view(c->kv, layer, g).round, (size_t)src[g].n * sizeof(int32_t),
+                                  KVB_COPY_D2H, err, err_len)
+                       : ERR("out of memory");
     }
-    return observe_rows(s, c, layer, src, probs, stride, n_q, err, err_len);
+    if (!rc && be->sync && be->sync(be)) rc = ERR("%s", be->error);
+    if (!rc && s->kind == CAP_ROUND) observe_round(s, c, layer, src, host, stride, n_q, rounds);
+    else if (!rc) rc = observe_rows(s, c, layer, src, host, stride, n_q, err, err_len);
+    for (int g = 0; g < HK; g++) free(rounds[g]);
+    free(host);
+    return rc;
 }
 
 /* Reset the context and install the capture hooks (hooks must outlive the run: the caller's storage). */

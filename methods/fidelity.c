@@ -33,7 +33,19 @@ typedef struct {
     int32_t next;        /* full attention's greedy token of this step: both contexts take it */
 } lockstep;
 
-static int64_t src_pos(const kvb_src *s, int64_t i) { return s->pos[s->idx ? s->idx[i] : i]; }
+/* The positions a source lets attention read, in list order, read down from the backend (n entries). */
+static int visible_positions(kvb_ctx *c, const kvb_src *s, int32_t *out, int64_t *n) {
+    kvb_backend *be = c->be;
+    char err[8];
+    *n = s->idx ? s->n_idx : s->n;
+    int32_t *pos = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *pos);
+    int rc = pos ? be->copy(be, pos, s->pos, (size_t)s->n * sizeof *pos, KVB_COPY_D2H, err, sizeof err) : -1;
+    if (!rc && s->idx) rc = be->copy(be, out, s->idx, (size_t)*n * sizeof *out, KVB_COPY_D2H, err, sizeof err);
+    if (!rc && be->sync) rc = be->sync(be);
+    for (int64_t i = 0; i < *n && !rc; i++) out[i] = s->idx ? pos[out[i]] : pos[i];
+    free(pos);
+    return rc;
+}
 
 /* Full attention's decode probabilities -> mass per (layer, KV head, position). */
 static int ref_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
@@ -43,23 +55,27 @@ static int ref_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
 
 static int ref_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
                        int64_t n_q, char *err, size_t err_len) {
-    (void)c, (void)n_q, (void)err, (void)err_len;
+    (void)n_q;
     lockstep *L = self;
     const int group = L->n_head / L->n_head_kv;
     float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
     memset(mass, 0, (size_t)L->n_head_kv * L->n_pos * sizeof *mass);
-    for (int qh = 0; qh < L->n_head; qh++) {
+    float *row = malloc((size_t)(stride > 0 ? stride : 1) * sizeof *row);
+    int32_t *pos = malloc((size_t)(L->n_pos > 0 ? L->n_pos : 1) * sizeof *pos);
+    int rc = row && pos ? 0 : kvb_errf(err, err_len, "out of memory");
+    for (int qh = 0; qh < L->n_head && !rc; qh++) {
         const int h = qh / group;
-        const kvb_src *s = &src[h];
-        const int64_t len = s->idx ? s->n_idx : s->n;
-        const float *row = probs + (size_t)qh * stride; /* n_q == 1 */
+        int64_t len = 0;
+        rc = visible_positions(c, &src[h], pos, &len) ||
+             c->be->copy(c->be, row, probs + (size_t)qh * stride, (size_t)len * sizeof *row, KVB_COPY_D2H, err, err_len) ||
+             (c->be->sync && c->be->sync(c->be)); /* n_q == 1 */
         float *mh = mass + (size_t)h * L->n_pos;
-        for (int64_t i = 0; i < len; i++) {
-            int64_t pos = src_pos(s, i);
-            if (pos >= 0 && pos < L->n_pos) mh[pos] += row[i] / (float)group;
-        }
+        for (int64_t i = 0; i < len && !rc; i++)
+            if (pos[i] >= 0 && pos[i] < L->n_pos) mh[pos[i]] += row[i] / (float)group;
     }
-    return 0;
+    free(row);
+    free(pos);
+    return rc ? kvb_errf(err, err_len, "fidelity: reading full attention's probabilities failed") : 0;
 }
 
 /* What the method lets a layer read, against full's mass of the same step. */
@@ -67,18 +83,18 @@ static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, in
     lockstep *L = user;
     if (c->in_prefill || n_q != 1) return;
     const float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
+    int32_t *pos = malloc((size_t)(L->n_pos > 0 ? L->n_pos : 1) * sizeof *pos);
     double sum = 0;
-    for (int h = 0; h < L->n_head_kv; h++) {
-        const kvb_src *s = &src[h];
-        const int64_t len = s->idx ? s->n_idx : s->n;
+    for (int h = 0; h < L->n_head_kv && pos; h++) {
         const float *mh = mass + (size_t)h * L->n_pos;
+        int64_t len = 0;
+        if (visible_positions(c, &src[h], pos, &len)) len = 0;
         double r = 0;
-        for (int64_t i = 0; i < len; i++) {
-            int64_t pos = src_pos(s, i);
-            if (pos >= 0 && pos < L->n_pos) r += mh[pos];
-        }
+        for (int64_t i = 0; i < len; i++)
+            if (pos[i] >= 0 && pos[i] < L->n_pos) r += mh[pos[i]];
         sum += r;
     }
+    free(pos);
     L->step_recall[layer] = sum / L->n_head_kv;
 }
 

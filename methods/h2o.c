@@ -11,37 +11,21 @@
 #include "methods/method.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
-    float *v;
-    int64_t cap, n; /* n: slots scored so far; new slots start at 0 */
-} score_vec;
-
-typedef struct {
     kvb_method base;
     kvb_ctx *c;
     double heavy_share;
-    score_vec *acc; /* [layer][head], aligned with the store's slots */
+    kvb_score_row *acc; /* [layer][head], aligned with the store's slots */
 } h2o;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-static score_vec *acc_at(h2o *s, int l, int h) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + h]; }
-
-static int acc_fit(h2o *s, score_vec *a, int64_t n) {
-    if (n <= a->cap) return 0;
-    int64_t cap = n + n / 4 + 64;
-    float *v = kvb_method_alloc(s->c, (size_t)cap * sizeof(float));
-    if (!v) return -1;
-    if (a->cap) memcpy(v, a->v, (size_t)a->cap * sizeof(float));
-    kvb_method_release(s->c, a->v, (size_t)a->cap * sizeof(float));
-    a->v = v;
-    a->cap = cap;
-    return 0;
-}
+static kvb_score_row *acc_at(h2o *s, int l, int h) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + h]; }
 
 static int64_t budget_at(h2o *s, int64_t len) {
     int64_t t;
@@ -62,40 +46,25 @@ static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
                        int64_t n_q, char *err, size_t err_len) {
     h2o *s = self;
     const kvb_config *cfg = &c->model->cfg;
-    const int G = cfg->n_head / cfg->n_head_kv;
     for (int g = 0; g < cfg->n_head_kv; g++) {
-        score_vec *a = acc_at(s, layer, g);
-        int64_t n = src[g].n;
-        if (acc_fit(s, a, n)) return ERR("h2o: out of memory for scores");
-        if (n > a->n) memset(a->v + a->n, 0, (size_t)(n - a->n) * sizeof(float));
-        a->n = n;
-        for (int r = 0; r < G; r++)
-            for (int64_t t = 0; t < n_q; t++) {
-                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
-                for (int64_t j = 0; j < n; j++) a->v[j] += p[j];
-            }
+        if (kvb_score_row_add(c, acc_at(s, layer, g), probs, stride, g, n_q, src[g].n, err, err_len)) return -1;
     }
     if (c->in_prefill) return 0;
-    /* decode: evict the lowest-scoring non-recent tokens down to the budget */
+    /* decode: evict the lowest-scoring non-recent tokens down to the budget (ties: the lowest slot) */
     int64_t len = kvb_cur_len(c, n_q), b = budget_at(s, len), recent = recent_of(s, b);
     for (int g = 0; g < cfg->n_head_kv; g++) {
-        score_vec *a = acc_at(s, layer, g);
-        while (kvc_n(c->kv, layer, g) > b) {
-            kvc_view v = kvc_head_view(c->kv, layer, g);
-            int64_t victim = -1;
-            for (int64_t j = 0; j < v.n; j++)
-                if (v.pos[j] < len - recent && (victim < 0 || a->v[j] < a->v[victim])) victim = j;
-            if (victim < 0) return ERR("h2o: layer %d head %d has no evictable token", layer, g);
-            a->v[victim] = a->v[v.n - 1]; /* mirror the store's swap-remove */
-            a->n = v.n - 1;
-            if (kvc_remove(c->kv, layer, g, victim, err, err_len)) return -1;
-        }
+        kvb_score_row *a = acc_at(s, layer, g);
+        int64_t over = kvc_n(c->kv, layer, g) - b;
+        if (over <= 0) continue;
+        if (kvc_evict(c->kv, layer, g, a->v, INT32_MIN, (int32_t)(len - recent), over, NULL, err, err_len)) return -1;
+        a->n -= over;
     }
     return 0;
 }
 
 static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
     h2o *s = self;
+    kvb_backend *be = c->be;
     int64_t n = c->n_past;
     s->base.n_prompt = n;
     int64_t b;
@@ -103,24 +72,24 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     b = budget_at(s, n);
     if (b >= n) return 0;
     int64_t recent = recent_of(s, b), heavy = b - recent, cand = n - recent;
-    int32_t *idx = malloc((size_t)b * sizeof *idx);
-    float *tmp = malloc((size_t)(b > 0 ? b : 1) * sizeof *tmp);
-    if (!idx || !tmp) { free(idx); free(tmp); return ERR("out of memory"); }
-    int rc = 0;
+    size_t idx_bytes = (size_t)b * sizeof(int32_t), tmp_bytes = (size_t)(b > 0 ? b : 1) * sizeof(float);
+    int32_t *idx = kvb_method_alloc(c, idx_bytes ? idx_bytes : 1);
+    float *tmp = kvb_method_alloc(c, tmp_bytes);
+    int rc = idx && tmp ? 0 : ERR("h2o: out of memory");
     for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
         for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) {
-            score_vec *a = acc_at(s, l, h);
+            kvb_score_row *a = acc_at(s, l, h);
             /* slots are in position order after prefill: candidates are [0, cand), recent [cand, n) */
-            if (kvb_topk_ascending(a->v, cand, heavy, idx)) { rc = ERR("out of memory"); break; }
-            for (int64_t i = 0; i < recent; i++) idx[heavy + i] = (int32_t)(cand + i);
-            for (int64_t i = 0; i < b; i++) tmp[i] = a->v[idx[i]];
-            memcpy(a->v, tmp, (size_t)b * sizeof(float));
+            rc = be->topk_idx(be, idx, a->v, cand, heavy, err, err_len) ||
+                 be->iota(be, idx + heavy, (int32_t)cand, recent, err, err_len) ||
+                 be->gather_f32(be, tmp, a->v, idx, b, err, err_len) ||
+                 be->copy(be, a->v, tmp, (size_t)b * sizeof(float), KVB_COPY_D2D, err, err_len) ||
+                 kvc_retain_dev(c->kv, l, h, idx, b, err, err_len);
             a->n = b;
-            rc = kvc_retain(c->kv, l, h, idx, b, err, err_len);
         }
-    free(idx);
-    free(tmp);
-    return rc;
+    kvb_method_release(c, idx, idx_bytes ? idx_bytes : 1);
+    kvb_method_release(c, tmp, tmp_bytes);
+    return rc ? -1 : 0;
 }
 
 static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len) {
@@ -129,10 +98,11 @@ static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *er
         for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
             int64_t n = 0;
             const float *src = kvb_share_scores(share, l, h, &n);
-            score_vec *a = acc_at(s, l, h);
+            kvb_score_row *a = acc_at(s, l, h);
             if (n != kvc_n(c->kv, l, h)) return ERR("h2o: shared prefill scored %lld slots, the cache holds %lld", (long long)n, (long long)kvc_n(c->kv, l, h));
-            if (acc_fit(s, a, n)) return ERR("h2o: out of memory for scores");
-            memcpy(a->v, src, (size_t)n * sizeof(float));
+            if (kvb_score_row_fit(c, a, n, err, err_len) ||
+                (n && c->be->copy(c->be, a->v, src, (size_t)n * sizeof(float), KVB_COPY_D2D, err, err_len)))
+                return -1;
             a->n = n;
         }
     return 0;
@@ -153,7 +123,7 @@ static void h2o_destroy(kvb_method *m) {
     h2o *s = (h2o *)m;
     if (s->acc) {
         int n = s->c->model->cfg.n_layer * s->c->model->cfg.n_head_kv;
-        for (int i = 0; i < n; i++) kvb_method_release(s->c, s->acc[i].v, (size_t)s->acc[i].cap * sizeof(float));
+        for (int i = 0; i < n; i++) kvb_score_row_free(s->c, &s->acc[i]);
         free(s->acc);
     }
     free(s);

@@ -68,7 +68,8 @@ int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, 
     const void **k = calloc((size_t)HK, sizeof *k), **v = calloc((size_t)HK, sizeof *v);
     const int32_t **pos = calloc((size_t)HK, sizeof *pos), **idx = calloc((size_t)HK, sizeof *idx);
     int64_t *n = calloc((size_t)HK, sizeof *n), *nidx = calloc((size_t)HK, sizeof *nidx);
-    float *out = malloc((size_t)n_q * cfg->n_head * cfg->head_dim * sizeof(float));
+    size_t out_bytes = (size_t)n_q * cfg->n_head * cfg->head_dim * sizeof(float);
+    float *out = kvb_method_alloc(c, out_bytes);
     int rc = -1, any_idx = 0;
     int64_t longest = 1;
     *probs = NULL;
@@ -84,7 +85,7 @@ int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, 
         int64_t len = src[h].idx ? src[h].n_idx : src[h].n;
         if (len > longest) longest = len;
     }
-    *probs = malloc((size_t)cfg->n_head * n_q * longest * sizeof(float));
+    *probs = kvb_method_alloc(c, (size_t)cfg->n_head * n_q * longest * sizeof(float));
     if (!*probs) { ERR("out of memory for %lld x %lld attention probabilities", (long long)n_q, (long long)longest); goto done; }
     kvb_attn_args a = {0};
     a.n_q = n_q;
@@ -109,7 +110,7 @@ int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, 
     *stride = longest;
 done:
     if (rc) {
-        free(*probs);
+        kvb_attn_probs_free(c, *probs, n_q, longest);
         *probs = NULL;
     }
     free(own);
@@ -119,25 +120,52 @@ done:
     free(idx);
     free(n);
     free(nidx);
-    free(out);
+    kvb_method_release(c, out, out_bytes);
     return rc;
 }
+
+void kvb_attn_probs_free(kvb_ctx *c, float *probs, int64_t n_q, int64_t stride) {
+    kvb_method_release(c, probs, (size_t)c->model->cfg.n_head * n_q * stride * sizeof(float));
+}
 int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
-    const int HK = c->model->cfg.n_head_kv;
-    int64_t len = kvc_n(c->kv, layer, 0);
-    int32_t cur[64];
-    for (int64_t done = 0; done < n_q;) {
-        int64_t k = n_q - done < 64 ? n_q - done : 64;
-        for (int64_t i = 0; i < k; i++) cur[i] = (int32_t)(len - n_q + done + i);
-        for (int h = 0; h < HK; h++)
-            if (kvc_append_from(m->vis, layer, h, c->kv, layer, h, cur, k, 0, err, err_len)) return -1;
-        done += k;
-    }
-    kvb_mem_move(&c->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_q * HK * kvc_slot_bytes(c->kv));
-    for (int h = 0; h < HK; h++) {
+    /* the chunk's rows are still in the activations: store them on the device beside the packed load */
+    if (kvc_append(m->vis, layer, n_q, c->k, c->v, c->pos_d, c->rounds_d, err, err_len)) return -1;
+    for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
         kvc_view v = kvc_head_view(m->vis, layer, h);
         kvb_src x = {v.k, v.v, v.pos, v.n, NULL, 0};
         src[h] = x;
     }
     return 0;
+}
+
+int kvb_score_row_fit(kvb_ctx *c, kvb_score_row *a, int64_t n, char *err, size_t err_len) {
+    if (n <= a->cap) return 0;
+    int64_t cap = n + n / 4 + 64;
+    float *v = kvb_method_alloc(c, (size_t)cap * sizeof(float));
+    if (!v) return ERR("out of memory for %lld attention scores", (long long)cap);
+    if (a->n && c->be->copy(c->be, v, a->v, (size_t)a->n * sizeof(float), KVB_COPY_D2D, err, err_len)) {
+        kvb_method_release(c, v, (size_t)cap * sizeof(float));
+        return -1;
+    }
+    kvb_method_release(c, a->v, (size_t)a->cap * sizeof(float));
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+int kvb_score_row_add(kvb_ctx *c, kvb_score_row *a, const float *probs, int64_t stride, int g, int64_t n_q, int64_t n,
+                      char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const int G = c->model->cfg.n_head / c->model->cfg.n_head_kv;
+    if (kvb_score_row_fit(c, a, n, err, err_len)) return -1;
+    if (n > a->n && be->zero(be, a->v + a->n, (size_t)(n - a->n) * sizeof(float), err, err_len)) return -1;
+    a->n = n;
+    /* the group's G query heads are rows g*G.. of probs: reduce them as a one-KV-head layer */
+    return be->probs_reduce(be, a->v, n, probs + (int64_t)g * G * n_q * stride, stride, G, 1, n_q, n, NULL,
+                            KVB_REDUCE_GROUP_SUM, 1, err, err_len);
+}
+
+void kvb_score_row_free(kvb_ctx *c, kvb_score_row *a) {
+    kvb_method_release(c, a->v, (size_t)a->cap * sizeof(float));
+    *a = (kvb_score_row){0};
 }

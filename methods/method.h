@@ -138,20 +138,34 @@ int kvb_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((for
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out);
 /* Sort int32 ascending. */
 void kvb_sort_i32(int32_t *v, int64_t n);
-/* Attention probabilities of queries q ([n_q][n_head][head_dim], positions q_pos) over one layer's KV as given
- * by src (per KV head; NULL = the whole store layer), causal by position. *probs (malloc'd, caller frees) is
- * [n_head][n_q][*stride] in each head's list order; lse (optional, [n_head][n_q]). */
+/* Attention probabilities of queries q ([n_q][n_head][head_dim], positions q_pos; device) over one layer's KV as
+ * given by src (per KV head; NULL = the whole store layer), causal by position. *probs (device, release with
+ * kvb_attn_probs_free) is [n_head][n_q][*stride] in each head's list order; lse (optional, device, [n_head][n_q]). */
 int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q, const kvb_src *src,
                    float **probs, int64_t *stride, float *lse, char *err, size_t err_len);
-/* Offloading methods (OmniKV, Round Attention): copy the current chunk's n_q newest slots of a host-tier layer
- * into the method's device buffer m->vis (their write to the host store is counted as a device->host move)
- * and point src at the buffer. */
+void kvb_attn_probs_free(kvb_ctx *c, float *probs, int64_t n_q, int64_t stride);
+/* Offloading methods (OmniKV, Round Attention): append the current chunk's K/V rows (the activations, on the
+ * device) to the method's device buffer m->vis beside its packed load (the store's own append wrote them to the
+ * host tier, counted there as a device->host move) and point src at the buffer. */
 int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len);
 /* Fill src[n_head_kv] with the store's views of a layer. */
 void kvb_src_from_store(const kvb_ctx *c, int layer, kvb_src *src);
 /* Current sequence length during a hook: positions of the chunk being processed included. */
 int64_t kvb_cur_len(const kvb_ctx *c, int64_t n_q);
-/* Allocate zeroed method state accounted to (device, method). */
+/* Per-slot attention scores on the device, aligned with a KV head's slots (H2O's accumulated attention, a shared
+ * prefill's record of it). */
+typedef struct {
+    float *v;
+    int64_t n, cap;
+} kvb_score_row;
+/* Room for n scores (kept ones copied). */
+int kvb_score_row_fit(kvb_ctx *c, kvb_score_row *a, int64_t n, char *err, size_t err_len);
+/* Grow to n slots (new ones 0) and add the attention probabilities ([n_head][n_q][stride], device) of KV head g's
+ * query heads, summed over the group and the rows (backend probs_reduce). */
+int kvb_score_row_add(kvb_ctx *c, kvb_score_row *a, const float *probs, int64_t stride, int g, int64_t n_q, int64_t n,
+                      char *err, size_t err_len);
+void kvb_score_row_free(kvb_ctx *c, kvb_score_row *a);
+/* Allocate zeroed method state accounted to (device, method): device memory, for backend ops. */
 void *kvb_method_alloc(kvb_ctx *c, size_t bytes);
 void kvb_method_release(kvb_ctx *c, void *p, size_t bytes);
 

@@ -41,9 +41,10 @@ typedef struct {
     double full_share;
     int64_t T;       /* token budget of sparse layers at the end of prefill */
     double tp;       /* |T| / |p|: the sparse layers' share (Mem% budgets track the sequence: 100% = exact) */
-    int32_t **sel;   /* per filter layer: selected slots (ascending) */
+    int32_t **sel;   /* per filter layer: selected slots (ascending; device, n_ctx entries) */
     int64_t *n_sel;
-    int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][T + chunk] */
+    int32_t *sel_host; /* offload: the host copy of a selection the packed load gathers by (n_ctx entries) */
+    int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][idx_cap] (device) */
     int64_t idx_cap;
     int64_t step_n;   /* tokens of the current step appended to the packed buffers */
 } omnikv;
@@ -96,9 +97,9 @@ static void classify(omnikv *s, int n_layer) {
     s->full_share = (double)n_full / n_layer;
 }
 
-/* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer. given: the
- * probabilities of the layer's own attention call for the current query (the `last` selector in decode),
- * else they are computed for the window rows. */
+/* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer (on the backend).
+ * given: the probabilities of the layer's own attention call for the current query (the `last` selector in
+ * decode), else they are computed for the window rows. */
 static int filter_scores(omnikv *s, kvb_ctx *c, int l, const float *given, int64_t given_stride, float *score,
                          int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
@@ -112,44 +113,42 @@ static int filter_scores(omnikv *s, kvb_ctx *c, int l, const float *given, int64
         if (kvb_attn_probs(c, l, q, qpos, w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
         pr = probs;
     }
-    memset(score, 0, (size_t)n * sizeof(float));
-    for (int t = 0; t < w; t++) {
-        double alpha = s->selector == 2 ? pow(2.0, (double)(t + 1 - w)) : 1.0;
-        for (int64_t j = 0; j < n; j++) {
-            float m = 0;
-            for (int h = 0; h < cfg->n_head; h++) {
-                float p = pr[((int64_t)h * w + t) * stride + j];
-                if (p > m) m = p;
-            }
-            score[j] += (float)(alpha * m);
-        }
-    }
-    free(probs);
-    return 0;
+    double alpha[1024]; /* window <= 1024 (read_selector) */
+    for (int t = 0; t < w; t++) alpha[t] = s->selector == 2 ? pow(2.0, (double)(t + 1 - w)) : 1.0;
+    int rc = c->be->probs_reduce(c->be, score, n, pr, stride, cfg->n_head, cfg->n_head_kv, w, n,
+                                 s->selector == 2 ? alpha : NULL, KVB_REDUCE_MAX_HEADS, 0, err, err_len);
+    if (probs) kvb_attn_probs_free(c, probs, w, stride);
+    return rc;
 }
 
-/* Select the top-T of the tokens before `upto` at filter layer index f and (offload) load them packed. */
+/* Select the top-T of the tokens before `upto` at filter layer index f and (offload) load them packed: the
+ * selection comes down to the host (the paper's index list), which gathers the host-tier rows into one copy up. */
 static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const float *probs, int64_t stride, char *err,
                            size_t err_len) {
     int l = s->filter[f];
+    kvb_backend *be = c->be;
     const int HK = c->model->cfg.n_head_kv;
-    float *score = malloc((size_t)(upto > 0 ? upto : 1) * sizeof *score);
+    size_t score_bytes = (size_t)(upto > 0 ? upto : 1) * sizeof(float);
+    float *score = kvb_method_alloc(c, score_bytes);
     if (!score) return ERR("out of memory");
-    int rc = filter_scores(s, c, l, probs, stride, score, upto, err, err_len);
     int64_t k = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)upto);
     if (k < 1) k = 1;
     if (k > upto) k = upto;
-    if (!rc && kvb_topk_ascending(score, upto, k, s->sel[f])) rc = ERR("out of memory");
-    free(score);
+    int rc = filter_scores(s, c, l, probs, stride, score, upto, err, err_len) ||
+             be->topk_idx(be, s->sel[f], score, upto, k, err, err_len);
+    kvb_method_release(c, score, score_bytes);
     if (rc) return -1;
     s->n_sel[f] = k;
     if (!s->offload) return 0;
     prof_begin(c->prof, PROF_H2D, l);
+    if (be->copy(be, s->sel_host, s->sel[f], (size_t)k * sizeof(int32_t), KVB_COPY_D2H, err, err_len) ||
+        (be->sync && be->sync(be)))
+        return be->error[0] ? ERR("%s", be->error) : -1;
     for (int j = 0; j < c->model->cfg.n_layer; j++) {
         if (s->kind[j] != K_SPARSE || s->served_by[j] != f) continue;
         for (int h = 0; h < HK; h++) {
             if (kvc_truncate(s->base.vis, j, h, 0, err, err_len) ||
-                kvc_append_from(s->base.vis, j, h, c->kv, j, h, s->sel[f], k, 1, err, err_len))
+                kvc_append_from(s->base.vis, j, h, c->kv, j, h, s->sel_host, k, 1, err, err_len))
                 return -1;
         }
     }
@@ -177,11 +176,12 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
         if (s->T < 1) s->T = 1;
         if (s->T > n) s->T = n;
     }
-    for (int f = 0; f < s->n_filter; f++) {
-        free(s->sel[f]);
-        s->sel[f] = malloc((size_t)c->params.n_ctx * sizeof(int32_t)); /* k grows with the sequence */
+    for (int f = 0; f < s->n_filter; f++) { /* k grows with the sequence */
+        if (!s->sel[f]) s->sel[f] = kvb_method_alloc(c, (size_t)c->params.n_ctx * sizeof(int32_t));
         if (!s->sel[f]) return ERR("out of memory");
     }
+    if (s->offload && !s->sel_host) s->sel_host = malloc((size_t)c->params.n_ctx * sizeof(int32_t));
+    if (s->offload && !s->sel_host) return ERR("out of memory");
     if (s->offload)
         for (int l = 0; l < cfg->n_layer; l++)
             if (s->kind[l] == K_SPARSE) {
@@ -237,15 +237,17 @@ static int omnikv_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_
         return kvb_vis_attend_packed(&s->base, c, layer, src, n_q, err, err_len);
     }
     int64_t need = s->n_sel[f] + n_q;
+    const size_t row = sizeof(int32_t) * (size_t)c->model->cfg.n_layer;
     if (need > s->idx_cap) {
-        free(s->idx_buf);
+        kvb_method_release(c, s->idx_buf, (size_t)s->idx_cap * row);
         s->idx_cap = need + 64;
-        s->idx_buf = malloc((size_t)s->idx_cap * c->model->cfg.n_layer * sizeof(int32_t));
+        s->idx_buf = kvb_method_alloc(c, (size_t)s->idx_cap * row);
         if (!s->idx_buf) return ERR("out of memory");
     }
     int32_t *idx = s->idx_buf + (size_t)layer * s->idx_cap;
-    memcpy(idx, s->sel[f], (size_t)s->n_sel[f] * sizeof(int32_t));
-    for (int64_t i = 0; i < n_q; i++) idx[s->n_sel[f] + i] = (int32_t)(len - n_q + i);
+    if (c->be->copy(c->be, idx, s->sel[f], (size_t)s->n_sel[f] * sizeof(int32_t), KVB_COPY_D2D, err, err_len) ||
+        c->be->iota(c->be, idx + s->n_sel[f], (int32_t)(len - n_q), n_q, err, err_len))
+        return -1;
     for (int h = 0; h < HK; h++) {
         src[h].idx = idx;
         src[h].n_idx = need;
@@ -281,12 +283,14 @@ static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
 
 static void omnikv_destroy(kvb_method *m) {
     omnikv *s = (omnikv *)m;
-    for (int f = 0; f < MAX_FILTER; f++) free(s->sel ? s->sel[f] : NULL);
+    for (int f = 0; f < MAX_FILTER && s->sel; f++)
+        kvb_method_release(s->c, s->sel[f], (size_t)s->c->params.n_ctx * sizeof(int32_t));
     free(s->sel);
     free(s->n_sel);
     free(s->kind);
     free(s->served_by);
-    free(s->idx_buf);
+    free(s->sel_host);
+    kvb_method_release(s->c, s->idx_buf, (size_t)s->idx_cap * sizeof(int32_t) * (size_t)s->c->model->cfg.n_layer);
     kvc_free(s->base.vis);
     free(s);
 }
@@ -351,7 +355,8 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
         goto fail;
     }
     if (s->offload) {
-        s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, &c->mem, err, err_len);
+        s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, c->be, &c->mem, err,
+                                 err_len);
         if (!s->base.vis) goto fail;
     }
     s->base.name = "omnikv";

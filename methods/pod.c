@@ -16,6 +16,7 @@
 #include "methods/method.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 #include "methods/profile.h"
 
 typedef struct {
-    uint8_t *v;         /* distant V rows in position order (positions n_s, n_s + 1, ...) */
+    uint8_t *v;         /* distant V rows in position order (positions n_s, n_s + 1, ...); device */
     int64_t n, cap;
 } vrows;
 
@@ -35,11 +36,15 @@ typedef struct {
     double tau;
     vrows *dist;        /* [n_layer][n_head_kv] (non-base heads) */
     size_t row_bytes;
+    /* device memory: */
     float *pd;          /* shared distant probabilities: [n_layer][n_head][pd_cap] (rows of base layers) */
     float *lse_d;       /* [n_layer][n_head] */
     int64_t pd_cap, n_dist;
-    float *lse_p, *o_d; /* scratch */
-    int64_t skipped, merged;
+    float *lse_p;       /* [n_head] the proximal part's log-sum-exp (scratch) */
+    float *probs;       /* [n_head][probs_cap] base heads' probabilities (scratch) */
+    int64_t probs_cap;
+    int64_t *counts;    /* [2]: query heads merged, skipped (pod_merge) */
+    int64_t skipped, merged; /* read back from counts */
     char blocks_desc[96];
 } pod;
 
@@ -59,35 +64,34 @@ static int64_t prox_at(pod *s, int64_t len) {
     return b < len ? b : len;
 }
 
-static int vrows_push(pod *s, vrows *d, const uint8_t *row) {
-    if (d->n == d->cap) {
-        int64_t cap = d->cap + d->cap / 4 + 64;
-        uint8_t *v = kvb_mem_alloc(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, (size_t)cap * s->row_bytes);
-        if (!v) return -1;
-        if (d->n) memcpy(v, d->v, (size_t)d->n * s->row_bytes);
-        kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, d->v, (size_t)d->cap * s->row_bytes);
-        d->v = v;
-        d->cap = cap;
+/* Room for `more` distant V rows (device; grown by a quarter). */
+static int vrows_reserve(pod *s, vrows *d, int64_t more, char *err, size_t err_len) {
+    if (d->n + more <= d->cap) return 0;
+    int64_t cap = d->cap + d->cap / 4 + 64;
+    if (cap < d->n + more) cap = d->n + more;
+    uint8_t *v = kvb_mem_alloc(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, (size_t)cap * s->row_bytes);
+    if (!v) return ERR("pod: out of memory");
+    if (d->n && s->c->be->copy(s->c->be, v, d->v, (size_t)d->n * s->row_bytes, KVB_COPY_D2D, err, err_len)) {
+        kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, v, (size_t)cap * s->row_bytes);
+        return -1;
     }
-    memcpy(d->v + (size_t)d->n * s->row_bytes, row, s->row_bytes);
-    d->n++;
-    s->base.extra_device_bytes += (int64_t)s->row_bytes; /* rows held (the allocation's slack is in kvb_mem) */
+    kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, d->v, (size_t)d->cap * s->row_bytes);
+    d->v = v;
+    d->cap = cap;
     return 0;
 }
 
-/* Move the oldest non-sink tokens of a non-base head into its distant V rows until it holds `prox`. */
+/* Move the oldest non-sink tokens of a non-base head into its distant V rows until it holds `prox`: the
+ * backend evicts them in position order (n_s, n_s + 1, ...) and writes their V rows after the held ones. */
 static int spill(pod *s, kvb_ctx *c, int l, int g, int64_t prox, char *err, size_t err_len) {
     vrows *d = dist_at(s, l, g);
-    while (kvc_n(c->kv, l, g) > prox) {
-        kvc_view v = kvc_head_view(c->kv, l, g);
-        int32_t want = (int32_t)(s->sinks + d->n);
-        int64_t slot = -1;
-        for (int64_t j = 0; j < v.n && slot < 0; j++)
-            if (v.pos[j] == want) slot = j;
-        if (slot < 0) return ERR("pod: layer %d head %d lost position %d", l, g, want);
-        if (vrows_push(s, d, (const uint8_t *)v.v + (size_t)slot * s->row_bytes)) return ERR("pod: out of memory");
-        if (kvc_remove(c->kv, l, g, slot, err, err_len)) return -1;
-    }
+    int64_t over = kvc_n(c->kv, l, g) - prox;
+    if (over <= 0) return 0;
+    if (vrows_reserve(s, d, over, err, err_len) ||
+        kvc_evict(c->kv, l, g, NULL, (int32_t)s->sinks, INT32_MAX, over, d->v + (size_t)d->n * s->row_bytes, err, err_len))
+        return -1;
+    d->n += over;
+    s->base.extra_device_bytes += over * (int64_t)s->row_bytes; /* rows held (the allocation's slack is in kvb_mem) */
     return 0;
 }
 
@@ -129,71 +133,46 @@ static int fit_pd(pod *s, int64_t n, char *err, size_t err_len) {
     return 0;
 }
 
-/* Base heads: the layer's own probabilities over every token give the shared distant scores directly:
- * P_D = p / m over distant slots, lse_D = lse + log m with m the distant mass (one attention pass). */
-static void share_base_scores(pod *s, const kvb_ctx *c, int layer, const float *probs, int64_t stride, int64_t n_dist) {
-    const kvb_config *cfg = &c->model->cfg;
-    const int G = cfg->n_head / cfg->n_head_kv;
-    for (int h = 0; h < cfg->n_head; h++) {
-        if (!is_base(s, h / G, layer)) continue;
-        const float *p = probs + (int64_t)h * stride + s->sinks; /* base heads: slot = position */
-        double m = 0;
-        for (int64_t i = 0; i < n_dist; i++) m += p[i];
-        float *pd = s->pd + ((size_t)layer * cfg->n_head + h) * s->pd_cap;
-        float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
-        for (int64_t i = 0; i < n_dist; i++) pd[i] = p[i] * inv;
-        s->lse_d[(size_t)layer * cfg->n_head + h] = m > 0 ? (float)(s->lse_p[h] + log(m)) : -INFINITY;
-    }
-}
-
-/* o_D for the G query heads of one non-base KV head: each distant V row is read (and converted) once. */
-static void distant_outputs(pod *s, const vrows *d, const float *const *w, int G, int D, int64_t n_dist, int f16) {
-    float row[256];
-    memset(s->o_d, 0, (size_t)G * D * sizeof(float));
-    for (int64_t i = 0; i < n_dist; i++) {
-        const uint8_t *src = d->v + (size_t)i * s->row_bytes;
-        if (f16)
-            for (int e = 0; e < D; e++) row[e] = kvb_f16_to_f32(((const kvb_f16 *)src)[e]);
-        else
-            memcpy(row, src, (size_t)D * sizeof(float));
-        for (int r = 0; r < G; r++) {
-            if (!w[r]) continue;
-            const float wi = w[r][i];
-            float *od = s->o_d + (size_t)r * D;
-            for (int e = 0; e < D; e++) od[e] += wi * row[e];
-        }
-    }
-}
-
 static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len) {
     pod *s = self;
     if (c->in_prefill || a->n_q != 1) return 0;
+    kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv, G = cfg->n_head / HK, D = cfg->head_dim;
     int64_t len = kvb_cur_len(c, 1), n_dist = len - prox_at(s, len);
     if (n_dist < 0) n_dist = 0;
     s->n_dist = n_dist;
     if (fit_pd(s, n_dist, err, err_len)) return -1;
+    unsigned char base_head[256]; /* per query head: its KV head is the base of its block here */
     int any_base = 0, has_upper = 0;
+    for (int h = 0; h < cfg->n_head; h++) base_head[h] = (unsigned char)is_base(s, h / G, layer);
     for (int g = 0; g < HK; g++) {
         any_base |= is_base(s, g, layer);
         has_upper |= !is_base(s, g, layer);
     }
     int64_t stride = 0;
     for (int g = 0; g < HK; g++) stride = a->n_kv[g] > stride ? a->n_kv[g] : stride;
-    float *probs = NULL;
-    if (n_dist > 0 && any_base) {
-        probs = malloc((size_t)cfg->n_head * (size_t)(stride > 0 ? stride : 1) * sizeof(float));
-        if (!probs) return ERR("pod: out of memory");
-        a->probs = probs;
-        a->probs_stride = stride;
+    int want = n_dist > 0 && any_base;
+    if (want && stride > s->probs_cap) {
+        kvb_method_release(c, s->probs, (size_t)cfg->n_head * s->probs_cap * sizeof(float));
+        s->probs_cap = stride + stride / 4 + 64;
+        s->probs = kvb_method_alloc(c, (size_t)cfg->n_head * s->probs_cap * sizeof(float));
+        if (!s->probs) {
+            s->probs_cap = 0;
+            return ERR("pod: out of memory");
+        }
     }
+    a->probs = want ? s->probs : NULL;
+    a->probs_stride = want ? s->probs_cap : 0;
     a->lse = s->lse_p;
-    int rc = c->be->attention(c->be, a, err, err_len);
+    /* base heads: the layer's own probabilities over every token give the shared distant scores directly (one
+     * attention pass; slot = position there) */
+    int rc = be->attention(be, a, err, err_len) ||
+             (want && be->pod_share(be, s->pd + (size_t)layer * cfg->n_head * s->pd_cap, s->pd_cap,
+                                    s->lse_d + (size_t)layer * cfg->n_head, s->probs, s->probs_cap, s->lse_p,
+                                    cfg->n_head, base_head, s->sinks, n_dist, err, err_len));
     a->lse = NULL;
     a->probs = NULL;
-    if (!rc && probs) share_base_scores(s, c, layer, probs, stride, n_dist);
-    free(probs);
     if (rc) return -1;
     if (n_dist == 0 || !has_upper) return 1;
     for (int g = 0; g < HK; g++) {
@@ -202,25 +181,10 @@ static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char 
         const vrows *d = dist_at(s, layer, g);
         if (d->n != n_dist)
             return ERR("pod: layer %d head %d holds %lld distant rows, expected %lld", layer, g, (long long)d->n, (long long)n_dist);
-        const float *w[64];
-        double gate[64];
-        int any = 0;
-        for (int r = 0; r < G && r < 64; r++) {
-            int h = g * G + r;
-            double lp = s->lse_p[h], ld = s->lse_d[(size_t)b * cfg->n_head + h];
-            gate[r] = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
-            w[r] = gate[r] >= s->tau ? NULL : s->pd + ((size_t)b * cfg->n_head + h) * s->pd_cap;
-            if (w[r]) s->merged++, any = 1;
-            else s->skipped++;
-        }
-        if (!any) continue;
-        distant_outputs(s, d, w, G, D, n_dist, a->kv_dtype == KVB_F16);
-        for (int r = 0; r < G; r++) {
-            if (!w[r]) continue;
-            float *o = a->out + (int64_t)(g * G + r) * D;
-            const float *od = s->o_d + (size_t)r * D;
-            for (int e = 0; e < D; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[e]);
-        }
+        size_t hb = (size_t)b * cfg->n_head + (size_t)g * G; /* the group's rows at its base layer */
+        if (be->pod_merge(be, a->out + (size_t)g * G * D, s->lse_p + (size_t)g * G, s->lse_d + hb, s->pd + hb * s->pd_cap,
+                          s->pd_cap, d->v, a->kv_dtype, G, D, n_dist, s->tau, s->counts, err, err_len))
+            return -1;
     }
     return 1;
 }
@@ -240,6 +204,13 @@ static double pod_formula(kvb_method *m, kvb_ctx *c) {
 
 static void pod_describe(kvb_method *m, char *buf, size_t cap) {
     pod *s = (pod *)m;
+    kvb_backend *be = s->c->be;
+    int64_t counts[2];
+    char err[8];
+    if (!be->copy(be, counts, s->counts, sizeof counts, KVB_COPY_D2H, err, sizeof err) && !(be->sync && be->sync(be))) {
+        s->merged = counts[0];
+        s->skipped = counts[1];
+    }
     snprintf(buf, cap, "%s sinks=%lld proximal=%lld tau=%g skipped=%lld merged=%lld", s->blocks_desc,
              (long long)s->sinks, (long long)prox_at(s, m->n_prompt), s->tau, (long long)s->skipped, (long long)s->merged);
 }
@@ -252,9 +223,10 @@ static void pod_destroy(kvb_method *m) {
             kvb_mem_free(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->dist[i].v, (size_t)s->dist[i].cap * s->row_bytes);
     free(s->dist);
     kvb_method_release(s->c, s->pd, (size_t)cfg->n_layer * cfg->n_head * s->pd_cap * sizeof(float));
-    free(s->lse_d);
-    free(s->lse_p);
-    free(s->o_d);
+    kvb_method_release(s->c, s->lse_d, (size_t)cfg->n_layer * cfg->n_head * sizeof(float));
+    kvb_method_release(s->c, s->lse_p, (size_t)cfg->n_head * sizeof(float));
+    kvb_method_release(s->c, s->probs, (size_t)cfg->n_head * s->probs_cap * sizeof(float));
+    kvb_method_release(s->c, s->counts, 2 * sizeof(int64_t));
     free(s->bases);
     free(s);
 }
@@ -270,11 +242,11 @@ kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     s->row_bytes = (size_t)cfg->head_dim * (c->params.kv_dtype == KVB_F16 ? 2 : 4);
     s->bases = calloc((size_t)cfg->n_layer * cfg->n_head_kv, sizeof *s->bases);
     s->dist = calloc((size_t)cfg->n_layer * cfg->n_head_kv, sizeof *s->dist);
-    s->lse_d = calloc((size_t)cfg->n_layer * cfg->n_head, sizeof *s->lse_d);
-    s->lse_p = calloc((size_t)cfg->n_head, sizeof *s->lse_p);
-    s->o_d = calloc((size_t)cfg->n_head * cfg->head_dim, sizeof *s->o_d);
-    if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->o_d) { ERR("out of memory"); goto fail; }
-    if (cfg->head_dim > 256 || cfg->n_head / cfg->n_head_kv > 64) { ERR("pod: head_dim > 256 or more than 64 query heads per KV head"); goto fail; }
+    s->lse_d = kvb_method_alloc(c, (size_t)cfg->n_layer * cfg->n_head * sizeof(float));
+    s->lse_p = kvb_method_alloc(c, (size_t)cfg->n_head * sizeof(float));
+    s->counts = kvb_method_alloc(c, 2 * sizeof(int64_t));
+    if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->counts) { ERR("out of memory"); goto fail; }
+    if (cfg->n_head > 256) { ERR("pod: more than 256 query heads"); goto fail; }
     int64_t block = 0;
     int r;
     if ((r = kvb_opts_int(o, "block", &block, err, err_len)) < 0) goto fail;

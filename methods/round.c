@@ -110,7 +110,8 @@ static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
     prof_begin(c->prof, PROF_H2D, s->lw);
     for (int l = s->lw; l < L && !rc; l++)
         for (int h = 0; h < HK && !rc; h++) {
-            kvc_view v = kvc_head_view(c->kv, l, h);
+            kvc_view v = kvc_head_view(c->kv, l, h); /* host tier (offloaded when the question began): host reads */
+            if (v.tier != KVB_TIER_HOST) { rc = ERR("round: layer %d is not offloaded", l); break; }
             int64_t m = 0;
             for (int64_t j = 0; j < v.n; j++)
                 if (v.round[j] != s->q_round && v.round[j] < s->mask_cap && s->sel_mask[v.round[j]]) idx[m++] = (int32_t)j;
@@ -126,7 +127,6 @@ static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, 
                          int64_t n_q, char *err, size_t err_len) {
     round_m *s = self;
     const kvb_config *cfg = &c->model->cfg;
-    const int G = cfg->n_head / cfg->n_head_kv;
     int32_t maxr = s->q_round;
     if (maxr + 1 > s->mask_cap) {
         free(s->sel_mask);
@@ -135,21 +135,31 @@ static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, 
         if (!s->sel_mask) return ERR("out of memory");
     }
     memset(s->sel_mask, 0, (size_t)s->mask_cap);
+    /* eq. 1 on the backend: per round, the attention of the question's tokens (all heads) on its tokens */
+    kvb_backend *be = c->be;
+    const size_t score_bytes = (size_t)s->mask_cap * sizeof(double), flag_bytes = (size_t)s->mask_cap * sizeof(int32_t);
     double *score = calloc((size_t)s->mask_cap, sizeof *score);
-    char *present = calloc((size_t)s->mask_cap, 1);
-    if (!score || !present) { free(score); free(present); return ERR("out of memory"); }
+    int32_t *present = calloc((size_t)s->mask_cap, sizeof *present);
+    double *score_d = kvb_method_alloc(c, score_bytes);
+    int32_t *present_d = kvb_method_alloc(c, flag_bytes);
+    const int32_t *rounds[KVB_MAX_KV_HEADS];
+    int64_t n[KVB_MAX_KV_HEADS];
     for (int g = 0; g < cfg->n_head_kv; g++) {
-        kvc_view v = kvc_head_view(c->kv, layer, g);
-        for (int r = 0; r < G; r++)
-            for (int64_t t = 0; t < n_q; t++) {
-                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
-                for (int64_t j = 0; j < src[g].n; j++) {
-                    int32_t rd = v.round[j];
-                    if (rd == s->q_round || rd < 0 || rd >= s->mask_cap) continue;
-                    score[rd] += p[j];
-                    present[rd] = 1;
-                }
-            }
+        rounds[g] = kvc_head_view(c->kv, layer, g).round;
+        n[g] = src[g].n;
+    }
+    int rc = score && present && score_d && present_d ? 0 : ERR("out of memory");
+    rc = rc || be->round_scores(be, score_d, present_d, s->mask_cap, probs, stride, cfg->n_head, cfg->n_head_kv, n_q,
+                                rounds, n, s->q_round, err, err_len) ||
+         be->copy(be, score, score_d, score_bytes, KVB_COPY_D2H, err, err_len) ||
+         be->copy(be, present, present_d, flag_bytes, KVB_COPY_D2H, err, err_len);
+    if (!rc && be->sync && be->sync(be)) rc = ERR("%s", be->error);
+    kvb_method_release(c, score_d, score_bytes);
+    kvb_method_release(c, present_d, flag_bytes);
+    if (rc) {
+        free(score);
+        free(present);
+        return -1;
     }
     double tot = 0;
     int n_present = 0;
@@ -264,7 +274,8 @@ kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
         goto fail;
     if (!(s->topk_frac > 0 && s->topk_frac <= 1)) { ERR("round: topk must be in (0, 1]"); goto fail; }
     if (s->chunk < 1) { ERR("round: chunk must be >= 1"); goto fail; }
-    s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, &c->mem, err, err_len);
+    s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, c->be, &c->mem, err,
+                             err_len);
     if (!s->base.vis) goto fail;
     s->base.name = "round";
     s->base.budget = *b;

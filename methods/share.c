@@ -12,8 +12,7 @@ struct kvb_share {
     kvb_hooks hooks;
     kvb_ctx *c;
     int obs_window, want_scores;
-    float **acc;     /* [layer][head] */
-    int64_t *n, *cap;
+    kvb_score_row *acc; /* [layer][head] */
 };
 
 static int share_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
@@ -25,27 +24,9 @@ static int share_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
 static int share_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
                          int64_t n_q, char *err, size_t err_len) {
     kvb_share *s = self;
-    const kvb_config *cfg = &c->model->cfg;
-    const int G = cfg->n_head / cfg->n_head_kv;
-    for (int g = 0; g < cfg->n_head_kv; g++) {
-        size_t i = (size_t)layer * cfg->n_head_kv + g;
-        int64_t n = src[g].n;
-        if (n > s->cap[i]) {
-            int64_t cap = n + n / 4 + 256;
-            float *a = realloc(s->acc[i], (size_t)cap * sizeof(float));
-            if (!a) return ERR("out of memory for prefill scores");
-            s->acc[i] = a;
-            s->cap[i] = cap;
-        }
-        if (n > s->n[i]) memset(s->acc[i] + s->n[i], 0, (size_t)(n - s->n[i]) * sizeof(float));
-        s->n[i] = n;
-        for (int r = 0; r < G; r++)
-            for (int64_t t = 0; t < n_q; t++) {
-                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
-                float *a = s->acc[i];
-                for (int64_t j = 0; j < n; j++) a[j] += p[j];
-            }
-    }
+    const int HK = c->model->cfg.n_head_kv;
+    for (int g = 0; g < HK; g++)
+        if (kvb_score_row_add(c, &s->acc[(size_t)layer * HK + g], probs, stride, g, n_q, src[g].n, err, err_len)) return -1;
     return 0;
 }
 
@@ -54,16 +35,14 @@ kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *e
     size_t nh = (size_t)cfg->n_layer * cfg->n_head_kv;
     kvb_share *s = calloc(1, sizeof *s);
     if (s) {
+        s->c = c;
         s->acc = calloc(nh, sizeof *s->acc);
-        s->n = calloc(nh, sizeof *s->n);
-        s->cap = calloc(nh, sizeof *s->cap);
     }
-    if (!s || !s->acc || !s->n || !s->cap) {
+    if (!s || !s->acc) {
         kvb_share_free(s, NULL);
         ERR("out of memory");
         return NULL;
     }
-    s->c = c;
     s->obs_window = obs_window;
     s->want_scores = want_scores;
     s->hooks.self = s;
@@ -82,8 +61,8 @@ kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *e
 const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n) {
     if (!s->want_scores) return NULL;
     size_t i = (size_t)layer * s->c->model->cfg.n_head_kv + h;
-    *n = s->n[i];
-    return s->acc[i];
+    *n = s->acc[i].n;
+    return s->acc[i].v;
 }
 
 int kvb_share_obs_window(const kvb_share *s) { return s->obs_window; }
@@ -93,11 +72,9 @@ void kvb_share_free(kvb_share *s, kvb_ctx *c) {
     if (c && c->hooks == &s->hooks) c->hooks = NULL;
     if (s->acc) {
         size_t nh = (size_t)s->c->model->cfg.n_layer * s->c->model->cfg.n_head_kv;
-        for (size_t i = 0; i < nh; i++) free(s->acc[i]);
+        for (size_t i = 0; i < nh; i++) kvb_score_row_free(s->c, &s->acc[i]);
     }
     free(s->acc);
-    free(s->n);
-    free(s->cap);
     free(s);
 }
 

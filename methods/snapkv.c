@@ -22,52 +22,28 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* out[i] = max (or mean) of in[i-r .. i+r] clipped to [0, n) (max_pool1d / avg_pool1d with same padding;
- * avg divides by the kernel size like count_include_pad). */
-static void pool1d(const float *in, float *out, int64_t n, int64_t kernel, int avg) {
-    int64_t r = kernel / 2;
-    for (int64_t i = 0; i < n; i++) {
-        float m = -INFINITY;
-        double sum = 0;
-        for (int64_t j = i - r; j <= i + r; j++) {
-            if (j < 0 || j >= n) continue;
-            if (in[j] > m) m = in[j];
-            sum += in[j];
-        }
-        out[i] = avg ? (float)(sum / (double)kernel) : m;
-    }
-}
-
-/* Scores of the prefix slots [0, n_prefix) of one KV head from window probabilities. */
-static void head_scores(const kvb_ctx *c, const float *probs, int64_t stride, int64_t w, int g, int64_t n_prefix,
-                        float *score) {
-    const int G = c->model->cfg.n_head / c->model->cfg.n_head_kv;
-    memset(score, 0, (size_t)n_prefix * sizeof(float));
-    for (int r = 0; r < G; r++)
-        for (int64_t t = 0; t < w; t++) {
-            const float *p = probs + ((int64_t)(g * G + r) * w + t) * stride;
-            for (int64_t j = 0; j < n_prefix; j++) score[j] += p[j];
-        }
-}
-
+/* One layer: the window's attention over the prompt, summed over the window and each group's query heads (per
+ * KV head, prefix slots only), pooled, top-k; all on the backend. score, pooled: [n_head_kv][n_prefix]; idx:
+ * [keep] (device). */
 static int compress_layer(snapkv *s, kvb_ctx *c, int l, int64_t n, int64_t w, int32_t *idx, float *score,
                           float *pooled, char *err, size_t err_len) {
-    const int64_t D = c->model->cfg.n_embd;
-    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * D;
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * cfg->n_embd;
     float *probs = NULL;
     int64_t stride = 0;
     if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - w), w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
     int64_t n_prefix = n - w, k = s->keep - w;
-    int rc = 0;
-    for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++) {
-        head_scores(c, probs, stride, w, g, n_prefix, score);
-        pool1d(score, pooled, n_prefix, s->kernel, s->avg_pool);
-        if (kvb_topk_ascending(pooled, n_prefix, k, idx)) { rc = ERR("out of memory"); break; }
-        for (int64_t i = 0; i < w; i++) idx[k + i] = (int32_t)(n_prefix + i);
-        rc = kvc_retain(c->kv, l, g, idx, s->keep, err, err_len);
-    }
-    free(probs);
-    return rc;
+    int rc = be->probs_reduce(be, score, n_prefix, probs, stride, cfg->n_head, cfg->n_head_kv, w, n_prefix, NULL,
+                              KVB_REDUCE_GROUP_SUM, 0, err, err_len) ||
+             be->pool1d(be, pooled, n_prefix, score, n_prefix, cfg->n_head_kv, n_prefix, s->kernel, s->avg_pool, err,
+                        err_len);
+    for (int g = 0; g < cfg->n_head_kv && !rc; g++)
+        rc = be->topk_idx(be, idx, pooled + (size_t)g * n_prefix, n_prefix, k, err, err_len) ||
+             be->iota(be, idx + k, (int32_t)n_prefix, w, err, err_len) ||
+             kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
+    kvb_attn_probs_free(c, probs, w, stride);
+    return rc ? -1 : 0;
 }
 
 static int snapkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
@@ -78,21 +54,25 @@ static int snapkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     if (s->keep >= n) return 0;
     int64_t w = c->obs_n < s->window ? c->obs_n : s->window;
     if (s->keep <= w) w = 0; /* budget smaller than the window: keep the most recent tokens */
-    int32_t *idx = malloc((size_t)s->keep * sizeof *idx);
-    float *score = malloc((size_t)n * sizeof *score), *pooled = malloc((size_t)n * sizeof *pooled);
+    const int HK = c->model->cfg.n_head_kv;
     int rc = 0;
-    if (!idx || !score || !pooled) rc = ERR("out of memory");
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) {
-        if (w == 0) {
-            for (int64_t i = 0; i < s->keep; i++) idx[i] = (int32_t)(n - s->keep + i);
-            for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) rc = kvc_retain(c->kv, l, h, idx, s->keep, err, err_len);
-        } else {
-            rc = compress_layer(s, c, l, n, w, idx, score, pooled, err, err_len);
-        }
+    if (w == 0) {
+        int32_t *idx = malloc((size_t)(s->keep > 0 ? s->keep : 1) * sizeof *idx);
+        if (!idx) return ERR("out of memory");
+        for (int64_t i = 0; i < s->keep; i++) idx[i] = (int32_t)(n - s->keep + i);
+        for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
+            for (int h = 0; h < HK && !rc; h++) rc = kvc_retain(c->kv, l, h, idx, s->keep, err, err_len);
+        free(idx);
+        return rc;
     }
-    free(idx);
-    free(score);
-    free(pooled);
+    size_t idx_bytes = (size_t)s->keep * sizeof(int32_t), score_bytes = (size_t)HK * n * sizeof(float);
+    int32_t *idx = kvb_method_alloc(c, idx_bytes);
+    float *score = kvb_method_alloc(c, score_bytes), *pooled = kvb_method_alloc(c, score_bytes);
+    if (!idx || !score || !pooled) rc = ERR("out of memory");
+    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = compress_layer(s, c, l, n, w, idx, score, pooled, err, err_len);
+    kvb_method_release(c, idx, idx_bytes);
+    kvb_method_release(c, score, score_bytes);
+    kvb_method_release(c, pooled, score_bytes);
     return rc;
 }
 

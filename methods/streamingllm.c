@@ -12,6 +12,7 @@
 #include "methods/method.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,17 +34,12 @@ static int64_t budget_at(sllm *s, int64_t len) {
     return t < len ? t : len;
 }
 
-/* Remove the oldest non-sink tokens of every head of a layer until it holds `keep`. */
+/* Evict the oldest non-sink tokens of every head of a layer until it holds `keep` (on the backend: a head holds
+ * at least one non-sink token while it holds more than keep >= sinks). */
 static int evict_to(sllm *s, kvb_ctx *c, int l, int64_t keep, char *err, size_t err_len) {
     for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
-        while (kvc_n(c->kv, l, h) > keep) {
-            kvc_view v = kvc_head_view(c->kv, l, h);
-            int64_t victim = -1;
-            for (int64_t j = 0; j < v.n; j++)
-                if (v.pos[j] >= s->sinks && (victim < 0 || v.pos[j] < v.pos[victim])) victim = j;
-            if (victim < 0) return ERR("streamingllm: layer %d head %d has only sink tokens left", l, h);
-            if (kvc_remove(c->kv, l, h, victim, err, err_len)) return -1;
-        }
+        int64_t over = kvc_n(c->kv, l, h) - keep;
+        if (over > 0 && kvc_evict(c->kv, l, h, NULL, (int32_t)s->sinks, INT32_MAX, over, NULL, err, err_len)) return -1;
     }
     return 0;
 }

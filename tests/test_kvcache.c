@@ -1,7 +1,9 @@
 /* test_kvcache.c — the KV store, byte accounting and the profiler: stored values, positions and rounds
- * through retain/gather/tier moves, bytes per tier against hand-computed figures, and profiler totals. */
+ * through retain/evict/gather/tier moves on the CPU backend, bytes per tier and copies per direction against
+ * hand-computed figures, and profiler totals. */
 #include <CUnit/Basic.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,11 +11,13 @@
 
 #include "util_common.h"
 #include "engine/kvcache.h"
+#include "kernels/backend.h"
 #include "engine/mem.h"
 #include "engine/profile.h"
 
 enum { L = 2, H = 3, D = 8 };
 static char err[256];
+static kvb_backend *be; /* the CPU backend: device-tier memory is the heap, so the test may read it */
 
 /* k[t][h][d] = t + h/10 + d/100 (exactly representable in f16 for small t? close enough: checked with f16 rounding) */
 static float kval(int t, int h, int d) { return (float)t + h * 0.125f + d * 0.0078125f; }
@@ -29,7 +33,7 @@ static void fill(float *k, float *v, int t0, int n) {
 }
 
 static kvc_store *make(kvb_mem *m, kvb_dtype dt, int n_tok) {
-    kvc_store *kv = kvc_create(L, H, D, dt, 4, m, err, sizeof err);
+    kvc_store *kv = kvc_create(L, H, D, dt, 4, be, m, err, sizeof err);
     CU_ASSERT_FATAL(kv != NULL);
     float *k = malloc(sizeof(float) * n_tok * H * D), *v = malloc(sizeof(float) * n_tok * H * D);
     int32_t *pos = malloc(sizeof(int32_t) * n_tok), *round = malloc(sizeof(int32_t) * n_tok);
@@ -99,9 +103,33 @@ static void test_tier_moves_and_packed_gathers_are_counted(void) {
     int32_t idx[] = {1, 6};
     kvb_f16 k[2 * D], v[2 * D];
     int32_t pos[2];
-    CU_ASSERT(kvc_gather(kv, 1, 0, idx, 2, k, v, pos, err, sizeof err) == 0);
+    CU_ASSERT(kvc_gather(kv, 1, 0, idx, 2, k, v, pos, err, sizeof err) == 0); /* a host read of the host tier */
     CU_ASSERT(pos[0] == 101 && pos[1] == 106 && fabsf(kvb_f16_to_f32(k[D]) - kval(6, 0, 0)) < 1e-2f);
-    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 2 * 2 * D * 2);
+    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 0);
+    /* a packed load: host-tier slots into a device store, one backend gather (four arrays) counted up */
+    kvc_store *vis = kvc_create(L, H, D, KVB_F16, 0, be, &m, err, sizeof err);
+    CU_ASSERT_FATAL(vis != NULL);
+    kvb_traffic t0 = be->traffic;
+    CU_ASSERT(kvc_append_from(vis, 1, 2, kv, 1, 2, idx, 2, 1, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 2 * slot);
+    CU_ASSERT_EQUAL(be->traffic.bytes[KVB_COPY_H2D] - t0.bytes[KVB_COPY_H2D], 2 * slot);
+    CU_ASSERT_EQUAL(be->traffic.n[KVB_COPY_H2D] - t0.n[KVB_COPY_H2D], 4);
+    kvc_view pv = kvc_head_view(vis, 1, 2);
+    CU_ASSERT(pv.n == 2 && pv.pos[1] == 106 && pv.round[1] == 1);
+    CU_ASSERT(kvc_append_from(vis, 0, 0, kv, 0, 0, idx, 2, 1, err, sizeof err) != 0 && strstr(err, "within the device"));
+    kvc_free(vis);
+    /* an append to a host-tier layer is written on the device, then copied down: counted as an offload write */
+    float kr[H * D], vr[H * D];
+    int32_t p1 = 108, r1 = 2;
+    fill(kr, vr, 8, 1);
+    t0 = be->traffic;
+    int64_t down = m.moved_bytes[KVB_TIER_DEVICE][KVB_TIER_HOST];
+    CU_ASSERT(kvc_append(kv, 1, 1, kr, vr, &p1, &r1, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_DEVICE][KVB_TIER_HOST] - down, H * slot);
+    CU_ASSERT_EQUAL(be->traffic.bytes[KVB_COPY_D2H] - t0.bytes[KVB_COPY_D2H], H * slot);
+    kvc_view hv = kvc_head_view(kv, 1, 1);
+    CU_ASSERT(hv.tier == KVB_TIER_HOST && hv.n == 9 && hv.pos[8] == 108 && hv.round[8] == 2 &&
+              fabsf(kvb_f16_to_f32(((const kvb_f16 *)hv.v)[8 * D + 3]) - vval(8, 1, 3)) < 1e-2f);
     kvc_store *copy = kvc_fork(kv, &m);
     CU_ASSERT_FATAL(copy != NULL);
     CU_ASSERT_EQUAL(kvc_used_bytes(copy, KVB_TIER_COUNT), kvc_used_bytes(kv, KVB_TIER_COUNT));
@@ -110,6 +138,33 @@ static void test_tier_moves_and_packed_gathers_are_counted(void) {
     kvc_free(copy);
     kvc_free(kv);
     CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_HOST, KVB_MEM_COUNT), 0);
+    kvb_mem_destroy(&m);
+}
+
+/* Eviction on the backend: lowest score (ties to the lowest slot) among slots in the position window, or the
+ * oldest position; the last slot moves into the victim's place, scores and spilled V rows follow. */
+static void test_evict_swaps_the_last_slot_into_the_victim(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    kvc_store *kv = make(&m, KVB_F32, 10); /* positions 100..109, rounds t/4 */
+    float score[10] = {5, 1, 3, 1, 0, 9, 9, 9, 9, 0};
+    /* candidates: positions [101, 107) = slots 1..6. First the 0 at slot 4 (slot 9's 0 is outside the window):
+     * slot 4 <- slot 9 (pos 109, score 0, now outside too); then the tie of 1s at slots 1 and 3 goes to slot 1:
+     * slot 1 <- slot 8 (pos 108, score 9) */
+    CU_ASSERT(kvc_evict(kv, 0, 0, score, 101, 107, 2, NULL, err, sizeof err) == 0);
+    kvc_view v = kvc_head_view(kv, 0, 0);
+    CU_ASSERT_EQUAL(v.n, 8);
+    CU_ASSERT(v.pos[4] == 109 && v.pos[1] == 108 && v.pos[3] == 103 && score[4] == 0 && score[1] == 9 && score[3] == 1);
+    CU_ASSERT(((const float *)v.k)[4 * D] == kval(9, 0, 0) && v.round[4] == 2 && v.round[1] == 2);
+    /* by position (StreamingLLM, PoD): the oldest non-sink tokens, their V rows spilled in order */
+    float spill[2 * D];
+    CU_ASSERT(kvc_evict(kv, 0, 1, NULL, 102, INT32_MAX, 2, spill, err, sizeof err) == 0);
+    CU_ASSERT(spill[0] == vval(2, 1, 0) && spill[D + 5] == vval(3, 1, 5));
+    v = kvc_head_view(kv, 0, 1);
+    CU_ASSERT(v.n == 8 && v.pos[2] == 109 && v.pos[3] == 108);
+    CU_ASSERT(kvc_evict(kv, 0, 2, NULL, 200, 300, 1, NULL, err, sizeof err) != 0); /* no candidate: an error */
+    CU_ASSERT(kvc_evict(kv, 0, 2, NULL, 0, 1000, 11, NULL, err, sizeof err) != 0);
+    kvc_free(kv);
     kvb_mem_destroy(&m);
 }
 
@@ -171,12 +226,16 @@ static void test_profiler_accounts_time_to_stage_phase_and_layer(void) {
 }
 
 int main(void) {
-    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    be = kvb_backend_cpu_create(1, err, sizeof err);
+    if (!be || CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("kvcache", NULL, NULL);
     CU_add_test(s, "append stores rows, positions and rounds", test_append_stores_rows_positions_and_rounds);
     CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
     CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
+    CU_add_test(s, "evict swaps the last slot into the victim", test_evict_swaps_the_last_slot_into_the_victim);
     CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
     CU_add_test(s, "profiler accounts time to stage, phase and layer", test_profiler_accounts_time_to_stage_phase_and_layer);
-    return util_run_suites();
+    int rc = util_run_suites();
+    kvb_backend_free(be);
+    return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/guard.h"
+#include "kernels/cpu/kvops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -88,22 +89,21 @@ static void cpu_be_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, i
     cpu_topk(x, n, k, idx_out);
 }
 
-/* kv_writer (backend.h): row t of head h from k[t][h], rounded to f16 like the host store did */
-static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok,
-                         const kvb_kv_rows *dst, const float *k, const float *v, const int32_t *pos,
-                         const int32_t *round, char *err, size_t err_len) {
+/* The KV row writer (kvb_kv_writer): rows converted to the store's dtype. */
+static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok, const kvb_kv_rows *dst,
+                         const float *k, const float *v, const int32_t *pos, const int32_t *round, char *err,
+                         size_t err_len) {
+    (void)user, (void)err, (void)err_len;
+    const int64_t stride = (int64_t)n_head_kv * head_dim;
     for (int h = 0; h < n_head_kv; h++)
         for (int64_t t = 0; t < n_tok; t++) {
-            const float *ks = k + (t * n_head_kv + h) * head_dim, *vs = v + (t * n_head_kv + h) * head_dim;
-            if (dtype == KVB_F16) {
-                kvb_f16 *kd = (kvb_f16 *)dst[h].k + t * head_dim, *vd = (kvb_f16 *)dst[h].v + t * head_dim;
-                for (int i = 0; i < head_dim; i++) {
-                    kd[i] = kvb_f32_to_f16(ks[i]);
-                    vd[i] = kvb_f32_to_f16(vs[i]);
-                }
-            } else {
+            const float *ks = k + t * stride + (int64_t)h * head_dim, *vs = v + t * stride + (int64_t)h * head_dim;
+            if (dtype == KVB_F32) {
                 memcpy((float *)dst[h].k + t * head_dim, ks, (size_t)head_dim * sizeof(float));
                 memcpy((float *)dst[h].v + t * head_dim, vs, (size_t)head_dim * sizeof(float));
+            } else {
+                kvb_f16 *kd = (kvb_f16 *)dst[h].k + t * head_dim, *vd = (kvb_f16 *)dst[h].v + t * head_dim;
+                for (int i = 0; i < head_dim; i++) kd[i] = kvb_f32_to_f16(ks[i]), vd[i] = kvb_f32_to_f16(vs[i]);
             }
             dst[h].pos[t] = pos[t];
             dst[h].round[t] = round ? round[t] : 0;
@@ -165,8 +165,9 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->softmax = cpu_be_softmax;
     be->topk = cpu_be_topk;
     be->free = cpu_be_free;
+    be->kv_writer = cpu_kv_writer;
+    cpu_install_data_ops(be);
     be->impl = im;
     be->allocator = &heap_allocator;
-    be->kv_writer = cpu_kv_writer;
     return kvb_guard_wanted() ? kvb_guard_wrap(be, err, err_len) : be;
 }

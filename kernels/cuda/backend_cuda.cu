@@ -34,6 +34,7 @@ extern "C" {
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
  * same for the launch just made (bad grid or shared memory; faults inside a kernel surface at the next sync). */
@@ -56,6 +57,7 @@ typedef struct {
 } dev_span;
 
 typedef struct {
+    cuda_kvops ops;  /* the data ops' state (kvops.cu); first: an op finds it at be->impl */
     kvb_backend *be; /* whose error[] keeps the first failure */
     int device;
     cudaStream_t stream;
@@ -84,6 +86,7 @@ typedef struct {
     dev_span *dev;
     size_t n_dev, cap_dev;
 } cuda_impl;
+static_assert(offsetof(cuda_impl, ops) == 0, "kvops.cu finds its state at be->impl");
 
 static cuda_impl *IM(kvb_backend *be) { return (cuda_impl *)be->impl; }
 
@@ -726,6 +729,7 @@ static void cuda_be_free(kvb_backend *be) {
             cudaEventDestroy(im->param_ev[i]);
         }
         if (im->blas) cublasDestroy(im->blas);
+        cuda_kvops_release(&im->ops);
         cudaStreamDestroy(im->stream);
         free(im);
     }
@@ -782,6 +786,11 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
             cuda_be_free(be);
             return NULL;
         }
+    if (cuda_install_data_ops(be, &im->ops, im->stream)) {
+        failed(im, err, err_len);
+        cuda_be_free(be);
+        return NULL;
+    }
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
     im->alloc.copy = cuda_copy;

@@ -1,0 +1,277 @@
+/* kvops.c — the CPU backend's data ops (kernels/backend.h, "data ops").
+ *
+ * Each op is the loop the header describes, in the header's order: these replace host loops in the methods
+ * (h2o.c, snapkv.c, omnikv.c, round.c, pod.c, streamingllm.c) and the KV store's compaction, and a method's
+ * results must not move by one bit, so no loop here is reordered, vectorised by hand or threaded. Both tiers
+ * are host memory on this backend; `copy` and `kv_gather` still count what they move in be->traffic, as a GPU
+ * backend would count what crosses PCIe:
+ * - copy: one copy of `bytes` per call;
+ * - kv_gather: one copy per array (K, V, pos, round), n rows each, in the call's direction (D2D included);
+ * calls that move nothing (bytes = 0, n = 0) are not counted.
+ * Preconditions a plain loop can see (a negative index, kv_evict without a candidate, an evict count over n,
+ * n_head not a multiple of n_head_kv) give -1 with one line in err. */
+#include "kernels/cpu/kvops.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/ops.h" /* cpu_topk */
+
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+#define ERR(...) fail(err, err_len, __VA_ARGS__)
+
+static void add_traffic(kvb_backend *be, kvb_copy_dir dir, int64_t n, int64_t bytes) {
+    be->traffic.n[dir] += n;
+    be->traffic.bytes[dir] += bytes;
+}
+
+static int check_dir(kvb_copy_dir dir, char *err, size_t err_len) {
+    return dir >= KVB_COPY_H2D && dir < KVB_COPY_DIRS ? 0 : ERR("copy: bad direction %d", (int)dir);
+}
+
+static int cpu_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kvb_copy_dir dir, char *err,
+                    size_t err_len) {
+    if (check_dir(dir, err, err_len)) return -1;
+    if (!bytes) return 0;
+    memmove(dst, src, bytes);
+    add_traffic(be, dir, 1, (int64_t)bytes);
+    return 0;
+}
+
+static int cpu_zero(kvb_backend *be, void *dst, size_t bytes, char *err, size_t err_len) {
+    if (bytes) memset(dst, 0, bytes);
+    return 0;
+}
+
+static int check_idx(const int32_t *idx, int64_t n, const char *op, char *err, size_t err_len) {
+    for (int64_t i = 0; idx && i < n; i++)
+        if (idx[i] < 0) return ERR("%s: index %d at %lld is negative", op, idx[i], (long long)i);
+    return 0;
+}
+
+static int cpu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off, const kvb_kv_head *src,
+                         const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err,
+                         size_t err_len) {
+    if (check_dir(dir, err, err_len) || check_idx(idx, n, "kv_gather", err, err_len)) return -1;
+    if (n < 0 || dst_off < 0) return ERR("kv_gather: %lld rows at slot %lld", (long long)n, (long long)dst_off);
+    if (!n) return 0;
+    uint8_t *dk = (uint8_t *)dst->k + (size_t)dst_off * row_bytes, *dv = (uint8_t *)dst->v + (size_t)dst_off * row_bytes;
+    int32_t *dpos = dst->pos + dst_off, *dround = dst->round + dst_off;
+    for (int64_t i = 0; i < n; i++) {
+        const size_t s = (size_t)(idx ? idx[i] : i);
+        memcpy(dk + (size_t)i * row_bytes, (const uint8_t *)src->k + s * row_bytes, row_bytes);
+        memcpy(dv + (size_t)i * row_bytes, (const uint8_t *)src->v + s * row_bytes, row_bytes);
+        dpos[i] = src->pos[s];
+        dround[i] = src->round[s];
+    }
+    add_traffic(be, dir, 4, n * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
+    return 0;
+}
+
+/* key of slot a below key of slot b: scores when given, else positions (compared as integers) */
+static int key_below(const float *score, const int32_t *pos, int64_t a, int64_t b) {
+    return score ? score[a] < score[b] : pos[a] < pos[b];
+}
+
+static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
+                        int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
+    if (count > n) return ERR("kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
+    uint8_t *k = h->k, *v = h->v;
+    for (int64_t c = 0; c < count; c++, n--) {
+        int64_t victim = -1;
+        for (int64_t j = 0; j < n; j++)
+            if (h->pos[j] >= lo && h->pos[j] < hi && (victim < 0 || key_below(score, h->pos, j, victim))) victim = j;
+        if (victim < 0)
+            return ERR("kv_evict: no slot with position in [%d, %d) among %lld (eviction %lld of %lld)", lo, hi,
+                       (long long)n, (long long)c + 1, (long long)count);
+        if (spill_v) memcpy((uint8_t *)spill_v + (size_t)c * row_bytes, v + (size_t)victim * row_bytes, row_bytes);
+        const int64_t last = n - 1;
+        if (victim != last) {
+            memcpy(k + (size_t)victim * row_bytes, k + (size_t)last * row_bytes, row_bytes);
+            memcpy(v + (size_t)victim * row_bytes, v + (size_t)last * row_bytes, row_bytes);
+            h->pos[victim] = h->pos[last];
+            h->round[victim] = h->round[last];
+            if (score) score[victim] = score[last];
+        }
+    }
+    return 0;
+}
+
+static int cpu_probs_reduce(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
+                            int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode,
+                            int accumulate, char *err, size_t err_len) {
+    if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv)
+        return ERR("probs_reduce: %d query heads over %d KV heads", n_head, n_head_kv);
+    if (n <= 0) return 0;
+    if (mode == KVB_REDUCE_GROUP_SUM) { /* h2o_observe's and snapkv's head_scores' loop */
+        const int G = n_head / n_head_kv;
+        for (int g = 0; g < n_head_kv; g++) {
+            float *o = out + (int64_t)g * out_stride;
+            if (!accumulate) memset(o, 0, (size_t)n * sizeof *o);
+            for (int r = 0; r < G; r++)
+                for (int64_t t = 0; t < n_q; t++) {
+                    const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
+                    for (int64_t j = 0; j < n; j++) o[j] += p[j];
+                }
+        }
+        return 0;
+    }
+    if (mode == KVB_REDUCE_MAX_HEADS) { /* omnikv's filter_scores */
+        if (!accumulate) memset(out, 0, (size_t)n * sizeof *out);
+        for (int64_t t = 0; t < n_q; t++) {
+            const double wt = w ? w[t] : 1.0;
+            for (int64_t j = 0; j < n; j++) {
+                float m = 0;
+                for (int h = 0; h < n_head; h++) {
+                    const float p = probs[((int64_t)h * n_q + t) * stride + j];
+                    if (p > m) m = p;
+                }
+                out[j] += (float)(wt * m);
+            }
+        }
+        return 0;
+    }
+    return ERR("probs_reduce: unknown mode %d", mode);
+}
+
+static int cpu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const float *in, int64_t in_stride,
+                      int64_t rows, int64_t n, int64_t kernel, int avg, char *err, size_t err_len) {
+    if (kernel < 1) return ERR("pool1d: kernel %lld", (long long)kernel);
+    const int64_t r = kernel / 2;
+    for (int64_t row = 0; row < rows; row++) {
+        const float *x = in + row * in_stride;
+        float *y = out + row * out_stride;
+        for (int64_t i = 0; i < n; i++) {
+            float m = -INFINITY;
+            double sum = 0;
+            for (int64_t j = i - r; j <= i + r; j++) {
+                if (j < 0 || j >= n) continue;
+                if (x[j] > m) m = x[j];
+                sum += x[j];
+            }
+            y[i] = avg ? (float)(sum / (double)kernel) : m;
+        }
+    }
+    return 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cpu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
+                        size_t err_len) {
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    cpu_topk(score, n, k, idx); /* the k best by the tie rule, then in slot order */
+    qsort(idx, (size_t)k, sizeof *idx, cmp_i32);
+    return 0;
+}
+
+static int cpu_iota(kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len) {
+    for (int64_t i = 0; i < n; i++) idx[i] = start + (int32_t)i;
+    return 0;
+}
+
+static int cpu_gather_f32(kvb_backend *be, float *dst, const float *src, const int32_t *idx, int64_t n, char *err,
+                          size_t err_len) {
+    if (check_idx(idx, n, "gather_f32", err, err_len)) return -1;
+    for (int64_t i = 0; i < n; i++) dst[i] = src[idx[i]];
+    return 0;
+}
+
+static int cpu_round_scores(kvb_backend *be, double *out, int32_t *present, int n_round, const float *probs,
+                            int64_t stride, int n_head, int n_head_kv, int64_t n_q, const int32_t *const *round,
+                            const int64_t *n, int32_t skip, char *err, size_t err_len) {
+    if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv)
+        return ERR("round_scores: %d query heads over %d KV heads", n_head, n_head_kv);
+    const int G = n_head / n_head_kv;
+    for (int g = 0; g < n_head_kv; g++)
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *p = probs + ((int64_t)(g * G + r) * n_q + t) * stride;
+                for (int64_t j = 0; j < n[g]; j++) {
+                    const int32_t rd = round[g][j];
+                    if (rd == skip || rd < 0 || rd >= n_round) continue;
+                    out[rd] += p[j];
+                    present[rd] = 1;
+                }
+            }
+    return 0;
+}
+
+static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *lse_d, const float *probs,
+                         int64_t stride, const float *lse_p, int n_head, const unsigned char *is_base,
+                         int64_t first, int64_t n_dist, char *err, size_t err_len) {
+    for (int h = 0; h < n_head; h++) {
+        if (!is_base[h]) continue;
+        const float *p = probs + (int64_t)h * stride + first;
+        double m = 0;
+        for (int64_t i = 0; i < n_dist; i++) m += p[i];
+        float *d = pd + (int64_t)h * pd_stride;
+        const float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
+        for (int64_t i = 0; i < n_dist; i++) d[i] = p[i] * inv;
+        lse_d[h] = m > 0 ? (float)(lse_p[h] + log(m)) : -INFINITY;
+    }
+    return 0;
+}
+
+enum { MERGE_CHUNK = 256 }; /* head dims of o_d summed at once (any head_dim, no allocation) */
+
+static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
+                         int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
+                         double tau, int64_t *counts, char *err, size_t err_len) {
+    const size_t elt = dtype == KVB_F16 ? 2 : 4;
+    for (int r = 0; r < G; r++) {
+        const double lp = lse_p[r], ld = lse_d[r];
+        const double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
+        if (gate >= tau) {
+            counts[1]++;
+            continue;
+        }
+        counts[0]++;
+        const float *w = pd + (int64_t)r * pd_stride;
+        float *o = out + (int64_t)r * head_dim;
+        for (int e0 = 0; e0 < head_dim; e0 += MERGE_CHUNK) {
+            const int ne = head_dim - e0 < MERGE_CHUNK ? head_dim - e0 : MERGE_CHUNK;
+            float od[MERGE_CHUNK] = {0};
+            for (int64_t i = 0; i < n_dist; i++) {
+                const uint8_t *row = (const uint8_t *)v + ((size_t)i * head_dim + e0) * elt;
+                const float wi = w[i];
+                if (dtype == KVB_F16)
+                    for (int e = 0; e < ne; e++) od[e] += wi * kvb_f16_to_f32(((const kvb_f16 *)row)[e]);
+                else
+                    for (int e = 0; e < ne; e++) od[e] += wi * ((const float *)row)[e];
+            }
+            for (int e = 0; e < ne; e++) o[e0 + e] = (float)(gate * o[e0 + e] + (1.0 - gate) * od[e]);
+        }
+    }
+    return 0;
+}
+
+void cpu_install_data_ops(kvb_backend *be) {
+    be->copy = cpu_copy;
+    be->zero = cpu_zero;
+    be->kv_gather = cpu_kv_gather;
+    be->kv_evict = cpu_kv_evict;
+    be->probs_reduce = cpu_probs_reduce;
+    be->pool1d = cpu_pool1d;
+    be->topk_idx = cpu_topk_idx;
+    be->iota = cpu_iota;
+    be->gather_f32 = cpu_gather_f32;
+    be->round_scores = cpu_round_scores;
+    be->pod_share = cpu_pod_share;
+    be->pod_merge = cpu_pod_merge;
+}

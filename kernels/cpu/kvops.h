@@ -1,0 +1,12 @@
+/* kvops.h — the CPU backend's data ops (kernels/backend.h, "data ops"): plain loops in the summation orders
+ * the header fixes, which are the orders of the method code they replace, so results stay bit-identical. */
+#ifndef KVB_CPU_KVOPS_H
+#define KVB_CPU_KVOPS_H
+
+#include "kernels/backend.h"
+
+/* Set be's data-op pointers (copy .. pod_merge) to the CPU implementations. They use no backend state
+ * besides be->traffic. */
+void cpu_install_data_ops(kvb_backend *be);
+
+#endif

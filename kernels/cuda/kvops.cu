@@ -1,0 +1,612 @@
+/* kvops.cu — the CUDA backend's data ops (kernels/backend.h, "data ops"): one small kernel per op on the
+ * backend's stream, checked after every launch.
+ *
+ * Numerics: where the header fixes a summation order, a thread owns an output and loops in that order; this
+ * file is compiled without fast math (CMakeLists.txt: -ftz=false -prec-div=true -fmad=false), so float and
+ * double arithmetic rounds as on the CPU and those outputs match the CPU backend bit for bit. Only the double
+ * exp and log of pod_share and pod_merge may differ from glibc in the last bit. Speed is not the point yet
+ * (top-k counts ranks in O(n^2), round_scores runs a thread per round over all probabilities).
+ *
+ * Moves between tiers (be->traffic counts every array copied, as the CPU backend does):
+ * - copy: one cudaMemcpyAsync (overlapping device ranges go through scratch: still one counted copy);
+ * - kv_gather D2D: one kernel, counted as 4 D2D copies (K, V, pos, round) of the rows gathered;
+ * - kv_gather H2D: the host packs the indexed rows of the (pinned) host-tier head into pinned staging and
+ *   makes one copy per array; without an index list the arrays are copied as they are;
+ * - kv_gather D2H: without an index list one copy per array straight into the host-tier head; with one, one
+ *   copy per array of the span of slots the list covers into staging, a stream sync, and the host unpacks:
+ *   the bytes counted are the span's, which is what crossed.
+ * An H2D source in pinned memory is read asynchronously: the host must not change it before be->sync.
+ * Preconditions the host can see (negative host indices, bad shapes) give -1 with one line in err; device
+ * index lists are trusted, and kv_evict without a candidate stops evicting (the CPU backend reports it). */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/kvops.h"
+
+/* CK(call): 0, or -1 with the failure recorded in be->error (needs `o` in scope); CK_LAUNCH: the same for the
+ * launch just made. */
+#define CK(call) ck(o, (call), #call, __FILE__, __LINE__)
+#define CK_LAUNCH(kernel) ck(o, cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+
+static cuda_kvops *OPS(kvb_backend *be) { return (cuda_kvops *)be->impl; }
+
+static int ck(cuda_kvops *o, cudaError_t e, const char *call, const char *file, int line) {
+    if (e == cudaSuccess) return 0;
+    const char *base = strrchr(file, '/');
+    if (!o->be->error[0]) /* the first failure wins: later ones are usually its consequences */
+        snprintf(o->be->error, sizeof o->be->error, "cuda: %s:%d: %s: %s", base ? base + 1 : file, line, call,
+                 cudaGetErrorString(e));
+    return -1;
+}
+
+/* an int-returning op's answer once the backend has failed */
+static int failed(cuda_kvops *o, char *err, size_t err_len) {
+    snprintf(err, err_len, "%s", o->be->error);
+    return -1;
+}
+
+/* bad arguments: the op fails, the backend does not */
+static int bad(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static unsigned blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+static void add_traffic(kvb_backend *be, kvb_copy_dir dir, int64_t n, int64_t bytes) {
+    be->traffic.n[dir] += n;
+    be->traffic.bytes[dir] += bytes;
+}
+
+/* a device buffer of at least need bytes (a smaller one is freed once the stream has drained) */
+static int grow_dev(cuda_kvops *o, void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    if (CK(cudaStreamSynchronize(o->stream)) || (*p && CK(cudaFree(*p)))) return -1;
+    *p = NULL;
+    *cap = 0;
+    size_t want = need + need / 4 + 4096;
+    if (CK(cudaMalloc(p, want))) return -1;
+    *cap = want;
+    return 0;
+}
+
+/* a pinned host buffer of at least need bytes, free for the host to write (the copies reading it have run) */
+static uint8_t *host_buf(cuda_kvops *o, uint8_t **p, size_t *cap, cudaEvent_t done, size_t need) {
+    if (CK(cudaEventSynchronize(done))) return NULL;
+    if (need > *cap) {
+        if (*p && CK(cudaFreeHost(*p))) return NULL;
+        *p = NULL;
+        *cap = 0;
+        size_t want = need + need / 4 + 4096;
+        if (CK(cudaMallocHost((void **)p, want))) return NULL;
+        *cap = want;
+    }
+    return *p;
+}
+
+/* A device copy of bytes (> 0) of host parameters for the kernels enqueued next; the next call reuses it
+ * (stream order keeps the earlier kernels' copy intact). NULL on failure. */
+static const void *params_in(cuda_kvops *o, const void *host, size_t bytes) {
+    uint8_t *h = host_buf(o, &o->param, &o->param_bytes, o->param_done, bytes);
+    if (!h || grow_dev(o, &o->param_dev, &o->param_dev_bytes, bytes)) return NULL;
+    memcpy(h, host, bytes);
+    if (CK(cudaMemcpyAsync(o->param_dev, h, bytes, cudaMemcpyHostToDevice, o->stream)) ||
+        CK(cudaEventRecord(o->param_done, o->stream)))
+        return NULL;
+    return o->param_dev;
+}
+
+/* ---- copy, zero ---- */
+
+static int cu_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kvb_copy_dir dir, char *err,
+                   size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return bad(err, err_len, "copy: bad direction %d", (int)dir);
+    if (!bytes) return 0;
+    static const cudaMemcpyKind kinds[KVB_COPY_DIRS] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                                         cudaMemcpyDeviceToDevice};
+    const uint8_t *s = (const uint8_t *)src;
+    uint8_t *d = (uint8_t *)dst;
+    if (dir == KVB_COPY_D2D && s != d && s < d + bytes && d < s + bytes) { /* overlap: memmove through scratch */
+        if (grow_dev(o, &o->scratch, &o->scratch_bytes, bytes) ||
+            CK(cudaMemcpyAsync(o->scratch, s, bytes, cudaMemcpyDeviceToDevice, o->stream)))
+            return failed(o, err, err_len);
+        s = (const uint8_t *)o->scratch;
+    }
+    if (s != d && CK(cudaMemcpyAsync(d, s, bytes, kinds[dir], o->stream))) return failed(o, err, err_len);
+    add_traffic(be, dir, 1, (int64_t)bytes);
+    return 0;
+}
+
+static int cu_zero(kvb_backend *be, void *dst, size_t bytes, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (bytes && CK(cudaMemsetAsync(dst, 0, bytes, o->stream))) return failed(o, err, err_len);
+    return 0;
+}
+
+/* ---- kv_gather ---- */
+
+/* the block's threads copy one row (words when everything is 4-byte aligned) */
+__device__ void copy_row(uint8_t *dst, const uint8_t *src, size_t rb) {
+    if (((uintptr_t)dst | (uintptr_t)src | rb) & 3) {
+        for (size_t b = threadIdx.x; b < rb; b += blockDim.x) dst[b] = src[b];
+    } else {
+        for (size_t w = threadIdx.x; w < rb / 4; w += blockDim.x) ((uint32_t *)dst)[w] = ((const uint32_t *)src)[w];
+    }
+}
+
+__global__ void k_kv_gather(kvb_kv_head dst, int64_t off, kvb_kv_head src, const int32_t *idx, int64_t n, size_t rb) {
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const int64_t s = idx ? idx[i] : i, t = off + i;
+        copy_row((uint8_t *)dst.k + t * rb, (const uint8_t *)src.k + s * rb, rb);
+        copy_row((uint8_t *)dst.v + t * rb, (const uint8_t *)src.v + s * rb, rb);
+        if (threadIdx.x == 0) {
+            dst.pos[t] = src.pos[s];
+            dst.round[t] = src.round[s];
+        }
+    }
+}
+
+/* one copy per array of slots [0, n) of `from` into slots off.. of `to` */
+static int copy_arrays(cuda_kvops *o, const kvb_kv_head *to, int64_t off, const kvb_kv_head *from, int64_t n,
+                       size_t rb, cudaMemcpyKind kind) {
+    const size_t rows = (size_t)n * rb, ints = (size_t)n * sizeof(int32_t);
+    return CK(cudaMemcpyAsync((uint8_t *)to->k + (size_t)off * rb, from->k, rows, kind, o->stream)) ||
+           CK(cudaMemcpyAsync((uint8_t *)to->v + (size_t)off * rb, from->v, rows, kind, o->stream)) ||
+           CK(cudaMemcpyAsync(to->pos + off, from->pos, ints, kind, o->stream)) ||
+           CK(cudaMemcpyAsync(to->round + off, from->round, ints, kind, o->stream));
+}
+
+/* staging laid out pos | round | K | V for n slots (ints first: aligned whatever the row size) */
+static kvb_kv_head staged(uint8_t *h, int64_t n, size_t rb) {
+    kvb_kv_head s;
+    s.pos = (int32_t *)h;
+    s.round = s.pos + n;
+    s.k = h + (size_t)n * 2 * sizeof(int32_t);
+    s.v = (uint8_t *)s.k + (size_t)n * rb;
+    return s;
+}
+
+static int gather_h2d(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const kvb_kv_head *src,
+                      const int32_t *idx, int64_t n, size_t rb) {
+    if (!idx) return copy_arrays(o, dst, off, src, n, rb, cudaMemcpyHostToDevice);
+    uint8_t *h = host_buf(o, &o->stage, &o->stage_bytes, o->stage_done, (size_t)n * (2 * rb + 2 * sizeof(int32_t)));
+    if (!h) return -1;
+    kvb_kv_head p = staged(h, n, rb);
+    for (int64_t i = 0; i < n; i++) {
+        const size_t s = (size_t)idx[i];
+        memcpy((uint8_t *)p.k + (size_t)i * rb, (const uint8_t *)src->k + s * rb, rb);
+        memcpy((uint8_t *)p.v + (size_t)i * rb, (const uint8_t *)src->v + s * rb, rb);
+        p.pos[i] = src->pos[s];
+        p.round[i] = src->round[s];
+    }
+    return copy_arrays(o, dst, off, &p, n, rb, cudaMemcpyHostToDevice) || CK(cudaEventRecord(o->stage_done, o->stream));
+}
+
+/* D2H with an index list: the span of slots it covers comes over, the host unpacks. *span: slots moved. */
+static int gather_d2h(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const kvb_kv_head *src,
+                      const int32_t *idx, int64_t n, size_t rb, int64_t *span) {
+    int32_t lo = idx[0], hi = idx[0];
+    for (int64_t i = 1; i < n; i++) lo = idx[i] < lo ? idx[i] : lo, hi = idx[i] > hi ? idx[i] : hi;
+    *span = (int64_t)hi - lo + 1;
+    uint8_t *h = host_buf(o, &o->stage, &o->stage_bytes, o->stage_done, (size_t)*span * (2 * rb + 2 * sizeof(int32_t)));
+    if (!h) return -1;
+    kvb_kv_head p = staged(h, *span, rb), from;
+    from.k = (uint8_t *)src->k + (size_t)lo * rb;
+    from.v = (uint8_t *)src->v + (size_t)lo * rb;
+    from.pos = src->pos + lo;
+    from.round = src->round + lo;
+    if (copy_arrays(o, &p, 0, &from, *span, rb, cudaMemcpyDeviceToHost) || CK(cudaStreamSynchronize(o->stream))) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const size_t s = (size_t)(idx[i] - lo), t = (size_t)(off + i);
+        memcpy((uint8_t *)dst->k + t * rb, (const uint8_t *)p.k + s * rb, rb);
+        memcpy((uint8_t *)dst->v + t * rb, (const uint8_t *)p.v + s * rb, rb);
+        dst->pos[t] = p.pos[s];
+        dst->round[t] = p.round[s];
+    }
+    return 0;
+}
+
+static int cu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off, const kvb_kv_head *src,
+                        const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return bad(err, err_len, "kv_gather: bad direction %d", (int)dir);
+    if (n < 0 || dst_off < 0) return bad(err, err_len, "kv_gather: %lld rows at slot %lld", (long long)n, (long long)dst_off);
+    if (!n) return 0;
+    for (int64_t i = 0; idx && dir != KVB_COPY_D2D && i < n; i++) /* host index lists only */
+        if (idx[i] < 0) return bad(err, err_len, "kv_gather: index %d at %lld is negative", idx[i], (long long)i);
+    int64_t slots = n;
+    int rc;
+    if (dir == KVB_COPY_D2D) {
+        k_kv_gather<<<blocks_for(n, 1), 64, 0, o->stream>>>(*dst, dst_off, *src, idx, n, row_bytes);
+        rc = CK_LAUNCH(k_kv_gather);
+    } else if (dir == KVB_COPY_H2D) {
+        rc = gather_h2d(o, dst, dst_off, src, idx, n, row_bytes);
+    } else {
+        rc = idx ? gather_d2h(o, dst, dst_off, src, idx, n, row_bytes, &slots)
+                 : copy_arrays(o, dst, dst_off, src, n, row_bytes, cudaMemcpyDeviceToHost);
+    }
+    if (rc) return failed(o, err, err_len);
+    add_traffic(be, dir, 4, slots * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
+    return 0;
+}
+
+/* ---- kv_evict: one block evicts one slot after another ---- */
+
+enum { EVICT_THREADS = 256 };
+
+/* slot a (key ka or position pa) is evicted before slot b: lower key, then lower slot */
+__device__ bool evicts_before(const float *score, float ka, int32_t pa, int64_t a, float kb, int32_t pb, int64_t b) {
+    if (score ? ka != kb : pa != pb) return score ? ka < kb : pa < pb;
+    return a < b;
+}
+
+__global__ void __launch_bounds__(EVICT_THREADS) k_kv_evict(kvb_kv_head h, int64_t n, size_t rb, float *score, int32_t lo,
+                                                            int32_t hi, int64_t count, uint8_t *spill) {
+    __shared__ float skey[EVICT_THREADS];
+    __shared__ int32_t spos[EVICT_THREADS];
+    __shared__ int64_t sslot[EVICT_THREADS];
+    const int tid = threadIdx.x;
+    for (int64_t c = 0; c < count; c++, n--) {
+        int64_t best = -1;
+        float bk = 0;
+        int32_t bp = 0;
+        for (int64_t j = tid; j < n; j += blockDim.x) { /* ascending j: a tie keeps the lower slot */
+            const int32_t p = h.pos[j];
+            const float k = score ? score[j] : 0.0f;
+            if (p >= lo && p < hi && (best < 0 || evicts_before(score, k, p, j, bk, bp, best))) best = j, bk = k, bp = p;
+        }
+        skey[tid] = bk, spos[tid] = bp, sslot[tid] = best;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s && sslot[tid + s] >= 0 &&
+                (sslot[tid] < 0 || evicts_before(score, skey[tid + s], spos[tid + s], sslot[tid + s], skey[tid], spos[tid], sslot[tid])))
+                skey[tid] = skey[tid + s], spos[tid] = spos[tid + s], sslot[tid] = sslot[tid + s];
+            __syncthreads();
+        }
+        const int64_t victim = sslot[0], last = n - 1;
+        __syncthreads(); /* everyone has read the victim before the next round overwrites it */
+        if (victim < 0) return; /* no candidate: a caller's error (the CPU backend reports it) */
+        if (spill) copy_row(spill + c * rb, (const uint8_t *)h.v + victim * rb, rb);
+        __syncthreads();
+        if (victim != last) {
+            copy_row((uint8_t *)h.k + victim * rb, (const uint8_t *)h.k + last * rb, rb);
+            copy_row((uint8_t *)h.v + victim * rb, (const uint8_t *)h.v + last * rb, rb);
+            if (tid == 0) {
+                h.pos[victim] = h.pos[last];
+                h.round[victim] = h.round[last];
+                if (score) score[victim] = score[last];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+static int cu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo,
+                       int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (count > n) return bad(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
+    if (count <= 0) return 0;
+    k_kv_evict<<<1, EVICT_THREADS, 0, o->stream>>>(*h, n, row_bytes, score, lo, hi, count, (uint8_t *)spill_v);
+    return CK_LAUNCH(k_kv_evict) ? failed(o, err, err_len) : 0;
+}
+
+/* ---- probs_reduce, pool1d ---- */
+
+__global__ void k_group_sum(float *out, int64_t out_stride, const float *p, int64_t stride, int G, int64_t n_q,
+                            int64_t n, int accumulate) {
+    const int g = blockIdx.y;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
+        float acc = accumulate ? out[g * out_stride + j] : 0.0f;
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) acc += p[((int64_t)(g * G + r) * n_q + t) * stride + j];
+        out[g * out_stride + j] = acc;
+    }
+}
+
+__global__ void k_max_heads(float *out, const float *p, int64_t stride, int n_head, int64_t n_q, int64_t n,
+                            const double *w, int accumulate) {
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
+        float acc = accumulate ? out[j] : 0.0f;
+        for (int64_t t = 0; t < n_q; t++) {
+            float m = 0;
+            for (int h = 0; h < n_head; h++) {
+                const float x = p[((int64_t)h * n_q + t) * stride + j];
+                if (x > m) m = x;
+            }
+            acc += (float)((w ? w[t] : 1.0) * m);
+        }
+        out[j] = acc;
+    }
+}
+
+static int cu_probs_reduce(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
+                           int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode, int accumulate,
+                           char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || n_head_kv > 65535)
+        return bad(err, err_len, "probs_reduce: %d query heads over %d KV heads", n_head, n_head_kv);
+    if (mode != KVB_REDUCE_GROUP_SUM && mode != KVB_REDUCE_MAX_HEADS) return bad(err, err_len, "probs_reduce: unknown mode %d", mode);
+    if (n <= 0) return 0;
+    if (mode == KVB_REDUCE_GROUP_SUM) {
+        dim3 grid(blocks_for(n, 256), (unsigned)n_head_kv);
+        k_group_sum<<<grid, 256, 0, o->stream>>>(out, out_stride, probs, stride, n_head / n_head_kv, n_q, n, accumulate);
+        return CK_LAUNCH(k_group_sum) ? failed(o, err, err_len) : 0;
+    }
+    const double *dw = NULL;
+    if (w && n_q > 0 && !(dw = (const double *)params_in(o, w, (size_t)n_q * sizeof(double)))) return failed(o, err, err_len);
+    k_max_heads<<<blocks_for(n, 256), 256, 0, o->stream>>>(out, probs, stride, n_head, n_q, n, dw, accumulate);
+    return CK_LAUNCH(k_max_heads) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_pool1d(float *out, int64_t out_stride, const float *in, int64_t in_stride, int64_t rows, int64_t n,
+                         int64_t kernel, int avg) {
+    const int64_t r = kernel / 2;
+    for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+        const float *x = in + row * in_stride;
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+            float m = -INFINITY;
+            double sum = 0;
+            for (int64_t j = i - r; j <= i + r; j++) {
+                if (j < 0 || j >= n) continue;
+                if (x[j] > m) m = x[j];
+                sum += x[j];
+            }
+            out[row * out_stride + i] = avg ? (float)(sum / (double)kernel) : m;
+        }
+    }
+}
+
+static int cu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const float *in, int64_t in_stride, int64_t rows,
+                     int64_t n, int64_t kernel, int avg, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (kernel < 1) return bad(err, err_len, "pool1d: kernel %lld", (long long)kernel);
+    if (rows <= 0 || n <= 0) return 0;
+    dim3 grid(blocks_for(n, 256), (unsigned)(rows < 65535 ? rows : 65535));
+    k_pool1d<<<grid, 256, 0, o->stream>>>(out, out_stride, in, in_stride, rows, n, kernel, avg);
+    return CK_LAUNCH(k_pool1d) ? failed(o, err, err_len) : 0;
+}
+
+/* ---- topk_idx (rank counting, then an ordered compaction), iota, gather_f32 ---- */
+
+/* slot a ranks before slot b: larger score, NaN below every number, then the lower slot */
+__device__ bool ranks_before(const float *x, int64_t a, int64_t b) {
+    const float va = x[a], vb = x[b];
+    const bool na = isnan(va), nb = isnan(vb);
+    if (na != nb) return nb;
+    if (!na && va != vb) return va > vb;
+    return a < b;
+}
+
+__global__ void k_topk_flags(int32_t *flag, const float *x, int64_t n, int64_t k) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rank = 0;
+        for (int64_t j = 0; j < n && rank < k; j++) rank += ranks_before(x, j, i);
+        flag[i] = rank < k;
+    }
+}
+
+enum { COMPACT_THREADS = 1024 };
+
+/* idx = the flagged slots in ascending order: one block, a prefix sum per chunk of COMPACT_THREADS slots */
+__global__ void __launch_bounds__(COMPACT_THREADS) k_compact(int32_t *idx, const int32_t *flag, int64_t n) {
+    __shared__ int32_t sum[COMPACT_THREADS];
+    int64_t base = 0;
+    const int tid = threadIdx.x;
+    for (int64_t c = 0; c < n; c += blockDim.x) {
+        const int64_t i = c + tid;
+        const int32_t f = i < n ? flag[i] : 0;
+        sum[tid] = f;
+        __syncthreads();
+        for (int s = 1; s < (int)blockDim.x; s <<= 1) { /* inclusive scan */
+            const int32_t v = tid >= s ? sum[tid - s] : 0;
+            __syncthreads();
+            sum[tid] += v;
+            __syncthreads();
+        }
+        if (f) idx[base + sum[tid] - 1] = (int32_t)i;
+        base += sum[blockDim.x - 1];
+        __syncthreads();
+    }
+}
+
+static int cu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
+                       size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    if (grow_dev(o, &o->scratch, &o->scratch_bytes, (size_t)n * sizeof(int32_t))) return failed(o, err, err_len);
+    int32_t *flag = (int32_t *)o->scratch;
+    k_topk_flags<<<blocks_for(n, 256), 256, 0, o->stream>>>(flag, score, n, k);
+    if (CK_LAUNCH(k_topk_flags)) return failed(o, err, err_len);
+    k_compact<<<1, COMPACT_THREADS, 0, o->stream>>>(idx, flag, n);
+    return CK_LAUNCH(k_compact) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_iota(int32_t *idx, int32_t start, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        idx[i] = start + (int32_t)i;
+}
+
+static int cu_iota(kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n <= 0) return 0;
+    k_iota<<<blocks_for(n, 256), 256, 0, o->stream>>>(idx, start, n);
+    return CK_LAUNCH(k_iota) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_gather_f32(float *dst, const float *src, const int32_t *idx, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[idx[i]];
+}
+
+static int cu_gather_f32(kvb_backend *be, float *dst, const float *src, const int32_t *idx, int64_t n, char *err,
+                         size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n <= 0) return 0;
+    k_gather_f32<<<blocks_for(n, 256), 256, 0, o->stream>>>(dst, src, idx, n);
+    return CK_LAUNCH(k_gather_f32) ? failed(o, err, err_len) : 0;
+}
+
+/* ---- round_scores: a thread per round, summing in the header's order ---- */
+
+typedef struct {
+    const int32_t *round[KVB_MAX_KV_HEADS];
+    int64_t n[KVB_MAX_KV_HEADS];
+} round_lists;
+
+__global__ void k_round_scores(double *out, int32_t *present, int n_round, const float *p, int64_t stride, int G,
+                               int n_head_kv, int64_t n_q, round_lists rl, int32_t skip) {
+    const int rd = blockIdx.x * blockDim.x + threadIdx.x;
+    if (rd >= n_round || rd == skip) return;
+    double acc = out[rd];
+    int hit = 0;
+    for (int g = 0; g < n_head_kv; g++)
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *pr = p + ((int64_t)(g * G + r) * n_q + t) * stride;
+                for (int64_t j = 0; j < rl.n[g]; j++)
+                    if (rl.round[g][j] == rd) acc += pr[j], hit = 1;
+            }
+    out[rd] = acc;
+    if (hit) present[rd] = 1;
+}
+
+static int cu_round_scores(kvb_backend *be, double *out, int32_t *present, int n_round, const float *probs,
+                           int64_t stride, int n_head, int n_head_kv, int64_t n_q, const int32_t *const *round,
+                           const int64_t *n, int32_t skip, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || n_head_kv > KVB_MAX_KV_HEADS)
+        return bad(err, err_len, "round_scores: %d query heads over %d KV heads (at most %d)", n_head, n_head_kv,
+                   (int)KVB_MAX_KV_HEADS);
+    if (n_round <= 0) return 0;
+    round_lists rl;
+    memset(&rl, 0, sizeof rl);
+    for (int g = 0; g < n_head_kv; g++) rl.round[g] = round[g], rl.n[g] = n[g];
+    k_round_scores<<<blocks_for(n_round, 64), 64, 0, o->stream>>>(out, present, n_round, probs, stride,
+                                                                  n_head / n_head_kv, n_head_kv, n_q, rl, skip);
+    return CK_LAUNCH(k_round_scores) ? failed(o, err, err_len) : 0;
+}
+
+/* ---- PoD: pod_share (a block per base head), pod_merge (a block per query head) ---- */
+
+__global__ void k_pod_share(float *pd, int64_t pd_stride, float *lse_d, const float *p, int64_t stride,
+                            const float *lse_p, const unsigned char *is_base, int64_t first, int64_t n_dist) {
+    const int h = blockIdx.x;
+    if (!is_base[h]) return;
+    const float *ph = p + (int64_t)h * stride + first;
+    __shared__ double m;
+    if (threadIdx.x == 0) {
+        double s = 0;
+        for (int64_t i = 0; i < n_dist; i++) s += ph[i];
+        m = s;
+    }
+    __syncthreads();
+    const float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
+    for (int64_t i = threadIdx.x; i < n_dist; i += blockDim.x) pd[(int64_t)h * pd_stride + i] = ph[i] * inv;
+    if (threadIdx.x == 0) lse_d[h] = m > 0 ? (float)((double)lse_p[h] + log(m)) : -INFINITY;
+}
+
+static int cu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *lse_d, const float *probs, int64_t stride,
+                        const float *lse_p, int n_head, const unsigned char *is_base, int64_t first, int64_t n_dist,
+                        char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n_head <= 0) return 0;
+    const unsigned char *d_base = (const unsigned char *)params_in(o, is_base, (size_t)n_head);
+    if (!d_base) return failed(o, err, err_len);
+    k_pod_share<<<(unsigned)n_head, 128, 0, o->stream>>>(pd, pd_stride, lse_d, probs, stride, lse_p, d_base, first, n_dist);
+    return CK_LAUNCH(k_pod_share) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, const float *pd, int64_t pd_stride,
+                            const void *v, int f16, int head_dim, int64_t n_dist, double tau, unsigned long long *counts) {
+    const int r = blockIdx.x;
+    const double lp = lse_p[r], ld = lse_d[r];
+    const double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
+    if (gate >= tau) {
+        if (threadIdx.x == 0) atomicAdd(&counts[1], 1ull);
+        return;
+    }
+    if (threadIdx.x == 0) atomicAdd(&counts[0], 1ull);
+    const float *w = pd + (int64_t)r * pd_stride;
+    for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
+        float od = 0;
+        for (int64_t i = 0; i < n_dist; i++) {
+            const int64_t at = i * head_dim + e;
+            od += w[i] * (f16 ? __half2float(((const __half *)v)[at]) : ((const float *)v)[at]);
+        }
+        float *o = out + (int64_t)r * head_dim + e;
+        *o = (float)(gate * *o + (1.0 - gate) * od);
+    }
+}
+
+static int cu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
+                        int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist, double tau,
+                        int64_t *counts, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (G <= 0 || head_dim <= 0) return 0;
+    k_pod_merge<<<(unsigned)G, head_dim < 128 ? 64 : 128, 0, o->stream>>>(out, lse_p, lse_d, pd, pd_stride, v,
+                                                                         dtype == KVB_F16, head_dim, n_dist, tau,
+                                                                         (unsigned long long *)counts);
+    return CK_LAUNCH(k_pod_merge) ? failed(o, err, err_len) : 0;
+}
+
+/* ---- install ---- */
+
+int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
+    memset(o, 0, sizeof *o);
+    o->be = be;
+    o->stream = stream;
+    if (CK(cudaEventCreateWithFlags(&o->stage_done, cudaEventDisableTiming)) ||
+        CK(cudaEventCreateWithFlags(&o->param_done, cudaEventDisableTiming)))
+        return -1;
+    be->copy = cu_copy;
+    be->zero = cu_zero;
+    be->kv_gather = cu_kv_gather;
+    be->kv_evict = cu_kv_evict;
+    be->probs_reduce = cu_probs_reduce;
+    be->pool1d = cu_pool1d;
+    be->topk_idx = cu_topk_idx;
+    be->iota = cu_iota;
+    be->gather_f32 = cu_gather_f32;
+    be->round_scores = cu_round_scores;
+    be->pod_share = cu_pod_share;
+    be->pod_merge = cu_pod_merge;
+    return 0;
+}
+
+void cuda_kvops_release(cuda_kvops *o) {
+    if (o->stream) cudaStreamSynchronize(o->stream);
+    cudaFreeHost(o->stage);
+    cudaFreeHost(o->param);
+    cudaFree(o->param_dev);
+    cudaFree(o->scratch);
+    if (o->stage_done) cudaEventDestroy(o->stage_done);
+    if (o->param_done) cudaEventDestroy(o->param_done);
+    memset(o, 0, sizeof *o);
+}

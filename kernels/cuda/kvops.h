@@ -1,0 +1,30 @@
+/* kvops.h — the CUDA backend's data ops (kernels/backend.h, "data ops"); kernels in kvops.cu. C++ (nvcc) only.
+ *
+ * The ops keep their state in a cuda_kvops that the backend's private state (cuda_impl, backend_cuda.cu) holds
+ * as its first member, so an op finds it at be->impl. */
+#ifndef KVB_CUDA_KVOPS_H
+#define KVB_CUDA_KVOPS_H
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+typedef struct {
+    kvb_backend *be;     /* whose error[] keeps the first failure ("cuda: FILE:LINE: CALL: reason") */
+    cudaStream_t stream; /* the backend's stream: every op enqueues on it */
+    /* pinned host buffers, each reused once its event says the copies reading it are done */
+    uint8_t *stage; size_t stage_bytes; cudaEvent_t stage_done; /* kv_gather's packed rows */
+    uint8_t *param; size_t param_bytes; cudaEvent_t param_done; /* small host parameters (weights, flags) */
+    void *param_dev; size_t param_dev_bytes;                    /* their device copy */
+    void *scratch; size_t scratch_bytes;                        /* device scratch: top-k flags, overlapping copies */
+} cuda_kvops;
+
+/* Set up ops for be on stream and install be's data ops (be->impl must begin with *ops). 0, or -1 with the
+ * reason in be->error. */
+int cuda_install_data_ops(kvb_backend *be, cuda_kvops *ops, cudaStream_t stream);
+/* Free what the ops allocated (waits for the stream first). */
+void cuda_kvops_release(cuda_kvops *ops);
+
+#endif
