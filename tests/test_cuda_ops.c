@@ -374,9 +374,8 @@ static void test_attention(void) {
 static void test_kv_writer(void) {
     char err[256];
     const int HK = 3, D = 64;
-    kvc_store *kv = kvc_create(2, HK, D, KVB_F16, 4, &mem, err, sizeof err);
+    kvc_store *kv = kvc_create(2, HK, D, KVB_F16, 4, be, &mem, err, sizeof err); /* rows stored by be->kv_writer */
     CU_ASSERT_FATAL(kv != NULL);
-    kvc_set_writer(kv, be->kv_writer, be);
     const int64_t n_tok = 37, n = n_tok * HK * D;
     float *dk = dev_f32(n), *dv = dev_f32(n), *k = malloc(n * 4), *v = malloc(n * 4);
     int32_t *dpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4), pos[37];
