@@ -2,9 +2,10 @@
  *
  * The forward pass (engine/model.c) and the KV-cache methods call ops only through this table, so the
  * same code runs on the CPU backend (kernels/cpu/) and the CUDA backend (kernels/cuda/). Activation
- * buffers passed to ops live in the backend's own memory (host memory for the CPU backend). The table
+ * buffers passed to ops live in the backend's own memory, the device tier (see "data ops" below); what an op
+ * takes from host memory says "host": weights, model vectors, token ids, per-head pointer arrays. The table
  * names no engine type: weights, KV rows and memory are plain pointers, sizes and dtypes, and what the
- * engine needs from a GPU backend (an allocator, a KV row writer) are plain function pointers it adapts
+ * engine needs from a backend (an allocator, a KV row writer) are plain function pointers it adapts
  * its KV store and memory trackers to. */
 #ifndef KVB_BACKEND_H
 #define KVB_BACKEND_H
@@ -17,9 +18,11 @@
 /* Where memory lives: next to the compute (GPU memory on CUDA) or on the host (pinned on CUDA). */
 typedef enum { KVB_TIER_DEVICE = 0, KVB_TIER_HOST = 1, KVB_TIER_COUNT } kvb_tier;
 
-/* Memory a GPU backend hands out for both the host and its kernels to address (device tier: GPU-resident,
- * host tier: pinned host memory). alloc returns zeroed memory or NULL; copy is a synchronous copy between
- * any two such blocks. The engine's memory trackers (engine/mem.h) allocate through it. */
+/* Memory a backend hands out: device tier = its own memory, which host code never reads or writes (GPU memory
+ * on CUDA, the heap or the guarded arena on the CPU); host tier = host memory the host may touch (pinned on
+ * CUDA). alloc returns zeroed memory or NULL; copy is a synchronous copy between any two such blocks or plain
+ * host memory (not counted in be->traffic: the engine uses it to move a block it reallocates). The engine's
+ * memory trackers (engine/mem.h) allocate through it. */
 typedef struct {
     void *(*alloc)(void *user, kvb_tier tier, size_t bytes);
     void (*free)(void *user, kvb_tier tier, void *p, size_t bytes);
@@ -40,7 +43,7 @@ typedef int (*kvb_kv_writer)(void *user, int n_head_kv, int head_dim, kvb_dtype 
                              const int32_t *round, char *err, size_t err_len);
 
 /* A weight matrix as stored in the model file: rows x cols, each row of `cols`
- * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). */
+ * elements in `type` (GGUF: ne[0] = cols, ne[1] = rows). data is host memory (the mapped file). */
 typedef struct {
     const void *data;
     ggml_type type;
@@ -48,20 +51,23 @@ typedef struct {
 } kvb_weight;
 
 typedef struct kvb_attn_args kvb_attn_args;
-/* Attention over the KV store, all heads at once (GQA: query head h uses KV head h / (n_head/n_head_kv)). */
+/* Attention over the KV store, all heads at once (GQA: query head h uses KV head h / (n_head/n_head_kv)).
+ * Memory: the per-KV-head arrays k, v, k_pos, idx (of pointers) and n_kv, n_idx (of counts) are host arrays;
+ * every pointer they hold, and q, q_pos, out, probs and lse, is device-tier memory. */
 struct kvb_attn_args {
     int64_t n_q;                 /* query tokens */
     int n_head, n_head_kv, head_dim;
     const float *q;              /* [n_q][n_head][head_dim] */
     const int32_t *q_pos;        /* [n_q] absolute positions for the causal mask, or NULL = no mask */
     kvb_dtype kv_dtype;          /* K and V element type: f32 or f16 */
-    const void *const *k;        /* per KV head: [n_kv[h]][head_dim] rows */
-    const void *const *v;        /* per KV head: [n_kv[h]][head_dim] rows */
-    const int32_t *const *k_pos; /* per KV head: absolute position of each slot (mask: visible iff k_pos <= q_pos) */
-    const int64_t *n_kv;         /* per KV head: slots */
-    const int32_t *const *idx;   /* optional per KV head index list into the slots (NULL = all slots; also
-                                    a NULL entry for one head = all) */
-    const int64_t *n_idx;        /* per KV head: length of idx[h] */
+    const void *const *k;        /* host, per KV head: [n_kv[h]][head_dim] rows */
+    const void *const *v;        /* host, per KV head: [n_kv[h]][head_dim] rows */
+    const int32_t *const *k_pos; /* host, per KV head: absolute position of each slot (mask: visible iff k_pos <=
+                                    q_pos) */
+    const int64_t *n_kv;         /* host, per KV head: slots */
+    const int32_t *const *idx;   /* host, optional, per KV head: index list into the slots (NULL = all slots;
+                                    also a NULL entry for one head = all) */
+    const int64_t *n_idx;        /* host, per KV head: length of idx[h] */
     float scale;                 /* usually 1/sqrt(head_dim) */
     float *out;                  /* [n_q][n_head][head_dim] */
     float *probs;                /* optional: [n_head][n_q][probs_stride] softmax probabilities over the visible
@@ -114,8 +120,9 @@ struct kvb_backend {
      * there), and the next int-returning op or sync reports it: a failed GPU backend stays failed. */
     /* out[t][r] = W[r] . x[t] for t < n_tok (x quantized to the weight's activation format first) */
     int (*matmul)(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok);
-    /* out[i] = dequantized row ids[i] of w */
+    /* out[i] = dequantized row ids[i] of w (ids: host) */
     void (*get_rows)(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n);
+    /* w (host): the model's norm weights; likewise add_bias's bias */
     void (*rmsnorm)(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps);
     void (*rope)(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
                  float freq_base, int neox);
@@ -191,8 +198,8 @@ struct kvb_backend {
      * 0, or -1 when an op has failed (the reason in `error`). */
     int (*sync)(kvb_backend *be);
     /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
-     * (NULL = host code; called with the backend as user); both set by GPU backends, whose kernels cannot
-     * read plain heap memory. */
+     * (NULL = host code; called with the backend as user); every backend sets both (the CPU backend: the C
+     * heap, or the guarded arena under KVB_GUARD). */
     const kvb_allocator *allocator;
     kvb_kv_writer kv_writer;
     kvb_traffic traffic; /* copies made by copy / kv_gather (see the data ops) */
@@ -200,7 +207,9 @@ struct kvb_backend {
     char error[256]; /* one line: why an op failed ("" = none; see above) */
 };
 
-/* The CPU backend with n_threads (<= 0: one per core). NULL on failure. */
+/* The CPU backend with n_threads (<= 0: one per core). NULL on failure. With $KVB_GUARD set (and not "0") its
+ * device tier is a mapping host code cannot read or write outside its ops (any touch dies with SIGSEGV), so the
+ * tests prove that engine and method code leave device-tier bytes to the ops (kernels/cpu/guard.h). */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */

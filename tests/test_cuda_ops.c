@@ -1,7 +1,9 @@
 /* test_cuda_ops.c — every op of the CUDA backend against a float64 reference written here, on seeded random
- * inputs of several shapes (odd sizes, index lists kept on the plain heap, positions past 100K), through the
- * backend op table exactly as the engine calls it: buffers from the backend's allocator, weights in host
- * memory as the model maps them. Also the device-side KV row writer through kvc_append.
+ * inputs of several shapes (odd sizes, unsorted index lists, positions past 100K), through the backend op
+ * table exactly as the engine calls it: buffers from the backend's allocator (plain device memory: the test
+ * fills host mirrors and copies them in and out with the allocator's copy), weights in host memory as the
+ * model maps them, token ids and per-head pointer arrays on the host. Also the device-side KV row writer
+ * through kvc_append.
  *
  * Bounds come from f16: weights are stored as f16 on the GPU (exactly, for F16 weights, so the reference
  * uses the same values) and prefill GEMMs round activations to f16 (relative 2^-11 per element), so a dot
@@ -33,6 +35,12 @@ static double urand(void) { /* [-1, 1) */
 
 static float *dev_f32(int64_t n) { return kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * 4); }
 static void dev_free(void *p, int64_t bytes) { kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, p, (size_t)bytes); }
+/* host mirror -> device memory; device memory -> host mirror (after the ops enqueued so far) */
+static void put(void *dev, const void *host, int64_t bytes) { be->allocator->copy(be->allocator->user, dev, host, (size_t)bytes); }
+static void get(void *host, const void *dev, int64_t bytes) {
+    be->sync(be);
+    be->allocator->copy(be->allocator->user, host, dev, (size_t)bytes);
+}
 
 /* weights stay allocated until the backend is gone (it caches device copies by host address) */
 static void *kept[64];
@@ -61,10 +69,12 @@ static void check_matmul(ggml_type type, int64_t rows, int64_t cols, int64_t n_t
         for (int64_t c = 0; c < cols; c++) wd[r * cols + c] = kvb_f16_to_f32(kvb_f32_to_f16(wrow[c]));
     }
     kvb_weight w = {wq, type, rows, cols};
-    float *x = dev_f32(n_tok * cols), *out = dev_f32(n_tok * rows);
+    float *dx = dev_f32(n_tok * cols), *dout = dev_f32(n_tok * rows);
+    float *x = malloc(n_tok * cols * 4), *out = malloc(n_tok * rows * 4);
     fill(x, n_tok * cols, 1.0);
-    CU_ASSERT_FATAL(be->matmul(be, out, &w, x, n_tok) == 0);
-    be->sync(be);
+    put(dx, x, n_tok * cols * 4);
+    CU_ASSERT_FATAL(be->matmul(be, dout, &w, dx, n_tok) == 0);
+    get(out, dout, n_tok * rows * 4);
     double worst = 0;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < rows; r++) {
@@ -81,8 +91,10 @@ static void check_matmul(ggml_type type, int64_t rows, int64_t cols, int64_t n_t
     printf("\n    matmul type %d %lldx%lld n_tok %lld: max error %.2e of sum|wx| (bound %.0e)", (int)type,
            (long long)rows, (long long)cols, (long long)n_tok, worst, bound);
     CU_ASSERT(worst <= bound);
-    dev_free(x, n_tok * cols * 4);
-    dev_free(out, n_tok * rows * 4);
+    dev_free(dx, n_tok * cols * 4);
+    dev_free(dout, n_tok * rows * 4);
+    free(x);
+    free(out);
     keep(wq); /* the backend caches weights by address for its lifetime: never reuse one */
     free(wrow);
     free(wd);
@@ -108,10 +120,10 @@ static void test_get_rows(void) {
         quant_quantize_row(GGML_T_Q8_0, tmp, wq + r * rb, cols);
     }
     kvb_weight w = {wq, GGML_T_Q8_0, rows, cols};
-    int32_t ids[5] = {0, 1000, 7, 7, 512}; /* heap memory: staged by the backend */
-    float *out = dev_f32(5 * cols);
-    be->get_rows(be, out, &w, ids, 5);
-    be->sync(be);
+    int32_t ids[5] = {0, 1000, 7, 7, 512}; /* host memory, as the op takes them */
+    float *dout = dev_f32(5 * cols), *out = malloc(5 * cols * 4);
+    be->get_rows(be, dout, &w, ids, 5);
+    get(out, dout, 5 * cols * 4);
     double worst = 0;
     for (int i = 0; i < 5; i++) {
         quant_dequant_row(GGML_T_Q8_0, wq + ids[i] * rb, tmp, cols);
@@ -122,22 +134,27 @@ static void test_get_rows(void) {
     }
     printf("\n    get_rows Q8_0: max relative error %.2e (f16 rounding bound 4.9e-4)", worst);
     CU_ASSERT(worst <= 4.9e-4);
-    dev_free(out, 5 * cols * 4);
+    dev_free(dout, 5 * cols * 4);
+    free(out);
     keep(wq);
     free(tmp);
 }
 
 static void test_rmsnorm_swiglu_add(void) {
-    const int64_t n = 1537, rows = 3;
-    float *x = dev_f32(n * rows), *o = dev_f32(n * rows), *g = dev_f32(n * rows), *u = dev_f32(n * rows);
+    const int64_t n = 1537, rows = 3, bytes = n * rows * 4;
+    float *dx = dev_f32(n * rows), *dout = dev_f32(n * rows), *dg = dev_f32(n * rows), *du = dev_f32(n * rows);
+    float *x = malloc(bytes), *o = malloc(bytes), *g = malloc(bytes), *u = malloc(bytes);
     float *w = malloc(n * 4), *bias = malloc(n * 4); /* model vectors live in host memory */
     fill(x, n * rows, 3.0);
     fill(w, n, 1.0);
     fill(g, n * rows, 8.0);
     fill(u, n * rows, 1.0);
     fill(bias, n, 0.5);
-    be->rmsnorm(be, o, x, w, n, rows, 1e-5f);
-    be->sync(be);
+    put(dx, x, bytes);
+    put(dg, g, bytes);
+    put(du, u, bytes);
+    be->rmsnorm(be, dout, dx, w, n, rows, 1e-5f);
+    get(o, dout, bytes);
     double worst = 0;
     for (int64_t r = 0; r < rows; r++) {
         double ss = 0;
@@ -150,8 +167,8 @@ static void test_rmsnorm_swiglu_add(void) {
     }
     printf("\n    rmsnorm: max relative error %.2e", worst);
     CU_ASSERT(worst <= 1e-5);
-    be->swiglu(be, o, g, u, n * rows);
-    be->sync(be);
+    be->swiglu(be, dout, dg, du, n * rows);
+    get(o, dout, bytes);
     worst = 0;
     for (int64_t i = 0; i < n * rows; i++) {
         double a = g[i], ref = a / (1 + exp(-a)) * u[i], e = fabs(o[i] - ref) / (fabs(ref) + 1e-3);
@@ -159,9 +176,9 @@ static void test_rmsnorm_swiglu_add(void) {
     }
     printf("\n    swiglu: max relative error %.2e", worst);
     CU_ASSERT(worst <= 1e-5);
-    be->add(be, o, g, u, n * rows);
-    be->add_bias(be, o, bias, n, rows);
-    be->sync(be);
+    be->add(be, dout, dg, du, n * rows);
+    be->add_bias(be, dout, bias, n, rows);
+    get(o, dout, bytes);
     worst = 0;
     for (int64_t i = 0; i < n * rows; i++) {
         double ref = (double)g[i] + u[i] + bias[i % n], e = fabs(o[i] - ref);
@@ -169,7 +186,8 @@ static void test_rmsnorm_swiglu_add(void) {
     }
     printf("\n    add + add_bias: max error %.2e", worst);
     CU_ASSERT(worst <= 1e-5);
-    dev_free(x, n * rows * 4); dev_free(o, n * rows * 4); dev_free(g, n * rows * 4); dev_free(u, n * rows * 4);
+    dev_free(dx, bytes); dev_free(dout, bytes); dev_free(dg, bytes); dev_free(du, bytes);
+    free(x); free(o); free(g); free(u);
     free(w);
     free(bias);
 }
@@ -177,14 +195,14 @@ static void test_rmsnorm_swiglu_add(void) {
 static void check_rope(int neox, int head_dim, int n_rot, float base) {
     const int n_tok = 5, n_head = 3;
     const int64_t n = (int64_t)n_tok * n_head * head_dim;
-    float *x = dev_f32(n), *x0 = malloc(n * 4);
+    float *dx = dev_f32(n), *x = malloc(n * 4), *x0 = malloc(n * 4);
     int32_t *pos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4);
     int32_t ps[5] = {0, 1, 17, 4095, 131071};
-    memcpy(pos, ps, sizeof ps);
-    fill(x, n, 1.0);
-    memcpy(x0, x, n * 4);
-    be->rope(be, x, n_tok, n_head, head_dim, n_rot, pos, base, neox);
-    be->sync(be);
+    put(pos, ps, sizeof ps);
+    fill(x0, n, 1.0);
+    put(dx, x0, n * 4);
+    be->rope(be, dx, n_tok, n_head, head_dim, n_rot, pos, base, neox);
+    get(x, dx, n * 4);
     double worst = 0;
     for (int t = 0; t < n_tok; t++)
         for (int h = 0; h < n_head; h++) {
@@ -205,8 +223,9 @@ static void check_rope(int neox, int head_dim, int n_rot, float base) {
     /* float angles at position 131071 carry ~1e-2 rad of rounding (in ggml too): bound by position */
     printf("\n    rope neox=%d d=%d rot=%d: max abs error %.2e", neox, head_dim, n_rot, worst);
     CU_ASSERT(worst <= 3e-2);
-    dev_free(x, n * 4);
+    dev_free(dx, n * 4);
     dev_free(pos, n_tok * 4);
+    free(x);
     free(x0);
 }
 
@@ -216,16 +235,19 @@ static void test_rope(void) {
     check_rope(0, 80, 32, 10000.0f);
 }
 
-/* attention through the op table vs float64: KV rows in allocator memory, index lists and outputs on the plain
- * heap (staged by the backend), shuffled positions with a causal mask, probabilities and lse. One case per path:
+/* attention through the op table vs float64: KV rows, index lists and outputs in device memory, the per-head
+ * arrays on the host, shuffled positions with a causal mask, probabilities and lse. One case per path:
  * the tiled f16 path (head_dim 64, 128), the generic path (odd head_dim, f32 KV), decode (1 query, split keys)
  * and prefill-sized query blocks. */
 static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
     const int n_head = HK * G;
     const size_t es = f16 ? 2 : 4;
     void **k = calloc(HK, sizeof *k), **v = calloc(HK, sizeof *v);
-    int32_t **kpos = calloc(HK, sizeof *kpos), **idx = calloc(HK, sizeof *idx);
+    int32_t **kpos = calloc(HK, sizeof *kpos), **idx = calloc(HK, sizeof *idx), **didx = calloc(HK, sizeof *didx);
     int64_t *nk = calloc(HK, sizeof *nk), *ni = calloc(HK, sizeof *ni);
+    /* host mirrors of one head's rows and of every head's positions */
+    uint8_t *hk = malloc(n_kv * D * es), *hv = malloc(n_kv * D * es);
+    int32_t *hpos = malloc((size_t)HK * n_kv * 4);
     double *kd = malloc((size_t)HK * n_kv * D * sizeof(double)), *vd = malloc((size_t)HK * n_kv * D * sizeof(double));
     int64_t longest = 0;
     for (int g = 0; g < HK; g++) {
@@ -234,48 +256,59 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
         kpos[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * 4);
         nk[g] = n_kv;
         for (int64_t sl = 0; sl < n_kv; sl++) {
-            kpos[g][sl] = (int32_t)((sl * 7919) % n_kv); /* shuffled positions */
+            hpos[g * n_kv + sl] = (int32_t)((sl * 7919) % n_kv); /* shuffled positions */
             for (int i = 0; i < D; i++) {
                 size_t o = (size_t)sl * D + i, r = ((size_t)g * n_kv + sl) * D + i;
                 float kf = (float)urand(), vf = (float)urand();
                 if (f16) {
-                    ((kvb_f16 *)k[g])[o] = kvb_f32_to_f16(kf);
-                    ((kvb_f16 *)v[g])[o] = kvb_f32_to_f16(vf);
-                    kd[r] = kvb_f16_to_f32(((kvb_f16 *)k[g])[o]);
-                    vd[r] = kvb_f16_to_f32(((kvb_f16 *)v[g])[o]);
+                    ((kvb_f16 *)hk)[o] = kvb_f32_to_f16(kf);
+                    ((kvb_f16 *)hv)[o] = kvb_f32_to_f16(vf);
+                    kd[r] = kvb_f16_to_f32(((kvb_f16 *)hk)[o]);
+                    vd[r] = kvb_f16_to_f32(((kvb_f16 *)hv)[o]);
                 } else {
-                    ((float *)k[g])[o] = kf;
-                    ((float *)v[g])[o] = vf;
+                    ((float *)hk)[o] = kf;
+                    ((float *)hv)[o] = vf;
                     kd[r] = kf;
                     vd[r] = vf;
                 }
             }
         }
-        if (use_idx && g % 2 == 0) { /* heap lists (staged), unsorted; odd heads read every slot */
+        put(k[g], hk, n_kv * D * es);
+        put(v[g], hv, n_kv * D * es);
+        put(kpos[g], hpos + g * n_kv, n_kv * 4);
+        if (use_idx && g % 2 == 0) { /* unsorted lists; odd heads read every slot */
             ni[g] = n_kv * 3 / 10 + 1;
             idx[g] = malloc(ni[g] * 4);
             for (int64_t j = 0; j < ni[g]; j++) idx[g][j] = (int32_t)((j * 37 + 11) % n_kv);
+            didx[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, ni[g] * 4);
+            put(didx[g], idx[g], ni[g] * 4);
         }
         int64_t len = idx[g] ? ni[g] : n_kv;
         if (len > longest) longest = len;
     }
     const int64_t nqe = (int64_t)n_q * n_head * D;
-    float *q = dev_f32(nqe), *out = malloc(nqe * 4);
+    const int64_t probs_bytes = (int64_t)n_head * n_q * longest * 4, lse_bytes = (int64_t)n_head * n_q * 4;
+    float *q = malloc(nqe * 4), *out = malloc(nqe * 4), *probs = malloc(probs_bytes), *lse = malloc(lse_bytes);
+    int32_t *qpos = malloc(n_q * 4);
     fill(q, nqe, 1.0);
-    int32_t *qpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_q * 4);
     for (int t = 0; t < n_q; t++) qpos[t] = (int32_t)(t == 0 ? n_kv / 10 : (int64_t)t * n_kv / n_q + 3);
-    float *probs = malloc((size_t)n_head * n_q * longest * 4), *lse = malloc((size_t)n_head * n_q * 4);
+    float *dq = dev_f32(nqe), *dout = dev_f32(nqe), *dprobs = dev_f32(probs_bytes / 4), *dlse = dev_f32(lse_bytes / 4);
+    int32_t *dqpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_q * 4);
+    put(dq, q, nqe * 4);
+    put(dqpos, qpos, n_q * 4);
     kvb_attn_args a = {0};
     a.n_q = n_q; a.n_head = n_head; a.n_head_kv = HK; a.head_dim = D;
-    a.q = q; a.q_pos = qpos; a.kv_dtype = f16 ? KVB_F16 : KVB_F32;
+    a.q = dq; a.q_pos = dqpos; a.kv_dtype = f16 ? KVB_F16 : KVB_F32;
     a.k = (const void *const *)k; a.v = (const void *const *)v; a.k_pos = (const int32_t *const *)kpos; a.n_kv = nk;
-    a.idx = use_idx ? (const int32_t *const *)idx : NULL; a.n_idx = use_idx ? ni : NULL;
-    a.scale = 1.0f / sqrtf((float)D); a.out = out; a.probs = probs; a.probs_stride = longest; a.lse = lse;
+    a.idx = use_idx ? (const int32_t *const *)didx : NULL; a.n_idx = use_idx ? ni : NULL;
+    a.scale = 1.0f / sqrtf((float)D); a.out = dout; a.probs = dprobs; a.probs_stride = longest; a.lse = dlse;
     char err[256];
     int rc = be->attention(be, &a, err, sizeof err);
     if (rc) printf("\n    attention: %s", err);
     CU_ASSERT_FATAL(rc == 0);
-    be->sync(be);
+    get(out, dout, nqe * 4);
+    get(probs, dprobs, probs_bytes);
+    get(lse, dlse, lse_bytes);
     double we = 0, wp = 0, wl = 0;
     double *sc = malloc(longest * sizeof(double)), *o = malloc(D * sizeof(double));
     for (int t = 0; t < n_q; t++)
@@ -285,7 +318,7 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
             double m = -INFINITY, l = 0;
             for (int64_t j = 0; j < len; j++) {
                 int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
-                if (kpos[g][sl] > qpos[t]) { sc[j] = -INFINITY; continue; }
+                if (hpos[g * n_kv + sl] > qpos[t]) { sc[j] = -INFINITY; continue; }
                 double d = 0;
                 for (int i = 0; i < D; i++) d += (double)q[((int64_t)t * n_head + h) * D + i] * kd[((size_t)g * n_kv + sl) * D + i];
                 sc[j] = d * a.scale;
@@ -317,11 +350,13 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
         kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, k[g], n_kv * D * es);
         kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, v[g], n_kv * D * es);
         kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, kpos[g], n_kv * 4);
+        if (didx[g]) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, didx[g], ni[g] * 4);
         free(idx[g]);
     }
-    dev_free(q, nqe * 4);
-    dev_free(qpos, n_q * 4);
-    free(k); free(v); free(kpos); free(idx); free(nk); free(ni); free(kd); free(vd);
+    dev_free(dq, nqe * 4); dev_free(dout, nqe * 4); dev_free(dprobs, probs_bytes); dev_free(dlse, lse_bytes);
+    kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, dqpos, n_q * 4);
+    free(k); free(v); free(kpos); free(idx); free(didx); free(nk); free(ni); free(kd); free(vd);
+    free(hk); free(hv); free(hpos); free(q); free(qpos);
     free(out); free(probs); free(lse); free(sc); free(o);
 }
 
@@ -335,40 +370,49 @@ static void test_attention(void) {
     check_attention(64, 3, 3, 130, 600, 1, 0);   /* a prefill-sized block of queries */
 }
 
-/* kvc_append through the backend's device writer, then host reads of the managed store */
+/* kvc_append through the backend's device writer, then the store's rows copied out */
 static void test_kv_writer(void) {
     char err[256];
     const int HK = 3, D = 64;
-    kvc_store *kv = kvc_create(2, HK, D, KVB_F16, 4, &mem, err, sizeof err);
+    kvc_store *kv = kvc_create(2, HK, D, KVB_F16, 4, be, &mem, err, sizeof err); /* rows stored by be->kv_writer */
     CU_ASSERT_FATAL(kv != NULL);
-    kvc_set_writer(kv, be->kv_writer, be);
-    const int64_t n_tok = 37;
-    float *k = dev_f32(n_tok * HK * D), *v = dev_f32(n_tok * HK * D);
-    int32_t *pos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4);
-    fill(k, n_tok * HK * D, 4.0);
-    fill(v, n_tok * HK * D, 4.0);
+    const int64_t n_tok = 37, n = n_tok * HK * D;
+    float *dk = dev_f32(n), *dv = dev_f32(n), *k = malloc(n * 4), *v = malloc(n * 4);
+    int32_t *dpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_tok * 4), pos[37];
+    fill(k, n, 4.0);
+    fill(v, n, 4.0);
     for (int t = 0; t < n_tok; t++) pos[t] = 1000 + t;
-    CU_ASSERT_FATAL(kvc_append(kv, 1, 20, k, v, pos, NULL, err, sizeof err) == 0); /* grows past capacity 4 */
-    CU_ASSERT_FATAL(kvc_append(kv, 1, 17, k + 20 * HK * D, v + 20 * HK * D, pos + 20, NULL, err, sizeof err) == 0);
-    be->sync(be);
+    put(dk, k, n * 4);
+    put(dv, v, n * 4);
+    put(dpos, pos, n_tok * 4);
+    CU_ASSERT_FATAL(kvc_append(kv, 1, 20, dk, dv, dpos, NULL, err, sizeof err) == 0); /* grows past capacity 4 */
+    CU_ASSERT_FATAL(kvc_append(kv, 1, 17, dk + 20 * HK * D, dv + 20 * HK * D, dpos + 20, NULL, err, sizeof err) == 0);
     int bad = 0;
+    kvb_f16 hk[37 * 64], hv[37 * 64];
+    int32_t hp[37], hr[37];
     for (int h = 0; h < HK; h++) {
-        kvc_view hv = kvc_head_view(kv, 1, h);
-        CU_ASSERT(hv.n == n_tok);
+        kvc_view view = kvc_head_view(kv, 1, h);
+        CU_ASSERT_FATAL(view.n == n_tok);
+        get(hk, view.k, sizeof hk);
+        get(hv, view.v, sizeof hv);
+        get(hp, view.pos, sizeof hp);
+        get(hr, view.round, sizeof hr);
         for (int64_t t = 0; t < n_tok; t++) {
-            bad += hv.pos[t] != 1000 + t || hv.round[t] != 0;
+            bad += hp[t] != 1000 + t || hr[t] != 0;
             for (int i = 0; i < D; i++) {
-                bad += ((const kvb_f16 *)hv.k)[t * D + i] != kvb_f32_to_f16(k[(t * HK + h) * D + i]);
-                bad += ((const kvb_f16 *)hv.v)[t * D + i] != kvb_f32_to_f16(v[(t * HK + h) * D + i]);
+                bad += hk[t * D + i] != kvb_f32_to_f16(k[(t * HK + h) * D + i]);
+                bad += hv[t * D + i] != kvb_f32_to_f16(v[(t * HK + h) * D + i]);
             }
         }
     }
     printf("\n    kv writer: %d mismatching elements of %lld", bad, (long long)(n_tok * HK * (2 * D + 2)));
     CU_ASSERT(bad == 0);
     kvc_free(kv);
-    dev_free(k, n_tok * HK * D * 4);
-    dev_free(v, n_tok * HK * D * 4);
-    dev_free(pos, n_tok * 4);
+    dev_free(dk, n * 4);
+    dev_free(dv, n * 4);
+    dev_free(dpos, n_tok * 4);
+    free(k);
+    free(v);
 }
 
 int main(void) {

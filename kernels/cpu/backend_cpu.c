@@ -1,11 +1,14 @@
 /* backend_cpu.c — the CPU implementation of the backend op table (kernels/backend.h).
  * Thin wrappers: the kernels live in matmul.c and ops.c; this file owns the
- * thread pool and the scratch buffers they need, grown on demand and kept. */
+ * thread pool and the scratch buffers they need, grown on demand and kept. Both memory tiers are the C heap
+ * (under KVB_GUARD the device tier is guard.c's arena), and KV rows are stored by an op (kv_writer) like on
+ * a GPU, so the engine never writes device-tier bytes itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/guard.h"
 #include "kernels/cpu/kvops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -108,6 +111,20 @@ static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtyp
     return 0;
 }
 
+/* ---- allocator: both tiers on the C heap ---- */
+
+static void *heap_alloc(void *user, kvb_tier tier, size_t bytes) {
+    void *p = NULL;
+    if (!bytes || posix_memalign(&p, 64, bytes)) return NULL;
+    return memset(p, 0, bytes);
+}
+
+static void heap_free(void *user, kvb_tier tier, void *p, size_t bytes) { free(p); }
+
+static void heap_copy(void *user, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+
+static const kvb_allocator heap_allocator = {heap_alloc, heap_free, heap_copy, NULL};
+
 static void cpu_be_free(kvb_backend *be) {
     cpu_impl *im = be->impl;
     if (im) {
@@ -151,5 +168,6 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->kv_writer = cpu_kv_writer;
     cpu_install_data_ops(be);
     be->impl = im;
-    return be;
+    be->allocator = &heap_allocator;
+    return kvb_guard_wanted() ? kvb_guard_wrap(be, err, err_len) : be;
 }

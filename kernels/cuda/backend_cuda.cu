@@ -5,14 +5,15 @@
  * matrix-vector products use a bandwidth-bound f16 GEMV; prefill uses cuBLAS (tensor cores, f16 inputs,
  * f32 accumulate and output).
  *
- * Memory: the engine's trackers allocate through this backend's allocator. The device tier is managed
- * memory preferring the GPU (so the methods' host code can still read and compact the KV store, and the
- * kernels find it resident), checked against cudaMemGetInfo before each allocation; the host tier is
- * pinned host memory the kernels can address. KV rows are written by a kernel (kv_writer), so decode never
- * touches the store from the host.
+ * Memory (backend.h, "data ops"): the device tier is plain device memory (cudaMalloc), which host code never
+ * touches; the host tier is pinned host memory (cudaMallocHost). Op arguments are device memory unless the
+ * header says host (get_rows' ids, the attention's per-head pointer arrays and counts, weights and model
+ * vectors), so no op asks the driver what a pointer is. KV rows are written by a kernel (kv_writer).
  *
- * Ops only enqueue on one stream; sync() waits. Pointers the engine's callers own on the plain heap (a
- * method's index lists, PoD's partial outputs, token ids) are staged through device buffers. Every CUDA call
+ * Streams: ops enqueue on the compute stream; sync() waits for it. The allocator's copies between tiers run on
+ * a copy stream, ordered by events after the compute stream's earlier work and before its later work (the
+ * data ops' copies, kvops.cu, and the few bytes an op stages itself, token ids and the attention's pointer
+ * block, stay on the compute stream). Every CUDA call
  * and kernel launch is checked (CK, CK_LAUNCH): the first failure is kept in be->error as one line,
  * "cuda: FILE:LINE: CALL: reason", the op that met it fails, and every later int-returning op and sync
  * fails with it, so a broken device gives an error instead of wrong numbers (and never exits the process). */
@@ -21,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,10 @@ typedef struct {
 enum { RING = 32, PARAM_WORDS = 6 * KVB_MAX_KV_HEADS };
 
 typedef struct {
+    uintptr_t lo, hi; /* [lo, hi): one device-tier block */
+} dev_span;
+
+typedef struct {
     cuda_kvops ops;  /* the data ops' state (kvops.cu); first: an op finds it at be->impl */
     kvb_backend *be; /* whose error[] keeps the first failure */
     int device;
@@ -63,14 +69,22 @@ typedef struct {
     /* scratch, grown on demand */
     void *scratch; size_t scratch_bytes;   /* f16 activations for cuBLAS */
     void *attn_ws; size_t attn_ws_bytes;
-    void *stage; size_t stage_bytes;       /* staged copies of heap pointers */
-    size_t stage_used;
+    /* get_rows' token ids: pinned host staging (refilled once the copy reading it is done) and their device copy */
+    int32_t *ids_host; size_t ids_host_bytes;
+    cudaEvent_t ids_read;
+    void *ids; size_t ids_bytes;
     /* ring of per-call attention parameter blocks (pinned host + device), reused after their event */
     uint64_t *param_host[RING];
     uint64_t *param_dev[RING];
     cudaEvent_t param_ev[RING];
     int param_next;
-    int64_t managed_reserve; /* bytes of GPU memory kept free when allocating managed memory */
+    /* copies between tiers: their stream, and the events that order it against the compute stream */
+    cudaStream_t copy_stream;
+    cudaEvent_t compute_mark, copy_mark;
+    /* the device-tier blocks handed out, by address: a copy's direction without asking the driver */
+    pthread_mutex_t dev_mu;
+    dev_span *dev;
+    size_t n_dev, cap_dev;
 } cuda_impl;
 static_assert(offsetof(cuda_impl, ops) == 0, "kvops.cu finds its state at be->impl");
 
@@ -217,23 +231,13 @@ static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
     return (const __half *)w_store(im, e, w->data, dev, bytes, print);
 }
 
-static int is_heap(const void *p) {
-    if (!p) return 0;
-    cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
-    return at.type == cudaMemoryTypeUnregistered;
-}
-
-/* A device copy of an f32 vector the model owns (norm weights, biases: mapped from the file). NULL on failure. */
+/* A device copy of an f32 vector the model owns (norm weights, biases: host memory, mapped from the file),
+ * uploaded on first use like the weights. NULL on failure. */
 static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
     const size_t bytes = (size_t)n * sizeof(float);
-    wentry *e = w_find(im, host); /* the cache first: a pointer query per call would sit on the hot path */
-    if (e && e->bytes == bytes && e->print == fingerprint(host, bytes, (uint64_t)n)) return (const float *)e->dev;
-    if (!is_heap(host)) return host;
     const uint64_t print = fingerprint(host, bytes, (uint64_t)n);
+    wentry *e = w_find(im, host);
+    if (e && e->bytes == bytes && e->print == print) return (const float *)e->dev;
     void *dev = NULL;
     if (CK(cudaMalloc(&dev, bytes))) return NULL;
     if (CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice))) {
@@ -241,16 +245,6 @@ static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
         return NULL;
     }
     return (const float *)w_store(im, e, host, dev, bytes, print);
-}
-
-/* Staging of heap memory for one op: a device copy (in) or a device buffer to copy back (out). */
-static void stage_reset(cuda_impl *im) { im->stage_used = 0; }
-
-static void *stage_take(cuda_impl *im, size_t bytes) {
-    size_t off = (im->stage_used + 255) & ~(size_t)255;
-    if (off + bytes > im->stage_bytes) return NULL;
-    im->stage_used = off + bytes;
-    return (uint8_t *)im->stage + off;
 }
 
 /* ---- elementwise kernels ---- */
@@ -411,26 +405,66 @@ static int cuda_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dty
 
 /* ---- allocator for the engine's trackers ---- */
 
+/* the first device-tier block starting above p (under dev_mu) */
+static size_t dev_after(const cuda_impl *im, uintptr_t p) {
+    size_t lo = 0, hi = im->n_dev;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (im->dev[mid].lo <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* 1 when p is in a device-tier block of this allocator; anything else is host memory (pinned or not) */
+static int on_device(cuda_impl *im, const void *p) {
+    pthread_mutex_lock(&im->dev_mu);
+    size_t i = dev_after(im, (uintptr_t)p);
+    int in = i > 0 && (uintptr_t)p < im->dev[i - 1].hi;
+    pthread_mutex_unlock(&im->dev_mu);
+    return in;
+}
+
+static int dev_note(cuda_impl *im, void *p, size_t bytes) {
+    pthread_mutex_lock(&im->dev_mu);
+    if (im->n_dev == im->cap_dev) {
+        size_t cap = im->cap_dev ? 2 * im->cap_dev : 256;
+        dev_span *d = (dev_span *)realloc(im->dev, cap * sizeof *d);
+        if (!d) {
+            pthread_mutex_unlock(&im->dev_mu);
+            return -1;
+        }
+        im->dev = d;
+        im->cap_dev = cap;
+    }
+    size_t i = dev_after(im, (uintptr_t)p);
+    memmove(&im->dev[i + 1], &im->dev[i], (im->n_dev - i) * sizeof *im->dev);
+    im->dev[i].lo = (uintptr_t)p;
+    im->dev[i].hi = (uintptr_t)p + bytes;
+    im->n_dev++;
+    pthread_mutex_unlock(&im->dev_mu);
+    return 0;
+}
+
+static void dev_forget(cuda_impl *im, void *p) {
+    pthread_mutex_lock(&im->dev_mu);
+    size_t i = dev_after(im, (uintptr_t)p);
+    if (i > 0 && im->dev[i - 1].lo == (uintptr_t)p) {
+        memmove(&im->dev[i - 1], &im->dev[i], (im->n_dev - i) * sizeof *im->dev);
+        im->n_dev--;
+    }
+    pthread_mutex_unlock(&im->dev_mu);
+}
+
 static void *cuda_alloc(void *user, kvb_tier tier, size_t bytes) {
     cuda_impl *im = (cuda_impl *)user;
     void *p = NULL;
     if (tier == KVB_TIER_HOST) {
         if (cudaMallocHost(&p, bytes) != cudaSuccess) { cudaGetLastError(); return NULL; }
-        memset(p, 0, bytes);
-        return p;
+        return memset(p, 0, bytes);
     }
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { cudaGetLastError(); return NULL; }
-    /* managed memory beyond what the GPU has free would be paged out to the host behind our back */
-    if ((int64_t)free_b - (int64_t)bytes < im->managed_reserve) return NULL;
-    if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) { cudaGetLastError(); return NULL; }
-    cudaMemLocation loc;
-    memset(&loc, 0, sizeof loc);
-    loc.type = cudaMemLocationTypeDevice;
-    loc.id = im->device;
-    cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, loc);
-    cudaGetLastError(); /* advice is a hint: ignore where unsupported */
-    if (CK(cudaMemsetAsync(p, 0, bytes, im->stream)) || CK(cudaStreamSynchronize(im->stream))) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) { cudaGetLastError(); return NULL; } /* out of GPU memory */
+    if (CK(cudaMemsetAsync(p, 0, bytes, im->stream)) || dev_note(im, p, bytes)) { /* zeroed before any op runs */
         cudaFree(p);
         return NULL;
     }
@@ -440,14 +474,37 @@ static void *cuda_alloc(void *user, kvb_tier tier, size_t bytes) {
 static void cuda_free(void *user, kvb_tier tier, void *p, size_t bytes) {
     cuda_impl *im = (cuda_impl *)user;
     if (!p) return;
-    if (tier == KVB_TIER_HOST) CK(cudaFreeHost(p));
-    else CK(cudaFree(p));
+    if (tier == KVB_TIER_DEVICE) {
+        dev_forget(im, p);
+        CK(cudaFree(p)); /* waits for the work that may still use it */
+    } else if (!CK(cudaStreamSynchronize(im->copy_stream))) { /* a copy may still read or fill it */
+        CK(cudaFreeHost(p));
+    }
 }
 
+/* Enqueue a copy on the copy stream after the work enqueued on the compute stream so far, and make the
+ * compute stream's later work wait for it. 0, or -1 (recorded). */
+static int copy_across(cuda_impl *im, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    return CK(cudaEventRecord(im->compute_mark, im->stream)) ||
+           CK(cudaStreamWaitEvent(im->copy_stream, im->compute_mark, 0)) ||
+           CK(cudaMemcpyAsync(dst, src, bytes, kind, im->copy_stream)) ||
+           CK(cudaEventRecord(im->copy_mark, im->copy_stream)) || CK(cudaStreamWaitEvent(im->stream, im->copy_mark, 0));
+}
+
+/* The allocator's synchronous copy: device to device on the compute stream, anything touching host memory on
+ * the copy stream (each end's side from the device blocks handed out). */
 static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
     cuda_impl *im = (cuda_impl *)user;
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, im->stream));
-    CK(cudaStreamSynchronize(im->stream));
+    const int from_host = !on_device(im, src), to_host = !on_device(im, dst);
+    if (!from_host && !to_host) {
+        if (!CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, im->stream)))
+            CK(cudaStreamSynchronize(im->stream));
+        return;
+    }
+    const cudaMemcpyKind kind = from_host && to_host ? cudaMemcpyHostToHost
+                                : from_host          ? cudaMemcpyHostToDevice
+                                                     : cudaMemcpyDeviceToHost;
+    if (!copy_across(im, dst, src, bytes, kind)) CK(cudaStreamSynchronize(im->copy_stream));
 }
 
 /* ---- ops ---- */
@@ -489,13 +546,24 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
 static void cuda_get_rows(kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n) {
     cuda_impl *im = IM(be);
     const __half *wd = weight_f16(im, w);
-    stage_reset(im);
-    if (!wd || grow_dev(im, &im->stage, &im->stage_bytes, (size_t)n * sizeof(int32_t) + 256)) return;
-    int32_t *d_ids = (int32_t *)stage_take(im, (size_t)n * sizeof(int32_t));
-    if (CK(cudaMemcpyAsync(d_ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyDefault, im->stream))) return;
+    const size_t bytes = (size_t)n * sizeof(int32_t);
+    if (!wd || n <= 0 || grow_dev(im, &im->ids, &im->ids_bytes, bytes)) return;
+    /* ids are host memory, maybe a caller's temporary: staged in pinned memory, whose previous copy is done */
+    if (CK(cudaEventSynchronize(im->ids_read))) return;
+    if (bytes > im->ids_host_bytes) {
+        if (CK(cudaFreeHost(im->ids_host))) return;
+        im->ids_host = NULL;
+        im->ids_host_bytes = 0;
+        if (CK(cudaMallocHost((void **)&im->ids_host, bytes + 4096))) return;
+        im->ids_host_bytes = bytes + 4096;
+    }
+    memcpy(im->ids_host, ids, bytes);
+    if (CK(cudaMemcpyAsync(im->ids, im->ids_host, bytes, cudaMemcpyHostToDevice, im->stream)) ||
+        CK(cudaEventRecord(im->ids_read, im->stream)))
+        return;
     dim3 grid((unsigned)((w->cols + 255) / 256), (unsigned)n);
-    k_get_rows<<<grid, 256, 0, im->stream>>>(out, wd, d_ids, w->cols);
-    if (!CK_LAUNCH(k_get_rows)) CK(cudaStreamSynchronize(im->stream)); /* ids may be a caller's temporary */
+    k_get_rows<<<grid, 256, 0, im->stream>>>(out, wd, (const int32_t *)im->ids, w->cols);
+    CK_LAUNCH(k_get_rows);
 }
 
 static void cuda_rmsnorm(kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows,
@@ -536,7 +604,9 @@ static void cuda_add_bias(kvb_backend *be, float *x, const float *bias, int64_t 
     CK_LAUNCH(k_add_bias);
 }
 
-/* Parameter block layout in one ring slot: k[H] v[H] k_pos[H] n_kv[H] idx[H] n_idx[H] (8 bytes each). */
+/* Parameter block layout in one ring slot: k[H] v[H] k_pos[H] n_kv[H] idx[H] n_idx[H] (8 bytes each). The
+ * host arrays of per-head pointers and counts go to the device in one copy; everything they point to, and q,
+ * q_pos, out, probs and lse, is device memory already (backend.h). */
 static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
     cuda_impl *im = IM(be);
     const int H = a->n_head_kv;
@@ -545,55 +615,21 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
         snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, (int)KVB_MAX_KV_HEADS);
         return -1;
     }
-    const size_t elt = a->kv_dtype == KVB_F16 ? 2 : 4;
-    /* stage what lives on the plain heap: index lists, K/V/pos of caller buffers, outputs */
-    size_t need = 4096;
-    int64_t max_len = 0;
-    unsigned char idx_heap[KVB_MAX_KV_HEADS], kv_heap[KVB_MAX_KV_HEADS], pos_heap[KVB_MAX_KV_HEADS];
-    for (int g = 0; g < H; g++) {
-        const int has_idx = a->idx && a->idx[g];
-        int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
-        if (len > max_len) max_len = len;
-        idx_heap[g] = has_idx && is_heap(a->idx[g]);
-        kv_heap[g] = is_heap(a->k[g]);
-        pos_heap[g] = a->k_pos && a->k_pos[g] && is_heap(a->k_pos[g]);
-        if (idx_heap[g]) need += (size_t)a->n_idx[g] * 4 + 256;
-        if (kv_heap[g]) need += 2 * ((size_t)a->n_kv[g] * a->head_dim * elt + 256);
-        if (pos_heap[g]) need += (size_t)a->n_kv[g] * 4 + 256;
-    }
-    const size_t q_bytes = (size_t)a->n_q * a->n_head * a->head_dim * sizeof(float);
-    const int q_heap = is_heap(a->q), qpos_heap = a->q_pos && is_heap(a->q_pos), out_heap = is_heap(a->out);
-    const int probs_heap = a->probs && is_heap(a->probs), lse_heap = a->lse && is_heap(a->lse);
-    const size_t probs_bytes = a->probs ? (size_t)a->n_head * a->n_q * a->probs_stride * sizeof(float) : 0;
-    const size_t lse_bytes = (size_t)a->n_head * a->n_q * sizeof(float);
-    need += (q_heap + out_heap) * (q_bytes + 256) + qpos_heap * ((size_t)a->n_q * 4 + 256) + probs_heap * (probs_bytes + 256) +
-            lse_heap * (lse_bytes + 256);
-    stage_reset(im);
-    if (grow_dev(im, &im->stage, &im->stage_bytes, need)) return failed(im, err, err_len);
-    auto in = [&](const void *p, size_t bytes) -> const void * { /* a failed copy is reported below */
-        void *d = stage_take(im, bytes);
-        CK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, im->stream));
-        return d;
-    };
-
     const int slot = im->param_next;
     im->param_next = (slot + 1) % RING;
     if (CK(cudaEventSynchronize(im->param_ev[slot]))) return failed(im, err, err_len);
     uint64_t *ph = im->param_host[slot];
+    int64_t max_len = 0;
     for (int g = 0; g < H; g++) {
-        const size_t rows = (size_t)a->n_kv[g] * a->head_dim * elt;
-        const void *k = a->k[g], *v = a->v[g];
-        if (kv_heap[g]) { k = in(k, rows); v = in(v, rows); }
-        const void *kp = a->k_pos ? a->k_pos[g] : NULL;
-        if (pos_heap[g]) kp = in(kp, (size_t)a->n_kv[g] * 4);
-        const void *ix = a->idx ? a->idx[g] : NULL;
-        if (idx_heap[g]) ix = in(ix, (size_t)a->n_idx[g] * 4 + 4);
-        ph[0 * H + g] = (uint64_t)(uintptr_t)k;
-        ph[1 * H + g] = (uint64_t)(uintptr_t)v;
-        ph[2 * H + g] = (uint64_t)(uintptr_t)kp;
+        const int has_idx = a->idx && a->idx[g];
+        const int64_t len = has_idx ? a->n_idx[g] : a->n_kv[g];
+        if (len > max_len) max_len = len;
+        ph[0 * H + g] = (uint64_t)(uintptr_t)a->k[g];
+        ph[1 * H + g] = (uint64_t)(uintptr_t)a->v[g];
+        ph[2 * H + g] = (uint64_t)(uintptr_t)(a->k_pos ? a->k_pos[g] : NULL);
         ph[3 * H + g] = (uint64_t)a->n_kv[g];
-        ph[4 * H + g] = (uint64_t)(uintptr_t)ix;
-        ph[5 * H + g] = (uint64_t)(a->idx && a->idx[g] ? a->n_idx[g] : 0);
+        ph[4 * H + g] = (uint64_t)(uintptr_t)(has_idx ? a->idx[g] : NULL);
+        ph[5 * H + g] = (uint64_t)(has_idx ? a->n_idx[g] : 0);
     }
     uint64_t *pd = im->param_dev[slot];
     if (CK(cudaMemcpyAsync(pd, ph, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream)))
@@ -605,8 +641,8 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     c.n_head = a->n_head;
     c.n_head_kv = H;
     c.head_dim = a->head_dim;
-    c.q = q_heap ? (const float *)in(a->q, q_bytes) : a->q;
-    c.q_pos = qpos_heap ? (const int32_t *)in(a->q_pos, (size_t)a->n_q * 4) : a->q_pos;
+    c.q = a->q;
+    c.q_pos = a->q_pos;
     c.kv_f16 = a->kv_dtype == KVB_F16;
     c.k = (const void *const *)(pd + 0 * H);
     c.v = (const void *const *)(pd + 1 * H);
@@ -616,35 +652,47 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     c.n_idx = a->idx ? (const int64_t *)(pd + 5 * H) : NULL;
     c.max_len = max_len;
     c.scale = a->scale;
-    c.out = out_heap ? (float *)stage_take(im, q_bytes) : a->out;
-    c.probs = probs_heap ? (float *)stage_take(im, probs_bytes) : a->probs;
+    c.out = a->out;
+    c.probs = a->probs;
     c.probs_stride = a->probs_stride;
-    c.lse = lse_heap ? (float *)stage_take(im, lse_bytes) : a->lse;
-    if (probs_heap) CK(cudaMemsetAsync(c.probs, 0, probs_bytes, im->stream));
+    c.lse = a->lse;
 
     size_t ws = kvb_cuda_attention_ws(&c);
-    if (be->error[0] || grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
+    if (grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
     int rc = kvb_cuda_attention(&c, im->attn_ws, im->attn_ws_bytes, im->stream, err, err_len);
-    CK(cudaEventRecord(im->param_ev[slot], im->stream));
-    if (rc) return -1;
-    if (out_heap) CK(cudaMemcpyAsync(a->out, c.out, q_bytes, cudaMemcpyDeviceToHost, im->stream));
-    if (probs_heap) CK(cudaMemcpyAsync(a->probs, c.probs, probs_bytes, cudaMemcpyDeviceToHost, im->stream));
-    if (lse_heap) CK(cudaMemcpyAsync(a->lse, c.lse, lse_bytes, cudaMemcpyDeviceToHost, im->stream));
-    /* staged inputs must outlive the kernel; heap outputs must have arrived: wait when anything was staged */
-    if (im->stage_used) CK(cudaStreamSynchronize(im->stream));
-    return be->error[0] ? failed(im, err, err_len) : 0;
+    if (CK(cudaEventRecord(im->param_ev[slot], im->stream))) return failed(im, err, err_len); /* the slot's reuse */
+    return rc;
 }
 
-/* Rarely used outside the engine's own hooks: run on the host after the queue drains (also after a failure,
- * which the next int-returning op reports, so that the indices stay in range meanwhile). */
+/* Unused by the engine and the methods (topk_idx is the device top-k): the CPU's code on a host copy, after
+ * the queue drains. A failure is recorded for the next int-returning op. */
+static void on_host(cuda_impl *im, float *x, int64_t n, int64_t k, int32_t *idx_out) {
+    float *h = (float *)malloc((size_t)n * sizeof(float));
+    int32_t *hi = idx_out ? (int32_t *)malloc((size_t)(k > 0 ? k : 1) * sizeof(int32_t)) : NULL;
+    if (!h || (idx_out && !hi)) {
+        fail(im, __FILE__, __LINE__, "malloc", "out of memory");
+    } else if (!CK(cudaMemcpyAsync(h, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, im->stream)) &&
+               !CK(cudaStreamSynchronize(im->stream))) {
+        if (idx_out) {
+            cpu_topk(h, n, k, hi);
+            CK(cudaMemcpyAsync(idx_out, hi, (size_t)k * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+        } else {
+            cpu_softmax(h, n);
+            CK(cudaMemcpyAsync(x, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, im->stream));
+        }
+        CK(cudaStreamSynchronize(im->stream)); /* h is freed next */
+    }
+    free(h);
+    free(hi);
+}
+
 static void cuda_softmax(kvb_backend *be, float *x, int64_t n) {
-    cuda_sync(be);
-    cpu_softmax(x, n);
+    if (n > 0) on_host(IM(be), x, n, 0, NULL);
 }
 
 static void cuda_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out) {
-    cuda_sync(be);
-    cpu_topk(x, n, k, idx_out);
+    if (k > n) k = n;
+    if (k > 0) on_host(IM(be), (float *)x, n, k, idx_out);
 }
 
 /* One backend per process, shared by every context (weights are uploaded once): created on first use and
@@ -667,7 +715,14 @@ static void cuda_be_free(kvb_backend *be) {
         free(im->w);
         cudaFree(im->scratch);
         cudaFree(im->attn_ws);
-        cudaFree(im->stage);
+        cudaFree(im->ids);
+        cudaFreeHost(im->ids_host);
+        if (im->ids_read) cudaEventDestroy(im->ids_read);
+        if (im->copy_stream) cudaStreamDestroy(im->copy_stream);
+        if (im->compute_mark) cudaEventDestroy(im->compute_mark);
+        if (im->copy_mark) cudaEventDestroy(im->copy_mark);
+        free(im->dev);
+        pthread_mutex_destroy(&im->dev_mu);
         for (int i = 0; i < RING; i++) {
             cudaFreeHost(im->param_host[i]);
             cudaFree(im->param_dev[i]);
@@ -703,6 +758,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     }
     im->be = be;
     be->impl = im;
+    pthread_mutex_init(&im->dev_mu, NULL);
     const char *dev = getenv("KVB_CUDA_DEVICE");
     im->device = dev && *dev ? atoi(dev) : 0;
     if (cudaSetDevice(im->device) != cudaSuccess || cudaStreamCreate(&im->stream) != cudaSuccess ||
@@ -713,6 +769,14 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         return NULL;
     }
     cublasSetStream(im->blas, im->stream);
+    if (CK(cudaStreamCreateWithFlags(&im->copy_stream, cudaStreamNonBlocking)) ||
+        CK(cudaEventCreateWithFlags(&im->compute_mark, cudaEventDisableTiming)) ||
+        CK(cudaEventCreateWithFlags(&im->copy_mark, cudaEventDisableTiming)) ||
+        CK(cudaEventCreateWithFlags(&im->ids_read, cudaEventDisableTiming))) {
+        failed(im, err, err_len);
+        cuda_be_free(be);
+        return NULL;
+    }
     cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH);
     for (int i = 0; i < RING; i++)
         if (CK(cudaMallocHost((void **)&im->param_host[i], PARAM_WORDS * sizeof(uint64_t))) ||
@@ -727,7 +791,6 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         cuda_be_free(be);
         return NULL;
     }
-    im->managed_reserve = (int64_t)512 << 20;
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
     im->alloc.copy = cuda_copy;
