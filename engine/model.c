@@ -270,16 +270,16 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     c->be = c->params.share_backend ? c->params.share_backend
                                     : kvb_backend_create(c->params.backend, c->params.n_threads, err, err_len);
     if (!c->be) goto fail;
-    /* a GPU backend's kernels read the activations and the KV store: allocate them where it can */
+    /* the activations and the KV store live in the backend's device tier: allocate them where it allocates */
     kvb_mem_set_allocator(&c->mem, c->be->allocator);
     /* weights as the backend holds them: the mapped file on the CPU, f16 copies on a GPU */
     kvb_mem_note(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WEIGHTS,
-                 c->be->allocator ? model_f16_bytes(m) : (int64_t)m->weight_bytes);
+                 c->be->discrete ? model_f16_bytes(m) : (int64_t)m->weight_bytes);
     /* on a GPU every growth of a head is an allocation, a copy and a free that wait for the device: start
      * with room for the context the caller asked for (a method's retain shrinks it to its budget), or 4096
      * tokens when it left the size to the model */
     int64_t cap0 = 256;
-    if (c->be->allocator) cap0 = p && p->n_ctx > 0 ? c->params.n_ctx : (c->params.n_ctx < 4096 ? c->params.n_ctx : 4096);
+    if (c->be->discrete) cap0 = p && p->n_ctx > 0 ? c->params.n_ctx : (c->params.n_ctx < 4096 ? c->params.n_ctx : 4096);
     c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, c->be, &c->mem, err,
                        err_len);
     if (!c->kv) goto fail;

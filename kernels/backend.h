@@ -202,6 +202,9 @@ struct kvb_backend {
      * heap, or the guarded arena under KVB_GUARD). */
     const kvb_allocator *allocator;
     kvb_kv_writer kv_writer;
+    /* 1: the device tier is separate memory (a GPU): weights are held there as f16 copies, and growing a buffer
+     * there costs an allocation and a copy that wait for the device */
+    int discrete;
     kvb_traffic traffic; /* copies made by copy / kv_gather (see the data ops) */
     void *impl;      /* backend private state (thread pool, workspaces) */
     char error[256]; /* one line: why an op failed ("" = none; see above) */

@@ -343,6 +343,10 @@ static void check_round(const char *opts, const char *budget, const int *want_se
     for (int i = 0; i < 5 * NKV * HD; i++) k[i] = frand(1), v[i] = frand(1);
     for (int i = 0; i < 5; i++) pos[i] = n_hist + i, rnd[i] = 10, c->pos[i] = n_hist + i;
     for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(c->kv, l, 5, k, v, pos, rnd, err, sizeof err) == 0);
+    /* as in the forward pass, the chunk's rows are also the activations (the packed buffer takes them from there;
+     * the CPU backend's device memory is the heap) */
+    memcpy(c->k, k, sizeof k), memcpy(c->v, v, sizeof v);
+    memcpy(c->pos_d, pos, sizeof pos), memcpy(c->rounds_d, rnd, sizeof rnd);
     /* hand-made probabilities at layer lw-1: round masses 0.40, 0.25, 0.12, 0.08 and 0.025 each for the rest */
     double mass[10] = {0.025, 0.40, 0.025, 0.12, 0.025, 0.25, 0.025, 0.08, 0.025, 0.025};
     int64_t stride = n_hist + 5;

@@ -321,6 +321,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     g->in = in;
     kvb_backend *be = &g->be;
     be->name = in->name;
+    be->discrete = in->discrete;
     be->n_threads = in->n_threads;
     be->impl = g;
     be->free = guard_free;

@@ -796,6 +796,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     im->alloc.copy = cuda_copy;
     im->alloc.user = im;
     be->name = "cuda";
+    be->discrete = 1;
     be->n_threads = 1;
     be->matmul = cuda_matmul;
     be->get_rows = cuda_get_rows;
