@@ -131,8 +131,6 @@ struct kvb_backend {
     /* out[t][i] += bias[i] for t < n_rows */
     void (*add_bias)(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows);
     int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
-    void (*softmax)(kvb_backend *be, float *x, int64_t n);
-    void (*topk)(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out);
     /* ---- data ops (see above) ---- */
     /* bytes from src to dst in direction dir (H2D: src host, dst device; D2H: src device, dst host; D2D: both
      * device, may overlap like memmove). Counted in be->traffic. */

@@ -17,8 +17,8 @@ root=$(pwd)
 build_gpu() { # $1 = build dir, extra cmake args after
     local dir=$1; shift
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=on "$@" >/dev/null || return 1
-    cmake --build "$dir" -j"$(nproc)" --target kvbench test_cuda_ops test_cuda_model >/dev/null || {
-        cmake --build "$dir" -j1 --target kvbench test_cuda_ops test_cuda_model 2>&1 | grep -E "error" | head -20
+    cmake --build "$dir" -j"$(nproc)" --target kvbench test_cuda_ops test_cuda_model test_backend_ops >/dev/null || {
+        cmake --build "$dir" -j1 --target kvbench test_cuda_ops test_cuda_model test_backend_ops 2>&1 | grep -E "error" | head -20
         return 1
     }
 }
@@ -28,7 +28,7 @@ if [ "${1:-}" = "--bundle" ]; then
     build_gpu build-gpu-bundle -DKVB_MARCH=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES="90-real;80-virtual" || exit 1
     stage=$(mktemp -d)
     mkdir -p "$stage/bin/lib"
-    for b in kvbench test_cuda_ops test_cuda_model; do
+    for b in kvbench test_cuda_ops test_cuda_model test_backend_ops; do
         strip -o "$stage/bin/$b" "build-gpu-bundle/$b"
     done
     # every shared library but glibc's own, the C++ runtime and CUDA's (the GPU box has those)
@@ -94,6 +94,7 @@ skip() { echo "| $1 | skipped: $2 | - | - |" >>"$summary"; echo "gpu-check: $1 s
 
 if want tests; then
     step "test_cuda_ops (every op incl. attention paths vs float64)" cuda_ops.log "$bin/test_cuda_ops"
+    step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
         step "test_cuda_model (7 methods, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
     else

@@ -83,11 +83,6 @@ static int cpu_be_attention(kvb_backend *be, const kvb_attn_args *a, char *err, 
     return cpu_attention(&args, im->pool, err, err_len);
 }
 
-static void cpu_be_softmax(kvb_backend *be, float *x, int64_t n) { cpu_softmax(x, n); }
-
-static void cpu_be_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out) {
-    cpu_topk(x, n, k, idx_out);
-}
 
 /* The KV row writer (kvb_kv_writer): rows converted to the store's dtype. */
 static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok, const kvb_kv_rows *dst,
@@ -162,8 +157,6 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->add = cpu_be_add;
     be->add_bias = cpu_be_add_bias;
     be->attention = cpu_be_attention;
-    be->softmax = cpu_be_softmax;
-    be->topk = cpu_be_topk;
     be->free = cpu_be_free;
     be->kv_writer = cpu_kv_writer;
     cpu_install_data_ops(be);

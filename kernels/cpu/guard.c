@@ -242,8 +242,6 @@ GUARDED_VOID(swiglu, (kvb_backend *be, float *out, const float *gate, const floa
 GUARDED_VOID(add, (kvb_backend *be, float *out, const float *a, const float *b, int64_t n), out, a, b, n)
 GUARDED_VOID(add_bias, (kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows), x, bias, n, n_rows)
 GUARDED_INT(attention, (kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len), a, err, err_len)
-GUARDED_VOID(softmax, (kvb_backend *be, float *x, int64_t n), x, n)
-GUARDED_VOID(topk, (kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out), x, n, k, idx_out)
 GUARDED_INT(copy, (kvb_backend *be, void *dst, const void *src, size_t bytes, kvb_copy_dir dir, char *err,
                    size_t err_len), dst, src, bytes, dir, err, err_len)
 GUARDED_INT(zero, (kvb_backend *be, void *dst, size_t bytes, char *err, size_t err_len), dst, bytes, err, err_len)
@@ -328,7 +326,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     be->allocator = &arena_allocator;
 #define WRAP(op) be->op = in->op ? guarded_##op : NULL
     WRAP(matmul); WRAP(get_rows); WRAP(rmsnorm); WRAP(rope); WRAP(swiglu); WRAP(add); WRAP(add_bias);
-    WRAP(attention); WRAP(softmax); WRAP(topk);
+    WRAP(attention);
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(sync); WRAP(kv_writer);

@@ -664,37 +664,6 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     return rc;
 }
 
-/* Unused by the engine and the methods (topk_idx is the device top-k): the CPU's code on a host copy, after
- * the queue drains. A failure is recorded for the next int-returning op. */
-static void on_host(cuda_impl *im, float *x, int64_t n, int64_t k, int32_t *idx_out) {
-    float *h = (float *)malloc((size_t)n * sizeof(float));
-    int32_t *hi = idx_out ? (int32_t *)malloc((size_t)(k > 0 ? k : 1) * sizeof(int32_t)) : NULL;
-    if (!h || (idx_out && !hi)) {
-        fail(im, __FILE__, __LINE__, "malloc", "out of memory");
-    } else if (!CK(cudaMemcpyAsync(h, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, im->stream)) &&
-               !CK(cudaStreamSynchronize(im->stream))) {
-        if (idx_out) {
-            cpu_topk(h, n, k, hi);
-            CK(cudaMemcpyAsync(idx_out, hi, (size_t)k * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
-        } else {
-            cpu_softmax(h, n);
-            CK(cudaMemcpyAsync(x, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, im->stream));
-        }
-        CK(cudaStreamSynchronize(im->stream)); /* h is freed next */
-    }
-    free(h);
-    free(hi);
-}
-
-static void cuda_softmax(kvb_backend *be, float *x, int64_t n) {
-    if (n > 0) on_host(IM(be), x, n, 0, NULL);
-}
-
-static void cuda_topk(kvb_backend *be, const float *x, int64_t n, int64_t k, int32_t *idx_out) {
-    if (k > n) k = n;
-    if (k > 0) on_host(IM(be), (float *)x, n, k, idx_out);
-}
-
 /* One backend per process, shared by every context (weights are uploaded once): created on first use and
  * kept until the process exits (the driver releases its memory then). */
 static kvb_backend *g_backend;
@@ -806,8 +775,6 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->add = cuda_add;
     be->add_bias = cuda_add_bias;
     be->attention = cuda_attention;
-    be->softmax = cuda_softmax;
-    be->topk = cuda_topk;
     be->free = cuda_be_free;
     be->sync = cuda_sync;
     be->allocator = &im->alloc;
