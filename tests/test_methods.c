@@ -4,7 +4,10 @@
  * the right layers, Round Attention's round choice under each strategy, PoD's gate and merge, the random
  * control's kept set (budget, sinks, window, seeded, uniform). Also: what each method needs from a session,
  * a shared prefill (fork + adopt) gives exactly what each method's own prefill gives, and bad budgets,
- * options and missing profiles are one-line errors. */
+ * options and missing profiles are one-line errors. Device-tier memory (KV slots, activations, the observation
+ * window, what a select hook points at) is read and written only through the backend (util_dev_*, util_kv_head_copy),
+ * so the suite also runs under KVB_GUARD=1 (test_methods_guard); hand-made probabilities, queries and rows stay host
+ * arrays, which the CPU backend's ops read. */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
