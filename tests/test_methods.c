@@ -912,8 +912,9 @@ static void test_omnikv_default_layers_are_the_papers_scaled_profile_on_request(
     unlink(path); /* the other tests expect no profile */
 }
 
+static char dir[] = "/tmp/kvb_methods_XXXXXX";
+
 static int setup(void) {
-    char dir[] = "/tmp/kvb_methods_XXXXXX";
     if (!mkdtemp(dir)) return -1;
     snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
     setenv("KVB_PROFILE_DIR", dir, 1); /* empty: no calibration profiles */
@@ -926,6 +927,7 @@ static int setup(void) {
 static int teardown(void) {
     kvb_model_free(model);
     unlink(model_path);
+    rmdir(dir);
     return 0;
 }
 
