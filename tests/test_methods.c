@@ -4,7 +4,10 @@
  * the right layers, Round Attention's round choice under each strategy, PoD's gate and merge, the random
  * control's kept set (budget, sinks, window, seeded, uniform). Also: what each method needs from a session,
  * a shared prefill (fork + adopt) gives exactly what each method's own prefill gives, and bad budgets,
- * options and missing profiles are one-line errors. */
+ * options and missing profiles are one-line errors. Device-tier memory (KV slots, activations, the observation
+ * window, what a select hook points at) is read and written only through the backend (util_dev_*, util_kv_head_copy),
+ * so the suite also runs under KVB_GUARD=1 (test_methods_guard); hand-made probabilities, queries and rows stay host
+ * arrays, which the CPU backend's ops read. */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,12 +83,14 @@ static void fill_store(kvb_ctx *c, int64_t n, int round_len) {
 }
 
 /* Sorted positions a head holds. */
-static int64_t head_positions(kvb_ctx *c, const kvc_store *kv, int l, int h, int32_t *out) {
-    kvc_view v = kvc_head_view(kv, l, h);
-    for (int64_t i = 0; i < v.n; i++) out[i] = v.pos[i];
-    kvb_sort_i32(out, v.n);
+static int64_t head_positions(kvb_ctx *c, kvc_store *kv, int l, int h, int32_t *out) {
+    util_kv_head hc = util_kv_head_copy(kv, l, h);
+    int64_t n = hc.n;
+    memcpy(out, hc.pos, (size_t)n * sizeof *out);
+    kvb_sort_i32(out, n);
+    util_kv_head_free(&hc);
     (void)c;
-    return v.n;
+    return n;
 }
 
 /* ---- StreamingLLM ---- */
@@ -154,10 +159,11 @@ static void test_h2o_keeps_heavy_hitters_and_recent(void) {
     for (int l = 0; l < L; l++) {
         kvb_src_from_store(c, l, src);
         for (int g = 0; g < NKV; g++) {
-            kvc_view hv = kvc_head_view(c->kv, l, g);
+            util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             for (int r = 0; r < G; r++)
                 for (int j = 0; j < hv.n; j++)
                     p2[(g * G + r) * 11 + j] = hv.pos[j] == heavy[0] + g ? 0.0f : (hv.pos[j] < 30 ? 0.3f : 0.6f);
+            util_kv_head_free(&hv);
         }
         CU_ASSERT_FATAL(m->hooks.observe(m, c, l, src, p2, 11, 1, err, sizeof err) == 0);
     }
@@ -183,23 +189,29 @@ static void test_snapkv_matches_float64_reference(void) {
     const int n = 120, w = 8, keep = 30, G = NH / NKV;
     kvb_method *m = make("snapkv", c, "30", "window=8,kernel=7");
     fill_store(c, n, 0);
-    /* observation window: the last w query rows of every layer */
+    /* observation window: the last w query rows of every layer (device memory: written through the backend) */
+    size_t obs_bytes = (size_t)L * c->obs_cap * E * sizeof(float);
+    float *obs_q = malloc(obs_bytes);
+    int32_t obs_pos[w];
+    util_dev_read(c->be, obs_q, c->obs_q, obs_bytes);
     for (int l = 0; l < L; l++)
         for (int t = 0; t < w; t++)
-            for (int i = 0; i < E; i++) c->obs_q[((size_t)l * c->obs_cap + t) * E + i] = frand(2.0f);
-    for (int t = 0; t < w; t++) c->obs_pos[t] = n - w + t;
+            for (int i = 0; i < E; i++) obs_q[((size_t)l * c->obs_cap + t) * E + i] = frand(2.0f);
+    for (int t = 0; t < w; t++) obs_pos[t] = n - w + t;
+    util_dev_write(c->be, c->obs_q, obs_q, obs_bytes);
+    util_dev_write(c->be, c->obs_pos, obs_pos, sizeof obs_pos);
     c->obs_n = w;
     /* reference kept sets before compression */
     int32_t want[L][NKV][keep];
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            kvc_view hv = kvc_head_view(c->kv, l, g);
+            util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             const float *K = hv.k;
             double score[n];
             memset(score, 0, sizeof score);
             for (int r = 0; r < G; r++)
                 for (int t = 0; t < w; t++) {
-                    const float *q = c->obs_q + ((size_t)l * c->obs_cap + t) * E + (g * G + r) * HD;
+                    const float *q = obs_q + ((size_t)l * c->obs_cap + t) * E + (g * G + r) * HD;
                     int qp = n - w + t;
                     double lg[n], mx = -1e300, sum = 0;
                     for (int j = 0; j <= qp; j++) {
@@ -230,7 +242,9 @@ static void test_snapkv_matches_float64_reference(void) {
             for (int j = 0; j < n - w; j++)
                 if (taken[j]) want[l][g][k++] = j;
             for (int j = n - w; j < n; j++) want[l][g][k++] = j;
+            util_kv_head_free(&hv);
         }
+    free(obs_q);
     CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
     int32_t pos[128];
     int mismatches = 0;
@@ -255,9 +269,13 @@ static void record_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src
     (void)n_q;
     seen_t *s = user;
     if (c->in_prefill) return;
+    static int32_t pos[CTX], idx[CTX]; /* host copies of the head's positions and index list */
     for (int h = 0; h < NKV; h++) {
         int64_t n = src[h].idx ? src[h].n_idx : src[h].n;
-        for (int64_t i = 0; i < n; i++) s->pos[layer][h][i] = src[h].pos[src[h].idx ? src[h].idx[i] : i];
+        CU_ASSERT_FATAL(src[h].n <= CTX && n <= CTX);
+        util_dev_read(c->be, pos, src[h].pos, (size_t)src[h].n * sizeof *pos);
+        if (src[h].idx) util_dev_read(c->be, idx, src[h].idx, (size_t)n * sizeof *idx);
+        for (int64_t i = 0; i < n; i++) s->pos[layer][h][i] = pos[src[h].idx ? idx[i] : i];
         kvb_sort_i32(s->pos[layer][h], n);
         s->n[layer][h] = n;
     }
@@ -289,11 +307,12 @@ static void check_omnikv(const char *opts) {
     /* the filter layer's choice: top-40 of max over heads of the current query's attention (float64) */
     for (int f = 0; f < 2; f++) {
         int fl = f ? 4 : 1, served = f ? 6 : 3;
-        const float *q = c->obs_q + ((size_t)fl * c->obs_cap + (c->obs_n - 1)) * E;
+        float q[E];
+        util_dev_read(c->be, q, c->obs_q + ((size_t)fl * c->obs_cap + (c->obs_n - 1)) * E, sizeof q);
         double score[201];
         for (int j = 0; j < 201; j++) score[j] = 0;
         for (int h = 0; h < NH; h++) {
-            kvc_view hv = kvc_head_view(c->kv, fl, h / (NH / NKV));
+            util_kv_head hv = util_kv_head_copy(c->kv, fl, h / (NH / NKV));
             double lg[201], mx = -1e300, sum = 0;
             for (int j = 0; j < 201; j++) {
                 double d = 0;
@@ -306,6 +325,7 @@ static void check_omnikv(const char *opts) {
                 double p = exp(lg[j] - mx) / sum;
                 if (p > score[j]) score[j] = p;
             }
+            util_kv_head_free(&hv);
         }
         int ok = 1;
         for (int i = 0; i < 40; i++) { /* every chosen token scores at least as high as every unchosen one */
@@ -343,10 +363,9 @@ static void check_round(const char *opts, const char *budget, const int *want_se
     for (int i = 0; i < 5 * NKV * HD; i++) k[i] = frand(1), v[i] = frand(1);
     for (int i = 0; i < 5; i++) pos[i] = n_hist + i, rnd[i] = 10, c->pos[i] = n_hist + i;
     for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(c->kv, l, 5, k, v, pos, rnd, err, sizeof err) == 0);
-    /* as in the forward pass, the chunk's rows are also the activations (the packed buffer takes them from there;
-     * the CPU backend's device memory is the heap) */
-    memcpy(c->k, k, sizeof k), memcpy(c->v, v, sizeof v);
-    memcpy(c->pos_d, pos, sizeof pos), memcpy(c->rounds_d, rnd, sizeof rnd);
+    /* as in the forward pass, the chunk's rows are also the activations (the packed buffer takes them from there) */
+    util_dev_write(c->be, c->k, k, sizeof k), util_dev_write(c->be, c->v, v, sizeof v);
+    util_dev_write(c->be, c->pos_d, pos, sizeof pos), util_dev_write(c->be, c->rounds_d, rnd, sizeof rnd);
     /* hand-made probabilities at layer lw-1: round masses 0.40, 0.25, 0.12, 0.08 and 0.025 each for the rest */
     double mass[10] = {0.025, 0.40, 0.025, 0.12, 0.025, 0.25, 0.025, 0.08, 0.025, 0.025};
     int64_t stride = n_hist + 5;
@@ -362,7 +381,10 @@ static void check_round(const char *opts, const char *budget, const int *want_se
     /* a deep layer now sees the selected rounds + the current one */
     CU_ASSERT_FATAL(m->hooks.select(m, c, 5, src, 5, err, sizeof err) == 0);
     int sel[11] = {0};
-    for (int64_t i = 0; i < src[0].n; i++) sel[src[0].pos[i] >= n_hist ? 10 : src[0].pos[i] / rl] = 1;
+    int32_t seen[n_hist + 5];
+    CU_ASSERT_FATAL(src[0].n <= n_hist + 5);
+    util_dev_read(c->be, seen, src[0].pos, (size_t)src[0].n * sizeof *seen);
+    for (int64_t i = 0; i < src[0].n; i++) sel[seen[i] >= n_hist ? 10 : seen[i] / rl] = 1;
     int got = 0;
     for (int r = 0; r < 10; r++) got += sel[r];
     CU_ASSERT_EQUAL(got, n_want);
@@ -421,7 +443,11 @@ static void test_pod_gate_and_merge_match_float64(void) {
     fill_store(c, n, 0);
     /* layer 1's V rows (position order) before PoD moves the distant ones out of the store */
     float V1[NKV][64][HD];
-    for (int g = 0; g < NKV; g++) memcpy(V1[g], kvc_head_view(c->kv, 1, g).v, sizeof(float) * n * HD);
+    for (int g = 0; g < NKV; g++) {
+        util_kv_head hc = util_kv_head_copy(c->kv, 1, g);
+        memcpy(V1[g], hc.v, sizeof(float) * n * HD);
+        util_kv_head_free(&hc);
+    }
     CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(kvc_n(c->kv, 1, 0), 16);      /* upper layer: proximal K+V only */
     CU_ASSERT_EQUAL(kvc_n(c->kv, 0, 0), n);       /* base layer: everything */
@@ -456,7 +482,7 @@ static void test_pod_gate_and_merge_match_float64(void) {
     }
     /* float64 reference: base layer 0 = exact attention; layer 1 = gate-merged proximal/distant */
     for (int g = 0; g < NKV; g++) {
-        kvc_view b = kvc_head_view(c->kv, 0, g), u = kvc_head_view(c->kv, 1, g);
+        util_kv_head b = util_kv_head_copy(c->kv, 0, g), u = util_kv_head_copy(c->kv, 1, g);
         for (int r = 0; r < G; r++) {
             int h = g * G + r;
             /* layer 0 exact */
@@ -503,6 +529,7 @@ static void test_pod_gate_and_merge_match_float64(void) {
             CU_ASSERT(gate > 0 && gate < 1 && nd == n + 1 - 16);
             for (int e = 0; e < HD; e++) CU_ASSERT(fabs(out1[h * HD + e] - (gate * op[e] + (1 - gate) * od[e])) < 1e-4);
         }
+        util_kv_head_free(&b), util_kv_head_free(&u);
     }
     kvb_method_free(m, c);
     kvb_ctx_free(c);
@@ -570,10 +597,11 @@ static void test_fidelity_matches_float64_reference(void) {
     CU_ASSERT(kl > 1e-6); /* a 32-token cache of 201 does change the distribution */
     int partial = 0;
     for (int l = 0; l < L; l++) {
-        const float *q = fq->obs_q + (size_t)l * fq->obs_cap * E; /* the step's query row: [NH][HD] */
+        float q[E]; /* the step's query row: [NH][HD] */
+        util_dev_read(fq->be, q, fq->obs_q + (size_t)l * fq->obs_cap * E, sizeof q);
         double recall = 0;
         for (int h = 0; h < NKV; h++) {
-            kvc_view kv = kvc_head_view(fq->kv, l, h);
+            util_kv_head kv = util_kv_head_copy(fq->kv, l, h);
             double mass[N + 1] = {0};
             for (int g = 0; g < NH / NKV; g++) {
                 const float *qh = q + (size_t)(h * (NH / NKV) + g) * HD;
@@ -589,6 +617,7 @@ static void test_fidelity_matches_float64_reference(void) {
                 for (int64_t i = 0; i < kv.n; i++) mass[kv.pos[i]] += exp(sc[i] - mx) / z / (NH / NKV);
             }
             for (int64_t i = 0; i < seen.n[l][h]; i++) recall += mass[seen.pos[l][h][i]];
+            util_kv_head_free(&kv);
         }
         recall /= NKV;
         CU_ASSERT_DOUBLE_EQUAL(r.recall_sum[l], recall, 1e-5);
@@ -883,8 +912,9 @@ static void test_omnikv_default_layers_are_the_papers_scaled_profile_on_request(
     unlink(path); /* the other tests expect no profile */
 }
 
+static char dir[] = "/tmp/kvb_methods_XXXXXX";
+
 static int setup(void) {
-    char dir[] = "/tmp/kvb_methods_XXXXXX";
     if (!mkdtemp(dir)) return -1;
     snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
     setenv("KVB_PROFILE_DIR", dir, 1); /* empty: no calibration profiles */
@@ -897,6 +927,7 @@ static int setup(void) {
 static int teardown(void) {
     kvb_model_free(model);
     unlink(model_path);
+    rmdir(dir);
     return 0;
 }
 

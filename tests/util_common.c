@@ -42,6 +42,47 @@ void util_require_file(const char *path, const char *file, unsigned line) {
     CU_assertImplementation(CU_FALSE, line, msg, file, "", CU_TRUE); /* copies msg, then leaves the test */
 }
 
+/* A fatal CUnit failure "what: err" (leaves the running test). */
+static void fail(const char *what, const char *err) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s", what, err);
+    CU_assertImplementation(CU_FALSE, __LINE__, msg, __FILE__, "", CU_TRUE); /* copies msg */
+}
+
+static void dev_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kvb_copy_dir dir) {
+    char err[256] = "";
+    if (be->copy(be, dst, src, bytes, dir, err, sizeof err)) fail("backend copy", err);
+    if (be->sync && be->sync(be)) fail("backend sync", be->error);
+}
+
+void util_dev_read(kvb_backend *be, void *dst, const void *src, size_t bytes) {
+    dev_copy(be, dst, src, bytes, KVB_COPY_D2H);
+}
+
+void util_dev_write(kvb_backend *be, void *dst, const void *src, size_t bytes) {
+    dev_copy(be, dst, src, bytes, KVB_COPY_H2D);
+}
+
+util_kv_head util_kv_head_copy(kvc_store *kv, int layer, int h) {
+    char err[256] = "";
+    int64_t n = kvc_n(kv, layer, h);
+    size_t row_bytes = (size_t)(kvc_slot_bytes(kv) - 2 * (int64_t)sizeof(int32_t)) / 2; /* slot = K + V + pos + round */
+    size_t m = (size_t)(n > 0 ? n : 1);
+    util_kv_head hc = {malloc(m * row_bytes), malloc(m * row_bytes), malloc(m * sizeof(int32_t)), n};
+    int32_t *idx = malloc(m * sizeof *idx);
+    if (!hc.k || !hc.v || !hc.pos || !idx) fail("util_kv_head_copy", "out of memory");
+    for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
+    int rc = kvc_gather(kv, layer, h, idx, n, hc.k, hc.v, hc.pos, err, sizeof err);
+    free(idx);
+    if (rc) fail("kvc_gather", err);
+    return hc;
+}
+
+void util_kv_head_free(util_kv_head *hc) {
+    free(hc->k), free(hc->v), free(hc->pos);
+    *hc = (util_kv_head){0};
+}
+
 int util_run_suites(void) {
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();

@@ -3,6 +3,10 @@
 #define KVB_TEST_COMMON_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kvcache.h"
+#include "kernels/backend.h"
 
 /* Whole regular file, NUL-terminated (malloc'd); NULL when it cannot be read or is not a regular file. len may be
  * NULL. */
@@ -22,5 +26,24 @@ int util_run_suites(void);
  * holds the buffer until util_http_body_free (the request-completed callback). */
 int util_http_body(void **con, const char *data, size_t *size, const char **body);
 void util_http_body_free(void **con);
+
+/* ---- device-tier memory from a test ----
+ * Host code never touches device-tier bytes (under KVB_GUARD it dies with SIGSEGV), so tests read and write them
+ * through the backend: one counted copy (be->copy) and a sync. A failure is a fatal test failure. */
+
+/* bytes of device-tier src into host dst */
+void util_dev_read(kvb_backend *be, void *dst, const void *src, size_t bytes);
+/* bytes of host src into device-tier dst */
+void util_dev_write(kvb_backend *be, void *dst, const void *src, size_t bytes);
+
+/* A host copy of one KV head's slots in slot order (either tier): k, v: n rows of the store's dtype. */
+typedef struct {
+    void *k, *v;
+    int32_t *pos;
+    int64_t n;
+} util_kv_head;
+/* Copy (layer, h) of kv to the host with kvc_gather; free with util_kv_head_free. */
+util_kv_head util_kv_head_copy(kvc_store *kv, int layer, int h);
+void util_kv_head_free(util_kv_head *hc);
 
 #endif
