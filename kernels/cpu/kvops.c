@@ -228,36 +228,45 @@ static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *l
     return 0;
 }
 
-enum { MERGE_CHUNK = 256 }; /* head dims of o_d summed at once (any head_dim, no allocation) */
 
 static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
                          int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                          double tau, int64_t *counts, char *err, size_t err_len) {
-    const size_t elt = dtype == KVB_F16 ? 2 : 4;
+    (void)be;
+    enum { MAX_G = 256 };
+    if (G < 1 || G > MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, MAX_G);
+    double gate[MAX_G];
+    const float *w[MAX_G]; /* per query head: its distant weights, NULL = skipped */
+    int any = 0;
     for (int r = 0; r < G; r++) {
         const double lp = lse_p[r], ld = lse_d[r];
-        const double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
-        if (gate >= tau) {
-            counts[1]++;
-            continue;
-        }
-        counts[0]++;
-        const float *w = pd + (int64_t)r * pd_stride;
-        float *o = out + (int64_t)r * head_dim;
-        for (int e0 = 0; e0 < head_dim; e0 += MERGE_CHUNK) {
-            const int ne = head_dim - e0 < MERGE_CHUNK ? head_dim - e0 : MERGE_CHUNK;
-            float od[MERGE_CHUNK] = {0};
-            for (int64_t i = 0; i < n_dist; i++) {
-                const uint8_t *row = (const uint8_t *)v + ((size_t)i * head_dim + e0) * elt;
-                const float wi = w[i];
-                if (dtype == KVB_F16)
-                    for (int e = 0; e < ne; e++) od[e] += wi * kvb_f16_to_f32(((const kvb_f16 *)row)[e]);
-                else
-                    for (int e = 0; e < ne; e++) od[e] += wi * ((const float *)row)[e];
-            }
-            for (int e = 0; e < ne; e++) o[e0 + e] = (float)(gate * o[e0 + e] + (1.0 - gate) * od[e]);
+        gate[r] = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
+        w[r] = gate[r] >= tau ? NULL : pd + (int64_t)r * pd_stride;
+        counts[w[r] ? 0 : 1]++;
+        any |= w[r] != NULL;
+    }
+    if (!any) return 0;
+    /* o_D of every merged head at once: each distant V row is read and converted once */
+    float *od = calloc((size_t)G * head_dim + (size_t)head_dim, sizeof *od), *row = od + (size_t)G * head_dim;
+    if (!od) return ERR("pod_merge: out of memory");
+    for (int64_t i = 0; i < n_dist; i++) {
+        if (dtype == KVB_F16)
+            for (int e = 0; e < head_dim; e++) row[e] = kvb_f16_to_f32(((const kvb_f16 *)v)[(size_t)i * head_dim + e]);
+        else
+            memcpy(row, (const float *)v + (size_t)i * head_dim, (size_t)head_dim * sizeof *row);
+        for (int r = 0; r < G; r++) {
+            if (!w[r]) continue;
+            const float wi = w[r][i];
+            float *o = od + (size_t)r * head_dim;
+            for (int e = 0; e < head_dim; e++) o[e] += wi * row[e];
         }
     }
+    for (int r = 0; r < G; r++) {
+        if (!w[r]) continue;
+        float *o = out + (int64_t)r * head_dim;
+        for (int e = 0; e < head_dim; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[(size_t)r * head_dim + e]);
+    }
+    free(od);
     return 0;
 }
 
