@@ -1,7 +1,8 @@
 /* test_methods_invariant.c — every method at budget 100% is full attention: on the real default model its
  * greedy continuation equals full's token for token, on 5 long prompts, with the KV on and off the host
  * tier (OmniKV offload=1/0). Also checks that each method's measured device KV matches its claim
- * (kvb_method_verify) and, at 100%, is the whole KV. */
+ * (kvb_method_verify) and, at 100%, is the whole KV. As in `kvbench run`, one exact prefill per prompt is
+ * shared (forked and adopted) by the methods that may share one; Round Attention prefills itself. */
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include "methods/method.h"
 
 #define N_GEN 16
-#define MAX_PROMPT 700 /* > the 512-token rounds of `round chunk=512`: two rounds */
+#define MAX_PROMPT 1100
 
 static kvb_model *model;
 static int32_t *prompts[5];
@@ -23,21 +24,48 @@ static const char *prompt_files[5][2] = {
     {"code_python.py.txt", "digits.txt"}, {"unicode.txt", "prose_300.txt"},
 };
 
+/* One exact prefill per prompt, recording what any method here adopts (observation window, H2O's scores). */
+enum { SHARE_WINDOW = 32 };
+static kvb_ctx *base[5];
+static kvb_share *share[5];
+
+static int prefill_shared(int p, char *err, size_t err_len) {
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = prompt_n[p] + N_GEN + 8;
+    if (!(base[p] = kvb_ctx_create(model, &cp, err, err_len))) return -1;
+    if (!(share[p] = kvb_share_create(base[p], SHARE_WINDOW, 1, err, err_len))) return -1;
+    return kvb_forward(base[p], prompts[p], prompt_n[p], err, err_len);
+}
+
 /* Greedy continuation of prompt p under a method (opts "k=v,..." or NULL), and the device share of the full
  * KV it holds at the end. */
 static int run(const char *method, const char *opts, int p, int32_t *out, double *device_frac) {
     char err[512];
-    kvb_ctx_params cp = kvb_ctx_default_params();
-    cp.n_ctx = prompt_n[p] + N_GEN + 8;
-    kvb_ctx *c = kvb_ctx_create(model, &cp, err, sizeof err);
-    if (!c) return fprintf(stderr, "\n  ctx: %s\n", err), -1;
     kvb_budget b = {KVB_BUDGET_FRACTION, 1.0, 0};
     kvb_opts o = {0};
+    kvb_method_needs nd;
     if (opts && kvb_opts_add(&o, opts, err, sizeof err)) return fprintf(stderr, "\n  %s\n", err), -1;
+    if (kvb_method_needs_of(method, &o, &nd, err, sizeof err)) return fprintf(stderr, "\n  %s\n", err), -1;
+    if (!nd.shares_prefill && strcmp(nd.name, "round")) return fprintf(stderr, "\n  %s: neither shared nor own prefill\n", method), -1;
+    if (nd.obs_window > SHARE_WINDOW) return fprintf(stderr, "\n  %s: window over %d\n", method, SHARE_WINDOW), -1;
+    if (nd.shares_prefill && !base[p] && prefill_shared(p, err, sizeof err)) return fprintf(stderr, "\n  prefill: %s\n", err), -1;
+    kvb_ctx *c = NULL;
+    if (nd.shares_prefill) {
+        c = kvb_ctx_fork(base[p], nd.obs_window, err, sizeof err);
+    } else {
+        kvb_ctx_params cp = kvb_ctx_default_params();
+        cp.n_ctx = prompt_n[p] + N_GEN + 8;
+        c = kvb_ctx_create(model, &cp, err, sizeof err);
+    }
+    if (!c) return fprintf(stderr, "\n  ctx: %s\n", err), -1;
     kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
     int rc = -1;
     if (!m) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
-    if (kvb_method_prefill(m, c, prompts[p], prompt_n[p], err, sizeof err)) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
+    if (nd.shares_prefill ? kvb_method_adopt(m, c, share[p], err, sizeof err)
+                          : kvb_method_prefill(m, c, prompts[p], prompt_n[p], err, sizeof err)) {
+        fprintf(stderr, "\n  %s: %s\n", method, err);
+        goto done;
+    }
     for (int i = 0; i < N_GEN; i++) {
         out[i] = sampler_argmax(c->logits, model->cfg.n_vocab);
         if (i + 1 < N_GEN && kvb_forward(c, &out[i], 1, err, sizeof err)) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
@@ -141,7 +169,11 @@ int main(void) {
     CU_add_test(s, "round", test_round);
     CU_add_test(s, "pod", test_pod);
     int rc = util_run_suites();
-    for (int p = 0; p < 5; p++) free(prompts[p]);
+    for (int p = 0; p < 5; p++) {
+        kvb_share_free(share[p], base[p]);
+        kvb_ctx_free(base[p]);
+        free(prompts[p]);
+    }
     kvb_model_free(model);
     return rc;
 }
