@@ -1,8 +1,19 @@
 /* backend.c — backends by name (backend.h): the factory above the CPU and CUDA implementations. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+
+int kvb_errf(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
 
 void kvb_backend_free(kvb_backend *be) {
     if (be && be->free) be->free(be);

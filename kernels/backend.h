@@ -217,6 +217,8 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
 /* A backend by name: "cpu" or "cuda". */
 kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len);
+/* Format a one-line error into err (NULL or 0 = none); returns -1. The ops' and the methods' error helper. */
+int kvb_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Release a backend created by any *_create. NULL is a no-op. */
 void kvb_backend_free(kvb_backend *be);
 

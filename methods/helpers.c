@@ -1,7 +1,6 @@
 /* helpers.c — what method files share: errors, top-k and sorting of indices, attention probabilities of
  * given queries, store views, method allocations and the packed device copy of offloading methods. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +9,6 @@
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
-
-int kvb_errf(char *err, size_t err_len, const char *fmt, ...) {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

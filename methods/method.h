@@ -131,8 +131,6 @@ kvb_session_method kvb_method_seam(kvb_method *m);
 int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len);
 
 /* Shared helpers for method files. */
-/* Format a one-line error into err; returns -1. */
-int kvb_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Indices of the k largest scores (ties: lower index first, NaN below every number), written ascending into
  * out: kernels/cpu/ops.c's cpu_topk, the one top-k, sorted by index. Returns 0 (kept int for callers). */
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out);

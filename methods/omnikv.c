@@ -44,6 +44,7 @@ typedef struct {
     int32_t **sel;   /* per filter layer: selected slots (ascending; device, n_ctx entries) */
     int64_t *n_sel;
     int32_t *sel_host; /* offload: the host copy of a selection the packed load gathers by (n_ctx entries) */
+    float *score;     /* a filter layer's token scores (device, n_ctx entries) */
     int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][idx_cap] (device) */
     int64_t idx_cap;
     int64_t step_n;   /* tokens of the current step appended to the packed buffers */
@@ -128,16 +129,12 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
     int l = s->filter[f];
     kvb_backend *be = c->be;
     const int HK = c->model->cfg.n_head_kv;
-    size_t score_bytes = (size_t)(upto > 0 ? upto : 1) * sizeof(float);
-    float *score = kvb_method_alloc(c, score_bytes);
-    if (!score) return ERR("out of memory");
     int64_t k = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)upto);
     if (k < 1) k = 1;
     if (k > upto) k = upto;
-    int rc = filter_scores(s, c, l, probs, stride, score, upto, err, err_len) ||
-             be->topk_idx(be, s->sel[f], score, upto, k, err, err_len);
-    kvb_method_release(c, score, score_bytes);
-    if (rc) return -1;
+    if (filter_scores(s, c, l, probs, stride, s->score, upto, err, err_len) ||
+        be->topk_idx(be, s->sel[f], s->score, upto, k, err, err_len))
+        return -1;
     s->n_sel[f] = k;
     if (!s->offload) return 0;
     prof_begin(c->prof, PROF_H2D, l);
@@ -180,6 +177,8 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
         if (!s->sel[f]) s->sel[f] = kvb_method_alloc(c, (size_t)c->params.n_ctx * sizeof(int32_t));
         if (!s->sel[f]) return ERR("out of memory");
     }
+    if (!s->score) s->score = kvb_method_alloc(c, (size_t)c->params.n_ctx * sizeof(float));
+    if (!s->score) return ERR("out of memory");
     if (s->offload && !s->sel_host) s->sel_host = malloc((size_t)c->params.n_ctx * sizeof(int32_t));
     if (s->offload && !s->sel_host) return ERR("out of memory");
     if (s->offload)
@@ -290,6 +289,7 @@ static void omnikv_destroy(kvb_method *m) {
     free(s->kind);
     free(s->served_by);
     free(s->sel_host);
+    kvb_method_release(s->c, s->score, (size_t)s->c->params.n_ctx * sizeof(float));
     kvb_method_release(s->c, s->idx_buf, (size_t)s->idx_cap * sizeof(int32_t) * (size_t)s->c->model->cfg.n_layer);
     kvc_free(s->base.vis);
     free(s);

@@ -13,23 +13,13 @@
 #include "kernels/cpu/kvops.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/ops.h" /* cpu_topk */
 
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-#define ERR(...) fail(err, err_len, __VA_ARGS__)
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
 static void add_traffic(kvb_backend *be, kvb_copy_dir dir, int64_t n, int64_t bytes) {
     be->traffic.n[dir] += n;

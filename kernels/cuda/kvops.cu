@@ -22,7 +22,6 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,17 +46,6 @@ static int ck(cuda_kvops *o, cudaError_t e, const char *call, const char *file, 
 /* an int-returning op's answer once the backend has failed */
 static int failed(cuda_kvops *o, char *err, size_t err_len) {
     snprintf(err, err_len, "%s", o->be->error);
-    return -1;
-}
-
-/* bad arguments: the op fails, the backend does not */
-static int bad(char *err, size_t err_len, const char *fmt, ...) {
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
     return -1;
 }
 
@@ -115,7 +103,7 @@ static int cu_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kv
                    size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return bad(err, err_len, "copy: bad direction %d", (int)dir);
+    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return kvb_errf(err, err_len, "copy: bad direction %d", (int)dir);
     if (!bytes) return 0;
     static const cudaMemcpyKind kinds[KVB_COPY_DIRS] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                          cudaMemcpyDeviceToDevice};
@@ -226,11 +214,11 @@ static int cu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off
                         const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return bad(err, err_len, "kv_gather: bad direction %d", (int)dir);
-    if (n < 0 || dst_off < 0) return bad(err, err_len, "kv_gather: %lld rows at slot %lld", (long long)n, (long long)dst_off);
+    if (dir < KVB_COPY_H2D || dir >= KVB_COPY_DIRS) return kvb_errf(err, err_len, "kv_gather: bad direction %d", (int)dir);
+    if (n < 0 || dst_off < 0) return kvb_errf(err, err_len, "kv_gather: %lld rows at slot %lld", (long long)n, (long long)dst_off);
     if (!n) return 0;
     for (int64_t i = 0; idx && dir != KVB_COPY_D2D && i < n; i++) /* host index lists only */
-        if (idx[i] < 0) return bad(err, err_len, "kv_gather: index %d at %lld is negative", idx[i], (long long)i);
+        if (idx[i] < 0) return kvb_errf(err, err_len, "kv_gather: index %d at %lld is negative", idx[i], (long long)i);
     int64_t slots = n;
     int rc;
     if (dir == KVB_COPY_D2D) {
@@ -302,7 +290,7 @@ static int cu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t 
                        int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (count > n) return bad(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
+    if (count > n) return kvb_errf(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
     if (count <= 0) return 0;
     k_kv_evict<<<1, EVICT_THREADS, 0, o->stream>>>(*h, n, row_bytes, score, lo, hi, count, (uint8_t *)spill_v);
     return CK_LAUNCH(k_kv_evict) ? failed(o, err, err_len) : 0;
@@ -343,8 +331,8 @@ static int cu_probs_reduce(kvb_backend *be, float *out, int64_t out_stride, cons
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || n_head_kv > 65535)
-        return bad(err, err_len, "probs_reduce: %d query heads over %d KV heads", n_head, n_head_kv);
-    if (mode != KVB_REDUCE_GROUP_SUM && mode != KVB_REDUCE_MAX_HEADS) return bad(err, err_len, "probs_reduce: unknown mode %d", mode);
+        return kvb_errf(err, err_len, "probs_reduce: %d query heads over %d KV heads", n_head, n_head_kv);
+    if (mode != KVB_REDUCE_GROUP_SUM && mode != KVB_REDUCE_MAX_HEADS) return kvb_errf(err, err_len, "probs_reduce: unknown mode %d", mode);
     if (n <= 0) return 0;
     if (mode == KVB_REDUCE_GROUP_SUM) {
         dim3 grid(blocks_for(n, 256), (unsigned)n_head_kv);
@@ -379,7 +367,7 @@ static int cu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const floa
                      int64_t n, int64_t kernel, int avg, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (kernel < 1) return bad(err, err_len, "pool1d: kernel %lld", (long long)kernel);
+    if (kernel < 1) return kvb_errf(err, err_len, "pool1d: kernel %lld", (long long)kernel);
     if (rows <= 0 || n <= 0) return 0;
     dim3 grid(blocks_for(n, 256), (unsigned)(rows < 65535 ? rows : 65535));
     k_pool1d<<<grid, 256, 0, o->stream>>>(out, out_stride, in, in_stride, rows, n, kernel, avg);
@@ -500,7 +488,7 @@ static int cu_round_scores(kvb_backend *be, double *out, int32_t *present, int n
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || n_head_kv > KVB_MAX_KV_HEADS)
-        return bad(err, err_len, "round_scores: %d query heads over %d KV heads (at most %d)", n_head, n_head_kv,
+        return kvb_errf(err, err_len, "round_scores: %d query heads over %d KV heads (at most %d)", n_head, n_head_kv,
                    (int)KVB_MAX_KV_HEADS);
     if (n_round <= 0) return 0;
     round_lists rl;
