@@ -91,9 +91,9 @@ enum { N_FIELDS = sizeof FIELDS / sizeof *FIELDS };
 cJSON *kvb_fp_make(const kvb_fp_in *in) {
     static const char *const count_keys[] = {"limit", "samples", "dialogues", "optional", NULL};
     char *opts = canonical_text(in->method_opts, NULL), *bench = canonical_text(in->benchmark, count_keys);
-    char gen[160];
-    snprintf(gen, sizeof gen, "greedy max_new_tokens=%d seed=%.17g round_chunk=%d", in->max_new_tokens, in->seed,
-             in->round_chunk);
+    char gen[256];
+    snprintf(gen, sizeof gen, "greedy max_new_tokens=%d seed=%.17g round_chunk=%d%s%s", in->max_new_tokens, in->seed,
+             in->round_chunk, in->engine && in->engine[0] ? " " : "", in->engine ? in->engine : "");
     cJSON *fp = cJSON_CreateObject();
     if (!opts || !bench || !fp) {
         free(opts), free(bench), cJSON_Delete(fp);

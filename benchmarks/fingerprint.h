@@ -32,6 +32,8 @@ typedef struct {
     const char *sample_sha256;  /* kvb_fp_sample */
     int max_new_tokens, round_chunk;
     double seed;
+    const char *engine;         /* engine settings that change results beside the defaults ("kv=f32 ctx=4096"),
+                                   or NULL / "" for none */
 } kvb_fp_in;
 
 /* sha256 (hex) of everything in a sample that reaches the prompt or the scoring. */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/cells.h"
 #include "benchmarks/fingerprint.h"
 #include "benchmarks/datahint.h"
 #include "benchmarks/hostload.h"
@@ -21,6 +22,7 @@
 #include "benchmarks/progress.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/provenance.h"
+#include "benchmarks/runopts.h"
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "base/fsutil.h"
@@ -32,15 +34,10 @@
 #include "reports/report.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
-#define MAX_CELLS 64
+#define MAX_CELLS KVB_MAX_CELLS
 #define MAX_TASKS 64
 
-typedef struct {
-    char method[32], budget_str[32];
-    kvb_budget budget;
-    cJSON *opts; /* borrowed from the suite */
-    kvb_method_needs needs; /* what its method asks of the sample's session */
-} cell;
+typedef kvb_run_cell cell;
 
 typedef struct {
     char name[64], benchmark[32];
@@ -55,7 +52,8 @@ typedef struct {
     cJSON *suite;
     char suite_name[64], out_dir[1024], results_path[1100], model_path[1024], model_sha[65];
     kvb_model *model;
-    cell cells[MAX_CELLS];
+    kvb_cells cs;        /* the suite's method x budget cells */
+    const cell *cells;   /* = cs.v */
     int n_cells;
     task tasks[MAX_TASKS];
     int n_tasks;
@@ -70,6 +68,8 @@ typedef struct {
     kvb_progress prog;
     kvb_hostload load;
     char doing[160]; /* the sample or cell being worked on, for progress within it */
+    char engine[96]; /* engine settings beside the defaults, for the fingerprints */
+    FILE *kept;      /* --dump-kept file, or NULL */
 } run_state;
 
 static void progress(run_state *st, kvb_prog_kind kind, const char *what);
@@ -99,72 +99,6 @@ static const char *jstr(const cJSON *o, const char *k, const char *def) {
 static double jnum(const cJSON *o, const char *k, double def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
-static int in_list(const char *list, const char *name) {
-    if (!list) return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *c = strchr(p, ',');
-        size_t l = c ? (size_t)(c - p) : strlen(p);
-        if (l == n && !strncmp(p, name, n)) return 1;
-        p += l + (c ? 1 : 0);
-    }
-    return 0;
-}
-
-/* ---- suite ---- */
-
-static int add_cell(run_state *st, const char *method, const char *budget, cJSON *opts, const kvb_method_needs *nd,
-                    char *err, size_t err_len) {
-    if (st->n_cells == MAX_CELLS) return ERR("suite: more than %d method x budget cells", MAX_CELLS);
-    cell *c = &st->cells[st->n_cells];
-    memset(c, 0, sizeof *c);
-    snprintf(c->method, sizeof c->method, "%s", method);
-    if (kvb_budget_parse(budget, &c->budget, err, err_len)) return -1;
-    kvb_budget_format(&c->budget, c->budget_str, sizeof c->budget_str);
-    c->opts = opts;
-    c->needs = *nd;
-    st->n_cells++;
-    return 0;
-}
-
-static int expand_cells(run_state *st, char *err, size_t err_len) {
-    const cJSON *methods = cJSON_GetObjectItemCaseSensitive(st->suite, "methods");
-    const cJSON *budgets = cJSON_GetObjectItemCaseSensitive(st->suite, "budgets");
-    if (!cJSON_IsArray(methods) || cJSON_GetArraySize(methods) == 0) return ERR("suite %s: \"methods\" must be a non-empty array", st->o->suite_path);
-    char blist[256] = "";
-    if (st->o->budgets) snprintf(blist, sizeof blist, "%s", st->o->budgets);
-    else if (cJSON_IsArray(budgets)) {
-        const cJSON *b;
-        cJSON_ArrayForEach(b, budgets) {
-            if (!cJSON_IsString(b)) return ERR("suite %s: budgets must be strings like \"30%%\"", st->o->suite_path);
-            size_t l = strlen(blist);
-            snprintf(blist + l, sizeof blist - l, "%s%s", l ? "," : "", b->valuestring);
-        }
-    }
-    cJSON *m;
-    cJSON_ArrayForEach(m, methods) {
-        const char *name = jstr(m, "name", NULL);
-        if (!name) return ERR("suite %s: every method needs a \"name\"", st->o->suite_path);
-        if (!kvb_method_find(name)) return ERR("suite %s: unknown method '%s'", st->o->suite_path, name);
-        if (!in_list(st->o->methods, name)) continue;
-        cJSON *opts = cJSON_GetObjectItemCaseSensitive(m, "opts");
-        kvb_opts o = {0};
-        kvb_method_needs nd;
-        if (kvb_opts_add_json(&o, opts, name, err, err_len) || kvb_method_needs_of(name, &o, &nd, err, err_len)) return -1;
-        if (!nd.takes_budget) { /* the baseline: one cell */
-            if (add_cell(st, name, "full", opts, &nd, err, err_len)) return -1;
-            continue;
-        }
-        if (!blist[0]) return ERR("suite %s: method %s needs \"budgets\"", st->o->suite_path, name);
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", blist);
-        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (add_cell(st, name, t, opts, &nd, err, err_len)) return -1;
-    }
-    if (!st->n_cells) return ERR("no method of the suite is left after --methods %s", st->o->methods ? st->o->methods : "");
-    return 0;
 }
 
 static task *new_task(run_state *st, const char *name, const char *bench, char *err, size_t err_len) {
@@ -471,10 +405,9 @@ static void on_progress(void *user, const char *phase, int64_t done, int64_t tot
  * prefills the question round itself forks from the history rounds. */
 static int run_prefill(run_state *st, const kvb_sample *s, const kvb_method_needs *u, int max_new, shared_prefill *sp,
                        char *err, size_t err_len) {
-    kvb_ctx_params cp = kvb_ctx_default_params();
-    cp.n_threads = st->o->n_threads;
-    cp.profile = 1;
-    int64_t max_prompt = st->model->cfg.n_ctx_train - max_new - 1;
+    kvb_ctx_params cp = kvb_run_ctx_params(st->o);
+    int n_ctx = st->o->n_ctx > 0 && st->o->n_ctx < st->model->cfg.n_ctx_train ? st->o->n_ctx : st->model->cfg.n_ctx_train;
+    int64_t max_prompt = n_ctx - max_new - 1;
     if (kvb_prompt_build(st->model, s, max_prompt, st->round_chunk, &sp->p, err, err_len)) return -1;
     if (sp->hidden && kvb_hidden_split(st->model, s, &sp->p, &sp->split, err, err_len)) return -1;
     cp.n_ctx = (int)(sp->p.n + max_new + 1);
@@ -530,6 +463,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     if (!c) return -1;
     kvb_method *m = kvb_method_create(cl->method, c, &cl->budget, &o, err, err_len);
     kvb_session_method seam = kvb_method_seam(m);
+    kvb_kept *kept = st->kept && m ? kvb_kept_attach(c) : NULL;
     char *stop[1] = {(char *)s->stop};
     kvb_gen_params gp = {.max_new = max_new, .stop = stop, .n_stop = s->stop ? 1 : 0, .progress = on_progress, .user = st};
     int rc = -1;
@@ -546,12 +480,16 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
         kvb_session_prefilled(&res->ses, sp->prefill_ms + (now_s() - t0) * 1e3);
     }
-    if (kvb_session_decode(&res->ses, err, err_len)) goto done;
+    if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id, st->doing, "prefill", err, err_len) ||
+        kvb_session_decode(&res->ses, err, err_len) ||
+        kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id, st->doing, "end", err, err_len))
+        goto done;
     if (m->describe) m->describe(m, res->params, sizeof res->params);
     snprintf(res->note, sizeof res->note, "%s", m->note);
     rc = 0;
 done:
     res->ses.c = NULL; /* the context goes; the measurements stay */
+    kvb_kept_free(kept, c);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
     return rc;
@@ -629,7 +567,7 @@ static void progress(run_state *st, kvb_prog_kind kind, const char *what) {
 /* The fingerprint of cell cl on sample s (fingerprint.h). */
 static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl, const kvb_sample *s, const char *sample_sha) {
     kvb_fp_in in = {st->model_sha, cl->method, cl->budget_str, cl->opts, t->bench, sample_sha,
-                    s->max_new_tokens > 0 ? s->max_new_tokens : 64, st->round_chunk, jnum(st->suite, "seed", 1)};
+                    s->max_new_tokens > 0 ? s->max_new_tokens : 64, st->round_chunk, jnum(st->suite, "seed", 1), st->engine};
     return kvb_fp_make(&in);
 }
 
@@ -733,6 +671,8 @@ static void free_state(run_state *st) {
     if (st->fd > 0) close(st->fd);
     kvb_model_free(st->model);
     kvb_runner_judge_free(st->judge);
+    kvb_cells_free(&st->cs);
+    if (st->kept) fclose(st->kept);
     cJSON_Delete(st->suite);
 }
 
@@ -778,7 +718,15 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
     if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;
     expand_path(o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite"), st.out_dir, sizeof st.out_dir);
-    if (expand_cells(&st, err, err_len)) goto done;
+    kvb_cells_args ca = {o->suite_path, o->methods, o->budgets, o->method_opts, o->n_method_opts};
+    if (kvb_cells_expand(st.suite, &ca, &st.cs, err, err_len)) goto done;
+    st.cells = st.cs.v;
+    st.n_cells = st.cs.n;
+    kvb_run_engine_fingerprint(o, st.engine, sizeof st.engine);
+    if (o->dump_kept && !(st.kept = fopen(o->dump_kept, "a"))) {
+        ERR("--dump-kept %s: %s", o->dump_kept, strerror(errno));
+        goto done;
+    }
     const cJSON *benches = cJSON_GetObjectItemCaseSensitive(st.suite, "benchmarks"), *b;
     if (!cJSON_IsArray(benches)) { ERR("suite %s: \"benchmarks\" must be an array", o->suite_path); goto done; }
     cJSON_ArrayForEach(b, benches) {

@@ -45,6 +45,15 @@ typedef struct {
     int judge_refresh;     /* ignore cached judge replies */
     int rerun_changed;     /* rerun cells whose stored record's fingerprint differs (else that is an error) */
     kvb_shard shard;       /* run only this shard's cells (count 0 = all); every run writes DIR/plan.jsonl */
+    const char *const *method_opts; /* --method-opt values merged into the suite's method options (cells.h) */
+    int n_method_opts;
+    /* engine settings (0 / NULL = default): KV element type, backend, prefill chunk, and a context cap (prompts
+     * are truncated to fit it as to the model's training context); those that change results join the records'
+     * fingerprints */
+    int kv_f32;
+    const char *backend;
+    int n_batch, n_ctx;
+    const char *dump_kept; /* append each cell's kept positions (engine/kept.h) to this JSONL file */
 } kvb_run_opts;
 
 /* Run (or resume) a suite; a resume reuses a record only when its fingerprint matches (fingerprint.h). Returns 0 when every cell has a record (per-sample failures are records with an

@@ -74,9 +74,6 @@ int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 
-/* Options for one method from raw --method-opt values: "name:key=value" ones for this method, and unprefixed
- * ones for every method but the baseline (full). 0 or -1 + err. */
-int cli_method_opts_for(const char *name, const char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
 

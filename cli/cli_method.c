@@ -37,20 +37,3 @@ void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when,
             when, u.device_bytes / MiB, 100.0 * u.device_frac, u.full_bytes / MiB, u.host_bytes / MiB, u.moved_h2d / MiB,
             u.moved_d2h / MiB);
 }
-
-/* Options for one method: unprefixed ones, plus "name:key=value" ones for this method. */
-int cli_method_opts_for(const char *name, const char **raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
-    memset(o, 0, sizeof *o);
-    const kvb_method_info *info = kvb_method_find(name);
-    int baseline = info && (info->traits & KVB_NO_BUDGET); /* takes no options: unprefixed ones skip it */
-    for (int i = 0; i < n_raw; i++) {
-        const char *colon = strchr(raw[i], ':'), *eq = strchr(raw[i], '=');
-        if (colon && (!eq || colon < eq)) {
-            if (strncmp(raw[i], name, (size_t)(colon - raw[i])) || strlen(name) != (size_t)(colon - raw[i])) continue;
-            if (kvb_opts_add(o, colon + 1, err, err_len)) return -1;
-        } else if (!baseline && kvb_opts_add(o, raw[i], err, err_len)) {
-            return -1;
-        }
-    }
-    return 0;
-}

@@ -128,7 +128,7 @@ int cmd_bench_methods(int argc, char **argv) {
     kvb_budget_format(&budget, bud, sizeof bud);
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
-        if (cli_method_opts_for(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
         fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
         if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
     }

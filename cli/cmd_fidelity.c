@@ -173,7 +173,7 @@ int cmd_fidelity(int argc, char **argv) {
         for (int k = 0; k < n_methods; k++) {
             kvb_opts o;
             kvb_fid_result r;
-            if (cli_method_opts_for(tot[k].name, raw.v, raw.n, &o, err, sizeof err) ||
+            if (kvb_opts_for_method(tot[k].name, raw.v, raw.n, &o, err, sizeof err) ||
                 kvb_fidelity_run(ref, tot[k].name, &budget, &o, &r, err, sizeof err)) {
                 kvb_fid_ref_free(ref);
                 cli_fail("fidelity: %s on %s: %s", tot[k].name, prompts[p], err);

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "base/fsutil.h"
 #include "engine/chat.h"
+#include "engine/kept.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
 
@@ -36,6 +37,8 @@ static const char *HELP =
     "  --dump-activations DIR write every intermediate activation (llama.cpp's graph names) of every forward\n"
     "                         pass to DIR/activations.f32 with an index DIR/activations.tsv\n"
     "                         (scripts/llamacpp_diff.py compares them with llama.cpp's, op by op)\n"
+    "  --dump-kept FILE       write, per layer and KV head, the positions the method kept (and, at the end,\n"
+    "                         attended) after prefill and at the end, as JSON lines (README \"Kept tokens\")\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 /* --dump-activations: raw floats appended to one file, a line per call in the index */
@@ -77,6 +80,43 @@ static int dump_close(act_dump *d, const char *dir) {
     return bad ? -1 : 0;
 }
 
+/* --dump-kept: a header line (method, resolved parameters, budget, prompt ids), then the kept positions after
+ * prefill and at the end (engine/kept.h) */
+typedef struct {
+    FILE *f;
+    kvb_kept *k;
+    const char *path;
+} kept_dump;
+
+static int kept_open(kept_dump *d, const char *path, kvb_ctx *c) {
+    d->path = path;
+    if (!path) return 0;
+    if (!(d->f = fopen(path, "w"))) return cli_fail("generate: cannot write %s: %s", path, strerror(errno)), -1;
+    if (!(d->k = kvb_kept_attach(c))) return cli_fail("generate: out of memory"), -1;
+    return 0;
+}
+
+static int kept_note(kept_dump *d, kvb_ctx *c, const kvb_method *m, const kvb_budget *b, const int32_t *ids, int n,
+                     const char *when) {
+    if (!d->f) return 0;
+    char err[256], params[256] = "", bud[32], fields[700];
+    int rc = 0;
+    if (!strcmp(when, "prefill")) {
+        if (m->describe) m->describe((kvb_method *)m, params, sizeof params);
+        kvb_budget_format(b, bud, sizeof bud);
+        snprintf(fields, sizeof fields, "\"method\": \"%s\", \"params\": \"%s\", \"budget\": \"%s\"", m->name, params, bud);
+        rc = kvb_kept_header(d->f, fields, ids, n, err, sizeof err);
+    }
+    if (!rc) rc = kvb_kept_write(d->k, c, when, d->f, err, sizeof err);
+    return rc ? cli_fail("generate: %s: %s", d->path, err), -1 : 0;
+}
+
+static int kept_close(kept_dump *d, kvb_ctx *c) {
+    kvb_kept_free(d->k, c);
+    int bad = d->f && fclose(d->f);
+    return bad ? cli_fail("generate: writing %s failed (disk full?)", d->path), -1 : 0;
+}
+
 int cmd_generate(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
@@ -84,8 +124,9 @@ int cmd_generate(int argc, char **argv) {
     cli_method_defaults(&mo);
     int kv_report = 0;
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL, *tmpl_name = NULL, *trace = NULL;
-    const char *dump_dir = NULL;
+    const char *dump_dir = NULL, *dump_kept = NULL;
     act_dump dump = {0};
+    kept_dump kept = {0};
     long n_gen = 128, seed = 42;
     double temp = 0.0, top_p = 1.0;
     int chat = 0, ignore_eos = 0, show_ids = 0, special = 0;
@@ -95,6 +136,7 @@ int cmd_generate(int argc, char **argv) {
                       CLI_STR("--prompt", &prompt), CLI_STR("--prompt-file", &prompt_file),
                       CLI_STR("--system", &system), CLI_STR("--template", &tmpl_name),
                       CLI_STR("--dump-activations", &dump_dir), CLI_STR("--trace", &trace),
+                      CLI_STR("--dump-kept", &dump_kept),
                       CLI_LONG("-n", &n_gen, 0, 1 << 24), CLI_LONG("--seed", &seed, 0, 0x7fffffffL),
                       CLI_FLOAT("--temp", &temp, 0, 100), CLI_FLOAT("--top-p", &top_p, 0, 1), CLI_METHOD_OPTS(&mo),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
@@ -178,6 +220,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!(kvb_method_find(mo.method)->traits & KVB_NO_BUDGET)) kv_report = 1; /* a method beside the baseline */
+    if (kept_open(&kept, dump_kept, ctx)) goto done;
     if (dump_dir) {
         if (dump_open(&dump, dump_dir)) goto done;
         ctx->tap = dump_tap;
@@ -202,6 +245,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     free(prompt_rounds.round_end);
+    if (kept_note(&kept, ctx, method, &mo.budget, ids, n_ids, "prefill")) goto done;
     int r;
     const char *piece;
     size_t np;
@@ -215,6 +259,7 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: %s", err);
         goto done;
     }
+    if (kept_note(&kept, ctx, method, &mo.budget, ids, n_ids, "end")) goto done;
     fwrite(ses.text + shown, 1, ses.text_n - shown, stdout);
     if (show_ids) fputc('\n', stderr);
     /* an instruct model given a bare prompt often ends at once: say so instead of printing nothing */
@@ -248,6 +293,7 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     if (dump_dir && dump_close(&dump, dump_dir)) rc = 1;
+    if (kept_close(&kept, ctx)) rc = 1;
     kvb_session_free(&ses);
     kvb_method_free(method, ctx);
     kvb_ctx_free(ctx);

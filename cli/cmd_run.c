@@ -28,6 +28,15 @@ static const char *HELP =
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
     "  --rerun-changed        run again the cells whose stored record was made with other inputs\n"
+    "  --method-opt K=V       a method option for every method of the suite but full, or M:K=V for method M\n"
+    "                         only (repeatable; replaces the suite's value; recorded in the fingerprints)\n"
+    "  --method NAME          = --methods NAME;  --budget B = --budgets B\n"
+    "  --kv-type f16|f32      KV cache element type (default f16)\n"
+    "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"
+    "  --batch N              prefill chunk size in tokens (default 512)\n"
+    "  --ctx N                cap the context: prompts are truncated (by each benchmark's rule) to fit N\n"
+    "  --dump-kept FILE       append, per cell, the positions its method kept per layer and KV head after\n"
+    "                         prefill and at the end (JSON lines, README \"Kept tokens\")\n"
     "  --shard i/N            only the cells of shard i (0 <= i < N): a stable hash of (model sha256,\n"
     "                         method@budget and options, benchmark, task, sample id) splits the suite into N\n"
     "                         disjoint shards; join their directories with `kvbench merge`\n"
@@ -45,8 +54,19 @@ static int shard_fn(void *dst, const char *opt, const char *v, char *err, size_t
     return kvb_shard_parse(v, dst, err, err_len);
 }
 
+static int method_opt_fn(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    kvb_run_opts *o = dst;
+    static const char *raw[KVB_MAX_OPTS];
+    if (o->n_method_opts == KVB_MAX_OPTS) return snprintf(err, err_len, "more than %d --method-opt values", KVB_MAX_OPTS), -1;
+    if (!strchr(v, '=')) return snprintf(err, err_len, "--method-opt %s: expected KEY=VALUE or METHOD:KEY=VALUE", v), -1;
+    raw[o->n_method_opts++] = v;
+    o->method_opts = raw;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
+    kvb_dtype kv = KVB_F16;
     char line[2048] = "kvbench";
     for (int i = 0; i < argc; i++) {
         size_t l = strlen(line);
@@ -58,12 +78,17 @@ int cmd_run(int argc, char **argv) {
                       CLI_STR("--methods", &o.methods), CLI_STR("--budgets", &o.budgets), CLI_STR("--model", &o.model),
                       CLI_STR("--judge-url", &o.judge_url), CLI_STR("--judge-model", &o.judge_model),
                       CLI_STR("--judge-key-env", &o.judge_key_env), CLI_FN("--shard", &o.shard, shard_fn),
-                      CLI_INT("--limit", &o.limit, 1, 1 << 30), CLI_INT("--threads", &o.n_threads, 0, 1024), CLI_END};
+                      CLI_INT("--limit", &o.limit, 1, 1 << 30), CLI_INT("--threads", &o.n_threads, 0, 1024),
+                      CLI_FN("--method-opt", &o, method_opt_fn), CLI_STR("--method", &o.methods),
+                      CLI_STR("--budget", &o.budgets), CLI_FN("--kv-type", &kv, cli_fn_kv_type),
+                      CLI_FN("--backend", &o.backend, cli_fn_backend), CLI_INT("--batch", &o.n_batch, 1, 65536),
+                      CLI_INT("--ctx", &o.n_ctx, 64, 1 << 24), CLI_STR("--dump-kept", &o.dump_kept), CLI_END};
     int n_pos, stop = cli_parse("run", HELP, opts, argc, argc, argv, &n_pos);
     if (stop >= 0) return stop;
     if (n_pos > 1) return cli_fail("run: more than one suite given ('%s' and '%s')", argv[1], argv[2]);
     if (!n_pos) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
     o.suite_path = argv[1];
+    o.kv_f32 = kv == KVB_F32;
     char err[1024];
     if (kvb_run_suite(&o, stdout, err, sizeof err)) return cli_fail("run: %s", err);
     return 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kept.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -33,20 +34,6 @@ typedef struct {
     int32_t next;        /* full attention's greedy token of this step: both contexts take it */
 } lockstep;
 
-/* The positions a source lets attention read, in list order, read down from the backend (n entries). */
-static int visible_positions(kvb_ctx *c, const kvb_src *s, int32_t *out, int64_t *n) {
-    kvb_backend *be = c->be;
-    char err[8];
-    *n = s->idx ? s->n_idx : s->n;
-    int32_t *pos = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *pos);
-    int rc = pos ? be->copy(be, pos, s->pos, (size_t)s->n * sizeof *pos, KVB_COPY_D2H, err, sizeof err) : -1;
-    if (!rc && s->idx) rc = be->copy(be, out, s->idx, (size_t)*n * sizeof *out, KVB_COPY_D2H, err, sizeof err);
-    if (!rc && be->sync) rc = be->sync(be);
-    for (int64_t i = 0; i < *n && !rc; i++) out[i] = s->idx ? pos[out[i]] : pos[i];
-    free(pos);
-    return rc;
-}
-
 /* Full attention's decode probabilities -> mass per (layer, KV head, position). */
 static int ref_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
     (void)self, (void)layer;
@@ -66,7 +53,7 @@ static int ref_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
     for (int qh = 0; qh < L->n_head && !rc; qh++) {
         const int h = qh / group;
         int64_t len = 0;
-        rc = visible_positions(c, &src[h], pos, &len) ||
+        rc = kvb_src_positions(c, &src[h], pos, &len) ||
              c->be->copy(c->be, row, probs + (size_t)qh * stride, (size_t)len * sizeof *row, KVB_COPY_D2H, err, err_len) ||
              (c->be->sync && c->be->sync(c->be)); /* n_q == 1 */
         float *mh = mass + (size_t)h * L->n_pos;
@@ -88,7 +75,7 @@ static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, in
     for (int h = 0; h < L->n_head_kv && pos; h++) {
         const float *mh = mass + (size_t)h * L->n_pos;
         int64_t len = 0;
-        if (visible_positions(c, &src[h], pos, &len)) len = 0;
+        if (kvb_src_positions(c, &src[h], pos, &len)) len = 0;
         double r = 0;
         for (int64_t i = 0; i < len; i++)
             if (pos[i] >= 0 && pos[i] < L->n_pos) r += mh[pos[i]];

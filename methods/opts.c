@@ -93,3 +93,19 @@ const char *kvb_opts_unused(const kvb_opts *o) {
         if (!o->v[i].used) return o->v[i].key;
     return NULL;
 }
+
+int kvb_opts_for_method(const char *name, const char *const *raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
+    memset(o, 0, sizeof *o);
+    const kvb_method_info *info = kvb_method_find(name);
+    int baseline = info && (info->traits & KVB_NO_BUDGET); /* takes no options: unprefixed ones skip it */
+    for (int i = 0; i < n_raw; i++) {
+        const char *colon = strchr(raw[i], ':'), *eq = strchr(raw[i], '=');
+        if (colon && (!eq || colon < eq)) {
+            if (strlen(name) != (size_t)(colon - raw[i]) || strncmp(raw[i], name, (size_t)(colon - raw[i]))) continue;
+            if (kvb_opts_add(o, colon + 1, err, err_len)) return -1;
+        } else if (!baseline && kvb_opts_add(o, raw[i], err, err_len)) {
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -24,6 +24,9 @@ const char *kvb_opts_get(kvb_opts *o, const char *key);
 /* Typed getters: 0 = absent (out untouched), 1 = read, -1 = malformed (err set). */
 int kvb_opts_int(kvb_opts *o, const char *key, int64_t *out, char *err, size_t err_len);
 int kvb_opts_double(kvb_opts *o, const char *key, double *out, char *err, size_t err_len);
+/* The options of method `name` among raw --method-opt values: "name:key=value" ones, and unprefixed "key=value"
+ * ones unless name is the baseline (full takes no options). 0, or -1 + err. */
+int kvb_opts_for_method(const char *name, const char *const *raw, int n_raw, kvb_opts *o, char *err, size_t err_len);
 /* The first option no method read, or NULL. */
 const char *kvb_opts_unused(const kvb_opts *o);
 

@@ -31,7 +31,7 @@ static void fixture_make(fixture *f, const char *opts, const char *bench, const 
     kvb_sample s = sample(prompt);
     kvb_fp_sample(&s, f->sha);
     kvb_sample_free(&s);
-    f->in = (kvb_fp_in){"abc123", "snapkv", "50%", f->opts, f->bench, f->sha, 64, 512, 7};
+    f->in = (kvb_fp_in){"abc123", "snapkv", "50%", f->opts, f->bench, f->sha, 64, 512, 7, NULL};
 }
 
 static void fixture_free(fixture *f) {
@@ -90,6 +90,13 @@ static void test_each_field_is_named_when_it_differs(void) {
     in = a.in, in.seed = 8;
     differing(&a.in, &in, why, sizeof why);
     CU_ASSERT(!strncmp(why, "generation:", 11));
+    /* engine settings beside the defaults (run --kv-type f32 ...) count; none given is the same as "" */
+    in = a.in, in.engine = "kv=f32";
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT(!strncmp(why, "generation:", 11) && strstr(why, "kv=f32"));
+    in = a.in, in.engine = "";
+    differing(&a.in, &in, why, sizeof why);
+    CU_ASSERT_STRING_EQUAL(why, "");
     /* a record without a fingerprint (an older kvbench) is never reused */
     cJSON *now = kvb_fp_make(&a.in);
     CU_ASSERT(kvb_fp_compare(NULL, now, why, sizeof why) == 1 && strstr(why, "older kvbench"));

@@ -248,6 +248,15 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(cmd, sizeof cmd, "'%%s' run %s > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0); /* now every cell matches */
     CU_ASSERT_EQUAL(count_lines(ra), 25);
+    /* --method-opt merges into the suite's options (and so into the fingerprints): the suite's value again is the
+     * same cell, another value is a changed one */
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --method-opt snapkv:window=4 > /dev/null 2>&1%%s", args);
+    CU_ASSERT(sh(cmd, "", "") == 0);
+    CU_ASSERT_EQUAL(count_lines(ra), 25);
+    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2 --method-opt snapkv:window=16", path, a);
+    expect_error(args, "snapkv|50%|2stage|");
+    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":4}, now {\"window\":16}"));
+    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
     char md[300];
     snprintf(md, sizeof md, "%s/report.md", a);
     char *rep = util_read_file(md, NULL);
