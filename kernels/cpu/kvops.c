@@ -2,7 +2,8 @@
  *
  * Each op is the loop the header describes, in the header's order: these replace host loops in the methods
  * (h2o.c, snapkv.c, omnikv.c, round.c, pod.c, streamingllm.c) and the KV store's compaction, and a method's
- * results must not move by one bit, so no loop here is reordered, vectorised by hand or threaded. Both tiers
+ * results must not move by one bit, so no loop here is reordered or vectorised by hand; pod_merge alone is
+ * threaded, over the head dimension, which leaves every element's sum in the same order. Both tiers
  * are host memory on this backend; `copy` and `kv_gather` still count what they move in be->traffic, as a GPU
  * backend would count what crosses PCIe:
  * - copy: one copy of `bytes` per call;
@@ -219,10 +220,46 @@ static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *l
 }
 
 
+/* pod_merge's o_D for the element range [e0, e1) of every merged head: rows in ascending order, each read and
+ * converted once per range; per element the same products and sums in the same order whatever the range. */
+typedef struct {
+    const float *const *w; /* per query head: distant weights, NULL = skipped */
+    const void *v;
+    kvb_dtype dtype;
+    int G, head_dim;
+    int64_t n_dist;
+    float *od;             /* [G][head_dim] */
+} pod_merge_job;
+
+enum { POD_SLICE = 32 }; /* elements per task */
+
+static void pod_merge_slice(void *arg, int ith, int nth) {
+    const pod_merge_job *j = arg;
+    const int n_slices = (j->head_dim + POD_SLICE - 1) / POD_SLICE;
+    for (int sl = ith; sl < n_slices; sl += nth) {
+        const int e0 = sl * POD_SLICE, e1 = e0 + POD_SLICE < j->head_dim ? e0 + POD_SLICE : j->head_dim, W = e1 - e0;
+        float row[POD_SLICE];
+        for (int64_t i = 0; i < j->n_dist; i++) {
+            const size_t at = (size_t)i * j->head_dim + (size_t)e0;
+            if (j->dtype == KVB_F16) {
+                const kvb_f16 *h = (const kvb_f16 *)j->v + at;
+                for (int e = 0; e < W; e++) row[e] = kvb_f16_to_f32(h[e]);
+            } else {
+                memcpy(row, (const float *)j->v + at, (size_t)W * sizeof *row);
+            }
+            for (int r = 0; r < j->G; r++) {
+                if (!j->w[r]) continue;
+                const float wi = j->w[r][i];
+                float *o = j->od + (size_t)r * j->head_dim + (size_t)e0;
+                for (int e = 0; e < W; e++) o[e] += wi * row[e];
+            }
+        }
+    }
+}
+
 static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
                          int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                          double tau, int64_t *counts, char *err, size_t err_len) {
-    (void)be;
     enum { MAX_G = 256 };
     if (G < 1 || G > MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, MAX_G);
     double gate[MAX_G];
@@ -236,27 +273,18 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
         any |= w[r] != NULL;
     }
     if (!any) return 0;
-    /* o_D of every merged head at once: each distant V row is read and converted once */
-    float *od = calloc((size_t)G * head_dim + (size_t)head_dim, sizeof *od), *row = od + (size_t)G * head_dim;
+    /* o_D of every merged head at once, the head dimension split across the pool's threads */
+    float od_stack[4 * 128], *od = (size_t)G * head_dim <= 4 * 128 ? od_stack : malloc((size_t)G * head_dim * sizeof *od);
     if (!od) return ERR("pod_merge: out of memory");
-    for (int64_t i = 0; i < n_dist; i++) {
-        if (dtype == KVB_F16)
-            for (int e = 0; e < head_dim; e++) row[e] = kvb_f16_to_f32(((const kvb_f16 *)v)[(size_t)i * head_dim + e]);
-        else
-            memcpy(row, (const float *)v + (size_t)i * head_dim, (size_t)head_dim * sizeof *row);
-        for (int r = 0; r < G; r++) {
-            if (!w[r]) continue;
-            const float wi = w[r][i];
-            float *o = od + (size_t)r * head_dim;
-            for (int e = 0; e < head_dim; e++) o[e] += wi * row[e];
-        }
-    }
+    memset(od, 0, (size_t)G * head_dim * sizeof *od);
+    pod_merge_job job = {w, v, dtype, G, head_dim, n_dist, od};
+    kvb_pool_run(head_dim > POD_SLICE && n_dist >= 256 ? cpu_backend_pool(be) : NULL, pod_merge_slice, &job);
     for (int r = 0; r < G; r++) {
         if (!w[r]) continue;
         float *o = out + (int64_t)r * head_dim;
         for (int e = 0; e < head_dim; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[(size_t)r * head_dim + e]);
     }
-    free(od);
+    if (od != od_stack) free(od);
     return 0;
 }
 

@@ -5,8 +5,12 @@
 
 #include "kernels/backend.h"
 
+#include "kernels/cpu/pool.h"
+
 /* Set be's data-op pointers (copy .. pod_merge) to the CPU implementations. They use no backend state
- * besides be->traffic. */
+ * besides be->traffic and the thread pool (pod_merge). */
 void cpu_install_data_ops(kvb_backend *be);
+/* The CPU backend's thread pool (backend_cpu.c). */
+kvb_pool *cpu_backend_pool(const kvb_backend *be);
 
 #endif
