@@ -13,11 +13,13 @@
  * Choices (flags):
  * - page=16 (the paper's). The last page (the current token's, possibly partial) is always attended, as in
  *   Quest's kernels; of the other pages the top round((B - r) / P) by U are added, r = the last page's tokens,
- *   so a step attends about B tokens; B >= the sequence: every page (exactly full attention).
+ *   so a step attends about B tokens; B >= the sequence: every page (exactly full attention). At a budget of
+ *   100% that holds every step, so no metadata is built (device KV = exactly the full cache).
  * - Budget B = budget x current length (a fraction tracks the sequence, so 100% is full attention), or a token
  *   count; Quest's own budgets are token counts (`--budget 1024`).
  * - GQA (the paper's models are MHA): a KV head's pages are ranked by U summed over its group's query heads
  *   (group=sum, default) or by its maximum (group=max); the group attends the same pages.
+ * - Metadata is float (Quest's kernels keep it in the KV dtype, fp16: half the overhead on an f16 cache).
  * - skip=2: the first two layers attend densely (the paper's setting, also its code's `layer_id < 2`).
  * - Prefill is exact (Quest applies to decode); a decode chunk of several tokens (a later round's prompt)
  *   attends densely, as Quest's code does for q_len > 1, and its tokens enter the metadata. */
@@ -33,6 +35,7 @@ typedef struct {
     kvb_ctx *c;
     int64_t page;
     int skip, group_max;
+    int all_pages;              /* a fraction budget of 100%: every page every step, so no metadata is kept */
     kvb_score_row *kmin, *kmax; /* [layer][KV head]: [pages][head_dim] page metadata (device) */
     int64_t *meta_n;            /* per layer: tokens the metadata covers */
     float *score;               /* [n_head_kv][page_cap] page scores (device scratch) */
@@ -94,7 +97,7 @@ static int fit_scratch(quest *s, kvb_ctx *c, int64_t n_pages, int64_t n_tok, cha
 
 static int quest_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     quest *s = self;
-    if (c->in_prefill || layer < s->skip) return 0;
+    if (c->in_prefill || layer < s->skip || s->all_pages) return 0;
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
     const int G = cfg->n_head / cfg->n_head_kv, D = cfg->head_dim;
@@ -127,7 +130,7 @@ static int quest_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     int64_t n = c->n_past, b;
     s->base.n_prompt = n;
     if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
-    for (int l = s->skip; l < c->model->cfg.n_layer; l++)
+    for (int l = s->skip; l < c->model->cfg.n_layer && !s->all_pages; l++)
         if (update_meta(s, c, l, n, err, err_len)) return -1;
     return 0;
 }
@@ -141,7 +144,7 @@ static int64_t quest_expected(kvb_method *m, kvb_ctx *c, int layer) {
 static double quest_formula(kvb_method *m, kvb_ctx *c) {
     quest *s = (quest *)m;
     const kvb_config *cfg = &c->model->cfg;
-    if (c->n_past <= 0 || c->in_prefill) return 1.0;
+    if (c->n_past <= 0 || c->in_prefill || s->all_pages) return 1.0;
     double meta = (double)(cfg->n_layer - s->skip) * pages_of(s, c->n_past) * 2.0 * cfg->head_dim * sizeof(float);
     return 1.0 + meta / ((double)cfg->n_layer * c->n_past * (double)kvc_slot_bytes(c->kv));
 }
@@ -193,6 +196,7 @@ kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
     if (read_opts(s, o, cfg->n_layer, err, err_len)) { quest_destroy(&s->base); return NULL; }
     s->base.name = "quest";
     s->base.budget = *b;
+    s->all_pages = b->kind == KVB_BUDGET_FRACTION && b->frac >= 1.0;
     s->base.imposes_budget = 0; /* the budget is what a step attends; the whole KV stays resident */
     s->base.hooks.select = quest_select;
     s->base.hooks.after_prefill = quest_after_prefill;

@@ -490,6 +490,7 @@ static void test_quest_full_budget_is_full_attention(void) {
         same &= memcmp(a->logits, b->logits, (size_t)V * sizeof(float)) == 0;
     }
     CU_ASSERT(same);
+    CU_ASSERT_EQUAL(m->extra_device_bytes, 0); /* nothing to choose: no metadata */
     kvb_method_free(m, a);
     kvb_ctx_free(a);
     kvb_ctx_free(b);
