@@ -16,6 +16,7 @@
 #include "util_common.h"
 #include "util_gguf_writer.h"
 #include "engine/model.h"
+#include "engine/sampler.h"
 #include "methods/method.h"
 
 enum { L = 8, E = 32, NH = 4, NKV = 2, HD = 8, FF = 48, V = 300, CTX = 512, G = NH / NKV };
@@ -496,6 +497,53 @@ static void test_quest_full_budget_is_full_attention(void) {
     kvb_ctx_free(b);
 }
 
+static void greedy(kvb_ctx *c, int32_t *out, int n) {
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        out[i] = sampler_argmax(c->logits, V);
+        CU_ASSERT_FATAL(kvb_forward(c, &out[i], 1, err, sizeof err) == 0);
+    }
+}
+
+/* A shared exact prefill (fork + adopt, as `kvbench run`) decodes as the method's own prefill does. */
+static void test_shared_prefill_equals_own_prefill(void) {
+    static const char *names[][2] = {{"tova", NULL}, {"tova", "per_head=1"}, {"knorm", NULL}, {"quest", "page=8"}};
+    char err[256];
+    int32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = 3 + (i * 53) % 290;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        kvb_ctx *a = new_ctx(KVB_F16);
+        kvb_method *ma = make(names[k][0], a, "40%", names[k][1]);
+        CU_ASSERT_FATAL(kvb_method_prefill(ma, a, ids, 200, err, sizeof err) == 0);
+        int32_t ta[10], tb[10];
+        kvb_kv_usage ua, ub;
+        greedy(a, ta, 10);
+        kvb_method_usage(ma, a, &ua);
+        kvb_method_needs nd;
+        kvb_opts o = {0};
+        if (names[k][1]) CU_ASSERT_FATAL(kvb_opts_add(&o, names[k][1], err, sizeof err) == 0);
+        CU_ASSERT_FATAL(kvb_method_needs_of(names[k][0], &o, &nd, err, sizeof err) == 0 && nd.shares_prefill);
+        kvb_ctx *base = new_ctx(KVB_F16);
+        kvb_share *sh = kvb_share_create(base, 32, nd.prefill_scores, err, sizeof err); /* a wider window than asked */
+        CU_ASSERT_FATAL(sh != NULL && kvb_forward(base, ids, 200, err, sizeof err) == 0);
+        kvb_ctx *b = kvb_ctx_fork(base, nd.obs_window, err, sizeof err);
+        CU_ASSERT_FATAL(b != NULL);
+        kvb_method *mb = make(names[k][0], b, "40%", names[k][1]);
+        CU_ASSERT_FATAL(kvb_method_adopt(mb, b, sh, err, sizeof err) == 0);
+        greedy(b, tb, 10);
+        kvb_method_usage(mb, b, &ub);
+        CU_ASSERT_EQUAL(ua.device_bytes, ub.device_bytes);
+        CU_ASSERT(memcmp(ta, tb, sizeof ta) == 0);
+        CU_ASSERT(kvb_method_verify(mb, b, 0, err, sizeof err) == 0);
+        kvb_method_free(ma, a);
+        kvb_method_free(mb, b);
+        kvb_share_free(sh, base);
+        kvb_ctx_free(a);
+        kvb_ctx_free(b);
+        kvb_ctx_free(base);
+    }
+}
+
 static void test_options_and_needs(void) {
     char err[256];
     kvb_method_needs nd;
@@ -555,6 +603,7 @@ int main(void) {
                 test_quest_attends_top_pages_exactly);
     CU_add_test(s, "quest keeps everything, counts its metadata", test_quest_keeps_everything_and_counts_metadata);
     CU_add_test(s, "quest at 100% is full attention token for token", test_quest_full_budget_is_full_attention);
+    CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "options and needs", test_options_and_needs);
     return util_run_suites();
 }
