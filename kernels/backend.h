@@ -191,6 +191,26 @@ struct kvb_backend {
     int (*pod_merge)(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
                      int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                      double tau, int64_t *counts, char *err, size_t err_len);
+    /* ---- knorm, quest (issue 19) ---- */
+    /* Knorm: out[i] = sqrt(sum_e k[i][e]^2) for rows i < n of dim elements of dtype, summed in double in element
+     * order, the root taken in double, stored as float; negated when negate = 1 (so topk_idx picks the lowest). */
+    int (*row_norms)(kvb_backend *be, float *out, const void *k, kvb_dtype dtype, int dim, int64_t n, int negate,
+                     char *err, size_t err_len);
+    /* Quest's page metadata: rows 0..n-1 (dim elements of dtype) form blocks of `block` rows (the last one may be
+     * partial); for every block b that holds a row from `from` on (b = from / block .. (n - 1) / block), rewrite
+     * kmin[b][e] = min and kmax[b][e] = max over the block's rows r < n of (float)k[r][e]. */
+    int (*block_minmax)(kvb_backend *be, float *kmin, float *kmax, const void *k, kvb_dtype dtype, int dim,
+                        int64_t block, int64_t from, int64_t n, char *err, size_t err_len);
+    /* Quest's page scores for the G query heads q[r][e] (r < G, [G][dim]) of one KV head: per query head
+     * u_r(b) = sum over e ascending of max(q[r][e] kmin[b][e], q[r][e] kmax[b][e]), products and sum in double;
+     * score[b] = (float) of the sum over r ascending (group_max = 0) or the max over r (group_max = 1) of u_r(b),
+     * for blocks b < n_block. */
+    int (*block_scores)(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
+                        int dim, int64_t n_block, int group_max, char *err, size_t err_len);
+    /* idx[i] = blocks[i / block] * block + i % block for i < n: a list of block numbers as their slots (the last
+     * block may be cut short by n). */
+    int (*block_expand)(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
+                        size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */

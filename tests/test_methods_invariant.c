@@ -121,6 +121,9 @@ static void test_omnikv_offload(void) { check_method("omnikv", "offload=1"); }
 static void test_omnikv_no_offload(void) { check_method("omnikv", "offload=0,selector=uniform"); }
 static void test_round(void) { check_method("round", "lw=8,chunk=512"); }
 static void test_pod(void) { check_method("pod", "block=3"); }
+static void test_tova(void) { check_method("tova", NULL); }
+static void test_knorm(void) { check_method("knorm", NULL); }
+static void test_quest(void) { check_method("quest", NULL); }
 
 static int load_prompts(void) {
     char err[512];
@@ -168,6 +171,9 @@ int main(void) {
     CU_add_test(s, "omnikv offload=0 uniform selector", test_omnikv_no_offload);
     CU_add_test(s, "round", test_round);
     CU_add_test(s, "pod", test_pod);
+    CU_add_test(s, "tova", test_tova);
+    CU_add_test(s, "knorm", test_knorm);
+    CU_add_test(s, "quest", test_quest);
     int rc = util_run_suites();
     for (int p = 0; p < 5; p++) {
         kvb_share_free(share[p], base[p]);

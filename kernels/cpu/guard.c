@@ -276,6 +276,17 @@ GUARDED_INT(pod_merge, (kvb_backend *be, float *out, const float *lse_p, const f
                         int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                         double tau, int64_t *counts, char *err, size_t err_len),
             out, lse_p, lse_d, pd, pd_stride, v, dtype, G, head_dim, n_dist, tau, counts, err, err_len)
+/* knorm, quest (issue 19) */
+GUARDED_INT(row_norms, (kvb_backend *be, float *out, const void *k, kvb_dtype dtype, int dim, int64_t n, int negate,
+                        char *err, size_t err_len), out, k, dtype, dim, n, negate, err, err_len)
+GUARDED_INT(block_minmax, (kvb_backend *be, float *kmin, float *kmax, const void *k, kvb_dtype dtype, int dim,
+                           int64_t block, int64_t from, int64_t n, char *err, size_t err_len),
+            kmin, kmax, k, dtype, dim, block, from, n, err, err_len)
+GUARDED_INT(block_scores, (kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
+                           int dim, int64_t n_block, int group_max, char *err, size_t err_len),
+            score, q, kmin, kmax, G, dim, n_block, group_max, err, err_len)
+GUARDED_INT(block_expand, (kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
+                           size_t err_len), idx, blocks, block, n, err, err_len)
 
 static int guarded_sync(kvb_backend *be) {
     arena_open();
@@ -329,6 +340,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(attention);
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
+    WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;

@@ -288,6 +288,74 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
     return 0;
 }
 
+/* ---- knorm, quest (issue 19) ---- */
+
+static float row_elem(const void *k, kvb_dtype dtype, size_t at) {
+    return dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)k)[at]) : ((const float *)k)[at];
+}
+
+static int cpu_row_norms(kvb_backend *be, float *out, const void *k, kvb_dtype dtype, int dim, int64_t n, int negate,
+                         char *err, size_t err_len) {
+    if (dim <= 0) return ERR("row_norms: dim %d", dim);
+    for (int64_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (int e = 0; e < dim; e++) {
+            const double x = row_elem(k, dtype, (size_t)i * dim + e);
+            sum += x * x;
+        }
+        const float norm = (float)sqrt(sum);
+        out[i] = negate ? -norm : norm;
+    }
+    return 0;
+}
+
+static int cpu_block_minmax(kvb_backend *be, float *kmin, float *kmax, const void *k, kvb_dtype dtype, int dim,
+                            int64_t block, int64_t from, int64_t n, char *err, size_t err_len) {
+    if (dim <= 0 || block <= 0 || from < 0) return ERR("block_minmax: dim %d, block %lld, from %lld", dim, (long long)block, (long long)from);
+    for (int64_t b = from / block; b * block < n; b++) {
+        float *lo = kmin + (size_t)b * dim, *hi = kmax + (size_t)b * dim;
+        const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
+        for (int e = 0; e < dim; e++) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int64_t r = b * block; r < end; r++) {
+                const float x = row_elem(k, dtype, (size_t)r * dim + e);
+                if (x < mn) mn = x;
+                if (x > mx) mx = x;
+            }
+            lo[e] = mn;
+            hi[e] = mx;
+        }
+    }
+    return 0;
+}
+
+static int cpu_block_scores(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
+                            int dim, int64_t n_block, int group_max, char *err, size_t err_len) {
+    if (G <= 0 || dim <= 0) return ERR("block_scores: %d query heads of dim %d", G, dim);
+    for (int64_t b = 0; b < n_block; b++) {
+        const float *lo = kmin + (size_t)b * dim, *hi = kmax + (size_t)b * dim;
+        double acc = 0;
+        for (int r = 0; r < G; r++) {
+            const float *qr = q + (size_t)r * dim;
+            double u = 0;
+            for (int e = 0; e < dim; e++) {
+                const double a = (double)qr[e] * lo[e], c = (double)qr[e] * hi[e];
+                u += a > c ? a : c;
+            }
+            acc = group_max ? (r == 0 || u > acc ? u : acc) : acc + u;
+        }
+        score[b] = (float)acc;
+    }
+    return 0;
+}
+
+static int cpu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
+                            size_t err_len) {
+    if (block <= 0) return ERR("block_expand: block %lld", (long long)block);
+    for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)(blocks[i / block] * block + i % block);
+    return 0;
+}
+
 void cpu_install_data_ops(kvb_backend *be) {
     be->copy = cpu_copy;
     be->zero = cpu_zero;
@@ -301,4 +369,8 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->round_scores = cpu_round_scores;
     be->pod_share = cpu_pod_share;
     be->pod_merge = cpu_pod_merge;
+    be->row_norms = cpu_row_norms;
+    be->block_minmax = cpu_block_minmax;
+    be->block_scores = cpu_block_scores;
+    be->block_expand = cpu_block_expand;
 }

@@ -564,6 +564,106 @@ static int cu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const f
     return CK_LAUNCH(k_pod_merge) ? failed(o, err, err_len) : 0;
 }
 
+/* ---- knorm, quest (issue 19): a thread per output, looping in the header's order ---- */
+
+__device__ float row_elem(const void *k, int f16, int64_t at) {
+    return f16 ? __half2float(((const __half *)k)[at]) : ((const float *)k)[at];
+}
+
+__global__ void k_row_norms(float *out, const void *k, int f16, int dim, int64_t n, int negate) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double sum = 0;
+        for (int e = 0; e < dim; e++) {
+            const double x = row_elem(k, f16, i * dim + e);
+            sum += x * x;
+        }
+        const float norm = (float)sqrt(sum);
+        out[i] = negate ? -norm : norm;
+    }
+}
+
+static int cu_row_norms(kvb_backend *be, float *out, const void *k, kvb_dtype dtype, int dim, int64_t n, int negate,
+                        char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (dim <= 0) return kvb_errf(err, err_len, "row_norms: dim %d", dim);
+    if (n <= 0) return 0;
+    k_row_norms<<<blocks_for(n, 256), 256, 0, o->stream>>>(out, k, dtype == KVB_F16, dim, n, negate);
+    return CK_LAUNCH(k_row_norms) ? failed(o, err, err_len) : 0;
+}
+
+/* a thread per (block, element) of the blocks first_block.. */
+__global__ void k_block_minmax(float *kmin, float *kmax, const void *k, int f16, int dim, int64_t block,
+                               int64_t first_block, int64_t n_out, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = first_block + i / dim, e = i % dim;
+        const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t r = b * block; r < end; r++) {
+            const float x = row_elem(k, f16, r * dim + e);
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+        }
+        kmin[b * dim + e] = mn;
+        kmax[b * dim + e] = mx;
+    }
+}
+
+static int cu_block_minmax(kvb_backend *be, float *kmin, float *kmax, const void *k, kvb_dtype dtype, int dim,
+                           int64_t block, int64_t from, int64_t n, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (dim <= 0 || block <= 0 || from < 0)
+        return kvb_errf(err, err_len, "block_minmax: dim %d, block %lld, from %lld", dim, (long long)block, (long long)from);
+    const int64_t first = from / block, n_block = (n + block - 1) / block - first;
+    if (n_block <= 0) return 0;
+    k_block_minmax<<<blocks_for(n_block * dim, 256), 256, 0, o->stream>>>(kmin, kmax, k, dtype == KVB_F16, dim, block,
+                                                                         first, n_block * dim, n);
+    return CK_LAUNCH(k_block_minmax) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_block_scores(float *score, const float *q, const float *kmin, const float *kmax, int G, int dim,
+                               int64_t n_block, int group_max) {
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_block; b += (int64_t)gridDim.x * blockDim.x) {
+        const float *lo = kmin + b * dim, *hi = kmax + b * dim;
+        double acc = 0;
+        for (int r = 0; r < G; r++) {
+            double u = 0;
+            for (int e = 0; e < dim; e++) {
+                const double a = (double)q[r * dim + e] * lo[e], c = (double)q[r * dim + e] * hi[e];
+                u += a > c ? a : c;
+            }
+            acc = group_max ? (r == 0 || u > acc ? u : acc) : acc + u;
+        }
+        score[b] = (float)acc;
+    }
+}
+
+static int cu_block_scores(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
+                           int dim, int64_t n_block, int group_max, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (G <= 0 || dim <= 0) return kvb_errf(err, err_len, "block_scores: %d query heads of dim %d", G, dim);
+    if (n_block <= 0) return 0;
+    k_block_scores<<<blocks_for(n_block, 128), 128, 0, o->stream>>>(score, q, kmin, kmax, G, dim, n_block, group_max);
+    return CK_LAUNCH(k_block_scores) ? failed(o, err, err_len) : 0;
+}
+
+__global__ void k_block_expand(int32_t *idx, const int32_t *blocks, int64_t block, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        idx[i] = (int32_t)(blocks[i / block] * block + i % block);
+}
+
+static int cu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
+                           size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (block <= 0) return kvb_errf(err, err_len, "block_expand: block %lld", (long long)block);
+    if (n <= 0) return 0;
+    k_block_expand<<<blocks_for(n, 256), 256, 0, o->stream>>>(idx, blocks, block, n);
+    return CK_LAUNCH(k_block_expand) ? failed(o, err, err_len) : 0;
+}
+
 /* ---- install ---- */
 
 int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
@@ -585,6 +685,10 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->round_scores = cu_round_scores;
     be->pod_share = cu_pod_share;
     be->pod_merge = cu_pod_merge;
+    be->row_norms = cu_row_norms;
+    be->block_minmax = cu_block_minmax;
+    be->block_scores = cu_block_scores;
+    be->block_expand = cu_block_expand;
     return 0;
 }
 

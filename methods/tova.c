@@ -1,0 +1,168 @@
+/* tova.c — TOVA, Token Omission Via Attention (Oren et al. 2024, "Transformers are Multi-State RNNs"): the KV
+ * cache is a bounded multi-state; once it holds its limit B, every decode step drops the state (token) whose
+ * attention weight under the current query is lowest, the weight averaged over the heads (the paper's eq. for
+ * the TOVA policy: argmin_j mean_h softmax(q_h K_h^T / sqrt(d))_j). Every KV head then drops the same token.
+ *
+ * Prefill (as kvpress's TOVAPress, which compresses once the prompt is in): the prompt's last query scores the
+ * earlier prompt tokens by its attention (softmax over the whole prompt, itself included), averaged over the heads;
+ * the last token is always kept (kvpress pads it with the maximum score), the top B - 1 others are kept.
+ *
+ * Choices (flags):
+ * - per_head=0 (default, the paper): one score row, the sum over all query heads (the mean up to a constant
+ *   factor: GQA groups are not separated), shared by every KV head; per_head=1: each KV head ranks by the sum over
+ *   its group's query heads, so heads keep different tokens.
+ * - Budget B per KV head = budget x current length, like H2O here ("30%" tracks the sequence so 100% never evicts;
+ *   the paper's fixed multi-state size is a token budget, `--budget 512`).
+ * - Decode candidates are every held token, the current one included (the paper's policy; kvpress only protects
+ *   the last token in its prefill compression). A decode chunk of several tokens is scored by its last query.
+ * - Attention is exact over what is held; eviction happens after the step's attention (the step reads B + 1). */
+#include "methods/method.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    kvb_method base;
+    kvb_ctx *c;
+    int per_head;
+    float *score;     /* [n_head_kv][score_cap] one step's scores (device) */
+    int64_t score_cap;
+} tova;
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static int64_t budget_at(tova *s, int64_t len) {
+    int64_t t;
+    char e[8];
+    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
+    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
+    return t < len ? t : len;
+}
+
+static int fit_score(tova *s, int64_t n, char *err, size_t err_len) {
+    if (n <= s->score_cap) return 0;
+    const int HK = s->c->model->cfg.n_head_kv;
+    int64_t cap = n + n / 4 + 64;
+    kvb_method_release(s->c, s->score, (size_t)HK * s->score_cap * sizeof(float));
+    s->score_cap = 0;
+    if (!(s->score = kvb_method_alloc(s->c, (size_t)HK * cap * sizeof(float)))) return ERR("tova: out of memory");
+    s->score_cap = cap;
+    return 0;
+}
+
+/* Scores of the first n slots from one query row of probs ([n_head][rows][stride], row t): per KV head g into
+ * s->score + g * score_cap, the sum over all heads (every g gets the same row) or over g's group (per_head). */
+static int score_row(tova *s, const float *probs, int64_t stride, int64_t rows, int64_t t, int64_t n, char *err,
+                     size_t err_len) {
+    kvb_backend *be = s->c->be;
+    const kvb_config *cfg = &s->c->model->cfg;
+    /* one row t of every head: head h at probs + h * rows * stride + t * stride */
+    const float *p = probs + t * stride;
+    const int64_t hstride = rows * stride;
+    if (s->per_head)
+        return be->probs_reduce(be, s->score, s->score_cap, p, hstride, cfg->n_head, cfg->n_head_kv, 1, n, NULL,
+                                KVB_REDUCE_GROUP_SUM, 0, err, err_len);
+    for (int g = 0; g < cfg->n_head_kv; g++)
+        if (be->probs_reduce(be, s->score + (size_t)g * s->score_cap, n, p, hstride, cfg->n_head, 1, 1, n, NULL,
+                             KVB_REDUCE_GROUP_SUM, 0, err, err_len))
+            return -1;
+    return 0;
+}
+
+static int tova_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+    tova *s = self;
+    return !c->in_prefill && kvc_n(c->kv, layer, 0) > budget_at(s, kvb_cur_len(c, n_q));
+}
+
+/* decode: drop the lowest-scoring tokens down to the budget (normally one) */
+static int tova_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
+                        int64_t n_q, char *err, size_t err_len) {
+    tova *s = self;
+    const int HK = c->model->cfg.n_head_kv;
+    int64_t b = budget_at(s, kvb_cur_len(c, n_q)), n = src[0].n;
+    if (fit_score(s, n, err, err_len) || score_row(s, probs, stride, n_q, n_q - 1, n, err, err_len)) return -1;
+    for (int g = 0; g < HK; g++) {
+        int64_t over = kvc_n(c->kv, layer, g) - b;
+        if (over > 0 && kvc_evict(c->kv, layer, g, s->score + (size_t)g * s->score_cap, INT32_MIN, INT32_MAX, over,
+                                  NULL, err, err_len))
+            return -1;
+    }
+    return 0;
+}
+
+/* One layer after prefill: the last query's attention over the prompt; keep the top b - 1 earlier tokens + the last. */
+static int compress_layer(tova *s, kvb_ctx *c, int l, int64_t n, int64_t b, int32_t *idx, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - 1)) * c->model->cfg.n_embd;
+    float *probs = NULL;
+    int64_t stride = 0;
+    if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - 1), 1, NULL, &probs, &stride, NULL, err, err_len)) return -1;
+    int rc = score_row(s, probs, stride, 1, 0, n - 1, err, err_len);
+    for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++)
+        rc = be->topk_idx(be, idx, s->score + (size_t)g * s->score_cap, n - 1, b - 1, err, err_len) ||
+             be->iota(be, idx + b - 1, (int32_t)(n - 1), 1, err, err_len) ||
+             kvc_retain_dev(c->kv, l, g, idx, b, err, err_len);
+    kvb_attn_probs_free(c, probs, 1, stride);
+    return rc ? -1 : 0;
+}
+
+static int tova_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    tova *s = self;
+    int64_t n = c->n_past, b;
+    s->base.n_prompt = n;
+    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
+    b = budget_at(s, n);
+    if (b >= n) return 0;
+    if (c->obs_n < 1) return ERR("tova: no query of the prompt was kept (observation window)");
+    int32_t *idx = kvb_method_alloc(c, (size_t)b * sizeof(int32_t));
+    int rc = idx && !fit_score(s, n, err, err_len) ? 0 : -1;
+    if (!idx) ERR("tova: out of memory");
+    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = compress_layer(s, c, l, n, b, idx, err, err_len);
+    kvb_method_release(c, idx, (size_t)b * sizeof(int32_t));
+    return rc;
+}
+
+static int64_t tova_expected(kvb_method *m, kvb_ctx *c, int layer) {
+    (void)layer;
+    return c->in_prefill ? c->n_past : budget_at((tova *)m, c->n_past);
+}
+
+static void tova_describe(kvb_method *m, char *buf, size_t cap) {
+    tova *s = (tova *)m;
+    snprintf(buf, cap, "per_head=%d keep=%lld", s->per_head, (long long)budget_at(s, m->n_prompt));
+}
+
+static void tova_destroy(kvb_method *m) {
+    tova *s = (tova *)m;
+    kvb_method_release(s->c, s->score, (size_t)s->c->model->cfg.n_head_kv * s->score_cap * sizeof(float));
+    free(s);
+}
+
+/* Observation-window rows TOVA reads: the prompt's last query. */
+int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
+    (void)o; (void)err; (void)err_len;
+    *rows = 1;
+    return 0;
+}
+
+kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+    tova *s = calloc(1, sizeof *s);
+    if (!s) { ERR("out of memory"); return NULL; }
+    s->c = c;
+    int64_t per_head = 0;
+    if (kvb_opts_int(o, "per_head", &per_head, err, err_len) < 0) { free(s); return NULL; }
+    if (per_head != 0 && per_head != 1) { ERR("tova: per_head must be 0 or 1"); free(s); return NULL; }
+    s->per_head = (int)per_head;
+    s->base.name = "tova";
+    s->base.budget = *b;
+    s->base.imposes_budget = 1;
+    s->base.hooks.obs_window = 1;
+    s->base.hooks.wants_probs = tova_wants;
+    s->base.hooks.observe = tova_observe;
+    s->base.hooks.after_prefill = tova_after_prefill;
+    s->base.expected_tokens = tova_expected;
+    s->base.describe = tova_describe;
+    s->base.destroy = tova_destroy;
+    return &s->base;
+}
