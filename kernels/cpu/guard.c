@@ -277,6 +277,12 @@ GUARDED_INT(pod_merge, (kvb_backend *be, float *out, const float *lse_p, const f
                         double tau, int64_t *counts, char *err, size_t err_len),
             out, lse_p, lse_d, pd, pd_stride, v, dtype, G, head_dim, n_dist, tau, counts, err, err_len)
 
+/* KIVI's quantized KV */
+GUARDED_INT(quant_groups, (kvb_backend *be, void *out, const void *x, kvb_dtype dtype, int64_t n, int d, int G, int bits,
+                           int per_channel, char *err, size_t err_len), out, x, dtype, n, d, G, bits, per_channel, err, err_len)
+GUARDED_INT(attention_quant, (kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err, size_t err_len),
+            a, q, err, err_len)
+
 static int guarded_sync(kvb_backend *be) {
     arena_open();
     int rc = IN(be)->sync(IN(be));
@@ -329,6 +335,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(attention);
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
+    WRAP(quant_groups); WRAP(attention_quant);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;
