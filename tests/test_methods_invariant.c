@@ -121,6 +121,7 @@ static void test_omnikv_offload(void) { check_method("omnikv", "offload=1"); }
 static void test_omnikv_no_offload(void) { check_method("omnikv", "offload=0,selector=uniform"); }
 static void test_round(void) { check_method("round", "lw=8,chunk=512"); }
 static void test_pod(void) { check_method("pod", "block=3"); }
+static void test_kivi(void) { check_method("kivi", "bits=16"); }
 
 static int load_prompts(void) {
     char err[512];
@@ -168,6 +169,7 @@ int main(void) {
     CU_add_test(s, "omnikv offload=0 uniform selector", test_omnikv_no_offload);
     CU_add_test(s, "round", test_round);
     CU_add_test(s, "pod", test_pod);
+    CU_add_test(s, "kivi bits=16", test_kivi);
     int rc = util_run_suites();
     for (int p = 0; p < 5; p++) {
         kvb_share_free(share[p], base[p]);
