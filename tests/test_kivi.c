@@ -315,17 +315,29 @@ static kvb_method *make(kvb_ctx *c, const char *name, const char *opts) {
     return m;
 }
 
+static int shared_prefill; /* run_method adopts a shared prefill instead of prefilling */
+
 /* Prefill n_prompt seeded ids, then decode n_gen greedy steps; logits of every step into lg ([n_gen + 1][V]).
  * After each step: the store holds the residual rule's tokens, the measured bytes equal the quantized size (counted
  * here from the rule) and kvb_method_verify agrees. */
 static void run_method(const char *name, const char *opts, int64_t R, int64_t G, int bits, int64_t n_prompt, int n_gen,
                        float *lg) {
     char err[256];
-    kvb_ctx *c = new_ctx();
-    kvb_method *m = make(c, name, opts);
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
     for (int64_t i = 0; i < n_prompt; i++) ids[i] = (int32_t)(1 + (i * 7919) % (V - 1));
-    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, n_prompt, err, sizeof err) == 0);
+    kvb_ctx *base = NULL, *c;
+    kvb_share *share = NULL;
+    if (shared_prefill) { /* as `kvbench run` does: one exact prefill, forked and adopted */
+        base = new_ctx();
+        CU_ASSERT_FATAL((share = kvb_share_create(base, 0, 0, err, sizeof err)) != NULL);
+        CU_ASSERT_FATAL(kvb_forward(base, ids, n_prompt, err, sizeof err) == 0);
+        CU_ASSERT_FATAL((c = kvb_ctx_fork(base, 0, err, sizeof err)) != NULL);
+    } else {
+        c = new_ctx();
+    }
+    kvb_method *m = make(c, name, opts);
+    CU_ASSERT_FATAL(shared_prefill ? kvb_method_adopt(m, c, share, err, sizeof err) == 0
+                                   : kvb_method_prefill(m, c, ids, n_prompt, err, sizeof err) == 0);
     for (int step = 0; step <= n_gen; step++) {
         memcpy(lg + (size_t)step * V, c->logits, V * sizeof *lg);
         const int64_t n = c->n_past, nq = bits == 16 || n < R + G ? 0 : (n - R) / G * G;
@@ -345,6 +357,8 @@ static void run_method(const char *name, const char *opts, int64_t R, int64_t G,
     free(ids);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
+    if (share) kvb_share_free(share, base);
+    kvb_ctx_free(base);
 }
 
 static float max_diff(const float *a, const float *b, int64_t n) {
@@ -353,7 +367,7 @@ static float max_diff(const float *a, const float *b, int64_t n) {
     return d;
 }
 
-static void test_kivi_store_holds_the_residual_and_device_bytes_are_the_quantized_size(void) {
+static void test_kivi_store_holds_the_residual_device_bytes_are_the_quantized_size_shared_prefill_or_not(void) {
     enum { N_GEN = 40 };
     float *full = malloc((size_t)(N_GEN + 1) * V * sizeof *full), *got = malloc((size_t)(N_GEN + 1) * V * sizeof *got);
     run_method("full", NULL, 1 << 30, 8, 16, 150, N_GEN, full);
@@ -364,6 +378,13 @@ static void test_kivi_store_holds_the_residual_and_device_bytes_are_the_quantize
     const float d8 = max_diff(full, got, (int64_t)(N_GEN + 1) * V);
     CU_ASSERT(d8 > 0 && d8 < d2); /* more bits, nearer full attention */
     if (!(d8 > 0 && d8 < d2)) fprintf(stderr, "\n  logits off full by %g at 8 bits, %g at 2 bits\n", d8, d2);
+    float *own = malloc((size_t)(N_GEN + 1) * V * sizeof *own);
+    run_method("kivi", NULL, 128, 32, 2, 300, N_GEN, own); /* the defaults: 160 quantized after prefill */
+    shared_prefill = 1;
+    run_method("kivi", NULL, 128, 32, 2, 300, N_GEN, got);
+    shared_prefill = 0;
+    CU_ASSERT(memcmp(own, got, (size_t)(N_GEN + 1) * V * sizeof *got) == 0); /* a shared prefill changes nothing */
+    free(own);
     free(full), free(got);
 }
 
@@ -425,8 +446,8 @@ int main(void) {
                 test_quant_groups_error_within_half_a_step_and_the_same_bits_on_every_backend);
     CU_add_test(s, "attention_quant = float64 softmax over quantized + store tokens",
                 test_attention_quant_equals_float64_softmax_over_quantized_and_store_tokens);
-    CU_add_test(s, "kivi: store = residual, device bytes = quantized size",
-                test_kivi_store_holds_the_residual_and_device_bytes_are_the_quantized_size);
+    CU_add_test(s, "kivi: store = residual, device bytes = quantized size, shared prefill or not",
+                test_kivi_store_holds_the_residual_device_bytes_are_the_quantized_size_shared_prefill_or_not);
     CU_add_test(s, "kivi: bits=16 and an all-covering residual = full",
                 test_kivi_bits_16_and_a_residual_holding_everything_equal_full_attention);
     CU_add_test(s, "kivi: bad options", test_kivi_rejects_bad_options);
