@@ -31,7 +31,8 @@
  * quantized size, checked against the measured device bytes. KIVI takes no token budget: its memory is set by
  * bits, group and residual, so a budget given is reported, not imposed, and the measured Mem% is its size.
  * Quantized tokens are the store's oldest slots, positions pos0 = 0 onwards (one sequence; nothing else
- * evicts). */
+ * evicts). They are read by every decode step: fidelity's recall counts them (read_outside); the engine's
+ * "tokens attended" statistic sees the store's sources only, the residual. */
 #include "methods/method.h"
 
 #include <stdio.h>
@@ -147,6 +148,8 @@ static int kivi_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char
     return rc ? -1 : 1;
 }
 
+static int64_t kivi_read_outside(kvb_method *m, kvb_ctx *c, int layer) { return ((kivi *)m)->n_quant[layer]; }
+
 static int64_t kivi_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return c->n_past - quant_count((kivi *)m, c->n_past);
 }
@@ -219,6 +222,7 @@ kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *
     }
     s->base.expected_tokens = kivi_expected;
     s->base.formula_frac = kivi_formula;
+    s->base.read_outside = kivi_read_outside;
     s->base.describe = kivi_describe;
     s->base.destroy = kivi_destroy;
     snprintf(s->base.note, sizeof s->base.note, "KV in %lld bits (no token budget): Mem%% is the measured size",
