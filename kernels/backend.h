@@ -111,6 +111,21 @@ enum {
     KVB_REDUCE_MAX_HEADS = 1,
 };
 
+/* KIVI (methods/kivi.c): quantized KV. A group is G codes of `bits` bits (1, 2, 4 or 8; G * bits a multiple of
+ * 16) followed by its scale s and minimum z as f16: kvb_quant_group_bytes(G, bits) bytes. Code i sits at bits
+ * [i*bits, (i+1)*bits) of the group's code bytes, least significant first; it dequantizes to
+ * (float)z + (float)code * (float)s (the product rounded to float first, then the sum). */
+static inline size_t kvb_quant_group_bytes(int G, int bits) { return (size_t)G * (size_t)bits / 8 + 4; }
+/* A quantized KV segment per KV head: n tokens at positions pos0 .. pos0 + n - 1 (n a multiple of group), K in
+ * per-channel groups and V in per-token groups (quant_groups' layouts, per_channel 1 and 0). k, v: host arrays of
+ * n_head_kv device pointers. */
+typedef struct {
+    const void *const *k, *const *v;
+    int64_t n;
+    int32_t pos0;
+    int group, bits;
+} kvb_quant_kv;
+
 typedef struct kvb_backend kvb_backend;
 struct kvb_backend {
     const char *name;
@@ -211,6 +226,26 @@ struct kvb_backend {
      * block may be cut short by n). */
     int (*block_expand)(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
                         size_t err_len);
+    /* ---- KIVI: asymmetric group quantization of KV rows, and attention over it (kvb_quant_kv) ---- */
+    /* Quantize n rows of d elements of dtype at x into groups at out (kvb_quant_group_bytes each, in group order).
+     * per_channel = 1 (keys): n a multiple of G; group b*d + c holds rows b*G .. b*G + G - 1 of column c.
+     * per_channel = 0 (values): d a multiple of G; group t*(d/G) + j holds elements j*G .. j*G + G - 1 of row t.
+     * Per group, from its values widened to f32: z = the minimum rounded down to f16, s = (max - z) / (2^bits - 1)
+     * in f32 rounded up to f16, code = clamp(rintf((x - z) / s), 0, 2^bits - 1) (0 when s = 0); the directed
+     * roundings keep every x within [z, z + (2^bits - 1) s], so |x - deq(x)| <= s/2 (f32 rounding aside). Values
+     * beyond f16's range are not representable (an f16 KV store has none). */
+    int (*quant_groups)(kvb_backend *be, void *out, const void *x, kvb_dtype dtype, int64_t n, int d, int G, int bits,
+                        int per_channel, char *err, size_t err_len);
+    /* Attention over a quantized segment q merged into an attention over the rest: a->out and a->lse ([n_head][n_q],
+     * required) hold what `attention` wrote for the store's part (an empty or fully masked row: lse = -inf). For
+     * query row t and head h (KV head g = h / (n_head / n_head_kv)): token i < q->n is visible iff
+     * q->pos0 + i <= q_pos[t] (every token when q_pos is NULL); s_i = a->scale * sum_e q[t][h][e] k_i[e] (float,
+     * e ascending; k_i dequantized); M = max(lse, max s_i); w0 = exp(lse - M) (0 when lse = -inf), w_i =
+     * exp(s_i - M) (double); L = w0 + sum_i w_i (double, i ascending); out[e] = (float)((w0 out[e] + acc[e]) / L) in
+     * double (w0 out[e] = 0 when w0 = 0) with acc[e] = sum_i (float)w_i v_i[e] (float, i ascending); lse = M + log L.
+     * Rows that see nothing keep out and lse. */
+    int (*attention_quant)(kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err,
+                           size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */

@@ -25,6 +25,7 @@ struct kvb_fid_ref {
  * measured against it. */
 typedef struct {
     kvb_ctx *full, *meth;
+    kvb_method *method; /* the method measured (its read_outside) */
     int n_layer, n_head, n_head_kv;
     int64_t n_pos;
     float *mass;        /* [n_layer][n_head_kv][n_pos]: full attention of the current step, mean over the group */
@@ -72,11 +73,13 @@ static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, in
     const float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
     int32_t *pos = malloc((size_t)(L->n_pos > 0 ? L->n_pos : 1) * sizeof *pos);
     double sum = 0;
+    const int64_t outside = L->method->read_outside ? L->method->read_outside(L->method, c, layer) : 0;
     for (int h = 0; h < L->n_head_kv && pos; h++) {
         const float *mh = mass + (size_t)h * L->n_pos;
         int64_t len = 0;
         if (kvb_src_positions(c, &src[h], pos, &len)) len = 0;
         double r = 0;
+        for (int64_t i = 0; i < outside && i < L->n_pos; i++) r += mh[i];
         for (int64_t i = 0; i < len; i++)
             if (pos[i] >= 0 && pos[i] < L->n_pos) r += mh[pos[i]];
         sum += r;
@@ -219,6 +222,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
         goto done;
     L.meth->on_visible = on_visible;
     L.meth->on_visible_user = &L;
+    L.method = meth;
     for (;;) {
         for (int l = 0; l < cfg->n_layer; l++) L.step_recall[l] = NAN;
         const char *piece;

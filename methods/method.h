@@ -36,6 +36,9 @@ struct kvb_method {
     /* The device share of the full KV the paper's memory formula gives for the current state (Round
      * Attention eq. 2, OmniKV's Mem%, PoD's key saving from its blocks); NULL = no formula. */
     double (*formula_frac)(kvb_method *m, kvb_ctx *c);
+    /* Tokens per KV head a layer's attention reads outside its sources, at positions 0 .. n - 1 (KIVI's quantized
+     * prefix, read by its attend hook): n; NULL = none. What fidelity's recall counts as read. */
+    int64_t (*read_outside)(kvb_method *m, kvb_ctx *c, int layer);
     /* Resolved parameters, "key=value ..." (for results and --help output). */
     void (*describe)(kvb_method *m, char *buf, size_t cap);
     void (*destroy)(kvb_method *m);

@@ -18,6 +18,7 @@ kvb_method *kvb_random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
 kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
@@ -37,6 +38,7 @@ static const kvb_method_info METHODS[] = {
     {"tova", NULL, BUDGET | SHARES, kvb_tova_obs_window, kvb_tova_create, "TOVA: evicts the token the current query attends least (head mean), every step"},
     {"knorm", NULL, BUDGET | SHARES, NULL, kvb_knorm_create, "keeps the tokens whose keys have the lowest L2 norm, once after prefill"},
     {"quest", NULL, BUDGET | SHARES, NULL, kvb_quest_create, "Quest: all KV resident, each step attends the top pages by min/max key bounds"},
+    {"kivi", NULL, SHARES, NULL, kvb_kivi_create, "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full"},
 };
 #define N_METHODS ((int)(sizeof METHODS / sizeof METHODS[0]))
 

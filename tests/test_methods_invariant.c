@@ -124,6 +124,7 @@ static void test_pod(void) { check_method("pod", "block=3"); }
 static void test_tova(void) { check_method("tova", NULL); }
 static void test_knorm(void) { check_method("knorm", NULL); }
 static void test_quest(void) { check_method("quest", NULL); }
+static void test_kivi(void) { check_method("kivi", "bits=16"); }
 
 static int load_prompts(void) {
     char err[512];
@@ -174,6 +175,7 @@ int main(void) {
     CU_add_test(s, "tova", test_tova);
     CU_add_test(s, "knorm", test_knorm);
     CU_add_test(s, "quest", test_quest);
+    CU_add_test(s, "kivi bits=16", test_kivi);
     int rc = util_run_suites();
     for (int p = 0; p < 5; p++) {
         kvb_share_free(share[p], base[p]);

@@ -10,6 +10,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/guard.h"
 #include "kernels/cpu/kvops.h"
+#include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
@@ -162,6 +163,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->free = cpu_be_free;
     be->kv_writer = cpu_kv_writer;
     cpu_install_data_ops(be);
+    cpu_install_kvquant_ops(be);
     be->impl = im;
     be->allocator = &heap_allocator;
     return kvb_guard_wanted() ? kvb_guard_wrap(be, err, err_len) : be;

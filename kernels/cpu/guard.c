@@ -288,6 +288,12 @@ GUARDED_INT(block_scores, (kvb_backend *be, float *score, const float *q, const 
 GUARDED_INT(block_expand, (kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
                            size_t err_len), idx, blocks, block, n, err, err_len)
 
+/* KIVI's quantized KV */
+GUARDED_INT(quant_groups, (kvb_backend *be, void *out, const void *x, kvb_dtype dtype, int64_t n, int d, int G, int bits,
+                           int per_channel, char *err, size_t err_len), out, x, dtype, n, d, G, bits, per_channel, err, err_len)
+GUARDED_INT(attention_quant, (kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err, size_t err_len),
+            a, q, err, err_len)
+
 static int guarded_sync(kvb_backend *be) {
     arena_open();
     int rc = IN(be)->sync(IN(be));
@@ -341,6 +347,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
+    WRAP(quant_groups); WRAP(attention_quant);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;

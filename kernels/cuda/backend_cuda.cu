@@ -760,6 +760,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         cuda_be_free(be);
         return NULL;
     }
+    cuda_install_kvquant_ops(be);
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
     im->alloc.copy = cuda_copy;

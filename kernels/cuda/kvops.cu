@@ -702,3 +702,11 @@ void cuda_kvops_release(cuda_kvops *o) {
     if (o->param_done) cudaEventDestroy(o->param_done);
     memset(o, 0, sizeof *o);
 }
+
+/* ---- for op files beside this one (kvquant.cu) ---- */
+
+int cuda_kvops_check(cuda_kvops *o, cudaError_t e, const char *call, const char *file, int line) {
+    return ck(o, e, call, file, line);
+}
+
+int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len) { return failed(o, err, err_len); }

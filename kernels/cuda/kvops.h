@@ -26,5 +26,11 @@ typedef struct {
 int cuda_install_data_ops(kvb_backend *be, cuda_kvops *ops, cudaStream_t stream);
 /* Free what the ops allocated (waits for the stream first). */
 void cuda_kvops_release(cuda_kvops *ops);
+/* For op files beside kvops.cu: record a failed CUDA call in be->error (0 when e is cudaSuccess, else -1), and
+ * an int-returning op's answer once the backend has failed (-1, be->error in err). */
+int cuda_kvops_check(cuda_kvops *o, cudaError_t e, const char *call, const char *file, int line);
+int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len);
+/* KIVI's quantized-KV ops (kvquant.cu): install be's quant_groups and attention_quant. */
+void cuda_install_kvquant_ops(kvb_backend *be);
 
 #endif
