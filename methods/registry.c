@@ -15,6 +15,8 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
 kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+kvb_method *kvb_pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 
@@ -30,6 +32,8 @@ static const kvb_method_info METHODS[] = {
     {"round", NULL, KVB_OWN_PREFILL, NULL, kvb_round_create, "Round Attention: rounds picked at the watershed layer, deep layers' on host"},
     {"pod", NULL, SHARES, NULL, kvb_pod_create, "PoD: proximal tokens exact, distant ones share the block's base-layer scores"},
     {"random", NULL, BUDGET | SHARES, NULL, kvb_random_create, "the control: a seeded random subset + sinks + window, once after prefill"},
+    {"pyramidkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_pyramidkv_create, "SnapKV's scores, budgets falling linearly from the bottom layer to the top"},
+    {"adakv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_adakv_create, "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)"},
 };
 #define N_METHODS ((int)(sizeof METHODS / sizeof METHODS[0]))
 

@@ -277,6 +277,12 @@ GUARDED_INT(pod_merge, (kvb_backend *be, float *out, const float *lse_p, const f
                         double tau, int64_t *counts, char *err, size_t err_len),
             out, lse_p, lse_d, pd, pd_stride, v, dtype, G, head_dim, n_dist, tau, counts, err, err_len)
 
+GUARDED_INT(fill_idx_f32, (kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
+                           size_t err_len), dst, idx, n, value, err, err_len)
+GUARDED_INT(split_rows_idx, (kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
+                             int64_t n, int64_t row_len, int rows, char *err, size_t err_len),
+            out, out_stride, counts, flat, n, row_len, rows, err, err_len)
+
 static int guarded_sync(kvb_backend *be) {
     arena_open();
     int rc = IN(be)->sync(IN(be));
@@ -329,6 +335,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(attention);
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
+    WRAP(fill_idx_f32); WRAP(split_rows_idx);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;
