@@ -121,6 +121,8 @@ static void test_omnikv_offload(void) { check_method("omnikv", "offload=1"); }
 static void test_omnikv_no_offload(void) { check_method("omnikv", "offload=0,selector=uniform"); }
 static void test_round(void) { check_method("round", "lw=8,chunk=512"); }
 static void test_pod(void) { check_method("pod", "block=3"); }
+static void test_pyramidkv(void) { check_method("pyramidkv", NULL); }
+static void test_adakv(void) { check_method("adakv", NULL); }
 
 static int load_prompts(void) {
     char err[512];
@@ -168,6 +170,8 @@ int main(void) {
     CU_add_test(s, "omnikv offload=0 uniform selector", test_omnikv_no_offload);
     CU_add_test(s, "round", test_round);
     CU_add_test(s, "pod", test_pod);
+    CU_add_test(s, "pyramidkv", test_pyramidkv);
+    CU_add_test(s, "adakv", test_adakv);
     int rc = util_run_suites();
     for (int p = 0; p < 5; p++) {
         kvb_share_free(share[p], base[p]);
