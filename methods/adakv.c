@@ -111,7 +111,7 @@ static int adakv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     a->base.n_prompt = n;
     if (kvb_budget_tokens(&a->base.budget, n, &budget, err, err_len)) return -1;
     if (HK > KVB_MAX_KV_HEADS) return ERR("adakv: %d KV heads (at most %d)", HK, KVB_MAX_KV_HEADS);
-    if (a->pyramid) kvb_pyramid_budgets(a->n_layer, n, budget, kvb_snap_window(c, &a->p, budget), a->beta, a->keep);
+    if (a->pyramid) kvb_pyramid_budgets(a->n_layer, n, budget, kvb_snap_rows(c, &a->p), a->beta, a->keep);
     else
         for (int l = 0; l < a->n_layer; l++) a->keep[l] = budget;
     a->head_min = -1;

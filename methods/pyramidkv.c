@@ -81,7 +81,7 @@ static int pyramidkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     int64_t n = c->n_past, budget = 0;
     s->base.n_prompt = n;
     if (kvb_budget_tokens(&s->base.budget, n, &budget, err, err_len)) return -1;
-    kvb_pyramid_budgets(s->n_layer, n, budget, kvb_snap_window(c, &s->p, budget), s->beta, s->keep);
+    kvb_pyramid_budgets(s->n_layer, n, budget, kvb_snap_rows(c, &s->p), s->beta, s->keep);
     snprintf(s->base.note, sizeof s->base.note, "tokens per KV head: layer 0 %lld .. layer %d %lld",
              (long long)s->keep[0], s->n_layer - 1, (long long)s->keep[s->n_layer - 1]);
     return kvb_snap_compress(c, &s->p, s->keep, err, err_len);

@@ -22,8 +22,10 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
+int64_t kvb_snap_rows(const kvb_ctx *c, const kvb_snap_opts *p) { return c->obs_n < p->window ? c->obs_n : p->window; }
+
 int64_t kvb_snap_window(const kvb_ctx *c, const kvb_snap_opts *p, int64_t keep) {
-    int64_t w = c->obs_n < p->window ? c->obs_n : p->window;
+    int64_t w = kvb_snap_rows(c, p);
     return keep <= w ? 0 : w;
 }
 

@@ -17,8 +17,10 @@ typedef struct {
 /* ---- snapkv.c ---- */
 /* SnapKV's options window (32), kernel (7), pool (max|avg); who names the method in errors. */
 int kvb_snap_opts_read(kvb_opts *o, const char *who, kvb_snap_opts *p, char *err, size_t err_len);
-/* Window rows a layer keeping `keep` tokens per KV head uses: the observed rows, at most `window`; 0 when keep is
- * not larger (the layer then keeps its most recent `keep` tokens). */
+/* Observation rows there are: those observed, at most `window`. */
+int64_t kvb_snap_rows(const kvb_ctx *c, const kvb_snap_opts *p);
+/* Window rows a layer keeping `keep` tokens per KV head uses: kvb_snap_rows; 0 when keep is not larger (the layer
+ * then keeps its most recent `keep` tokens). */
 int64_t kvb_snap_window(const kvb_ctx *c, const kvb_snap_opts *p, int64_t keep);
 /* SnapKV's score of layer l's prefix (slots 0 .. n-w-1 of an n-token prompt): the last w observed queries'
  * attention, summed over the window and over each group's query heads, then pooled. score (scratch) and pooled:

@@ -270,6 +270,21 @@ static void test_pyramidkv_layers_keep_what_snapkv_keeps_at_their_budget(void) {
     done(m, c);
 }
 
+static void test_a_budget_within_the_window_keeps_the_last_tokens_everywhere(void) {
+    const char *names[][2] = {{"pyramidkv", "window=8"}, {"adakv", "window=8,base=pyramidkv"}};
+    for (int k = 0; k < 2; k++) {
+        kvb_method *m;
+        kvb_ctx *c = prefilled(names[k][0], "6", names[k][1], &m);
+        int32_t pos[N_IDS];
+        int wrong = 0;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < NKV; h++)
+                wrong += positions(c, l, h, pos) != 6 || pos[0] != N_IDS - 6 || pos[5] != N_IDS - 1;
+        CU_ASSERT_EQUAL(wrong, 0);
+        done(m, c);
+    }
+}
+
 static void test_adakv_with_alpha_one_is_snapkv(void) {
     kvb_method *ma, *ms;
     kvb_ctx *a = prefilled("adakv", "30%", "window=8,alpha=1", &ma), *s = prefilled("snapkv", "30%", "window=8", &ms);
@@ -383,6 +398,7 @@ int main(void) {
     CU_add_test(s, "fill_idx_f32 and split_rows_idx are the plain loops", test_fill_idx_and_split_rows_idx_are_the_plain_loops);
     CU_add_test(s, "adakv allocation = the float64 rule (ties, floor-only heads)", test_adakv_allocation_equals_the_float64_rule);
     CU_add_test(s, "pyramidkv layers keep what snapkv keeps at their budget", test_pyramidkv_layers_keep_what_snapkv_keeps_at_their_budget);
+    CU_add_test(s, "a budget within the window keeps the last tokens everywhere", test_a_budget_within_the_window_keeps_the_last_tokens_everywhere);
     CU_add_test(s, "adakv with alpha=1 is snapkv", test_adakv_with_alpha_one_is_snapkv);
     CU_add_test(s, "adakv store follows the rule on snapkv scores", test_adakv_store_follows_the_rule_on_snapkv_scores);
     CU_add_test(s, "adakv on pyramidkv budgets", test_adakv_on_pyramidkv_budgets);
