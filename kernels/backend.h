@@ -246,6 +246,16 @@ struct kvb_backend {
      * Rows that see nothing keep out and lse. */
     int (*attention_quant)(kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err,
                            size_t err_len);
+    /* ---- AdaKV (methods/adakv.c): one top-k over all KV heads of a layer, split back into per-head lists ---- */
+    /* dst[idx[i]] = value for i < n (in i order) */
+    int (*fill_idx_f32)(kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
+                        size_t err_len);
+    /* n ascending indices flat[0..n) into a [rows][row_len] array, split by row: counts[r] (int32, every row
+     * written) = how many fall in row r = flat[i] / row_len, and out[r * out_stride + j] = flat[i] - r * row_len
+     * for the j-th of them, in flat's order. The caller guarantees the order, rows > flat[i] / row_len and
+     * out_stride >= every count. */
+    int (*split_rows_idx)(kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
+                          int64_t n, int64_t row_len, int rows, char *err, size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */

@@ -19,6 +19,8 @@ kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *
 kvb_method *kvb_knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+kvb_method *kvb_pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
 int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
@@ -35,8 +37,10 @@ static const kvb_method_info METHODS[] = {
     {"round", NULL, KVB_OWN_PREFILL, NULL, kvb_round_create, "Round Attention: rounds picked at the watershed layer, deep layers' on host"},
     {"pod", NULL, SHARES, NULL, kvb_pod_create, "PoD: proximal tokens exact, distant ones share the block's base-layer scores"},
     {"random", NULL, BUDGET | SHARES, NULL, kvb_random_create, "the control: a seeded random subset + sinks + window, once after prefill"},
+    {"pyramidkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_pyramidkv_create, "SnapKV's scores, budgets falling linearly from the bottom layer to the top"},
     {"tova", NULL, BUDGET | SHARES, kvb_tova_obs_window, kvb_tova_create, "TOVA: evicts the token the current query attends least (head mean), every step"},
     {"knorm", NULL, BUDGET | SHARES, NULL, kvb_knorm_create, "keeps the tokens whose keys have the lowest L2 norm, once after prefill"},
+    {"adakv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_adakv_create, "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)"},
     {"quest", NULL, BUDGET | SHARES, NULL, kvb_quest_create, "Quest: all KV resident, each step attends the top pages by min/max key bounds"},
     {"kivi", NULL, SHARES, NULL, kvb_kivi_create, "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full"},
 };

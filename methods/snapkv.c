@@ -5,8 +5,9 @@
  *
  * Choices (flags): window=32, kernel=7, pool=max|avg (max: the issue's and KVCache-Factory's default).
  * Budget B per head = budget x prompt length (or a token count); k = B - window. When B <= window the cache
- * keeps the last B tokens. */
-#include "methods/method.h"
+ * keeps the last B tokens. The scoring and the compression with a budget per layer are shared (snapkv.h) with
+ * PyramidKV and AdaKV, which differ only in how many tokens each layer and head keeps. */
+#include "methods/snapkv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,35 +16,80 @@
 
 typedef struct {
     kvb_method base;
-    int64_t window, kernel;
-    int avg_pool;
+    kvb_snap_opts p;
     int64_t keep; /* tokens kept per head after prefill */
 } snapkv;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* One layer: the window's attention over the prompt, summed over the window and each group's query heads (per
- * KV head, prefix slots only), pooled, top-k; all on the backend. score, pooled: [n_head_kv][n_prefix]; idx:
- * [keep] (device). */
-static int compress_layer(snapkv *s, kvb_ctx *c, int l, int64_t n, int64_t w, int32_t *idx, float *score,
-                          float *pooled, char *err, size_t err_len) {
+int64_t kvb_snap_rows(const kvb_ctx *c, const kvb_snap_opts *p) { return c->obs_n < p->window ? c->obs_n : p->window; }
+
+int64_t kvb_snap_window(const kvb_ctx *c, const kvb_snap_opts *p, int64_t keep) {
+    int64_t w = kvb_snap_rows(c, p);
+    return keep <= w ? 0 : w;
+}
+
+int kvb_snap_score(kvb_ctx *c, int l, int64_t n, int64_t w, const kvb_snap_opts *p, float *score, float *pooled,
+                   char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
     const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * cfg->n_embd;
     float *probs = NULL;
     int64_t stride = 0;
     if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - w), w, NULL, &probs, &stride, NULL, err, err_len)) return -1;
-    int64_t n_prefix = n - w, k = s->keep - w;
+    int64_t n_prefix = n - w;
     int rc = be->probs_reduce(be, score, n_prefix, probs, stride, cfg->n_head, cfg->n_head_kv, w, n_prefix, NULL,
                               KVB_REDUCE_GROUP_SUM, 0, err, err_len) ||
-             be->pool1d(be, pooled, n_prefix, score, n_prefix, cfg->n_head_kv, n_prefix, s->kernel, s->avg_pool, err,
+             be->pool1d(be, pooled, n_prefix, score, n_prefix, cfg->n_head_kv, n_prefix, p->kernel, p->avg_pool, err,
                         err_len);
-    for (int g = 0; g < cfg->n_head_kv && !rc; g++)
-        rc = be->topk_idx(be, idx, pooled + (size_t)g * n_prefix, n_prefix, k, err, err_len) ||
-             be->iota(be, idx + k, (int32_t)n_prefix, w, err, err_len) ||
-             kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
     kvb_attn_probs_free(c, probs, w, stride);
     return rc ? -1 : 0;
+}
+
+int kvb_snap_keep_recent(kvb_ctx *c, int l, int64_t n, int64_t keep, char *err, size_t err_len) {
+    int32_t *idx = malloc((size_t)(keep > 0 ? keep : 1) * sizeof *idx);
+    if (!idx) return ERR("out of memory");
+    for (int64_t i = 0; i < keep; i++) idx[i] = (int32_t)(n - keep + i);
+    int rc = 0;
+    for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) rc = kvc_retain(c->kv, l, h, idx, keep, err, err_len);
+    free(idx);
+    return rc;
+}
+
+/* One layer: SnapKV's scores, then per KV head its top keep - w prefix slots and the window; all on the backend.
+ * score, pooled: [n_head_kv][n - w]; idx: [keep] (device). */
+static int compress_layer(kvb_ctx *c, const kvb_snap_opts *p, int l, int64_t n, int64_t w, int64_t keep, int32_t *idx,
+                          float *score, float *pooled, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    int64_t n_prefix = n - w, k = keep - w;
+    int rc = kvb_snap_score(c, l, n, w, p, score, pooled, err, err_len);
+    for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++)
+        rc = be->topk_idx(be, idx, pooled + (size_t)g * n_prefix, n_prefix, k, err, err_len) ||
+             be->iota(be, idx + k, (int32_t)n_prefix, w, err, err_len) ||
+             kvc_retain_dev(c->kv, l, g, idx, keep, err, err_len);
+    return rc ? -1 : 0;
+}
+
+int kvb_snap_compress(kvb_ctx *c, const kvb_snap_opts *p, const int64_t *keep, char *err, size_t err_len) {
+    const int64_t n = c->n_past;
+    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv;
+    int64_t most = 1;
+    for (int l = 0; l < L; l++)
+        if (keep[l] < n && keep[l] > most) most = keep[l];
+    size_t idx_bytes = (size_t)most * sizeof(int32_t), score_bytes = (size_t)HK * n * sizeof(float);
+    int32_t *idx = kvb_method_alloc(c, idx_bytes);
+    float *score = kvb_method_alloc(c, score_bytes), *pooled = kvb_method_alloc(c, score_bytes);
+    int rc = !idx || !score || !pooled ? ERR("out of memory") : 0;
+    for (int l = 0; l < L && !rc; l++) {
+        if (keep[l] >= n) continue;
+        int64_t w = kvb_snap_window(c, p, keep[l]);
+        rc = w ? compress_layer(c, p, l, n, w, keep[l], idx, score, pooled, err, err_len)
+               : kvb_snap_keep_recent(c, l, n, keep[l], err, err_len);
+    }
+    kvb_method_release(c, idx, idx_bytes);
+    kvb_method_release(c, score, score_bytes);
+    kvb_method_release(c, pooled, score_bytes);
+    return rc;
 }
 
 static int snapkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
@@ -52,27 +98,12 @@ static int snapkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     s->base.n_prompt = n;
     if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
-    int64_t w = c->obs_n < s->window ? c->obs_n : s->window;
-    if (s->keep <= w) w = 0; /* budget smaller than the window: keep the most recent tokens */
-    const int HK = c->model->cfg.n_head_kv;
-    int rc = 0;
-    if (w == 0) {
-        int32_t *idx = malloc((size_t)(s->keep > 0 ? s->keep : 1) * sizeof *idx);
-        if (!idx) return ERR("out of memory");
-        for (int64_t i = 0; i < s->keep; i++) idx[i] = (int32_t)(n - s->keep + i);
-        for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
-            for (int h = 0; h < HK && !rc; h++) rc = kvc_retain(c->kv, l, h, idx, s->keep, err, err_len);
-        free(idx);
-        return rc;
-    }
-    size_t idx_bytes = (size_t)s->keep * sizeof(int32_t), score_bytes = (size_t)HK * n * sizeof(float);
-    int32_t *idx = kvb_method_alloc(c, idx_bytes);
-    float *score = kvb_method_alloc(c, score_bytes), *pooled = kvb_method_alloc(c, score_bytes);
-    if (!idx || !score || !pooled) rc = ERR("out of memory");
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = compress_layer(s, c, l, n, w, idx, score, pooled, err, err_len);
-    kvb_method_release(c, idx, idx_bytes);
-    kvb_method_release(c, score, score_bytes);
-    kvb_method_release(c, pooled, score_bytes);
+    const int L = c->model->cfg.n_layer;
+    int64_t *keep = malloc((size_t)L * sizeof *keep);
+    if (!keep) return ERR("out of memory");
+    for (int l = 0; l < L; l++) keep[l] = s->keep;
+    int rc = kvb_snap_compress(c, &s->p, keep, err, err_len);
+    free(keep);
     return rc;
 }
 
@@ -85,8 +116,8 @@ static int64_t snapkv_expected(kvb_method *m, kvb_ctx *c, int layer) {
 
 static void snapkv_describe(kvb_method *m, char *buf, size_t cap) {
     snapkv *s = (snapkv *)m;
-    snprintf(buf, cap, "window=%lld kernel=%lld pool=%s keep=%lld", (long long)s->window, (long long)s->kernel,
-             s->avg_pool ? "avg" : "max", (long long)s->keep);
+    snprintf(buf, cap, "window=%lld kernel=%lld pool=%s keep=%lld", (long long)s->p.window, (long long)s->p.kernel,
+             s->p.avg_pool ? "avg" : "max", (long long)s->keep);
 }
 
 static void snapkv_destroy(kvb_method *m) { free(m); }
@@ -100,29 +131,34 @@ int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
     return 0;
 }
 
+int kvb_snap_opts_read(kvb_opts *o, const char *who, kvb_snap_opts *p, char *err, size_t err_len) {
+    int window = 0;
+    p->kernel = 7;
+    if (kvb_snapkv_obs_window(o, &window, err, err_len) || kvb_opts_int(o, "kernel", &p->kernel, err, err_len) < 0)
+        return -1;
+    p->window = window;
+    if (p->kernel < 1 || p->kernel % 2 == 0) return ERR("%s: kernel must be odd and >= 1", who);
+    const char *pool = kvb_opts_get(o, "pool");
+    if (pool && strcmp(pool, "max") && strcmp(pool, "avg")) return ERR("%s: pool must be max or avg", who);
+    p->avg_pool = pool && !strcmp(pool, "avg");
+    return 0;
+}
+
 kvb_method *kvb_snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     snapkv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
-    int window = 0;
-    s->kernel = 7;
-    if (kvb_snapkv_obs_window(o, &window, err, err_len) || kvb_opts_int(o, "kernel", &s->kernel, err, err_len) < 0)
-        goto fail;
-    s->window = window;
-    if (s->kernel < 1 || s->kernel % 2 == 0) { ERR("snapkv: kernel must be odd and >= 1"); goto fail; }
-    const char *pool = kvb_opts_get(o, "pool");
-    if (pool && strcmp(pool, "max") && strcmp(pool, "avg")) { ERR("snapkv: pool must be max or avg"); goto fail; }
-    s->avg_pool = pool && !strcmp(pool, "avg");
+    if (kvb_snap_opts_read(o, "snapkv", &s->p, err, err_len)) {
+        free(s);
+        return NULL;
+    }
     s->base.name = "snapkv";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.obs_window = (int)s->window;
+    s->base.hooks.obs_window = (int)s->p.window;
     s->base.hooks.after_prefill = snapkv_after_prefill;
     s->base.expected_tokens = snapkv_expected;
     s->base.describe = snapkv_describe;
     s->base.destroy = snapkv_destroy;
     return &s->base;
-fail:
-    free(s);
-    return NULL;
 }

@@ -732,7 +732,7 @@ static void test_needs_come_from_the_registry_and_options(void) {
     CU_ASSERT_FATAL(kvb_opts_add(&bad, "window=wide", err, sizeof err) == 0);
     CU_ASSERT(kvb_method_needs_of("snapkv", &bad, &nd, err, sizeof err) == -1 && strstr(err, "window=wide"));
     kvb_method_names_all(all, sizeof all);
-    CU_ASSERT_STRING_EQUAL(all, "streamingllm,h2o,snapkv,omnikv,round,pod,random,tova,knorm,quest,kivi");
+    CU_ASSERT_STRING_EQUAL(all, "streamingllm,h2o,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi");
     CU_ASSERT(kvb_method_find("flash") == kvb_method_find("full"));
 }
 

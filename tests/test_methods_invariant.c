@@ -125,6 +125,8 @@ static void test_tova(void) { check_method("tova", NULL); }
 static void test_knorm(void) { check_method("knorm", NULL); }
 static void test_quest(void) { check_method("quest", NULL); }
 static void test_kivi(void) { check_method("kivi", "bits=16"); }
+static void test_pyramidkv(void) { check_method("pyramidkv", NULL); }
+static void test_adakv(void) { check_method("adakv", NULL); }
 
 static int load_prompts(void) {
     char err[512];
@@ -176,6 +178,8 @@ int main(void) {
     CU_add_test(s, "knorm", test_knorm);
     CU_add_test(s, "quest", test_quest);
     CU_add_test(s, "kivi bits=16", test_kivi);
+    CU_add_test(s, "pyramidkv", test_pyramidkv);
+    CU_add_test(s, "adakv", test_adakv);
     int rc = util_run_suites();
     for (int p = 0; p < 5; p++) {
         kvb_share_free(share[p], base[p]);

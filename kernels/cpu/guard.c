@@ -294,6 +294,12 @@ GUARDED_INT(quant_groups, (kvb_backend *be, void *out, const void *x, kvb_dtype 
 GUARDED_INT(attention_quant, (kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err, size_t err_len),
             a, q, err, err_len)
 
+GUARDED_INT(fill_idx_f32, (kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
+                           size_t err_len), dst, idx, n, value, err, err_len)
+GUARDED_INT(split_rows_idx, (kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
+                             int64_t n, int64_t row_len, int rows, char *err, size_t err_len),
+            out, out_stride, counts, flat, n, row_len, rows, err, err_len)
+
 static int guarded_sync(kvb_backend *be) {
     arena_open();
     int rc = IN(be)->sync(IN(be));
@@ -348,6 +354,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);
+    WRAP(fill_idx_f32); WRAP(split_rows_idx);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;

@@ -356,6 +356,29 @@ static int cpu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks
     return 0;
 }
 
+/* ---- AdaKV: fill_idx_f32, split_rows_idx ---- */
+
+static int cpu_fill_idx_f32(kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
+                            size_t err_len) {
+    if (check_idx(idx, n, "fill_idx_f32", err, err_len)) return -1;
+    for (int64_t i = 0; i < n; i++) dst[idx[i]] = value;
+    return 0;
+}
+
+static int cpu_split_rows_idx(kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
+                              int64_t n, int64_t row_len, int rows, char *err, size_t err_len) {
+    if (row_len < 1 || rows < 0) return ERR("split_rows_idx: %d rows of %lld", rows, (long long)row_len);
+    for (int r = 0; r < rows; r++) counts[r] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = flat[i] / row_len;
+        if (flat[i] < 0 || r >= rows || (i && flat[i] <= flat[i - 1]))
+            return ERR("split_rows_idx: index %d at %lld out of order or range", flat[i], (long long)i);
+        if (counts[r] >= out_stride) return ERR("split_rows_idx: row %lld holds more than %lld", (long long)r, (long long)out_stride);
+        out[r * out_stride + counts[r]++] = (int32_t)(flat[i] - r * row_len);
+    }
+    return 0;
+}
+
 void cpu_install_data_ops(kvb_backend *be) {
     be->copy = cpu_copy;
     be->zero = cpu_zero;
@@ -373,4 +396,6 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->block_minmax = cpu_block_minmax;
     be->block_scores = cpu_block_scores;
     be->block_expand = cpu_block_expand;
+    be->fill_idx_f32 = cpu_fill_idx_f32;
+    be->split_rows_idx = cpu_split_rows_idx;
 }

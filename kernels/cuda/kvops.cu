@@ -664,6 +664,58 @@ static int cu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks,
     return CK_LAUNCH(k_block_expand) ? failed(o, err, err_len) : 0;
 }
 
+/* ---- AdaKV: fill_idx_f32 (a thread per index), split_rows_idx (a block per row, bounds by binary search) ---- */
+
+__global__ void k_fill_idx_f32(float *dst, const int32_t *idx, int64_t n, float value) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[idx[i]] = value;
+}
+
+static int cu_fill_idx_f32(kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
+                           size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n <= 0) return 0;
+    k_fill_idx_f32<<<blocks_for(n, 256), 256, 0, o->stream>>>(dst, idx, n, value);
+    return CK_LAUNCH(k_fill_idx_f32) ? failed(o, err, err_len) : 0;
+}
+
+/* first i in [0, n) with flat[i] >= x (flat ascending), n when none */
+__device__ int64_t lower_bound_i32(const int32_t *flat, int64_t n, int64_t x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (flat[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+__global__ void k_split_rows_idx(int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat, int64_t n,
+                                 int64_t row_len) {
+    __shared__ int64_t span[2];
+    const int64_t r = blockIdx.x;
+    if (threadIdx.x == 0) {
+        span[0] = lower_bound_i32(flat, n, r * row_len);
+        span[1] = lower_bound_i32(flat, n, (r + 1) * row_len);
+        counts[r] = (int32_t)(span[1] - span[0]);
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < span[1] - span[0]; j += blockDim.x)
+        out[r * out_stride + j] = (int32_t)(flat[span[0] + j] - r * row_len);
+}
+
+static int cu_split_rows_idx(kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
+                             int64_t n, int64_t row_len, int rows, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (row_len < 1 || rows < 0 || rows > 65535)
+        return kvb_errf(err, err_len, "split_rows_idx: %d rows of %lld", rows, (long long)row_len);
+    if (rows == 0) return 0;
+    k_split_rows_idx<<<(unsigned)rows, 256, 0, o->stream>>>(out, out_stride, counts, flat, n < 0 ? 0 : n, row_len);
+    return CK_LAUNCH(k_split_rows_idx) ? failed(o, err, err_len) : 0;
+}
+
 /* ---- install ---- */
 
 int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
@@ -689,6 +741,8 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->block_minmax = cu_block_minmax;
     be->block_scores = cu_block_scores;
     be->block_expand = cu_block_expand;
+    be->fill_idx_f32 = cu_fill_idx_f32;
+    be->split_rows_idx = cu_split_rows_idx;
     return 0;
 }
 
