@@ -70,7 +70,8 @@ int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size
     CLI_FN("--method", &(o)->method, cli_fn_method), CLI_FN("--budget", &(o)->budget, cli_fn_budget),              \
         CLI_FN("--method-opt", &(o)->opts, cli_fn_method_opt)
 #define CLI_METHOD_HELP                                                                                  \
-    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod, random\n" \
+    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod,\n"  \
+    "                         random, pyramidkv, tova, knorm, adakv, quest, kivi\n"                          \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 

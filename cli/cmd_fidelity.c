@@ -21,7 +21,7 @@ static const char *HELP =
     "  KL        mean (and max) KL(full || method) of the next-token distributions, in nats;\n"
     "  recall    per layer, the share of full attention's probability mass (per KV head, mean over its query\n"
     "            heads) on the positions the method let that layer read, averaged over decode steps.\n"
-    "Results are summed over the prompts. `--methods all` = the six compressing methods; add full for a\n"
+    "Results are summed over the prompts. `--methods all` = every compressing method; add full for a\n"
     "sanity row (top-1 100%, KL 0, recall 1). A --method-opt prefixed `M:` applies to that method only.\n"
     "\n"
     "options:\n"

@@ -649,7 +649,9 @@ static int close_backends(void) {
 
 static void test_every_backend_has_every_data_op(void) {
     EACH_BACKEND(be) CU_ASSERT(be->copy && be->zero && be->kv_gather && be->kv_evict && be->probs_reduce && be->pool1d &&
-                               be->topk_idx && be->iota && be->gather_f32 && be->round_scores && be->pod_share && be->pod_merge);
+                               be->topk_idx && be->iota && be->gather_f32 && be->round_scores && be->pod_share && be->pod_merge &&
+                               be->row_norms && be->block_minmax && be->block_scores && be->block_expand &&
+                               be->fill_idx_f32 && be->split_rows_idx && be->quant_groups && be->attention_quant);
 }
 
 #define ADD(fn) CU_add_test(s, #fn + 5, fn)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "util_common.h"
+#include "methods/method.h"
 #include "util_gguf_writer.h"
 
 static const char *bin;
@@ -171,6 +172,14 @@ static void test_help_explains_every_command(void) {
     CU_ASSERT(strstr(r->out, "inspect") && strstr(r->out, "generate") && strstr(r->out, "bench"));
     run(r, "generate --help");
     CU_ASSERT(r->exit_code == 0 && strstr(r->out, "--prompt-file") && strstr(r->out, "--kv-type"));
+    for (int i = 0; i < kvb_method_count(); i++) { /* the help names every registered method */
+        char word[48];
+        snprintf(word, sizeof word, " %s%s", kvb_method_at(i)->name, i == 0 ? " (" : i + 1 < kvb_method_count() ? "," : "\n");
+        CU_ASSERT(strstr(r->out, word) != NULL);
+        if (!strstr(r->out, word)) fprintf(stderr, "\n  generate --help does not name method %s\n", kvb_method_at(i)->name);
+    }
+    run(r, "run --help");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->out, "--method-opt") && strstr(r->out, "--dump-kept") && strstr(r->out, "--kv-type"));
     free(r);
 }
 
