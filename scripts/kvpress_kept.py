@@ -10,9 +10,9 @@ Run OUTSIDE CI, in a throwaway virtualenv outside the repository (CPU only, floa
     /work/venv-kvpress/bin/pip install transformers gguf kvpress
     nice /work/venv-kvpress/bin/python scripts/kvpress_kept.py            # all six presses -> tests/fixtures/kvpress/
 
-Versions the committed fixtures were made with: torch 2.15.0 (the PyPI wheel, run on the CPU), transformers 5.2.0, gguf 0.19.0, kvpress 0.5.5
-(Python 3.11.7), model SmolLM2-135M-Instruct.Q4_1.gguf dequantized to float32 by transformers' GGUF loader,
-attention "sdpa" (AdaKVPress refuses "eager").
+Versions the committed fixtures were made with: torch 2.15.0 (the PyPI wheel, run on the CPU), transformers 5.2.0,
+gguf 0.19.0, kvpress 0.5.5 (Python 3.11.7); model SmolLM2-135M-Instruct.Q4_1.gguf dequantized to float32 by
+transformers' GGUF loader, attention "sdpa" (AdaKVPress refuses "eager").
 
 Prompt ids: the ids kvbench feeds, never a re-tokenization. By default they come from
 tests/fixtures/llamacpp_ref.json (llama.cpp's ids for the prompt file, which tests/test_model_llamacpp.c checks
@@ -40,8 +40,8 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     AdaKVPress(SnapKVPress(64, 5), alpha_safeguard=0.2) adakv         base=snapkv,window=64,kernel=5,pool=avg,alpha=0.2
 
 Output, one file per press: line 1 {"method", "opts", "budget", "n_prompt", "tokens_per_head", "source",
-"kvpress_params", "model", "prompt"}, then one line per (layer, KV head): {"when": "prefill", "layer": L, "kv_head": H, "positions": [...]},
-positions ascending.
+"kvpress_params", "model", "prompt"}, then one line per (layer, KV head):
+{"when": "prefill", "layer": L, "kv_head": H, "positions": [...]}, positions ascending.
 """
 import argparse
 import dataclasses
