@@ -19,7 +19,10 @@ tests/fixtures/llamacpp_ref.json (llama.cpp's ids for the prompt file, which tes
 equal kvbench's); --ids takes a kvbench --dump-kept file instead (its header's "prompt_ids"). This GGUF sets
 tokenizer.ggml.add_bos_token false, so kvbench adds no BOS: 3765 ids for prose_4000.txt. transformers' GGUF
 tokenizer prepends <|im_start|> (id 1) regardless; without special tokens its ids equal kvbench's. Both are
-printed as a check.
+printed as a check, and the full prefill's last-position logits against llama.cpp's top 40 in llamacpp_ref.json
+(kvbench equals llama.cpp there to 5e-6): transformers' float32 model is 0.48 away at most, within llama.cpp's own
+spread across its kernels (0.44-0.74, README), since GGUF Q4_1 in llama.cpp rounds activations to 8 bits and
+transformers does not. Nearly tied scores may therefore rank the other way: expect Jaccard a little below 1.
 
 How the positions are recovered: kvpress prunes each layer's DynamicCache in a forward hook after the layer's
 attention, so the prefill's hidden states do not depend on the press and a pruned cache holds exact copies of rows
@@ -37,11 +40,22 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     TOVAPress()  (last query, mean over all heads)      tova          per_head=0
     KnormPress() (lowest key L2 norm, no window)        knorm         window=0
     PyramidKVPress(window_size=64, kernel_size=5, beta=20)  pyramidkv  window=64,kernel=5,pool=avg,beta=20
+    PyramidKVPress(window_size=32, kernel_size=5, beta=20)  pyramidkv  window=32,kernel=5,pool=avg,beta=20
+                                                        (file pyramidkv_w32.jsonl)
     AdaKVPress(SnapKVPress(64, 5), alpha_safeguard=0.2) adakv         base=snapkv,window=64,kernel=5,pool=avg,alpha=0.2
 
-Output, one file per press: line 1 {"method", "opts", "budget", "n_prompt", "tokens_per_head", "source",
-"kvpress_params", "model", "prompt"}, then one line per (layer, KV head):
-{"when": "prefill", "layer": L, "kv_head": H, "positions": [...]}, positions ascending.
+PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
+budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
+(pyramidkv.jsonl says so in a "note"). pyramidkv_w32.jsonl is the same press with window 32, where the pyramid
+is active: 2203 tokens per head in layer 0 down to 56 in layer 29 ("kept_per_layer" has the sums over heads).
+kvpress shapes the whole per-head budget B into the pyramid (the window inside each layer's count); kvbench's
+pyramidkv shapes B - window (as KVCache-Factory), so their layer counts differ by up to about a window even where
+neither falls back.
+
+Output, one file per press: line 1 {"method", "opts", "budget", "n_prompt", "tokens_per_head", "kept_per_layer"
+(tokens kept per layer, summed over its KV heads), "source", "kvpress_params", "model", "prompt", "note" (when
+there is one)}, then one line per (layer, KV head): {"when": "prefill", "layer": L, "kv_head": H,
+"positions": [...]}, positions ascending.
 """
 import argparse
 import dataclasses
@@ -58,19 +72,21 @@ DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
 
 
 def press_table(ratio):
-    """kvbench method name -> (kvpress press, kvbench --method-opt string)."""
+    """Output name -> (kvbench method, kvpress press, kvbench --method-opt string)."""
     from kvpress import (AdaKVPress, KnormPress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
 
     snap = "window=64,kernel=5,pool=avg"
     return {
-        "snapkv": (SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), snap),
-        "streamingllm": (StreamingLLMPress(compression_ratio=ratio, n_sink=4), "sinks=4"),
-        "tova": (TOVAPress(compression_ratio=ratio), "per_head=0"),
-        "knorm": (KnormPress(compression_ratio=ratio), "window=0"),
-        "pyramidkv": (PyramidKVPress(compression_ratio=ratio, window_size=64, kernel_size=5, beta=20),
+        "snapkv": ("snapkv", SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), snap),
+        "streamingllm": ("streamingllm", StreamingLLMPress(compression_ratio=ratio, n_sink=4), "sinks=4"),
+        "tova": ("tova", TOVAPress(compression_ratio=ratio), "per_head=0"),
+        "knorm": ("knorm", KnormPress(compression_ratio=ratio), "window=0"),
+        "pyramidkv": ("pyramidkv", PyramidKVPress(compression_ratio=ratio, window_size=64, kernel_size=5, beta=20),
                       snap + ",beta=20"),
-        "adakv": (AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), alpha_safeguard=0.2),
-                  "base=snapkv," + snap + ",alpha=0.2"),
+        "pyramidkv_w32": ("pyramidkv", PyramidKVPress(compression_ratio=ratio, window_size=32, kernel_size=5,
+                                                      beta=20), "window=32,kernel=5,pool=avg,beta=20"),
+        "adakv": ("adakv", AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
+                                      alpha_safeguard=0.2), "base=snapkv," + snap + ",alpha=0.2"),
     }
 
 
@@ -84,8 +100,8 @@ def press_params(press):
 
 
 def kvbench_ids(path, prompt):
-    """The prompt ids kvbench feeds: a kvbench --dump-kept file's header "prompt_ids", or llamacpp_ref.json's entry
-    for the prompt file's name."""
+    """The record holding the prompt ids kvbench feeds ("prompt_ids"): a kvbench --dump-kept file's header line, or
+    llamacpp_ref.json's entry for the prompt file's name (which also holds llama.cpp's last-position top logits)."""
     with open(path) as f:
         text = f.read()
     try:
@@ -93,12 +109,21 @@ def kvbench_ids(path, prompt):
     except json.JSONDecodeError:
         doc = json.loads(text.splitlines()[0])  # a JSON-lines dump: the header line
     if "prompt_ids" in doc:
-        return doc["prompt_ids"]
+        return doc
     name = os.path.basename(prompt)
     for p in doc.get("prompts", []):
         if p["name"] == name:
-            return p["prompt_ids"]
+            return p
     sys.exit(f"{path}: no prompt_ids for {name}")
+
+
+def check_logits(logits, rec):
+    """How far transformers' float32 model is from llama.cpp (and so from kvbench, which test_model_llamacpp holds
+    to llama.cpp): the last position's logits of llama.cpp's top ids."""
+    if "top_ids" not in rec:
+        return
+    d = max(abs(float(logits[i]) - v) for i, v in zip(rec["top_ids"], rec["top_logits"]))
+    print(f"last-position logits vs llama.cpp's top {len(rec['top_ids'])}: max |difference| {d:.4f}")
 
 
 def check_tokenizer(model_dir, model_file, text, ids):
@@ -197,7 +222,8 @@ def main():
 
     with open(a.prompt, encoding="utf-8") as f:
         text = f.read()
-    ids = kvbench_ids(a.ids, a.prompt)
+    rec = kvbench_ids(a.ids, a.prompt)
+    ids = rec["prompt_ids"]
     model_dir, model_file = os.path.split(os.path.abspath(a.model))
     check_tokenizer(model_dir, model_file, text, ids)
 
@@ -211,7 +237,8 @@ def main():
     t0 = time.time()
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids, past_key_values=cache, use_cache=True)
+        out = model(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    check_logits(out.logits[0, -1], rec)
     index = [row_index(k) for k in cached_keys(cache, cfg.num_hidden_layers)]
     print(f"full prefill: {len(ids)} tokens in {time.time() - t0:.1f} s")
 
@@ -219,13 +246,18 @@ def main():
     table = press_table(round(1 - a.budget, 6))
     os.makedirs(a.out, exist_ok=True)
     for name in a.press or list(table):
-        press, opts = table[name]
+        method, press, opts = table[name]
         t0 = time.time()
         kept = run_press(model, press, input_ids, index, cfg.num_key_value_heads)
         sizes = [len(p) for heads in kept for p in heads]
-        header = {"method": name, "opts": opts, "budget": a.budget, "n_prompt": len(ids),
-                  "tokens_per_head": compute_n_kept(len(ids), press.compression_ratio), "source": source,
-                  "kvpress_params": press_params(press), "model": model_file, "prompt": a.prompt}
+        per_layer = [sum(len(p) for p in heads) for heads in kept]
+        header = {"method": method, "opts": opts, "budget": a.budget, "n_prompt": len(ids),
+                  "tokens_per_head": compute_n_kept(len(ids), press.compression_ratio),
+                  "kept_per_layer": per_layer, "source": source, "kvpress_params": press_params(press),
+                  "model": model_file, "prompt": a.prompt}
+        if method == "pyramidkv" and len(set(per_layer)) == 1:
+            header["note"] = ("PyramidKVPress fell back to uniform SnapKV (its top layer would keep "
+                              "budget/beta < window tokens): every layer keeps round(budget x n)")
         path = os.path.join(a.out, name + ".jsonl")
         write_dump(path, header, kept)
         print(f"{name}: kept per head min {min(sizes)} mean {sum(sizes) / len(sizes):.1f} max {max(sizes)}, "
