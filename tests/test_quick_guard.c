@@ -1,5 +1,5 @@
 /* test_quick_guard.c — the quick suite under KVB_GUARD=1 (kernels/cpu/guard.h): `kvbench run configs/quick.json
- * --limit 2` finishes with exit 0 and a record for every method of the suite, none with an error, while host
+ * --limit 1` finishes with exit 0 and a record for every method of the suite, none with an error, while host
  * code that touches device-tier memory would die with SIGSEGV; and the guard is really on in that environment:
  * a host read of the activations of a context made the way kvbench makes one faults, and without the guard it
  * does not. Runs build/kvbench (path from KVB_BIN, set by CTest) on the default model. */
@@ -70,7 +70,7 @@ static void test_quick_suite_runs_every_method_without_error(void) {
     UTIL_REQUIRE_FILE(model_path);
     UTIL_REQUIRE_FILE(suite_path);
     char cmd[4096], path[1200];
-    snprintf(cmd, sizeof cmd, "%s run %s --limit 2 --out %s/quick --quiet >%s/run.log 2>&1", bin, suite_path, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s run %s --limit 1 --out %s/quick --quiet >%s/run.log 2>&1", bin, suite_path, dir, dir);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int st = system(cmd);
@@ -131,7 +131,7 @@ int main(void) {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("quick suite under the guard", NULL, NULL);
     CU_add_test(s, "the guard is on in this environment", test_the_guard_is_on_in_this_environment);
-    CU_add_test(s, "quick suite --limit 2: every method, no error", test_quick_suite_runs_every_method_without_error);
+    CU_add_test(s, "quick suite --limit 1: every method, no error", test_quick_suite_runs_every_method_without_error);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

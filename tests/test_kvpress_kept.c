@@ -1,0 +1,157 @@
+/* test_kvpress_kept.c — kvbench keeps the tokens kvpress keeps. On the default model and the 3765-token prompt
+ * tests/fixtures/prompts/prose_4000.txt, SnapKV with kvpress's parameters (window 64, kernel 5, average pool) and
+ * StreamingLLM with 4 sinks, at kvpress's budget for compression_ratio 0.7 (1129 tokens per head), keep per layer
+ * and KV head the same positions as kvpress's SnapKVPress and StreamingLLMPress: Jaccard >= 0.98 on every head,
+ * against the kept sets kvpress computed (tests/fixtures/kvpress/, made by scripts/kvpress_kept.py in a throwaway
+ * transformers environment, outside CI). The two engines' logits differ slightly (transformers' float32 against
+ * ggml's 8-bit activations), so near-tied scores may rank differently: hence a Jaccard bound, not equality. */
+#include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "engine/kvcache.h"
+#include "engine/tokenizer.h"
+#include "methods/method.h"
+
+enum { WINDOW = 64, MAX_POS = 8192 };
+
+static kvb_model *model;
+static int32_t *ids;
+static int n_ids;
+static kvb_ctx *base;
+static kvb_share *share;
+
+/* The fixture's kept positions of (layer, head), or NULL; *n their count. Header: n_prompt must be the prompt's. */
+typedef struct {
+    int n_layer, n_head_kv, n_prompt, tokens_per_head;
+    int32_t **pos; /* [layer * n_head_kv + head] */
+    int *n;
+} fixture;
+
+static int load_fixture(const char *path, fixture *f) {
+    memset(f, 0, sizeof *f);
+    f->n_layer = model->cfg.n_layer, f->n_head_kv = model->cfg.n_head_kv;
+    f->pos = calloc((size_t)f->n_layer * f->n_head_kv, sizeof *f->pos);
+    f->n = calloc((size_t)f->n_layer * f->n_head_kv, sizeof *f->n);
+    char *text = util_read_file(path, NULL);
+    if (!text || !f->pos || !f->n) return free(text), -1;
+    int rc = 0;
+    for (char *line = strtok(text, "\n"); line && !rc; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o) { rc = -1; break; }
+        const cJSON *when = cJSON_GetObjectItemCaseSensitive(o, "when");
+        if (!when) {
+            f->n_prompt = cJSON_GetObjectItemCaseSensitive(o, "n_prompt")->valueint;
+            f->tokens_per_head = cJSON_GetObjectItemCaseSensitive(o, "tokens_per_head")->valueint;
+        } else {
+            int l = cJSON_GetObjectItemCaseSensitive(o, "layer")->valueint, h = cJSON_GetObjectItemCaseSensitive(o, "kv_head")->valueint;
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "positions"), *x;
+            if (l < 0 || l >= f->n_layer || h < 0 || h >= f->n_head_kv || !cJSON_IsArray(a)) rc = -1;
+            int k = l * f->n_head_kv + h, i = 0;
+            if (!rc && !(f->pos[k] = malloc((size_t)(cJSON_GetArraySize(a) + 1) * sizeof(int32_t)))) rc = -1;
+            if (!rc) cJSON_ArrayForEach(x, a) f->pos[k][i++] = (int32_t)x->valueint;
+            if (!rc) f->n[k] = i;
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    return rc;
+}
+
+static void free_fixture(fixture *f) {
+    for (int i = 0; f->pos && i < f->n_layer * f->n_head_kv; i++) free(f->pos[i]);
+    free(f->pos);
+    free(f->n);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* |A n B| / |A u B| of two ascending lists */
+static double jaccard(const int32_t *a, int na, const int32_t *b, int nb) {
+    int i = 0, j = 0, both = 0;
+    while (i < na && j < nb) {
+        if (a[i] == b[j]) both++, i++, j++;
+        else if (a[i] < b[j]) i++;
+        else j++;
+    }
+    int any = na + nb - both;
+    return any ? (double)both / any : 1.0;
+}
+
+/* The method on a fork of the shared prefill at the fixture's budget; min and mean Jaccard over the heads. */
+static void compare(const char *fixture_name, const char *method, const char *opts, double min_jaccard) {
+    char path[256], err[512];
+    snprintf(path, sizeof path, "tests/fixtures/kvpress/%s.jsonl", fixture_name);
+    fixture f;
+    CU_ASSERT_FATAL(load_fixture(path, &f) == 0);
+    CU_ASSERT_FATAL(f.n_prompt == n_ids && f.tokens_per_head > 0);
+    kvb_budget b = {KVB_BUDGET_TOKENS, 0, f.tokens_per_head};
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_ctx *c = kvb_ctx_fork(base, WINDOW, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s: %s\n", method, err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
+    double lo = 1, sum = 0;
+    int lo_l = -1, lo_h = -1;
+    for (int l = 0; l < f.n_layer; l++)
+        for (int h = 0; h < f.n_head_kv; h++) {
+            util_kv_head hc = util_kv_head_copy(c->kv, l, h);
+            qsort(hc.pos, (size_t)hc.n, sizeof *hc.pos, cmp_i32);
+            const int k = l * f.n_head_kv + h;
+            double jac = f.pos[k] ? jaccard(hc.pos, (int)hc.n, f.pos[k], f.n[k]) : 0;
+            util_kv_head_free(&hc);
+            sum += jac;
+            if (jac < lo) lo = jac, lo_l = l, lo_h = h;
+        }
+    fprintf(stderr, "\n  %s vs kvpress: Jaccard min %.4f (layer %d head %d), mean %.4f ", method, lo, lo_l, lo_h,
+            sum / (f.n_layer * f.n_head_kv));
+    CU_ASSERT(lo >= min_jaccard);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    free_fixture(&f);
+}
+
+static void test_snapkv(void) { compare("snapkv", "snapkv", "window=64,kernel=5,pool=avg", 0.98); }
+static void test_streamingllm(void) { compare("streamingllm", "streamingllm", "sinks=4", 0.98); }
+
+int main(void) {
+    char path[1024], err[512];
+    if (!util_default_model(path, sizeof path)) {
+        fprintf(stderr, "default model missing: run scripts/fetch-model.sh\n");
+        return 1;
+    }
+    size_t len = 0;
+    char *text = util_read_file("tests/fixtures/prompts/prose_4000.txt", &len);
+    if (!text || !(model = kvb_model_load(path, err, sizeof err)) ||
+        tok_encode(model->tok, text, len, 1, 0, &ids, &n_ids, err, sizeof err)) {
+        fprintf(stderr, "setup failed: %s\n", err);
+        return 1;
+    }
+    free(text);
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = n_ids + 8;
+    if (!(base = kvb_ctx_create(model, &cp, err, sizeof err)) || !(share = kvb_share_create(base, WINDOW, 0, err, sizeof err)) ||
+        kvb_forward(base, ids, n_ids, err, sizeof err)) {
+        fprintf(stderr, "prefill failed: %s\n", err);
+        return 1;
+    }
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("kept tokens against kvpress", NULL, NULL);
+    CU_add_test(s, "snapkv window=64 kernel=5 pool=avg", test_snapkv);
+    CU_add_test(s, "streamingllm sinks=4", test_streamingllm);
+    int rc = util_run_suites();
+    kvb_share_free(share, base);
+    kvb_ctx_free(base);
+    free(ids);
+    kvb_model_free(model);
+    return rc;
+}
