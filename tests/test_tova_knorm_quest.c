@@ -90,6 +90,7 @@ static void topk_ref(const double *x, int n, int k, int32_t *out) {
         int best = -1;
         for (int j = 0; j < n; j++)
             if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
+        if (best < 0) break; /* k > n */
         taken[best] = 1;
     }
     for (int j = 0, m = 0; j < n; j++)
