@@ -480,9 +480,9 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
         kvb_session_prefilled(&res->ses, sp->prefill_ms + (now_s() - t0) * 1e3);
     }
-    if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id, st->doing, "prefill", err, err_len) ||
+    if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
         kvb_session_decode(&res->ses, err, err_len) ||
-        kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id, st->doing, "end", err, err_len))
+        kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "end", err, err_len))
         goto done;
     if (m->describe) m->describe(m, res->params, sizeof res->params);
     snprintf(res->note, sizeof res->note, "%s", m->note);

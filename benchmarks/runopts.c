@@ -28,7 +28,7 @@ void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap) {
 }
 
 int kvb_run_kept_note(FILE *out, kvb_kept *k, kvb_ctx *c, const kvb_method *m, const char *budget, const char *sample,
-                      const char *cell, const char *when, char *err, size_t err_len) {
+                      const char *cell, const int32_t *ids, const char *when, char *err, size_t err_len) {
     if (!k) return 0;
     if (!strcmp(when, "prefill")) {
         char params[240] = "", fields[600];
@@ -37,14 +37,14 @@ int kvb_run_kept_note(FILE *out, kvb_kept *k, kvb_ctx *c, const kvb_method *m, c
         cJSON_AddStringToObject(h, "method", m->name);
         cJSON_AddStringToObject(h, "budget", budget);
         cJSON_AddStringToObject(h, "params", params);
-        cJSON_AddStringToObject(h, "sample", sample ? sample : "");
-        cJSON_AddStringToObject(h, "cell", cell);
+        if (sample) cJSON_AddStringToObject(h, "sample", sample);
+        if (cell) cJSON_AddStringToObject(h, "cell", cell);
         char *t = cJSON_PrintUnformatted(h);
         cJSON_Delete(h);
         if (!t) return ERR("out of memory");
         snprintf(fields, sizeof fields, "%.*s", (int)strlen(t) - 2, t + 1); /* the members, without the braces */
         free(t);
-        if (kvb_kept_header(out, fields, NULL, c->n_past, err, err_len)) return -1;
+        if (kvb_kept_header(out, fields, ids, c->n_past, err, err_len)) return -1;
     }
     return kvb_kept_write(k, c, when, out, err, err_len);
 }

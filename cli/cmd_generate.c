@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "base/fsutil.h"
 #include "engine/chat.h"
+#include "benchmarks/runopts.h"
 #include "engine/kept.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -96,19 +97,14 @@ static int kept_open(kept_dump *d, const char *path, kvb_ctx *c) {
     return 0;
 }
 
-static int kept_note(kept_dump *d, kvb_ctx *c, const kvb_method *m, const kvb_budget *b, const int32_t *ids, int n,
+static int kept_note(kept_dump *d, kvb_ctx *c, const kvb_method *m, const kvb_budget *b, const int32_t *ids,
                      const char *when) {
     if (!d->f) return 0;
-    char err[256], params[256] = "", bud[32], fields[700];
-    int rc = 0;
-    if (!strcmp(when, "prefill")) {
-        if (m->describe) m->describe((kvb_method *)m, params, sizeof params);
-        kvb_budget_format(b, bud, sizeof bud);
-        snprintf(fields, sizeof fields, "\"method\": \"%s\", \"params\": \"%s\", \"budget\": \"%s\"", m->name, params, bud);
-        rc = kvb_kept_header(d->f, fields, ids, n, err, sizeof err);
-    }
-    if (!rc) rc = kvb_kept_write(d->k, c, when, d->f, err, sizeof err);
-    return rc ? cli_fail("generate: %s: %s", d->path, err), -1 : 0;
+    char err[256], bud[32];
+    kvb_budget_format(b, bud, sizeof bud);
+    if (kvb_run_kept_note(d->f, d->k, c, m, bud, NULL, NULL, ids, when, err, sizeof err))
+        return cli_fail("generate: %s: %s", d->path, err), -1;
+    return 0;
 }
 
 static int kept_close(kept_dump *d, kvb_ctx *c) {
@@ -245,7 +241,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     free(prompt_rounds.round_end);
-    if (kept_note(&kept, ctx, method, &mo.budget, ids, n_ids, "prefill")) goto done;
+    if (kept_note(&kept, ctx, method, &mo.budget, ids, "prefill")) goto done;
     int r;
     const char *piece;
     size_t np;
@@ -259,7 +255,7 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: %s", err);
         goto done;
     }
-    if (kept_note(&kept, ctx, method, &mo.budget, ids, n_ids, "end")) goto done;
+    if (kept_note(&kept, ctx, method, &mo.budget, ids, "end")) goto done;
     fwrite(ses.text + shown, 1, ses.text_n - shown, stdout);
     if (show_ids) fputc('\n', stderr);
     /* an instruct model given a bare prompt often ends at once: say so instead of printing nothing */
