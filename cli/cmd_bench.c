@@ -1,6 +1,6 @@
 /* cmd_bench.c — `kvbench bench`: prefill and decode speed at several contexts, with llama.cpp's figures
- * from the same run beside ours when llama-cpp-python is installed (scripts/llamacpp_bench.py). Both
- * engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. A model without
+ * from the same run beside ours when llama-cpp-python is installed (scripts/llamacpp_bench.py), and with
+ * --torch PyTorch's prefill (scripts/torch_bench.py, transformers on the same GGUF). All engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. A model without
  * a tokenizer (synthetic:<shape>) gets seeded random ids and no llama.cpp run. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -14,13 +14,15 @@
 
 static const char *HELP =
     "usage: kvbench bench [--model PATH|default|synthetic:SHAPE] [--contexts 512,2048,8000] [-n 64] [--reps R]\n"
-    "                     [--no-peer]\n"
+    "                     [--no-peer] [--torch] [--python PY]\n"
     "\n"
     "For each context length: prefill a prompt of that many tokens, then decode N greedy tokens; prints\n"
     "prefill and decode tokens/s (best of R repetitions, default 1). Then runs llama.cpp on the same token\n"
     "ids with the same thread count and KV type (via scripts/llamacpp_bench.py, when llama-cpp-python is\n"
     "importable)\n"
-    "and prints the ratios. --no-peer skips llama.cpp. --json FILE also writes the figures as JSON.\n"
+    "and prints the ratios. --no-peer skips llama.cpp. --torch also times PyTorch's prefill on the same ids\n"
+    "(transformers loading the same GGUF, float32, SDPA, the same thread count; scripts/torch_bench.py).\n"
+    "--json FILE also writes the figures as JSON.\n"
     "\n"
     "options:\n"
     "  --contexts LIST        comma-separated prompt lengths (default 512,2048,8000)\n"
@@ -28,6 +30,9 @@ static const char *HELP =
     "  -n N                   decode steps per context (default 64)\n"
     "  --reps R               repetitions, best kept (default 1)\n"
     "  --no-peer              do not run llama.cpp\n"
+    "  --torch                also run PyTorch's prefill (needs torch, transformers and gguf for PY)\n"
+    "  --python PY            the Python that runs the peers (default $KVB_PEER_PYTHON or python3), e.g. a\n"
+    "                         throwaway venv holding llama-cpp-python / torch\n"
     "  --json FILE            write results as JSON\n"
     "  --profile              print the phase breakdown of the last context\n"
     "\n"
@@ -43,7 +48,15 @@ typedef struct {
     long ctx;
     double prefill_tok_s, decode_tok_s;
     double peer_prefill_tok_s, peer_decode_tok_s;
+    double torch_prefill_tok_s;
 } bench_row;
+
+/* A peer engine run by a script of scripts/ that prints {"version", "kv", "results": [{ctx, prefill_tok_s,
+ * decode_tok_s}]}; exit 3 = not installed. */
+typedef struct {
+    const char *label, *script, *install;
+    int torch; /* fills torch_prefill_tok_s instead of the llama.cpp columns */
+} bench_peer;
 
 static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, long n_dec, int profile, bench_row *row) {
     char err[512];
@@ -83,19 +96,24 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
     return 0;
 }
 
-/* Run llama.cpp through its Python binding; fills peer figures. 0 = ran, 1 = unavailable (message printed). */
-static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_dec, int n_threads, const char *kv) {
+/* Run a peer on the same ids and thread count; fills its figures. 0 = ran, 1 = unavailable (message printed). */
+static int run_peer(const bench_peer *pe, const char *python, const char *model_path, bench_row *rows, int n_rows,
+                    long n_dec, int n_threads, const char *kv, long reps) {
     char cmd[4096], list[512] = "";
     for (int i = 0; i < n_rows; i++) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%ld", i ? "," : "", rows[i].ctx);
     }
-    snprintf(cmd, sizeof cmd,
-             "python3 '%s/scripts/llamacpp_bench.py' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
-             cli_source_dir(), model_path, list, n_dec, n_threads, kv);
+    if (pe->torch)
+        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/%s' --model '%s' --ctx %s --threads %d --reps %ld --json", python,
+                 cli_source_dir(), pe->script, model_path, list, n_threads, reps);
+    else
+        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/%s' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
+                 python, cli_source_dir(), pe->script, model_path, list, n_dec, n_threads, kv);
+    fflush(stdout);
     FILE *p = popen(cmd, "r");
     if (!p) {
-        fprintf(stderr, "llama.cpp: could not start python3\n");
+        fprintf(stderr, "%s: could not start %s\n", pe->label, python);
         return 1;
     }
     size_t cap = 1 << 16, n = 0;
@@ -108,9 +126,10 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
     if (status != 0) {
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         if (code == 3)
-            fprintf(stderr, "llama.cpp: not installed (`pip install llama-cpp-python` to compare in the same run)\n");
+            fprintf(stderr, "%s: not installed for %s (`pip install %s` to compare in the same run)\n", pe->label,
+                    python, pe->install);
         else
-            fprintf(stderr, "llama.cpp: scripts/llamacpp_bench.py failed (exit %d)\n", code);
+            fprintf(stderr, "%s: scripts/%s failed (exit %d)\n", pe->label, pe->script, code);
         free(out);
         return 1;
     }
@@ -118,7 +137,7 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
     free(out);
     cJSON *res = j ? cJSON_GetObjectItem(j, "results") : NULL;
     if (!cJSON_IsArray(res)) {
-        fprintf(stderr, "llama.cpp: unreadable output from scripts/llamacpp_bench.py\n");
+        fprintf(stderr, "%s: unreadable output from scripts/%s\n", pe->label, pe->script);
         cJSON_Delete(j);
         return 1;
     }
@@ -128,45 +147,89 @@ static int run_peer(const char *model_path, bench_row *rows, int n_rows, long n_
               *dec = cJSON_GetObjectItem(r, "decode_tok_s");
         if (!cJSON_IsNumber(ctx) || !cJSON_IsNumber(pre) || !cJSON_IsNumber(dec)) continue;
         for (int i = 0; i < n_rows; i++)
-            if (rows[i].ctx == (long)ctx->valuedouble) {
+            if (rows[i].ctx == (long)ctx->valuedouble && pe->torch) {
+                rows[i].torch_prefill_tok_s = pre->valuedouble;
+            } else if (rows[i].ctx == (long)ctx->valuedouble) {
                 rows[i].peer_prefill_tok_s = pre->valuedouble;
                 rows[i].peer_decode_tok_s = dec->valuedouble;
             }
     }
     cJSON *ver = cJSON_GetObjectItem(j, "version"), *kv_j = cJSON_GetObjectItem(j, "kv");
     if (cJSON_IsString(ver))
-        printf("llama.cpp peer: llama-cpp-python %s, KV %s\n", ver->valuestring,
-               cJSON_IsString(kv_j) ? kv_j->valuestring : kv);
+        printf("%s peer: %s, KV %s\n", pe->label, ver->valuestring, cJSON_IsString(kv_j) ? kv_j->valuestring : kv);
     cJSON_Delete(j);
     return 0;
 }
+
+static void print_table(const bench_row *rows, int n_rows, int llama, int torch) {
+    printf("\n| ctx | prefill tok/s | decode tok/s |");
+    if (llama) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
+    if (torch) printf(" PyTorch prefill | prefill vs PyTorch |");
+    printf("\n|---:|---:|---:|%s%s\n", llama ? "---:|---:|---:|---:|" : "", torch ? "---:|---:|" : "");
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *b = &rows[i];
+        printf("| %ld | %.1f | %.1f |", b->ctx, b->prefill_tok_s, b->decode_tok_s);
+        if (llama && b->peer_prefill_tok_s > 0)
+            printf(" %.1f | %.1f | %.2fx | %.2fx |", b->peer_prefill_tok_s, b->peer_decode_tok_s,
+                   b->prefill_tok_s / b->peer_prefill_tok_s, b->decode_tok_s / b->peer_decode_tok_s);
+        else if (llama)
+            printf(" - | - | - | - |");
+        if (torch && b->torch_prefill_tok_s > 0)
+            printf(" %.1f | %.2fx |", b->torch_prefill_tok_s, b->prefill_tok_s / b->torch_prefill_tok_s);
+        else if (torch)
+            printf(" - | - |");
+        printf("\n");
+    }
+}
+
+static int write_json(const char *path, const bench_row *rows, int n_rows, int n_threads, long n_dec) {
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_fail("bench: cannot write %s", path);
+    fprintf(f, "{\"engine\":\"kvbench\",\"threads\":%d,\"n_decode\":%ld,\"results\":[", n_threads, n_dec);
+    for (int i = 0; i < n_rows; i++)
+        fprintf(f, "%s{\"ctx\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"peer_prefill_tok_s\":%.3f,"
+                   "\"peer_decode_tok_s\":%.3f,\"torch_prefill_tok_s\":%.3f}",
+                i ? "," : "", rows[i].ctx, rows[i].prefill_tok_s, rows[i].decode_tok_s, rows[i].peer_prefill_tok_s,
+                rows[i].peer_decode_tok_s, rows[i].torch_prefill_tok_s);
+    fprintf(f, "]}\n");
+    return fclose(f) ? cli_fail("bench: cannot write %s", path) : 0;
+}
+
+static int parse_contexts(const char *contexts, bench_row *rows, int *n_rows) {
+    for (const char *s = contexts; *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 24 || (*end && *end != ',') || *n_rows == MAX_CTX)
+            return cli_fail("bench: --contexts expects up to %d comma-separated positive integers, got '%s'", MAX_CTX,
+                            contexts);
+        rows[(*n_rows)++].ctx = v;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+static const bench_peer LLAMA_PEER = {"llama.cpp", "llamacpp_bench.py", "llama-cpp-python", 0};
+static const bench_peer TORCH_PEER = {"PyTorch", "torch_bench.py", "torch transformers gguf", 1};
 
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--method") || !strcmp(argv[i], "--methods")) return cmd_bench_methods(argc, argv);
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
-    const char *contexts = "512,2048,8000", *json_path = NULL;
+    const char *contexts = "512,2048,8000", *json_path = NULL, *python = getenv("KVB_PEER_PYTHON");
     long n_dec = 64, reps = 1;
-    int no_peer = 0, profile = 0;
-    cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile),
+    int no_peer = 0, profile = 0, torch = 0;
+    cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile), CLI_FLAG("--torch", &torch),
                       CLI_STR("--contexts", &contexts), CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path),
-                      CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100), CLI_ENGINE_OPTS(&eo),
-                      CLI_END};
+                      CLI_STR("--python", &python), CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
+    if (!python || !*python) python = "python3";
     int peer = !no_peer;
     bench_row rows[MAX_CTX] = {0};
     int n_rows = 0;
-    for (const char *s = contexts; *s;) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 1 << 24 || (*end && *end != ',') || n_rows == MAX_CTX)
-            return cli_fail("bench: --contexts expects up to %d comma-separated positive integers, got '%s'", MAX_CTX,
-                            contexts);
-        rows[n_rows++].ctx = v;
-        s = *end ? end + 1 : end;
-    }
+    if (parse_contexts(contexts, rows, &n_rows)) return 1;
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
     for (int i = 0; i < n_rows; i++)
@@ -183,9 +246,9 @@ int cmd_bench(int argc, char **argv) {
         return cli_fail("bench: %s", err);
     }
     int n_threads = probe->n_threads;
-    const int on_gpu = probe->allocator != NULL;
+    const int on_gpu = strcmp(probe->name, "cpu") != 0;
     kvb_backend_free(probe);
-    if (on_gpu) peer = 0; /* llama-cpp-python here is a CPU build: no like-for-like peer */
+    if (on_gpu) peer = torch = 0; /* the peers here are CPU builds: no like-for-like comparison */
     const char *kv = eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32";
     printf("kvbench bench: %s, backend %s, %d threads, KV %s, decode %ld tokens, best of %ld\n", m->path,
            eo.ctx.backend, n_threads, kv, n_dec, reps);
@@ -199,39 +262,14 @@ int cmd_bench(int argc, char **argv) {
                rows[i].decode_tok_s);
         fflush(stdout);
     }
-    if (peer && m->syn_weights) {
-        fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file for llama.cpp to load)\n");
-        peer = 0;
+    if ((peer || torch) && m->syn_weights) {
+        fprintf(stderr, "peers: skipped (a synthetic model has no GGUF file for llama.cpp or PyTorch to load)\n");
+        peer = torch = 0;
     }
-    int have_peer = peer && run_peer(m->path, rows, n_rows, n_dec, n_threads, kv) == 0;
-    printf("\n| ctx | prefill tok/s | decode tok/s |");
-    if (have_peer) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
-    printf("\n|---:|---:|---:|%s\n", have_peer ? "---:|---:|---:|---:|" : "");
-    for (int i = 0; i < n_rows; i++) {
-        bench_row *b = &rows[i];
-        printf("| %ld | %.1f | %.1f |", b->ctx, b->prefill_tok_s, b->decode_tok_s);
-        if (have_peer && b->peer_prefill_tok_s > 0)
-            printf(" %.1f | %.1f | %.2fx | %.2fx |", b->peer_prefill_tok_s, b->peer_decode_tok_s,
-                   b->prefill_tok_s / b->peer_prefill_tok_s, b->decode_tok_s / b->peer_decode_tok_s);
-        else if (have_peer)
-            printf(" - | - | - | - |");
-        printf("\n");
-    }
-    if (json_path) {
-        FILE *f = fopen(json_path, "w");
-        if (!f) {
-            kvb_model_free(m);
-            return cli_fail("bench: cannot write %s", json_path);
-        }
-        fprintf(f, "{\"engine\":\"kvbench\",\"threads\":%d,\"n_decode\":%ld,\"results\":[", n_threads, n_dec);
-        for (int i = 0; i < n_rows; i++)
-            fprintf(f, "%s{\"ctx\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"peer_prefill_tok_s\":%.3f,"
-                       "\"peer_decode_tok_s\":%.3f}",
-                    i ? "," : "", rows[i].ctx, rows[i].prefill_tok_s, rows[i].decode_tok_s, rows[i].peer_prefill_tok_s,
-                    rows[i].peer_decode_tok_s);
-        fprintf(f, "]}\n");
-        fclose(f);
-    }
+    int have_peer = peer && run_peer(&LLAMA_PEER, python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    int have_torch = torch && run_peer(&TORCH_PEER, python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    print_table(rows, n_rows, have_peer, have_torch);
+    int rc = json_path ? write_json(json_path, rows, n_rows, n_threads, n_dec) : 0;
     kvb_model_free(m);
-    return 0;
+    return rc;
 }

@@ -45,7 +45,7 @@ def main():
         results.append({"ctx": ctx, "prefill_tok_s": ctx / t_pre,
                         "decode_tok_s": args.n_decode / t_dec if args.n_decode else 0.0})
         del llm
-    out = {"engine": "llama.cpp", "version": llama_cpp.__version__, "threads": args.threads, "kv": args.kv,
+    out = {"engine": "llama.cpp", "version": f"llama-cpp-python {llama_cpp.__version__}", "threads": args.threads, "kv": args.kv,
            "results": results}
     if args.json:
         print(json.dumps(out))
