@@ -22,6 +22,8 @@ cat > "$tmp/ggml_stubs.c" <<'C'
 #include <stdlib.h>
 #include <immintrin.h>
 float ggml_table_f32_f16[1 << 16];
+/* read only by the FP4 kernels of later llama.cpp (llama-cpp-python 0.3.36's copy), which are not checked */
+float ggml_table_f32_e8m0_half[1 << 8], ggml_table_f32_ue4m3[1 << 8];
 void ggml_abort(const char *file, int line, const char *fmt, ...) { (void)file, (void)line, (void)fmt; abort(); }
 size_t ggml_row_size(int type, int64_t ne) { (void)type, (void)ne; abort(); }
 size_t ggml_type_size(int type) { (void)type; abort(); }

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Reference figures from llama.cpp (llama-cpp-python) for tests/test_model_llamacpp.c.
 
-For every prompt in tests/fixtures/prompts/ it records what llama.cpp computes with an f32 KV
-cache: the prompt's token ids, a summary of the last-position logits (top 40, every 192nd id,
-mean and std) and 64 greedy tokens with the top-2 logit margin at each step. CI compares the
-engine against tests/fixtures/llamacpp_ref.json, so it needs no llama.cpp.
+For every prompt of a set it records what llama.cpp computes with an f32 KV cache: the prompt's
+token ids, a summary of the last-position logits (top 40, every 192nd id, mean and std) and the
+greedy tokens (64, or 16 for the larger second model, to keep CI short) with the top-2 logit margin at each step.
+CI compares the engine against the fixture, so it needs no llama.cpp. Two sets:
 
-  python3 scripts/llamacpp_ref.py [--model PATH] [--out tests/fixtures/llamacpp_ref.json]
-  python3 scripts/llamacpp_ref.py --make-prompts   # (re)write the generated prompt files only
+  default  SmolLM2-135M, every file of tests/fixtures/prompts/ -> tests/fixtures/llamacpp_ref.json
+  qwen     Qwen2.5-Coder-0.5B, prompts of both folders (Chinese, code, emoji, its chat template)
+           -> tests/fixtures/llamacpp_ref_qwen.json; also the token ids of TOKENIZE_ONLY strings
+           (the qwen2 pre-tokenizer's corner cases), checked without a forward pass
+
+  python3 scripts/llamacpp_ref.py [--set default|qwen] [--model PATH] [--out FILE]
+  python3 scripts/llamacpp_ref.py [--set ...] --make-prompts   # (re)write the generated prompt files only
 
 Needs `pip install llama-cpp-python` (and jinja2 and gguf for --make-prompts).
 """
@@ -20,10 +25,30 @@ import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPTS = os.path.join(ROOT, "tests", "fixtures", "prompts")
-DEFAULT_MODEL = os.path.join(os.environ.get("KVB_MODEL_DIR") or os.path.expanduser("~/.cache/kvbench/models"),
-                             "SmolLM2-135M-Instruct.Q4_1.gguf")
-N_GREEDY = 64
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+PROMPTS = os.path.join(FIXTURES, "prompts")
+MODEL_DIR = os.environ.get("KVB_MODEL_DIR") or os.path.expanduser("~/.cache/kvbench/models")
+# set -> (model file, fixture, greedy tokens, prompt files relative to tests/fixtures/ or None for prompts/*)
+SETS = {
+    "default": ("SmolLM2-135M-Instruct.Q4_1.gguf", "llamacpp_ref.json", 64, None),
+    "qwen": ("Qwen2.5-Coder-0.5B-Instruct.gguf", "llamacpp_ref_qwen.json", 16,
+             ["prompts/short_question.txt", "prompts/unicode.txt", "prompts/code_python.py.txt", "prompts_qwen/chinese.txt", "prompts_qwen/emoji.txt",
+              "prompts_qwen/code_mixed.txt", "prompts_qwen/prose_mixed.txt", "prompts_qwen/chat_multiturn.txt",
+              "prompts_qwen/chat_chinese_code.txt"]),
+}
+# Strings whose token ids alone are compared (the qwen2 pre-tokenizer's splits: contractions, digit runs,
+# whitespace runs, newlines, scripts without spaces, emoji sequences, special tokens in text).
+TOKENIZE_ONLY = [
+    "I'm sure they'll say it's fine, but we'd've known.", "Don't DON'T don’t", "1234567890 3.14159 -0.5e-10 1,000,000",
+    "a  b   c    d\t\te", "line one\n\nline two\r\nline three\n\n\n", "   leading and trailing   ",
+    "日本語の文章には空白がありません。", "中文测试：你好，世界！123", "한국어 문장입니다.", "ไทยภาษาไม่มีช่องว่าง",
+    "Здравствуй, мир!", "مرحبا بالعالم", "👩‍👩‍👧‍👦🏳️‍🌈🇺🇳 1️⃣ ✌🏾", "x=a+b;y=a-b;z=a*b/(c%d)",
+    "def f(x):\n    return x**2  # square", "<|im_start|>user\nhi<|im_end|>", "<|endoftext|> after the end",
+    "https://example.com/a/b?c=d&e=f#g", "snake_case camelCase PascalCase kebab-case SCREAMING_CASE",
+    "\u00e9t\u00e9 vs e\u0301te\u0301 (precomposed vs combining)", "tab\tseparated\tvalues\n1\t2\t3",
+    "ALLCAPS WORDS AND 12ab34cd mixed tokens", "…—–‘’“” «» ‹› ¿¡", "0x1F 0b1010 0o17 1_000_000",
+]
+SAMPLE_STRIDE = 192
 SAMPLE_STRIDE = 192
 
 # Seeded prose: our own sentence templates, so the long prompts are original text.
@@ -58,25 +83,41 @@ def prose(seed, n_sentences):
     return "\n\n".join(out) + "\n\nSummarise the story above in two sentences.\n"
 
 
-def make_prompts(model_path):
+def chat_template(model_path):
+    from gguf import GGUFReader
+    r = GGUFReader(model_path)
+    field = r.fields["tokenizer.chat_template"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def render_chat(model_path, messages, path):
+    import jinja2
+    text = jinja2.Environment().from_string(chat_template(model_path)).render(messages=messages,
+                                                                           add_generation_prompt=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+APPLES = [
+    {"role": "user", "content": "I have three apples and buy five more. How many do I have?"},
+    {"role": "assistant", "content": "You have eight apples."},
+    {"role": "user", "content": "And if I give two of them to my sister, how many are left?"},
+]
+
+
+def make_prompts(which, model_path):
+    if which == "qwen":
+        folder = os.path.join(FIXTURES, "prompts_qwen")
+        render_chat(model_path, APPLES, os.path.join(folder, "chat_multiturn.txt"))
+        render_chat(model_path, [{"role": "user", "content": "用 Python 写一个函数，判断一个字符串是不是回文，并解释时间复杂度。"}],
+                    os.path.join(folder, "chat_chinese_code.txt"))
+        return
     with open(os.path.join(PROMPTS, "prose_2000.txt"), "w") as f:
         f.write(prose(2000, 110))
     with open(os.path.join(PROMPTS, "prose_4000.txt"), "w") as f:
         f.write(prose(4000, 225))
     shutil.copyfile(os.path.join(ROOT, "kernels", "cpu", "pool.c"), os.path.join(PROMPTS, "code_c.txt"))
-    import jinja2
-    from gguf import GGUFReader
-    r = GGUFReader(model_path)
-    field = r.fields["tokenizer.chat_template"]
-    tmpl = bytes(field.parts[field.data[0]]).decode()
-    messages = [
-        {"role": "user", "content": "I have three apples and buy five more. How many do I have?"},
-        {"role": "assistant", "content": "You have eight apples."},
-        {"role": "user", "content": "And if I give two of them to my sister, how many are left?"},
-    ]
-    text = jinja2.Environment().from_string(tmpl).render(messages=messages, add_generation_prompt=True)
-    with open(os.path.join(PROMPTS, "chat_multiturn.txt"), "w") as f:
-        f.write(text)
+    render_chat(model_path, APPLES, os.path.join(PROMPTS, "chat_multiturn.txt"))
 
 
 def cpu_summary():
@@ -106,14 +147,59 @@ def sha256(path):
     return h.hexdigest()
 
 
+def end_tokens(llm):
+    """The end-of-generation ids: EOS, and the chat end markers where they are single special tokens."""
+    eog = {llm.token_eos()}
+    for marker in (b"<|im_end|>", b"<|endoftext|>"):
+        ids = llm.tokenize(marker, add_bos=False, special=True)
+        if len(ids) == 1:
+            eog.add(ids[0])
+    return eog
+
+
+def reference(llm, np, text, n_greedy):
+    eog = end_tokens(llm)
+    ids = llm.tokenize(text, add_bos=True, special=True)
+    llm.reset()
+    llm.eval(ids)
+    last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+    top = np.argsort(-last, kind="stable")[:40]
+    greedy, margins = [], []
+    logits = last
+    for _ in range(n_greedy):
+        order = np.argsort(-logits, kind="stable")[:2]
+        tok = int(order[0])
+        greedy.append(tok)
+        margins.append(round(float(logits[order[0]] - logits[order[1]]), 5))
+        if tok in eog:
+            break
+        llm.eval([tok])
+        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+    return {
+        "n_prompt": len(ids),
+        "prompt_ids": ids,
+        "top_ids": [int(i) for i in top],
+        "top_logits": [round(float(last[i]), 5) for i in top],
+        "sample_logits": [round(float(v), 5) for v in last[::SAMPLE_STRIDE]],
+        "logit_mean": round(float(last.mean()), 6),
+        "logit_std": round(float(last.std()), 6),
+        "greedy": greedy,
+        "margins": margins,
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "llamacpp_ref.json"))
+    ap.add_argument("--set", choices=sorted(SETS), default="default")
+    ap.add_argument("--model")
+    ap.add_argument("--out")
     ap.add_argument("--make-prompts", action="store_true")
     args = ap.parse_args()
+    model_file, fixture, n_greedy, files = SETS[args.set]
+    model = args.model or os.path.join(MODEL_DIR, model_file)
+    out_path = args.out or os.path.join(FIXTURES, fixture)
     if args.make_prompts:
-        make_prompts(args.model)
+        make_prompts(args.set, model)
         return 0
     try:
         import llama_cpp
@@ -121,56 +207,33 @@ def main():
     except ImportError as e:
         print(f"llamacpp_ref: {e} (pip install llama-cpp-python numpy)", file=sys.stderr)
         return 3
-    llm = llama_cpp.Llama(args.model, n_ctx=8192, n_batch=512, n_threads=2, type_k=0, type_v=0,
+    llm = llama_cpp.Llama(model, n_ctx=8192, n_batch=512, n_threads=2, type_k=0, type_v=0,
                           flash_attn=False, logits_all=True, verbose=False)
-    eog = {llm.token_eos()}
+    names = files or sorted(os.listdir(PROMPTS))
     records = []
-    for name in sorted(os.listdir(PROMPTS)):
-        with open(os.path.join(PROMPTS, name), "rb") as f:
+    for name in names:
+        with open(os.path.join(FIXTURES, name) if files else os.path.join(PROMPTS, name), "rb") as f:
             text = f.read()
-        ids = llm.tokenize(text, add_bos=True, special=True)
-        llm.reset()
-        llm.eval(ids)
-        last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        top = np.argsort(-last, kind="stable")[:40]
-        greedy, margins = [], []
-        logits = last
-        for _ in range(N_GREEDY):
-            order = np.argsort(-logits, kind="stable")[:2]
-            tok = int(order[0])
-            greedy.append(tok)
-            margins.append(round(float(logits[order[0]] - logits[order[1]]), 5))
-            if tok in eog:
-                break
-            llm.eval([tok])
-            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        records.append({
-            "name": name,
-            "n_prompt": len(ids),
-            "prompt_ids": ids,
-            "top_ids": [int(i) for i in top],
-            "top_logits": [round(float(last[i]), 5) for i in top],
-            "sample_logits": [round(float(v), 5) for v in last[::SAMPLE_STRIDE]],
-            "logit_mean": round(float(last.mean()), 6),
-            "logit_std": round(float(last.std()), 6),
-            "greedy": greedy,
-            "margins": margins,
-        })
-        print(f"{name}: {len(ids)} tokens, min greedy margin {min(margins):.4f}", file=sys.stderr)
+        rec = {"name": name, **reference(llm, np, text, n_greedy)}
+        records.append(rec)
+        print(f"{name}: {rec['n_prompt']} tokens, min greedy margin {min(rec['margins']):.4f}", file=sys.stderr)
     out = {
         "engine": "llama.cpp",
         "llama_cpp_python": llama_cpp.__version__,
         "cpu": cpu_summary(),
-        "model": os.path.basename(args.model),
-        "model_sha256": sha256(args.model),
+        "model": os.path.basename(model),
+        "model_sha256": sha256(model),
         "settings": {"kv": "f32", "flash_attn": False, "n_batch": 512, "threads": 2, "add_special": True,
                      "parse_special": True},
         "sample_stride": SAMPLE_STRIDE,
-        "n_greedy": N_GREEDY,
+        "n_greedy": n_greedy,
         "prompts": records,
     }
-    with open(args.out, "w") as f:
-        json.dump(out, f, separators=(",", ":"))
+    if args.set == "qwen":
+        out["tokenize_only"] = [{"text": t, "ids": llm.tokenize(t.encode(), add_bos=True, special=True)}
+                                for t in TOKENIZE_ONLY]
+    with open(out_path, "w") as f:
+        json.dump(out, f, separators=(",", ":"), ensure_ascii=False)
         f.write("\n")
     return 0
 

@@ -5,6 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --sanitize || exit 1
+# the second model, for its llama.cpp fixture test (test_model_llamacpp_qwen); fetched once into the model cache
+bash scripts/fetch-model.sh qwen2.5-coder-0.5b || exit 1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -1,17 +1,22 @@
-/* test_model_llamacpp.c — the engine against llama.cpp on the real default model.
+/* test_model_llamacpp.c — the engine against llama.cpp on a real model.
  *
- * tests/fixtures/llamacpp_ref.json was written by scripts/llamacpp_ref.py (llama.cpp, f32 KV cache) for
- * every prompt in tests/fixtures/prompts/. For each prompt this test checks: the prompt token ids are
- * identical; the last-position logits (top-40 ids and every 192nd id) agree within LOGIT_TOL = 2e-2
- * (issue 2's bound); the 64-token greedy continuation is identical, except that it may part where
- * llama.cpp's own top-2 margin is within 2 x LOGIT_TOL (a tie that differences inside the bound could
- * flip) — and must not part anywhere else.
+ * A fixture written by scripts/llamacpp_ref.py (llama.cpp, f32 KV cache) holds, per prompt: the prompt token
+ * ids, which must be identical; the last-position logits (top-40 ids and every 192nd id), which must agree
+ * within the bound; and the greedy continuation, which must be identical except that it may part where
+ * llama.cpp's own top-2 margin is within twice the bound (a tie that differences inside the bound could flip)
+ * — and must not part anywhere else. A fixture may also list strings whose token ids alone are compared.
  *
- * With an f32 KV cache the CPU backend follows llama.cpp's float order op by op (kernels/cpu/ggml_compat.h;
- * scripts/llamacpp_diff.py shows it per op), so on the machine that made the fixtures the figures printed
- * per prompt are 0 (the fixture's 5-decimal rounding aside). The bound is needed at all because a
- * llama.cpp build for another SIMD level, e.g. AVX-512, sums in another order: its own logits then move
- * by 0.3-0.7 (scripts/llamacpp_ref.py records which CPU made the fixtures). */
+ * Default model (tests/fixtures/llamacpp_ref.json, 64 greedy tokens): bound 2e-2 (issue 2's). With an f32 KV
+ * cache the CPU backend follows llama.cpp's float order op by op (kernels/cpu/ggml_compat.h;
+ * scripts/llamacpp_diff.py shows it per op), so on the machine that made the fixtures the figures printed per
+ * prompt are 0 (the fixture's 5-decimal rounding aside); an AVX-512 llama.cpp sums in another order and moves
+ * its own logits by 0.3-0.7 (scripts/llamacpp_ref.py records which CPU made the fixtures).
+ *
+ * Second model (Qwen2.5-Coder-0.5B, tests/fixtures/llamacpp_ref_qwen.json, 32 greedy tokens; CMake passes its
+ * bound, 0.5): every Q5_0/Q8_0 op is bit-identical to llama.cpp's, and the Q6_K dot is byte-identical to the
+ * kernel of the llama.cpp that made the fixture (scripts/ggml_dots_check.sh), yet llama.cpp's ffn_down output
+ * parts from ours in the last bit from layer 0 on (scripts/llamacpp_diff.py), and 24 layers amplify that to
+ * 0.22-0.46 on the logits: the bound is what is reached, not what is wanted. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -24,8 +29,8 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 
-#define LOGIT_TOL 2e-2
-#define TIE_MARGIN (2 * LOGIT_TOL)
+/* the logit bound; a greedy continuation may part only where llama.cpp's top-2 margin is within twice it */
+static double logit_tol = 2e-2;
 
 static kvb_model *model;
 static char model_path[1024];
@@ -34,7 +39,8 @@ static cJSON *ref;
 static void check_prompt(const cJSON *rec) {
     const char *name = cJSON_GetObjectItem(rec, "name")->valuestring;
     char path[512], err[512];
-    snprintf(path, sizeof path, "tests/fixtures/prompts/%s", name);
+    /* the default set names files of tests/fixtures/prompts/, the second model's set paths under tests/fixtures/ */
+    snprintf(path, sizeof path, strchr(name, '/') ? "tests/fixtures/%s" : "tests/fixtures/prompts/%s", name);
     size_t len;
     char *text = util_read_file(path, &len);
     CU_ASSERT_FATAL(text != NULL);
@@ -55,7 +61,7 @@ static void check_prompt(const cJSON *rec) {
 
     kvb_ctx_params p = kvb_ctx_default_params();
     p.kv_dtype = KVB_F32;
-    p.n_ctx = n_ids + 80;
+    p.n_ctx = n_ids + cJSON_GetObjectItem(ref, "n_greedy")->valueint + 16;
     kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
     /* run llama.cpp's ids so the logit and greedy checks stand on their own even if tokenization differed */
@@ -76,7 +82,7 @@ static void check_prompt(const cJSON *rec) {
         double d = fabs(c->logits[i * stride] - cJSON_GetArrayItem(samp, i)->valuedouble);
         if (d > max_d) max_d = d;
     }
-    CU_ASSERT(max_d <= LOGIT_TOL);
+    CU_ASSERT(max_d <= logit_tol);
 
     const cJSON *greedy = cJSON_GetObjectItem(rec, "greedy"), *margins = cJSON_GetObjectItem(rec, "margins");
     int n_g = cJSON_GetArraySize(greedy), diverged = -1;
@@ -94,7 +100,7 @@ static void check_prompt(const cJSON *rec) {
     if (diverged >= 0)
         printf(" at step %d (llama.cpp top-2 margin there %.4f)", diverged,
                cJSON_GetArrayItem(margins, diverged)->valuedouble);
-    CU_ASSERT(diverged < 0 || cJSON_GetArrayItem(margins, diverged)->valuedouble <= TIE_MARGIN);
+    CU_ASSERT(diverged < 0 || cJSON_GetArrayItem(margins, diverged)->valuedouble <= 2 * logit_tol);
     free(rids);
     kvb_ctx_free(c);
     free(ids);
@@ -111,12 +117,44 @@ static void test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens(void
     printf("\n");
 }
 
-int main(void) {
+/* The fixture's tokenizer-only strings (the pre-tokenizer's corner cases): the same ids as llama.cpp. */
+static void test_tokenizer_corner_cases_match_llamacpp(void) {
+    UTIL_REQUIRE_FILE(model_path);
+    CU_ASSERT_FATAL(model != NULL);
+    const cJSON *cases = cJSON_GetObjectItem(ref, "tokenize_only"), *rec;
+    int n = 0, same = 0;
+    cJSON_ArrayForEach(rec, cases) {
+        const char *text = cJSON_GetObjectItem(rec, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(rec, "ids");
+        int32_t *ids = NULL;
+        int n_ids = 0;
+        char err[256];
+        CU_ASSERT_FATAL(tok_encode(model->tok, text, strlen(text), 1, 1, &ids, &n_ids, err, sizeof err) == 0);
+        int ok = n_ids == cJSON_GetArraySize(want);
+        for (int i = 0; ok && i < n_ids; i++) ok = ids[i] == cJSON_GetArrayItem(want, i)->valueint;
+        if (!ok) fprintf(stderr, "\n  ids differ from llama.cpp for \"%s\"", text);
+        n++, same += ok;
+        free(ids);
+    }
+    printf("\n  tokenizer: %d/%d strings with llama.cpp's ids\n", same, n);
+    CU_ASSERT(same == n);
+}
+
+/* test_model_llamacpp [MODEL FIXTURE [BOUND]]: the default model against tests/fixtures/llamacpp_ref.json
+ * (bound 2e-2), or a named model (kvb_model_resolve: qwen2.5-coder-0.5b) against its own fixture and bound. */
+int main(int argc, char **argv) {
     char err[512];
-    int have_model = util_default_model(model_path, sizeof model_path);
-    char *json = util_read_file("tests/fixtures/llamacpp_ref.json", NULL);
+    const char *name = argc > 2 ? argv[1] : "default";
+    const char *fixture = argc > 2 ? argv[2] : "tests/fixtures/llamacpp_ref.json";
+    if (argc > 3) logit_tol = atof(argv[3]);
+    if (kvb_model_resolve(name, model_path, sizeof model_path, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int have_model = access(model_path, R_OK) == 0;
+    char *json = util_read_file(fixture, NULL);
     if (!json) {
-        fprintf(stderr, "tests/fixtures/llamacpp_ref.json missing (run from the project root)\n");
+        fprintf(stderr, "%s missing (run from the project root)\n", fixture);
         return 1;
     }
     ref = cJSON_Parse(json);
@@ -131,8 +169,10 @@ int main(void) {
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("model_llamacpp", NULL, NULL);
-    CU_add_test(s, "every prompt matches llama.cpp: ids, logits within 2e-2, greedy tokens but at near ties",
+    CU_add_test(s, "every prompt matches llama.cpp: ids, logits within the bound, greedy tokens but at near ties",
                 test_every_prompt_matches_llamacpp_ids_logits_and_greedy_tokens);
+    if (cJSON_GetObjectItem(ref, "tokenize_only"))
+        CU_add_test(s, "the pre-tokenizer's corner cases have llama.cpp's ids", test_tokenizer_corner_cases_match_llamacpp);
     int rc = util_run_suites();
     kvb_model_free(model);
     cJSON_Delete(ref);

@@ -24,8 +24,8 @@ static const char *SUITE =
     " \"methods\": [{\"name\": \"full\"}, {\"name\": \"streamingllm\"}, {\"name\": \"snapkv\", \"opts\": {\"window\": 8}},\n"
     "             {\"name\": \"round\", \"opts\": {\"lw\": 12}}],\n"
     " \"budgets\": [\"50%%\"],\n"
-    " \"benchmarks\": [{\"type\": \"2stage\", \"samples\": 3, \"min_pairs\": 6, \"max_pairs\": 9},\n"
-    "                {\"type\": \"recall\", \"dialogues\": 2, \"rounds\": 4}]}\n";
+    " \"benchmarks\": [{\"type\": \"2stage\", \"samples\": 2, \"min_pairs\": 6, \"max_pairs\": 9},\n"
+    "                {\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 4}]}\n";
 
 static void write_suite(const char *path, const char *name) {
     FILE *f = fopen(path, "w");
@@ -98,7 +98,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     snprintf(ra, sizeof ra, "%s/results.jsonl", a);
     snprintf(rb, sizeof rb, "%s/results.jsonl", b);
     CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>&1", suite, a) == 0);
-    CU_ASSERT_EQUAL(count_lines(ra), 5 * 4); /* 5 samples x 4 cells */
+    CU_ASSERT_EQUAL(count_lines(ra), 3 * 4); /* 3 samples x 4 cells */
 
     /* the same run, killed with SIGKILL after a few records */
     pid_t pid = fork();
@@ -109,18 +109,18 @@ static void test_killed_run_resumes_to_the_same_records(void) {
         execl(bin, bin, "run", suite, "--out", b, "--quiet", "--threads", "2", (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 6000 && count_lines(rb) < 6; i++) usleep(50000); /* up to 5 minutes on a busy machine */
+    for (int i = 0; i < 6000 && count_lines(rb) < 4; i++) usleep(50000); /* up to 5 minutes on a busy machine */
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
     int before = count_lines(rb);
-    CU_ASSERT(before >= 6 && before < 20);
+    CU_ASSERT(before >= 4 && before < 12);
     /* a crash in the middle of a write leaves a torn line: resume must drop it */
     FILE *f = fopen(rb, "a");
     fputs("{\"method\":\"full\",\"budget\":\"fu", f);
     fclose(f);
     CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>/tmp/kvb_runner_err.txt", suite, b) == 0);
-    CU_ASSERT_EQUAL(count_lines(rb), 20);
+    CU_ASSERT_EQUAL(count_lines(rb), 12);
     char *da = digest(ra), *db = digest(rb);
     CU_ASSERT_FATAL(da && db);
     CU_ASSERT_STRING_EQUAL(da, db);
@@ -128,7 +128,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     free(db);
     /* a third run has nothing left to do and changes nothing */
     CU_ASSERT(sh("'%s' run %s --out %s --quiet > /dev/null 2>&1", suite, b) == 0);
-    CU_ASSERT_EQUAL(count_lines(rb), 20);
+    CU_ASSERT_EQUAL(count_lines(rb), 12);
     /* the records carry the cost next to the score */
     size_t len;
     char *t = util_read_file(rb, &len);
@@ -223,7 +223,7 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(ra, sizeof ra, "%s/results.jsonl", a);
     int before = count_lines(ra);
-    CU_ASSERT_FATAL(before == 20); /* the first test's run */
+    CU_ASSERT_FATAL(before == 12); /* the first test's run */
     snprintf(path, sizeof path, "%s/edited.json", dir);
     char *text = util_read_file(suite, NULL);
     CU_ASSERT_FATAL(text != NULL);
@@ -236,23 +236,23 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
     expect_error(args, "snapkv|50%|2stage|");
     CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":8}, now {\"window\":4}"));
-    CU_ASSERT_EQUAL(count_lines(ra), 20); /* nothing written */
+    CU_ASSERT_EQUAL(count_lines(ra), 12); /* nothing written */
     snprintf(cmd, sizeof cmd, "'%%s' run %s --rerun-changed > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0);
-    CU_ASSERT_EQUAL(count_lines(ra), 25); /* the 5 snapkv cells again, nothing else */
+    CU_ASSERT_EQUAL(count_lines(ra), 15); /* the 3 snapkv cells again, nothing else */
     snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > /tmp/kvb_runner_n.txt", ra);
     CU_ASSERT(system(cmd) == 0);
     char *n = util_read_file("/tmp/kvb_runner_n.txt", NULL);
-    CU_ASSERT(n && atoi(n) == 5);
+    CU_ASSERT(n && atoi(n) == 3);
     free(n);
     snprintf(cmd, sizeof cmd, "'%%s' run %s > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0); /* now every cell matches */
-    CU_ASSERT_EQUAL(count_lines(ra), 25);
+    CU_ASSERT_EQUAL(count_lines(ra), 15);
     /* --method-opt merges into the suite's options (and so into the fingerprints): the suite's value again is the
      * same cell, another value is a changed one */
     snprintf(cmd, sizeof cmd, "'%%s' run %s --method-opt snapkv:window=4 > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0);
-    CU_ASSERT_EQUAL(count_lines(ra), 25);
+    CU_ASSERT_EQUAL(count_lines(ra), 15);
     snprintf(args, sizeof args, "%s --out %s --quiet --threads 2 --method-opt snapkv:window=16", path, a);
     expect_error(args, "snapkv|50%|2stage|");
     CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":4}, now {\"window\":16}"));

@@ -299,11 +299,16 @@ static float dot_q6_K_scalar(int64_t n, const block_q6_K *x, const block_q8_K *y
     float acc[8] = {0};
     int8_t w[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++) {
+        /* the unsigned 6-bit values dotted, the offset 32 taken off per lane through Q8_K's bsums: lane l loses
+         * 32 (scale[2l] bsums[2l] + scale[2l+1] bsums[2l+1]), as llama.cpp's AVX2 kernel splits it */
         unpack_q6_K(&x[i], w);
+        for (int j = 0; j < QK_K; j++) w[j] = (int8_t)(w[j] + 32);
         int16_t sc16[16];
         for (int g = 0; g < 16; g++) sc16[g] = x[i].scales[g];
         int32_t lane[8];
         k_lanes(w, sc16, y[i].qs, lane);
+        const int16_t *bs = y[i].bsums;
+        for (int l = 0; l < 8; l++) lane[l] -= 32 * (sc16[2 * l] * bs[2 * l] + sc16[2 * l + 1] * bs[2 * l + 1]);
         const float d = y[i].d * F(x[i].d);
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
@@ -394,7 +399,7 @@ static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act,
 
 static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i q[8], scale[8];
         for (int h = 0; h < 2; h++) {
@@ -413,15 +418,18 @@ static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_
         for (int c = 0; c < 8; c++)
             scale[c] = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[2 * c + 1]), _mm_set1_epi16(x[i].scales[2 * c]));
         const float dx = F(x[i].d);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         for (int a = 0; a < n_act; a++) {
             const block_q8_K *y = (const block_q8_K *)(act + a * stride) + i;
+            /* (q - 32) . y as q . y minus 32 x (scales . bsums), lane by lane as llama.cpp splits it */
+            const __m256i off = _mm256_slli_epi32(
+                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), scales16), 5);
             __m256i sumi = _mm256_setzero_si256();
             for (int c = 0; c < 8; c++) {
                 const __m256i yq = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c));
-                /* (q - 32) . y as q . y - 32 . y: maddubs needs an unsigned operand */
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], yq), _mm256_maddubs_epi16(m32, yq));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[c], p16));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[c], _mm256_maddubs_epi16(q[c], yq)));
             }
+            sumi = _mm256_sub_epi32(sumi, off);
             acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[a]);
         }
     }
