@@ -361,6 +361,12 @@ int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
     return 0;
 }
 
+/* The profile section OmniKV reads: its filter layers, only with layers=profile (registry). */
+const char *kvb_omnikv_profile(kvb_opts *o) {
+    const char *layers = kvb_opts_get(o, "layers");
+    return layers && !strcmp(layers, "profile") ? "omnikv" : NULL;
+}
+
 kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     omnikv *s = calloc(1, sizeof *s);
