@@ -276,7 +276,7 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
     int rc = 0;
     for (int i = 0; i < n_in && !rc; i++) {
         say(o, stderr, "calibrate round: input %d/%d: %lld tokens, %d rounds%s\n", i + 1, n_in, (long long)in[i].n,
-                in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
+            in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
         free(P);
         P = malloc((size_t)L * (in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1) * sizeof *P);
         if (!curve || !one || !P) rc = cli_fail("calibrate: out of memory");
@@ -330,7 +330,7 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
     int rc = !ab || !one ? cli_fail("calibrate: out of memory") : 0;
     for (int i = 0; i < n_in && !rc; i++) {
         say(o, stderr, "calibrate omnikv: input %d/%d: %lld tokens%s\n", i + 1, n_in, (long long)in[i].n,
-                in[i].truncated ? " (middle rounds dropped)" : "");
+            in[i].truncated ? " (middle rounds dropped)" : "");
         if (kvb_cal_omnikv_run(c, in[i].ids, in[i].n, o->topk, (int)o->span, one, err, sizeof err))
             rc = cli_fail("calibrate: input %d: %s", i + 1, err);
         for (int l = 0; l < L && !rc; l++) ab[l] += one[l] / n_in;
@@ -416,7 +416,7 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     int rc = !sim || !bases ? cli_fail("calibrate: out of memory") : 0;
     for (int i = 0; i < n_in && !rc; i++) {
         say(o, stderr, "calibrate pod: input %d/%d: %lld tokens, last %ld queries%s\n", i + 1, n_in,
-                (long long)in[i].n, o->q, in[i].truncated ? " (middle rounds dropped)" : "");
+            (long long)in[i].n, o->q, in[i].truncated ? " (middle rounds dropped)" : "");
         if (kvb_cal_pod_run(c, in[i].ids, in[i].n, (int)o->q, sim, err, sizeof err))
             rc = cli_fail("calibrate: input %d: %s", i + 1, err);
     }
