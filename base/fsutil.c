@@ -2,6 +2,7 @@
 #include "base/fsutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,4 +75,25 @@ int kvb_write_file_atomic(const char *path, const char *text, char *err, size_t 
         return -1;
     }
     return 0;
+}
+
+int kvb_lock_file(const char *path, char *err, size_t err_len) {
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) {
+        snprintf(err, err_len, "cannot open lock file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    int rc;
+    while ((rc = fcntl(fd, F_SETLKW, &lk)) != 0 && errno == EINTR) {}
+    if (rc) {
+        snprintf(err, err_len, "cannot lock %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void kvb_unlock_file(int fd) {
+    if (fd >= 0) close(fd); /* closing releases the process's record locks on the file */
 }

@@ -22,6 +22,7 @@
 #include "benchmarks/progress.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/provenance.h"
+#include "benchmarks/runcal.h"
 #include "benchmarks/runopts.h"
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
@@ -747,7 +748,9 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
             for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;
     }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
-    if (prepare_run_json(&st, err, err_len) || plan_shard(&st, err, err_len)) goto done;
+    if (prepare_run_json(&st, err, err_len) || plan_shard(&st, err, err_len) ||
+        kvb_run_calibrate(o, st.model, st.suite, &st.cs, st.out_dir, stderr, err, err_len))
+        goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
     if (load_done(&st, err, err_len)) goto done;
     st.fd = open(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644);

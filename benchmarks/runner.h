@@ -17,7 +17,9 @@
  *      {"type": "infinitebench", "tasks": ["passkey", "number_string", "kv_retrieval"], "lengths": [4096],
  *       "samples": 20} (benchmarks/infbench.h, synth_suite.h)],
  *    "judge": {"base_url": "http://127.0.0.1:8080/v1", "model": "default", ...} (benchmarks/judging.h),
- *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent}
+ *    "optional": a benchmark with "optional": true is skipped (with a line saying so) when its data is absent,
+ *    "calibration": {"samples": 4, "rounds": 12} (optional: the synthetic dialogues of the calibrations the run
+ *    makes, benchmarks/runcal.h; default `kvbench calibrate`'s)}
  * longmemeval and sharegpt are scored by the judge; niah too with "judge": true on it.
  * Any benchmark may set "max_new_tokens" to cap generation below the official length, and "question": "hidden"
  * (default "visible") to compress the context before the question is prefilled (benchmarks/hidden.h; its tasks
@@ -30,6 +32,15 @@
 #include <stdio.h>
 
 #include "benchmarks/shard.h"
+#include "engine/model.h"
+
+/* One calibration the runner asks for (kvb_run_opts.calibrate, benchmarks/runcal.h). */
+typedef struct {
+    const char *kind;    /* the profile section to make: "round", "omnikv" or "pod" (methods/profile.h) */
+    const char *out_dir; /* where its curves and tables go (DIR/calibration) */
+    int samples, rounds; /* synthetic dialogues (the suite's "calibration", else KVB_CAL_SAMPLES, KVB_CAL_ROUNDS) */
+    char result[160];    /* out: the result in one line, e.g. "watershed layer 12 (lw = 13 of 30)" */
+} kvb_cal_request;
 
 typedef struct {
     const char *suite_path;
@@ -54,6 +65,13 @@ typedef struct {
     const char *backend;
     int n_batch, n_ctx;
     const char *dump_kept; /* append each cell's kept positions (engine/kept.h) to this JSONL file */
+    /* Before the cells run, each profile section the cells' methods read (kvb_method_needs.profile) that the
+     * model lacks is made by calibrate (cmd_run: `kvbench calibrate KIND` in-process) and stored in the profile
+     * (benchmarks/runcal.h); with no_calibrate, or calibrate NULL, a missing section is an error naming the
+     * command that makes it. 0, or -1 + err. */
+    int (*calibrate)(void *user, kvb_model *m, kvb_cal_request *rq, char *err, size_t err_len);
+    void *calibrate_user;
+    int no_calibrate;
 } kvb_run_opts;
 
 /* Run (or resume) a suite; a resume reuses a record only when its fingerprint matches (fingerprint.h). Returns 0 when every cell has a record (per-sample failures are records with an

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "benchmarks/runner.h"
 #include "cli/opts.h"
 #include "engine/model.h"
 #include "methods/method.h"
@@ -49,6 +50,12 @@ int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t 
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
     "  --batch N              prefill chunk size in tokens (default 512)\n"
+
+/* `kvbench calibrate rq->kind`'s analysis with its defaults (rq->samples / rq->rounds when > 0) on m, quietly:
+ * the curves and tables go to rq->out_dir, the result is stored in m's profile (methods/profile.h) and
+ * summarised in rq->result. 0, or 1 with the error printed (cli_fail). `kvbench run` calls it for the profile
+ * sections its cells need (benchmarks/runcal.h). */
+int cli_calibrate(kvb_model *m, const cli_engine_opts *eo, kvb_cal_request *rq);
 
 /* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
 kvb_model *cli_load_model(const cli_engine_opts *o);

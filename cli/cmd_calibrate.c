@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,35 @@ typedef struct {
     long samples, rounds, chunk, max_tokens, n_filter, span, q;
     double frac, eps, topk, delta;
     int dry_run;
+    int quiet;            /* `run`'s calibration: errors only; the result goes to result */
+    char *result;         /* out (may be NULL): the result in one line */
+    size_t result_cap;
 } cal_opts;
+
+static void cal_defaults(cal_opts *o) {
+    *o = (cal_opts){.out_dir = ".", .samples = KVB_CAL_SAMPLES, .rounds = KVB_CAL_ROUNDS, .chunk = 256,
+                    .max_tokens = 2500, .n_filter = 3, .span = -1, .q = 16, .frac = 0.5, .eps = 1e-6, .topk = 0.1,
+                    .delta = 0.5};
+}
+
+/* What the command prints (f: stdout for results, stderr for progress); nothing when quiet. */
+static void say(const cal_opts *o, FILE *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(const cal_opts *o, FILE *f, const char *fmt, ...) {
+    if (o->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+}
+
+static void set_result(const cal_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_result(const cal_opts *o, const char *fmt, ...) {
+    if (!o->result) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->result, o->result_cap, fmt, ap);
+    va_end(ap);
+}
 
 static void inputs_free(cal_input *in, int n) {
     for (int i = 0; i < n; i++) kvb_rounds_free(&in[i]);
@@ -185,9 +214,9 @@ static FILE *open_csv(const cal_opts *o, const char *suffix, char *path, size_t 
     return f;
 }
 
-static int close_csv(FILE *f, const char *path) {
+static int close_csv(const cal_opts *o, FILE *f, const char *path) {
     if (fclose(f)) return cli_fail("calibrate: cannot write %s: %s", path, strerror(errno));
-    fprintf(stderr, "calibrate: wrote %s\n", path);
+    say(o, stderr, "calibrate: wrote %s\n", path);
     return 0;
 }
 
@@ -199,9 +228,9 @@ static FILE *open_table(const cal_opts *o, char *path, size_t cap) {
     return f;
 }
 
-static int close_table(FILE *f, const char *path) {
+static int close_table(const cal_opts *o, FILE *f, const char *path) {
     if (fclose(f)) return cli_fail("calibrate: cannot write %s: %s", path, strerror(errno));
-    printf("per-layer table: %s\n", path);
+    say(o, stdout, "per-layer table: %s\n", path);
     return 0;
 }
 
@@ -209,10 +238,10 @@ static int store(const kvb_model *m, const cal_opts *o, cJSON *section) {
     char err[512], path[1024];
     int rc = 0;
     if (!section) rc = cli_fail("calibrate: out of memory");
-    else if (o->dry_run) printf("dry run: profile not written\n");
+    else if (o->dry_run) say(o, stdout, "dry run: profile not written\n");
     else if (kvb_profile_store(m, o->kind, section, err, sizeof err) || kvb_profile_path(m, path, sizeof path, err, sizeof err))
         rc = cli_fail("calibrate: %s", err);
-    else printf("profile: %s (section \"%s\")\n", path, o->kind);
+    else say(o, stdout, "profile: %s (section \"%s\")\n", path, o->kind);
     cJSON_Delete(section);
     return rc;
 }
@@ -246,8 +275,8 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
     float *P = NULL;
     int rc = 0;
     for (int i = 0; i < n_in && !rc; i++) {
-        fprintf(stderr, "calibrate round: input %d/%d: %lld tokens, %d rounds%s\n", i + 1, n_in, (long long)in[i].n,
-                in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
+        say(o, stderr, "calibrate round: input %d/%d: %lld tokens, %d rounds%s\n", i + 1, n_in, (long long)in[i].n,
+            in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
         free(P);
         P = malloc((size_t)L * (in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1) * sizeof *P);
         if (!curve || !one || !P) rc = cli_fail("calibrate: out of memory");
@@ -276,10 +305,11 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
         fprintf(f, "%d,%.6f\n", l, curve[l]);
         fprintf(t, "| %d | %.4f%s |\n", l, curve[l], l == w ? " <- watershed" : "");
     }
-    rc = close_csv(f, path);
-    if (close_table(t, tpath)) rc = 1;
-    printf("\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers\n",
-           w, o->frac, mx, w + 1, L);
+    rc = close_csv(o, f, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    say(o, stdout, "\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers\n",
+        w, o->frac, mx, w + 1, L);
+    set_result(o, "watershed layer %d (lw = %d of %d layers)", w, w + 1, L);
     cJSON *s = base_section(o, n_in);
     cJSON_AddNumberToObject(s, "lw", w + 1);
     cJSON_AddNumberToObject(s, "watershed_layer", w);
@@ -299,8 +329,8 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
     double *ab = calloc((size_t)L, sizeof *ab), *one = calloc((size_t)L, sizeof *one);
     int rc = !ab || !one ? cli_fail("calibrate: out of memory") : 0;
     for (int i = 0; i < n_in && !rc; i++) {
-        fprintf(stderr, "calibrate omnikv: input %d/%d: %lld tokens%s\n", i + 1, n_in, (long long)in[i].n,
-                in[i].truncated ? " (middle rounds dropped)" : "");
+        say(o, stderr, "calibrate omnikv: input %d/%d: %lld tokens%s\n", i + 1, n_in, (long long)in[i].n,
+            in[i].truncated ? " (middle rounds dropped)" : "");
         if (kvb_cal_omnikv_run(c, in[i].ids, in[i].n, o->topk, (int)o->span, one, err, sizeof err))
             rc = cli_fail("calibrate: input %d: %s", i + 1, err);
         for (int l = 0; l < L && !rc; l++) ab[l] += one[l] / n_in;
@@ -326,11 +356,12 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
         fprintf(f, "%d,%.6f\n", l, ab[l]);
         fprintf(t, "| %d | %.4f%s |\n", l, ab[l], chosen ? " <- filter" : "");
     }
-    rc = close_csv(f, path);
-    if (close_table(t, tpath)) rc = 1;
-    printf("\nfilter layers:");
-    for (int k = 0; k < nf; k++) printf("%s%d", k ? ";" : " ", layers[k]);
-    printf(" (highest ability among layers 1..%d, no two adjacent)\n", L - 3);
+    rc = close_csv(o, f, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    char chosen[64] = "";
+    for (int k = 0, at = 0; k < nf; k++) at += snprintf(chosen + at, sizeof chosen - (size_t)at, "%s%d", k ? ";" : "", layers[k]);
+    say(o, stdout, "\nfilter layers: %s (highest ability among layers 1..%d, no two adjacent)\n", chosen, L - 3);
+    set_result(o, "filter layers %s (used with --method-opt layers=profile)", chosen);
     cJSON *s = base_section(o, n_in);
     cJSON_AddItemToObject(s, "layers", ints(layers, nf));
     cJSON_AddStringToObject(s, "rule", "greedy by descending filter ability among layers 1..L-3, no two adjacent");
@@ -355,26 +386,26 @@ static int write_pod_csv(const cal_opts *o, const double *sim, int L, int HK) {
         for (int g = 0; g < HK; g++) fprintf(f, ",%.6f", sim[((int64_t)g * L + l) * L + l - 1]);
         fputc('\n', f);
     }
-    if (close_csv(f, path)) return 1;
+    if (close_csv(o, f, path)) return 1;
     if (!(f = open_csv(o, "-matrix", path, sizeof path))) return 1;
     fprintf(f, "kv_head,layer_a,layer_b,similarity\n");
     for (int g = 0; g < HK; g++)
         for (int a = 0; a < L; a++)
             for (int b = 0; b < L; b++) fprintf(f, "%d,%d,%d,%.6f\n", g, a, b, sim[((int64_t)g * L + a) * L + b]);
-    return close_csv(f, path);
+    return close_csv(o, f, path);
 }
 
-static void print_blocks(const int *base, int L, int g) {
-    printf("kv head %d:", g);
+static void print_blocks(const cal_opts *o, const int *base, int L, int g) {
+    say(o, stdout, "kv head %d:", g);
     for (int l = 0; l < L; l++)
         if (base[l] == l) {
             int e = l;
             while (e + 1 < L && base[e + 1] == l) e++;
-            printf(e > l ? " [%d-%d]" : " [%d]", l, e);
+            say(o, stdout, e > l ? " [%d-%d]" : " [%d]", l, e);
         }
     int nb = 0;
     for (int l = 0; l < L; l++) nb += base[l] == l;
-    printf("  (%d blocks, key saving %.1f%% of layers)\n", nb, 100.0 * (L - nb) / L);
+    say(o, stdout, "  (%d blocks, key saving %.1f%% of layers)\n", nb, 100.0 * (L - nb) / L);
 }
 
 static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
@@ -384,8 +415,8 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     int *bases = calloc((size_t)HK * L, sizeof *bases);
     int rc = !sim || !bases ? cli_fail("calibrate: out of memory") : 0;
     for (int i = 0; i < n_in && !rc; i++) {
-        fprintf(stderr, "calibrate pod: input %d/%d: %lld tokens, last %ld queries%s\n", i + 1, n_in,
-                (long long)in[i].n, o->q, in[i].truncated ? " (middle rounds dropped)" : "");
+        say(o, stderr, "calibrate pod: input %d/%d: %lld tokens, last %ld queries%s\n", i + 1, n_in,
+            (long long)in[i].n, o->q, in[i].truncated ? " (middle rounds dropped)" : "");
         if (kvb_cal_pod_run(c, in[i].ids, in[i].n, (int)o->q, sim, err, sizeof err))
             rc = cli_fail("calibrate: input %d: %s", i + 1, err);
     }
@@ -406,13 +437,16 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
         for (int g = 0; g < HK; g++) fprintf(t, " %.3f |", sim[((int64_t)g * L + l) * L + l - 1]);
     }
     fputc('\n', t);
-    if (close_table(t, tpath)) { free(sim); free(bases); return 1; }
-    printf("\nblocks (delta %.2f):\n", o->delta);
+    if (close_table(o, t, tpath)) { free(sim); free(bases); return 1; }
+    say(o, stdout, "\nblocks (delta %.2f):\n", o->delta);
+    char savings[128] = "";
     cJSON *b = cJSON_CreateArray(), *curve = cJSON_CreateArray(), *saving = cJSON_CreateArray();
     double *cons = malloc((size_t)L * sizeof *cons);
     for (int g = 0; g < HK && cons; g++) {
         int nb = kvb_cal_group(sim + (int64_t)g * L * L, L, o->delta, bases + (int64_t)g * L);
-        print_blocks(bases + (int64_t)g * L, L, g);
+        print_blocks(o, bases + (int64_t)g * L, L, g);
+        size_t at = strlen(savings);
+        snprintf(savings + at, sizeof savings - at, "%s%.0f%%", g ? ", " : "", 100.0 * (L - nb) / L);
         cJSON_AddItemToArray(b, ints(bases + (int64_t)g * L, L));
         for (int l = 1; l < L; l++) cons[l - 1] = sim[((int64_t)g * L + l) * L + l - 1];
         cJSON_AddItemToArray(curve, doubles(cons, L - 1));
@@ -422,6 +456,7 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     free(cons);
     free(sim);
     free(bases);
+    set_result(o, "layer blocks of %d KV heads (delta %.2f): key saving %s of layers", HK, o->delta, savings);
     cJSON *s = base_section(o, n_in);
     cJSON_AddItemToObject(s, "bases", b);
     cJSON_AddNumberToObject(s, "delta", o->delta);
@@ -477,9 +512,25 @@ static int run_kind(kvb_model *m, const cli_engine_opts *eo, const cal_opts *o) 
     return rc;
 }
 
+/* The analysis of o->kind on m: the model-dependent defaults, then run_kind (both commands come here). */
+static int calibrate_model(kvb_model *m, const cli_engine_opts *eo, cal_opts *o) {
+    if (!m->tok) return cli_fail("calibrate: the model has no tokenizer (synthetic models cannot be calibrated)");
+    if (o->span < 0) o->span = (m->cfg.n_layer + 2) / 4; /* round(L / 4) */
+    return run_kind(m, eo, o);
+}
+
+int cli_calibrate(kvb_model *m, const cli_engine_opts *eo, kvb_cal_request *rq) {
+    cal_opts o;
+    cal_defaults(&o);
+    o.kind = rq->kind, o.out_dir = rq->out_dir, o.quiet = 1, o.result = rq->result, o.result_cap = sizeof rq->result;
+    if (rq->samples > 0) o.samples = rq->samples;
+    if (rq->rounds > 0) o.rounds = rq->rounds;
+    return calibrate_model(m, eo, &o);
+}
+
 int cmd_calibrate(int argc, char **argv) {
-    cal_opts o = {.out_dir = ".", .samples = 4, .rounds = 12, .chunk = 256, .max_tokens = 2500,
-                  .n_filter = 3, .span = -1, .q = 16, .frac = 0.5, .eps = 1e-6, .topk = 0.1, .delta = 0.5};
+    cal_opts o;
+    cal_defaults(&o);
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     cli_list files = {o.files, 0, 64};
@@ -501,8 +552,7 @@ int cmd_calibrate(int argc, char **argv) {
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
-    if (o.span < 0) o.span = (m->cfg.n_layer + 2) / 4; /* round(L / 4) */
-    int rc = run_kind(m, &eo, &o);
+    int rc = calibrate_model(m, &eo, &o);
     kvb_model_free(m);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "benchmarks/runner.h"
+#include "benchmarks/runopts.h"
 #include "cli/cli.h"
 
 static const char *HELP =
@@ -19,6 +20,13 @@ static const char *HELP =
     "with --rerun-changed it runs again. At the end it\n"
     "writes DIR/summary.csv, DIR/report.md and SVG charts and prints the main table.\n"
     "\n"
+    "Calibration: a method that reads the model's calibration profile (round without lw=, pod without block=,\n"
+    "omnikv with layers=profile; README \"Calibration\") on a model whose profile lacks its section is calibrated\n"
+    "first, once, as `kvbench calibrate KIND` does (4 synthetic 12-round dialogues, or the suite's\n"
+    "\"calibration\": {\"samples\": N, \"rounds\": N}): one line says so, one gives the result; the curves and tables\n"
+    "go to DIR/calibration/ and the profile is stored, so later runs reuse it. Shards sharing a profile directory\n"
+    "wait for the one calibrating (a lock file beside the profile) and then reuse its result.\n"
+    "\n"
     "options:\n"
     "  --out DIR              results directory (default: the suite's \"output\")\n"
     "  --limit N              at most N samples per task\n"
@@ -28,6 +36,7 @@ static const char *HELP =
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
     "  --rerun-changed        run again the cells whose stored record was made with other inputs\n"
+    "  --no-calibrate         a missing calibration is an error naming the command to run, not calibrated here\n"
     "  --method-opt K=V       a method option for every method of the suite but full, or M:K=V for method M\n"
     "                         only (repeatable; replaces the suite's value; recorded in the fingerprints)\n"
     "  --method NAME          = --methods NAME;  --budget B = --budgets B\n"
@@ -64,6 +73,12 @@ static int method_opt_fn(void *dst, const char *opt, const char *v, char *err, s
     return 0;
 }
 
+/* kvb_run_opts.calibrate: `kvbench calibrate KIND` in-process, with the run's engine settings */
+static int calibrate_fn(void *user, kvb_model *m, kvb_cal_request *rq, char *err, size_t err_len) {
+    if (cli_calibrate(m, user, rq)) return snprintf(err, err_len, "%s calibration failed (the line above says why)", rq->kind), -1;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
     kvb_dtype kv = KVB_F16;
@@ -74,6 +89,7 @@ int cmd_run(int argc, char **argv) {
     }
     o.argv_line = line;
     cli_opt opts[] = {CLI_FLAG("--quiet", &o.quiet), CLI_FLAG("--judge-refresh", &o.judge_refresh),
+                      CLI_FLAG("--no-calibrate", &o.no_calibrate),
                       CLI_FLAG("--rerun-changed", &o.rerun_changed), CLI_STR("--out", &o.out_dir),
                       CLI_STR("--methods", &o.methods), CLI_STR("--budgets", &o.budgets), CLI_STR("--model", &o.model),
                       CLI_STR("--judge-url", &o.judge_url), CLI_STR("--judge-model", &o.judge_model),
@@ -89,6 +105,9 @@ int cmd_run(int argc, char **argv) {
     if (!n_pos) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
     o.suite_path = argv[1];
     o.kv_f32 = kv == KVB_F32;
+    cli_engine_opts eo = {.ctx = kvb_run_ctx_params(&o)};
+    o.calibrate = calibrate_fn;
+    o.calibrate_user = &eo;
     char err[1024];
     if (kvb_run_suite(&o, stdout, err, sizeof err)) return cli_fail("run: %s", err);
     return 0;

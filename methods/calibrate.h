@@ -22,6 +22,10 @@
 #include "engine/model.h"
 #include "engine/session.h"
 
+/* The default calibration inputs (`kvbench calibrate` and the calibration `kvbench run` makes): this many
+ * synthetic multi-round recall dialogues of this many rounds. */
+enum { KVB_CAL_SAMPLES = 4, KVB_CAL_ROUNDS = 12 };
+
 /* ---- pure math ---- */
 
 /* KL(p || q) in nats of two distributions over n entries, each smoothed as (x_i + eps) / (sum x + n eps)

@@ -64,6 +64,8 @@ typedef struct {
                              the history rounds and it prefills the question round */
     int shares_prefill;   /* may adopt a shared exact prefill (all but methods whose prefill is not exact) */
     int takes_budget;     /* 0: refuses any budget below 100% (full, the baseline): a suite runs it once */
+    const char *profile;  /* the calibration profile section it reads with these options (methods/profile.h:
+                             "round" without lw=, "pod" without block=, "omnikv" with layers=profile), or NULL */
 } kvb_method_needs;
 
 /* Method traits, the registry's data behind kvb_method_needs. */
@@ -83,6 +85,8 @@ typedef struct {
     int (*obs_window)(kvb_opts *o, int *rows, char *err, size_t err_len);
     kvb_method *(*create)(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
     const char *summary;
+    /* The profile section it reads with these options (kvb_method_needs.profile); NULL: reads none. */
+    const char *(*profile)(kvb_opts *o);
 } kvb_method_info;
 
 /* Registered method by name or alias (NULL = unknown). */

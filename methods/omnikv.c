@@ -8,10 +8,16 @@
  * of the current step). Prefill is exact (the paper's prefill is full attention).
  *
  * Budget (Mem%, sec. 5): full layers hold F_share = (2|F| + |L0|) / L of the cache; the sparse layers' token
- * budget is T = (Mem% - F_share) / (1 - F_share) x prompt tokens. A Mem% below F_share is an error.
+ * budget is T = (Mem% - F_share) / (1 - F_share) x prompt tokens. A Mem% below F_share is an error (the default
+ * layers first drop filter layers to fit: below).
  *
  * Choices (flags): layers=a;b;c, default the paper's layers scaled to the model's depth (round(l x L / 32):
- * 2;8;17 of 30 layers), or layers=profile for the calibrated ones (`kvbench calibrate omnikv`). The default is
+ * 2;8;17 of 30 layers, 2;6;14 of 24). When a Mem% budget is below the scaled layers' F_share, the default drops
+ * filter layers from the last one until F_share <= Mem% (24 layers at 30%: 2;6;14 holds 8/24 = 33%, so 2;6 with
+ * 6/24 = 25%), keeping at least one; only when even the first alone does not fit is it an error, naming the
+ * smallest budget that would. The layers used are in the method's parameters (describe: layers=...) and the note
+ * says what was dropped. Given layers (layers=a;b;c, layers=profile) are never changed: a budget below their
+ * F_share stays an error. Or layers=profile for the calibrated ones (`kvbench calibrate omnikv`). The default is
  * not the profile because on the default model the calibrated 2;5;8 found no needle where 2;8;17 found 12/15
  * (README), and every command (run, bench, fidelity, serve) must use the same layers; selector=last|uniform|exp; window=16; offload=1 (default: the paper's
  * Mem% is GPU-resident KV, which only holds with offload): sparse layers' KV lives in the host tier and each
@@ -71,17 +77,6 @@ static int parse_layers(omnikv *s, const char *v, int n_layer, char *err, size_t
     return 0;
 }
 
-static void default_layers(omnikv *s, int n_layer) {
-    static const int paper[3] = {2, 8, 18};
-    s->n_filter = 0;
-    for (int i = 0; i < 3; i++) {
-        int l = (int)lround(paper[i] * (double)n_layer / 32.0);
-        if (l >= n_layer) l = n_layer - 1;
-        if (s->n_filter && l <= s->filter[s->n_filter - 1]) continue;
-        s->filter[s->n_filter++] = l;
-    }
-}
-
 static void classify(omnikv *s, int n_layer) {
     int n_full = 0;
     for (int l = 0; l < n_layer; l++) {
@@ -96,6 +91,51 @@ static void classify(omnikv *s, int n_layer) {
         n_full += s->kind[l] != K_SPARSE;
     }
     s->full_share = (double)n_full / n_layer;
+}
+
+static void default_layers(omnikv *s, int n_layer) {
+    static const int paper[3] = {2, 8, 18};
+    s->n_filter = 0;
+    for (int i = 0; i < 3; i++) {
+        int l = (int)lround(paper[i] * (double)n_layer / 32.0);
+        if (l >= n_layer) l = n_layer - 1;
+        if (s->n_filter && l <= s->filter[s->n_filter - 1]) continue;
+        s->filter[s->n_filter++] = l;
+    }
+}
+
+static int layers_str(const omnikv *s, int n_filter, char *buf, size_t cap) {
+    int n = 0;
+    buf[0] = 0;
+    for (int f = 0; f < n_filter && n >= 0 && (size_t)n < cap; f++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%d", f ? ";" : "", s->filter[f]);
+    return n;
+}
+
+/* The default layers under a Mem% budget (the header's rule): the paper's scaled layers, the last filter layer
+ * dropped while the full layers' share exceeds the budget, at least one kept. */
+static int fit_default_layers(omnikv *s, int n_layer, const kvb_budget *b, char *err, size_t err_len) {
+    default_layers(s, n_layer);
+    classify(s, n_layer);
+    if (b->kind != KVB_BUDGET_FRACTION) return 0;
+    const int n_scaled = s->n_filter;
+    const double scaled_share = s->full_share;
+    while (s->n_filter > 1 && b->frac < s->full_share - 1e-9) {
+        s->n_filter--;
+        classify(s, n_layer);
+    }
+    char all[64], kept[64];
+    layers_str(s, n_scaled, all, sizeof all);
+    layers_str(s, s->n_filter, kept, sizeof kept);
+    if (b->frac < s->full_share - 1e-9)
+        return ERR("omnikv: budget %.1f%% is below the share of the full-attention layers even with one filter layer "
+                   "(layers=%s: %.1f%% of %d layers); the smallest budget that fits is %.1f%%",
+                   100 * b->frac, kept, 100 * s->full_share, n_layer, ceil(1000 * s->full_share - 1e-6) / 10);
+    if (s->n_filter < n_scaled)
+        snprintf(s->base.note, sizeof s->base.note,
+                 "default layers %s (the paper's 2;8;18 of 32 scaled) hold %.1f%% > budget %.1f%%: layers=%s (%.1f%%)",
+                 all, 100 * scaled_share, 100 * b->frac, kept, 100 * s->full_share);
+    return 0;
 }
 
 /* Token scores S_j = sum_w alpha_w max_h A[h, w, j] over the window rows of a filter layer (on the backend).
@@ -272,9 +312,9 @@ static double omnikv_formula(kvb_method *m, kvb_ctx *c) {
 static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
     omnikv *s = (omnikv *)m;
     static const char *sel[] = {"last", "uniform", "exp"};
-    int n = snprintf(buf, cap, "layers=");
-    for (int f = 0; f < s->n_filter && n > 0 && (size_t)n < cap; f++)
-        n += snprintf(buf + n, cap - (size_t)n, "%s%d", f ? ";" : "", s->filter[f]);
+    char layers[64];
+    layers_str(s, s->n_filter, layers, sizeof layers);
+    int n = snprintf(buf, cap, "layers=%s", layers);
     if (n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, " selector=%s offload=%d full_share=%.3f T=%lld", sel[s->selector],
                  s->offload, s->full_share, (long long)s->T);
@@ -321,6 +361,12 @@ int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
     return 0;
 }
 
+/* The profile section OmniKV reads: its filter layers, only with layers=profile (registry). */
+const char *kvb_omnikv_profile(kvb_opts *o) {
+    const char *layers = kvb_opts_get(o, "layers");
+    return layers && !strcmp(layers, "profile") ? "omnikv" : NULL;
+}
+
 kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     omnikv *s = calloc(1, sizeof *s);
@@ -340,8 +386,8 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
         s->n_filter = got;
     } else if (layers) {
         if (parse_layers(s, layers, cfg->n_layer, err, err_len)) goto fail;
-    } else {
-        default_layers(s, cfg->n_layer);
+    } else if (fit_default_layers(s, cfg->n_layer, b, err, err_len)) {
+        goto fail;
     }
     if (read_selector(o, &s->selector, &s->window, err, err_len)) goto fail;
     int64_t v;

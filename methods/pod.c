@@ -231,6 +231,9 @@ static void pod_destroy(kvb_method *m) {
     free(s);
 }
 
+/* The profile section PoD reads: its layer blocks, unless block= is given (registry). */
+const char *kvb_pod_profile(kvb_opts *o) { return kvb_opts_get(o, "block") ? NULL : "pod"; }
+
 kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     pod *s = calloc(1, sizeof *s);

@@ -60,12 +60,44 @@ cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
     return j;
 }
 
-int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len) {
-    char dir[900], path[1024], hex[65];
-    if (profile_dir(dir, sizeof dir, err, err_len) || kvb_profile_path(m, path, sizeof path, err, err_len) ||
-        kvb_model_sha256(m, hex, err, err_len))
-        return -1;
+static char lock_path[1100];
+static int lock_fd = -1, lock_depth;
+
+int kvb_profile_lock(const kvb_model *m, char *err, size_t err_len) {
+    char dir[900], path[1100];
+    if (profile_dir(dir, sizeof dir, err, err_len) || kvb_profile_path(m, path, sizeof path - 5, err, err_len)) return -1;
+    strcat(path, ".lock");
+    if (lock_depth) {
+        if (strcmp(path, lock_path)) return ERR("profile lock: already holding %s", lock_path);
+        lock_depth++;
+        return 0;
+    }
     if (kvb_mkdirs(dir)) return ERR("cannot create %s: %s", dir, strerror(errno));
+    if ((lock_fd = kvb_lock_file(path, err, err_len)) < 0) return -1;
+    snprintf(lock_path, sizeof lock_path, "%s", path);
+    lock_depth = 1;
+    return 0;
+}
+
+void kvb_profile_unlock(void) {
+    if (lock_depth > 0 && --lock_depth == 0) {
+        kvb_unlock_file(lock_fd);
+        lock_fd = -1;
+    }
+}
+
+int kvb_profile_has(const kvb_model *m, const char *section, char *err, size_t err_len) {
+    cJSON *root = kvb_profile_load(m, err, err_len);
+    if (!root) return err[0] ? -1 : 0;
+    int has = cJSON_GetObjectItemCaseSensitive(root, section) != NULL;
+    cJSON_Delete(root);
+    return has;
+}
+
+/* Read, replace the section, write (the caller holds the lock). */
+static int store_locked(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len) {
+    char path[1024], hex[65];
+    if (kvb_profile_path(m, path, sizeof path, err, err_len) || kvb_model_sha256(m, hex, err, err_len)) return -1;
     cJSON *root = kvb_profile_load(m, err, err_len);
     if (!root) {
         if (err[0]) return -1;
@@ -80,6 +112,13 @@ int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, cha
     if (!text) return ERR("out of memory");
     int rc = kvb_write_file_atomic(path, text, err, err_len);
     free(text);
+    return rc;
+}
+
+int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len) {
+    if (kvb_profile_lock(m, err, err_len)) return -1;
+    int rc = store_locked(m, section, value, err, err_len);
+    kvb_profile_unlock();
     return rc;
 }
 

@@ -17,8 +17,17 @@ int kvb_model_sha256(const kvb_model *m, char hex[65], char *err, size_t err_len
 int kvb_profile_path(const kvb_model *m, char *path, size_t cap, char *err, size_t err_len);
 /* The model's profile (NULL when none; *err set only on a real error such as a corrupt file: check err[0]). */
 cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len);
-/* Replace one section of the model's profile (atomic write). */
+/* Replace one section of the model's profile (atomic write, under kvb_profile_lock). */
 int kvb_profile_store(const kvb_model *m, const char *section, cJSON *value, char *err, size_t err_len);
+/* 1 when the model's profile has the section, 0 when not (or there is no profile), -1 + err (corrupt profile). */
+int kvb_profile_has(const kvb_model *m, const char *section, char *err, size_t err_len);
+/* Hold the model's profile exclusively (PROFILE.lock beside it, base/fsutil.h kvb_lock_file: waits while another
+ * process holds it, also across NFS clients), so that processes sharing a profile directory (shards, Slurm array
+ * tasks) check for a section, make it and store it one at a time: the first calibrates, the others wait and
+ * then find its result. Nests within a process (kvb_profile_store takes it too); one model's profile at a time.
+ * 0, or -1 + err. */
+int kvb_profile_lock(const kvb_model *m, char *err, size_t err_len);
+void kvb_profile_unlock(void);
 
 /* Method lookups: 1 = found, 0 = no profile / no section, -1 = error. */
 int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len);

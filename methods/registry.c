@@ -24,25 +24,28 @@ kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
 int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
+const char *kvb_omnikv_profile(kvb_opts *o);
+const char *kvb_round_profile(kvb_opts *o);
+const char *kvb_pod_profile(kvb_opts *o);
 
 enum { BUDGET = KVB_NEEDS_BUDGET, SHARES = KVB_SHARES_PREFILL };
 
 static const kvb_method_info METHODS[] = {
-    /* name, aliases, traits, observation window, create, summary */
-    {"full", "flash", KVB_NO_BUDGET | SHARES, NULL, kvb_full_create, "exact attention over the whole cache (the baseline)"},
-    {"streamingllm", NULL, BUDGET | SHARES, NULL, kvb_streamingllm_create, "attention sinks + recent window, the rest evicted"},
-    {"h2o", NULL, BUDGET | SHARES | KVB_PREFILL_SCORES, NULL, kvb_h2o_create, "heavy hitters + recent tokens, evicting every step"},
-    {"snapkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_snapkv_create, "prefix voted by the last queries, pooled, top-k + window"},
-    {"omnikv", NULL, BUDGET | SHARES, kvb_omnikv_obs_window, kvb_omnikv_create, "filter layers pick the tokens the sparse layers attend to"},
-    {"round", NULL, KVB_OWN_PREFILL, NULL, kvb_round_create, "Round Attention: rounds picked at the watershed layer, deep layers' on host"},
-    {"pod", NULL, SHARES, NULL, kvb_pod_create, "PoD: proximal tokens exact, distant ones share the block's base-layer scores"},
-    {"random", NULL, BUDGET | SHARES, NULL, kvb_random_create, "the control: a seeded random subset + sinks + window, once after prefill"},
-    {"pyramidkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_pyramidkv_create, "SnapKV's scores, budgets falling linearly from the bottom layer to the top"},
-    {"tova", NULL, BUDGET | SHARES, kvb_tova_obs_window, kvb_tova_create, "TOVA: evicts the token the current query attends least (head mean), every step"},
-    {"knorm", NULL, BUDGET | SHARES, NULL, kvb_knorm_create, "keeps the tokens whose keys have the lowest L2 norm, once after prefill"},
-    {"adakv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_adakv_create, "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)"},
-    {"quest", NULL, BUDGET | SHARES, NULL, kvb_quest_create, "Quest: all KV resident, each step attends the top pages by min/max key bounds"},
-    {"kivi", NULL, SHARES, NULL, kvb_kivi_create, "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full"},
+    /* name, aliases, traits, observation window, create, summary, profile section read */
+    {"full", "flash", KVB_NO_BUDGET | SHARES, NULL, kvb_full_create, "exact attention over the whole cache (the baseline)", NULL},
+    {"streamingllm", NULL, BUDGET | SHARES, NULL, kvb_streamingllm_create, "attention sinks + recent window, the rest evicted", NULL},
+    {"h2o", NULL, BUDGET | SHARES | KVB_PREFILL_SCORES, NULL, kvb_h2o_create, "heavy hitters + recent tokens, evicting every step", NULL},
+    {"snapkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_snapkv_create, "prefix voted by the last queries, pooled, top-k + window", NULL},
+    {"omnikv", NULL, BUDGET | SHARES, kvb_omnikv_obs_window, kvb_omnikv_create, "filter layers pick the tokens the sparse layers attend to", kvb_omnikv_profile},
+    {"round", NULL, KVB_OWN_PREFILL, NULL, kvb_round_create, "Round Attention: rounds picked at the watershed layer, deep layers' on host", kvb_round_profile},
+    {"pod", NULL, SHARES, NULL, kvb_pod_create, "PoD: proximal tokens exact, distant ones share the block's base-layer scores", kvb_pod_profile},
+    {"random", NULL, BUDGET | SHARES, NULL, kvb_random_create, "the control: a seeded random subset + sinks + window, once after prefill", NULL},
+    {"pyramidkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_pyramidkv_create, "SnapKV's scores, budgets falling linearly from the bottom layer to the top", NULL},
+    {"tova", NULL, BUDGET | SHARES, kvb_tova_obs_window, kvb_tova_create, "TOVA: evicts the token the current query attends least (head mean), every step", NULL},
+    {"knorm", NULL, BUDGET | SHARES, NULL, kvb_knorm_create, "keeps the tokens whose keys have the lowest L2 norm, once after prefill", NULL},
+    {"adakv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_adakv_create, "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)", NULL},
+    {"quest", NULL, BUDGET | SHARES, NULL, kvb_quest_create, "Quest: all KV resident, each step attends the top pages by min/max key bounds", NULL},
+    {"kivi", NULL, SHARES, NULL, kvb_kivi_create, "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full", NULL},
 };
 #define N_METHODS ((int)(sizeof METHODS / sizeof METHODS[0]))
 
@@ -101,6 +104,7 @@ int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *o
     out->shares_prefill = !!(info->traits & KVB_SHARES_PREFILL);
     kvb_opts copy = {0}; /* reading an option marks it used: read a copy */
     if (o) copy = *o;
+    out->profile = info->profile ? info->profile(&copy) : NULL;
     return info->obs_window ? info->obs_window(&copy, &out->obs_window, err, err_len) : 0;
 }
 

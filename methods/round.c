@@ -236,6 +236,9 @@ static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t 
     return rc ? -1 : 0;
 }
 
+/* The profile section Round Attention reads: its watershed layer, unless lw= is given (registry). */
+const char *kvb_round_profile(kvb_opts *o) { return kvb_opts_get(o, "lw") ? NULL : "round"; }
+
 kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     round_m *s = calloc(1, sizeof *s);

@@ -4,8 +4,10 @@
  * forms), the round curve, the watershed rule, the filter ability and the filter choice, PoD's JS matrix and
  * Algorithm 1's blocks. Then the command end to end on the default model (one short synthetic dialogue per
  * kind, profile in a temporary KVB_PROFILE_DIR): the profile holds values the methods accept, and Round
- * Attention, OmniKV and PoD then run from it without flags; bad input is a one-line error. Runs the binary
- * from KVB_BIN (set by CTest). */
+ * Attention, OmniKV and PoD then run from it without flags; bad input is a one-line error. And `kvbench run`
+ * on a model without a profile: it calibrates what its suite needs once (then a second run does not), errors
+ * with --no-calibrate, and two concurrent shards calibrate once between them. Runs the binary from KVB_BIN (set
+ * by CTest). */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -340,6 +342,90 @@ static void test_dry_run_leaves_the_profile_alone(void) {
     free(r);
 }
 
+/* ---- `kvbench run` calibrates what its suite needs ---- */
+
+/* A suite of Round Attention (no lw=: reads the profile) and OmniKV (its default layers: reads none) on one short
+ * recall dialogue, calibrated with one 4-round dialogue; written to tmp_dir/NAME.json, results under tmp_dir/NAME. */
+static void write_suite(const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s.json", tmp_dir, name);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"name\": \"%s\", \"model\": \"default\", \"output\": \"%s/%s\", \"seed\": 1,\n"
+               " \"calibration\": {\"samples\": 1, \"rounds\": 4},\n"
+               " \"methods\": [{\"name\": \"round\"}, {\"name\": \"omnikv\"}], \"budgets\": [\"30%%\"],\n"
+               " \"benchmarks\": [{\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 3, \"max_new_tokens\": 2}]}\n",
+            name, tmp_dir, name);
+    fclose(f);
+}
+
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* The first run calibrates round once (one line saying so, one with the result, tables in OUT/calibration) and
+ * stores it; omnikv's default layers and the absent pod need nothing; the second run finds the profile. */
+static void test_run_calibrates_what_the_suite_needs_once(void) {
+    UTIL_REQUIRE_FILE(model);
+    char suite[300], prof[300], args[700], path[400];
+    write_suite("autocal", suite, sizeof suite);
+    snprintf(prof, sizeof prof, "%s/autocal-profiles", tmp_dir);
+    snprintf(args, sizeof args, "run '%s' --quiet --threads 2", suite);
+    run_result *r = malloc(sizeof *r);
+    run(r, prof, args);
+    if (r->exit_code) fprintf(stderr, "\n  exit %d: %s\n", r->exit_code, r->err);
+    CU_ASSERT_EQUAL_FATAL(r->exit_code, 0);
+    CU_ASSERT(count_of(r->err, "run: no round calibration for SmolLM2") == 1 && count_of(r->err, "calibrating (1 dialogue of 4 rounds)") == 1);
+    CU_ASSERT(strstr(r->err, "round: watershed layer ") != NULL && !strstr(r->err, "pod") && !strstr(r->err, "omnikv calibration"));
+    snprintf(path, sizeof path, "%s/autocal/calibration/calibrate-round.md", tmp_dir);
+    char *table = util_read_file(path, NULL);
+    CU_ASSERT(table && strstr(table, "<- watershed"));
+    free(table);
+    cJSON *j = load_profile(prof);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT(cJSON_GetObjectItem(j, "round") && !cJSON_GetObjectItem(j, "pod") && !cJSON_GetObjectItem(j, "omnikv"));
+    cJSON_Delete(j);
+    run(r, prof, args); /* every cell recorded: only the calibration check runs again */
+    CU_ASSERT(r->exit_code == 0 && !strstr(r->err, "calibrat"));
+    if (strstr(r->err, "calibrat")) fprintf(stderr, "\n  second run: %s\n", r->err);
+    free(r);
+}
+
+/* --no-calibrate: a missing section is a one-line error naming the command; the options that decide it are the
+ * merged ones (omnikv reads the profile only with --method-opt layers=profile). */
+static void test_run_no_calibrate_names_the_command(void) {
+    UTIL_REQUIRE_FILE(model);
+    char suite[300], args[700];
+    write_suite("nocal", suite, sizeof suite);
+    snprintf(args, sizeof args, "run '%s' --quiet --no-calibrate", suite);
+    expect_clean_failure(args, "no round calibration for SmolLM2-135M-Instruct.Q4_1.gguf: run `kvbench calibrate round --model ");
+    snprintf(args, sizeof args, "run '%s' --quiet --no-calibrate --methods omnikv --method-opt omnikv:layers=profile", suite);
+    expect_clean_failure(args, "`kvbench calibrate omnikv --model ");
+}
+
+/* Two shards started together on an empty profile directory: one calibrates under the profile's lock, the other
+ * waits and reuses it; both finish. */
+static void test_concurrent_shards_calibrate_once(void) {
+    UTIL_REQUIRE_FILE(model);
+    char suite[300], cmd[2400], path[400], err[2][1 << 12];
+    write_suite("shards", suite, sizeof suite);
+    snprintf(cmd, sizeof cmd, "for i in 0 1; do (KVB_PROFILE_DIR='%s/shard-profiles' '%s' run '%s' --quiet --threads 1 "
+             "--shard $i/2 --out '%s'/shard-$i 2>'%s'/shard-$i.err >/dev/null || echo fail >'%s'/shard-$i.failed) & done; wait",
+             tmp_dir, bin, suite, tmp_dir, tmp_dir, tmp_dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    int calibrations = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/shard-%d.failed", tmp_dir, i);
+        CU_ASSERT(access(path, F_OK) != 0);
+        snprintf(path, sizeof path, "%s/shard-%d.err", tmp_dir, i);
+        slurp(path, err[i], sizeof err[i]);
+        calibrations += count_of(err[i], "run: no round calibration");
+    }
+    CU_ASSERT_EQUAL(calibrations, 1);
+    if (calibrations != 1) fprintf(stderr, "\n  shard 0: %s\n  shard 1: %s\n", err[0], err[1]);
+}
+
 static void test_bad_input_is_a_one_line_error(void) {
     expect_clean_failure("calibrate", "round, omnikv or pod");
     expect_clean_failure("calibrate attention", "unknown kind 'attention'");
@@ -379,6 +465,9 @@ int main(void) {
     CU_add_test(s, "calibrate writes profiles the methods run from", test_calibrate_writes_profiles_the_methods_run_from);
     CU_add_test(s, "dry run leaves the profile alone", test_dry_run_leaves_the_profile_alone);
     CU_add_test(s, "bad input is a one-line error", test_bad_input_is_a_one_line_error);
+    CU_add_test(s, "run calibrates what the suite needs, once", test_run_calibrates_what_the_suite_needs_once);
+    CU_add_test(s, "run --no-calibrate names the command", test_run_no_calibrate_names_the_command);
+    CU_add_test(s, "concurrent shards calibrate once", test_concurrent_shards_calibrate_once);
     int rc = util_run_suites();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);

@@ -1,11 +1,13 @@
 /* test_fsutil.c — the shared file helpers (base/fsutil.h): mkdir -p, whole-file reads of any size and of
- * binary content, and the atomic write that either replaces a file whole or leaves the old one untouched. */
+ * binary content, the atomic write that either replaces a file whole or leaves the old one untouched, and the lock
+ * another process waits on. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util_common.h"
@@ -114,6 +116,25 @@ static void test_failed_atomic_write_leaves_the_old_file(void) {
     CU_ASSERT(strstr(err, "no/such/dir/x.json") && strstr(err, "No such file or directory"));
 }
 
+/* A second process asking for a held lock waits until it is released (the profile lock of shards, methods/profile.h):
+ * the child finds the marker the parent writes just before unlocking. A lock file it cannot create is an error. */
+static void test_lock_waits_for_the_holder(void) {
+    int fd = kvb_lock_file(path_in("x.lock"), err, sizeof err);
+    CU_ASSERT_FATAL(fd >= 0);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+        int cfd = kvb_lock_file(path_in("x.lock"), err, sizeof err);
+        _exit(cfd >= 0 && access(path_in("released"), F_OK) == 0 ? 0 : 1);
+    }
+    usleep(300 * 1000); /* the child is waiting by now */
+    CU_ASSERT(kvb_write_file_atomic(path_in("released"), "1", err, sizeof err) == 0);
+    kvb_unlock_file(fd);
+    int st = 0;
+    CU_ASSERT(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT(kvb_lock_file(path_in("no/such/dir/x.lock"), err, sizeof err) == -1 && strstr(err, "no/such/dir/x.lock"));
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
@@ -123,6 +144,7 @@ int main(void) {
     CU_add_test(s, "read_file failures name the path", test_read_file_failures_name_the_path);
     CU_add_test(s, "atomic write replaces the file whole", test_atomic_write_replaces_the_file_whole);
     CU_add_test(s, "failed atomic write leaves the old file", test_failed_atomic_write_leaves_the_old_file);
+    CU_add_test(s, "a lock waits for its holder", test_lock_waits_for_the_holder);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -1,7 +1,8 @@
 /* test_method_profile.c — calibration profiles (methods/profile.h) on tiny models: the key is the model file's sha256
  * (checked against coreutils' sha256sum), each section is written and read back while the others stay, a copy
  * of the model under another name finds the same profile and another model none, and a corrupt profile or a
- * malformed section is a one-line error that never overwrites the file. */
+ * malformed section is a one-line error that never overwrites the file. Also which section a method reads (its
+ * options decide: what `kvbench run` calibrates), and the profile lock. */
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "util_common.h"
 #include "util_gguf_writer.h"
+#include "methods/method.h"
 #include "methods/profile.h"
 
 enum { L = 8, HK = 2 };
@@ -187,6 +189,43 @@ static int teardown(void) {
     return system(cmd) ? -1 : 0;
 }
 
+/* The section a method reads follows its options (what `kvbench run` calibrates, benchmarks/runcal.h): round
+ * without lw=, pod without block=, omnikv only with layers=profile, other methods none. */
+static void test_the_section_a_method_reads_follows_its_options(void) {
+    static const struct { const char *method, *opts, *section; } cases[] = {
+        {"round", NULL, "round"},     {"round", "lw=3", NULL},   {"pod", NULL, "pod"},
+        {"pod", "block=2", NULL},     {"omnikv", NULL, NULL},    {"omnikv", "layers=profile", "omnikv"},
+        {"omnikv", "layers=2;5", NULL}, {"snapkv", NULL, NULL}, {"full", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kvb_opts o = {0};
+        if (cases[i].opts) CU_ASSERT_FATAL(kvb_opts_add(&o, cases[i].opts, err, sizeof err) == 0);
+        kvb_method_needs nd;
+        CU_ASSERT_FATAL(kvb_method_needs_of(cases[i].method, &o, &nd, err, sizeof err) == 0);
+        int ok = cases[i].section ? nd.profile && !strcmp(nd.profile, cases[i].section) : nd.profile == NULL;
+        CU_ASSERT(ok);
+        if (!ok) fprintf(stderr, "\n  %s %s: %s\n", cases[i].method, cases[i].opts ? cases[i].opts : "", nd.profile ? nd.profile : "NULL");
+        CU_ASSERT(!cases[i].opts || kvb_opts_unused(&o) != NULL); /* asking reads a copy: the options stay unread */
+    }
+}
+
+/* has: absent before a store, present after; the lock nests within a process (a store inside it takes it again)
+ * and holds one model's profile at a time. */
+static void test_has_and_the_lock_nest(void) {
+    CU_ASSERT(kvb_profile_has(model_b, "round", err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_profile_lock(model_b, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_profile_lock(model_b, err, sizeof err) == 0);
+    cJSON *v = parse("{\"lw\": 2}");
+    CU_ASSERT(kvb_profile_store(model_b, "round", v, err, sizeof err) == 0);
+    cJSON_Delete(v);
+    CU_ASSERT(kvb_profile_lock(model_a, err, sizeof err) == -1 && strstr(err, "already holding"));
+    kvb_profile_unlock();
+    kvb_profile_unlock();
+    CU_ASSERT(kvb_profile_has(model_b, "round", err, sizeof err) == 1 && kvb_profile_has(model_b, "pod", err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_profile_lock(model_a, err, sizeof err) == 0); /* released: another model's may be taken */
+    kvb_profile_unlock();
+}
+
 int main(void) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("profile", setup, teardown);
@@ -196,5 +235,7 @@ int main(void) {
     CU_add_test(s, "a corrupt profile is a one-line error and is not overwritten",
                 test_corrupt_profile_is_a_one_line_error_and_is_not_overwritten);
     CU_add_test(s, "malformed sections are errors naming the field", test_malformed_sections_are_errors_naming_the_field);
+    CU_add_test(s, "the section a method reads follows its options", test_the_section_a_method_reads_follows_its_options);
+    CU_add_test(s, "has, and the lock nests", test_has_and_the_lock_nest);
     return util_run_suites();
 }

@@ -1,0 +1,80 @@
+/* runcal.c — the calibrations a run makes before its cells (runcal.h). */
+#include "benchmarks/runcal.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "methods/calibrate.h"
+#include "methods/profile.h"
+
+#define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The suite's "calibration": {"samples": N, "rounds": N} over the defaults (the bounds of `kvbench calibrate`). */
+static int read_inputs(const cJSON *suite, int *samples, int *rounds, char *err, size_t err_len) {
+    *samples = KVB_CAL_SAMPLES, *rounds = KVB_CAL_ROUNDS;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(suite, "calibration");
+    if (!c) return 0;
+    if (!cJSON_IsObject(c)) return ERR("suite: \"calibration\" must be an object {\"samples\": N, \"rounds\": N}");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "samples"), *r = cJSON_GetObjectItemCaseSensitive(c, "rounds");
+    if (s && (!cJSON_IsNumber(s) || s->valuedouble < 1 || s->valuedouble > 1000 || s->valuedouble != s->valueint))
+        return ERR("suite: \"calibration\" \"samples\" must be an integer in [1, 1000]");
+    if (r && (!cJSON_IsNumber(r) || r->valuedouble < 3 || r->valuedouble > 10000 || r->valuedouble != r->valueint))
+        return ERR("suite: \"calibration\" \"rounds\" must be an integer in [3, 10000]");
+    if (s) *samples = s->valueint;
+    if (r) *rounds = r->valueint;
+    return 0;
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* One missing section: made through o->calibrate, or an error naming the command that makes it. */
+static int make_section(const kvb_run_opts *o, kvb_model *m, kvb_cal_request *rq, FILE *log, char *err, size_t err_len) {
+    const char *name = base_name(m->path);
+    if (o->no_calibrate || !o->calibrate)
+        return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first%s", rq->kind, name, rq->kind,
+                   m->path, o->no_calibrate ? " (or drop --no-calibrate)" : "");
+    fprintf(log, "run: no %s calibration for %s: calibrating (%d dialogue%s of %d rounds) ...\n", rq->kind, name,
+            rq->samples, rq->samples == 1 ? "" : "s", rq->rounds);
+    double t0 = now_s();
+    if (o->calibrate(o->calibrate_user, m, rq, err, err_len)) return -1;
+    fprintf(log, "%s: %s; %.0f s, stored in the model's profile, tables in %s\n", rq->kind, rq->result, now_s() - t0,
+            rq->out_dir);
+    return 0;
+}
+
+int kvb_run_calibrate(const kvb_run_opts *o, kvb_model *m, const cJSON *suite, const kvb_cells *cs, const char *out_dir,
+                      FILE *log, char *err, size_t err_len) {
+    const char *kinds[KVB_MAX_CELLS];
+    int n = 0;
+    for (int k = 0; k < cs->n; k++) {
+        const char *p = cs->v[k].needs.profile;
+        int seen = 0;
+        for (int i = 0; i < n && p; i++) seen |= !strcmp(kinds[i], p);
+        if (p && !seen) kinds[n++] = p;
+    }
+    if (!n) return 0;
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/calibration", out_dir);
+    kvb_cal_request rq = {.out_dir = dir};
+    if (read_inputs(suite, &rq.samples, &rq.rounds, err, err_len)) return -1;
+    for (int i = 0; i < n; i++) {
+        /* under the lock: another shard may be making this section now; then it is there when the lock comes */
+        if (kvb_profile_lock(m, err, err_len)) return -1;
+        int has = kvb_profile_has(m, kinds[i], err, err_len);
+        rq.kind = kinds[i];
+        rq.result[0] = 0;
+        int rc = has < 0 ? -1 : has ? 0 : make_section(o, m, &rq, log, err, err_len);
+        kvb_profile_unlock();
+        if (rc) return -1;
+    }
+    return 0;
+}

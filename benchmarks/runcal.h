@@ -1,0 +1,25 @@
+/* runcal.h — a run calibrates what its cells need (runner.h kvb_run_opts.calibrate).
+ *
+ * Round Attention without lw=, PoD without block= and OmniKV with layers=profile read the model's calibration
+ * profile (methods/profile.h); a suite naming them on a model without that profile section would fail every
+ * such cell. So before the cells run, each missing section is calibrated once, with `kvbench calibrate KIND`'s
+ * defaults, its curves and tables under DIR/calibration/, and stored; a later run (or another suite) finds it.
+ * Shards and Slurm array tasks that share a profile directory calibrate one at a time under the profile's lock
+ * (kvb_profile_lock): the first makes the section, the others wait and then find it, so the profile is written
+ * once and never by two processes at a time. */
+#ifndef KVB_RUNCAL_H
+#define KVB_RUNCAL_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "benchmarks/cells.h"
+#include "benchmarks/runner.h"
+
+/* Make the sections the cells read and the model lacks (one progress line and one result line each on log).
+ * 0, or -1 + one-line err: a failed calibration, a corrupt profile, a malformed suite "calibration", or, with
+ * o->no_calibrate, a missing section (naming `kvbench calibrate KIND --model PATH`). */
+int kvb_run_calibrate(const kvb_run_opts *o, kvb_model *m, const cJSON *suite, const kvb_cells *cs, const char *out_dir,
+                      FILE *log, char *err, size_t err_len);
+
+#endif
