@@ -1,7 +1,7 @@
 /* quant.c — block formats of ggml (see quant.h); the K-quants are in quant_k.c. The scalar
  * kernels are the reference and are always compiled; AVX2 versions of the pairs (Q4_0, Q5_0,
  * Q8_0 x Q8_0, Q4_1, Q5_1 x Q8_1) are used when the compiler targets AVX2, and give the same
- * bits as the scalar ones. */
+ * bits as the scalar ones. Prefill's tiles (several rows x several tokens per call) are in quant_tile.c. */
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_k.h"
 
@@ -379,7 +379,7 @@ static void multi_q4_1(int64_t n, const block_q4_1 *x, const uint8_t *act, size_
             summs[j] += m * F(y->s);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = qs_hsum(acc[j]) + summs[j];
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]) + summs[j];
 }
 
 static void multi_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -394,7 +394,7 @@ static void multi_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *act, size_
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(aq, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = qs_hsum(acc[j]);
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 
 static void multi_q5_0(int64_t n, const block_q5_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -411,7 +411,7 @@ static void multi_q5_0(int64_t n, const block_q5_0 *x, const uint8_t *act, size_
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(aq, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = qs_hsum(acc[j]);
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 
 static void multi_q5_1(int64_t n, const block_q5_1 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -427,7 +427,7 @@ static void multi_q5_1(int64_t n, const block_q5_1 *x, const uint8_t *act, size_
             summs[j] = fmaf(m, F(y->s), summs[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = qs_hsum(acc[j]) + summs[j];
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]) + summs[j];
 }
 
 static void multi_q4_0(int64_t n, const block_q4_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -441,7 +441,7 @@ static void multi_q4_0(int64_t n, const block_q4_0 *x, const uint8_t *act, size_
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_i8_i8(q, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = qs_hsum(acc[j]);
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 #endif
 

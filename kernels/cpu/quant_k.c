@@ -379,7 +379,7 @@ static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act,
             }
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = qs_hsum(acc[a]) + (t == GGML_T_Q4_K ? hsum4(acc_m[a]) : summs[a]);
+    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]) + (t == GGML_T_Q4_K ? hsum4(acc_m[a]) : summs[a]);
 }
 
 static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -415,7 +415,7 @@ static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_
             acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[a]);
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = qs_hsum(acc[a]);
+    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]);
 }
 #endif
 

@@ -1,23 +1,17 @@
 /* quant_simd.h — the AVX2 steps the block dot products share (private to kernels/cpu): quant.c's one-row
- * kernels and quant_tile.c's prefill tiles build every block's 8 integer lanes from these, so both give
- * the same bits. */
+ * kernels and quant_tile.c's prefill tiles build every block's 8 integer lanes from these and sum an
+ * accumulator's lanes with gc_sum8v, so both give the same bits. */
 #ifndef KVB_QUANT_SIMD_H
 #define KVB_QUANT_SIMD_H
 
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/ggml_compat.h" /* gc_sum8v: the 8 lanes' sum, in llama.cpp's hsum_float_8 order */
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KVB_HAVE_AVX2 1
-
-/* ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)): the 8 lanes' sum, as llama.cpp's hsum_float_8 */
-static inline float qs_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 32 nibbles of a 16-byte block as 32 bytes: low nibbles first, then high */
 static inline __m256i qs_unpack_nibbles(const uint8_t *qs) {

@@ -128,7 +128,7 @@ QT_INLINE void tile(ggml_type t, int64_t nb, const uint8_t *w, size_t w_stride, 
     _mm256_store_ps(ms, msum);
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < T; k++)
-            out[k * out_stride + r] = mins ? qs_hsum(acc[r][k]) + ms[T * r + k] : qs_hsum(acc[r][k]);
+            out[k * out_stride + r] = mins ? gc_sum8v(acc[r][k]) + ms[T * r + k] : gc_sum8v(acc[r][k]);
 }
 #endif
 
