@@ -284,17 +284,66 @@ static void test_simd_scalar_and_multi_row_dots_agree_on_random_blocks(void) {
     }
 }
 
-/* cpu_matmul vs naive float64 on dequantized weights and activations, odd shapes, 1 and 2 threads. */
+/* fills n elements' worth of blocks of type t with random bytes, f16 scales (and minimums) kept moderate */
+static void random_blocks(ggml_type t, uint8_t *wq, int n, unsigned *s) {
+    size_t wb = ggml_row_bytes(t, n);
+    for (size_t i = 0; i < wb; i++) wq[i] = (uint8_t)(frand(s) * 128 + 128);
+    uint32_t be = ggml_block_elems(t), bb = ggml_block_bytes(t);
+    for (uint32_t b = 0; b < n / be; b++) {
+        uint8_t *blk = wq + (size_t)b * bb;
+        kvb_f16 d = kvb_f32_to_f16(frand(s) * 0.01f), m = kvb_f32_to_f16(frand(s) * 0.01f);
+        memcpy(blk + (t == GGML_T_Q6_K ? offsetof(block_q6_K, d) : 0), &d, 2);
+        if (t == GGML_T_Q4_1 || t == GGML_T_Q5_1 || t == GGML_T_Q4_K || t == GGML_T_Q5_K) memcpy(blk + 2, &m, 2);
+    }
+}
+
+/* The prefill tile (QUANT_TILE_ROWS rows x QUANT_TILE_TOK tokens) on random blocks gives each output the bits of
+ * the scalar one-row dot, written at its row and token in the output's layout. */
+static void test_prefill_tile_equals_scalar_dots_on_random_blocks(void) {
+    ggml_type types[] = {GGML_T_Q4_0, GGML_T_Q4_1, GGML_T_Q5_0, GGML_T_Q5_1, GGML_T_Q8_0,
+                         GGML_T_Q4_K, GGML_T_Q5_K, GGML_T_Q6_K};
+    enum { N = 512, R = QUANT_TILE_ROWS, T = QUANT_TILE_TOK, OUT_STRIDE = 5 };
+    static uint8_t wq[R][N * 2], xq[T][N * 2];
+    static float scales[N / QK * 2 * T];
+    float x[N];
+    unsigned s = 41;
+    int tiled = 0;
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+        for (int trial = 0; trial < 5; trial++) {
+            ggml_type t = types[k];
+            for (int r = 0; r < R; r++) random_blocks(t, wq[r], N, &s);
+            for (int a = 0; a < T; a++) {
+                for (int i = 0; i < N; i++) x[i] = frand(&s) * (a + 1) * 3.0f;
+                quant_act_quantize(t, x, xq[a], N);
+                quant_tile_scales(t, xq[a], N, scales, a);
+            }
+            float out[T * OUT_STRIDE];
+            if (quant_vec_dot_tile(t, N, wq[0], sizeof wq[0], xq, sizeof xq[0], scales, out, OUT_STRIDE)) continue;
+            tiled++;
+            quant_force_scalar(1);
+            for (int r = 0; r < R; r++)
+                for (int a = 0; a < T; a++) {
+                    float ref = quant_vec_dot(t, N, wq[r], xq[a]);
+                    CU_ASSERT(memcmp(&ref, &out[a * OUT_STRIDE + r], sizeof ref) == 0);
+                }
+            quant_force_scalar(0);
+        }
+    CU_ASSERT(tiled >= 5 * 5); /* the five 32-value types at least (on AVX2 builds) */
+}
+
+/* cpu_matmul vs naive float64 on dequantized weights and activations, odd shapes, 1 and 2 threads; every output
+ * bitwise equal to the scalar one-row dot of the quantized types (token counts that leave 1-3 tokens past the last full tile, row
+ * counts that leave an odd row). */
 static void test_matmul_matches_float64_for_odd_shapes_and_threads(void) {
     ggml_type types[] = {GGML_T_F32,  GGML_T_Q4_1, GGML_T_Q8_0, GGML_T_Q4_0, GGML_T_Q5_0,
                          GGML_T_Q5_1, GGML_T_Q4_K, GGML_T_Q5_K, GGML_T_Q6_K};
-    int rows_list[] = {1, 7, 193}, cols_list[] = {32, 576, 1536}, cols_k[] = {256, 768, 1536}, ntok_list[] = {1, 3, 17};
+    int rows_list[] = {1, 7, 193}, cols_list[] = {32, 576, 1536}, cols_k[] = {256, 768, 1536}, ntok_list[] = {1, 3, 5, 17};
     kvb_pool *pools[2] = {kvb_pool_create(1), kvb_pool_create(2)};
     unsigned s = 5;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (int ri = 0; ri < 3; ri++)
             for (int ci = 0; ci < 3; ci++)
-                for (int ni = 0; ni < 3; ni++) {
+                for (int ni = 0; ni < 4; ni++) {
                     ggml_type t = types[ti];
                     int rows = rows_list[ri], nt = ntok_list[ni];
                     int cols = ggml_block_elems(t) == QK_K ? cols_k[ci] : cols_list[ci];
@@ -323,8 +372,11 @@ static void test_matmul_matches_float64_for_odd_shapes_and_threads(void) {
                             for (int c = 0; c < cols; c++) ref += (double)row[c] * xr[c];
                             double d = fabs(out[0][(size_t)tk * rows + r] - ref) / (1 + fabs(ref));
                             if (d > worst) worst = d;
-                            /* four tokens at a time give each token the bits of a one-token dot */
+                            /* tiles and four tokens at a time give each token the bits of the scalar dot
+                             * (F32 has no scalar twin in the AVX2 order: the SIMD one-row dot there) */
+                            quant_force_scalar(t != GGML_T_F32);
                             float one = quant_vec_dot(t, cols, w + r * rb, xq);
+                            quant_force_scalar(0);
                             if (memcmp(&one, &out[0][(size_t)tk * rows + r], sizeof one)) multi_differs++;
                         }
                     }
@@ -367,6 +419,7 @@ int main(void) {
     CU_add_test(s, "SIMD and scalar dots are bitwise equal", test_simd_and_scalar_dots_are_bitwise_equal);
     CU_add_test(s, "SIMD, scalar and multi-row dots agree on random blocks",
                 test_simd_scalar_and_multi_row_dots_agree_on_random_blocks);
+    CU_add_test(s, "prefill tile equals scalar dots on random blocks", test_prefill_tile_equals_scalar_dots_on_random_blocks);
     CU_add_test(s, "matmul matches float64 for odd shapes and thread counts", test_matmul_matches_float64_for_odd_shapes_and_threads);
     CU_add_test(s, "get_rows returns dequantized rows", test_get_rows_returns_dequantized_rows);
     return util_run_suites();

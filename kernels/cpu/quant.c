@@ -1,7 +1,7 @@
 /* quant.c — block formats of ggml (see quant.h); the K-quants are in quant_k.c. The scalar
  * kernels are the reference and are always compiled; AVX2 versions of the pairs (Q4_0, Q5_0,
  * Q8_0 x Q8_0, Q4_1, Q5_1 x Q8_1) are used when the compiler targets AVX2, and give the same
- * bits as the scalar ones. */
+ * bits as the scalar ones. Prefill's tiles (several rows x several tokens per call) are in quant_tile.c. */
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_k.h"
 
@@ -9,13 +9,11 @@
 #include <string.h>
 
 #include "kernels/cpu/ggml_compat.h" /* gc_sum8 */
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define KVB_HAVE_AVX2 1
-#endif
+#include "kernels/cpu/quant_simd.h"
 
 static int g_force_scalar;
 void quant_force_scalar(int on) { g_force_scalar = on; }
+int quant_scalar_forced(void) { return g_force_scalar; }
 
 static inline float F(kvb_f16 h) { return kvb_f16_to_f32(h); }
 
@@ -368,45 +366,20 @@ static float dot_f32(int64_t n, const float *x, const float *y) {
 
 /* ---------- AVX2 ---------- */
 #if KVB_HAVE_AVX2
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* 32 nibbles of a 16-byte block as 32 bytes: low nibbles first, then high */
-static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-/* sum of u8 x i8 products as 8 floats */
-static inline __m256 dot_u8_i8(__m256i u, __m256i s) {
-    const __m256i p16 = _mm256_maddubs_epi16(u, s);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* sum of i8 x i8 products as 8 floats */
-static inline __m256 dot_i8_i8(__m256i a, __m256i b) {
-    return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
-
 static void multi_q4_1(int64_t n, const block_q4_1 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float summs[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < n / QK; i++) {
-        const __m256i q = unpack_nibbles(x[i].qs);
+        const __m256i q = qs_unpack_nibbles(x[i].qs);
         const float d = F(x[i].d), m = F(x[i].m);
         for (int j = 0; j < n_act; j++) {
             const block_q8_1 *y = (const block_q8_1 *)(act + j * stride) + i;
             const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(q, yq), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(q, yq), acc[j]);
             summs[j] += m * F(y->s);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]) + summs[j];
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]) + summs[j];
 }
 
 static void multi_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -418,27 +391,16 @@ static void multi_q8_0(int64_t n, const block_q8_0 *x, const uint8_t *act, size_
         for (int j = 0; j < n_act; j++) {
             const block_q8_0 *y = (const block_q8_0 *)(act + j * stride) + i;
             const __m256i yq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(aq, yq), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(aq, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]);
-}
-
-/* 32 bits as 32 bytes: 0x10 where bit j of qh is set (the fifth bit of 5-bit value j) */
-static inline __m256i fifth_bits(const uint8_t *qh) {
-    uint32_t b;
-    memcpy(&b, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)b),
-                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                                 0x0101010101010101, 0x0000000000000000));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 
 static void multi_q5_0(int64_t n, const block_q5_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK; i++) {
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh)),
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(qs_unpack_nibbles(x[i].qs), qs_fifth_bits(x[i].qh)),
                                           _mm256_set1_epi8(16));
         /* |q| and the sign moved onto y once per block: each activation then costs one maddubs */
         const __m256i aq = _mm256_sign_epi8(q, q);
@@ -446,40 +408,40 @@ static void multi_q5_0(int64_t n, const block_q5_0 *x, const uint8_t *act, size_
         for (int j = 0; j < n_act; j++) {
             const block_q8_0 *y = (const block_q8_0 *)(act + j * stride) + i;
             const __m256i yq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(aq, yq), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(aq, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]);
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 
 static void multi_q5_1(int64_t n, const block_q5_1 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float summs[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < n / QK; i++) {
-        const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
+        const __m256i q = _mm256_or_si256(qs_unpack_nibbles(x[i].qs), qs_fifth_bits(x[i].qh));
         const float d = F(x[i].d), m = F(x[i].m);
         for (int j = 0; j < n_act; j++) {
             const block_q8_1 *y = (const block_q8_1 *)(act + j * stride) + i;
             const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_u8_i8(q, yq), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_u8_i8(q, yq), acc[j]);
             summs[j] = fmaf(m, F(y->s), summs[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]) + summs[j];
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]) + summs[j];
 }
 
 static void multi_q4_0(int64_t n, const block_q4_0 *x, const uint8_t *act, size_t stride, int n_act, float *out) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK; i++) {
-        const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const __m256i q = _mm256_sub_epi8(qs_unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
         const float d = F(x[i].d);
         for (int j = 0; j < n_act; j++) {
             const block_q8_0 *y = (const block_q8_0 *)(act + j * stride) + i;
             const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), dot_i8_i8(q, yq), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * F(y->d)), qs_dot_i8_i8(q, yq), acc[j]);
         }
     }
-    for (int j = 0; j < n_act; j++) out[j] = hsum_ps(acc[j]);
+    for (int j = 0; j < n_act; j++) out[j] = gc_sum8v(acc[j]);
 }
 #endif
 

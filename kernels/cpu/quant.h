@@ -57,5 +57,22 @@ void quant_vec_dot_multi(ggml_type weight_type, int64_t n, const void *w_row, co
                          int n_act, float *out);
 /* Force the portable scalar kernels (1) or allow SIMD (0); for tests. */
 void quant_force_scalar(int on);
+/* 1 while quant_force_scalar is on. */
+int quant_scalar_forced(void);
+
+/* Prefill tiles (quant_tile.c): QUANT_TILE_ROWS weight rows x QUANT_TILE_TOK activation rows per call, each
+ * output bitwise equal to quant_vec_dot's. The activations' block scales come as floats, per group of
+ * QUANT_TILE_TOK tokens: block i's floats start at i * quant_tile_scale_floats(), d_y of token slot k at
+ * + k, and (Q8_1) s_y at + QUANT_TILE_TOK + k. */
+enum { QUANT_TILE_ROWS = 2, QUANT_TILE_TOK = 4 };
+/* Floats of a token group's scales per weight block; 0 when weight_type has no tile. */
+int quant_tile_scale_floats(ggml_type weight_type);
+/* Write the scales of one quantized activation row (n elements) into token slot `slot` of its group. */
+void quant_tile_scales(ggml_type weight_type, const void *act_row, int64_t n, float *group_scales, int slot);
+/* out[k * out_stride + r] = w row r (w_stride bytes apart) . activation row k (act_stride apart), for
+ * r < QUANT_TILE_ROWS, k < QUANT_TILE_TOK. 0 = done; -1 = no tile for the type here (or scalar kernels
+ * forced): nothing written. */
+int quant_vec_dot_tile(ggml_type weight_type, int64_t n, const void *w, size_t w_stride, const void *act,
+                       size_t act_stride, const float *group_scales, float *out, size_t out_stride);
 
 #endif

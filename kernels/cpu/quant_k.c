@@ -17,10 +17,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ggml_compat.h" /* gc_sum8 */
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define KVB_HAVE_AVX2 1
-#endif
+#include "kernels/cpu/quant_simd.h"
 
 static inline float F(kvb_f16 h) { return kvb_f16_to_f32(h); }
 
@@ -317,13 +314,6 @@ static float dot_q6_K_scalar(int64_t n, const block_q6_K *x, const block_q8_K *y
 
 /* ---------- AVX2 ---------- */
 #if KVB_HAVE_AVX2
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* (m0 + m2) + (m1 + m3) */
 static inline float hsum4(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -394,7 +384,7 @@ static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act,
             }
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = hsum8(acc[a]) + (t == GGML_T_Q4_K ? hsum4(acc_m[a]) : summs[a]);
+    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]) + (t == GGML_T_Q4_K ? hsum4(acc_m[a]) : summs[a]);
 }
 
 static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_t stride, int n_act, float *out) {
@@ -433,7 +423,7 @@ static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_
             acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[a]);
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = hsum8(acc[a]);
+    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]);
 }
 #endif
 

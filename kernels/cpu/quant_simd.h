@@ -1,0 +1,46 @@
+/* quant_simd.h — the AVX2 steps the block dot products share (private to kernels/cpu): quant.c's one-row
+ * kernels and quant_tile.c's prefill tiles build every block's 8 integer lanes from these and sum an
+ * accumulator's lanes with gc_sum8v, so both give the same bits. */
+#ifndef KVB_QUANT_SIMD_H
+#define KVB_QUANT_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/ggml_compat.h" /* gc_sum8v: the 8 lanes' sum, in llama.cpp's hsum_float_8 order */
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KVB_HAVE_AVX2 1
+
+/* 32 nibbles of a 16-byte block as 32 bytes: low nibbles first, then high */
+static inline __m256i qs_unpack_nibbles(const uint8_t *qs) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits as 32 bytes: 0x10 where bit j of qh is set (the fifth bit of 5-bit value j) */
+static inline __m256i qs_fifth_bits(const uint8_t *qh) {
+    uint32_t b;
+    memcpy(&b, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)b),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* sum of u8 x i8 products, lane l = elements 4l..4l+3, as 8 floats */
+static inline __m256 qs_dot_u8_i8(__m256i u, __m256i s) {
+    const __m256i p16 = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* sum of i8 x i8 products as 8 floats: |a| times b with a's sign */
+static inline __m256 qs_dot_i8_i8(__m256i a, __m256i b) {
+    return qs_dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+#endif
+
+#endif
