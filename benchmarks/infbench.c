@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "benchmarks/metrics.h"
+#include "benchmarks/rouge.h"
 #include "benchmarks/sample.h"
 
-static const char *const TASKS[] = {"passkey", "number_string", "kv_retrieval", "longbook_choice_eng",
-                                    "longbook_qa_eng", "longdialogue_qa_eng", "code_debug", "math_find"};
+static const char *const TASKS[] = {"passkey",         "number_string",       "kv_retrieval", "longbook_choice_eng",
+                                    "longbook_qa_eng", "longdialogue_qa_eng", "code_debug",   "math_find",
+                                    "longbook_sum_eng"};
 
 int infbench_has_scorer(const char *task) {
     for (size_t i = 0; task && i < sizeof TASKS / sizeof *TASKS; i++)
@@ -190,6 +192,30 @@ static int math_find(const char *pred, const cJSON *label) {
     return strtod(num, NULL) == lv;
 }
 
+/* evaluate's rouge: a list label is several references (score_multi), a string one. */
+static int sum_eng(const char *pred, const cJSON *label, double *score) {
+    const char *one[1];
+    const char **refs = one;
+    int n = 0;
+    if (cJSON_IsString(label)) {
+        one[n++] = label->valuestring;
+    } else if (cJSON_IsArray(label) && cJSON_GetArraySize(label) > 0) {
+        if (!(refs = malloc((size_t)cJSON_GetArraySize(label) * sizeof *refs))) return -1;
+        const cJSON *l;
+        cJSON_ArrayForEach(l, label) {
+            if (!cJSON_IsString(l)) { free(refs); return -1; }
+            refs[n++] = l->valuestring;
+        }
+    } else {
+        return -1;
+    }
+    double f = kvb_rouge_lsum(pred, refs, n);
+    if (refs != one) free(refs);
+    if (f < 0) return -1;
+    *score = f;
+    return 0;
+}
+
 int infbench_score(const char *task, const char *pred, const cJSON *label, double *score) {
     if (!infbench_has_scorer(task) || !label) return -1;
     int r = -1;
@@ -223,9 +249,26 @@ int infbench_score(const char *task, const char *pred, const cJSON *label, doubl
         }
     } else if (!strcmp(task, "code_debug")) {
         if (cJSON_IsArray(label)) r = code_debug(pred, label);
-    } else if (!strcmp(task, "math_find"))
+    } else if (!strcmp(task, "math_find")) {
         r = math_find(pred, label);
+    } else if (!strcmp(task, "longbook_sum_eng")) {
+        return sum_eng(pred, label, score);
+    }
     if (r < 0) return -1;
     *score = r;
     return 0;
+}
+
+int infbench_score_answers(const char *task, const char *pred, const char *const *answers, int n_answers, double *score) {
+    if (n_answers < 1) return -1;
+    cJSON *label = NULL;
+    if (!strcmp(task, "passkey") || !strcmp(task, "number_string") || !strcmp(task, "kv_retrieval"))
+        label = cJSON_CreateString(answers[0]);
+    else if (!strcmp(task, "math_find"))
+        label = cJSON_CreateNumber(strtod(answers[0], NULL));
+    else
+        label = cJSON_CreateStringArray(answers, n_answers);
+    int rc = label ? infbench_score(task, pred, label, score) : -1;
+    cJSON_Delete(label);
+    return rc;
 }

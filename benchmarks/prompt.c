@@ -186,3 +186,13 @@ int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens
 void kvb_prompt_free(kvb_prompt *p) {
     if (p) kvb_rounds_free(p);
 }
+
+int64_t kvb_count_tokens(void *model, const char *text) {
+    const kvb_model *m = model;
+    int32_t *ids = NULL;
+    int n = 0;
+    char e[64];
+    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, e, sizeof e)) return -1;
+    free(ids);
+    return n;
+}

@@ -25,5 +25,7 @@ typedef kvb_rounds kvb_prompt;
 int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
                      char *err, size_t err_len);
 void kvb_prompt_free(kvb_prompt *p);
+/* Tokens of text for model (a kvb_model *), no BOS: the kvb_count_tokens_fn the generators take; -1 on failure. */
+int64_t kvb_count_tokens(void *model, const char *text);
 
 #endif

@@ -111,16 +111,6 @@ static task *new_task(run_state *st, const char *name, const char *bench, char *
     return t;
 }
 
-static int64_t count_tokens(void *ctx, const char *text) {
-    const kvb_model *m = ctx;
-    int32_t *ids = NULL;
-    int n = 0;
-    char e[64];
-    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, e, sizeof e)) return -1;
-    free(ids);
-    return n;
-}
-
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
 static kvb_samples *add_task(void *ctx, const char *name, const char *bench, char *err, size_t err_len) {
@@ -149,7 +139,7 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         if (limit > 0 && limit < n) n = limit;
         return t ? recall_generate(seed, n, (int)jnum(b, "rounds", 12), &t->samples, err, err_len) : -1;
     }
-    kvb_synth_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, seed, expand_path, count_tokens, st->model, add_task, st};
+    kvb_synth_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, seed, expand_path, kvb_count_tokens, st->model, add_task, st};
     if (!strcmp(type, "ruler")) return kvb_synth_load_ruler(&env, b, err, err_len);
     if (!strcmp(type, "infinitebench")) return kvb_synth_load_infbench(&env, b, err, err_len);
     if (!strcmp(type, "niah")) {
@@ -168,7 +158,7 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         if (h) expand_path(h, hay, sizeof hay);
         task *t = new_task(st, "niah", "niah", err, err_len);
         if (!t) return -1;
-        int rc = niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, count_tokens, st->model,
+        int rc = niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, kvb_count_tokens, st->model,
                                &t->samples, err, err_len);
         if (!rc && limit > 0 && t->samples.n > limit) kvb_samples_truncate(&t->samples, limit);
         if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "judge"))) {
@@ -530,7 +520,7 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     cJSON_AddStringToObject(r, "prediction", res->ses.text ? res->ses.text : "");
     cJSON *ans = cJSON_AddArrayToObject(r, "answers");
     for (int i = 0; i < s->n_answers; i++) cJSON_AddItemToArray(ans, cJSON_CreateString(s->answers[i]));
-    char metric[32] = "";
+    char metric[48] = "";
     double score = 0;
     int scored = !error && kvb_score_sample(t->benchmark, s, res->ses.text ? res->ses.text : "", &score, metric, sizeof metric) == 0;
     cJSON_AddStringToObject(r, "metric", metric);

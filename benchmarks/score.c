@@ -51,11 +51,8 @@ int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *pre
         snprintf(metric, metric_cap, "%s", ruler_metric_name(s->task));
         return 0;
     }
-    if (!strcmp(benchmark, "infinitebench") && s->task && infbench_has_scorer(s->task) && s->n_answers == 1) {
-        cJSON *label = cJSON_CreateString(s->answers[0]); /* the synthetic tasks' labels are strings */
-        int rc = label ? infbench_score(s->task, prediction, label, score) : -1;
-        cJSON_Delete(label);
-        if (rc) return -1;
+    if (!strcmp(benchmark, "infinitebench") && s->task && infbench_has_scorer(s->task)) {
+        if (infbench_score_answers(s->task, prediction, (const char *const *)s->answers, s->n_answers, score)) return -1;
         snprintf(metric, metric_cap, "infinitebench_%s", s->task);
         return 0;
     }

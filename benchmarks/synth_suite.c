@@ -63,8 +63,40 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
     return 0;
 }
 
+/* {"data_dir": ...}: the official files, one task each; an absent file is an error, or one line when optional. */
+static int load_infbench_files(const kvb_synth_env *env, const cJSON *b, const cJSON *T, char *err, size_t err_len) {
+    char dir[1024], path[1100];
+    env->expand_path(jstr(b, "data_dir", ""), dir, sizeof dir);
+    int optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional")), n = n_samples(env, b, 0);
+    if (env->limit > 0 && n <= 0) n = env->limit; /* no "samples": every record, or --limit's */
+    const cJSON *y;
+    cJSON_ArrayForEach(y, T) {
+        if (!cJSON_IsString(y) || !infbench_has_loader(y->valuestring)) {
+            kvb_seterr(err, err_len, "suite %s: infinitebench has no loader for task %s", env->suite_path, cJSON_IsString(y) ? y->valuestring : "(not a string)");
+            return -1;
+        }
+        if (infbench_data_path(dir, y->valuestring, path, sizeof path)) {
+            kvb_seterr(err, err_len, "suite %s: infinitebench data_dir is too long", env->suite_path);
+            return -1;
+        }
+        if (access(path, R_OK)) {
+            if (optional) { fprintf(stderr, "skipping InfiniteBench %s: %s not found (scripts/fetch-datasets.sh infinitebench)\n", y->valuestring, path); continue; }
+            kvb_seterr(err, err_len, "InfiniteBench task %s: %s not found (scripts/fetch-datasets.sh infinitebench)", y->valuestring, path);
+            return -1;
+        }
+        kvb_samples *out = env->add_task(env->add_ctx, y->valuestring, "infinitebench", err, err_len);
+        if (!out || infbench_load(path, y->valuestring, n, out, err, err_len)) return -1;
+    }
+    return 0;
+}
+
 int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "data_dir"))) {
+        if (cJSON_IsArray(T)) return load_infbench_files(env, b, T, err, err_len);
+        kvb_seterr(err, err_len, "suite %s: infinitebench needs a \"tasks\" array", env->suite_path);
+        return -1;
+    }
     if (!cJSON_IsArray(L) || !cJSON_IsArray(T)) {
         kvb_seterr(err, err_len, "suite %s: infinitebench needs \"lengths\" and \"tasks\" arrays", env->suite_path);
         return -1;

@@ -27,7 +27,10 @@ typedef struct {
  * "squad", "hotpotqa"}: a task whose data is absent is skipped with one line on stderr. 0 / -1 + err. */
 int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len);
 /* {"type": "infinitebench", "lengths": [...], "samples": N, "tasks": ["passkey", "number_string",
- * "kv_retrieval"]}: the generated synthetic tasks. 0 / -1 + err. */
+ * "kv_retrieval"]}: the generated synthetic tasks, one per (task, length); or {"type": "infinitebench",
+ * "data_dir": DIR, "tasks": [...], "samples": N, "optional": true}: the official files DIR/<task>.jsonl (any of
+ * infbench_has_loader's nine), tasks named as the files; an absent file is an error, or with "optional" one
+ * line on stderr and the task skipped. 0 / -1 + err. */
 int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len);
 
 #endif

@@ -2,12 +2,15 @@
 # Download the benchmark datasets from their official homes into a cache (default ~/.cache/kvbench/datasets,
 # or $KVB_DATA), verifying a sha256 for each file. The loaders and configs/*.json read them from there.
 #
-#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler]   (default: all four)
+#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler] [infinitebench]
+#   (default: the first four; infinitebench's nine files are ~2 GB and fetched only when named)
 #
 # Sources: LongBench data.zip and config from THUDM/LongBench on the Hugging Face Hub; LongMemEval
 # (oracle / s / m, cleaned) from xiaowu0162/longmemeval-cleaned; ShareGPT V3 cleaned split from
 # anon8231489123/ShareGPT_Vicuna_unfiltered; RULER: the wonderwords word lists (PyPI wheel, as RULER installs it), SQuAD v2 and
-# HotpotQA dev (RULER's download_qa_dataset.sh), Paul Graham essays (gkamradt/LLMTest_NeedleInAHaystack). A file whose sha256 is pinned in SUMS below must match it;
+# HotpotQA dev (RULER's download_qa_dataset.sh), Paul Graham essays (gkamradt/LLMTest_NeedleInAHaystack);
+# InfiniteBench: the official jsonl files of xinrongzhang2022/InfiniteBench on the Hub (into infinitebench/).
+# A file whose sha256 is pinned in SUMS below must match it;
 # a file without a pinned sum is recorded in $DIR/SHA256SUMS on first download and checked against that
 # record on every later run (so a changed upstream file is noticed, never silently used).
 set -euo pipefail
@@ -104,13 +107,24 @@ ruler() {
     fi
 }
 
+infinitebench() {
+    # the tasks kvbench loads (benchmarks/infbench_load.c); the Hub is probed first so an unreachable one is one line
+    local base=$HF/datasets/xinrongzhang2022/InfiniteBench/resolve/main
+    curl -fsS -o /dev/null -r 0-0 --max-time 30 "$base/passkey.jsonl" 2>/dev/null ||
+        { echo "fetch-datasets: cannot reach $base (InfiniteBench's official files); the infinitebench suite skips them (\"optional\")" >&2; exit 1; }
+    for t in passkey number_string kv_retrieval longbook_sum_eng longbook_choice_eng longbook_qa_eng \
+        longdialogue_qa_eng math_find code_debug; do
+        fetch "$base/$t.jsonl" "infinitebench/$t.jsonl"
+    done
+}
+
 which=("$@")
 [ ${#which[@]} -gt 0 ] || which=(longbench longmemeval sharegpt ruler)
 for w in "${which[@]}"; do
     case "$w" in
-    longbench | longmemeval | sharegpt | ruler) "$w" ;;
-    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler)" >&2; exit 2 ;;
+    longbench | longmemeval | sharegpt | ruler | infinitebench) "$w" ;;
+    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench)" >&2; exit 2 ;;
     esac
 done
 echo "datasets in $DIR"

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Reference scores for tests/test_infbench.c, computed by InfiniteBench's own scorers (OpenBMB/InfiniteBench
 src/compute_scores.py; not copied here: give its path). Only the get_score_one_* functions and their helpers are
-executed, taken out with ast (the module loads HF evaluate's ROUGE at import). Scores (a) the first lines of the
+executed, taken out with ast (the module loads HF evaluate's ROUGE at import: evaluate.load("rouge") fetches the
+metric's script from the Hub, so ROUGE_SCORER is given here as that script's _compute does it on Google's
+rouge_score package: RougeScorer with the four default rouge types, no stemmer, score_multi when the reference is a
+list; `pip install rouge-score`). Scores (a) the first lines of the
 official gpt-4 prediction files in ../shared/data/infinitebench/official_answer_keys/ and (b) edge cases below;
 writes tests/fixtures/infinitebench/scores.json.
 
@@ -17,15 +20,27 @@ import string
 from collections import Counter
 
 TASKS = ["passkey", "number_string", "kv_retrieval", "longbook_choice_eng", "longbook_qa_eng",
-         "longdialogue_qa_eng", "code_debug", "math_find"]
+         "longdialogue_qa_eng", "code_debug", "math_find", "longbook_sum_eng"]
 HELPERS = {"normalize_answer", "f1_score", "qa_f1_score", "first_int_match"}
+
+
+class EvaluateRouge:
+    """evaluate's metrics/rouge/rouge.py _compute, use_aggregator=False, on rouge_score."""
+
+    def compute(self, predictions, references, use_aggregator=True, use_stemmer=False):
+        from rouge_score import rouge_scorer
+        assert not use_aggregator
+        scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=use_stemmer)
+        multi = isinstance(references[0], list)
+        scores = [scorer.score_multi(r, p) if multi else scorer.score(r, p) for r, p in zip(references, predictions)]
+        return {k: [s[k].fmeasure for s in scores] for k in scores[0]}
 
 
 def load(path):
     src = open(os.path.join(path, "src/compute_scores.py")).read()
     keep = [n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)
             and (n.name in HELPERS or n.name in {"get_score_one_" + t for t in TASKS})]
-    ns = {"re": re, "string": string, "Counter": Counter}
+    ns = {"re": re, "string": string, "Counter": Counter, "ROUGE_SCORER": EvaluateRouge()}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "compute_scores.py", "exec"), ns)
     return {t: ns["get_score_one_" + t] for t in TASKS}
 
@@ -48,6 +63,13 @@ EXTRA = [
     ("code_debug", "correct option is:", ["foo", "C"]), ("code_debug", "I'd say `C`", ["foo", "C"]),
     ("code_debug", "the error-is: C", ["foo", "C"]),
     ("math_find", "It is 3.5 or 7", 7.0 + 0.5 - 4.0), ("math_find", "none", 3), ("math_find", "x 12 y", 12),
+    ("longbook_sum_eng", "", ["a summary"]), ("longbook_sum_eng", "!!! ...", ["a summary"]),
+    ("longbook_sum_eng", "The cat sat.\nThe cat ran away, the cat.", ["the cat ran\n\nthe dog sat on the cat"]),
+    ("longbook_sum_eng", "a b a b a\nb a b", ["a a b b\nb a a"]),
+    ("longbook_sum_eng", "\u212aelvin met \u0130stanbul's caf\u00e9 owner", ["kelvin met the istanbul cafe owner"]),
+    ("longbook_sum_eng", "alpha beta gamma", ["delta", "beta gamma alpha", "alpha beta"]),
+    ("longbook_sum_eng", "  \n\n  x-ray  \n", "x ray vision"),
+    ("longbook_sum_eng", "It's 2024; COVID-19 ended?", ["its 2024 covid 19 ended"]),
 ]
 
 

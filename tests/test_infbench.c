@@ -1,7 +1,10 @@
 /* test_infbench.c — InfiniteBench's scorers (benchmarks/infbench.h) against the scores InfiniteBench's own
  * compute_scores.py gave (tests/fixtures/infinitebench/scores.json, made by scripts/infbench_ref.py): on the
- * official gpt-4 prediction files in ../shared/data/infinitebench/official_answer_keys/ and on edge cases. */
+ * official gpt-4 prediction files in ../shared/data/infinitebench/official_answer_keys/ and on edge cases (ROUGE-Lsum
+ * of longbook_sum_eng included); the loader of the official jsonl files on small records written here; the
+ * seeded generators. */
 #include <CUnit/Basic.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,20 +12,11 @@
 
 #include "util_common.h"
 #include "benchmarks/infbench.h"
+#include "benchmarks/prompt.h"
 #include "engine/model.h"
 
 static kvb_model *model;
 static char err[512];
-
-static int64_t count_model(void *ctx, const char *text) {
-    const kvb_model *m = ctx;
-    int32_t *ids = NULL;
-    int n = 0;
-    char e[64];
-    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, e, sizeof e)) return -1;
-    free(ids);
-    return n;
-}
 
 #define KEYS "../shared/data/infinitebench/official_answer_keys/"
 
@@ -37,7 +31,7 @@ static void test_gpt4_prediction_files_score_as_the_official_python(void) {
     cJSON *j = fixture();
     CU_ASSERT_FATAL(j != NULL);
     const cJSON *files = cJSON_GetObjectItem(j, "files"), *f;
-    CU_ASSERT(cJSON_GetArraySize(files) == 24); /* 8 tasks x 3 lines */
+    CU_ASSERT(cJSON_GetArraySize(files) == 27); /* 9 tasks x 3 lines */
     int checked = 0;
     cJSON_ArrayForEach(f, files) {
         char path[512];
@@ -59,7 +53,7 @@ static void test_gpt4_prediction_files_score_as_the_official_python(void) {
         cJSON_Delete(r);
         free(text);
     }
-    CU_ASSERT(checked == 24);
+    CU_ASSERT(checked == 27);
     cJSON_Delete(j);
 }
 
@@ -81,7 +75,8 @@ static void test_edge_cases_score_as_the_official_python(void) {
 static void test_unscored_tasks_and_bad_labels_are_refused(void) {
     double s;
     cJSON *str = cJSON_CreateString("x"), *num = cJSON_CreateNumber(3);
-    CU_ASSERT(infbench_score("longbook_sum_eng", "x", str, &s) == -1);
+    CU_ASSERT(infbench_score("math_calc", "x", str, &s) == -1);
+    CU_ASSERT(infbench_score("longbook_sum_eng", "x", num, &s) == -1);
     CU_ASSERT(infbench_score("nope", "x", str, &s) == -1);
     CU_ASSERT(infbench_score("passkey", "3", num, &s) == -1);   /* passkey labels are strings */
     CU_ASSERT(infbench_score("code_debug", "A.", str, &s) == -1); /* [fn, letter] */
@@ -91,6 +86,175 @@ static void test_unscored_tasks_and_bad_labels_are_refused(void) {
     cJSON_Delete(num);
 }
 
+
+/* ---- the official files ---- */
+
+static char dir[64];
+
+static void write_file(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int load(const char *task, kvb_samples *out) {
+    char path[128];
+    CU_ASSERT_FATAL(infbench_data_path(dir, task, path, sizeof path) == 0);
+    return infbench_load(path, task, 0, out, err, sizeof err);
+}
+
+typedef struct {
+    const char *task, *record, *prompt, *question;
+    const char *answers[3];
+    int max_new;
+} load_case;
+
+static const load_case CASES[] = {
+    {"passkey", "{\"id\": 7, \"context\": \"noise 12345 noise\", \"input\": \"What is the pass key?\", \"answer\": \"12345\", \"options\": []}",
+     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about "
+     "the important information.\n\nnoise 12345 noise\n\nWhat is the pass key?\n\nThe pass key is",
+     "\n\nWhat is the pass key?\n\nThe pass key is", {"12345"}, 6},
+    {"number_string", "{\"id\": 0, \"context\": \"C\", \"input\": \"What is the sequence of digits?\", \"answer\": [\"0123456789\"]}",
+     "There is an important info hidden inside a lot of irrelevant text. Find it. I will quiz you about the important "
+     "information there.\n\nC\n\nWhat is the sequence of digits?\n\nThe sequence of digits is",
+     "\n\nWhat is the sequence of digits?\n\nThe sequence of digits is", {"0123456789"}, 12},
+    {"kv_retrieval", "{\"id\": 1, \"context\": \"JSON data:\\n{\\\"a\\\": \\\"b\\\"}\", \"input\": \"Key: \\\"a\\\"\\nThe value associated with the specified key is: \", \"answer\": \"b\"}",
+     "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n{\"a\": \"b\"}\n\n"
+     "Key: \"a\"\nThe value associated with the specified key is: ",
+     "\n\nKey: \"a\"\nThe value associated with the specified key is: ", {"b"}, 50},
+    {"longbook_sum_eng", "{\"id\": 2, \"context\": \"A {book}.\", \"input\": \"\", \"answer\": [\"It ends.\"]}",
+     "Summarize the book below.\n\nA {book}.\n\nSummary:", "\n\nSummary:", {"It ends."}, 1200},
+    {"longbook_choice_eng", "{\"id\": 3, \"context\": \"Book\", \"input\": \"Who?\", \"answer\": [\"Bo\"], \"options\": [\"Al\", \"Bo\", \"Cy\", \"Di\"]}",
+     "Read the book and answer the question.\n\nBook\n\nQuestion: Who?\nA. Al\nB. Bo\nC. Cy\nD. Di\n\nThe letter of the correct answer is",
+     "\n\nQuestion: Who?\nA. Al\nB. Bo\nC. Cy\nD. Di\n\nThe letter of the correct answer is", {"Bo", "B"}, 40},
+    {"longbook_qa_eng", "{\"id\": 4, \"context\": \"Book\", \"input\": \"Where?\", \"answer\": [\"Skye\", \"the Hebrides\"], \"options\": []}",
+     "Read the book and answer the question. Be very concise in your answer.\n\nBook\n\nQuestion: Where?\nAnswer:",
+     "\n\nQuestion: Where?\nAnswer:", {"Skye", "the Hebrides"}, 40},
+    {"longdialogue_qa_eng", "{\"id\": 5, \"context\": \"ACE: hi\\n$$MASK$$: yo\", \"input\": \"\", \"answer\": [\"ACE\"]}",
+     "Below is a dialogue script where one random occurrence of a character name is replaced with \"$$MASK$$\", and you "
+     "should try to guess who that character is.\n\nACE: hi\n$$MASK$$: yo\n\nThe name that has been replaced with $$MASK$$ is likely",
+     "\n\nThe name that has been replaced with $$MASK$$ is likely", {"ACE"}, 40},
+    {"math_find", "{\"id\": 6, \"context\": \"[3, 9, 1]\", \"input\": \"What is the largest number in the list above? The Largest Number of the list is\", \"answer\": 9}",
+     "What is the largest number in the following list?\n\n[3, 9, 1]\n\nWhat is the largest number in the list above? The Largest Number of the list is",
+     "\n\nWhat is the largest number in the list above? The Largest Number of the list is", {"9"}, 3},
+    {"code_debug", "{\"id\": 8, \"context\": \"def f(): pass\", \"input\": \"\", \"answer\": \"g\", \"options\": [\"f\", \"g\", \"h\", \"i\"]}",
+     "Following is a Python code where exactly one of the functions/methods has a deliberate error that makes it crash.\n\n"
+     "def f(): pass\n\nOptions:\nA. f\nB. g\nC. h\nD. i\n\nThe correct option is:",
+     "\n\nOptions:\nA. f\nB. g\nC. h\nD. i\n\nThe correct option is:", {"g", "B"}, 5},
+};
+
+static void test_official_records_load_with_the_yarn_mistral_templates_and_labels(void) {
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        const load_case *c = &CASES[i];
+        char name[64], text[2048];
+        snprintf(name, sizeof name, "%s.jsonl", c->task);
+        snprintf(text, sizeof text, "%s\n\n%s\n", c->record, c->record); /* a blank line is skipped */
+        write_file(name, text);
+        kvb_samples v = {0};
+        CU_ASSERT_FATAL(load(c->task, &v) == 0);
+        CU_ASSERT_FATAL(v.n == 2);
+        const kvb_sample *s = &v.v[0];
+        CU_ASSERT_STRING_EQUAL(s->task, c->task);
+        CU_ASSERT_STRING_EQUAL(s->prompt, c->prompt);
+        CU_ASSERT_STRING_EQUAL(s->question, c->question);
+        CU_ASSERT(strstr(s->prompt, s->context) && !strcmp(strstr(s->prompt, s->context) + strlen(s->context), s->question));
+        CU_ASSERT(s->max_new_tokens == c->max_new && s->use_chat == 1);
+        int n = 0;
+        while (n < 3 && c->answers[n]) n++;
+        CU_ASSERT_FATAL(s->n_answers == n);
+        for (int k = 0; k < n; k++) CU_ASSERT_STRING_EQUAL(s->answers[k], c->answers[k]);
+        if (strcmp(s->prompt, c->prompt)) fprintf(stderr, "%s: %s\n", c->task, s->prompt);
+        kvb_samples_free(&v);
+    }
+    /* limit, and the line number as id when the record has none */
+    write_file("passkey.jsonl", "{\"context\": \"a\", \"input\": \"q\", \"answer\": \"1\"}\n{\"context\": \"b\", \"input\": \"q\", \"answer\": \"2\"}\n");
+    kvb_samples v = {0};
+    char path[128];
+    snprintf(path, sizeof path, "%s/passkey.jsonl", dir);
+    CU_ASSERT(infbench_load(path, "passkey", 1, &v, err, sizeof err) == 0 && v.n == 1 && !strcmp(v.v[0].id, "1"));
+    kvb_samples_free(&v);
+}
+
+static void test_loaded_labels_score_as_get_answer_builds_them(void) {
+    double s = -1;
+    const char *choice[2] = {"Bo", "B"}, *num[1] = {"9"}, *frac[1] = {"2.5"}, *qa[2] = {"Skye", "the Hebrides"};
+    CU_ASSERT(infbench_score_answers("longbook_choice_eng", "B", choice, 2, &s) == 0 && s == 1);
+    CU_ASSERT(infbench_score_answers("code_debug", "The answer is: Bo", choice, 2, &s) == 0 && s == 1);
+    CU_ASSERT(infbench_score_answers("math_find", "9", num, 1, &s) == 0 && s == 1);
+    CU_ASSERT(infbench_score_answers("math_find", "2.5", frac, 1, &s) == 0 && s == 1);
+    CU_ASSERT(infbench_score_answers("longbook_qa_eng", "Hebrides", qa, 2, &s) == 0 && s > 0.6);
+    CU_ASSERT(infbench_score_answers("longbook_sum_eng", "the hebrides", qa, 2, &s) == 0 && s == 1);
+    CU_ASSERT(infbench_score_answers("passkey", "123", num, 0, &s) == -1);
+}
+
+static void expect_error(const char *task, const char *text, const char *what) {
+    char name[64], want[160];
+    snprintf(name, sizeof name, "%s.jsonl", task);
+    write_file(name, text);
+    kvb_samples v = {0};
+    CU_ASSERT(load(task, &v) == -1 && v.n == 0 && v.v == NULL);
+    snprintf(want, sizeof want, "%s/%s:2: ", dir, name);
+    CU_ASSERT(!strncmp(err, want, strlen(want)) && strstr(err, what) && !strchr(err, '\n'));
+    if (strncmp(err, want, strlen(want)) || !strstr(err, what)) fprintf(stderr, "got: %s\n", err);
+}
+
+static void test_malformed_records_are_one_line_errors_naming_file_and_line(void) {
+    const char *ok = "{\"id\": 0, \"context\": \"c\", \"input\": \"What is the pass key?\", \"answer\": \"1\"}\n";
+    char text[512];
+    snprintf(text, sizeof text, "%s{\"input\": \"q\", \"answer\": \"1\"}\n", ok);
+    expect_error("passkey", text, "'context'");
+    snprintf(text, sizeof text, "%s{\"context\": \"c\", \"input\": 3, \"answer\": \"1\"}\n", ok);
+    expect_error("passkey", text, "'input'");
+    snprintf(text, sizeof text, "%s{\"context\": \"c\", \"input\": \"q\", \"answer\": 5}\n", ok);
+    expect_error("passkey", text, "'answer'");
+    snprintf(text, sizeof text, "%s{\"context\": \"c\", \"input\": \"q\", \"answer\": \"1\", \"id\": \"x\"}\n", ok);
+    expect_error("passkey", text, "'id'");
+    snprintf(text, sizeof text, "%s{\"context\": \"c\", \"input\": \n", ok);
+    expect_error("passkey", text, "JSON");
+    snprintf(text, sizeof text, "%s[1, 2]\n", ok);
+    expect_error("passkey", text, "object");
+    const char *opt = "\"options\": [\"a\", \"b\", \"c\", \"d\"]";
+    snprintf(text, sizeof text, "{\"context\": \"c\", \"input\": \"q\", \"answer\": \"a\", %s}\n{\"context\": \"c\", \"input\": \"q\", \"answer\": \"z\", %s}\n", opt, opt);
+    expect_error("longbook_choice_eng", text, "options");
+    snprintf(text, sizeof text, "{\"context\": \"c\", \"input\": \"q\", \"answer\": \"a\", %s}\n{\"context\": \"c\", \"input\": \"q\", \"answer\": \"a\", \"options\": [\"a\"]}\n", opt);
+    expect_error("code_debug", text, "4 strings");
+    snprintf(text, sizeof text, "{\"context\": \"c\", \"input\": \"The max of\", \"answer\": 1}\n{\"context\": \"c\", \"input\": \"What is it?\", \"answer\": 1}\n");
+    expect_error("math_find", text, "The ... of");
+    snprintf(text, sizeof text, "{\"context\": \"c\", \"input\": \"The max of\", \"answer\": 1}\n{\"context\": \"c\", \"input\": \"The max of\", \"answer\": \"x\"}\n");
+    expect_error("math_find", text, "not a number");
+    kvb_samples v = {0};
+    CU_ASSERT(infbench_load("/nonexistent/passkey.jsonl", "passkey", 0, &v, err, sizeof err) == -1 && strstr(err, "/nonexistent/passkey.jsonl"));
+    CU_ASSERT(infbench_load("x.jsonl", "code_run", 0, &v, err, sizeof err) == -1 && strstr(err, "code_run"));
+}
+
+/* eval_yarn_mistral.py's truncate_by_tokens: an over-long prompt keeps its first and last halves, in the model's
+ * tokens, so the instruction and the question survive and the middle of the context goes. */
+static void test_long_records_are_middle_truncated_in_the_models_tokens(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_sb b = {0};
+    kvb_sb_adds(&b, "{\"id\": 0, \"context\": \"");
+    for (int i = 0; i < 400; i++) kvb_sb_adds(&b, "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\\n");
+    kvb_sb_adds(&b, "\", \"input\": \"What is the pass key?\", \"answer\": \"12345\"}\n");
+    char *text = kvb_sb_take(&b);
+    write_file("passkey.jsonl", text);
+    free(text);
+    kvb_samples v = {0};
+    CU_ASSERT_FATAL(load("passkey", &v) == 0 && v.n == 1);
+    CU_ASSERT(kvb_count_tokens(model, v.v[0].prompt) > 4000);
+    kvb_prompt p = {0};
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &v.v[0], 1024, 512, &p, err, sizeof err) == 0);
+    CU_ASSERT(p.truncated && p.n <= 1024 && p.n >= 1024 - 64 - 4);
+    char *dec = NULL;
+    CU_ASSERT_FATAL(tok_decode(model->tok, p.ids, (int)p.n, &dec) == 0);
+    const char *head = strstr(dec, "There is an important info hidden inside"), *tail = strstr(dec, "What is the pass key?\n\nThe pass key is");
+    CU_ASSERT(head && tail && head < tail);
+    free(dec);
+    kvb_prompt_free(&p);
+    kvb_samples_free(&v);
+}
 
 static int starts_with(const char *s, const char *p) { return s && !strncmp(s, p, strlen(p)); }
 
@@ -104,8 +268,8 @@ static void test_synthetic_generators_follow_the_official_recipe_and_templates(v
     int max_new[3] = {6, 12, 50};
     for (int t = 0; t < 3; t++) {
         kvb_samples a = {0}, b = {0};
-        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, count_model, model, &a, err, sizeof err) == 0);
-        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, count_model, model, &b, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, kvb_count_tokens, model, &a, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, kvb_count_tokens, model, &b, err, sizeof err) == 0);
         CU_ASSERT_FATAL(a.n == 3);
         for (int i = 0; i < a.n; i++) {
             const kvb_sample *s = &a.v[i];
@@ -154,20 +318,34 @@ static void test_synthetic_generators_follow_the_official_recipe_and_templates(v
         kvb_samples_free(&a), kvb_samples_free(&b);
     }
     kvb_samples c = {0};
-    CU_ASSERT(infbench_generate("math_find", 2048, 1, 1, count_model, model, &c, err, sizeof err) == -1 && strstr(err, "math_find"));
-    CU_ASSERT(infbench_generate("passkey", 40, 1, 1, count_model, model, &c, err, sizeof err) == -1 && c.n == 0);
+    CU_ASSERT(infbench_generate("math_find", 2048, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && strstr(err, "math_find"));
+    CU_ASSERT(infbench_generate("passkey", 40, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && c.n == 0);
 }
 
 int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
+    snprintf(dir, sizeof dir, "/tmp/kvb_infbench_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("infbench", NULL, NULL);
     CU_add_test(s, "gpt4 prediction files score as the official python", test_gpt4_prediction_files_score_as_the_official_python);
     CU_add_test(s, "edge cases score as the official python", test_edge_cases_score_as_the_official_python);
     CU_add_test(s, "unscored tasks and bad labels are refused", test_unscored_tasks_and_bad_labels_are_refused);
     CU_add_test(s, "synthetic generators follow the official recipe and templates", test_synthetic_generators_follow_the_official_recipe_and_templates);
+    CU_add_test(s, "official records load with the yarn-mistral templates and labels", test_official_records_load_with_the_yarn_mistral_templates_and_labels);
+    CU_add_test(s, "loaded labels score as get_answer builds them", test_loaded_labels_score_as_get_answer_builds_them);
+    CU_add_test(s, "malformed records are one-line errors naming file and line", test_malformed_records_are_one_line_errors_naming_file_and_line);
+    CU_add_test(s, "long records are middle-truncated in the model's tokens", test_long_records_are_middle_truncated_in_the_models_tokens);
     int rc = util_run_suites();
     kvb_model_free(model);
+    static const char *const names[] = {"passkey", "number_string", "kv_retrieval", "longbook_sum_eng", "longbook_choice_eng",
+                                        "longbook_qa_eng", "longdialogue_qa_eng", "math_find", "code_debug"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s.jsonl", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
     return rc;
 }

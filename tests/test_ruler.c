@@ -16,6 +16,7 @@
 
 #include "util_common.h"
 #include "benchmarks/ruler.h"
+#include "benchmarks/prompt.h"
 #include "engine/model.h"
 
 #define ESSAYS "../shared/data/niah/PaulGrahamEssays"
@@ -24,18 +25,8 @@
 static char err[1024];
 static kvb_model *model;
 
-static int64_t count_model(void *ctx, const char *text) {
-    const kvb_model *m = ctx;
-    int32_t *ids = NULL;
-    int n = 0;
-    char e[64];
-    if (tok_encode(m->tok, text, strlen(text), 0, 0, &ids, &n, e, sizeof e)) return -1;
-    free(ids);
-    return n;
-}
-
 static ruler_opts opts(const char *task, int length, int n, uint64_t seed) {
-    ruler_opts o = {task, length, n, seed, ESSAYS, WORDS, NULL, count_model, model};
+    ruler_opts o = {task, length, n, seed, ESSAYS, WORDS, NULL, kvb_count_tokens, model};
     return o;
 }
 
