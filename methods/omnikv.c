@@ -131,10 +131,13 @@ static int fit_default_layers(omnikv *s, int n_layer, const kvb_budget *b, char 
         return ERR("omnikv: budget %.1f%% is below the share of the full-attention layers even with one filter layer "
                    "(layers=%s: %.1f%% of %d layers); the smallest budget that fits is %.1f%%",
                    100 * b->frac, kept, 100 * s->full_share, n_layer, ceil(1000 * s->full_share - 1e-6) / 10);
-    if (s->n_filter < n_scaled)
-        snprintf(s->base.note, sizeof s->base.note,
-                 "default layers %s (the paper's 2;8;18 of 32 scaled) hold %.1f%% > budget %.1f%%: layers=%s (%.1f%%)",
-                 all, 100 * scaled_share, 100 * b->frac, kept, 100 * s->full_share);
+    if (s->n_filter < n_scaled) {
+        /* the layer lists are short (at most MAX_FILTER numbers): the note never fills; a cut one would still read */
+        int n = snprintf(s->base.note, sizeof s->base.note, "default layers %s (the paper's 2;8;18 of 32 scaled) ", all);
+        if (n > 0 && (size_t)n < sizeof s->base.note)
+            snprintf(s->base.note + n, sizeof s->base.note - (size_t)n, "hold %.1f%% > budget %.1f%%: layers=%s (%.1f%%)",
+                     100 * scaled_share, 100 * b->frac, kept, 100 * s->full_share);
+    }
     return 0;
 }
 
