@@ -27,6 +27,7 @@
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "benchmarks/shared_prefill.h"
+#include "base/clock.h"
 #include "base/fsutil.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -76,12 +77,6 @@ typedef struct {
 } run_state;
 
 static void progress(run_state *st, kvb_prog_kind kind, const char *what);
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* "~/x" and "$KVB_DATA/x" expanded. */
 static void expand_path(const char *in, char *out, size_t cap) {
@@ -409,7 +404,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     if (nd->own_prefill && sp->split)
         return ERR("%s: question hidden is not supported (the method prefills the question round itself)", cl->method);
     const kvb_ctx *from = nd->own_prefill && sp->hist ? sp->hist : sp->base;
-    double t0 = now_s();
+    double t0 = kvb_now_s();
     kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : sp->obs_window, err, err_len);
     if (!c) return -1;
     kvb_method *m = kvb_method_create(cl->method, c, &cl->budget, &o, err, err_len);
@@ -420,7 +415,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     int rc = -1;
     if (!m || kvb_session_init(&res->ses, c, &seam, &gp, err, err_len)) goto done;
     if (nd->own_prefill && sp->hist) {
-        res->ses.prefill_ms = sp->hist_ms + (now_s() - t0) * 1e3;
+        res->ses.prefill_ms = sp->hist_ms + (kvb_now_s() - t0) * 1e3;
         if (kvb_session_prefill(&res->ses, &sp->p, sp->p.n_rounds - 1, err, err_len)) goto done;
         if (!sp->p.real_rounds)
             snprintf(m->note, sizeof m->note, "single prompt: rounds are %d-token chunks (%d rounds)", st->round_chunk, sp->p.n_rounds);
@@ -430,7 +425,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         /* hidden: the question reaches the compressed cache only now, so the method never saw it */
         if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
         /* a question reusing its group's context prefill counts only its own part (the first question holds it) */
-        kvb_session_prefilled(&res->ses, (sp->reused ? 0 : sp->prefill_ms) + (now_s() - t0) * 1e3);
+        kvb_session_prefilled(&res->ses, (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3);
     }
     if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
         kvb_session_decode(&res->ses, err, err_len) ||
@@ -520,7 +515,7 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
 /* Progress on stderr (benchmarks/progress.h): the runner's counts, then the event. */
 static void progress(run_state *st, kvb_prog_kind kind, const char *what) {
     st->prog.total = st->total, st->prog.finished = st->finished, st->prog.ran = st->ran;
-    kvb_progress_note(&st->prog, kind, what, now_s());
+    kvb_progress_note(&st->prog, kind, what, kvb_now_s());
 }
 
 /* The fingerprint of cell cl on sample s (fingerprint.h). */
@@ -565,7 +560,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     shared_prefill *sp = &st->pf;
     char what[240];
     snprintf(st->doing, sizeof st->doing, "%s #%s", t->name, s->id ? s->id : "");
-    double t_sample = now_s();
+    double t_sample = kvb_now_s();
     char perr[512] = "";
     int prc = 0;
     if (n_todo && !rc) {
@@ -617,7 +612,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     if (n_todo) {
         kvb_hostload_sample(&st->load);
         snprintf(what, sizeof what, "%s #%s: %d cells, %ld prompt tokens, %.1f s", t->name, s->id ? s->id : "", n_todo,
-                 prompt_tokens, now_s() - t_sample);
+                 prompt_tokens, kvb_now_s() - t_sample);
         progress(st, KVB_PROG_END, what);
     }
     return rc;
@@ -718,7 +713,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     st.finished = st.done.n < st.total ? st.done.n : st.total;
     fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
-    st.t_start = now_s();
+    st.t_start = kvb_now_s();
     kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);
     char run_json[1100];
     snprintf(run_json, sizeof run_json, "%s/run.json", st.out_dir);

@@ -4,20 +4,14 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "benchmarks/hidden.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
 /* questions of a group differ in length: room for a longer one, so it can reuse the context's prefill */
 #define QUESTION_SLACK_TOKENS 64
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void kvb_shared_prefill_free(kvb_shared_prefill *sp) {
     kvb_share_free(sp->share, sp->base);
@@ -45,15 +39,15 @@ static int can_reuse(const kvb_shared_prefill *sp, const kvb_sample *s, const kv
 static int prefill(const kvb_prefill_env *e, const kvb_method_needs *u, int64_t end, kvb_shared_prefill *sp,
                    char *err, size_t err_len) {
     int last = sp->p.n_rounds - 1, fork_hist = u->own_prefill && last > 0 && !sp->split;
-    double t0 = now_s();
+    double t0 = kvb_now_s();
     if (kvb_prefill_rounds(sp->base, &sp->p, 0, fork_hist ? sp->p.round_end[last - 1] : end, &e->gp, err, err_len)) return -1;
-    double fwd_s = now_s() - t0; /* forward time only: the fork is not prefill */
+    double fwd_s = kvb_now_s() - t0; /* forward time only: the fork is not prefill */
     if (fork_hist) {
         sp->hist_ms = fwd_s * 1e3;
         if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
-        t0 = now_s();
+        t0 = kvb_now_s();
         if (kvb_prefill_rounds(sp->base, &sp->p, last, end, &e->gp, err, err_len)) return -1;
-        fwd_s += now_s() - t0;
+        fwd_s += kvb_now_s() - t0;
     }
     sp->prefill_ms = fwd_s * 1e3;
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)

@@ -196,6 +196,14 @@ static void test_questions_of_a_context_group_share_one_context_prefill_and_one_
     CU_ASSERT(kvb_shared_prefill_tokens(&sp) == sp.p.n - split && sp.p.n - split > 10);
     int32_t *kb = cell_kept(&sp, &nb);
     CU_ASSERT(na == nb && memcmp(ka, kb, (size_t)na * sizeof *ka) == 0); /* one kept set for both questions */
+    /* and the one the second question gets from a prefill of its own */
+    kvb_shared_prefill own = {0};
+    int64_t no;
+    CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &b, 1, &u, 16, &own, err, sizeof err) == 0);
+    int32_t *ko = cell_kept(&own, &no);
+    CU_ASSERT(!own.reused && no == nb && memcmp(ko, kb, (size_t)nb * sizeof *kb) == 0);
+    free(ko);
+    kvb_shared_prefill_free(&own);
     /* another group, though the same text: prefilled anew */
     CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &other, 1, &u, 16, &sp, err, sizeof err) == 0);
     CU_ASSERT(!sp.reused && sp.base->n_past == split);
