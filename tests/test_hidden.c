@@ -2,7 +2,9 @@
  * runner takes (benchmarks/runner.c run_prefill / run_cell): build the prompt, prefill (the context only when
  * the question is hidden) with a shared-prefill recorder, fork, let SnapKV adopt the share and compress, then
  * read the positions it kept. With the question hidden the kept set cannot depend on the question; with it
- * visible SnapKV's observation window holds the question and the kept set follows it. */
+ * visible SnapKV's observation window holds the question and the kept set follows it. Several questions of one
+ * context group (benchmarks/shared_prefill.h) share one prefill of the context and one kept set, and `kvbench run`
+ * records each question, the first with the context's prefill, the others marked reused. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
