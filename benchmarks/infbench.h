@@ -58,8 +58,11 @@ int infbench_load(const char *path, const char *task, int limit, kvb_samples *ou
  * samples as the official grid does (passkey: 5 samples per depth, number_string 10, kv_retrieval 1).
  * Sample: prompt = the template filled, context, question = the text after the context, answers = [key],
  * max_new_tokens 6 / 12 / 50, use_chat = 1, depth = percent depth of the needle, length = prompt tokens.
- * 0, or -1 with a one-line message (loaders.h contract). */
-int infbench_generate(const char *task, int length, int n_samples, uint64_t seed, kvb_count_tokens_fn count_tokens,
-                      void *tok_ctx, kvb_samples *out, char *err, size_t err_len);
+ * queries_per_context > 1 (kv_retrieval only): consecutive samples share one haystack, that many queries each,
+ * asking pairs spread over its depth ((j + 0.5) / queries), the haystack fitted to the first query's prompt; they
+ * carry group "<task>_<length>_g<k>" (kvb_sample.group) so the runner prefills the haystack once when the
+ * question is hidden. 0, or -1 with a one-line message (loaders.h contract). */
+int infbench_generate(const char *task, int length, int n_samples, int queries_per_context, uint64_t seed,
+                      kvb_count_tokens_fn count_tokens, void *tok_ctx, kvb_samples *out, char *err, size_t err_len);
 
 #endif

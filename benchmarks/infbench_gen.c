@@ -69,8 +69,100 @@ static int64_t prompt_tokens(const gen *g, int n, int at, kvb_count_tokens_fn co
     return t;
 }
 
-int infbench_generate(const char *task, int length, int n_samples, uint64_t seed, kvb_count_tokens_fn count_tokens,
-                      void *tok_ctx, kvb_samples *out, char *err, size_t err_len) {
+/* The key of the next sample: 5 random digits (passkey), or number_string's 10 digits (5 random, then
+ * keys.insert(pos, keys[pos]) five times with pos = randint(0, 5 + k - 1)). */
+static void draw_key(gen *g, uint64_t *rng) {
+    if (g->kind == 0) snprintf(g->key, sizeof g->key, "%05d", (int)kvb_rng_below(rng, 100000));
+    else if (g->kind == 1) {
+        char d[11];
+        int n = 5;
+        for (int k = 0; k < 5; k++) d[k] = (char)('0' + kvb_rng_below(rng, 10));
+        for (int k = 0; k < 5; k++, n++) {
+            int pos = (int)kvb_rng_below(rng, (uint64_t)(5 + k));
+            memmove(d + pos + 1, d + pos, (size_t)(n - pos));
+            d[pos] = d[pos + 1];
+        }
+        d[10] = 0;
+        snprintf(g->key, sizeof g->key, "%s", d);
+    }
+}
+
+/* The largest haystack (units: noise lines or pairs) whose prompt with the needle at depth frac fits `length`
+ * with max_new tokens: doubling, then a binary search (tokens grow with it); kv_retrieval's pairs are drawn anew.
+ * The size in *n_out; 0, -1 (out of memory or the counter failed), or -2 + err (length too short). */
+static int fit_haystack(gen *g, int length, int max_new, double frac, kvb_count_tokens_fn count, void *tok_ctx,
+                        uint64_t *rng, int *n_out, char *err, size_t err_len) {
+    int lo = 1, hi = 1, hi_cap = 1 << 20;
+    if (g->kind == 2) {
+        free(g->pairs);
+        g->n_pairs = 0;
+        g->pairs = NULL;
+    }
+    for (;;) { /* grow hi until too long */
+        if (g->kind == 2 && hi > g->n_pairs) {
+            int want = hi * 2;
+            void *np = realloc(g->pairs, (size_t)want * sizeof *g->pairs);
+            if (!np) return -1;
+            g->pairs = np;
+            for (int j = g->n_pairs; j < want; j++) uuid4(rng, g->pairs[j][0]), uuid4(rng, g->pairs[j][1]);
+            g->n_pairs = want;
+        }
+        int64_t t = prompt_tokens(g, hi, (int)(frac * hi + 0.5), count, tok_ctx);
+        if (t < 0) return -1;
+        if (t + max_new > length || hi >= hi_cap) break;
+        lo = hi;
+        hi *= 2;
+    }
+    if (prompt_tokens(g, lo, (int)(frac * lo + 0.5), count, tok_ctx) + max_new > length) {
+        kvb_seterr(err, err_len, "infinitebench %s: length %d is too short",
+                   g->kind == 0 ? "passkey" : g->kind == 1 ? "number_string" : "kv_retrieval", length);
+        return -2;
+    }
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        int64_t t = prompt_tokens(g, mid, (int)(frac * mid + 0.5), count, tok_ctx);
+        if (t >= 0 && t + max_new <= length) lo = mid;
+        else hi = mid;
+    }
+    *n_out = lo;
+    return 0;
+}
+
+/* Sample i of the task: the template, the haystack of n units with the needle after `at`. 0 / -1 (OOM). */
+static int push_sample(const gen *g, const char *task, int length, int i, int n, int at, const char *group,
+                       int max_new, kvb_count_tokens_fn count, void *tok_ctx, kvb_samples *out) {
+    kvb_sb c = {0}, q = {0}, p = {0};
+    build(g, n, at, &c, &q);
+    kvb_sample s;
+    kvb_sample_init(&s);
+    kvb_sb_adds(&p, g->kind == 0 ? PASSKEY_T1 : g->kind == 1 ? NUMSTR_T1 : KV_T1);
+    kvb_sb_adds(&p, c.p ? c.p : "");
+    kvb_sb_adds(&p, q.p ? q.p : "");
+    s.prompt = kvb_sb_take(&p);
+    s.context = kvb_sb_take(&c);
+    s.question = kvb_sb_take(&q);
+    char id[64], qt[32];
+    snprintf(id, sizeof id, "%s_%d_%d", task, length, i);
+    snprintf(qt, sizeof qt, "len=%d", length);
+    s.id = kvb_strdup(id);
+    s.task = kvb_strdup(task);
+    s.qtype = kvb_strdup(qt);
+    s.group = kvb_strdup(group);
+    s.max_new_tokens = max_new;
+    s.use_chat = 1;
+    s.ctx_tokens = length;
+    s.depth = 100.0 * at / n;
+    s.length = s.prompt ? count(tok_ctx, s.prompt) : -1;
+    if (!s.prompt || !s.context || !s.question || !s.id || !s.task || !s.qtype || (group && !s.group) ||
+        kvb_sample_add_answer(&s, g->kind == 2 ? g->pairs[at][1] : g->key)) {
+        kvb_sample_free(&s);
+        return -1;
+    }
+    return kvb_samples_push(out, &s);
+}
+
+int infbench_generate(const char *task, int length, int n_samples, int queries_per_context, uint64_t seed,
+                      kvb_count_tokens_fn count_tokens, void *tok_ctx, kvb_samples *out, char *err, size_t err_len) {
     gen g = {0};
     if (!task || (strcmp(task, "passkey") && strcmp(task, "number_string") && strcmp(task, "kv_retrieval"))) {
         kvb_seterr(err, err_len, "infinitebench: no generator for task '%s' (passkey, number_string, kv_retrieval)", task ? task : "(null)");
@@ -82,88 +174,27 @@ int infbench_generate(const char *task, int length, int n_samples, uint64_t seed
         kvb_seterr(err, err_len, "infinitebench %s: need a length >= 64 tokens and at least one sample", task);
         return -1;
     }
+    int qpc = queries_per_context > 1 ? queries_per_context : 1;
+    if (qpc > 1 && g.kind != 2) {
+        kvb_seterr(err, err_len, "infinitebench %s: queries per context is kv_retrieval's (one needle per haystack here)", task);
+        return -1;
+    }
     kvb_count_tokens_fn count = count_tokens ? count_tokens : niah_count_words;
-    int n0 = out->n, rc = 0, n_depth = (n_samples + repeat - 1) / repeat, hi_cap = 1 << 20;
+    int n0 = out->n, rc = 0, n_groups = (n_samples + qpc - 1) / qpc, n_depth = (n_groups + repeat - 1) / repeat, n = 0;
     uint64_t rng = seed * 0x9e3779b97f4a7c15ULL + 0x494e4642ULL;
     for (int i = 0; i < n_samples && !rc; i++) {
-        if (g.kind == 0) snprintf(g.key, sizeof g.key, "%05d", (int)kvb_rng_below(&rng, 100000)); /* 5 random digits */
-        else if (g.kind == 1) {
-            char d[11];
-            int n = 5;
-            for (int k = 0; k < 5; k++) d[k] = (char)('0' + kvb_rng_below(&rng, 10));
-            for (int k = 0; k < 5; k++, n++) { /* keys.insert(pos, keys[pos]), pos = randint(0, 5 + k - 1) */
-                int pos = (int)kvb_rng_below(&rng, (uint64_t)(5 + k));
-                memmove(d + pos + 1, d + pos, (size_t)(n - pos));
-                d[pos] = d[pos + 1];
-            }
-            d[10] = 0;
-            snprintf(g.key, sizeof g.key, "%s", d);
+        int gi = i / qpc, j = i % qpc, at = 0;
+        char group[64];
+        snprintf(group, sizeof group, "%s_%d_g%d", task, length, gi);
+        if (j == 0) { /* a new haystack; its later queries ask other pairs of the same one */
+            draw_key(&g, &rng);
+            double frac = n_depth > 1 ? (double)(gi / repeat) / (n_depth - 1) : 0;
+            if ((rc = fit_haystack(&g, length, max_new, frac, count, tok_ctx, &rng, &n, err, err_len))) break;
+            at = (int)(frac * n + 0.5);
         }
-        /* haystack size: the largest that fits (binary search; tokens grow with it) */
-        int lo = 1, hi = 1;
-        if (g.kind == 2) {
-            free(g.pairs);
-            g.n_pairs = 0;
-            g.pairs = NULL;
-        }
-        double frac = n_depth > 1 ? (double)(i / repeat) / (n_depth - 1) : 0;
-        for (;;) { /* grow hi until too long */
-            if (g.kind == 2 && hi > g.n_pairs) {
-                int want = hi * 2;
-                void *np = realloc(g.pairs, (size_t)want * sizeof *g.pairs);
-                if (!np) { rc = -1; break; }
-                g.pairs = np;
-                for (int j = g.n_pairs; j < want; j++) uuid4(&rng, g.pairs[j][0]), uuid4(&rng, g.pairs[j][1]);
-                g.n_pairs = want;
-            }
-            int64_t t = prompt_tokens(&g, hi, (int)(frac * hi + 0.5), count, tok_ctx);
-            if (t < 0) { rc = -1; break; }
-            if (t + max_new > length || hi >= hi_cap) break;
-            lo = hi;
-            hi *= 2;
-        }
-        if (rc) break;
-        if (prompt_tokens(&g, lo, (int)(frac * lo + 0.5), count, tok_ctx) + max_new > length) {
-            kvb_seterr(err, err_len, "infinitebench %s: length %d is too short", task, length);
-            rc = -2;
-            break;
-        }
-        while (hi - lo > 1) {
-            int mid = lo + (hi - lo) / 2;
-            int64_t t = prompt_tokens(&g, mid, (int)(frac * mid + 0.5), count, tok_ctx);
-            if (t >= 0 && t + max_new <= length) lo = mid;
-            else hi = mid;
-        }
-        int n = lo, at = (int)(frac * n + 0.5);
+        if (qpc > 1) at = (int)((j + 0.5) * n / qpc); /* the queries spread over the haystack's depth */
         if (g.kind == 2 && at >= n) at = n - 1;
-        kvb_sb c = {0}, q = {0}, p = {0};
-        build(&g, n, at, &c, &q);
-        kvb_sample s;
-        kvb_sample_init(&s);
-        kvb_sb_adds(&p, g.kind == 0 ? PASSKEY_T1 : g.kind == 1 ? NUMSTR_T1 : KV_T1);
-        kvb_sb_adds(&p, c.p ? c.p : "");
-        kvb_sb_adds(&p, q.p ? q.p : "");
-        s.prompt = kvb_sb_take(&p);
-        s.context = kvb_sb_take(&c);
-        s.question = kvb_sb_take(&q);
-        char id[64], qt[32];
-        snprintf(id, sizeof id, "%s_%d_%d", task, length, i);
-        snprintf(qt, sizeof qt, "len=%d", length);
-        s.id = kvb_strdup(id);
-        s.task = kvb_strdup(task);
-        s.qtype = kvb_strdup(qt);
-        s.max_new_tokens = max_new;
-        s.use_chat = 1;
-        s.ctx_tokens = length;
-        s.depth = 100.0 * at / n;
-        s.length = s.prompt ? count(tok_ctx, s.prompt) : -1;
-        if (!s.prompt || !s.context || !s.question || !s.id || !s.task || !s.qtype ||
-            kvb_sample_add_answer(&s, g.kind == 2 ? g.pairs[at][1] : g.key)) {
-            kvb_sample_free(&s);
-            rc = -1;
-            break;
-        }
-        if (kvb_samples_push(out, &s)) rc = -1;
+        if (push_sample(&g, task, length, i, n, at, qpc > 1 ? group : NULL, max_new, count, tok_ctx, out)) rc = -1;
     }
     free(g.pairs);
     if (rc == -1) kvb_seterr(err, err_len, "infinitebench %s: out of memory or the token counter failed", task);

@@ -141,6 +141,35 @@ static int split_sentences(const char *text, int **starts) {
     return n;
 }
 
+/* niah.py's question about `query` into out->pre, post (the template split at {context}) and prefix (the answer
+ * prefix); singular: one value asked (its singular template: "A special magic number ... is"). 0 / -1 (OOM). */
+static int niah_question(const niah_cfg *c, int singular, const char *query, ruler_built *out) {
+    char *t = NULL, *p = NULL, vname[16];
+    snprintf(vname, sizeof vname, "%s", V_NAME[c->v_type]);
+    if (singular) {
+        char *t1 = ruler_replace_all(NIAH_T, "Some", "A"), *t2 = t1 ? ruler_replace_all(t1, "are all", "is") : NULL;
+        t = t2 ? ruler_replace_all(t2, "are", "is") : NULL;
+        char *p1 = ruler_replace_all(NIAH_P, "are all", "is");
+        p = p1 ? ruler_replace_all(p1, "are", "is") : NULL;
+        free(t1), free(t2), free(p1);
+        vname[strlen(vname) - 1] = 0;
+    } else {
+        t = kvb_strdup(NIAH_T);
+        p = kvb_strdup(NIAH_P);
+    }
+    free(out->pre), free(out->post), free(out->prefix);
+    out->pre = out->post = out->prefix = NULL;
+    const char *tn[2] = {"type_needle_v", "query"}, *tv[2] = {vname, query};
+    if (t && p) {
+        ruler_fmt_split(t, tn, tv, 2, &out->pre, &out->post);
+        kvb_sb pb = {0};
+        ruler_fmt(&pb, p, tn, tv, 2);
+        out->prefix = kvb_sb_take(&pb);
+    }
+    free(t), free(p);
+    return out->pre && out->post && out->prefix ? 0 : -1;
+}
+
 static int niah_build(ruler_gen *g, int n, uint64_t rng, ruler_built *out) {
     const niah_cfg *c = niah_of(g);
     int n_k = c->n_k > c->n_q ? c->n_k : c->n_q, n_needles = n_k * c->n_v, rc = 0;
@@ -247,30 +276,13 @@ static int niah_build(ruler_gen *g, int n, uint64_t rng, ruler_built *out) {
         for (int v = 0; v < c->n_v && !rc; v++) rc = ruler_built_add_answer(out, vals[qidx[i] * c->n_v + v]);
     }
     char *query = kvb_sb_take(&q);
-    char *t = NULL, *p = NULL;
-    char vname[16];
-    snprintf(vname, sizeof vname, "%s", V_NAME[c->v_type]);
-    if (c->n_q * c->n_v == 1) { /* niah.py's singular template */
-        char *t1 = ruler_replace_all(NIAH_T, "Some", "A"), *t2 = t1 ? ruler_replace_all(t1, "are all", "is") : NULL;
-        t = t2 ? ruler_replace_all(t2, "are", "is") : NULL;
-        char *p1 = ruler_replace_all(NIAH_P, "are all", "is");
-        p = p1 ? ruler_replace_all(p1, "are", "is") : NULL;
-        free(t1), free(t2), free(p1);
-        vname[strlen(vname) - 1] = 0;
-    } else {
-        t = kvb_strdup(NIAH_T);
-        p = kvb_strdup(NIAH_P);
-    }
-    const char *tn[2] = {"type_needle_v", "query"}, *tv[2] = {vname, query ? query : ""};
-    if (t && p && query) {
-        ruler_fmt_split(t, tn, tv, 2, &out->pre, &out->post);
-        kvb_sb pb = {0};
-        ruler_fmt(&pb, p, tn, tv, 2);
-        out->prefix = kvb_sb_take(&pb);
-    }
+    if (query && niah_question(c, c->n_q * c->n_v == 1, query, out)) rc = -1;
+    if (!(out->queries = calloc((size_t)c->n_q, sizeof *out->queries))) rc = -1;
+    for (int i = 0; i < c->n_q && out->queries; i++, out->n_queries++)
+        if (!(out->queries[i] = kvb_strdup(keys[qidx[i]]))) rc = -1;
     out->context = kvb_sb_take(&ctx);
-    if (!t || !p || !query || !out->pre || !out->post || !out->prefix || !out->context) rc = -1;
-    free(t), free(p), free(query);
+    if (!query || !out->context) rc = -1;
+    free(query);
 done:
     kvb_sb_free(&ctx);
     for (int k = 0; keys && k < n_k; k++) free(keys[k]);
@@ -463,6 +475,22 @@ static int fwe_build(ruler_gen *g, int n, uint64_t rng, ruler_built *out) {
     return rc || !out->context || !out->pre || !out->post || !out->prefix ? -1 : 0;
 }
 
+/* The queries of niah sample i posed one at a time over its haystack (ruler_opts.per_query): each with the
+ * singular template and its n_v values as answers. 0 / -1 (OOM). */
+static int emit_per_query(ruler_gen *g, int i, ruler_built *b, int gen_tokens, kvb_samples *out) {
+    const niah_cfg *c = niah_of(g);
+    char **answers = b->answers;
+    int rc = 0;
+    for (int q = 0; q < b->n_queries && !rc; q++) {
+        b->answers = answers + q * c->n_v;
+        b->n_answers = c->n_v;
+        rc = niah_question(c, c->n_v == 1, b->queries[q], b) || ruler_emit(g, i, q, b, gen_tokens, out);
+    }
+    b->answers = answers; /* back to the whole list, which ruler_built_free releases */
+    b->n_answers = b->n_queries * c->n_v;
+    return rc;
+}
+
 static int synth_samples(ruler_gen *g, ruler_build_fn build, int inc, int gen_tokens, int max_n, kvb_samples *out,
                          char *err, size_t err_len) {
     int hint = 0;
@@ -475,7 +503,8 @@ static int synth_samples(ruler_gen *g, ruler_build_fn build, int inc, int gen_to
                               g->o->task, g->o->length, max_n), -1;
         hint = n;
         ruler_built b = {0};
-        int rc = build(g, n, rng, &b) || ruler_emit(g, i, &b, gen_tokens, out);
+        int rc = build(g, n, rng, &b) || (g->o->per_query ? emit_per_query(g, i, &b, gen_tokens, out)
+                                                           : ruler_emit(g, i, -1, &b, gen_tokens, out));
         ruler_built_free(&b);
         if (rc) return kvb_seterr(err, err_len, "ruler %s: out of memory", g->o->task), -1;
     }
@@ -487,6 +516,8 @@ int ruler_generate(const ruler_opts *o, kvb_samples *out, char *err, size_t err_
     if (ti < 0) return kvb_seterr(err, err_len, "ruler: unknown task '%s'", o->task ? o->task : "(null)"), -1;
     if (o->length < 64 || o->n_samples < 1)
         return kvb_seterr(err, err_len, "ruler %s: need a length >= 64 tokens and at least one sample", o->task), -1;
+    if (o->per_query && strcmp(o->task, "niah_multiquery"))
+        return kvb_seterr(err, err_len, "ruler %s: queries posed one at a time are niah_multiquery's", o->task), -1;
     ruler_gen g;
     memset(&g, 0, sizeof g);
     g.o = o;

@@ -29,6 +29,9 @@ typedef struct {
     const char *qa_path;    /* qa_1: SQuAD v2 dev JSON; qa_2: HotpotQA dev (distractor) JSON */
     kvb_count_tokens_fn count_tokens; /* NULL = niah_count_words */
     void *tok_ctx;
+    int per_query;          /* niah_multiquery: each sample's queries posed one at a time, one sample each with
+                               niah.py's singular template, over the official (multi-query) haystack; the samples
+                               of a haystack form a context group (kvb_sample.group) */
 } ruler_opts;
 
 /* What a task reads besides the seed. */

@@ -25,6 +25,8 @@ typedef struct {
     char **answers;
     int n_answers;
     double depth;
+    char **queries;   /* niah: the keys asked, in the question's order (answers follow them, n_v each) */
+    int n_queries;
 } ruler_built;
 
 /* Builds the sample for haystack size n from a copy of the stream rng; 0 / -1. */
@@ -47,8 +49,9 @@ void ruler_built_free(ruler_built *b);
 /* Largest haystack size in [inc, max_n] (max_n <= 0: unbounded) that fits the length; 0 / -1. */
 int ruler_fit(ruler_gen *g, ruler_build_fn build, int inc, uint64_t rng, int64_t gen_tokens, int hint, int max_n,
               int *out, char *err, size_t err_len);
-/* Appends the sample built for index; 0 / -1 (OOM). */
-int ruler_emit(ruler_gen *g, int index, const ruler_built *b, int gen_tokens, kvb_samples *out);
+/* Appends the sample built for index; query >= 0: its query-th question posed alone over the haystack (id
+ * "<task>_<length>_<index>_q<query>", group "<task>_<length>_<index>"); 0 / -1 (OOM). */
+int ruler_emit(ruler_gen *g, int index, int query, const ruler_built *b, int gen_tokens, kvb_samples *out);
 /* The PRNG stream of sample index of a task (seed, task name, index). */
 uint64_t ruler_stream(const ruler_opts *o, int index);
 /* qa_1 / qa_2 (ruler_qa.c). */

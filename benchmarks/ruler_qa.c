@@ -250,7 +250,7 @@ int ruler_qa_generate(ruler_gen *g, kvb_samples *out, char *err, size_t err_len)
         if (rc) break;
         hint = n;
         ruler_built b = {0};
-        if (qa_build(g, n, rng, &b) || ruler_emit(g, i, &b, 32, out)) {
+        if (qa_build(g, n, rng, &b) || ruler_emit(g, i, -1, &b, 32, out)) {
             kvb_seterr(err, err_len, "ruler %s: out of memory", g->o->task);
             rc = -1;
         }

@@ -260,6 +260,8 @@ void ruler_built_free(ruler_built *b) {
     free(b->prefix);
     for (int i = 0; i < b->n_answers; i++) free(b->answers[i]);
     free(b->answers);
+    for (int i = 0; i < b->n_queries; i++) free(b->queries[i]);
+    free(b->queries);
     memset(b, 0, sizeof *b);
 }
 
@@ -324,11 +326,16 @@ int ruler_fit(ruler_gen *g, ruler_build_fn build, int inc, uint64_t rng, int64_t
 
 /* ---- samples ---- */
 
-int ruler_emit(ruler_gen *g, int index, const ruler_built *b, int gen_tokens, kvb_samples *out) {
+int ruler_emit(ruler_gen *g, int index, int query, const ruler_built *b, int gen_tokens, kvb_samples *out) {
     kvb_sample s;
     kvb_sample_init(&s);
     char id[96], qtype[32];
     snprintf(id, sizeof id, "%s_%d_%d", g->o->task, g->o->length, index);
+    if (query >= 0) {
+        s.group = kvb_strdup(id);
+        size_t l = strlen(id);
+        snprintf(id + l, sizeof id - l, "_q%d", query);
+    }
     snprintf(qtype, sizeof qtype, "len=%d", g->o->length);
     kvb_sb pb = {0};
     kvb_sb_adds(&pb, b->pre);
@@ -352,7 +359,8 @@ int ruler_emit(ruler_gen *g, int index, const ruler_built *b, int gen_tokens, kv
     int64_t t = full ? count(g, full) : -1;
     free(full);
     s.length = t < 0 ? -1 : t + gen_tokens;
-    int rc = !s.prompt || !s.context || !s.question || !s.prefill || !s.id || !s.task || !s.qtype || t < 0;
+    int rc = !s.prompt || !s.context || !s.question || !s.prefill || !s.id || !s.task || !s.qtype || t < 0 ||
+             (query >= 0 && !s.group);
     for (int i = 0; i < b->n_answers && !rc; i++) rc = kvb_sample_add_answer(&s, b->answers[i]);
     if (rc) {
         kvb_sample_free(&s);

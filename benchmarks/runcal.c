@@ -2,18 +2,12 @@
 #include "benchmarks/runcal.h"
 
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "methods/calibrate.h"
 #include "methods/profile.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The suite's "calibration": {"samples": N, "rounds": N} over the defaults (the bounds of `kvbench calibrate`). */
 static int read_inputs(const cJSON *suite, int *samples, int *rounds, char *err, size_t err_len) {
@@ -44,9 +38,9 @@ static int make_section(const kvb_run_opts *o, kvb_model *m, kvb_cal_request *rq
                    m->path, o->no_calibrate ? " (or drop --no-calibrate)" : "");
     fprintf(log, "run: no %s calibration for %s: calibrating (%d dialogue%s of %d rounds) ...\n", rq->kind, name,
             rq->samples, rq->samples == 1 ? "" : "s", rq->rounds);
-    double t0 = now_s();
+    double t0 = kvb_now_s();
     if (o->calibrate(o->calibrate_user, m, rq, err, err_len)) return -1;
-    fprintf(log, "%s: %s; %.0f s, stored in the model's profile, tables in %s\n", rq->kind, rq->result, now_s() - t0,
+    fprintf(log, "%s: %s; %.0f s, stored in the model's profile, tables in %s\n", rq->kind, rq->result, kvb_now_s() - t0,
             rq->out_dir);
     return 0;
 }

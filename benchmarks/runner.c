@@ -26,6 +26,8 @@
 #include "benchmarks/runopts.h"
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
+#include "benchmarks/shared_prefill.h"
+#include "base/clock.h"
 #include "base/fsutil.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -71,15 +73,10 @@ typedef struct {
     char doing[160]; /* the sample or cell being worked on, for progress within it */
     char engine[96]; /* engine settings beside the defaults, for the fingerprints */
     FILE *kept;      /* --dump-kept file, or NULL */
+    kvb_shared_prefill pf; /* the current sample's prefill; kept for the next question of a context group */
 } run_state;
 
 static void progress(run_state *st, kvb_prog_kind kind, const char *what);
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* "~/x" and "$KVB_DATA/x" expanded. */
 static void expand_path(const char *in, char *out, size_t cap) {
@@ -366,16 +363,7 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
 
 /* ---- one sample ---- */
 
-typedef struct {
-    kvb_prompt p;
-    kvb_ctx *base, *hist; /* after the whole prompt; after the history rounds (for round) */
-    kvb_share *share;
-    int hidden;           /* in: the task hides the question */
-    int64_t split;        /* hidden: prompt ids [0, split) are the context, prefilled and shared */
-    int obs_window;       /* observation-window rows the cells' methods read */
-    double prefill_ms, hist_ms;
-    double pre_phase_ms[PROF_PHASE_COUNT];
-} shared_prefill;
+typedef kvb_shared_prefill shared_prefill;
 
 static int cell_opts(const cell *c, kvb_opts *o, char *err, size_t err_len) {
     memset(o, 0, sizeof *o);
@@ -392,46 +380,13 @@ static void on_progress(void *user, const char *phase, int64_t done, int64_t tot
     progress(st, KVB_PROG_STEP, what);
 }
 
-/* The sample's one exact prefill, recording what the cells' methods need (u: their union); a method that
- * prefills the question round itself forks from the history rounds. */
-static int run_prefill(run_state *st, const kvb_sample *s, const kvb_method_needs *u, int max_new, shared_prefill *sp,
+/* The sample's one exact prefill (shared_prefill.h), kept for the next question of its context group. */
+static int run_prefill(run_state *st, const task *t, const kvb_sample *s, const kvb_method_needs *u, int max_new,
                        char *err, size_t err_len) {
-    kvb_ctx_params cp = kvb_run_ctx_params(st->o);
-    int n_ctx = st->o->n_ctx > 0 && st->o->n_ctx < st->model->cfg.n_ctx_train ? st->o->n_ctx : st->model->cfg.n_ctx_train;
-    int64_t max_prompt = n_ctx - max_new - 1;
-    if (kvb_prompt_build(st->model, s, max_prompt, st->round_chunk, &sp->p, err, err_len)) return -1;
-    if (sp->hidden && kvb_hidden_split(st->model, s, &sp->p, &sp->split, err, err_len)) return -1;
-    cp.n_ctx = (int)(sp->p.n + max_new + 1);
-    sp->base = kvb_ctx_create(st->model, &cp, err, err_len);
-    if (!sp->base) return -1;
-    sp->obs_window = u->obs_window;
-    sp->share = kvb_share_create(sp->base, u->obs_window, u->prefill_scores, err, err_len);
-    if (!sp->share) return -1;
-    kvb_gen_params gp = {.progress = on_progress, .user = st};
-    int last = sp->p.n_rounds - 1, fork_hist = u->own_prefill && last > 0 && !sp->split;
-    int64_t end = sp->split ? sp->split : sp->p.n; /* hidden: the question is prefilled per method, after compression */
-    double t0 = now_s();
-    if (kvb_prefill_rounds(sp->base, &sp->p, 0, fork_hist ? sp->p.round_end[last - 1] : end, &gp, err, err_len)) return -1;
-    double fwd_s = now_s() - t0; /* forward time only: the fork is not prefill */
-    if (fork_hist) {
-        sp->hist_ms = fwd_s * 1e3;
-        if (!(sp->hist = kvb_ctx_fork(sp->base, 0, err, err_len))) return -1;
-        t0 = now_s();
-        if (kvb_prefill_rounds(sp->base, &sp->p, last, end, &gp, err, err_len)) return -1;
-        fwd_s += now_s() - t0;
-    }
-    sp->prefill_ms = fwd_s * 1e3;
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
-        sp->pre_phase_ms[ph] = prof_total_ns(sp->base->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
-    return 0;
-}
-
-static void free_prefill(shared_prefill *sp) {
-    kvb_share_free(sp->share, sp->base);
-    kvb_ctx_free(sp->hist); /* forks first: they use the base's backend */
-    kvb_ctx_free(sp->base);
-    kvb_prompt_free(&sp->p);
-    memset(sp, 0, sizeof *sp);
+    kvb_prefill_env e = {st->model, kvb_run_ctx_params(st->o), st->model->cfg.n_ctx_train, st->round_chunk,
+                         {.progress = on_progress, .user = st}};
+    if (st->o->n_ctx > 0 && st->o->n_ctx < e.n_ctx) e.n_ctx = st->o->n_ctx;
+    return kvb_shared_prefill_run(&e, s, t->hidden, u, max_new, &st->pf, err, err_len);
 }
 
 typedef struct {
@@ -449,7 +404,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     if (nd->own_prefill && sp->split)
         return ERR("%s: question hidden is not supported (the method prefills the question round itself)", cl->method);
     const kvb_ctx *from = nd->own_prefill && sp->hist ? sp->hist : sp->base;
-    double t0 = now_s();
+    double t0 = kvb_now_s();
     kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : sp->obs_window, err, err_len);
     if (!c) return -1;
     kvb_method *m = kvb_method_create(cl->method, c, &cl->budget, &o, err, err_len);
@@ -460,7 +415,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     int rc = -1;
     if (!m || kvb_session_init(&res->ses, c, &seam, &gp, err, err_len)) goto done;
     if (nd->own_prefill && sp->hist) {
-        res->ses.prefill_ms = sp->hist_ms + (now_s() - t0) * 1e3;
+        res->ses.prefill_ms = sp->hist_ms + (kvb_now_s() - t0) * 1e3;
         if (kvb_session_prefill(&res->ses, &sp->p, sp->p.n_rounds - 1, err, err_len)) goto done;
         if (!sp->p.real_rounds)
             snprintf(m->note, sizeof m->note, "single prompt: rounds are %d-token chunks (%d rounds)", st->round_chunk, sp->p.n_rounds);
@@ -469,7 +424,8 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         if (kvb_method_adopt(m, c, sp->share, err, err_len)) goto done;
         /* hidden: the question reaches the compressed cache only now, so the method never saw it */
         if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
-        kvb_session_prefilled(&res->ses, sp->prefill_ms + (now_s() - t0) * 1e3);
+        /* a question reusing its group's context prefill counts only its own part (the first question holds it) */
+        kvb_session_prefilled(&res->ses, (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3);
     }
     if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
         kvb_session_decode(&res->ses, err, err_len) ||
@@ -514,6 +470,13 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     cJSON_AddBoolToObject(r, "abstention", s->abstention);
     cJSON_AddNumberToObject(r, "prompt_tokens", (double)sp->p.n);
     cJSON_AddStringToObject(r, "question", t->hidden ? "hidden" : "visible");
+    /* several questions over one context, question hidden: the context's prefill runs once, and its cost is in
+     * the record of the group's first question ("first"); a later one ("reused") counts its question only */
+    if (s->group && t->hidden) {
+        cJSON_AddStringToObject(r, "context_group", s->group);
+        cJSON_AddStringToObject(r, "shared_prefill", sp->reused ? "reused" : "first");
+    } else cJSON_AddNullToObject(r, "context_group"), cJSON_AddNullToObject(r, "shared_prefill");
+    cJSON_AddNumberToObject(r, "prefill_tokens", (double)kvb_shared_prefill_tokens(sp));
     cJSON_AddNumberToObject(r, "prompt_rounds", sp->p.n_rounds);
     cJSON_AddBoolToObject(r, "prompt_truncated", sp->p.truncated);
     cJSON_AddNumberToObject(r, "generated_tokens", res->ses.n_gen);
@@ -534,7 +497,7 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     cJSON_AddNumberToObject(r, "decode_ms_per_token", kvb_session_ms_per_token(&res->ses));
     cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
     double pre[PROF_PHASE_COUNT];
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = sp->pre_phase_ms[ph] + res->ses.pre_phase_ms[ph];
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = (sp->reused ? 0 : sp->pre_phase_ms[ph]) + res->ses.pre_phase_ms[ph];
     cJSON_AddItemToObject(bd, "prefill", phase_obj(pre));
     cJSON_AddItemToObject(bd, "decode", phase_obj(res->ses.dec_phase_ms));
     cJSON_AddNumberToObject(r, "kv_device_bytes", (double)res->ses.kv_prefill.device_bytes);
@@ -552,7 +515,7 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
 /* Progress on stderr (benchmarks/progress.h): the runner's counts, then the event. */
 static void progress(run_state *st, kvb_prog_kind kind, const char *what) {
     st->prog.total = st->total, st->prog.finished = st->finished, st->prog.ran = st->ran;
-    kvb_progress_note(&st->prog, kind, what, now_s());
+    kvb_progress_note(&st->prog, kind, what, kvb_now_s());
 }
 
 /* The fingerprint of cell cl on sample s (fingerprint.h). */
@@ -594,27 +557,26 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         todo[n_todo++] = k;
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;
-    shared_prefill sp = {0};
-    sp.hidden = t->hidden;
+    shared_prefill *sp = &st->pf;
     char what[240];
     snprintf(st->doing, sizeof st->doing, "%s #%s", t->name, s->id ? s->id : "");
-    double t_sample = now_s();
+    double t_sample = kvb_now_s();
     char perr[512] = "";
     int prc = 0;
     if (n_todo && !rc) {
         snprintf(what, sizeof what, "%s: shared prefill", st->doing);
         progress(st, KVB_PROG_BEGIN, what);
-        prc = run_prefill(st, s, &u, max_new, &sp, perr, sizeof perr);
+        prc = run_prefill(st, t, s, &u, max_new, perr, sizeof perr);
     }
-    long prompt_tokens = (long)sp.p.n;
+    long prompt_tokens = (long)sp->p.n;
     for (int i = 0; i < n_todo && rc == 0; i++) {
         const cell *cl = &st->cells[todo[i]];
         snprintf(st->doing, sizeof st->doing, "%s@%s %s #%s", cl->method, cl->budget_str, t->name, s->id ? s->id : "");
         progress(st, KVB_PROG_STEP, st->doing);
         cell_result res = {0};
         char cerr[512] = "";
-        int crc = prc ? -1 : run_cell(st, cl, s, &sp, max_new, &res, cerr, sizeof cerr);
-        cJSON *rec = make_record(st, t, cl, s, &sp, &res, prc ? perr : (crc ? cerr : NULL));
+        int crc = prc ? -1 : run_cell(st, cl, s, sp, max_new, &res, cerr, sizeof cerr);
+        cJSON *rec = make_record(st, t, cl, s, sp, &res, prc ? perr : (crc ? cerr : NULL));
         kvb_session_free(&res.ses);
         cJSON_AddItemToObject(rec, "fingerprint", fps[todo[i]]);
         fps[todo[i]] = NULL;
@@ -635,7 +597,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         st->finished++;
         st->ran++;
     }
-    if (n_todo) free_prefill(&sp);
+    if (n_todo && (prc || !sp->group)) kvb_shared_prefill_free(sp); /* a group's context waits for its next question */
     if (n_held && !rc) {
         snprintf(what, sizeof what, "%s #%s: judging %d predictions", t->name, s->id ? s->id : "", n_held);
         progress(st, KVB_PROG_STEP, what);
@@ -650,7 +612,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     if (n_todo) {
         kvb_hostload_sample(&st->load);
         snprintf(what, sizeof what, "%s #%s: %d cells, %ld prompt tokens, %.1f s", t->name, s->id ? s->id : "", n_todo,
-                 prompt_tokens, now_s() - t_sample);
+                 prompt_tokens, kvb_now_s() - t_sample);
         progress(st, KVB_PROG_END, what);
     }
     return rc;
@@ -659,6 +621,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
 static void free_state(run_state *st) {
     for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples), free(st->keep[i]);
     kvb_fp_index_free(&st->done);
+    kvb_shared_prefill_free(&st->pf);
     if (st->fd > 0) close(st->fd);
     kvb_model_free(st->model);
     kvb_runner_judge_free(st->judge);
@@ -750,7 +713,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     st.finished = st.done.n < st.total ? st.done.n : st.total;
     fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
-    st.t_start = now_s();
+    st.t_start = kvb_now_s();
     kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);
     char run_json[1100];
     snprintf(run_json, sizeof run_json, "%s/run.json", st.out_dir);

@@ -23,7 +23,9 @@
  * longmemeval and sharegpt are scored by the judge; niah too with "judge": true on it.
  * Any benchmark may set "max_new_tokens" to cap generation below the official length, and "question": "hidden"
  * (default "visible") to compress the context before the question is prefilled (benchmarks/hidden.h; its tasks
- * are named "<task>+hidden").
+ * are named "<task>+hidden"); then the questions of a context group (ruler "per_query": true, infinitebench
+ * "queries_per_context": K) share one prefill of their context (benchmarks/shared_prefill.h), and the records say
+ * "context_group" and "shared_prefill": "first" (its prefill figures hold the context's) or "reused".
  * `full` runs once at budget "full"; every other method runs at every budget. Paths may start with "~/"
  * or "$KVB_DATA/". */
 #ifndef KVB_RUNNER_H

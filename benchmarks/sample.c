@@ -32,6 +32,7 @@ void kvb_sample_free(kvb_sample *s) {
     free(s->prefill);
     free(s->context);
     free(s->date);
+    free(s->group);
     memset(s, 0, sizeof *s);
 }
 

@@ -48,6 +48,10 @@ typedef struct {
                                history string (truncated from the end by the reader), NIAH haystack with the
                                needle (the first user message); else NULL */
     char *date;             /* LongMemEval question_date; else NULL */
+    char *group;            /* context group: samples of one group share their context (the prompt up to the end
+                               of `context`) and differ in the question (RULER niah_multiquery posed one query at a
+                               time, InfiniteBench kv_retrieval with several queries per haystack); with the
+                               question hidden the runner prefills the context once per group. NULL = its own */
 } kvb_sample;
 
 typedef struct { kvb_sample *v; int n, cap; } kvb_samples;

@@ -53,10 +53,13 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
                 fprintf(stderr, "skipping RULER %s: %s not found (scripts/fetch-datasets.sh ruler)\n", name, missing);
                 continue;
             }
+            /* "per_query": true: niah_multiquery's queries posed one at a time over each haystack (a context
+             * group: with "question": "hidden" the haystack is prefilled once) */
+            int per_query = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "per_query")) && !strcmp(name, "niah_multiquery");
             char tname[64];
-            snprintf(tname, sizeof tname, "%s_%d", name, x->valueint);
+            snprintf(tname, sizeof tname, "%s_%d%s", name, x->valueint, per_query ? "+per_query" : "");
             kvb_samples *out = env->add_task(env->add_ctx, tname, "ruler", err, err_len);
-            ruler_opts ro = {name, x->valueint, n, env->seed, hay, words, qa, env->count_tokens, env->tok_ctx};
+            ruler_opts ro = {name, x->valueint, n, env->seed, hay, words, qa, env->count_tokens, env->tok_ctx, per_query};
             if (!out || ruler_generate(&ro, out, err, err_len)) return -1;
         }
     }
@@ -102,6 +105,12 @@ int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err,
         return -1;
     }
     int n = n_samples(env, b, 50);
+    /* "queries_per_context": K (kv_retrieval): K queries over each haystack, one sample each (a context group) */
+    const cJSON *Q = cJSON_GetObjectItemCaseSensitive(b, "queries_per_context");
+    if (Q && (!cJSON_IsNumber(Q) || Q->valuedouble < 1 || Q->valuedouble > 1000 || Q->valuedouble != Q->valueint)) {
+        kvb_seterr(err, err_len, "suite %s: infinitebench \"queries_per_context\" must be an integer in [1, 1000]", env->suite_path);
+        return -1;
+    }
     cJSON_ArrayForEach(x, L) cJSON_ArrayForEach(y, T) {
         if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train || !cJSON_IsString(y)) {
             kvb_seterr(err, err_len, "suite %s: infinitebench lengths must fit the model's context %d and tasks be names", env->suite_path, env->n_ctx_train);
@@ -110,7 +119,7 @@ int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err,
         char tname[64];
         snprintf(tname, sizeof tname, "%s_%d", y->valuestring, x->valueint);
         kvb_samples *out = env->add_task(env->add_ctx, tname, "infinitebench", err, err_len);
-        if (!out || infbench_generate(y->valuestring, x->valueint, n, env->seed, env->count_tokens, env->tok_ctx, out, err, err_len))
+        if (!out || infbench_generate(y->valuestring, x->valueint, n, Q ? Q->valueint : 1, env->seed, env->count_tokens, env->tok_ctx, out, err, err_len))
             return -1;
     }
     return 0;

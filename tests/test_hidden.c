@@ -2,8 +2,11 @@
  * runner takes (benchmarks/runner.c run_prefill / run_cell): build the prompt, prefill (the context only when
  * the question is hidden) with a shared-prefill recorder, fork, let SnapKV adopt the share and compress, then
  * read the positions it kept. With the question hidden the kept set cannot depend on the question; with it
- * visible SnapKV's observation window holds the question and the kept set follows it. */
+ * visible SnapKV's observation window holds the question and the kept set follows it. Several questions of one
+ * context group (benchmarks/shared_prefill.h) share one prefill of the context and one kept set, and `kvbench run`
+ * records each question, the first with the context's prefill, the others marked reused. */
 #include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +14,13 @@
 #include "util_common.h"
 #include "benchmarks/hidden.h"
 #include "benchmarks/loaders.h"
+#include "benchmarks/shared_prefill.h"
 #include "engine/kvcache.h"
 #include "methods/method.h"
 
 static char err[1024];
 static kvb_model *model;
+static const char *bin; /* KVB_BIN: the kvbench executable */
 
 static void make_sample(kvb_sample *s, const char *question) {
     kvb_sample_init(s);
@@ -33,6 +38,27 @@ static void make_sample(kvb_sample *s, const char *question) {
     s->id = strdup("t");
     s->use_chat = 1;
     s->prefill = strdup(" The code is");
+}
+
+/* The positions c's cache keeps: per (layer, head) the sorted positions, concatenated; *n_out = total. */
+static int32_t *kept_of(const kvb_ctx *c, int64_t *n_out) {
+    const kvb_config *cfg = &model->cfg;
+    int64_t total = 0, cap = 0;
+    int32_t *v = NULL;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int h = 0; h < cfg->n_head_kv; h++) {
+            kvc_view w = kvc_head_view(c->kv, l, h);
+            if (total + w.n > cap) {
+                cap = (total + w.n) * 2;
+                v = realloc(v, (size_t)cap * sizeof *v);
+            }
+            int32_t *dst = v + total;
+            memcpy(dst, w.pos, (size_t)w.n * sizeof *dst);
+            kvb_sort_i32(dst, w.n);
+            total += w.n;
+        }
+    *n_out = total;
+    return v;
 }
 
 /* Positions SnapKV keeps at 30% after a shared prefill of ids[0, n_prefill) (the rest prefilled after
@@ -55,21 +81,8 @@ static int32_t *kept_positions(const kvb_prompt *p, int64_t n_prefill, int64_t *
     kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
     CU_ASSERT_FATAL(m != NULL);
     CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
-    const kvb_config *cfg = &model->cfg;
-    int64_t total = 0, cap = 0;
-    int32_t *v = NULL;
-    for (int l = 0; l < cfg->n_layer; l++)
-        for (int h = 0; h < cfg->n_head_kv; h++) {
-            kvc_view w = kvc_head_view(c->kv, l, h);
-            if (total + w.n > cap) {
-                cap = (total + w.n) * 2;
-                v = realloc(v, (size_t)cap * sizeof *v);
-            }
-            int32_t *dst = v + total;
-            memcpy(dst, w.pos, (size_t)w.n * sizeof *dst);
-            kvb_sort_i32(dst, w.n);
-            total += w.n;
-        }
+    int64_t total;
+    int32_t *v = kept_of(c, &total);
     /* the question after compression, as run_cell prefills it: the cache grows by exactly its tokens */
     if (n_prefill < p->n) {
         int64_t before = kvc_n(c->kv, 0, 0);
@@ -141,15 +154,123 @@ static void test_hidden_split_refuses_samples_without_a_separate_context(void) {
     kvb_sample_free(&s);
 }
 
+/* SnapKV at 30% on a fork of the shared prefill sp, as run_cell does with the question hidden: adopt, then the
+ * question; the kept positions of the context (before the question). */
+static int32_t *cell_kept(const kvb_shared_prefill *sp, int64_t *n_out) {
+    kvb_ctx *c = kvb_ctx_fork(sp->base, sp->obs_window, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse("30%", &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, sp->share, err, sizeof err) == 0);
+    int32_t *v = kept_of(c, n_out);
+    CU_ASSERT(kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, sizeof err) == 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    return v;
+}
+
+static void test_questions_of_a_context_group_share_one_context_prefill_and_one_kept_set(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_sample a, b, other;
+    make_sample(&a, "What is the secret code of the blue box?");
+    make_sample(&b, "Which number is the secret code of the red box? Answer with the number only.");
+    make_sample(&other, "What is the secret code of the blue box?");
+    a.group = strdup("g0"), b.group = strdup("g0"), other.group = strdup("g1");
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_threads = 1;
+    kvb_prefill_env e = {model, cp, model->cfg.n_ctx_train, 512, {0}};
+    kvb_opts o = {0};
+    kvb_method_needs u;
+    CU_ASSERT_FATAL(kvb_method_needs_of("snapkv", &o, &u, err, sizeof err) == 0);
+    kvb_shared_prefill sp = {0};
+    CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &a, 1, &u, 16, &sp, err, sizeof err) == 0);
+    CU_ASSERT(!sp.reused && sp.split > 100 && kvb_shared_prefill_tokens(&sp) == sp.p.n);
+    const kvb_ctx *base = sp.base;
+    int64_t split = sp.split, na, nb;
+    CU_ASSERT(base->n_past == split); /* the context only */
+    int32_t *ka = cell_kept(&sp, &na);
+    /* the second question: the context's prefill is the first's, untouched; only the question is new */
+    CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &b, 1, &u, 16, &sp, err, sizeof err) == 0);
+    CU_ASSERT(sp.reused && sp.base == base && base->n_past == split && sp.split == split);
+    CU_ASSERT(kvb_shared_prefill_tokens(&sp) == sp.p.n - split && sp.p.n - split > 10);
+    int32_t *kb = cell_kept(&sp, &nb);
+    CU_ASSERT(na == nb && memcmp(ka, kb, (size_t)na * sizeof *ka) == 0); /* one kept set for both questions */
+    /* and the one the second question gets from a prefill of its own */
+    kvb_shared_prefill own = {0};
+    int64_t no;
+    CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &b, 1, &u, 16, &own, err, sizeof err) == 0);
+    int32_t *ko = cell_kept(&own, &no);
+    CU_ASSERT(!own.reused && no == nb && memcmp(ko, kb, (size_t)nb * sizeof *kb) == 0);
+    free(ko);
+    kvb_shared_prefill_free(&own);
+    /* another group, though the same text: prefilled anew */
+    CU_ASSERT_FATAL(kvb_shared_prefill_run(&e, &other, 1, &u, 16, &sp, err, sizeof err) == 0);
+    CU_ASSERT(!sp.reused && sp.base->n_past == split);
+    free(ka), free(kb);
+    kvb_shared_prefill_free(&sp);
+    kvb_sample_free(&a), kvb_sample_free(&b), kvb_sample_free(&other);
+}
+
+/* `kvbench run` over InfiniteBench kv_retrieval with two queries per haystack, question hidden: a record per
+ * question, each scored, the first carrying the context's prefill and the second marked reused. */
+static void test_run_records_each_question_and_counts_the_shared_prefill_once(void) {
+    CU_ASSERT_FATAL(bin != NULL);
+    char dir[] = "/tmp/kvb_hidden_XXXXXX", path[128], cmd[512];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/suite.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"name\": \"hidden-group\", \"model\": \"default\", \"seed\": 3, \"methods\": [{\"name\": \"snapkv\"}],\n"
+          " \"budgets\": [\"30%\"], \"benchmarks\": [{\"type\": \"infinitebench\", \"tasks\": [\"kv_retrieval\"],\n"
+          " \"lengths\": [600], \"samples\": 2, \"queries_per_context\": 2, \"question\": \"hidden\", \"max_new_tokens\": 8}]}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' run %s --out %s/out --quiet --threads 2 > /dev/null 2>&1", bin, path, dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/out/results.jsonl", dir);
+    char *text = util_read_file(path, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    cJSON *r[3] = {0};
+    int n = 0;
+    for (char *save, *line = strtok_r(text, "\n", &save); line && n < 3; line = strtok_r(NULL, "\n", &save)) r[n++] = cJSON_Parse(line);
+    CU_ASSERT_FATAL(n == 2 && r[0] && r[1]);
+    const char *g0 = cJSON_GetStringValue(cJSON_GetObjectItem(r[0], "context_group"));
+    const char *g1 = cJSON_GetStringValue(cJSON_GetObjectItem(r[1], "context_group"));
+    CU_ASSERT(g0 && g1 && !strcmp(g0, g1));
+    CU_ASSERT(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r[0], "shared_prefill")), "first"));
+    CU_ASSERT(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r[1], "shared_prefill")), "reused"));
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT(cJSON_IsNumber(cJSON_GetObjectItem(r[i], "score")));
+        CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(r[i], "error")));
+    }
+    /* the first question's record counts the whole prompt, the second's only its question */
+    double p0 = cJSON_GetNumberValue(cJSON_GetObjectItem(r[0], "prompt_tokens"));
+    double f0 = cJSON_GetNumberValue(cJSON_GetObjectItem(r[0], "prefill_tokens"));
+    double p1 = cJSON_GetNumberValue(cJSON_GetObjectItem(r[1], "prompt_tokens"));
+    double f1 = cJSON_GetNumberValue(cJSON_GetObjectItem(r[1], "prefill_tokens"));
+    CU_ASSERT(f0 == p0 && f1 > 0 && f1 < p1 / 4);
+    cJSON_Delete(r[0]), cJSON_Delete(r[1]);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CU_ASSERT(system(cmd) == 0);
+}
+
 int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
     if (!model) fprintf(stderr, "test_hidden: the default model is missing (scripts/fetch-model.sh): the tests fail\n");
+    bin = getenv("KVB_BIN");
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("hidden", NULL, NULL);
     CU_add_test(s, "hidden question leaves snapkv kept set unchanged, visible does not",
                 test_hidden_question_leaves_snapkv_kept_set_unchanged_visible_does_not);
     CU_add_test(s, "hidden split refuses samples without a separate context", test_hidden_split_refuses_samples_without_a_separate_context);
+    CU_add_test(s, "questions of a context group share one context prefill and one kept set",
+                test_questions_of_a_context_group_share_one_context_prefill_and_one_kept_set);
+    CU_add_test(s, "run records each question and counts the shared prefill once",
+                test_run_records_each_question_and_counts_the_shared_prefill_once);
     int rc = util_run_suites();
     kvb_model_free(model);
     return rc;

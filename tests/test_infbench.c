@@ -268,8 +268,8 @@ static void test_synthetic_generators_follow_the_official_recipe_and_templates(v
     int max_new[3] = {6, 12, 50};
     for (int t = 0; t < 3; t++) {
         kvb_samples a = {0}, b = {0};
-        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, kvb_count_tokens, model, &a, err, sizeof err) == 0);
-        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 5, kvb_count_tokens, model, &b, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 1, 5, kvb_count_tokens, model, &a, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(infbench_generate(tasks[t], 8192, 3, 1, 5, kvb_count_tokens, model, &b, err, sizeof err) == 0);
         CU_ASSERT_FATAL(a.n == 3);
         for (int i = 0; i < a.n; i++) {
             const kvb_sample *s = &a.v[i];
@@ -318,8 +318,31 @@ static void test_synthetic_generators_follow_the_official_recipe_and_templates(v
         kvb_samples_free(&a), kvb_samples_free(&b);
     }
     kvb_samples c = {0};
-    CU_ASSERT(infbench_generate("math_find", 2048, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && strstr(err, "math_find"));
-    CU_ASSERT(infbench_generate("passkey", 40, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && c.n == 0);
+    CU_ASSERT(infbench_generate("math_find", 2048, 1, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && strstr(err, "math_find"));
+    CU_ASSERT(infbench_generate("passkey", 40, 1, 1, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 && c.n == 0);
+    /* several queries per haystack: kv_retrieval's only */
+    CU_ASSERT(infbench_generate("passkey", 2048, 2, 2, 1, kvb_count_tokens, model, &c, err, sizeof err) == -1 &&
+              strstr(err, "kv_retrieval") && c.n == 0);
+}
+
+/* kv_retrieval with 3 queries per haystack: 5 samples = haystacks of 3 and 2 queries, each group one context,
+ * its queries asking different pairs spread over the depth; the groups differ. */
+static void test_kv_retrieval_queries_per_context_share_one_haystack(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_samples a = {0};
+    CU_ASSERT_FATAL(infbench_generate("kv_retrieval", 2048, 5, 3, 5, kvb_count_tokens, model, &a, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(a.n == 5);
+    for (int i = 0; i < a.n; i++) {
+        const kvb_sample *s = &a.v[i], *first = &a.v[i / 3 * 3];
+        char group[64];
+        snprintf(group, sizeof group, "kv_retrieval_2048_g%d", i / 3);
+        CU_ASSERT(s->group && !strcmp(s->group, group));
+        CU_ASSERT_STRING_EQUAL(s->context, first->context);
+        CU_ASSERT(s->length + 50 <= 2048 + 8); /* fitted to the first query; a UUID tokenizes within a few tokens */
+        if (i % 3) CU_ASSERT(strcmp(s->question, a.v[i - 1].question) != 0 && s->depth > a.v[i - 1].depth);
+    }
+    CU_ASSERT(strcmp(a.v[0].context, a.v[3].context) != 0);
+    kvb_samples_free(&a);
 }
 
 int main(void) {
@@ -333,6 +356,7 @@ int main(void) {
     CU_add_test(s, "edge cases score as the official python", test_edge_cases_score_as_the_official_python);
     CU_add_test(s, "unscored tasks and bad labels are refused", test_unscored_tasks_and_bad_labels_are_refused);
     CU_add_test(s, "synthetic generators follow the official recipe and templates", test_synthetic_generators_follow_the_official_recipe_and_templates);
+    CU_add_test(s, "kv_retrieval queries per context share one haystack", test_kv_retrieval_queries_per_context_share_one_haystack);
     CU_add_test(s, "official records load with the yarn-mistral templates and labels", test_official_records_load_with_the_yarn_mistral_templates_and_labels);
     CU_add_test(s, "loaded labels score as get_answer builds them", test_loaded_labels_score_as_get_answer_builds_them);
     CU_add_test(s, "malformed records are one-line errors naming file and line", test_malformed_records_are_one_line_errors_naming_file_and_line);

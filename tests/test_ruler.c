@@ -26,7 +26,7 @@ static char err[1024];
 static kvb_model *model;
 
 static ruler_opts opts(const char *task, int length, int n, uint64_t seed) {
-    ruler_opts o = {task, length, n, seed, ESSAYS, WORDS, NULL, kvb_count_tokens, model};
+    ruler_opts o = {task, length, n, seed, ESSAYS, WORDS, NULL, kvb_count_tokens, model, 0};
     return o;
 }
 
@@ -392,6 +392,35 @@ static void test_missing_inputs_and_bad_arguments_are_one_line_errors(void) {
     CU_ASSERT(ruler_task_name(12) && !strcmp(ruler_task_name(12), "qa_2") && !ruler_task_name(13));
 }
 
+/* niah_multiquery with its queries posed one at a time: the official sample's haystack and answers, split into one
+ * sample per query with the singular template, all of one context group. */
+static void test_niah_multiquery_per_query_splits_one_haystack_into_single_questions(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_samples a = {0}, b = {0};
+    ruler_opts o = opts("niah_multiquery", 2048, 1, 3);
+    CU_ASSERT_FATAL(ruler_generate(&o, &a, err, sizeof err) == 0);
+    o.per_query = 1;
+    CU_ASSERT_FATAL(ruler_generate(&o, &b, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(a.n == 1 && b.n == 4);
+    for (int q = 0; q < 4; q++) {
+        const kvb_sample *s = &b.v[q];
+        char id[64];
+        snprintf(id, sizeof id, "niah_multiquery_2048_0_q%d", q);
+        CU_ASSERT(!strcmp(s->id, id) && s->group && !strcmp(s->group, "niah_multiquery_2048_0"));
+        CU_ASSERT(!strcmp(s->context, a.v[0].context));
+        CU_ASSERT(s->n_answers == 1 && !strcmp(s->answers[0], a.v[0].answers[q]));
+        CU_ASSERT(starts_with(s->prompt, "A special magic number is hidden within the following text."));
+        CU_ASSERT(starts_with(s->question, "\nWhat is the special magic number for ") && !strchr(s->question, ','));
+        CU_ASSERT(strstr(s->prefill, "mentioned in the provided text is") != NULL);
+    }
+    CU_ASSERT(strcmp(b.v[0].question, b.v[1].question) != 0);
+    o = opts("niah_single_1", 2048, 1, 3);
+    o.per_query = 1;
+    CU_ASSERT(ruler_generate(&o, &b, err, sizeof err) == -1 && strstr(err, "niah_multiquery") && b.n == 4);
+    kvb_samples_free(&a);
+    kvb_samples_free(&b);
+}
+
 int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
@@ -402,6 +431,8 @@ int main(void) {
     CU_add_test(s, "every synthetic task is seeded and within 1% of 4096 tokens", test_every_synthetic_task_is_seeded_and_within_1_percent_of_4096_tokens);
     CU_add_test(s, "niah single templates and needle equal RULER's", test_niah_single_templates_and_needle_equal_rulers);
     CU_add_test(s, "niah multi variants follow synthetic.yaml", test_niah_multi_variants_follow_synthetic_yaml);
+    CU_add_test(s, "niah multiquery per query splits one haystack into single questions",
+                test_niah_multiquery_per_query_splits_one_haystack_into_single_questions);
     CU_add_test(s, "vt, cwe, fwe templates equal RULER's", test_vt_cwe_fwe_templates_equal_rulers);
     CU_add_test(s, "qa tasks read SQuAD and HotpotQA layouts", test_qa_tasks_read_squad_and_hotpotqa_layouts);
     CU_add_test(s, "missing inputs and bad arguments are one-line errors", test_missing_inputs_and_bad_arguments_are_one_line_errors);

@@ -1,0 +1,55 @@
+/* shared_prefill.h — the runner's one exact prefill per sample, shared by every method x budget cell that
+ * compresses after prefill (each cell forks it and adopts its statistics), and, with the question hidden, by
+ * every question of a context group (kvb_sample.group: RULER niah_multiquery posed one query at a time,
+ * InfiniteBench kv_retrieval with several queries per haystack), as kvpress's pipeline and SCBench do: the
+ * context is prefilled once and each question starts from the same cache, so the adoption, which sees only the
+ * context, gives every question the same kept set.
+ *
+ * Why the exact prefill and not a compressed snapshot: kvb_ctx_fork copies the KV store but not a method's hooks
+ * or state, so a snapshot after compression would lose what stateful methods keep after prefill (H2O's scores,
+ * Quest's pages, OmniKV's selection); re-adopting the exact prefill per question costs a fork, not a prefill. */
+#ifndef KVB_SHARED_PREFILL_H
+#define KVB_SHARED_PREFILL_H
+
+#include "benchmarks/prompt.h"
+#include "benchmarks/sample.h"
+#include "engine/profile.h"
+#include "engine/session.h"
+#include "methods/method.h"
+
+typedef struct {
+    kvb_prompt p;         /* the current sample's prompt */
+    kvb_ctx *base, *hist; /* after the whole prompt (hidden: the context); after the history rounds (for round) */
+    kvb_share *share;
+    int hidden;           /* the question is hidden: prompt ids [0, split) are the context, prefilled and shared */
+    int64_t split;
+    int obs_window, prefill_scores; /* what the share records (the union of the cells' needs) */
+    double prefill_ms, hist_ms;     /* the shared forward's time (of its first sample) */
+    double pre_phase_ms[PROF_PHASE_COUNT];
+    char *group;          /* hidden: the context group the prefill belongs to (kvb_sample.group), else NULL */
+    int reused;           /* out: this sample reuses the prefill of an earlier question of its group */
+} kvb_shared_prefill;
+
+/* How the runner prefills: the model, its contexts' parameters, the longest context it may make (n_ctx), the
+ * single prompts' round size, and progress reporting (gp.progress, gp.user). */
+typedef struct {
+    kvb_model *model;
+    kvb_ctx_params cp;
+    int n_ctx, round_chunk;
+    kvb_gen_params gp;
+} kvb_prefill_env;
+
+/* The prefill of sample s for cells needing u (their union), leaving sp->p the sample's prompt. With hidden set,
+ * a prefill kept in sp from an earlier sample is reused (sp->reused = 1) when both samples are of the same group
+ * with identical context ids, it records what u needs, and its context holds the new question and answer;
+ * otherwise sp is freed and the prompt (its context only when hidden) prefilled. 0, or -1 + err (sp is then
+ * still freed by kvb_shared_prefill_free). */
+int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hidden, const kvb_method_needs *u,
+                           int max_new, kvb_shared_prefill *sp, char *err, size_t err_len);
+/* The forward tokens the sample's records count as prefilled: the whole prompt, or only the question when the
+ * context's prefill was reused. */
+int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp);
+/* Frees everything sp holds and zeroes it. */
+void kvb_shared_prefill_free(kvb_shared_prefill *sp);
+
+#endif
