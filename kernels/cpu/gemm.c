@@ -20,6 +20,7 @@ enum {
     PANEL_MIN_ROWS = 32,      /* fewer, and repacking the activations per panel dominates */
     PANEL_MAX_ROWS = 256,
     SPLIT_ROWS = 16,          /* threads split the rows in multiples of this */
+    SCATTER = 16,             /* tokens x rows per block of the result's transpose (a cache line of floats) */
 };
 
 /* Rows per panel for rows of `cols` floats: PANEL_BYTES' worth, a multiple of 16, within the bounds above. */
@@ -61,10 +62,16 @@ static void gemm_panel(const gemm_job *j, int64_t r0, int64_t n_rows, const floa
     const int n_tok = (int)j->n_tok, cols = (int)j->cols;
     cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, n_tok, (int)n_rows, cols, 1.0f, j->x, cols, panel, cols,
                 0.0f, res, n_tok);
-    for (int64_t t = 0; t < j->n_tok; t++) {
-        float *o = j->out + t * j->rows + r0;
-        for (int64_t r = 0; r < n_rows; r++) o[r] = res[r * j->n_tok + t];
-    }
+    /* the transpose in SCATTER x SCATTER blocks: a row at a time it read a new cache line per element */
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += SCATTER)
+        for (int64_t b0 = 0; b0 < n_rows; b0 += SCATTER) {
+            const int64_t t1 = t0 + SCATTER < j->n_tok ? t0 + SCATTER : j->n_tok;
+            const int64_t b1 = b0 + SCATTER < n_rows ? b0 + SCATTER : n_rows;
+            for (int64_t t = t0; t < t1; t++) {
+                float *o = j->out + t * j->rows + r0;
+                for (int64_t r = b0; r < b1; r++) o[r] = res[r * j->n_tok + t];
+            }
+        }
 }
 
 static void gemm_rows(void *arg, int ith, int nth) {
