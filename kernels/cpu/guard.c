@@ -240,6 +240,7 @@ static int guarded_matmul(kvb_backend *be, float *out, const kvb_weight *w, cons
     guard_close(be);
     return rc;
 }
+
 GUARDED_VOID(get_rows, (kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n), out, w, ids, n)
 GUARDED_VOID(rmsnorm, (kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps),
              out, x, w, n, n_rows, eps)
