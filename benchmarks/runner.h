@@ -60,12 +60,13 @@ typedef struct {
     kvb_shard shard;       /* run only this shard's cells (count 0 = all); every run writes DIR/plan.jsonl */
     const char *const *method_opts; /* --method-opt values merged into the suite's method options (cells.h) */
     int n_method_opts;
-    /* engine settings (0 / NULL = default): KV element type, backend, prefill chunk, and a context cap (prompts
+    /* engine settings (0 / NULL = default): KV element type, backend, prefill chunk, a context cap (prompts
      * are truncated to fit it as to the model's training context); those that change results join the records'
-     * fingerprints */
+     * fingerprints; and the prefill matmul (engine/model.h kvb_prefill_gemm) */
     int kv_f32;
     const char *backend;
     int n_batch, n_ctx;
+    kvb_prefill_gemm prefill_gemm;
     const char *dump_kept; /* append each cell's kept positions (engine/kept.h) to this JSONL file */
     /* Before the cells run, each profile section the cells' methods read (kvb_method_needs.profile) that the
      * model lacks is made by calibrate (cmd_run: `kvbench calibrate KIND` in-process) and stored in the profile

@@ -14,6 +14,7 @@ kvb_ctx_params kvb_run_ctx_params(const kvb_run_opts *o) {
     if (o->kv_f32) cp.kv_dtype = KVB_F32;
     if (o->backend) cp.backend = o->backend;
     if (o->n_batch > 0) cp.n_batch = o->n_batch;
+    cp.prefill_gemm = o->prefill_gemm;
     return cp;
 }
 
@@ -24,6 +25,9 @@ void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap) {
     if (cp.kv_dtype == KVB_F32) at += snprintf(out + at, cap - (size_t)at, "kv=f32");
     if (cp.backend && strcmp(cp.backend, "cpu"))
         at += snprintf(out + at, cap - (size_t)at, "%sbackend=%s", at ? " " : "", cp.backend);
+    if (cp.prefill_gemm != KVB_PREFILL_GEMM_AUTO)
+        at += snprintf(out + at, cap - (size_t)at, "%sgemm=%s", at ? " " : "",
+                       cp.prefill_gemm == KVB_PREFILL_GEMM_F32 ? "f32" : "int8");
     if (o->n_ctx > 0) snprintf(out + at, cap - (size_t)at, "%sctx=%d", at ? " " : "", o->n_ctx);
 }
 

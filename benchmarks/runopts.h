@@ -10,8 +10,8 @@
 
 /* The contexts' parameters: the defaults with the run's engine settings (threads, KV type, backend, chunk). */
 kvb_ctx_params kvb_run_ctx_params(const kvb_run_opts *o);
-/* What of the engine settings changes results, for the fingerprints ("kv=f32 backend=cuda ctx=4096"; "" = the
- * defaults). */
+/* What of the engine settings changes results, for the fingerprints ("kv=f32 backend=cuda gemm=int8 ctx=4096";
+ * "" = the defaults). */
 void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap);
 /* --dump-kept (run's cells, generate): at "prefill" a header line ({"method", "budget", "params", "sample" and "cell"
  * when given, "n_prompt", "prompt_ids" when ids are given: c->n_past of them}), then the kept positions

@@ -39,17 +39,24 @@ void cli_engine_defaults(cli_engine_opts *o);
 /* CLI_K_FN parsers: --backend cpu|cuda into a const char *, --kv-type f16|f32 into a kvb_dtype. */
 int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+/* CLI_K_FN parser: --prefill-gemm auto|int8|f32 into a kvb_prefill_gemm. */
+int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 #define CLI_ENGINE_OPTS(o)                                                                                         \
     CLI_STR("--model", &(o)->model), CLI_INT("--threads", &(o)->ctx.n_threads, 1, 256),                            \
         CLI_INT("--ctx", &(o)->ctx.n_ctx, 1, 1 << 24), CLI_FN("--kv-type", &(o)->ctx.kv_dtype, cli_fn_kv_type),    \
-        CLI_FN("--backend", &(o)->ctx.backend, cli_fn_backend), CLI_INT("--batch", &(o)->ctx.n_batch, 1, 65536)
+        CLI_FN("--backend", &(o)->ctx.backend, cli_fn_backend), CLI_INT("--batch", &(o)->ctx.n_batch, 1, 65536), \
+        CLI_FN("--prefill-gemm", &(o)->ctx.prefill_gemm, cli_fn_prefill_gemm)
 #define CLI_ENGINE_HELP                                                                                  \
     "  --model PATH|default   GGUF model (default: SmolLM2-135M-Instruct Q4_1 from scripts/fetch-model.sh)\n" \
     "  --threads N            CPU threads (default: usable cores)\n"                                       \
     "  --ctx N                context size in tokens (default: the model's training context)\n"           \
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
-    "  --batch N              prefill chunk size in tokens (default 512)\n"
+    "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP
+#define CLI_PREFILL_GEMM_HELP                                                                            \
+    "  --prefill-gemm MODE    CPU prefill matmuls over 32+ tokens: f32 = the weights dequantized a panel at a\n"  \
+    "                         time into an OpenBLAS sgemm; int8 = llama.cpp's integer order; auto (default) =\n"  \
+    "                         f32 with an f16 KV cache, int8 with an f32 one (the llama.cpp-exact mode)\n"
 
 /* `kvbench calibrate rq->kind`'s analysis with its defaults (rq->samples / rq->rounds when > 0) on m, quietly:
  * the curves and tables go to rq->out_dir, the result is stored in m's profile (methods/profile.h) and

@@ -42,7 +42,7 @@ static const char *HELP =
     "  --method NAME          = --methods NAME;  --budget B = --budgets B\n"
     "  --kv-type f16|f32      KV cache element type (default f16)\n"
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"
-    "  --batch N              prefill chunk size in tokens (default 512)\n"
+    "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP
     "  --ctx N                cap the context: prompts are truncated (by each benchmark's rule) to fit N\n"
     "  --dump-kept FILE       append, per cell, the positions its method kept per layer and KV head after\n"
     "                         prefill and at the end (JSON lines, README \"Kept tokens\")\n"
@@ -98,6 +98,7 @@ int cmd_run(int argc, char **argv) {
                       CLI_FN("--method-opt", &o, method_opt_fn), CLI_STR("--method", &o.methods),
                       CLI_STR("--budget", &o.budgets), CLI_FN("--kv-type", &kv, cli_fn_kv_type),
                       CLI_FN("--backend", &o.backend, cli_fn_backend), CLI_INT("--batch", &o.n_batch, 1, 65536),
+                      CLI_FN("--prefill-gemm", &o.prefill_gemm, cli_fn_prefill_gemm),
                       CLI_INT("--ctx", &o.n_ctx, 64, 1 << 24), CLI_STR("--dump-kept", &o.dump_kept), CLI_END};
     int n_pos, stop = cli_parse("run", HELP, opts, argc, argc, argv, &n_pos);
     if (stop >= 0) return stop;

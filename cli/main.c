@@ -65,6 +65,13 @@ int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t 
     return 0;
 }
 
+int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    static const char *const names[] = {"auto", "int8", "f32"}; /* kvb_prefill_gemm order */
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(v, names[i])) return *(kvb_prefill_gemm *)dst = (kvb_prefill_gemm)i, 0;
+    return snprintf(err, err_len, "%s must be auto, int8 or f32, got '%s'", opt, v), -1;
+}
+
 kvb_model *cli_load_model(const cli_engine_opts *o) {
     char path[1024], err[512];
     if (kvb_model_resolve(o->model, path, sizeof path, err, sizeof err)) {

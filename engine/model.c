@@ -219,6 +219,11 @@ kvb_ctx_params kvb_ctx_default_params(void) {
     return p;
 }
 
+kvb_gemm kvb_ctx_gemm(const kvb_ctx_params *p) {
+    if (p->prefill_gemm == KVB_PREFILL_GEMM_AUTO) return p->kv_dtype == KVB_F32 ? KVB_GEMM_INT8 : KVB_GEMM_F32;
+    return p->prefill_gemm == KVB_PREFILL_GEMM_F32 ? KVB_GEMM_F32 : KVB_GEMM_INT8;
+}
+
 static int64_t f16_bytes(const kvb_weight *w) { return w->data ? w->rows * w->cols * 2 : 0; }
 
 /* Bytes of the model with every matrix in f16 and vectors in f32 (what the CUDA backend uploads). */
@@ -681,6 +686,7 @@ int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err
         if (ids[i] < 0 || ids[i] >= c->model->cfg.n_vocab)
             return ERR("token id %d out of range (vocabulary %d)", ids[i], c->model->cfg.n_vocab);
     prof_set_stage(c->prof, n > 1 ? PROF_PREFILL : PROF_DECODE);
+    c->be->gemm = kvb_ctx_gemm(&c->params); /* set per call: forks and shared backends may differ */
     kvb_traffic t0 = c->be->traffic;
     int rc = 0;
     for (int64_t done = 0; done < n && !rc;) {

@@ -53,6 +53,11 @@ void kvb_model_free(kvb_model *m);
 /* Read the config from GGUF metadata (exposed for tests). */
 int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_len);
 
+/* Which matmul a prefill chunk takes on the CPU backend (kernels/backend.h kvb_gemm). AUTO: the f32 GEMM with
+ * an f16 KV cache, the integer path with an f32 one: `--kv-type f32` is the llama.cpp-exact mode (every matmul
+ * in llama.cpp's order and rounding, tests/test_model_llamacpp.c), so one switch keeps meaning "exact". */
+typedef enum { KVB_PREFILL_GEMM_AUTO = 0, KVB_PREFILL_GEMM_INT8 = 1, KVB_PREFILL_GEMM_F32 = 2 } kvb_prefill_gemm;
+
 typedef struct {
     int n_ctx;            /* max tokens (prompt + generated); 0 = model's training context */
     kvb_dtype kv_dtype;   /* KVB_F16 (default) or KVB_F32 */
@@ -62,6 +67,7 @@ typedef struct {
     int trace;            /* keep events for a Chrome trace */
     kvb_backend *share_backend; /* use this backend (owned by another context) instead of creating one */
     const char *backend;        /* "cpu" (default, or $KVB_BACKEND) or "cuda" */
+    kvb_prefill_gemm prefill_gemm; /* default AUTO */
 } kvb_ctx_params;
 
 typedef struct kvb_ctx kvb_ctx;
@@ -158,6 +164,8 @@ struct kvb_ctx {
 
 kvb_ctx_params kvb_ctx_default_params(void);
 kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len);
+/* The backend's matmul setting for p (prefill_gemm with AUTO resolved by the KV type). */
+kvb_gemm kvb_ctx_gemm(const kvb_ctx_params *p);
 void kvb_ctx_free(kvb_ctx *c);
 /* Run tokens through the model at positions n_past.. (in chunks); logits of the last token -> c->logits. */
 int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);

@@ -126,10 +126,17 @@ typedef struct {
     int group, bits;
 } kvb_quant_kv;
 
+/* How the CPU backend multiplies a matmul over many tokens (kvb_backend.gemm): KVB_GEMM_INT8 = always the
+ * integer path in llama.cpp's order (activations quantized, integer dots: bitwise llama.cpp's); KVB_GEMM_F32 =
+ * from CPU_GEMM_MIN_TOK tokens on (kernels/cpu/gemm.h), f32 weights dequantized a panel at a time into an
+ * OpenBLAS sgemm, where the build links OpenBLAS (elsewhere the integer path). Decode is integer either way. */
+typedef enum { KVB_GEMM_INT8 = 0, KVB_GEMM_F32 = 1 } kvb_gemm;
+
 typedef struct kvb_backend kvb_backend;
 struct kvb_backend {
     const char *name;
     int n_threads;
+    kvb_gemm gemm; /* the engine sets it per forward call (kvb_ctx_params.prefill_gemm); GPU backends ignore it */
     /* Ops that return int give 0, or -1 with the reason in err (matmul, which takes none: in `error`). Ops that
      * return nothing record a failure in `error` (only GPU backends, whose ops run asynchronously, can fail
      * there), and the next int-returning op or sync reports it: a failed GPU backend stays failed. */
@@ -277,6 +284,9 @@ struct kvb_backend {
  * device tier is a mapping host code cannot read or write outside its ops (any touch dies with SIGSEGV), so the
  * tests prove that engine and method code leave device-tier bytes to the ops (kernels/cpu/guard.h). */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
+/* What the CPU backend's prefill matmuls use under gemm: "OpenBLAS f32", or "integer" (KVB_GEMM_INT8, or a build
+ * without OpenBLAS). */
+const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);

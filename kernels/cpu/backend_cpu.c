@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/guard.h"
 #include "kernels/cpu/kvops.h"
 #include "kernels/cpu/kvquant.h"
@@ -17,7 +18,7 @@
 
 typedef struct {
     kvb_pool *pool;
-    void *act_ws; /* quantized activations for matmul */
+    void *act_ws; /* quantized activations for matmul, or the f32 weight panels of the prefill GEMM */
     size_t act_ws_bytes;
     void *attn_ws;
     size_t attn_ws_bytes;
@@ -34,12 +35,24 @@ static int grow(void **buf, size_t *cap, size_t need) {
     return 0;
 }
 
+/* the f32 GEMM where the engine allows it, the chunk is long enough and the build has OpenBLAS; else integer */
+static int use_gemm(const kvb_backend *be, int64_t n_tok) {
+    return be->gemm == KVB_GEMM_F32 && n_tok >= CPU_GEMM_MIN_TOK && cpu_gemm_available();
+}
+
+const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm) {
+    return gemm == KVB_GEMM_F32 && cpu_gemm_available() ? "OpenBLAS f32" : "integer";
+}
+
 static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cpu_impl *im = be->impl;
-    size_t need = cpu_matmul_ws_bytes(w->type, w->cols, n_tok);
+    const int gemm = use_gemm(be, n_tok);
+    size_t need = gemm ? cpu_gemm_ws_bytes(w->cols, n_tok, kvb_pool_size(im->pool))
+                       : cpu_matmul_ws_bytes(w->type, w->cols, n_tok);
     if (grow(&im->act_ws, &im->act_ws_bytes, need))
-        return snprintf(be->error, sizeof be->error, "out of memory for the matmul activations (%zu bytes)", need), -1;
-    if (cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool))
+        return snprintf(be->error, sizeof be->error, "out of memory for the matmul workspace (%zu bytes)", need), -1;
+    if (gemm ? cpu_gemm(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool)
+             : cpu_matmul(out, w->data, w->type, w->rows, w->cols, x, n_tok, im->act_ws, im->act_ws_bytes, im->pool))
         return snprintf(be->error, sizeof be->error, "matmul: bad arguments (%s, %lld x %lld)", ggml_type_name(w->type),
                         (long long)w->rows, (long long)w->cols), -1;
     return 0;

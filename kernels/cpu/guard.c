@@ -232,7 +232,15 @@ static void guard_close(kvb_backend *be) {
         return rc;                                                                                             \
     }
 
-GUARDED_INT(matmul, (kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok), out, w, x, n_tok)
+/* matmul reads the caller's gemm setting from the table it is given: pass it on */
+static int guarded_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
+    IN(be)->gemm = be->gemm;
+    arena_open();
+    int rc = IN(be)->matmul(IN(be), out, w, x, n_tok);
+    guard_close(be);
+    return rc;
+}
+
 GUARDED_VOID(get_rows, (kvb_backend *be, float *out, const kvb_weight *w, const int32_t *ids, int64_t n), out, w, ids, n)
 GUARDED_VOID(rmsnorm, (kvb_backend *be, float *out, const float *x, const float *w, int64_t n, int64_t n_rows, float eps),
              out, x, w, n, n_rows, eps)
