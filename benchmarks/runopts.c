@@ -25,9 +25,12 @@ void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap) {
     if (cp.kv_dtype == KVB_F32) at += snprintf(out + at, cap - (size_t)at, "kv=f32");
     if (cp.backend && strcmp(cp.backend, "cpu"))
         at += snprintf(out + at, cap - (size_t)at, "%sbackend=%s", at ? " " : "", cp.backend);
-    if (cp.prefill_gemm != KVB_PREFILL_GEMM_AUTO)
-        at += snprintf(out + at, cap - (size_t)at, "%sgemm=%s", at ? " " : "",
-                       cp.prefill_gemm == KVB_PREFILL_GEMM_F32 ? "f32" : "int8");
+    /* the prefill's numerics: named whenever the CPU prefill runs the f32 GEMM (the default with an f16 cache), so
+     * records of the integer prefill (earlier builds, --prefill-gemm int8, a build without OpenBLAS) are not mixed
+     * with them */
+    const int on_cpu = !cp.backend || !strcmp(cp.backend, "cpu");
+    if (on_cpu && strcmp(kvb_backend_cpu_gemm_name(kvb_ctx_gemm(&cp)), "integer"))
+        at += snprintf(out + at, cap - (size_t)at, "%sgemm=f32", at ? " " : "");
     if (o->n_ctx > 0) snprintf(out + at, cap - (size_t)at, "%sctx=%d", at ? " " : "", o->n_ctx);
 }
 

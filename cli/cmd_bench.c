@@ -14,7 +14,7 @@
 
 static const char *HELP =
     "usage: kvbench bench [--model PATH|default|synthetic:SHAPE] [--contexts 512,2048,8000] [-n 64] [--reps R]\n"
-    "                     [--no-peer] [--torch] [--python PY]\n"
+    "                     [--no-peer] [--torch] [--python PY] [--torch-python PY]\n"
     "\n"
     "For each context length: prefill a prompt of that many tokens, then decode N greedy tokens; prints\n"
     "prefill and decode tokens/s (best of R repetitions, default 1). Then runs llama.cpp on the same token\n"
@@ -33,6 +33,7 @@ static const char *HELP =
     "  --torch                also run PyTorch's prefill (needs torch, transformers and gguf for PY)\n"
     "  --python PY            the Python that runs the peers (default $KVB_PEER_PYTHON or python3), e.g. a\n"
     "                         throwaway venv holding llama-cpp-python / torch\n"
+    "  --torch-python PY      the Python for PyTorch alone (default: --python's)\n"
     "  --json FILE            write results as JSON\n"
     "  --profile              print the phase breakdown of the last context\n"
     "\n"
@@ -216,16 +217,18 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--method") || !strcmp(argv[i], "--methods")) return cmd_bench_methods(argc, argv);
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
-    const char *contexts = "512,2048,8000", *json_path = NULL, *python = getenv("KVB_PEER_PYTHON");
+    const char *contexts = "512,2048,8000", *json_path = NULL, *python = getenv("KVB_PEER_PYTHON"), *torch_python = NULL;
     long n_dec = 64, reps = 1;
     int no_peer = 0, profile = 0, torch = 0;
     cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile), CLI_FLAG("--torch", &torch),
                       CLI_STR("--contexts", &contexts), CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path),
-                      CLI_STR("--python", &python), CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100),
+                      CLI_STR("--python", &python), CLI_STR("--torch-python", &torch_python),
+                      CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!python || !*python) python = "python3";
+    if (!torch_python || !*torch_python) torch_python = python;
     int peer = !no_peer;
     bench_row rows[MAX_CTX] = {0};
     int n_rows = 0;
@@ -268,7 +271,7 @@ int cmd_bench(int argc, char **argv) {
         peer = torch = 0;
     }
     int have_peer = peer && run_peer(&LLAMA_PEER, python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
-    int have_torch = torch && run_peer(&TORCH_PEER, python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    int have_torch = torch && run_peer(&TORCH_PEER, torch_python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
     print_table(rows, n_rows, have_peer, have_torch);
     int rc = json_path ? write_json(json_path, rows, n_rows, n_threads, n_dec) : 0;
     kvb_model_free(m);
