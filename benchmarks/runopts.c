@@ -29,7 +29,7 @@ void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap) {
      * records of the integer prefill (earlier builds, --prefill-gemm int8, a build without OpenBLAS) are not mixed
      * with them */
     const int on_cpu = !cp.backend || !strcmp(cp.backend, "cpu");
-    if (on_cpu && strcmp(kvb_backend_cpu_gemm_name(kvb_ctx_gemm(&cp)), "integer"))
+    if (on_cpu && kvb_backend_cpu_gemm_f32(kvb_ctx_gemm(&cp)))
         at += snprintf(out + at, cap - (size_t)at, "%sgemm=f32", at ? " " : "");
     if (o->n_ctx > 0) snprintf(out + at, cap - (size_t)at, "%sctx=%d", at ? " " : "", o->n_ctx);
 }

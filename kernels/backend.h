@@ -284,6 +284,8 @@ struct kvb_backend {
  * device tier is a mapping host code cannot read or write outside its ops (any touch dies with SIGSEGV), so the
  * tests prove that engine and method code leave device-tier bytes to the ops (kernels/cpu/guard.h). */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
+/* 1 when the CPU backend's prefill matmuls run the f32 GEMM under gemm (KVB_GEMM_F32 in a build with OpenBLAS) */
+int kvb_backend_cpu_gemm_f32(kvb_gemm gemm);
 /* What the CPU backend's prefill matmuls use under gemm: "OpenBLAS f32", or "integer" (KVB_GEMM_INT8, or a build
  * without OpenBLAS). */
 const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);

@@ -61,6 +61,17 @@ static int32_t *kept_of(const kvb_ctx *c, int64_t *n_out) {
     return v;
 }
 
+/* SnapKV at 30% created on c and adopted from share (the runner's order). */
+static kvb_method *snapkv30_adopted(kvb_ctx *c, kvb_share *share) {
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse("30%", &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
+    return m;
+}
+
 /* Positions SnapKV keeps at 30% after a shared prefill of ids[0, n_prefill) (the rest prefilled after
  * compression, as run_cell does when the question is hidden); per (layer, head) the sorted positions,
  * concatenated. *n_out = total. */
@@ -75,12 +86,7 @@ static int32_t *kept_positions(const kvb_prompt *p, int64_t n_prefill, int64_t *
     CU_ASSERT_FATAL(kvb_forward(base, p->ids, n_prefill, err, sizeof err) == 0);
     kvb_ctx *c = kvb_ctx_fork(base, 32, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
-    kvb_budget b;
-    CU_ASSERT_FATAL(kvb_budget_parse("30%", &b, err, sizeof err) == 0);
-    kvb_opts o = {0};
-    kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
-    CU_ASSERT_FATAL(m != NULL);
-    CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
+    kvb_method *m = snapkv30_adopted(c, share);
     int64_t total;
     int32_t *v = kept_of(c, &total);
     /* the question after compression, as run_cell prefills it: the cache grows by exactly its tokens */
@@ -159,12 +165,7 @@ static void test_hidden_split_refuses_samples_without_a_separate_context(void) {
 static int32_t *cell_kept(const kvb_shared_prefill *sp, int64_t *n_out) {
     kvb_ctx *c = kvb_ctx_fork(sp->base, sp->obs_window, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
-    kvb_budget b;
-    CU_ASSERT_FATAL(kvb_budget_parse("30%", &b, err, sizeof err) == 0);
-    kvb_opts o = {0};
-    kvb_method *m = kvb_method_create("snapkv", c, &b, &o, err, sizeof err);
-    CU_ASSERT_FATAL(m != NULL);
-    CU_ASSERT_FATAL(kvb_method_adopt(m, c, sp->share, err, sizeof err) == 0);
+    kvb_method *m = snapkv30_adopted(c, sp->share);
     int32_t *v = kept_of(c, n_out);
     CU_ASSERT(kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, sizeof err) == 0);
     kvb_method_free(m, c);

@@ -35,14 +35,14 @@ static int grow(void **buf, size_t *cap, size_t need) {
     return 0;
 }
 
+int kvb_backend_cpu_gemm_f32(kvb_gemm gemm) { return gemm == KVB_GEMM_F32 && cpu_gemm_available(); }
+
 /* the f32 GEMM where the engine allows it, the chunk is long enough and the build has OpenBLAS; else integer */
 static int use_gemm(const kvb_backend *be, int64_t n_tok) {
-    return be->gemm == KVB_GEMM_F32 && n_tok >= CPU_GEMM_MIN_TOK && cpu_gemm_available();
+    return n_tok >= CPU_GEMM_MIN_TOK && kvb_backend_cpu_gemm_f32(be->gemm);
 }
 
-const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm) {
-    return gemm == KVB_GEMM_F32 && cpu_gemm_available() ? "OpenBLAS f32" : "integer";
-}
+const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm) { return kvb_backend_cpu_gemm_f32(gemm) ? "OpenBLAS f32" : "integer"; }
 
 static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cpu_impl *im = be->impl;
