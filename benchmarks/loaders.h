@@ -20,6 +20,14 @@
  * record's field ({{ and }} are literal braces, as in str.format). */
 int lb_load(const char *jsonl_path, const char *task, const char *config_dir, int limit, kvb_samples *out,
             char *err, size_t err_len);
+/* lb_load's flags (lb_load_ex). LB_SPREAD: with a limit N, N records spread evenly over the file (record
+ * i*total/N), not its first N. LB_HIDDEN: the question may be hidden from the compressor: each sample also
+ * carries `context` (the prompt up to the end of the template's {context}) and `question` (the rest), and the
+ * samples whose contexts are equal form a context group (`group` "ctx-<first id>"), moved next to each other
+ * in file order of their first member, so the runner prefills each shared context once. */
+enum { LB_SPREAD = 1, LB_HIDDEN = 2 };
+int lb_load_ex(const char *jsonl_path, const char *task, const char *config_dir, int limit, int flags,
+               kvb_samples *out, char *err, size_t err_len);
 /* "<data_dir>/<task>.jsonl", or "<data_dir>/<task>_e.jsonl" for LongBench-E; 0, or -1 if it does not fit. */
 int lb_data_path(const char *data_dir, const char *task, int longbench_e, char *buf, size_t cap);
 /* LongBench-E length bin of eval.py's scorer_e: "0-4k" (< 4000), "4-8k" (< 8000), "8k+"; NULL if length < 0. */

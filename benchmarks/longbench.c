@@ -242,13 +242,24 @@ static int check_record(const cJSON *rec, const char *base, const char *where, c
 }
 
 static int fill_sample(kvb_sample *s, const cJSON *rec, const char *base, const char *tmpl, int max_new, long line,
-                       const char *where, char *err, size_t err_len) {
+                       int hidden, const char *where, char *err, size_t err_len) {
     const cJSON *id = kvb_json_get(rec, "_id"), *len = kvb_json_get(rec, "length");
     const cJSON *cls = kvb_json_get(rec, "all_classes");
     char num[32];
     snprintf(num, sizeof num, "%ld", line);
     s->prompt = render_template(tmpl, rec, where, err, err_len);
     if (!s->prompt) return -1;
+    if (hidden) { /* the template split after its {context}: context and question render separately */
+        const char *at = strstr(tmpl, "{context}");
+        char *head = at ? strndup(tmpl, (size_t)(at - tmpl) + strlen("{context}")) : NULL;
+        if (!at) return kvb_seterr(err, err_len, "%s: the %s template has no {context}: the question cannot be hidden", where, base), -1;
+        if (!head) return kvb_seterr(err, err_len, "%s: out of memory", where), -1;
+        s->context = render_template(head, rec, where, err, err_len);
+        free(head);
+        if (!s->context) return -1;
+        s->question = render_template(at + strlen("{context}"), rec, where, err, err_len);
+        if (!s->question) return -1;
+    }
     s->id = kvb_strdup(cJSON_IsString(id) ? id->valuestring : num);
     s->task = kvb_strdup(base);
     s->stop = kvb_strdup(lb_task_stop(base));
@@ -265,8 +276,8 @@ static int fill_sample(kvb_sample *s, const cJSON *rec, const char *base, const 
     return 0;
 }
 
-static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int limit, kvb_samples *out, char *err,
-                        size_t err_len) {
+static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int limit, int hidden, kvb_samples *out,
+                        char *err, size_t err_len) {
     const char *tmpl = kvb_json_get(c->prompts, base)->valuestring;
     int max_new = (int)kvb_json_get(c->maxlen, base)->valuedouble;
     int got = 0, rc = 0;
@@ -277,7 +288,7 @@ static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int 
         kvb_sample s;
         kvb_sample_init(&s);
         int bad = check_record(rec, base, where, err, err_len)
-               || fill_sample(&s, rec, base, tmpl, max_new, r->lineno, where, err, err_len);
+               || fill_sample(&s, rec, base, tmpl, max_new, r->lineno, hidden, where, err, err_len);
         cJSON_Delete(rec);
         if (bad) {
             kvb_sample_free(&s);
@@ -292,17 +303,63 @@ static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int 
     return limit > 0 && got >= limit ? 0 : rc;
 }
 
-int lb_load(const char *jsonl_path, const char *task, const char *config_dir, int limit, kvb_samples *out,
-            char *err, size_t err_len) {
+/* Keeps the n records at i*total/n of v[from..), in order. */
+static void keep_spread(kvb_samples *v, int from, int n) {
+    int total = v->n - from;
+    if (n <= 0 || n >= total) return;
+    for (int i = 0, at = from; i < total; i++) {
+        kvb_sample *s = &v->v[from + i];
+        int take = at - from < n && (int)((int64_t)(at - from) * total / n) == i;
+        if (!take) { kvb_sample_free(s); continue; }
+        v->v[at++] = *s;
+    }
+    v->n = from + n;
+}
+
+/* Samples of v[from..) with equal contexts get group "ctx-<id of the first>" and follow it; 0 / -1. */
+static int group_contexts(kvb_samples *v, int from, char *err, size_t err_len) {
+    int n = v->n - from;
+    kvb_sample *src = v->v + from, *dst = n ? malloc((size_t)n * sizeof *dst) : NULL;
+    char *placed = n ? calloc((size_t)n, 1) : NULL;
+    if (n && (!dst || !placed)) { free(dst), free(placed); return kvb_seterr(err, err_len, "out of memory"), -1; }
+    int at = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (placed[i]) continue;
+        int first = at;
+        dst[at++] = src[i], placed[i] = 1;
+        for (int j = i + 1; j < n; j++)
+            if (!placed[j] && !strcmp(src[j].context, src[i].context)) dst[at++] = src[j], placed[j] = 1;
+        for (int k = first; at - first > 1 && k < at && !rc; k++) {
+            size_t len = strlen(dst[first].id) + 5;
+            if (!(dst[k].group = malloc(len))) {
+                kvb_seterr(err, err_len, "out of memory");
+                rc = -1;
+            } else snprintf(dst[k].group, len, "ctx-%s", dst[first].id);
+        }
+    }
+    memcpy(src, dst, (size_t)n * sizeof *dst);
+    free(dst), free(placed);
+    return rc;
+}
+
+int lb_load_ex(const char *jsonl_path, const char *task, const char *config_dir, int limit, int flags,
+               kvb_samples *out, char *err, size_t err_len) {
     lb_config c;
     char base[128];
     int n0 = out->n, rc = -1;
     kvb_jsonl r = {0};
     if (config_load(&c, config_dir, err, err_len) == 0 && resolve_task(&c, task, base, sizeof base, err, err_len) == 0
         && kvb_jsonl_open(&r, jsonl_path, err, err_len) == 0)
-        rc = load_records(&r, &c, base, limit, out, err, err_len);
+        rc = load_records(&r, &c, base, flags & LB_SPREAD ? 0 : limit, !!(flags & LB_HIDDEN), out, err, err_len);
     kvb_jsonl_close(&r);
     config_free(&c);
+    if (!rc && (flags & LB_SPREAD)) keep_spread(out, n0, limit);
+    if (!rc && (flags & LB_HIDDEN)) rc = group_contexts(out, n0, err, err_len);
     if (rc) kvb_samples_truncate(out, n0);
     return rc ? -1 : 0;
+}
+
+int lb_load(const char *jsonl_path, const char *task, const char *config_dir, int limit, kvb_samples *out,
+            char *err, size_t err_len) {
+    return lb_load_ex(jsonl_path, task, config_dir, limit, 0, out, err, err_len);
 }

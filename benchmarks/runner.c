@@ -171,6 +171,9 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         expand_path(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, sizeof cfg_dir);
         const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
         int e = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "e"));
+        /* "spread": the --limit / "limit" records spread over the file; hidden: context and question apart */
+        int flags = (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "spread")) ? LB_SPREAD : 0) |
+                    (!strcmp(jstr(b, "question", "visible"), "hidden") ? LB_HIDDEN : 0);
         cJSON_ArrayForEach(x, tasks) {
             if (!cJSON_IsString(x)) continue;
             if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
@@ -186,7 +189,7 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
                 return ERR("%s", msg);
             }
             task *t = new_task(st, x->valuestring, "longbench", err, err_len);
-            if (!t || lb_load(path, x->valuestring, cfg_dir, limit, &t->samples, err, err_len)) return -1;
+            if (!t || lb_load_ex(path, x->valuestring, cfg_dir, limit, flags, &t->samples, err, err_len)) return -1;
         }
         return 0;
     }

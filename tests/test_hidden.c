@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util_common.h"
 #include "benchmarks/hidden.h"
@@ -21,6 +22,8 @@
 static char err[1024];
 static kvb_model *model;
 static const char *bin; /* KVB_BIN: the kvbench executable */
+
+#define LB_CONFIG "../shared/data/longbench/config" /* the official dataset2prompt.json / dataset2maxlen.json */
 
 static void make_sample(kvb_sample *s, const char *question) {
     kvb_sample_init(s);
@@ -154,9 +157,40 @@ static void test_hidden_split_refuses_samples_without_a_separate_context(void) {
     CU_ASSERT(kvb_hidden_split(model, &s, &p, &k, err, sizeof err) == -1 && strstr(err, "not part of its prompt"));
     free(s.context);
     s.context = ctx;
-    p.truncated = 1;
-    CU_ASSERT(kvb_hidden_split(model, &s, &p, &k, err, sizeof err) == -1 && strstr(err, "truncated"));
     kvb_prompt_free(&p);
+    kvb_sample_free(&s);
+}
+
+/* A prompt cut in the middle to fit (LongBench's truncation) splits from its end: the question gets the same
+ * tokens as in the whole prompt, and the context's kept head and tail come before it. A cut that reaches the
+ * question is refused. */
+static void test_truncated_prompt_splits_from_its_end_and_refuses_a_cut_question(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_sample s;
+    make_sample(&s, "What is the secret code of the blue box?");
+    kvb_prompt whole, cut;
+    int64_t kw, kc;
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s, 8000, 512, &whole, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s, 160, 512, &cut, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(!whole.truncated && cut.truncated && cut.n < whole.n - 60);
+    CU_ASSERT_FATAL(kvb_hidden_split(model, &s, &whole, &kw, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_hidden_split(model, &s, &cut, &kc, err, sizeof err) == 0);
+    int64_t qn = whole.n - kw;
+    CU_ASSERT(qn > 10 && cut.n - kc == qn && memcmp(whole.ids + kw, cut.ids + kc, (size_t)qn * sizeof *cut.ids) == 0);
+    CU_ASSERT(kc > 40 && memcmp(whole.ids, cut.ids, 30 * sizeof *cut.ids) == 0); /* the context's head is first */
+    kvb_prompt_free(&cut);
+    /* a question longer than the half the cut keeps at the end */
+    free(s.question), free(s.prompt);
+    kvb_sb q = {0}, pr = {0};
+    kvb_sb_adds(&q, "Which of these is the code:");
+    for (int i = 0; i < 120; i++) kvb_sb_addf(&q, " %d", 1000 + 7 * i);
+    s.question = kvb_sb_take(&q);
+    kvb_sb_addf(&pr, "Read the text and answer.\n%s\n%s", s.context, s.question);
+    s.prompt = kvb_sb_take(&pr);
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s, 300, 512, &cut, err, sizeof err) == 0 && cut.truncated);
+    CU_ASSERT(kvb_hidden_split(model, &s, &cut, &kc, err, sizeof err) == -1 && strstr(err, "truncated into its question"));
+    kvb_prompt_free(&cut);
+    kvb_prompt_free(&whole);
     kvb_sample_free(&s);
 }
 
@@ -215,18 +249,26 @@ static void test_questions_of_a_context_group_share_one_context_prefill_and_one_
     kvb_sample_free(&a), kvb_sample_free(&b), kvb_sample_free(&other);
 }
 
-/* `kvbench run` over InfiniteBench kv_retrieval with two queries per haystack, question hidden: a record per
- * question, each scored, the first carrying the context's prefill and the second marked reused. */
-static void test_run_records_each_question_and_counts_the_shared_prefill_once(void) {
+/* `kvbench run` of one benchmark (its JSON, "%s" = a scratch directory holding data/<data_name> = data), question
+ * hidden, two questions over one context: a record per question, each scored, the first carrying the context's
+ * prefill and the second marked reused. */
+static void check_group_run(const char *benchmark, const char *data_name, const char *data) {
     CU_ASSERT_FATAL(bin != NULL);
-    char dir[] = "/tmp/kvb_hidden_XXXXXX", path[128], cmd[512];
+    char dir[] = "/tmp/kvb_hidden_XXXXXX", path[128], cmd[512], bench[512];
     CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    if (data) {
+        snprintf(path, sizeof path, "%s/data", dir);
+        CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
+        snprintf(path, sizeof path, "%s/data/%s", dir, data_name);
+        FILE *d = fopen(path, "w");
+        CU_ASSERT_FATAL(d != NULL && fputs(data, d) >= 0 && fclose(d) == 0);
+    }
+    snprintf(bench, sizeof bench, benchmark, dir);
     snprintf(path, sizeof path, "%s/suite.json", dir);
     FILE *f = fopen(path, "w");
     CU_ASSERT_FATAL(f != NULL);
-    fputs("{\"name\": \"hidden-group\", \"model\": \"default\", \"seed\": 3, \"methods\": [{\"name\": \"snapkv\"}],\n"
-          " \"budgets\": [\"30%\"], \"benchmarks\": [{\"type\": \"infinitebench\", \"tasks\": [\"kv_retrieval\"],\n"
-          " \"lengths\": [600], \"samples\": 2, \"queries_per_context\": 2, \"question\": \"hidden\", \"max_new_tokens\": 8}]}\n", f);
+    fprintf(f, "{\"name\": \"hidden-group\", \"model\": \"default\", \"seed\": 3, \"methods\": [{\"name\": \"snapkv\"}],\n"
+               " \"budgets\": [\"30%%\"], \"benchmarks\": [%s]}\n", bench);
     fclose(f);
     snprintf(cmd, sizeof cmd, "'%s' run %s --out %s/out --quiet --threads 2 > /dev/null 2>&1", bin, path, dir);
     CU_ASSERT_FATAL(system(cmd) == 0);
@@ -258,6 +300,39 @@ static void test_run_records_each_question_and_counts_the_shared_prefill_once(vo
     CU_ASSERT(system(cmd) == 0);
 }
 
+/* InfiniteBench kv_retrieval with two queries per haystack */
+static void test_run_records_each_question_and_counts_the_shared_prefill_once(void) {
+    check_group_run("{\"type\": \"infinitebench\", \"tasks\": [\"kv_retrieval\"], \"lengths\": [600], \"samples\": 2,"
+                    " \"queries_per_context\": 2, \"question\": \"hidden\", \"max_new_tokens\": 8}", NULL, NULL);
+}
+
+/* LongBench records that share their context (qasper's papers, narrativeqa's books): the loader groups them */
+static void test_longbench_questions_over_one_document_share_its_prefill(void) {
+    char *filler = niah_filler_text(1500);
+    kvb_sb doc = {0}, d = {0};
+    kvb_sb_addf(&doc, "%s The secret code of the blue box is 4821.", filler);
+    free(filler);
+    static const char *const q[2][2] = {{"a", "What is the secret code of the blue box?"},
+                                        {"b", "Which number is the secret code of the blue box? Answer with the number only."}};
+    for (int i = 0; i < 2; i++) { /* two official-schema records over one document */
+        cJSON *r = cJSON_CreateObject(), *ans = cJSON_AddArrayToObject(r, "answers");
+        cJSON_AddStringToObject(r, "input", q[i][1]);
+        cJSON_AddStringToObject(r, "context", doc.p);
+        cJSON_AddItemToArray(ans, cJSON_CreateString("4821"));
+        cJSON_AddStringToObject(r, "_id", q[i][0]);
+        char *line = cJSON_PrintUnformatted(r);
+        kvb_sb_addf(&d, "%s\n", line);
+        free(line);
+        cJSON_Delete(r);
+    }
+    kvb_sb_free(&doc);
+    char *data = kvb_sb_take(&d);
+    check_group_run("{\"type\": \"longbench\", \"tasks\": [\"multifieldqa_en\"], \"data_dir\": \"%s/data\","
+                    " \"config_dir\": \"" LB_CONFIG "\", \"question\": \"hidden\", \"max_new_tokens\": 8}",
+                    "multifieldqa_en.jsonl", data);
+    free(data);
+}
+
 int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
@@ -268,10 +343,14 @@ int main(void) {
     CU_add_test(s, "hidden question leaves snapkv kept set unchanged, visible does not",
                 test_hidden_question_leaves_snapkv_kept_set_unchanged_visible_does_not);
     CU_add_test(s, "hidden split refuses samples without a separate context", test_hidden_split_refuses_samples_without_a_separate_context);
+    CU_add_test(s, "truncated prompt splits from its end and refuses a cut question",
+                test_truncated_prompt_splits_from_its_end_and_refuses_a_cut_question);
     CU_add_test(s, "questions of a context group share one context prefill and one kept set",
                 test_questions_of_a_context_group_share_one_context_prefill_and_one_kept_set);
     CU_add_test(s, "run records each question and counts the shared prefill once",
                 test_run_records_each_question_and_counts_the_shared_prefill_once);
+    CU_add_test(s, "longbench questions over one document share its prefill",
+                test_longbench_questions_over_one_document_share_its_prefill);
     int rc = util_run_suites();
     kvb_model_free(model);
     return rc;

@@ -119,6 +119,57 @@ static void test_longbench_task_rules_follow_pred_and_eval(void) {
     kvb_samples_free(&v);
 }
 
+/* LB_HIDDEN: every task's prompt is its context then its question (the template split after {context}, the
+ * field text unchanged); records with one context form a group, moved next to its first member. LB_SPREAD:
+ * the limit's records at i*total/n of the file. */
+static void test_longbench_hidden_splits_at_context_groups_equal_contexts_and_spreads(void) {
+    static const char *const tasks[] = {"2wikimqa", "gov_report", "lcc", "multifieldqa_zh", "passage_retrieval_en",
+                                        "qasper", "samsum", "trec"};
+    char path[512];
+    kvb_samples v = {0};
+    for (size_t i = 0; i < sizeof tasks / sizeof *tasks; i++) {
+        snprintf(path, sizeof path, LB_REC "/%s.jsonl", tasks[i]);
+        CU_ASSERT_FATAL(lb_load_ex(path, tasks[i], LB_CONFIG, 3, LB_HIDDEN, &v, err, sizeof err) == 0);
+        CU_ASSERT_EQUAL(v.n, 3);
+        for (int k = 0; k < v.n; k++) {
+            const kvb_sample *x = &v.v[k];
+            size_t lc = strlen(x->context);
+            CU_ASSERT(x->question && x->question[0] && !x->group);
+            CU_ASSERT(!strncmp(x->prompt, x->context, lc) && !strcmp(x->prompt + lc, x->question));
+        }
+        kvb_samples_free(&v);
+    }
+    /* three questions over two documents: a(1) b(2) a(3) c(4) a(5) */
+    kvb_sb f = {0};
+    const char *ctx[] = {"Doc A text.", "Doc B text.", "Doc A text.", "Doc C text.", "Doc A text."};
+    for (int i = 0; i < 5; i++)
+        kvb_sb_addf(&f, "{\"input\": \"q%d?\", \"context\": \"%s\", \"answers\": [\"x\"], \"_id\": \"r%d\"}\n", i + 1, ctx[i], i + 1);
+    char *text = kvb_sb_take(&f);
+    snprintf(path, sizeof path, "%s", write_tmp("groups.jsonl", text));
+    free(text);
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 0, LB_HIDDEN, &v, err, sizeof err) == 0);
+    static const char *const order[] = {"r1", "r3", "r5", "r2", "r4"};
+    CU_ASSERT_EQUAL_FATAL(v.n, 5);
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT_STRING_EQUAL(v.v[k].id, order[k]);
+        CU_ASSERT(k < 3 ? v.v[k].group && !strcmp(v.v[k].group, "ctx-r1") : !v.v[k].group);
+        CU_ASSERT(strstr(v.v[k].question, k < 3 ? (const char *[]){"q1?", "q3?", "q5?"}[k] : "q") != NULL);
+    }
+    kvb_samples_free(&v);
+    /* spread: 2 of 5 are records 0 and 2 (5*0/2, 5*1/2); 5 of 5 are all; the first 2 without it */
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 2, LB_SPREAD, &v, err, sizeof err) == 0);
+    CU_ASSERT(v.n == 2 && !strcmp(v.v[0].id, "r1") && !strcmp(v.v[1].id, "r3") && !v.v[0].context);
+    kvb_samples_free(&v);
+    CU_ASSERT_FATAL(lb_load_ex(LB_REC "/lcc.jsonl", "lcc", LB_CONFIG, 4, LB_SPREAD, &v, err, sizeof err) == 0);
+    static const char *const lcc[] = {"1", "7", "14", "20"}; /* 26 records: 0, 6.5, 13, 19.5 -> lines 1 7 14 20 */
+    CU_ASSERT_EQUAL_FATAL(v.n, 4);
+    for (int k = 0; k < 4; k++) CU_ASSERT_STRING_EQUAL(v.v[k].id, lcc[k]);
+    kvb_samples_free(&v);
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 9, LB_SPREAD, &v, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(v.n, 5);
+    kvb_samples_free(&v);
+}
+
 static void test_every_reconstructed_task_loads_every_record(void) {
     static const struct { const char *task; int n; } tasks[] = {
         {"2wikimqa", 13}, {"dureader", 6}, {"gov_report", 12}, {"hotpotqa", 13}, {"lcc", 26},
@@ -845,6 +896,8 @@ int main(void) {
     CU_add_test(s, "longbench prompts equal python format of the official template", test_longbench_prompts_equal_python_format_of_the_official_template);
     CU_add_test(s, "longbench task rules follow pred and eval", test_longbench_task_rules_follow_pred_and_eval);
     CU_add_test(s, "every reconstructed task loads every record", test_every_reconstructed_task_loads_every_record);
+    CU_add_test(s, "longbench hidden splits at context, groups equal contexts, spreads",
+                test_longbench_hidden_splits_at_context_groups_equal_contexts_and_spreads);
     CU_add_test(s, "official first20 lines keep id and length", test_official_first20_lines_keep_id_and_length);
     CU_add_test(s, "refilled template reproduces rendered minilongbench prompts", test_refilled_template_reproduces_rendered_minilongbench_prompts);
     CU_add_test(s, "substituted braces are never reparsed", test_substituted_braces_are_never_reparsed);
