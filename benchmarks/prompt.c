@@ -59,6 +59,35 @@ static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_t
     return out;
 }
 
+char *kvb_prompt_render(const kvb_model *m, const kvb_sample *s, const char *text, char *err, size_t err_len) {
+    if (!s->use_chat) {
+        char *out = strdup(text);
+        if (!out) ERR("out of memory");
+        return out;
+    }
+    char *def_sys = NULL, *rendered = NULL;
+    chat_kind k = chat_model_kind(m->gguf, m->cfg.arch, &def_sys);
+    chat_msg msgs[2];
+    int nm = 0;
+    if (s->system) msgs[nm++] = (chat_msg){"system", s->system};
+    msgs[nm++] = (chat_msg){"user", text};
+    int rc = chat_render(k, msgs, nm, 1, def_sys, &rendered, err, err_len);
+    free(def_sys);
+    if (rc) return NULL;
+    if (s->prefill) {
+        size_t a = strlen(rendered), b = strlen(s->prefill);
+        char *r2 = realloc(rendered, a + b + 1);
+        if (!r2) {
+            free(rendered);
+            ERR("out of memory");
+            return NULL;
+        }
+        memcpy(r2 + a, s->prefill, b + 1);
+        rendered = r2;
+    }
+    return rendered;
+}
+
 static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *p,
                         char *err, size_t err_len) {
     /* leave room for the template around the prompt */
@@ -67,30 +96,9 @@ static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tok
     if (s->prefill) overhead += (int64_t)strlen(s->prefill) / 2;
     char *text = middle_truncate(m, s->prompt, max_tokens - overhead, &p->truncated, err, err_len);
     if (!text) return -1;
-    int rc = 0;
-    if (s->use_chat) {
-        char *def_sys = NULL, *rendered = NULL;
-        chat_kind k = chat_model_kind(m->gguf, m->cfg.arch, &def_sys);
-        chat_msg msgs[2];
-        int nm = 0;
-        if (s->system) msgs[nm++] = (chat_msg){"system", s->system};
-        msgs[nm++] = (chat_msg){"user", text};
-        rc = chat_render(k, msgs, nm, 1, def_sys, &rendered, err, err_len);
-        free(def_sys);
-        if (!rc && s->prefill) {
-            size_t a = strlen(rendered), b = strlen(s->prefill);
-            char *r2 = realloc(rendered, a + b + 1);
-            if (!r2) rc = ERR("out of memory");
-            else {
-                memcpy(r2 + a, s->prefill, b + 1);
-                rendered = r2;
-            }
-        }
-        if (!rc) rc = tokenize_into(m, p, rendered, 1, 1, err, err_len);
-        free(rendered);
-    } else {
-        rc = tokenize_into(m, p, text, 1, 0, err, err_len);
-    }
+    char *rendered = kvb_prompt_render(m, s, text, err, err_len);
+    int rc = rendered ? tokenize_into(m, p, rendered, 1, s->use_chat, err, err_len) : -1;
+    free(rendered);
     free(text);
     if (rc) return -1;
     if (p->n > max_tokens) return ERR("sample %s: prompt of %lld tokens does not fit %lld", s->id ? s->id : "?", (long long)p->n, (long long)max_tokens);

@@ -25,6 +25,10 @@ typedef kvb_rounds kvb_prompt;
 int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
                      char *err, size_t err_len);
 void kvb_prompt_free(kvb_prompt *p);
+/* A single prompt's text as kvb_prompt_build tokenizes it, with `text` as the user message: the model's chat
+ * template around it (the sample's system message, the template's default one) and the sample's assistant
+ * prefill after it when s->use_chat, else text itself; malloc'd, NULL + err on failure. */
+char *kvb_prompt_render(const kvb_model *m, const kvb_sample *s, const char *text, char *err, size_t err_len);
 /* Tokens of text for model (a kvb_model *), no BOS: the kvb_count_tokens_fn the generators take; -1 on failure. */
 int64_t kvb_count_tokens(void *model, const char *text);
 
