@@ -3,9 +3,9 @@
  * Each op is the loop the header describes, in the header's order: these replace host loops in the methods
  * (h2o.c, snapkv.c, omnikv.c, round.c, pod.c, streamingllm.c) and the KV store's compaction, and a method's
  * results must not move by one bit, so no loop here is reordered or vectorised by hand; pod_merge alone is
- * threaded, over the head dimension, which leaves every element's sum in the same order. Both tiers
- * are host memory on this backend; `copy` and `kv_gather` still count what they move in be->traffic, as a GPU
- * backend would count what crosses PCIe:
+ * vectorised and threaded, across heads and the head dimension, which leaves every element's sum in the same
+ * order. Both tiers are host memory on this backend; `copy` and `kv_gather` still count what they move in
+ * be->traffic, as a GPU backend would count what crosses PCIe:
  * - copy: one copy of `bytes` per call;
  * - kv_gather: one copy per array (K, V, pos, round), n rows each, in the call's direction (D2D included);
  * calls that move nothing (bytes = 0, n = 0) are not counted.
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ops.h" /* cpu_topk */
+#include "kernels/cpu/ops_vec.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
@@ -75,9 +76,60 @@ static int key_below(const float *score, const int32_t *pos, int64_t a, int64_t 
     return score ? score[a] < score[b] : pos[a] < pos[b];
 }
 
+static int cmp_pos_slot(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* kv_evict by position (score NULL) of many slots at once, as the header's one-at-a-time loop does it: with
+ * distinct positions the victims are the `count` lowest in [lo, hi), in ascending order, whatever the moves,
+ * so one sort and a slot map replace a scan per eviction (PoD spills thousands after prefill). 1 = positions
+ * repeat or no memory: the caller runs the loop. */
+static int evict_by_pos(const kvb_kv_head *h, int64_t n, size_t row_bytes, int32_t lo, int32_t hi, int64_t count,
+                        void *spill_v, char *err, size_t err_len, int *done) {
+    *done = 0;
+    int64_t *key = malloc((size_t)n * sizeof *key), *where = malloc((size_t)n * sizeof *where);
+    int64_t *at = malloc((size_t)n * sizeof *at);
+    int64_t m = 0;
+    if (key && where && at) {
+        for (int64_t j = 0; j < n; j++)
+            if (h->pos[j] >= lo && h->pos[j] < hi) key[m++] = ((int64_t)h->pos[j] - lo) << 32 | j; /* pos, then slot */
+        qsort(key, (size_t)m, sizeof *key, cmp_pos_slot);
+        int distinct = 1;
+        for (int64_t i = 1; i < m && distinct; i++) distinct = key[i] >> 32 != key[i - 1] >> 32;
+        if (distinct && m < count) {
+            free(key), free(where), free(at);
+            return ERR("kv_evict: no slot with position in [%d, %d) among %lld (eviction %lld of %lld)", lo, hi,
+                       (long long)(n - m), (long long)m + 1, (long long)count);
+        }
+        if (distinct) {
+            uint8_t *k = h->k, *v = h->v;
+            for (int64_t j = 0; j < n; j++) where[j] = at[j] = j; /* slot of each original row, and back */
+            for (int64_t c = 0; c < count; c++, n--) {
+                const int64_t victim = where[key[c] & 0xffffffff], last = n - 1;
+                if (spill_v) memcpy((uint8_t *)spill_v + (size_t)c * row_bytes, v + (size_t)victim * row_bytes, row_bytes);
+                if (victim != last) {
+                    memcpy(k + (size_t)victim * row_bytes, k + (size_t)last * row_bytes, row_bytes);
+                    memcpy(v + (size_t)victim * row_bytes, v + (size_t)last * row_bytes, row_bytes);
+                    h->pos[victim] = h->pos[last];
+                    h->round[victim] = h->round[last];
+                    at[victim] = at[last];
+                    where[at[victim]] = victim;
+                }
+            }
+            *done = 1;
+        }
+    }
+    free(key), free(where), free(at);
+    return 0;
+}
+
 static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
                         int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
     if (count > n) return ERR("kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
+    int done = 0;
+    if (!score && count > 1 && evict_by_pos(h, n, row_bytes, lo, hi, count, spill_v, err, err_len, &done)) return -1;
+    if (done) return 0;
     uint8_t *k = h->k, *v = h->v;
     for (int64_t c = 0; c < count; c++, n--) {
         int64_t victim = -1;
@@ -220,40 +272,93 @@ static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *l
 }
 
 
-/* pod_merge's o_D for the element range [e0, e1) of every merged head: rows in ascending order, each read and
- * converted once per range; per element the same products and sums in the same order whatever the range. */
+/* pod_merge's o_D, split into tasks of up to POD_NH merged heads x 2 POD_CW elements (a cache line of f16
+ * rows on AVX2): a task streams the distant rows in tiles of POD_TILE, each tile once per POD_CW elements
+ * (the second pass hits L1), with its sums in registers within a tile and in od between tiles. Per element
+ * the sum is the header's: products added in ascending row order, a multiply then an add (no FMA), so the
+ * result is the same bits whatever the split, the vector width or the thread count. */
+#define POD_NH 4               /* merged heads per task */
+#define POD_CW (2 * VF_LANES)  /* elements per register block */
+#define POD_TILE 256           /* rows per tile */
+
 typedef struct {
-    const float *const *w; /* per query head: distant weights, NULL = skipped */
+    const float *w[256];    /* per merged head: its distant weights */
+    int head[256];          /* per merged head: its row in od */
+    int n_merged;
     const void *v;
     kvb_dtype dtype;
-    int G, head_dim;
+    int head_dim;
     int64_t n_dist;
-    float *od;             /* [G][head_dim] */
+    float *od;              /* [G][head_dim], zeroed */
 } pod_merge_job;
 
-enum { POD_SLICE = 32 }; /* elements per task */
+static inline vf pod_row(const void *v, kvb_dtype dtype, size_t at) {
+    return dtype == KVB_F16 ? vf_load_f16((const uint16_t *)v + at) : vf_load((const float *)v + at);
+}
 
-static void pod_merge_slice(void *arg, int ith, int nth) {
-    const pod_merge_job *j = arg;
-    const int n_slices = (j->head_dim + POD_SLICE - 1) / POD_SLICE;
-    for (int sl = ith; sl < n_slices; sl += nth) {
-        const int e0 = sl * POD_SLICE, e1 = e0 + POD_SLICE < j->head_dim ? e0 + POD_SLICE : j->head_dim, W = e1 - e0;
-        float row[POD_SLICE];
-        for (int64_t i = 0; i < j->n_dist; i++) {
-            const size_t at = (size_t)i * j->head_dim + (size_t)e0;
-            if (j->dtype == KVB_F16) {
-                const kvb_f16 *h = (const kvb_f16 *)j->v + at;
-                for (int e = 0; e < W; e++) row[e] = kvb_f16_to_f32(h[e]);
-            } else {
-                memcpy(row, (const float *)j->v + at, (size_t)W * sizeof *row);
-            }
-            for (int r = 0; r < j->G; r++) {
-                if (!j->w[r]) continue;
-                const float wi = j->w[r][i];
-                float *o = j->od + (size_t)r * j->head_dim + (size_t)e0;
-                for (int e = 0; e < W; e++) o[e] += wi * row[e];
-            }
+/* merged heads m0..m0+nh-1, elements [e0, e0 + POD_CW), rows [i0, i1); nh is a constant where inlined */
+static inline __attribute__((always_inline)) void pod_merge_block(const pod_merge_job *j, int m0, int nh, int e0,
+                                                                  int64_t i0, int64_t i1) {
+    const size_t D = (size_t)j->head_dim;
+    vf a[POD_NH][2];
+    for (int r = 0; r < nh; r++) {
+        const float *o = j->od + (size_t)j->head[m0 + r] * D + (size_t)e0;
+        a[r][0] = vf_load(o);
+        a[r][1] = vf_load(o + VF_LANES);
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const size_t at = (size_t)i * D + (size_t)e0;
+        const vf x0 = pod_row(j->v, j->dtype, at), x1 = pod_row(j->v, j->dtype, at + VF_LANES);
+        for (int r = 0; r < nh; r++) {
+            const vf wi = vf_set1(j->w[m0 + r][i]);
+            a[r][0] = vf_add(a[r][0], vf_mul(wi, x0));
+            a[r][1] = vf_add(a[r][1], vf_mul(wi, x1));
         }
+    }
+    for (int r = 0; r < nh; r++) {
+        float *o = j->od + (size_t)j->head[m0 + r] * D + (size_t)e0;
+        vf_store(o, a[r][0]);
+        vf_store(o + VF_LANES, a[r][1]);
+    }
+}
+
+static void pod_merge_span(const pod_merge_job *j, int m0, int nh, int e0, int64_t i0, int64_t i1) {
+    switch (nh) {
+    case 4: pod_merge_block(j, m0, 4, e0, i0, i1); break;
+    case 3: pod_merge_block(j, m0, 3, e0, i0, i1); break;
+    case 2: pod_merge_block(j, m0, 2, e0, i0, i1); break;
+    default: pod_merge_block(j, m0, 1, e0, i0, i1); break;
+    }
+}
+
+/* elements [e0, e1) under POD_CW wide, one at a time in the same order */
+static void pod_merge_tail(const pod_merge_job *j, int m0, int nh, int e0, int e1) {
+    for (int e = e0; e < e1; e++)
+        for (int r = m0; r < m0 + nh; r++) {
+            float s = 0;
+            for (int64_t i = 0; i < j->n_dist; i++) {
+                const size_t at = (size_t)i * j->head_dim + (size_t)e;
+                const float x = j->dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)j->v)[at]) : ((const float *)j->v)[at];
+                s += j->w[r][i] * x;
+            }
+            j->od[(size_t)j->head[r] * j->head_dim + (size_t)e] = s;
+        }
+}
+
+/* task t: head group t / n_spans, element span t % n_spans; a thread takes a contiguous run of tasks */
+static void pod_merge_tasks(void *arg, int ith, int nth) {
+    const pod_merge_job *j = arg;
+    const int n_groups = (j->n_merged + POD_NH - 1) / POD_NH, n_spans = (j->head_dim + 2 * POD_CW - 1) / (2 * POD_CW);
+    const int n_tasks = n_groups * n_spans, t0 = (int)((int64_t)n_tasks * ith / nth), t1 = (int)((int64_t)n_tasks * (ith + 1) / nth);
+    for (int t = t0; t < t1; t++) {
+        const int m0 = t / n_spans * POD_NH, nh = j->n_merged - m0 < POD_NH ? j->n_merged - m0 : POD_NH;
+        const int e0 = t % n_spans * 2 * POD_CW, e1 = e0 + 2 * POD_CW < j->head_dim ? e0 + 2 * POD_CW : j->head_dim;
+        const int ev = e0 + (e1 - e0) / POD_CW * POD_CW; /* end of the vector blocks */
+        for (int64_t i0 = 0; i0 < j->n_dist && ev > e0; i0 += POD_TILE) {
+            const int64_t i1 = i0 + POD_TILE < j->n_dist ? i0 + POD_TILE : j->n_dist;
+            for (int e = e0; e < ev; e += POD_CW) pod_merge_span(j, m0, nh, e, i0, i1);
+        }
+        pod_merge_tail(j, m0, nh, ev, e1);
     }
 }
 
@@ -263,24 +368,27 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
     enum { MAX_G = 256 };
     if (G < 1 || G > MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, MAX_G);
     double gate[MAX_G];
-    const float *w[MAX_G]; /* per query head: its distant weights, NULL = skipped */
-    int any = 0;
+    pod_merge_job job = {.v = v, .dtype = dtype, .head_dim = head_dim, .n_dist = n_dist};
     for (int r = 0; r < G; r++) {
         const double lp = lse_p[r], ld = lse_d[r];
         gate[r] = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
-        w[r] = gate[r] >= tau ? NULL : pd + (int64_t)r * pd_stride;
-        counts[w[r] ? 0 : 1]++;
-        any |= w[r] != NULL;
+        const int merge = !(gate[r] >= tau);
+        counts[merge ? 0 : 1]++;
+        if (merge) {
+            job.w[job.n_merged] = pd + (int64_t)r * pd_stride;
+            job.head[job.n_merged++] = r;
+        }
     }
-    if (!any) return 0;
-    /* o_D of every merged head at once, the head dimension split across the pool's threads */
-    float od_stack[4 * 128], *od = (size_t)G * head_dim <= 4 * 128 ? od_stack : malloc((size_t)G * head_dim * sizeof *od);
+    if (!job.n_merged) return 0;
+    /* o_D of every merged head at once, split across the pool's threads */
+    _Alignas(64) float od_stack[4 * 128];
+    float *od = (size_t)G * head_dim <= 4 * 128 ? od_stack : malloc((size_t)G * head_dim * sizeof *od);
     if (!od) return ERR("pod_merge: out of memory");
     memset(od, 0, (size_t)G * head_dim * sizeof *od);
-    pod_merge_job job = {w, v, dtype, G, head_dim, n_dist, od};
-    kvb_pool_run(head_dim > POD_SLICE && n_dist >= 256 ? cpu_backend_pool(be) : NULL, pod_merge_slice, &job);
+    job.od = od;
+    kvb_pool_run(n_dist >= 256 ? cpu_backend_pool(be) : NULL, pod_merge_tasks, &job);
     for (int r = 0; r < G; r++) {
-        if (!w[r]) continue;
+        if (gate[r] >= tau) continue;
         float *o = out + (int64_t)r * head_dim;
         for (int e = 0; e < head_dim; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[(size_t)r * head_dim + e]);
     }
