@@ -1,11 +1,13 @@
 /* kvquant.c — the CPU backend's quantized-KV ops (kernels/backend.h, "KIVI"): quant_groups and attention_quant,
  * plain loops in the header's orders (kernels/cuda/kvquant.cu computes the same values).
  *
- * attention_quant works per KV head on blocks of `group` tokens: a block's K (per-channel groups) and V
- * (per-token groups) are dequantized once into f32 tiles and serve every query row of the head's GQA group, in
- * row blocks of at most ROW_BLOCK rows so that the logits kept for the two passes stay small. The (KV head, row
- * block) pairs are independent and spread over the backend's thread pool, each thread with its own scratch. The
- * order of every sum is the header's (tokens ascending), whatever the blocking or threading. */
+ * attention_quant takes the query rows of every KV head in blocks of at most ROW_BLOCK rows per head, in three
+ * passes over the backend's thread pool: the logits, split by blocks of `group` tokens (a block's K is
+ * dequantized once into an f32 tile that serves every row, the dot products vectorised across its tokens); the
+ * softmax weights, split by row; the weighted values, split by channel group (a token's values dequantized a
+ * vector at a time for up to 4 rows, their sums in registers). Codes widen with AVX2 variable shifts where
+ * built for it. Every sum keeps the header's order (e ascending for a logit, tokens ascending for L and acc),
+ * whatever the split or the thread count. */
 #include "kernels/cpu/kvquant.h"
 
 #include "kernels/cpu/kvops.h"
@@ -15,11 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/ops_vec.h"
 #include "kernels/dtype.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-enum { ROW_BLOCK = 64, MAX_GROUP = 256 };
+enum { ROW_BLOCK = 16, MAX_GROUP = 256 };
 
 /* the f16 nearest to x from below / above (x finite and within f16's range) */
 static kvb_f16 f16_down(float x) {
@@ -62,14 +65,44 @@ static void quant_group(const float *x, int G, int bits, uint8_t *rec) {
     memcpy(rec + code_bytes + 2, &zh, 2);
 }
 
-/* the G values of a group record into out[0], out[stride], ... (scale and minimum read once) */
-static void dequant_group(const uint8_t *rec, int G, int bits, float *out, size_t stride) {
+/* a group record's scale and minimum */
+static void group_sz(const uint8_t *rec, int G, int bits, float *sc, float *z) {
     kvb_f16 sh, zh;
     memcpy(&sh, rec + (size_t)G * bits / 8, 2);
     memcpy(&zh, rec + (size_t)G * bits / 8 + 2, 2);
-    const float s = kvb_f16_to_f32(sh), z = kvb_f16_to_f32(zh);
-    const int mask = (1 << bits) - 1;
-    for (int i = 0; i < G; i++) out[(size_t)i * stride] = z + (float)((rec[i * bits / 8] >> (i * bits % 8)) & mask) * s;
+    *sc = kvb_f16_to_f32(sh);
+    *z = kvb_f16_to_f32(zh);
+}
+
+static int code_at(const uint8_t *codes, int i, int bits) { return (codes[i * bits / 8] >> (i * bits % 8)) & ((1 << bits) - 1); }
+
+/* codes i0 .. i0 + VF_LANES - 1 of a group record, as floats (AVX2: the 8 codes' bytes shifted apart per lane) */
+static inline vf codes_vec(const uint8_t *codes, int i0, int bits) {
+#if VF_LANES == 8
+    if (bits == 8) return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i0))));
+    uint32_t word;
+    const uint8_t *at = codes + i0 * bits / 8; /* the 8 codes' `bits` bytes */
+    if (bits == 4) memcpy(&word, at, 4);
+    else if (bits == 2) { uint16_t h; memcpy(&h, at, 2); word = h; }
+    else word = at[0];
+    const __m256i sh = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
+    const __m256i x = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh), _mm256_set1_epi32((1 << bits) - 1));
+    return _mm256_cvtepi32_ps(x);
+#else
+    float f[VF_LANES];
+    for (int k = 0; k < VF_LANES; k++) f[k] = (float)code_at(codes, i0 + k, bits);
+    return vf_load(f);
+#endif
+}
+
+/* the G values of a group record into out[0..G): z + code * s */
+static void dequant_group(const uint8_t *rec, int G, int bits, float *out) {
+    float sc, z;
+    group_sz(rec, G, bits, &sc, &z);
+    int i = 0;
+    if (G % VF_LANES == 0)
+        for (; i < G; i += VF_LANES) vf_store(out + i, vf_add(vf_set1(z), vf_mul(codes_vec(rec, i, bits), vf_set1(sc))));
+    for (; i < G; i++) out[i] = z + (float)code_at(rec, i, bits) * sc;
 }
 
 static int check_format(int G, int bits, int d, const char *op, char *err, size_t err_len) {
@@ -99,114 +132,148 @@ static int cpu_quant_groups(kvb_backend *be, void *out, const void *x, kvb_dtype
     return 0;
 }
 
-/* f32 tiles of tokens b*G .. b*G + G - 1: K from per-channel groups channel-major ([D][G]: a channel's G tokens
- * side by side, so one pass over the channels dots a query with all G tokens at once), V from per-token groups
- * token-major ([G][D]) */
-static void dequant_k(float *kt, const uint8_t *k, int64_t b, int D, int G, int bits) {
-    const size_t rb = kvb_quant_group_bytes(G, bits);
-    for (int e = 0; e < D; e++) dequant_group(k + (size_t)(b * D + e) * rb, G, bits, kt + (size_t)e * G, 1);
-}
-
-static void dequant_v(float *vt, const uint8_t *v, int64_t b, int D, int G, int bits) {
-    const size_t rb = kvb_quant_group_bytes(G, bits);
-    for (int i = 0; i < G; i++)
-        for (int j = 0; j < D / G; j++)
-            dequant_group(v + (size_t)((b * G + i) * (D / G) + j) * rb, G, bits, vt + (size_t)i * D + j * G, 1);
-}
-
 typedef struct {
-    float *kt, *vt, *w, *acc; /* tiles [G][D], logits then weights [ROW_BLOCK][n], accumulators [ROW_BLOCK][D] */
-    float *m;                 /* [ROW_BLOCK] */
-    double *l;                /* [ROW_BLOCK] */
-} quant_scratch;
+    const kvb_attn_args *a;
+    const kvb_quant_kv *q;
+    int Gq, D, G, HK;
+    int64_t n, r0;   /* quantized tokens; the block's first row (row = t * Gq + r: query t, head g * Gq + r) */
+    int nr;          /* rows in the block */
+    float *w;        /* [HK][ROW_BLOCK][n]: logits, then weights */
+    float *acc;      /* [HK][ROW_BLOCK][D] */
+    float *m;        /* [HK][ROW_BLOCK] */
+    double *l;       /* [HK][ROW_BLOCK] */
+    float *tile;     /* per thread: [D][G] */
+} quant_job;
 
-/* Rows r0 .. r0 + nr - 1 of KV head g (row = t * Gq + r: query t, head g * Gq + r). */
-static void attend_rows(const kvb_attn_args *a, const kvb_quant_kv *q, int g, int64_t r0, int nr, quant_scratch *s) {
-    const int D = a->head_dim, Gq = a->n_head / a->n_head_kv, G = q->group;
-    const int64_t n = q->n;
-    const uint8_t *k = q->k[g], *v = q->v[g];
-    for (int64_t b = 0; b < n / G; b++) { /* pass 1: logits (masked: -inf) */
-        dequant_k(s->kt, k, b, D, G, q->bits);
-        for (int rr = 0; rr < nr; rr++) {
-            const int64_t t = (r0 + rr) / Gq;
-            const float *qr = a->q + (t * a->n_head + g * Gq + (r0 + rr) % Gq) * D;
-            /* every token's dot sums its channels in ascending order; the G sums run side by side */
-            float dot[MAX_GROUP] = {0};
-            for (int e = 0; e < D; e++) {
-                const float qe = qr[e], *ke = s->kt + (size_t)e * G;
-                for (int i = 0; i < G; i++) dot[i] += qe * ke[i];
+static size_t slot(int g, int rr) { return (size_t)g * ROW_BLOCK + (size_t)rr; }
+static int64_t row_t(const quant_job *j, int rr) { return (j->r0 + rr) / j->Gq; }
+static int row_h(const quant_job *j, int g, int rr) { return g * j->Gq + (int)((j->r0 + rr) % j->Gq); }
+
+/* pass 1, per (KV head, block of G tokens): K dequantized channel-major ([D][G]: a channel's G tokens side by
+ * side), then each row's G logits, e ascending, masked by position */
+static void pass_logits(void *arg, int ith, int nth) {
+    const quant_job *j = arg;
+    const kvb_attn_args *a = j->a;
+    const int64_t nb = j->n / j->G;
+    const size_t rb = kvb_quant_group_bytes(j->G, j->q->bits);
+    float *kt = j->tile + (size_t)ith * j->D * j->G;
+    long lo, hi;
+    kvb_split((long)(j->HK * nb), ith, nth, &lo, &hi);
+    for (long task = lo; task < hi; task++) {
+        const int g = (int)(task / nb);
+        const int64_t b = task % nb;
+        const uint8_t *k = j->q->k[g];
+        for (int e = 0; e < j->D; e++) dequant_group(k + (size_t)(b * j->D + e) * rb, j->G, j->q->bits, kt + (size_t)e * j->G);
+        for (int rr = 0; rr < j->nr; rr++) {
+            const int64_t t = row_t(j, rr);
+            const float *qr = a->q + (t * a->n_head + row_h(j, g, rr)) * j->D;
+            float *w = j->w + slot(g, rr) * j->n + b * j->G;
+            int i0 = 0;
+            for (; i0 + VF_LANES <= j->G; i0 += VF_LANES) {
+                vf dot = vf_zero();
+                for (int e = 0; e < j->D; e++) dot = vf_add(dot, vf_mul(vf_set1(qr[e]), vf_load(kt + (size_t)e * j->G + i0)));
+                vf_store(w + i0, dot);
             }
-            for (int i = 0; i < G; i++) {
-                const int visible = !a->q_pos || q->pos0 + b * G + i <= a->q_pos[t];
-                s->w[(size_t)rr * n + b * G + i] = visible ? a->scale * dot[i] : -INFINITY;
+            for (; i0 < j->G; i0++) {
+                float dot = 0;
+                for (int e = 0; e < j->D; e++) dot += qr[e] * kt[(size_t)e * j->G + i0];
+                w[i0] = dot;
+            }
+            for (int i = 0; i < j->G; i++) {
+                const int visible = !a->q_pos || j->q->pos0 + b * j->G + i <= a->q_pos[t];
+                w[i] = visible ? a->scale * w[i] : -INFINITY;
             }
         }
     }
-    for (int rr = 0; rr < nr; rr++) { /* max, weights, their sum */
-        const int64_t t = (r0 + rr) / Gq, h = g * Gq + (r0 + rr) % Gq;
-        float *w = s->w + (size_t)rr * n, m = a->lse[h * a->n_q + t];
-        for (int64_t i = 0; i < n; i++) m = w[i] > m ? w[i] : m;
+}
+
+/* pass 2, per row: the maximum (with the store part's lse), the weights (double exp), their sum */
+static void pass_weights(void *arg, int ith, int nth) {
+    const quant_job *j = arg;
+    long lo, hi;
+    kvb_split((long)j->HK * j->nr, ith, nth, &lo, &hi);
+    for (long task = lo; task < hi; task++) {
+        const int g = (int)(task / j->nr), rr = (int)(task % j->nr);
+        float *w = j->w + slot(g, rr) * j->n, m = j->a->lse[row_h(j, g, rr) * j->a->n_q + row_t(j, rr)];
+        for (int64_t i = 0; i < j->n; i++) m = w[i] > m ? w[i] : m;
         double l = 0;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < j->n; i++) {
             const double wi = w[i] == -INFINITY ? 0.0 : exp((double)w[i] - (double)m);
             l += wi;
             w[i] = (float)wi;
         }
-        s->m[rr] = m;
-        s->l[rr] = l;
-        memset(s->acc + (size_t)rr * D, 0, (size_t)D * sizeof(float));
-    }
-    for (int64_t b = 0; b < n / G; b++) { /* pass 2: weighted values */
-        dequant_v(s->vt, v, b, D, G, q->bits);
-        for (int rr = 0; rr < nr; rr++) {
-            float *acc = s->acc + (size_t)rr * D;
-            const float *w = s->w + (size_t)rr * n + b * G;
-            for (int i = 0; i < G; i++)
-                for (int e = 0; e < D; e++) acc[e] += w[i] * s->vt[(size_t)i * D + e];
-        }
-    }
-    for (int rr = 0; rr < nr; rr++) { /* merge with the store's part */
-        const int64_t t = (r0 + rr) / Gq, h = g * Gq + (r0 + rr) % Gq;
-        float *lse = a->lse + h * a->n_q + t, *out = a->out + (t * a->n_head + h) * D;
-        const double m = s->m[rr], w0 = isfinite(*lse) ? exp((double)*lse - m) : 0.0, l = w0 + s->l[rr];
-        if (!(l > 0)) continue; /* nothing visible */
-        for (int e = 0; e < D; e++)
-            out[e] = (float)(((w0 > 0 ? w0 * out[e] : 0.0) + s->acc[(size_t)rr * D + e]) / l);
-        *lse = (float)(m + log(l));
+        j->m[slot(g, rr)] = m;
+        j->l[slot(g, rr)] = l;
+        memset(j->acc + slot(g, rr) * j->D, 0, (size_t)j->D * sizeof(float));
     }
 }
 
-static void scratch_free(quant_scratch *s) { free(s->kt), free(s->w), free(s->acc), free(s->l); }
-
-/* Scratch for blocks of up to rb rows (decode: the GQA group, so the logits stay small). */
-static int scratch_alloc(quant_scratch *s, int G, int D, int64_t n, int rb) {
-    s->kt = malloc((size_t)2 * G * D * sizeof(float));
-    s->w = malloc((size_t)rb * n * sizeof(float));
-    s->acc = malloc((size_t)rb * (D + 1) * sizeof(float));
-    s->l = malloc((size_t)rb * sizeof(double));
-    if (!s->kt || !s->w || !s->acc || !s->l) return -1;
-    s->vt = s->kt + (size_t)G * D;
-    s->m = s->acc + (size_t)rb * D;
-    return 0;
+/* pass 3, per (KV head, channel group): rows r0 .. r0 + nr - 1 (nr a constant where inlined) over elements
+ * e0 .. e0 + VF_LANES - 1 of the group, each token's values dequantized once for every row, sums in registers */
+static inline __attribute__((always_inline)) void values_block(const quant_job *j, int g, int cg, int e0, int r0, int nr) {
+    const int n_cg = j->D / j->G;
+    const size_t rb = kvb_quant_group_bytes(j->G, j->q->bits);
+    const uint8_t *v = j->q->v[g];
+    vf a[4];
+    const float *w[4];
+    for (int r = 0; r < nr; r++) {
+        a[r] = vf_load(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0);
+        w[r] = j->w + slot(g, r0 + r) * j->n;
+    }
+    for (int64_t i = 0; i < j->n; i++) {
+        const uint8_t *rec = v + (size_t)(i * n_cg + cg) * rb;
+        float sc, z;
+        group_sz(rec, j->G, j->q->bits, &sc, &z);
+        const vf x = vf_add(vf_set1(z), vf_mul(codes_vec(rec, e0, j->q->bits), vf_set1(sc)));
+        for (int r = 0; r < nr; r++) a[r] = vf_add(a[r], vf_mul(vf_set1(w[r][i]), x));
+    }
+    for (int r = 0; r < nr; r++) vf_store(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0, a[r]);
 }
 
-typedef struct {
-    const kvb_attn_args *a;
-    const kvb_quant_kv *q;
-    int64_t rows, row_blocks; /* query rows per KV head, and their blocks of ROW_BLOCK */
-    quant_scratch *s;         /* one per thread */
-} quant_job;
-
-/* Thread ith's share of the (KV head, row block) pairs. */
-static void quant_job_run(void *arg, int ith, int nth) {
+static void pass_values(void *arg, int ith, int nth) {
     const quant_job *j = arg;
+    const int n_cg = j->D / j->G, G = j->G, bits = j->q->bits;
+    const size_t rb = kvb_quant_group_bytes(G, bits);
     long lo, hi;
-    kvb_split((long)(j->a->n_head_kv * j->row_blocks), ith, nth, &lo, &hi);
-    for (long item = lo; item < hi; item++) {
-        const int g = (int)(item / j->row_blocks);
-        const int64_t r0 = item % j->row_blocks * ROW_BLOCK;
-        attend_rows(j->a, j->q, g, r0, j->rows - r0 < ROW_BLOCK ? (int)(j->rows - r0) : ROW_BLOCK, &j->s[ith]);
+    kvb_split((long)j->HK * n_cg, ith, nth, &lo, &hi);
+    for (long task = lo; task < hi; task++) {
+        const int g = (int)(task / n_cg), cg = (int)(task % n_cg);
+        const int ev = G % VF_LANES == 0 ? G : 0; /* elements done in vectors */
+        for (int e0 = 0; e0 < ev; e0 += VF_LANES)
+            for (int r0 = 0; r0 < j->nr; r0 += 4) switch (j->nr - r0 < 4 ? j->nr - r0 : 4) {
+                case 4: values_block(j, g, cg, e0, r0, 4); break;
+                case 3: values_block(j, g, cg, e0, r0, 3); break;
+                case 2: values_block(j, g, cg, e0, r0, 2); break;
+                default: values_block(j, g, cg, e0, r0, 1); break;
+                }
+        for (int e = ev; e < G; e++) /* groups of fewer values than a vector: one element at a time */
+            for (int rr = 0; rr < j->nr; rr++) {
+                float *acc = j->acc + slot(g, rr) * j->D + (size_t)cg * G + e;
+                const float *w = j->w + slot(g, rr) * j->n;
+                for (int64_t i = 0; i < j->n; i++) {
+                    const uint8_t *rec = j->q->v[g] + (size_t)(i * n_cg + cg) * rb;
+                    float sc, z;
+                    group_sz(rec, G, bits, &sc, &z);
+                    *acc += w[i] * (z + (float)code_at(rec, e, bits) * sc);
+                }
+            }
     }
+}
+
+/* the quantized part merged into the store's: out and lse per row */
+static void merge_rows(const quant_job *j) {
+    const kvb_attn_args *a = j->a;
+    for (int g = 0; g < j->HK; g++)
+        for (int rr = 0; rr < j->nr; rr++) {
+            const int64_t t = row_t(j, rr), h = row_h(j, g, rr);
+            float *lse = a->lse + h * a->n_q + t, *out = a->out + (t * a->n_head + h) * j->D;
+            const double m = j->m[slot(g, rr)], w0 = isfinite(*lse) ? exp((double)*lse - m) : 0.0;
+            const double l = w0 + j->l[slot(g, rr)];
+            if (!(l > 0)) continue; /* nothing visible */
+            const float *acc = j->acc + slot(g, rr) * j->D;
+            for (int e = 0; e < j->D; e++) out[e] = (float)(((w0 > 0 ? w0 * out[e] : 0.0) + acc[e]) / l);
+            *lse = (float)(m + log(l));
+        }
 }
 
 static int cpu_attention_quant(kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err,
@@ -218,15 +285,26 @@ static int cpu_attention_quant(kvb_backend *be, const kvb_attn_args *a, const kv
     if (q->n < 0 || q->n % q->group) return ERR("attention_quant: %lld tokens in groups of %d", (long long)q->n, q->group);
     if (q->n == 0 || a->n_q == 0) return 0;
     kvb_pool *pool = cpu_backend_pool(be);
-    const int nth = kvb_pool_size(pool);
-    quant_job job = {a, q, a->n_q * (a->n_head / a->n_head_kv), 0, calloc((size_t)nth, sizeof(quant_scratch))};
-    job.row_blocks = (job.rows + ROW_BLOCK - 1) / ROW_BLOCK;
-    int ok = job.s != NULL;
-    const int rb = job.rows < ROW_BLOCK ? (int)job.rows : ROW_BLOCK;
-    for (int t = 0; ok && t < nth; t++) ok = scratch_alloc(&job.s[t], q->group, a->head_dim, q->n, rb) == 0;
-    if (ok) kvb_pool_run(pool, quant_job_run, &job);
-    for (int t = 0; job.s && t < nth; t++) scratch_free(&job.s[t]);
-    free(job.s);
+    const int nth = kvb_pool_size(pool), HK = a->n_head_kv, D = a->head_dim;
+    quant_job j = {.a = a, .q = q, .Gq = a->n_head / HK, .D = D, .G = q->group, .HK = HK, .n = q->n};
+    const size_t rows = (size_t)HK * ROW_BLOCK;
+    j.w = malloc(rows * (size_t)q->n * sizeof *j.w);
+    j.acc = malloc(rows * (size_t)(D + 1) * sizeof *j.acc);
+    j.l = malloc(rows * sizeof *j.l);
+    j.tile = malloc((size_t)nth * D * q->group * sizeof *j.tile);
+    const int ok = j.w && j.acc && j.l && j.tile;
+    if (ok) {
+        j.m = j.acc + rows * (size_t)D;
+        const int64_t per_head = a->n_q * j.Gq;
+        for (j.r0 = 0; j.r0 < per_head; j.r0 += ROW_BLOCK) {
+            j.nr = (int)(per_head - j.r0 < ROW_BLOCK ? per_head - j.r0 : ROW_BLOCK);
+            kvb_pool_run(pool, pass_logits, &j);
+            kvb_pool_run(pool, pass_weights, &j);
+            kvb_pool_run(pool, pass_values, &j);
+            merge_rows(&j);
+        }
+    }
+    free(j.w), free(j.acc), free(j.l), free(j.tile);
     return ok ? 0 : ERR("attention_quant: out of memory");
 }
 
