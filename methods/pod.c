@@ -64,11 +64,12 @@ static int64_t prox_at(pod *s, int64_t len) {
     return b < len ? b : len;
 }
 
-/* Room for `more` distant V rows (device; grown by a quarter). */
+/* Room for `more` distant V rows (device; grown by a quarter, the first time too: decode adds a row per step,
+ * and a copy of every held row at the first step would cost more than a step's attention). */
 static int vrows_reserve(pod *s, vrows *d, int64_t more, char *err, size_t err_len) {
     if (d->n + more <= d->cap) return 0;
     int64_t cap = d->cap + d->cap / 4 + 64;
-    if (cap < d->n + more) cap = d->n + more;
+    if (cap < d->n + more) cap = d->n + more + (d->n + more) / 4 + 64;
     uint8_t *v = kvb_mem_alloc(&s->c->mem, KVB_TIER_DEVICE, KVB_MEM_KV, (size_t)cap * s->row_bytes);
     if (!v) return ERR("pod: out of memory");
     if (d->n && s->c->be->copy(s->c->be, v, d->v, (size_t)d->n * s->row_bytes, KVB_COPY_D2D, err, err_len)) {
