@@ -4,8 +4,9 @@
  * (h2o.c, snapkv.c, omnikv.c, round.c, pod.c, streamingllm.c) and the KV store's compaction, and a method's
  * results must not move by one bit, so no loop here is reordered or vectorised by hand; pod_merge alone is
  * vectorised and threaded, across heads and the head dimension, which leaves every element's sum in the same
- * order. Both tiers are host memory on this backend; `copy` and `kv_gather` still count what they move in
- * be->traffic, as a GPU backend would count what crosses PCIe:
+ * order; kv_evict by position evicts many slots through one sort, to the loop's result. Both tiers are host
+ * memory on this backend; `copy` and `kv_gather` still count what they move in be->traffic, as a GPU backend
+ * would count what crosses PCIe:
  * - copy: one copy of `bytes` per call;
  * - kv_gather: one copy per array (K, V, pos, round), n rows each, in the call's direction (D2D included);
  * calls that move nothing (bytes = 0, n = 0) are not counted.
@@ -71,6 +72,10 @@ static int cpu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_of
     return 0;
 }
 
+static float row_elem(const void *k, kvb_dtype dtype, size_t at) {
+    return dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)k)[at]) : ((const float *)k)[at];
+}
+
 /* key of slot a below key of slot b: scores when given, else positions (compared as integers) */
 static int key_below(const float *score, const int32_t *pos, int64_t a, int64_t b) {
     return score ? score[a] < score[b] : pos[a] < pos[b];
@@ -83,11 +88,11 @@ static int cmp_pos_slot(const void *a, const void *b) {
 
 /* kv_evict by position (score NULL) of many slots at once, as the header's one-at-a-time loop does it: with
  * distinct positions the victims are the `count` lowest in [lo, hi), in ascending order, whatever the moves,
- * so one sort and a slot map replace a scan per eviction (PoD spills thousands after prefill). 1 = positions
- * repeat or no memory: the caller runs the loop. */
+ * so one sort and a slot map replace a scan per eviction (PoD spills thousands after prefill). 1 = done;
+ * 0 = positions repeat (or no memory): the caller runs the loop; -1 = fewer candidates than count. */
 static int evict_by_pos(const kvb_kv_head *h, int64_t n, size_t row_bytes, int32_t lo, int32_t hi, int64_t count,
-                        void *spill_v, char *err, size_t err_len, int *done) {
-    *done = 0;
+                        void *spill_v, char *err, size_t err_len) {
+    int done = 0;
     int64_t *key = malloc((size_t)n * sizeof *key), *where = malloc((size_t)n * sizeof *where);
     int64_t *at = malloc((size_t)n * sizeof *at);
     int64_t m = 0;
@@ -117,19 +122,18 @@ static int evict_by_pos(const kvb_kv_head *h, int64_t n, size_t row_bytes, int32
                     where[at[victim]] = victim;
                 }
             }
-            *done = 1;
+            done = 1;
         }
     }
     free(key), free(where), free(at);
-    return 0;
+    return done;
 }
 
 static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
                         int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
     if (count > n) return ERR("kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
-    int done = 0;
-    if (!score && count > 1 && evict_by_pos(h, n, row_bytes, lo, hi, count, spill_v, err, err_len, &done)) return -1;
-    if (done) return 0;
+    const int fast = !score && count > 1 ? evict_by_pos(h, n, row_bytes, lo, hi, count, spill_v, err, err_len) : 0;
+    if (fast) return fast < 0 ? -1 : 0;
     uint8_t *k = h->k, *v = h->v;
     for (int64_t c = 0; c < count; c++, n--) {
         int64_t victim = -1;
@@ -280,10 +284,11 @@ static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *l
 #define POD_NH 4               /* merged heads per task */
 #define POD_CW (2 * VF_LANES)  /* elements per register block */
 #define POD_TILE 256           /* rows per tile */
+enum { POD_MAX_G = 256 };      /* query heads per KV head */
 
 typedef struct {
-    const float *w[256];    /* per merged head: its distant weights */
-    int head[256];          /* per merged head: its row in od */
+    const float *w[POD_MAX_G]; /* per merged head: its distant weights */
+    int head[POD_MAX_G];       /* per merged head: its row in od */
     int n_merged;
     const void *v;
     kvb_dtype dtype;
@@ -337,9 +342,7 @@ static void pod_merge_tail(const pod_merge_job *j, int m0, int nh, int e0, int e
         for (int r = m0; r < m0 + nh; r++) {
             float s = 0;
             for (int64_t i = 0; i < j->n_dist; i++) {
-                const size_t at = (size_t)i * j->head_dim + (size_t)e;
-                const float x = j->dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)j->v)[at]) : ((const float *)j->v)[at];
-                s += j->w[r][i] * x;
+                s += j->w[r][i] * row_elem(j->v, j->dtype, (size_t)i * j->head_dim + (size_t)e);
             }
             j->od[(size_t)j->head[r] * j->head_dim + (size_t)e] = s;
         }
@@ -365,9 +368,8 @@ static void pod_merge_tasks(void *arg, int ith, int nth) {
 static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
                          int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                          double tau, int64_t *counts, char *err, size_t err_len) {
-    enum { MAX_G = 256 };
-    if (G < 1 || G > MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, MAX_G);
-    double gate[MAX_G];
+    if (G < 1 || G > POD_MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, POD_MAX_G);
+    double gate[POD_MAX_G];
     pod_merge_job job = {.v = v, .dtype = dtype, .head_dim = head_dim, .n_dist = n_dist};
     for (int r = 0; r < G; r++) {
         const double lp = lse_p[r], ld = lse_d[r];
@@ -397,10 +399,6 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
 }
 
 /* ---- knorm, quest (issue 19) ---- */
-
-static float row_elem(const void *k, kvb_dtype dtype, size_t at) {
-    return dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)k)[at]) : ((const float *)k)[at];
-}
 
 static int cpu_row_norms(kvb_backend *be, float *out, const void *k, kvb_dtype dtype, int dim, int64_t n, int negate,
                          char *err, size_t err_len) {

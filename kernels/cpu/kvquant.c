@@ -1,5 +1,5 @@
 /* kvquant.c — the CPU backend's quantized-KV ops (kernels/backend.h, "KIVI"): quant_groups and attention_quant,
- * plain loops in the header's orders (kernels/cuda/kvquant.cu computes the same values).
+ * in the header's orders (kernels/cuda/kvquant.cu computes the same values).
  *
  * attention_quant takes the query rows of every KV head in blocks of at most ROW_BLOCK rows per head, in three
  * passes over the backend's thread pool: the logits, split by blocks of `group` tokens (a block's K is
@@ -95,14 +95,21 @@ static inline vf codes_vec(const uint8_t *codes, int i0, int bits) {
 #endif
 }
 
-/* the G values of a group record into out[0..G): z + code * s */
+/* values i0 .. i0 + VF_LANES - 1 of a group record, and value i alone: z + code * s */
+static inline vf deq_vec(const uint8_t *rec, int i0, int bits, float sc, float z) {
+    return vf_add(vf_set1(z), vf_mul(codes_vec(rec, i0, bits), vf_set1(sc)));
+}
+
+static float deq_at(const uint8_t *rec, int i, int bits, float sc, float z) { return z + (float)code_at(rec, i, bits) * sc; }
+
+/* the G values of a group record into out[0..G) */
 static void dequant_group(const uint8_t *rec, int G, int bits, float *out) {
     float sc, z;
     group_sz(rec, G, bits, &sc, &z);
     int i = 0;
     if (G % VF_LANES == 0)
-        for (; i < G; i += VF_LANES) vf_store(out + i, vf_add(vf_set1(z), vf_mul(codes_vec(rec, i, bits), vf_set1(sc))));
-    for (; i < G; i++) out[i] = z + (float)code_at(rec, i, bits) * sc;
+        for (; i < G; i += VF_LANES) vf_store(out + i, deq_vec(rec, i, bits, sc, z));
+    for (; i < G; i++) out[i] = deq_at(rec, i, bits, sc, z);
 }
 
 static int check_format(int G, int bits, int d, const char *op, char *err, size_t err_len) {
@@ -224,7 +231,7 @@ static inline __attribute__((always_inline)) void values_block(const quant_job *
         const uint8_t *rec = v + (size_t)(i * n_cg + cg) * rb;
         float sc, z;
         group_sz(rec, j->G, j->q->bits, &sc, &z);
-        const vf x = vf_add(vf_set1(z), vf_mul(codes_vec(rec, e0, j->q->bits), vf_set1(sc)));
+        const vf x = deq_vec(rec, e0, j->q->bits, sc, z);
         for (int r = 0; r < nr; r++) a[r] = vf_add(a[r], vf_mul(vf_set1(w[r][i]), x));
     }
     for (int r = 0; r < nr; r++) vf_store(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0, a[r]);
@@ -235,10 +242,10 @@ static void pass_values(void *arg, int ith, int nth) {
     const int n_cg = j->D / j->G, G = j->G, bits = j->q->bits;
     const size_t rb = kvb_quant_group_bytes(G, bits);
     long lo, hi;
+    const int ev = G % VF_LANES == 0 ? G : 0; /* elements done in vectors */
     kvb_split((long)j->HK * n_cg, ith, nth, &lo, &hi);
     for (long task = lo; task < hi; task++) {
         const int g = (int)(task / n_cg), cg = (int)(task % n_cg);
-        const int ev = G % VF_LANES == 0 ? G : 0; /* elements done in vectors */
         for (int e0 = 0; e0 < ev; e0 += VF_LANES)
             for (int r0 = 0; r0 < j->nr; r0 += 4) switch (j->nr - r0 < 4 ? j->nr - r0 : 4) {
                 case 4: values_block(j, g, cg, e0, r0, 4); break;
@@ -254,7 +261,7 @@ static void pass_values(void *arg, int ith, int nth) {
                     const uint8_t *rec = j->q->v[g] + (size_t)(i * n_cg + cg) * rb;
                     float sc, z;
                     group_sz(rec, G, bits, &sc, &z);
-                    *acc += w[i] * (z + (float)code_at(rec, e, bits) * sc);
+                    *acc += w[i] * deq_at(rec, e, bits, sc, z);
                 }
             }
     }
