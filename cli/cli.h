@@ -92,6 +92,15 @@ int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
 
+/* The byte bound of a decode step (cli/bound.c): the bytes of every matmul weight as the backend reads them
+ * (discrete: f16 copies; else the file's blocks), the K+V bytes of one token over all layers and KV heads, and
+ * the backend's device-to-device copy rate in GB/s (bytes read + written per second; 0 = not measured).
+ * cli_copy_gbs_for creates the named backend for the measurement and says whether it is discrete. */
+double cli_step_weight_bytes(const kvb_model *m, int discrete);
+double cli_kv_token_bytes(const kvb_config *c, kvb_dtype kv);
+double cli_copy_gbs(kvb_backend *be, size_t bytes);
+double cli_copy_gbs_for(const char *backend, int n_threads, int force, int *discrete); /* measures: discrete or force */
+
 /* Monotonic clock in seconds. */
 double cli_now(void);
 /* Read a whole file; NULL + message on failure. */

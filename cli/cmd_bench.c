@@ -1,7 +1,12 @@
 /* cmd_bench.c — `kvbench bench`: prefill and decode speed at several contexts, with llama.cpp's figures
  * from the same run beside ours when llama-cpp-python is installed (scripts/llamacpp_bench.py), and with
- * --torch PyTorch's prefill (scripts/torch_bench.py, transformers on the same GGUF). All engines see the same token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. A model without
- * a tokenizer (synthetic:<shape>) gets seeded random ids and no llama.cpp run. */
+ * --torch PyTorch's prefill (scripts/torch_bench.py, transformers on the same GGUF). All engines see the same
+ * token ids (id_i = 1000 + (i*7919) mod 40000), so the work is identical. A model without a tokenizer
+ * (synthetic:<shape>) gets seeded random ids and no llama.cpp run.
+ *
+ * On a GPU backend, and with --torch on a synthetic model, the peer is PyTorch on the model's shapes instead
+ * (scripts/torch_synth_bench.py: transformers' Llama/Qwen2 built from the config with random weights, SDPA,
+ * f16 on the GPU): TTFT and decode ms/token at the same contexts, in the same run. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,9 @@ static const char *HELP =
     "importable)\n"
     "and prints the ratios. --no-peer skips llama.cpp. --torch also times PyTorch's prefill on the same ids\n"
     "(transformers loading the same GGUF, float32, SDPA, the same thread count; scripts/torch_bench.py).\n"
+    "On a GPU backend the peer is PyTorch instead (unless --no-peer): transformers' model of the same shapes\n"
+    "with random f16 weights on the same GPU, attn_implementation=sdpa (scripts/torch_synth_bench.py), timing\n"
+    "TTFT and decode ms/token at the same contexts; --torch on a synthetic model runs it on the CPU (f32).\n"
     "--json FILE also writes the figures as JSON.\n"
     "\n"
     "options:\n"
@@ -36,6 +44,10 @@ static const char *HELP =
     "  --torch-python PY      the Python for PyTorch alone (default: --python's)\n"
     "  --json FILE            write results as JSON\n"
     "  --profile              print the phase breakdown of the last context\n"
+    "  --bound                show the decode byte bound on the CPU too (always shown on a GPU): bytes a step\n"
+    "                         must read (every matmul weight as held + the K/V rows of the context) over the\n"
+    "                         backend's device copy rate measured in this run. On the CPU that rate is one\n"
+    "                         thread's memmove, so a decode on more threads can pass 100%%\n"
     "\n"
     "With --method M[,M...] it benchmarks KV-cache methods instead (see `kvbench bench --method all --help`).\n"
     "--model synthetic:SHAPE[?layers=N&seed=S&ctx=N] measures a model of that shape with seeded random F16\n"
@@ -50,13 +62,17 @@ typedef struct {
     double prefill_tok_s, decode_tok_s;
     double peer_prefill_tok_s, peer_decode_tok_s;
     double torch_prefill_tok_s;
+    double torch_ttft_s, torch_decode_ms; /* the shape peer (torch_synth_bench.py) */
+    char torch_err[48];                   /* its one-word reason when a context did not run ("out of memory") */
+    double step_bytes, bound_ms;          /* the decode step's byte bound (cli/bound.c); 0 = not shown */
 } bench_row;
 
 /* A peer engine run by a script of scripts/ that prints {"version", "kv", "results": [{ctx, prefill_tok_s,
  * decode_tok_s}]}; exit 3 = not installed. */
+typedef enum { PEER_LLAMA, PEER_TORCH_GGUF, PEER_TORCH_SHAPE } peer_kind;
 typedef struct {
     const char *label, *script, *install;
-    int torch; /* fills torch_prefill_tok_s instead of the llama.cpp columns */
+    peer_kind kind; /* which columns of bench_row it fills */
 } bench_peer;
 
 static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, long n_dec, int profile, bench_row *row) {
@@ -97,20 +113,41 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
     return 0;
 }
 
-/* Run a peer on the same ids and thread count; fills its figures. 0 = ran, 1 = unavailable (message printed). */
-static int run_peer(const bench_peer *pe, const char *python, const char *model_path, bench_row *rows, int n_rows,
-                    long n_dec, int n_threads, const char *kv, long reps) {
-    char cmd[4096], list[512] = "";
+/* The shape peer's arguments: the model's config, where it runs and in what type. */
+static void shape_args(char *out, size_t cap, const kvb_config *c, int on_gpu) {
+    const char *dev = getenv("KVB_CUDA_DEVICE");
+    char where[64];
+    if (on_gpu)
+        snprintf(where, sizeof where, "--device cuda:%d --dtype f16", dev && *dev ? atoi(dev) : 0);
+    else
+        snprintf(where, sizeof where, "--device cpu --dtype f32");
+    snprintf(out, cap,
+             "--arch %s --layers %d --embd %d --heads %d --kv-heads %d --head-dim %d --ff %d --vocab %d "
+             "--rope-base %.9g --rms-eps %.9g%s %s",
+             strcmp(c->arch, "qwen2") ? "llama" : "qwen2", c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim,
+             c->n_ff, c->n_vocab, c->rope_freq_base, c->rms_eps, c->tied_output ? " --tied" : "", where);
+}
+
+/* Run a peer on the same ids (or, the shape peer, the same shapes) and thread count; fills its figures.
+ * 0 = ran, 1 = unavailable (message printed). */
+static int run_peer(const bench_peer *pe, const char *python, const char *model_path, const kvb_config *cfg,
+                    int on_gpu, bench_row *rows, int n_rows, long n_dec, int n_threads, const char *kv, long reps) {
+    char cmd[4096], list[512] = "", shape[512];
     for (int i = 0; i < n_rows; i++) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%ld", i ? "," : "", rows[i].ctx);
     }
-    if (pe->torch)
+    if (pe->kind == PEER_TORCH_GGUF) {
         snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/%s' --model '%s' --ctx %s --threads %d --reps %ld --json", python,
                  cli_source_dir(), pe->script, model_path, list, n_threads, reps);
-    else
+    } else if (pe->kind == PEER_TORCH_SHAPE) {
+        shape_args(shape, sizeof shape, cfg, on_gpu);
+        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/%s' %s --ctx %s -n %ld --threads %d --reps %ld --json", python,
+                 cli_source_dir(), pe->script, shape, list, n_dec > 0 ? n_dec : 1, n_threads, reps);
+    } else {
         snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/%s' --model '%s' --ctx %s --n-decode %ld --threads %d --kv %s --json",
                  python, cli_source_dir(), pe->script, model_path, list, n_dec, n_threads, kv);
+    }
     fflush(stdout);
     FILE *p = popen(cmd, "r");
     if (!p) {
@@ -145,15 +182,28 @@ static int run_peer(const bench_peer *pe, const char *python, const char *model_
     cJSON *r;
     cJSON_ArrayForEach(r, res) {
         cJSON *ctx = cJSON_GetObjectItem(r, "ctx"), *pre = cJSON_GetObjectItem(r, "prefill_tok_s"),
-              *dec = cJSON_GetObjectItem(r, "decode_tok_s");
-        if (!cJSON_IsNumber(ctx) || !cJSON_IsNumber(pre) || !cJSON_IsNumber(dec)) continue;
+              *dec = cJSON_GetObjectItem(r, "decode_tok_s"), *ttft = cJSON_GetObjectItem(r, "ttft_s"),
+              *ms = cJSON_GetObjectItem(r, "decode_ms"), *why = cJSON_GetObjectItem(r, "error");
+        if (!cJSON_IsNumber(ctx)) continue;
+        bench_row *b = NULL;
         for (int i = 0; i < n_rows; i++)
-            if (rows[i].ctx == (long)ctx->valuedouble && pe->torch) {
-                rows[i].torch_prefill_tok_s = pre->valuedouble;
-            } else if (rows[i].ctx == (long)ctx->valuedouble) {
-                rows[i].peer_prefill_tok_s = pre->valuedouble;
-                rows[i].peer_decode_tok_s = dec->valuedouble;
-            }
+            if (rows[i].ctx == (long)ctx->valuedouble) b = &rows[i];
+        if (!b) continue;
+        if (pe->kind == PEER_TORCH_SHAPE && cJSON_IsString(why)) {
+            fprintf(stderr, "%s: ctx %ld: %s\n", pe->label, b->ctx, why->valuestring);
+            snprintf(b->torch_err, sizeof b->torch_err, "%s",
+                     strstr(why->valuestring, "out of memory") == why->valuestring ? "out of memory" : "failed");
+        }
+        if (!cJSON_IsNumber(pre) || !cJSON_IsNumber(dec)) continue;
+        if (pe->kind == PEER_TORCH_GGUF) {
+            b->torch_prefill_tok_s = pre->valuedouble;
+        } else if (pe->kind == PEER_TORCH_SHAPE && cJSON_IsNumber(ttft) && cJSON_IsNumber(ms)) {
+            b->torch_ttft_s = ttft->valuedouble;
+            b->torch_decode_ms = ms->valuedouble;
+        } else if (pe->kind == PEER_LLAMA) {
+            b->peer_prefill_tok_s = pre->valuedouble;
+            b->peer_decode_tok_s = dec->valuedouble;
+        }
     }
     cJSON *ver = cJSON_GetObjectItem(j, "version"), *kv_j = cJSON_GetObjectItem(j, "kv");
     if (cJSON_IsString(ver))
@@ -162,14 +212,29 @@ static int run_peer(const bench_peer *pe, const char *python, const char *model_
     return 0;
 }
 
-static void print_table(const bench_row *rows, int n_rows, int llama, int torch) {
+static void print_table(const bench_row *rows, int n_rows, int llama, int torch, int shape, int bound) {
     printf("\n| ctx | prefill tok/s | decode tok/s |");
+    if (bound) printf(" GB/step | bound ms | %% of bound |");
+    if (shape) printf(" TTFT s | ms/token | PyTorch TTFT s | PyTorch ms/token | TTFT: PyTorch/ours | decode: PyTorch/ours |");
     if (llama) printf(" llama.cpp prefill | llama.cpp decode | prefill ratio | decode ratio |");
     if (torch) printf(" PyTorch prefill | prefill vs PyTorch |");
-    printf("\n|---:|---:|---:|%s%s\n", llama ? "---:|---:|---:|---:|" : "", torch ? "---:|---:|" : "");
+    printf("\n|---:|---:|---:|%s%s%s%s\n", bound ? "---:|---:|---:|" : "", shape ? "---:|---:|---:|---:|---:|---:|" : "",
+           llama ? "---:|---:|---:|---:|" : "", torch ? "---:|---:|" : "");
     for (int i = 0; i < n_rows; i++) {
         const bench_row *b = &rows[i];
         printf("| %ld | %.1f | %.1f |", b->ctx, b->prefill_tok_s, b->decode_tok_s);
+        if (bound && b->bound_ms > 0 && b->decode_tok_s > 0)
+            printf(" %.3f | %.3f | %.0f%% |", b->step_bytes / 1e9, b->bound_ms, 100 * b->bound_ms * b->decode_tok_s / 1e3);
+        else if (bound)
+            printf(" %.3f | - | - |", b->step_bytes / 1e9);
+        if (shape) {
+            printf(" %.3f | %.2f |", b->ctx / b->prefill_tok_s, b->decode_tok_s > 0 ? 1e3 / b->decode_tok_s : 0);
+            if (b->torch_ttft_s > 0)
+                printf(" %.3f | %.2f | %.2fx | %.2fx |", b->torch_ttft_s, b->torch_decode_ms,
+                       b->torch_ttft_s * b->prefill_tok_s / b->ctx, b->torch_decode_ms * b->decode_tok_s / 1e3);
+            else
+                printf(" %s | - | - | - |", b->torch_err[0] ? b->torch_err : "-");
+        }
         if (llama && b->peer_prefill_tok_s > 0)
             printf(" %.1f | %.1f | %.2fx | %.2fx |", b->peer_prefill_tok_s, b->peer_decode_tok_s,
                    b->prefill_tok_s / b->peer_prefill_tok_s, b->decode_tok_s / b->peer_decode_tok_s);
@@ -183,15 +248,20 @@ static void print_table(const bench_row *rows, int n_rows, int llama, int torch)
     }
 }
 
-static int write_json(const char *path, const bench_row *rows, int n_rows, int n_threads, long n_dec) {
+static int write_json(const char *path, const bench_row *rows, int n_rows, int n_threads, long n_dec, double weight_bytes,
+                      double kv_token_bytes, double copy_gbs) {
     FILE *f = fopen(path, "w");
     if (!f) return cli_fail("bench: cannot write %s", path);
-    fprintf(f, "{\"engine\":\"kvbench\",\"threads\":%d,\"n_decode\":%ld,\"results\":[", n_threads, n_dec);
+    fprintf(f, "{\"engine\":\"kvbench\",\"threads\":%d,\"n_decode\":%ld,\"weight_bytes\":%.0f,\"kv_token_bytes\":%.0f,"
+               "\"copy_gbs\":%.3f,\"results\":[",
+            n_threads, n_dec, weight_bytes, kv_token_bytes, copy_gbs);
     for (int i = 0; i < n_rows; i++)
         fprintf(f, "%s{\"ctx\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"peer_prefill_tok_s\":%.3f,"
-                   "\"peer_decode_tok_s\":%.3f,\"torch_prefill_tok_s\":%.3f}",
+                   "\"peer_decode_tok_s\":%.3f,\"torch_prefill_tok_s\":%.3f,\"torch_ttft_s\":%.6f,"
+                   "\"torch_decode_ms\":%.6f,\"step_bytes\":%.0f,\"bound_ms\":%.6f}",
                 i ? "," : "", rows[i].ctx, rows[i].prefill_tok_s, rows[i].decode_tok_s, rows[i].peer_prefill_tok_s,
-                rows[i].peer_decode_tok_s, rows[i].torch_prefill_tok_s);
+                rows[i].peer_decode_tok_s, rows[i].torch_prefill_tok_s, rows[i].torch_ttft_s, rows[i].torch_decode_ms,
+                rows[i].step_bytes, rows[i].bound_ms);
     fprintf(f, "]}\n");
     return fclose(f) ? cli_fail("bench: cannot write %s", path) : 0;
 }
@@ -209,8 +279,9 @@ static int parse_contexts(const char *contexts, bench_row *rows, int *n_rows) {
     return 0;
 }
 
-static const bench_peer LLAMA_PEER = {"llama.cpp", "llamacpp_bench.py", "llama-cpp-python", 0};
-static const bench_peer TORCH_PEER = {"PyTorch", "torch_bench.py", "torch transformers gguf", 1};
+static const bench_peer LLAMA_PEER = {"llama.cpp", "llamacpp_bench.py", "llama-cpp-python", PEER_LLAMA};
+static const bench_peer TORCH_PEER = {"PyTorch", "torch_bench.py", "torch transformers gguf", PEER_TORCH_GGUF};
+static const bench_peer SHAPE_PEER = {"PyTorch", "torch_synth_bench.py", "torch transformers", PEER_TORCH_SHAPE};
 
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -219,8 +290,9 @@ int cmd_bench(int argc, char **argv) {
     cli_engine_defaults(&eo);
     const char *contexts = "512,2048,8000", *json_path = NULL, *python = getenv("KVB_PEER_PYTHON"), *torch_python = NULL;
     long n_dec = 64, reps = 1;
-    int no_peer = 0, profile = 0, torch = 0;
+    int no_peer = 0, profile = 0, torch = 0, bound = 0;
     cli_opt opts[] = {CLI_FLAG("--no-peer", &no_peer), CLI_FLAG("--profile", &profile), CLI_FLAG("--torch", &torch),
+                      CLI_FLAG("--bound", &bound),
                       CLI_STR("--contexts", &contexts), CLI_STR("--ctx-len", &contexts), CLI_STR("--json", &json_path),
                       CLI_STR("--python", &python), CLI_STR("--torch-python", &torch_python),
                       CLI_LONG("-n", &n_dec, 0, 100000), CLI_LONG("--reps", &reps, 1, 100),
@@ -249,9 +321,16 @@ int cmd_bench(int argc, char **argv) {
         return cli_fail("bench: %s", err);
     }
     int n_threads = probe->n_threads;
-    const int on_gpu = strcmp(probe->name, "cpu") != 0;
+    const int on_gpu = strcmp(probe->name, "cpu") != 0, discrete = probe->discrete;
+    if (on_gpu) bound = 1;
+    /* measured before the runs, on an idle device: 1 GiB on a GPU (past its L2), 256 MiB on the CPU */
+    double copy_gbs = bound ? cli_copy_gbs(probe, discrete ? (size_t)1 << 30 : (size_t)256 << 20) : 0;
     kvb_backend_free(probe);
-    if (on_gpu) peer = torch = 0; /* the peers here are CPU builds: no like-for-like comparison */
+    /* On the GPU the like-for-like peer is PyTorch on the same GPU and shapes (llama.cpp and torch_bench.py run
+     * on the CPU here); on the CPU a synthetic model has no GGUF for them, so --torch means the shape peer. */
+    int shape = on_gpu ? peer || torch : torch && m->syn_weights != NULL;
+    if (on_gpu || m->syn_weights) torch = 0;
+    if (on_gpu) peer = 0;
     const char *kv = eo.ctx.kv_dtype == KVB_F16 ? "f16" : "f32";
     const char *gemm = on_gpu ? "cuBLAS f16" : kvb_backend_cpu_gemm_name(kvb_ctx_gemm(&eo.ctx));
     printf("kvbench bench: %s, backend %s, %d threads, KV %s, prefill GEMM: %s, decode %ld tokens, best of %ld\n",
@@ -266,14 +345,33 @@ int cmd_bench(int argc, char **argv) {
                rows[i].decode_tok_s);
         fflush(stdout);
     }
-    if ((peer || torch) && m->syn_weights) {
-        fprintf(stderr, "peers: skipped (a synthetic model has no GGUF file for llama.cpp or PyTorch to load)\n");
-        peer = torch = 0;
+    if (peer && m->syn_weights) {
+        fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file to load; --torch compares with "
+                        "PyTorch on its shapes)\n");
+        peer = 0;
     }
-    int have_peer = peer && run_peer(&LLAMA_PEER, python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
-    int have_torch = torch && run_peer(&TORCH_PEER, torch_python, m->path, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
-    print_table(rows, n_rows, have_peer, have_torch);
-    int rc = json_path ? write_json(json_path, rows, n_rows, n_threads, n_dec) : 0;
+    const double w_bytes = cli_step_weight_bytes(m, discrete), kv_tok = cli_kv_token_bytes(&m->cfg, eo.ctx.kv_dtype);
+    if (bound) {
+        /* decode step t (0-based) attends ctx + t + 1 tokens: their mean over the n_dec steps */
+        for (int i = 0; i < n_rows; i++) {
+            rows[i].step_bytes = w_bytes + kv_tok * ((double)rows[i].ctx + (double)(n_dec + 1) / 2);
+            rows[i].bound_ms = copy_gbs > 0 ? rows[i].step_bytes / (copy_gbs * 1e9) * 1e3 : 0;
+        }
+        printf("byte bound: %.3f GB of matmul weights (%s) + %.1f KiB of K+V per context token, read at %.1f GB/s "
+               "(the backend's device copy rate, bytes read + written, measured now%s)\n",
+               w_bytes / 1e9, discrete ? "f16 copies" : "as in the file", kv_tok / 1024, copy_gbs,
+               on_gpu ? "" : "; one thread on the CPU");
+    }
+    /* the peers need the model's path and shapes, not its weights (a synthetic 8B holds 16 GB of them) */
+    kvb_config cfg = m->cfg;
+    char path[sizeof m->path];
+    memcpy(path, m->path, sizeof path);
     kvb_model_free(m);
-    return rc;
+    int have_shape =
+        shape && run_peer(&SHAPE_PEER, torch_python, path, &cfg, on_gpu, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    int have_peer = peer && run_peer(&LLAMA_PEER, python, path, &cfg, on_gpu, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    int have_torch =
+        torch && run_peer(&TORCH_PEER, torch_python, path, &cfg, on_gpu, rows, n_rows, n_dec, n_threads, kv, reps) == 0;
+    print_table(rows, n_rows, have_peer, have_torch, have_shape, bound);
+    return json_path ? write_json(json_path, rows, n_rows, n_threads, n_dec, w_bytes, kv_tok, copy_gbs) : 0;
 }

@@ -16,14 +16,18 @@ static const char *HELP =
     "N greedy tokens, and prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
     "the device and host tiers after decode, bytes moved between tiers, the backend's host->device and\n"
     "device->host copies per decode step (count / bytes: positions up and logits down are the engine's own)\n"
-    "and mean tokens attended per layer.\n"
+    "and mean tokens attended per layer. On a GPU (and on the CPU with --bound) also each method's decode byte\n"
+    "bound: the bytes a step must read (every matmul weight as held, and the K and V rows it attends) over the\n"
+    "backend's device copy rate measured in this run, and how close its ms/token comes to that (%% of bound).\n"
     "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only, an unprefixed\n"
     "one to every method but full.\n"
     "\n"
     "options:\n"
     "  --ctx-len N            prompt tokens (default 8000)\n"
     "  -n N                   decode steps (default 32)\n"
-    "  --json FILE            also write the table as JSON\n" CLI_METHOD_HELP CLI_ENGINE_HELP;
+    "  --json FILE            also write the table as JSON\n"
+    "  --bound                the byte-bound columns on the CPU too (its copy rate is one thread's memmove)\n"
+    CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 typedef struct {
     char name[32];
@@ -90,11 +94,12 @@ int cmd_bench_methods(int argc, char **argv) {
     const char *raw_opts[32];
     cli_list raw = {raw_opts, 0, 32};
     long ctx_len = 8000, n_dec = 32;
+    int bound = 0;
     char err[512];
     cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
                       CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
                       CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
-                      CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo), CLI_END};
+                      CLI_STR("--json", &json), CLI_FLAG("--bound", &bound), CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
@@ -126,6 +131,10 @@ int cmd_bench_methods(int argc, char **argv) {
         syn_random_ids(0, m->cfg.n_vocab, ids, ctx_len); /* synthetic:<shape>: no tokenizer, ids only */
     char bud[32];
     kvb_budget_format(&budget, bud, sizeof bud);
+    int discrete = 0; /* the copy rate on an idle device, before the methods run */
+    double copy_gbs = cli_copy_gbs_for(eo.ctx.backend, eo.ctx.n_threads, bound, &discrete);
+    if (discrete) bound = 1;
+    const double w_bytes = cli_step_weight_bytes(m, discrete), kv_tok = cli_kv_token_bytes(&m->cfg, eo.ctx.kv_dtype);
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
         if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
@@ -135,8 +144,14 @@ int cmd_bench_methods(int argc, char **argv) {
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
            eo.ctx.backend);
-    printf("| method | prefill s | decode ms/token | speedup vs full | device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | h2d/step | d2h/step | attended/layer | parameters |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    if (bound)
+        printf("byte bound: %.3f GB of matmul weights (%s) + %.1f KiB of K+V per attended token, at %.1f GB/s (the "
+               "backend's device copy rate, bytes read + written, measured now%s)\n\n",
+               w_bytes / 1e9, discrete ? "f16 copies" : "as in the file", kv_tok / 1024, copy_gbs,
+               discrete ? "" : "; one thread on the CPU");
+    printf("| method | prefill s | decode ms/token | speedup vs full |%s device KV MiB | %% of full | formula %% | host KV MiB | moved MiB | h2d/step | d2h/step | attended/layer | parameters |\n",
+           bound ? " GB/step | bound ms | % of bound |" : "");
+    printf("|---|---|---|---|%s---|---|---|---|---|---|---|---|---|\n", bound ? "---|---|---|" : "");
     for (int k = 0; k < n_names; k++) {
         bm_row *r = &rows[k];
         char formula[32] = "-";
@@ -144,8 +159,14 @@ int cmd_bench_methods(int argc, char **argv) {
         char up[48], down[48];
         copies_cell(up, sizeof up, r->copies[KVB_COPY_H2D], r->bytes[KVB_COPY_H2D]);
         copies_cell(down, sizeof down, r->copies[KVB_COPY_D2H], r->bytes[KVB_COPY_D2H]);
-        printf("| %s | %.1f | %.2f | %.2fx | %.2f | %.1f | %s | %.2f | %.2f | %s | %s | %.0f | %s |\n", r->name,
-               r->prefill_s, r->decode_ms, r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0,
+        char bcell[64] = "";
+        double step = w_bytes + kv_tok * r->attended, bound_ms = copy_gbs > 0 ? step / (copy_gbs * 1e9) * 1e3 : 0;
+        if (bound && bound_ms > 0 && r->decode_ms > 0)
+            snprintf(bcell, sizeof bcell, " %.3f | %.3f | %.0f%% |", step / 1e9, bound_ms, 100 * bound_ms / r->decode_ms);
+        else if (bound)
+            snprintf(bcell, sizeof bcell, " %.3f | - | - |", step / 1e9);
+        printf("| %s | %.1f | %.2f | %.2fx |%s %.2f | %.1f | %s | %.2f | %.2f | %s | %s | %.0f | %s |\n", r->name,
+               r->prefill_s, r->decode_ms, r->decode_ms > 0 ? rows[0].decode_ms / r->decode_ms : 0, bcell,
                r->kv.device_bytes / MiB, 100 * r->kv.device_frac, formula, r->kv.host_bytes / MiB,
                (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, up, down, r->attended, r->desc);
     }
@@ -153,6 +174,9 @@ int cmd_bench_methods(int argc, char **argv) {
         cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "methods");
         cJSON_AddNumberToObject(j, "ctx_len", (double)ctx_len);
         cJSON_AddStringToObject(j, "budget", bud);
+        cJSON_AddNumberToObject(j, "weight_bytes", w_bytes);
+        cJSON_AddNumberToObject(j, "kv_token_bytes", kv_tok);
+        if (copy_gbs > 0) cJSON_AddNumberToObject(j, "copy_gbs", copy_gbs);
         for (int k = 0; k < n_names; k++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "method", rows[k].name);
@@ -163,6 +187,7 @@ int cmd_bench_methods(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "kv_full_bytes", (double)rows[k].kv.full_bytes);
             cJSON_AddNumberToObject(o, "moved_bytes", (double)(rows[k].kv.moved_h2d + rows[k].kv.moved_d2h));
             cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
+            cJSON_AddNumberToObject(o, "step_bytes", w_bytes + kv_tok * rows[k].attended);
             cJSON_AddNumberToObject(o, "h2d_copies_per_step", rows[k].copies[KVB_COPY_H2D]);
             cJSON_AddNumberToObject(o, "h2d_bytes_per_step", rows[k].bytes[KVB_COPY_H2D]);
             cJSON_AddNumberToObject(o, "d2h_copies_per_step", rows[k].copies[KVB_COPY_D2H]);

@@ -233,6 +233,80 @@ static void test_backend_cuda_without_a_gpu_says_no_gpu(void) {
     expect_clean_failure("generate --model default --prompt hi -n 1 --backend cuda", "no GPU");
 }
 
+/* The number after "key": in a JSON text (the first occurrence), or -1. */
+static double json_num(const char *text, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(text, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+/* The byte bound of a decode step: every matmul weight once (synthetic weights are f16 in the "file": 2 bytes
+ * each, the output matrix the token embedding when tied) and the K+V rows of the mean context of the decode
+ * steps, counted here from the shapes of engine/synthetic.c's table. */
+static void test_bench_byte_bound_counts_weights_and_kv(void) {
+    static const struct {
+        const char *model;
+        double L, E, H, KV, D, F, V;
+    } cases[] = {{"synthetic:tiny", 2, 64, 4, 2, 16, 128, 256}, {"'synthetic:smollm2-135m?layers=2'", 2, 576, 9, 3, 64, 1536, 49152}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char args[512], json[1 << 12];
+        snprintf(args, sizeof args, "bench --model %s --contexts 100 -n 4 --no-peer --bound --json /tmp/kvb_bound.json",
+                 cases[i].model);
+        run_result *r = malloc(sizeof *r);
+        unlink("/tmp/kvb_bound.json");
+        run(r, args);
+        CU_ASSERT(r->exit_code == 0 && strstr(r->out, "% of bound"));
+        slurp("/tmp/kvb_bound.json", json, sizeof json);
+        double L = cases[i].L, E = cases[i].E, H = cases[i].H, KV = cases[i].KV, D = cases[i].D, F = cases[i].F;
+        double w = 2 * (L * (E * H * D + 2 * E * KV * D + H * D * E + 3 * E * F) + cases[i].V * E);
+        double kv = 2 * L * KV * D * 2; /* K and V, f16 */
+        CU_ASSERT_DOUBLE_EQUAL(json_num(json, "weight_bytes"), w, 0.5);
+        CU_ASSERT_DOUBLE_EQUAL(json_num(json, "kv_token_bytes"), kv, 0.5);
+        CU_ASSERT_DOUBLE_EQUAL(json_num(json, "step_bytes"), w + kv * (100 + 2.5), 0.5); /* steps attend 101..104 */
+        double gbs = json_num(json, "copy_gbs"), bound = json_num(json, "bound_ms");
+        CU_ASSERT(gbs > 0.1 && bound > 0);
+        CU_ASSERT_DOUBLE_EQUAL(bound, (w + kv * 102.5) / (gbs * 1e9) * 1e3, 1e-3 * bound + 1e-6);
+        free(r);
+    }
+}
+
+/* The PyTorch shape peer gets the model's shapes and its figures land beside ours: a stand-in "python" checks
+ * the arguments and answers for one context (the real script needs torch; scripts/torch_synth_bench.py). */
+static void test_bench_shape_peer_gets_the_shapes(void) {
+    const char *fake = "/tmp/kvb_fake_python.sh";
+    FILE *f = fopen(fake, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("#!/bin/sh\n"
+          "case \"$*\" in *torch_synth_bench.py*'--arch llama --layers 2 --embd 64 --heads 4 --kv-heads 2 --head-dim 16 "
+          "--ff 128 --vocab 256 --rope-base 10000 --rms-eps 9.99999975e-06 --device cpu --dtype f32 --ctx 100,200 -n 4'*) ;;\n"
+          "*) echo \"unexpected: $*\" >&2; exit 1 ;; esac\n"
+          "echo '{\"version\":\"fake\",\"kv\":\"f32\",\"results\":[{\"ctx\":100,\"ttft_s\":2.5,\"decode_ms\":40,"
+          "\"prefill_tok_s\":40,\"decode_tok_s\":25},{\"ctx\":200,\"error\":\"out of memory: x\"}]}'\n",
+          f);
+    fclose(f);
+    chmod(fake, 0755);
+    run_result *r = malloc(sizeof *r);
+    run(r, "bench --model synthetic:tiny --contexts 100,200 -n 4 --torch --torch-python /tmp/kvb_fake_python.sh");
+    CU_ASSERT(r->exit_code == 0);
+    /* our TTFT and ms/token, then the peer's, then the peer's over ours */
+    double pre = -1, dec = -1, ttft = -1, ms = -1, pt = -1, pm = -1, rt = -1, rm = -1;
+    const char *row = strstr(r->out, "\n| 100 |");
+    CU_ASSERT_FATAL(row != NULL);
+    CU_ASSERT(sscanf(row, "\n| 100 | %lf | %lf | %lf | %lf | %lf | %lf | %lfx | %lfx |", &pre, &dec, &ttft, &ms, &pt, &pm,
+                     &rt, &rm) == 8);
+    CU_ASSERT_DOUBLE_EQUAL(ttft, 100 / pre, 0.0011);
+    CU_ASSERT_DOUBLE_EQUAL(pt, 2.5, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(pm, 40, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(rt, 2.5 * pre / 100, 0.006 * rt + 0.006);
+    CU_ASSERT_DOUBLE_EQUAL(rm, 40 * dec / 1e3, 0.006 * rm + 0.006);
+    const char *row200 = strstr(r->out, "\n| 200 |");
+    CU_ASSERT(row200 && strstr(row200, "out of memory"));
+    CU_ASSERT(strstr(r->err, "ctx 200: out of memory") != NULL);
+    free(r);
+    unlink(fake);
+}
+
 static void test_profile_and_trace_are_written(void) {
     UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
@@ -306,6 +380,8 @@ int main(void) {
     CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);
     CU_add_test(s, "generate says when the first token ends generation", test_generate_says_when_the_first_token_ends_generation);
     CU_add_test(s, "--backend cuda without a GPU says no GPU", test_backend_cuda_without_a_gpu_says_no_gpu);
+    CU_add_test(s, "bench's byte bound counts the weights and the K/V rows", test_bench_byte_bound_counts_weights_and_kv);
+    CU_add_test(s, "bench's PyTorch shape peer gets the model's shapes", test_bench_shape_peer_gets_the_shapes);
     CU_add_test(s, "bench --method refuses contexts beyond the model", test_bench_method_refuses_contexts_beyond_the_model);
     CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
     CU_add_test(s, "truncated model is reported", test_truncated_model_is_reported);
