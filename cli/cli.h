@@ -99,7 +99,11 @@ void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when,
 double cli_step_weight_bytes(const kvb_model *m, int discrete);
 double cli_kv_token_bytes(const kvb_config *c, kvb_dtype kv);
 double cli_copy_gbs(kvb_backend *be, size_t bytes);
-double cli_copy_gbs_for(const char *backend, int n_threads, int force, int *discrete); /* measures: discrete or force */
+/* The rate of the backend's `copy` in direction dir (D2D: read + written bytes; H2D: from the pinned host tier,
+ * the bytes that crossed), best of 5 after a warm-up, in GB/s; 0 = not measured. Not counted in be->traffic. */
+double cli_copy_rate(kvb_backend *be, kvb_copy_dir dir, size_t bytes);
+/* D2D rate when the backend is discrete or force; with want_h2d also the H2D rate into *h2d_gbs. */
+double cli_copy_gbs_for(const char *backend, int n_threads, int force, int want_h2d, int *discrete, double *h2d_gbs);
 
 /* Monotonic clock in seconds. */
 double cli_now(void);

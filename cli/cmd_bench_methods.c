@@ -27,6 +27,10 @@ static const char *HELP =
     "  -n N                   decode steps (default 32)\n"
     "  --json FILE            also write the table as JSON\n"
     "  --bound                the byte-bound columns on the CPU too (its copy rate is one thread's memmove)\n"
+    "  --profile              time the phases (on a GPU each waits for the device: decode ms/token then counts\n"
+    "                         those waits) and report the methods' packed host->device loads (Round Attention's\n"
+    "                         per question, OmniKV's with offload=1): loads, MiB, GB/s and %% of the pinned copy\n"
+    "                         rate measured in the same run\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 typedef struct {
@@ -35,14 +39,16 @@ typedef struct {
     kvb_kv_usage kv;
     double attended, formula;
     double copies[KVB_COPY_DIRS], bytes[KVB_COPY_DIRS]; /* per decode step, by direction */
+    int64_t load_ns, load_bytes, loads;                  /* packed loads (PROF_H2D), with --profile */
     char desc[200];
 } bm_row;
 
 static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *name, const kvb_budget *b, kvb_opts *o,
-                        const int32_t *ids, long n_prompt, long n_dec, bm_row *row) {
+                        const int32_t *ids, long n_prompt, long n_dec, int profile, bm_row *row) {
     char err[512];
     kvb_ctx_params p = *base;
     p.n_ctx = (int)(n_prompt + n_dec + 1);
+    p.profile = profile;
     kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
     if (!c) return cli_fail("bench: %s", err);
     kvb_session ses = {0};
@@ -69,6 +75,11 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
         row->copies[d] = n_dec > 0 ? (double)cn / (double)n_dec : 0;
         row->bytes[d] = n_dec > 0 ? (double)cb / (double)n_dec : 0;
     }
+    for (int st = 0; st < PROF_STAGE_COUNT; st++) {
+        row->load_ns += prof_total_ns(c->prof, (prof_stage)st, PROF_H2D);
+        row->load_bytes += prof_total_bytes(c->prof, (prof_stage)st, PROF_H2D);
+        row->loads += prof_calls(c->prof, (prof_stage)st, PROF_H2D);
+    }
     snprintf(row->name, sizeof row->name, "%s", name);
     if (meth->describe) meth->describe(meth, row->desc, sizeof row->desc);
     rc = 0;
@@ -94,12 +105,13 @@ int cmd_bench_methods(int argc, char **argv) {
     const char *raw_opts[32];
     cli_list raw = {raw_opts, 0, 32};
     long ctx_len = 8000, n_dec = 32;
-    int bound = 0;
+    int bound = 0, profile = 0;
     char err[512];
     cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
                       CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
                       CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
-                      CLI_STR("--json", &json), CLI_FLAG("--bound", &bound), CLI_ENGINE_OPTS(&eo), CLI_END};
+                      CLI_STR("--json", &json), CLI_FLAG("--bound", &bound), CLI_FLAG("--profile", &profile),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
@@ -132,14 +144,14 @@ int cmd_bench_methods(int argc, char **argv) {
     char bud[32];
     kvb_budget_format(&budget, bud, sizeof bud);
     int discrete = 0; /* the copy rate on an idle device, before the methods run */
-    double copy_gbs = cli_copy_gbs_for(eo.ctx.backend, eo.ctx.n_threads, bound, &discrete);
+    double h2d_gbs = 0, copy_gbs = cli_copy_gbs_for(eo.ctx.backend, eo.ctx.n_threads, bound, profile, &discrete, &h2d_gbs);
     if (discrete) bound = 1;
     const double w_bytes = cli_step_weight_bytes(m, discrete), kv_tok = cli_kv_token_bytes(&m->cfg, eo.ctx.kv_dtype);
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
         if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
         fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
-        if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, &rows[k])) goto done;
+        if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, profile, &rows[k])) goto done;
     }
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
@@ -170,6 +182,18 @@ int cmd_bench_methods(int argc, char **argv) {
                r->kv.device_bytes / MiB, 100 * r->kv.device_frac, formula, r->kv.host_bytes / MiB,
                (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, up, down, r->attended, r->desc);
     }
+    if (profile) {
+        printf("\npacked host->device loads (the methods' h2d phase, from its start to the device having finished it)"
+               " against the backend's pinned host->device copy of 256 MiB, %.2f GB/s, measured now:\n\n", h2d_gbs);
+        printf("| method | loads | MiB | ms | GB/s | %% of pinned copy |\n|---|---:|---:|---:|---:|---:|\n");
+        for (int k = 0; k < n_names; k++) {
+            const bm_row *r = &rows[k];
+            if (!r->loads) continue;
+            double gbs = r->load_ns > 0 ? (double)r->load_bytes / (double)r->load_ns : 0; /* bytes/ns = GB/s */
+            printf("| %s | %lld | %.2f | %.3f | %.2f | %.0f%% |\n", r->name, (long long)r->loads, r->load_bytes / MiB,
+                   r->load_ns / 1e6, gbs, h2d_gbs > 0 ? 100 * gbs / h2d_gbs : 0);
+        }
+    }
     if (json) {
         cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "methods");
         cJSON_AddNumberToObject(j, "ctx_len", (double)ctx_len);
@@ -177,6 +201,7 @@ int cmd_bench_methods(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "weight_bytes", w_bytes);
         cJSON_AddNumberToObject(j, "kv_token_bytes", kv_tok);
         if (copy_gbs > 0) cJSON_AddNumberToObject(j, "copy_gbs", copy_gbs);
+        if (h2d_gbs > 0) cJSON_AddNumberToObject(j, "pinned_h2d_gbs", h2d_gbs);
         for (int k = 0; k < n_names; k++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "method", rows[k].name);
@@ -188,6 +213,11 @@ int cmd_bench_methods(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "moved_bytes", (double)(rows[k].kv.moved_h2d + rows[k].kv.moved_d2h));
             cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
             cJSON_AddNumberToObject(o, "step_bytes", w_bytes + kv_tok * rows[k].attended);
+            if (profile) {
+                cJSON_AddNumberToObject(o, "loads", (double)rows[k].loads);
+                cJSON_AddNumberToObject(o, "load_bytes", (double)rows[k].load_bytes);
+                cJSON_AddNumberToObject(o, "load_ns", (double)rows[k].load_ns);
+            }
             cJSON_AddNumberToObject(o, "h2d_copies_per_step", rows[k].copies[KVB_COPY_H2D]);
             cJSON_AddNumberToObject(o, "h2d_bytes_per_step", rows[k].bytes[KVB_COPY_H2D]);
             cJSON_AddNumberToObject(o, "d2h_copies_per_step", rows[k].copies[KVB_COPY_D2H]);

@@ -20,7 +20,6 @@ struct kvc_store {
     kvb_backend *be;
     kvb_mem *mem;
     kv_head *heads;   /* [n_layer][n_head_kv] */
-    kv_head *staging; /* [n_head_kv] device rows where appends to host-tier heads are written first */
     int32_t *idx;     /* device copy of a host index list (retain) */
     int64_t idx_cap;
 };
@@ -127,24 +126,20 @@ kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype,
     kv->be = be;
     kv->mem = mem;
     kv->heads = calloc((size_t)n_layer * (size_t)n_head_kv, sizeof *kv->heads);
-    kv->staging = calloc((size_t)n_head_kv, sizeof *kv->staging);
-    if (!kv->heads || !kv->staging) {
+    if (!kv->heads) {
         kvc_free(kv);
         snprintf(err, err_len, "kv store: out of memory");
         return NULL;
     }
     for (int i = 0; i < n_layer * n_head_kv; i++) kv->heads[i].cat = KVB_MEM_KV;
-    for (int h = 0; h < n_head_kv; h++) kv->staging[h].cat = KVB_MEM_WORKSPACE;
     return kv;
 }
 
 void kvc_free(kvc_store *kv) {
     if (!kv) return;
     if (kv->heads) kvc_clear(kv);
-    for (int h = 0; kv->staging && h < kv->n_head_kv; h++) release(kv, &kv->staging[h]);
     kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, kv->idx, (size_t)kv->idx_cap * sizeof(int32_t));
     free(kv->heads);
-    free(kv->staging);
     free(kv);
 }
 
@@ -183,30 +178,16 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
     for (int h = 0; h < kv->n_head_kv; h++) {
         kv_head *hd = head_at(kv, layer, h);
         if (reserve(kv, hd, n_tok, err, err_len)) return -1;
-        kv_head *w = hd;
-        if (hd->tier == KVB_TIER_HOST) { /* the writer stores on the device: stage, then copy down */
-            kv_head *st = &kv->staging[h];
-            st->n = 0;
-            if (reserve(kv, st, n_tok, err, err_len)) return -1;
-            w = st;
-            to_host = 1;
-        }
-        size_t s = (size_t)w->n;
-        dst[h] = (kvb_kv_rows){w->k + s * kv->row_bytes, w->v + s * kv->row_bytes, w->pos + s, w->round + s};
+        size_t s = (size_t)hd->n;
+        /* a host-tier head (offloaded) is written in place: the writer crosses to it and counts the copy down */
+        dst[h] = (kvb_kv_rows){hd->k + s * kv->row_bytes, hd->v + s * kv->row_bytes, hd->pos + s, hd->round + s,
+                               hd->tier == KVB_TIER_HOST};
+        to_host += hd->tier == KVB_TIER_HOST;
     }
     if (kv->be->kv_writer(kv->be, kv->n_head_kv, kv->head_dim, kv->dtype, n_tok, dst, k, v, pos, round, err, err_len))
         return -1;
-    for (int h = 0; h < kv->n_head_kv; h++) {
-        kv_head *hd = head_at(kv, layer, h);
-        if (hd->tier == KVB_TIER_HOST) {
-            size_t s = (size_t)hd->n;
-            kv_head at = {hd->k + s * kv->row_bytes, hd->v + s * kv->row_bytes, hd->pos + s, hd->round + s, 0, 0, 0, 0};
-            if (copy_slots(kv, &at, KVB_TIER_HOST, &kv->staging[h], KVB_TIER_DEVICE, n_tok, err, err_len)) return -1;
-        }
-        hd->n += n_tok;
-    }
-    if (to_host)
-        kvb_mem_move(kv->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_tok * kv->n_head_kv * kvc_slot_bytes(kv));
+    for (int h = 0; h < kv->n_head_kv; h++) head_at(kv, layer, h)->n += n_tok;
+    if (to_host) kvb_mem_move(kv->mem, KVB_TIER_DEVICE, KVB_TIER_HOST, n_tok * to_host * kvc_slot_bytes(kv));
     return 0;
 }
 
@@ -382,6 +363,49 @@ int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl
     d->n += n;
     if (count_move) kvb_mem_move(dst->mem, s->tier, d->tier, n * kvc_slot_bytes(dst));
     return 0;
+}
+
+int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer, const int *head,
+             const int32_t *const *idx, const int64_t *n, char *err, size_t err_len) {
+    if (n_heads < 0 || n_heads > dst->n_layer * dst->n_head_kv) return ERR("kv store: a load of %d heads", n_heads);
+    if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
+    kvb_kv_head *x = malloc((size_t)(n_heads ? n_heads : 1) * 2 * sizeof *x);
+    int64_t *off = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *off);
+    int rc = x && off ? 0 : ERR("out of memory");
+    kvb_kv_head *y = x + n_heads;
+    int64_t moved = 0;
+    for (int j = 0; j < n_heads && !rc; j++) {
+        const int l = layer[j], h = head[j];
+        if (check_head(dst, l, h, err, err_len) || check_head(src, l, h, err, err_len)) { rc = -1; break; }
+        kv_head *d = head_at(dst, l, h);
+        const kv_head *sh = head_at(src, l, h);
+        if (sh->tier != KVB_TIER_HOST || d->tier != KVB_TIER_DEVICE) {
+            rc = ERR("kv store: a load goes from the host tier to the device tier (layer %d head %d)", l, h);
+            break;
+        }
+        for (int i = 0; i < j; i++)
+            if (layer[i] == l && head[i] == h) rc = ERR("kv store: layer %d head %d twice in one load", l, h);
+        const int32_t *ix = idx ? idx[j] : NULL;
+        if (!rc && (n[j] < 0 || (!ix && n[j] > sh->n)))
+            rc = ERR("kv store: %lld slots of a head of %lld", (long long)n[j], (long long)sh->n);
+        if (rc || (ix && check_list(sh, ix, n[j], err, err_len)) || reserve(dst, d, n[j], err, err_len)) {
+            rc = -1;
+            break;
+        }
+    }
+    for (int j = 0; j < n_heads && !rc; j++) { /* after every reserve: a reserve may move a head */
+        kv_head *d = head_at(dst, layer[j], head[j]);
+        x[j] = ops_head(d);
+        y[j] = ops_head(head_at(src, layer[j], head[j]));
+        off[j] = d->n;
+        moved += n[j];
+    }
+    if (!rc && moved && dst->be->kv_load(dst->be, n_heads, x, off, y, idx, n, dst->row_bytes, err, err_len)) rc = -1;
+    for (int j = 0; j < n_heads && !rc; j++) head_at(dst, layer[j], head[j])->n += n[j];
+    if (!rc && moved) kvb_mem_move(dst->mem, KVB_TIER_HOST, KVB_TIER_DEVICE, moved * kvc_slot_bytes(dst));
+    free(x);
+    free(off);
+    return rc;
 }
 
 int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier) {

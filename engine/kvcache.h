@@ -54,6 +54,11 @@ int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t
 /* Append slots idx[0..n) (host list) of src head (sl, sh) to dst head (dl, dh) (same row size): one backend
  * gather (host->device from a host-tier head, device->host into one). count_move = count the bytes as a move
  * between the two heads' tiers in the byte accounting when they differ (a packed load or an offload write). */
+/* A packed load: for every j < n_heads, append slots idx[j][0..n[j]) (host lists; NULL = slots 0..n[j]-1) of
+ * src's head (layer[j], head[j]), which is in the host tier, to dst's head (layer[j], head[j]) in the device
+ * tier: one backend kv_load, one counted H2D copy, the bytes counted as a move host -> device. */
+int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer, const int *head,
+             const int32_t *const *idx, const int64_t *n, char *err, size_t err_len);
 int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
                     int64_t n, int count_move, char *err, size_t err_len);
 /* Occupied bytes of one layer in a tier (KVB_TIER_COUNT = both). */

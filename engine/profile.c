@@ -25,6 +25,7 @@ struct prof {
     int64_t t0_ns;
     int64_t open_ns[PROF_PHASE_COUNT];
     int64_t total_ns[PROF_STAGE_COUNT][PROF_PHASE_COUNT], calls[PROF_STAGE_COUNT][PROF_PHASE_COUNT];
+    int64_t total_bytes[PROF_STAGE_COUNT][PROF_PHASE_COUNT];
     int64_t *layer_ns; /* [stage][phase][n_layer] */
     int64_t copies[PROF_STAGE_COUNT][COPY_DIRS], copy_bytes[PROF_STAGE_COUNT][COPY_DIRS];
     prof_event *ev;
@@ -194,6 +195,7 @@ void prof_end(prof *p, prof_phase ph, int layer, int64_t tokens, int64_t bytes) 
     int64_t t = now_ns(), d = t - p->open_ns[ph];
     p->total_ns[p->stage][ph] += d;
     p->calls[p->stage][ph]++;
+    p->total_bytes[p->stage][ph] += bytes;
     if (layer >= 0 && layer < p->n_layer)
         p->layer_ns[((size_t)p->stage * PROF_PHASE_COUNT + ph) * (size_t)p->n_layer + (size_t)layer] += d;
     if (!p->trace) return;
@@ -217,6 +219,7 @@ void prof_end(prof *p, prof_phase ph, int layer, int64_t tokens, int64_t bytes) 
 
 int64_t prof_total_ns(const prof *p, prof_stage s, prof_phase ph) { return p ? p->total_ns[s][ph] : 0; }
 int64_t prof_calls(const prof *p, prof_stage s, prof_phase ph) { return p ? p->calls[s][ph] : 0; }
+int64_t prof_total_bytes(const prof *p, prof_stage s, prof_phase ph) { return p ? p->total_bytes[s][ph] : 0; }
 int64_t prof_layer_ns(const prof *p, prof_stage s, prof_phase ph, int layer) {
     if (!p || layer < 0 || layer >= p->n_layer) return 0;
     return p->layer_ns[((size_t)s * PROF_PHASE_COUNT + ph) * (size_t)p->n_layer + (size_t)layer];

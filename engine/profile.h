@@ -34,6 +34,8 @@ void prof_end(prof *p, prof_phase ph, int layer, int64_t tokens, int64_t bytes);
 /* Accumulated nanoseconds and calls of (stage, phase), over all layers. */
 int64_t prof_total_ns(const prof *p, prof_stage s, prof_phase ph);
 int64_t prof_calls(const prof *p, prof_stage s, prof_phase ph);
+/* Bytes the ends of (stage, phase) recorded, over all layers (e.g. what a method's packed loads moved). */
+int64_t prof_total_bytes(const prof *p, prof_stage s, prof_phase ph);
 /* Nanoseconds of (stage, phase) in one layer. */
 int64_t prof_layer_ns(const prof *p, prof_stage s, prof_phase ph, int layer);
 /* Host<->device traffic, counted toward the current stage: n copies of bytes in all, in direction dir

@@ -30,10 +30,13 @@ typedef struct {
     void *user;
 } kvb_allocator;
 
-/* Where one KV head's new rows go in a kv_writer call (its slots n_before onwards). */
+/* Where one KV head's new rows go in a kv_writer call (its slots n_before onwards). host = 1: the head is in the
+ * host tier (pinned on a GPU, which writes it through its mapping); the writer counts the rows of all such heads
+ * of a call as one device->host copy in be->traffic. */
 typedef struct {
     void *k, *v;
     int32_t *pos, *round;
+    int host;
 } kvb_kv_rows;
 enum { KVB_MAX_KV_HEADS = 64 }; /* KV heads a kv_writer call and the CUDA attention take */
 /* A device-side KV row writer: converts and stores n_tok rows of every head of a layer in one go:
@@ -167,6 +170,13 @@ struct kvb_backend {
     int (*kv_gather)(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off, const kvb_kv_head *src,
                      const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err,
                      size_t err_len);
+    /* A packed load for many heads at once: for every j < n_heads, slots idx[j][0..n[j]) of host-tier head src[j]
+     * (idx host memory; a NULL list or entry = slots 0..n[j]-1) go to slots dst_off[j].. of device-tier head
+     * dst[j] (K, V, pos, round). One counted H2D copy for the whole load (a GPU reads the listed rows of the
+     * pinned host tier straight into place: no host-side packing); destinations must not overlap. */
+    int (*kv_load)(kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off,
+                   const kvb_kv_head *src, const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err,
+                   size_t err_len);
     /* Evict `count` slots from a head of n slots, one at a time: the victim is the slot with lo <= pos < hi
      * whose key (score[s], or pos[s] when score is NULL) is lowest, ties to the lowest slot; its V row is
      * written to row i of spill_v (optional, for the i-th eviction); then the last slot moves into the victim's

@@ -184,16 +184,25 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
     if (be->copy(be, s->sel_host, s->sel[f], (size_t)k * sizeof(int32_t), KVB_COPY_D2H, err, err_len) ||
         (be->sync && be->sync(be)))
         return be->error[0] ? ERR("%s", be->error) : -1;
-    for (int j = 0; j < c->model->cfg.n_layer; j++) {
+    /* every sparse layer this filter serves, every KV head: one packed load */
+    const int L = c->model->cfg.n_layer;
+    int *lay = malloc((size_t)L * HK * 2 * sizeof *lay), *hd = lay ? lay + L * HK : NULL, m = 0;
+    const int32_t **lists = malloc((size_t)L * HK * sizeof *lists);
+    int64_t *counts = malloc((size_t)L * HK * sizeof *counts);
+    int rc = lay && lists && counts ? 0 : ERR("out of memory");
+    for (int j = 0; j < L && !rc; j++) {
         if (s->kind[j] != K_SPARSE || s->served_by[j] != f) continue;
-        for (int h = 0; h < HK; h++) {
-            if (kvc_truncate(s->base.vis, j, h, 0, err, err_len) ||
-                kvc_append_from(s->base.vis, j, h, c->kv, j, h, s->sel_host, k, 1, err, err_len))
-                return -1;
+        for (int h = 0; h < HK && !rc; h++) {
+            rc = kvc_truncate(s->base.vis, j, h, 0, err, err_len);
+            lay[m] = j, hd[m] = h, lists[m] = s->sel_host, counts[m] = k, m++;
         }
     }
-    prof_end(c->prof, PROF_H2D, l, k, 0);
-    return 0;
+    if (!rc) rc = kvc_load(s->base.vis, c->kv, m, lay, hd, lists, counts, err, err_len);
+    free(lay);
+    free(lists);
+    free(counts);
+    prof_end(c->prof, PROF_H2D, l, k, rc ? 0 : (int64_t)m * k * kvc_slot_bytes(c->kv));
+    return rc;
 }
 
 static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {

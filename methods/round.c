@@ -101,25 +101,36 @@ static void choose(round_m *s, const double *p, int n, char *mask) {
         if (p[r] >= 0 && p[r] > cut) mask[r] = 1;
 }
 
+/* The selected rounds' tokens of every layer from lw on, every KV head, in one packed load (host -> device). */
 static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
-    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv;
-    int64_t n = kvc_n(c->kv, s->lw, 0);
-    int32_t *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
-    if (!idx) return ERR("out of memory");
-    int rc = 0;
+    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv, H = (L - s->lw) * HK;
+    int64_t total = 0;
+    for (int l = s->lw; l < L; l++)
+        for (int h = 0; h < HK; h++) total += kvc_n(c->kv, l, h);
+    int32_t *idx = malloc((size_t)(total > 0 ? total : 1) * sizeof *idx);
+    int *lay = malloc((size_t)(H > 0 ? H : 1) * 2 * sizeof *lay), *hd = lay ? lay + H : NULL;
+    const int32_t **lists = malloc((size_t)(H > 0 ? H : 1) * sizeof *lists);
+    int64_t *counts = malloc((size_t)(H > 0 ? H : 1) * sizeof *counts), at = 0;
+    int rc = idx && lay && lists && counts ? 0 : ERR("out of memory");
     prof_begin(c->prof, PROF_H2D, s->lw);
-    for (int l = s->lw; l < L && !rc; l++)
-        for (int h = 0; h < HK && !rc; h++) {
+    for (int l = s->lw, j = 0; l < L && !rc; l++)
+        for (int h = 0; h < HK && !rc; h++, j++) {
             kvc_view v = kvc_head_view(c->kv, l, h); /* host tier (offloaded when the question began): host reads */
             if (v.tier != KVB_TIER_HOST) { rc = ERR("round: layer %d is not offloaded", l); break; }
             int64_t m = 0;
-            for (int64_t j = 0; j < v.n; j++)
-                if (v.round[j] != s->q_round && v.round[j] < s->mask_cap && s->sel_mask[v.round[j]]) idx[m++] = (int32_t)j;
-            rc = kvc_append_from(s->base.vis, l, h, c->kv, l, h, idx, m, 1, err, err_len);
+            for (int64_t t = 0; t < v.n; t++)
+                if (v.round[t] != s->q_round && v.round[t] < s->mask_cap && s->sel_mask[v.round[t]])
+                    idx[at + m++] = (int32_t)t;
+            lay[j] = l, hd[j] = h, lists[j] = idx + at, counts[j] = m;
+            at += m;
             if (l == s->lw && h == 0) s->sel_tokens = m;
         }
-    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, 0);
+    if (!rc) rc = kvc_load(s->base.vis, c->kv, H, lay, hd, lists, counts, err, err_len);
+    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, rc ? 0 : at * kvc_slot_bytes(c->kv));
     free(idx);
+    free(lay);
+    free(lists);
+    free(counts);
     return rc;
 }
 

@@ -243,6 +243,80 @@ static void check_kv_gather(kvb_backend *be, kvb_copy_dir dir, size_t rb, int ki
     release_all(be);
 }
 
+/* kv_load: up to 6 heads, each with its own index list kind (as check_kv_gather's) or none at all (lists NULL) */
+static void check_kv_load(kvb_backend *be, size_t rb, int no_lists) {
+    char err[256];
+    enum { MAXH = 6 };
+    const int nh = 1 + (int)rnd(MAXH);
+    host_head src[MAXH], dst[MAXH], ref[MAXH], got[MAXH];
+    kvb_kv_head s[MAXH], d[MAXH];
+    int32_t *idx[MAXH];
+    int64_t n[MAXH], off[MAXH], n_src[MAXH], n_dst[MAXH], packed = 0;
+    for (int j = 0; j < nh; j++) {
+        const int kind = no_lists ? 0 : (int)rnd(4);
+        n_src[j] = kind == 1 ? rnd(5) : 1 + rnd(60);
+        idx[j] = malloc((size_t)(2 * n_src[j] + 1) * 4);
+        if (kind == 0) n[j] = rnd(n_src[j] + 1);
+        else if (kind == 1) n[j] = 0;
+        else if (kind == 2) {
+            n[j] = n_src[j];
+            for (int64_t i = 0; i < n[j]; i++) idx[j][i] = (int32_t)i;
+            for (int64_t i = n[j] - 1; i > 0; i--) {
+                int64_t k = rnd(i + 1);
+                int32_t t = idx[j][i]; idx[j][i] = idx[j][k]; idx[j][k] = t;
+            }
+        } else {
+            n[j] = rnd(2 * n_src[j] + 1);
+            for (int64_t i = 0; i < n[j]; i++) idx[j][i] = (int32_t)rnd(n_src[j]);
+        }
+        if (kind == 0)
+            for (int64_t i = 0; i < n[j]; i++) idx[j][i] = (int32_t)i; /* the same as no list */
+        off[j] = rnd(5), n_dst[j] = off[j] + n[j] + rnd(4);
+        src[j] = head_alloc(n_src[j], rb), dst[j] = head_alloc(n_dst[j], rb), ref[j] = head_alloc(n_dst[j], rb),
+        got[j] = head_alloc(n_dst[j], rb);
+        head_random(&src[j], n_src[j], rb);
+        head_random(&dst[j], n_dst[j], rb);
+        memcpy(ref[j].k, dst[j].k, (size_t)n_dst[j] * rb), memcpy(ref[j].v, dst[j].v, (size_t)n_dst[j] * rb);
+        memcpy(ref[j].pos, dst[j].pos, (size_t)n_dst[j] * 4), memcpy(ref[j].round, dst[j].round, (size_t)n_dst[j] * 4);
+        for (int64_t i = 0; i < n[j]; i++) {
+            const int64_t x = idx[j][i];
+            memcpy(ref[j].k + (off[j] + i) * rb, src[j].k + x * rb, rb);
+            memcpy(ref[j].v + (off[j] + i) * rb, src[j].v + x * rb, rb);
+            ref[j].pos[off[j] + i] = src[j].pos[x];
+            ref[j].round[off[j] + i] = src[j].round[x];
+        }
+        s[j] = head_put(be, &src[j], n_src[j], rb, KVB_TIER_HOST);
+        d[j] = head_put(be, &dst[j], n_dst[j], rb, KVB_TIER_DEVICE);
+        packed += n[j] * (int64_t)(2 * rb + 8);
+    }
+    kvb_traffic t0 = be->traffic;
+    CU_ASSERT(be->kv_load(be, nh, d, off, s, no_lists ? NULL : (const int32_t *const *)idx, n, rb, err, sizeof err) == 0);
+    CU_ASSERT(be->traffic.n[KVB_COPY_H2D] - t0.n[KVB_COPY_H2D] == (packed ? 1 : 0));
+    const int64_t moved = be->traffic.bytes[KVB_COPY_H2D] - t0.bytes[KVB_COPY_H2D];
+    CU_ASSERT(is_cpu(be) ? moved == packed : moved >= packed); /* a GPU also counts the index lists it sends */
+    CU_ASSERT(be->traffic.n[KVB_COPY_D2H] == t0.n[KVB_COPY_D2H] && be->traffic.n[KVB_COPY_D2D] == t0.n[KVB_COPY_D2D]);
+    for (int j = 0; j < nh; j++) {
+        head_get(be, &got[j], &d[j], n_dst[j], rb, KVB_TIER_DEVICE);
+        CU_ASSERT(heads_equal(&got[j], &ref[j], n_dst[j], rb));
+        head_free(&src[j]), head_free(&dst[j]), head_free(&ref[j]), head_free(&got[j]);
+        free(idx[j]);
+    }
+    release_all(be);
+}
+
+static void test_kv_load_brings_many_heads_up_in_one_counted_copy(void) {
+    char err[256];
+    EACH_BACKEND(be) {
+        for (int rep = 0; rep < 24; rep++)
+            for (int hd = 0; hd < COUNT(head_dims); hd++) for (int dt = 0; dt < 2; dt++)
+                check_kv_load(be, (size_t)head_dims[hd] * elt((kvb_dtype)dt), rep % 4 == 3);
+        /* bad input: a negative row count or index is refused before anything moves */
+        int64_t bad_n = -1, zero = 0;
+        kvb_kv_head h = {0};
+        CU_ASSERT(be->kv_load(be, 1, &h, &zero, &h, NULL, &bad_n, 64, err, sizeof err) == -1 && strstr(err, "kv_load"));
+    }
+}
+
 static void test_kv_gather_copies_index_sets_in_every_direction_and_counts_each_array(void) {
     EACH_BACKEND(be) for (int dir = 0; dir < KVB_COPY_DIRS; dir++) for (int kind = 0; kind < 4; kind++)
         for (int hd = 0; hd < COUNT(head_dims); hd++) for (int dt = 0; dt < 2; dt++)
@@ -653,7 +727,7 @@ static void test_every_backend_has_every_data_op(void) {
     EACH_BACKEND(be) CU_ASSERT(be->copy && be->zero && be->kv_gather && be->kv_evict && be->probs_reduce && be->pool1d &&
                                be->topk_idx && be->iota && be->gather_f32 && be->round_scores && be->pod_share && be->pod_merge &&
                                be->row_norms && be->block_minmax && be->block_scores && be->block_expand &&
-                               be->fill_idx_f32 && be->split_rows_idx && be->quant_groups && be->attention_quant);
+                               be->fill_idx_f32 && be->split_rows_idx && be->quant_groups && be->attention_quant && be->kv_load);
 }
 
 #define ADD(fn) CU_add_test(s, #fn + 5, fn)
@@ -664,6 +738,7 @@ int main(void) {
     ADD(test_every_backend_has_every_data_op);
     ADD(test_copy_and_zero_move_exact_bytes_overlap_like_memmove_and_count_traffic);
     ADD(test_kv_gather_copies_index_sets_in_every_direction_and_counts_each_array);
+    ADD(test_kv_load_brings_many_heads_up_in_one_counted_copy);
     ADD(test_kv_evict_removes_lowest_key_in_window_ties_to_lower_slot_and_spills_v);
     ADD(test_probs_reduce_group_sum_and_max_heads_match_f64_and_cpu_keeps_the_float_order);
     ADD(test_pool1d_max_is_exact_and_avg_counts_the_padding);

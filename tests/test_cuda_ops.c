@@ -407,6 +407,27 @@ static void test_kv_writer(void) {
     }
     printf("\n    kv writer: %d mismatching elements of %lld", bad, (long long)(n_tok * HK * (2 * D + 2)));
     CU_ASSERT(bad == 0);
+    /* a host-tier (offloaded) layer is written in place through the pinned mapping: one counted copy down */
+    CU_ASSERT_FATAL(kvc_set_layer_tier(kv, 0, KVB_TIER_HOST, err, sizeof err) == 0);
+    kvb_traffic t0 = be->traffic;
+    CU_ASSERT_FATAL(kvc_append(kv, 0, n_tok, dk, dv, dpos, NULL, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(be->sync(be) == 0);
+    CU_ASSERT(be->traffic.n[KVB_COPY_D2H] - t0.n[KVB_COPY_D2H] == 1);
+    CU_ASSERT(be->traffic.bytes[KVB_COPY_D2H] - t0.bytes[KVB_COPY_D2H] == n_tok * HK * kvc_slot_bytes(kv));
+    bad = 0;
+    for (int h = 0; h < HK; h++) {
+        kvc_view view = kvc_head_view(kv, 0, h); /* host memory: read directly */
+        CU_ASSERT_FATAL(view.tier == KVB_TIER_HOST && view.n == n_tok);
+        for (int64_t t = 0; t < n_tok; t++) {
+            bad += view.pos[t] != 1000 + t || view.round[t] != 0;
+            for (int i = 0; i < D; i++) {
+                bad += ((const kvb_f16 *)view.k)[t * D + i] != kvb_f32_to_f16(k[(t * HK + h) * D + i]);
+                bad += ((const kvb_f16 *)view.v)[t * D + i] != kvb_f32_to_f16(v[(t * HK + h) * D + i]);
+            }
+        }
+    }
+    printf("\n    kv writer into the host tier: %d mismatching elements", bad);
+    CU_ASSERT(bad == 0);
     kvc_free(kv);
     dev_free(dk, n * 4);
     dev_free(dv, n * 4);

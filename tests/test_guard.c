@@ -246,6 +246,7 @@ static void test_kv_writer_stores_f32_and_f16_rows_of_every_head(void) {
             dst[h].v = dev_alloc(be, rows);
             dst[h].pos = dev_alloc(be, T * sizeof(int32_t));
             dst[h].round = dev_alloc(be, T * sizeof(int32_t));
+            dst[h].host = 0;
         }
         char err[256] = "";
         /* k, v, pos, round come from the device tier, as the engine's activations do */

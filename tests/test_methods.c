@@ -377,7 +377,12 @@ static void check_round(const char *opts, const char *budget, const int *want_se
     int lw = 3;
     kvb_src_from_store(c, lw - 1, src);
     CU_ASSERT_FATAL(m->hooks.wants_probs(m, c, lw - 1, 5) == 1);
+    kvb_traffic t0 = c->be->traffic;
     CU_ASSERT_FATAL(m->hooks.observe(m, c, lw - 1, src, probs, stride, 5, err, sizeof err) == 0);
+    /* the selected rounds of every deep layer and head came up in one packed copy, of exactly their rows */
+    CU_ASSERT_EQUAL(c->be->traffic.n[KVB_COPY_H2D] - t0.n[KVB_COPY_H2D], 1);
+    CU_ASSERT_EQUAL(c->be->traffic.bytes[KVB_COPY_H2D] - t0.bytes[KVB_COPY_H2D],
+                    (int64_t)(L - lw) * NKV * n_want * rl * kvc_slot_bytes(c->kv));
     /* a deep layer now sees the selected rounds + the current one */
     CU_ASSERT_FATAL(m->hooks.select(m, c, 5, src, 5, err, sizeof err) == 0);
     int sel[11] = {0};

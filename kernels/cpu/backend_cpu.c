@@ -102,8 +102,16 @@ static int cpu_be_attention(kvb_backend *be, const kvb_attn_args *a, char *err, 
 static int cpu_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t n_tok, const kvb_kv_rows *dst,
                          const float *k, const float *v, const int32_t *pos, const int32_t *round, char *err,
                          size_t err_len) {
-    (void)user, (void)err, (void)err_len;
+    (void)err, (void)err_len;
     const int64_t stride = (int64_t)n_head_kv * head_dim;
+    int to_host = 0;
+    for (int h = 0; h < n_head_kv; h++) to_host += dst[h].host != 0;
+    if (to_host) { /* rows written into the host tier: one counted copy down, as a GPU's writer counts them */
+        kvb_backend *be = user;
+        be->traffic.n[KVB_COPY_D2H] += 1;
+        be->traffic.bytes[KVB_COPY_D2H] +=
+            (int64_t)to_host * n_tok * (int64_t)(2 * (size_t)head_dim * (dtype == KVB_F16 ? 2u : 4u) + 2 * sizeof(int32_t));
+    }
     for (int h = 0; h < n_head_kv; h++)
         for (int64_t t = 0; t < n_tok; t++) {
             const float *ks = k + t * stride + (int64_t)h * head_dim, *vs = v + t * stride + (int64_t)h * head_dim;

@@ -256,6 +256,9 @@ GUARDED_INT(zero, (kvb_backend *be, void *dst, size_t bytes, char *err, size_t e
 GUARDED_INT(kv_gather, (kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off, const kvb_kv_head *src,
                         const int32_t *idx, int64_t n, size_t row_bytes, kvb_copy_dir dir, char *err, size_t err_len),
             dst, dst_off, src, idx, n, row_bytes, dir, err, err_len)
+GUARDED_INT(kv_load, (kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off, const kvb_kv_head *src,
+                      const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err, size_t err_len),
+            n_heads, dst, dst_off, src, idx, n, row_bytes, err, err_len)
 GUARDED_INT(kv_evict, (kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo,
                        int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len),
             h, n, row_bytes, score, lo, hi, count, spill_v, err, err_len)
@@ -358,7 +361,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
 #define WRAP(op) be->op = in->op ? guarded_##op : NULL
     WRAP(matmul); WRAP(get_rows); WRAP(rmsnorm); WRAP(rope); WRAP(swiglu); WRAP(add); WRAP(add_bias);
     WRAP(attention);
-    WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
+    WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);

@@ -9,6 +9,7 @@
  * would count what crosses PCIe:
  * - copy: one copy of `bytes` per call;
  * - kv_gather: one copy per array (K, V, pos, round), n rows each, in the call's direction (D2D included);
+ * - kv_load: one H2D copy of every head's rows (K, V, pos, round), as a GPU's one packed load;
  * calls that move nothing (bytes = 0, n = 0) are not counted.
  * Preconditions a plain loop can see (a negative index, kv_evict without a candidate, an evict count over n,
  * n_head not a multiple of n_head_kv) give -1 with one line in err. */
@@ -69,6 +70,32 @@ static int cpu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_of
         dround[i] = src->round[s];
     }
     add_traffic(be, dir, 4, n * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
+    return 0;
+}
+
+static int cpu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off,
+                       const kvb_kv_head *src, const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err,
+                       size_t err_len) {
+    int64_t rows = 0;
+    for (int j = 0; j < n_heads; j++) {
+        if (n[j] < 0 || dst_off[j] < 0)
+            return ERR("kv_load: head %d: %lld rows at slot %lld", j, (long long)n[j], (long long)dst_off[j]);
+        if (check_idx(idx ? idx[j] : NULL, n[j], "kv_load", err, err_len)) return -1;
+        rows += n[j];
+    }
+    for (int j = 0; j < n_heads; j++) {
+        const int32_t *ix = idx ? idx[j] : NULL;
+        uint8_t *dk = (uint8_t *)dst[j].k + (size_t)dst_off[j] * row_bytes;
+        uint8_t *dv = (uint8_t *)dst[j].v + (size_t)dst_off[j] * row_bytes;
+        for (int64_t i = 0; i < n[j]; i++) {
+            const size_t s = (size_t)(ix ? ix[i] : i);
+            memcpy(dk + (size_t)i * row_bytes, (const uint8_t *)src[j].k + s * row_bytes, row_bytes);
+            memcpy(dv + (size_t)i * row_bytes, (const uint8_t *)src[j].v + s * row_bytes, row_bytes);
+            dst[j].pos[dst_off[j] + i] = src[j].pos[s];
+            dst[j].round[dst_off[j] + i] = src[j].round[s];
+        }
+    }
+    if (rows) add_traffic(be, KVB_COPY_H2D, 1, rows * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
     return 0;
 }
 
@@ -489,6 +516,7 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->copy = cpu_copy;
     be->zero = cpu_zero;
     be->kv_gather = cpu_kv_gather;
+    be->kv_load = cpu_kv_load;
     be->kv_evict = cpu_kv_evict;
     be->probs_reduce = cpu_probs_reduce;
     be->pool1d = cpu_pool1d;

@@ -397,7 +397,13 @@ static int cuda_kv_writer(void *user, int n_head_kv, int head_dim, kvb_dtype dty
                         (long long)n_tok, (int)KVB_MAX_KV_HEADS, 65535 * 1024), -1;
     writer_params p;
     memset(&p, 0, sizeof p);
-    for (int h = 0; h < n_head_kv; h++) p.dst[h] = dst[h];
+    int to_host = 0;
+    for (int h = 0; h < n_head_kv; h++) p.dst[h] = dst[h], to_host += dst[h].host != 0;
+    if (to_host) { /* host-tier heads (pinned: mapped for the device) are written in place over PCIe */
+        be->traffic.n[KVB_COPY_D2H] += 1;
+        be->traffic.bytes[KVB_COPY_D2H] +=
+            (int64_t)to_host * n_tok * (int64_t)(2 * (size_t)head_dim * (dtype == KVB_F16 ? 2u : 4u) + 2 * sizeof(int32_t));
+    }
     dim3 grid((unsigned)n_tok, (unsigned)n_head_kv);
     k_kv_write<<<grid, head_dim < 128 ? 64 : 128, 0, im->stream>>>(p, n_head_kv, head_dim, dtype == KVB_F16, k, v, pos, round);
     return CK_LAUNCH(k_kv_write) ? failed(im, err, err_len) : 0;

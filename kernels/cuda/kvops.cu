@@ -15,6 +15,9 @@
  * - kv_gather D2H: without an index list one copy per array straight into the host-tier head; with one, one
  *   copy per array of the span of slots the list covers into staging, a stream sync, and the host unpacks:
  *   the bytes counted are the span's, which is what crossed.
+ * - kv_load: one kernel reads the listed rows of every head straight from the pinned host tier (mapped into the
+ *   device's address space: UVA) into place, after one copy up of the index lists and head table: counted as
+ *   one H2D copy of the rows' bytes plus that table's.
  * An H2D source in pinned memory is read asynchronously: the host must not change it before be->sync.
  * Preconditions the host can see (negative host indices, bad shapes) give -1 with one line in err; device
  * index lists are trusted, and kv_evict without a candidate stops evicting (the CPU backend reports it). */
@@ -23,6 +26,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/kvops.h"
@@ -232,6 +236,86 @@ static int cu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off
     }
     if (rc) return failed(o, err, err_len);
     add_traffic(be, dir, 4, slots * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
+    return 0;
+}
+
+/* ---- kv_load: many heads' listed rows from the pinned host tier, one kernel ---- */
+
+typedef struct {
+    kvb_kv_head dst, src;
+    int64_t off, n, at; /* at: where the head's list starts in the list area; -1 = slots 0..n-1 */
+} load_head;
+
+enum { LOAD_WARPS = 8, LOAD_MAX_X = 512 };
+
+/* a warp copies one row: 16-byte words when both ends and the size allow it */
+__device__ void warp_copy_row(uint8_t *dst, const uint8_t *src, size_t rb, int lane) {
+    if (!(((uintptr_t)dst | (uintptr_t)src | rb) & 15)) {
+        for (size_t w = lane; w < rb / 16; w += 32) ((uint4 *)dst)[w] = ((const uint4 *)src)[w];
+    } else if (!(((uintptr_t)dst | (uintptr_t)src | rb) & 3)) {
+        for (size_t w = lane; w < rb / 4; w += 32) ((uint32_t *)dst)[w] = ((const uint32_t *)src)[w];
+    } else {
+        for (size_t b = lane; b < rb; b += 32) dst[b] = src[b];
+    }
+}
+
+/* blockIdx.y = head; each warp takes rows blockIdx.x * LOAD_WARPS + warp, striding over the grid */
+__global__ void __launch_bounds__(LOAD_WARPS * 32) k_kv_load(const load_head *heads, const int32_t *lists, size_t rb) {
+    const load_head h = heads[blockIdx.y];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int64_t i = (int64_t)blockIdx.x * LOAD_WARPS + warp; i < h.n; i += (int64_t)gridDim.x * LOAD_WARPS) {
+        const int64_t s = h.at >= 0 ? lists[h.at + i] : i, t = h.off + i;
+        warp_copy_row((uint8_t *)h.dst.k + t * rb, (const uint8_t *)h.src.k + s * rb, rb, lane);
+        warp_copy_row((uint8_t *)h.dst.v + t * rb, (const uint8_t *)h.src.v + s * rb, rb, lane);
+        if (lane == 0) {
+            h.dst.pos[t] = h.src.pos[s];
+            h.dst.round[t] = h.src.round[s];
+        }
+    }
+}
+
+static int cu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off,
+                      const kvb_kv_head *src, const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err,
+                      size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n_heads < 0 || n_heads > 65535) return kvb_errf(err, err_len, "kv_load: %d heads", n_heads);
+    int64_t rows = 0, listed = 0, max_n = 0;
+    for (int j = 0; j < n_heads; j++) {
+        if (n[j] < 0 || dst_off[j] < 0)
+            return kvb_errf(err, err_len, "kv_load: head %d: %lld rows at slot %lld", j, (long long)n[j],
+                            (long long)dst_off[j]);
+        for (int64_t i = 0; idx && idx[j] && i < n[j]; i++)
+            if (idx[j][i] < 0)
+                return kvb_errf(err, err_len, "kv_load: index %d at %lld is negative", idx[j][i], (long long)i);
+        rows += n[j];
+        listed += idx && idx[j] ? n[j] : 0;
+        max_n = n[j] > max_n ? n[j] : max_n;
+    }
+    if (!rows) return 0;
+    /* the head table, then every list, in one parameter block (a host staging area first) */
+    const size_t table = (size_t)n_heads * sizeof(load_head), bytes = table + (size_t)listed * sizeof(int32_t);
+    uint8_t *p = (uint8_t *)malloc(bytes);
+    if (!p) return kvb_errf(err, err_len, "kv_load: out of memory");
+    load_head *t = (load_head *)p;
+    int32_t *lists = (int32_t *)(p + table);
+    int64_t at = 0;
+    for (int j = 0; j < n_heads; j++) {
+        t[j].dst = dst[j], t[j].src = src[j], t[j].off = dst_off[j], t[j].n = n[j], t[j].at = -1;
+        if (idx && idx[j] && n[j]) {
+            memcpy(lists + at, idx[j], (size_t)n[j] * sizeof(int32_t));
+            t[j].at = at;
+            at += n[j];
+        }
+    }
+    const uint8_t *d = (const uint8_t *)params_in(o, p, bytes);
+    free(p);
+    if (!d) return failed(o, err, err_len);
+    int64_t gx = (max_n + LOAD_WARPS - 1) / LOAD_WARPS;
+    dim3 grid((unsigned)(gx < 1 ? 1 : gx > LOAD_MAX_X ? LOAD_MAX_X : gx), (unsigned)n_heads);
+    k_kv_load<<<grid, LOAD_WARPS * 32, 0, o->stream>>>((const load_head *)d, (const int32_t *)(d + table), row_bytes);
+    if (CK_LAUNCH(k_kv_load)) return failed(o, err, err_len);
+    add_traffic(be, KVB_COPY_H2D, 1, rows * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)) + (int64_t)bytes);
     return 0;
 }
 
@@ -728,6 +812,7 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->copy = cu_copy;
     be->zero = cu_zero;
     be->kv_gather = cu_kv_gather;
+    be->kv_load = cu_kv_load;
     be->kv_evict = cu_kv_evict;
     be->probs_reduce = cu_probs_reduce;
     be->pool1d = cu_pool1d;
