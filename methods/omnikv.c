@@ -419,7 +419,10 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     }
     s->base.name = "omnikv";
     s->base.budget = *b;
-    s->base.imposes_budget = s->offload;
+    /* A fraction budget is the device share the offload keeps (the sparse layers' share set to match it); a
+     * token budget is the paper's: T selected tokens per sparse layer while the full layers keep everything,
+     * which its memory formula (checked every time) states, not T/n. */
+    s->base.imposes_budget = s->offload && b->kind == KVB_BUDGET_FRACTION;
     s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window; /* = kvb_omnikv_obs_window */
     s->base.hooks.after_prefill = omnikv_after_prefill;
     s->base.hooks.pre_attend = omnikv_pre_attend;

@@ -8,8 +8,24 @@
 #                                               the shared libraries they need, for a GPU box without dev packages
 #
 # Environment: KVB_MODEL_DIR (where the default model is; steps that need it are skipped with a line when it
-# is missing), KVB_GPU_STEPS (space-separated subset of: tests bench-attention model methods synthetic nsys;
-# default all), KVB_SYNTH_CTX (contexts for the synthetic 8B runs, default 32768).
+# is missing), KVB_GPU_STEPS (space-separated subset of the steps below; default all), KVB_SYNTH_CTX (contexts
+# of the synthetic:llama3.1-8b full-attention runs, default 32768,65536,131072), KVB_METHODS_8B (methods of the
+# 8B method runs, default all), KVB_STEP_TIMEOUT (seconds a step may take, default 900), KVB_PEER_PYTHON (the
+# python3 with torch + transformers for the PyTorch peer, default python3).
+#
+# Steps, in order (each one row of summary.md, its log beside it):
+#   tests           test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA)
+#   bench-attention decode attention, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and PyTorch SDPA
+#   ncu             the attention kernels' achieved DRAM throughput (% of peak) under Nsight Compute
+#   model           the default model, CUDA, 512-8000 tokens, with PyTorch on the same shapes (tok/s, bound)
+#   methods         every method on the default model at 8000 tokens, 30%
+#   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
+#   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
+#   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
+#   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
+#   nsys            a decode timeline (where nsys exists)
+# A lent GPU allows 10 minutes a command: run the steps in groups, e.g. KVB_GPU_STEPS="tests bench-attention
+# ncu model methods loads", then "synthetic", then "methods-8b", then "omnikv-128k", each into its own OUTDIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -50,7 +66,12 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention model methods synthetic nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods loads synthetic methods-8b omnikv-128k nsys}
+step_timeout=${KVB_STEP_TIMEOUT:-900}
+synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
+methods_8b=${KVB_METHODS_8B:-all}
+# the method parameters calibration would give a real model, pinned: synthetic weights have nothing to calibrate
+pins=(--method-opt round:lw=8 --method-opt pod:block=3)
 want() { [[ " $steps " == *" $1 "* ]]; }
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -83,8 +104,9 @@ step() { # name, log file, command...
     local name=$1 log=$2; shift 2
     local t0=$SECONDS rc
     echo "gpu-check: $name ..."
-    "$@" >"$outdir/$log" 2>&1
+    timeout "$step_timeout" "$@" >"$outdir/$log" 2>&1
     rc=$?
+    [ $rc -eq 124 ] && echo "gpu-check: $name: stopped after $step_timeout s (KVB_STEP_TIMEOUT)" >>"$outdir/$log"
     local res=pass
     [ $rc -eq 0 ] || { res="FAIL (exit $rc)"; fails=$((fails + 1)); }
     echo "| $name | $res | $((SECONDS - t0)) | $log |" >>"$summary"
@@ -105,10 +127,22 @@ if want bench-attention; then
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \
         --csv "$outdir/bench_attention.csv"
 fi
+if want ncu; then
+    if command -v ncu >/dev/null 2>&1; then
+        step "ncu: attention kernels' DRAM throughput (32K, 128K; batch 1, 8)" ncu.log bash -c '
+            ncu --clock-control none --kernel-name regex:k_attn --csv --page raw \
+                --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
+                "$1" bench-attention --ctx 32768,131072 --batch 1,8 --iters 1 --torch off >"$2/ncu.csv" || exit 1
+            python3 "$3/scripts/ncu_summary.py" "$2/ncu.csv"' _ "$bin/kvbench" "$outdir" "$root"
+    else
+        skip ncu "ncu not on PATH"
+    fi
+fi
 if want model; then
     if [ $have_model = 1 ]; then
-        step "bench default model on CUDA" bench_model_cuda.md "$bin/kvbench" bench --backend cuda --contexts 512,2048,8000 \
-            -n 64 --no-peer --profile
+        # best of 2: the profiled repetition (phases wait for the device) is not the one kept
+        step "bench default model on CUDA (+ PyTorch, same shapes)" bench_model_cuda.md "$bin/kvbench" bench --backend cuda \
+            --contexts 512,2048,8000 -n 64 --reps 2 --profile
     else
         skip "bench default model" "default model not in $model_dir"
     fi
@@ -116,17 +150,35 @@ fi
 if want methods; then
     if [ $have_model = 1 ]; then
         step "bench --method all on CUDA (8000 tokens, 30%)" bench_methods_cuda.md "$bin/kvbench" bench --backend cuda \
-            --method all --budget 30% --ctx-len 8000 -n 32 --method-opt round:lw=8 --method-opt pod:block=3 \
-            --method-opt "omnikv:layers=2;8;17"
+            --method all --budget 30% --ctx-len 8000 -n 32 "${pins[@]}" --method-opt "omnikv:layers=2;8;17"
     else
         skip "bench --method all" "default model not in $model_dir"
     fi
 fi
+if want loads; then
+    if [ $have_model = 1 ]; then
+        step "packed loads: round + omnikv (offload) on CUDA, 8000 tokens" bench_loads_cuda.md "$bin/kvbench" bench \
+            --backend cuda --method round,omnikv --budget 30% --ctx-len 8000 -n 8 --profile "${pins[@]}" \
+            --method-opt "omnikv:layers=2;8;17" --method-opt omnikv:offload=1
+    else
+        skip "packed loads" "default model not in $model_dir"
+    fi
+fi
 if want synthetic; then
-    for ctx in ${KVB_SYNTH_CTX:-32768}; do
-        step "synthetic:llama3.1-8b full, ctx $ctx" "bench_synth_$ctx.md" "$bin/kvbench" bench --backend cuda \
-            --model synthetic:llama3.1-8b --contexts "$ctx" -n 16 --no-peer --profile
+    step "synthetic:llama3.1-8b full, ctx $synth_ctx (+ PyTorch)" bench_synth.md "$bin/kvbench" bench --backend cuda \
+        --model synthetic:llama3.1-8b --contexts "$synth_ctx" -n 16
+fi
+if want methods-8b; then
+    for budget in 30% 2048; do
+        step "synthetic:llama3-8b, 32K, methods $methods_8b, budget $budget" "bench_methods_8b_${budget%\%}.md" \
+            "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --method "$methods_8b" \
+            --budget "$budget" --ctx-len 32768 -n 16 "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
     done
+fi
+if want omnikv-128k; then
+    step "synthetic:llama3.1-8b, 128K, omnikv 2048 (no offload) vs full" bench_omnikv_128k.md "$bin/kvbench" bench \
+        --backend cuda --model synthetic:llama3.1-8b --method omnikv --budget 2048 --ctx-len 131072 -n 16 \
+        --method-opt "omnikv:layers=2;8;18" --method-opt omnikv:offload=0
 fi
 if want nsys; then
     if command -v nsys >/dev/null 2>&1 && [ $have_model = 1 ]; then
