@@ -4,8 +4,8 @@
  * Numerics: where the header fixes a summation order, a thread owns an output and loops in that order; this
  * file is compiled without fast math (CMakeLists.txt: -ftz=false -prec-div=true -fmad=false), so float and
  * double arithmetic rounds as on the CPU and those outputs match the CPU backend bit for bit. Only the double
- * exp and log of pod_share and pod_merge may differ from glibc in the last bit. Speed is not the point yet
- * (top-k counts ranks in O(n^2), round_scores runs a thread per round over all probabilities).
+ * exp and log of pod_share and pod_merge may differ from glibc in the last bit. top-k is a one-block radix
+ * select (O(n)); round_scores still runs a thread per round over all probabilities.
  *
  * Moves between tiers (be->traffic counts every array copied, as the CPU backend does):
  * - copy: one cudaMemcpyAsync (overlapping device ranges go through scratch: still one counted copy);
@@ -458,46 +458,86 @@ static int cu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const floa
     return CK_LAUNCH(k_pool1d) ? failed(o, err, err_len) : 0;
 }
 
-/* ---- topk_idx (rank counting, then an ordered compaction), iota, gather_f32 ---- */
+/* ---- topk_idx (radix select, then an ordered compaction), iota, gather_f32 ---- */
 
-/* slot a ranks before slot b: larger score, NaN below every number, then the lower slot */
-__device__ bool ranks_before(const float *x, int64_t a, int64_t b) {
-    const float va = x[a], vb = x[b];
-    const bool na = isnan(va), nb = isnan(vb);
-    if (na != nb) return nb;
-    if (!na && va != vb) return va > vb;
-    return a < b;
+/* A float's rank as an unsigned key: larger numbers larger keys, -0 the same as +0, NaN below -inf (0). */
+__device__ __forceinline__ uint32_t order_key(float v) {
+    if (isnan(v)) return 0u;
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__global__ void k_topk_flags(int32_t *flag, const float *x, int64_t n, int64_t k) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t rank = 0;
-        for (int64_t j = 0; j < n && rank < k; j++) rank += ranks_before(x, j, i);
-        flag[i] = rank < k;
+enum { TOPK_THREADS = 1024 };
+
+/* Inclusive prefix sum of v over the block (blockDim.x a multiple of 32, every thread calling); *total = the sum
+ * over the block. ws: 32 shared words, free again when this returns. */
+__device__ int block_scan(int v, int *ws, int *total) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += t;
     }
+    if (lane == 31) ws[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        int s = lane < nw ? ws[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int t = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += t;
+        }
+        if (lane < nw) ws[lane] = s;
+    }
+    __syncthreads();
+    if (w > 0) v += ws[w - 1];
+    *total = ws[nw - 1];
+    __syncthreads();
+    return v;
 }
 
-enum { COMPACT_THREADS = 1024 };
-
-/* idx = the flagged slots in ascending order: one block, a prefix sum per chunk of COMPACT_THREADS slots */
-__global__ void __launch_bounds__(COMPACT_THREADS) k_compact(int32_t *idx, const int32_t *flag, int64_t n) {
-    __shared__ int32_t sum[COMPACT_THREADS];
-    int64_t base = 0;
+/* One block: the k-th largest key T by four 8-bit radix passes over the slots (MSB first, a 256-bin histogram of
+ * the slots still matching the digits chosen so far), which leaves `need` = how many slots of key T the top k
+ * takes (the lowest ones); then idx = the slots with key > T and the first `need` with key T, in slot order,
+ * through prefix sums per chunk of TOPK_THREADS slots. Reads the scores five times: O(n), no scratch. */
+__global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, const float *x, int64_t n, int64_t k) {
+    __shared__ unsigned int hist[256];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ long long s_need;
+    __shared__ int ws[32];
     const int tid = threadIdx.x;
+    if (tid == 0) s_prefix = 0, s_mask = 0, s_need = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        for (int64_t i = tid; i < n; i += blockDim.x) {
+            const uint32_t key = order_key(x[i]);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) { /* the digit holding the need-th largest of the matching keys */
+            long long above = 0;
+            int d = 255;
+            for (; d > 0 && above + (long long)hist[d] < s_need; d--) above += hist[d];
+            s_need -= above;
+            s_prefix = prefix | ((uint32_t)d << shift);
+            s_mask = mask | (0xFFu << shift);
+        }
+        __syncthreads();
+    }
+    const uint32_t T = s_prefix;
+    const long long need = s_need;
+    long long base = 0, base_eq = 0;
     for (int64_t c = 0; c < n; c += blockDim.x) {
         const int64_t i = c + tid;
-        const int32_t f = i < n ? flag[i] : 0;
-        sum[tid] = f;
-        __syncthreads();
-        for (int s = 1; s < (int)blockDim.x; s <<= 1) { /* inclusive scan */
-            const int32_t v = tid >= s ? sum[tid - s] : 0;
-            __syncthreads();
-            sum[tid] += v;
-            __syncthreads();
-        }
-        if (f) idx[base + sum[tid] - 1] = (int32_t)i;
-        base += sum[blockDim.x - 1];
-        __syncthreads();
+        const uint32_t key = i < n ? order_key(x[i]) : 0u;
+        const int eq = i < n && key == T, gt = i < n && key > T;
+        int n_eq, n_take;
+        const int eq_before = block_scan(eq, ws, &n_eq) - eq;
+        const int take = gt || (eq && base_eq + eq_before < need);
+        const int at = block_scan(take, ws, &n_take) - take;
+        if (take) idx[base + at] = (int32_t)i;
+        base += n_take;
+        base_eq += n_eq;
     }
 }
 
@@ -507,12 +547,8 @@ static int cu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_
     if (be->error[0]) return failed(o, err, err_len);
     if (k > n) k = n;
     if (k <= 0) return 0;
-    if (grow_dev(o, &o->scratch, &o->scratch_bytes, (size_t)n * sizeof(int32_t))) return failed(o, err, err_len);
-    int32_t *flag = (int32_t *)o->scratch;
-    k_topk_flags<<<blocks_for(n, 256), 256, 0, o->stream>>>(flag, score, n, k);
-    if (CK_LAUNCH(k_topk_flags)) return failed(o, err, err_len);
-    k_compact<<<1, COMPACT_THREADS, 0, o->stream>>>(idx, flag, n);
-    return CK_LAUNCH(k_compact) ? failed(o, err, err_len) : 0;
+    k_topk_radix<<<1, TOPK_THREADS, 0, o->stream>>>(idx, score, n, k);
+    return CK_LAUNCH(k_topk_radix) ? failed(o, err, err_len) : 0;
 }
 
 __global__ void k_iota(int32_t *idx, int32_t start, int64_t n) {
