@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "engine/kvcache.h"
+#include "kernels/cuda/attention.h"
 #include "engine/mem.h"
 #include "kernels/cpu/quant.h"
 
@@ -370,6 +371,18 @@ static void test_attention(void) {
     check_attention(64, 3, 3, 130, 600, 1, 0);   /* a prefill-sized block of queries */
 }
 
+/* the double-buffered tiled kernel (v2) on the tiled cases: the same float64 bounds */
+static void test_attention_v2(void) {
+    const int was = kvb_cuda_attention_kernel();
+    kvb_cuda_attention_set_kernel(2);
+    check_attention(64, 2, 3, 3, 1000, 1, 1);
+    check_attention(128, 2, 4, 1, 20000, 1, 1);
+    check_attention(128, 1, 4, 1, 33, 1, 0);
+    check_attention(128, 8, 4, 1, 65, 1, 1);     /* two tiles per warp at most: the last buffer switch */
+    check_attention(64, 3, 3, 130, 600, 1, 0);
+    kvb_cuda_attention_set_kernel(was);
+}
+
 /* kvc_append through the backend's device writer, then the store's rows copied out */
 static void test_kv_writer(void) {
     char err[256];
@@ -458,6 +471,7 @@ int main(void) {
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);
     CU_add_test(s, "attention through the op table", test_attention);
+    CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);
     int rc = util_run_suites();
     kvb_backend_free(be);

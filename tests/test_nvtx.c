@@ -248,18 +248,19 @@ static int read_trace(const char *path, trace *t) {
 typedef struct {
     const char *method, *budget;
     int prefill_select, decode_select, decode_h2d, prefill_d2h, decode_phases_only;
+    const char *opts; /* the parameters calibration gives (pinned: a clean machine has no profile) */
 } method_case;
 
 static const method_case CASES[] = {
     /* method       budget  prefill_select decode_select decode_h2d prefill_d2h decode_phases_only */
-    {"full",         NULL,  0, 0, 0, 0, 1},
-    {"snapkv",       "30%", 1, 0, 0, 0, 1},
-    {"omnikv",       "30%", 1, 1, 1, 1, 0},
-    {"streamingllm", "30%", 1, 1, 0, 0, 0},
-    {"h2o",          "30%", 1, 0, 0, 0, 0},
-    {"round",        "30%", 1, 1, 0, 0, 0},
-    {"pod",          "30%", 1, 1, 0, 0, 0},
-    {"random",       "30%", 1, 0, 0, 0, 1},
+    {"full",         NULL,  0, 0, 0, 0, 1, NULL},
+    {"snapkv",       "30%", 1, 0, 0, 0, 1, NULL},
+    {"omnikv",       "30%", 1, 1, 1, 1, 0, NULL},
+    {"streamingllm", "30%", 1, 1, 0, 0, 0, NULL},
+    {"h2o",          "30%", 1, 0, 0, 0, 0, NULL},
+    {"round",        "30%", 1, 1, 0, 0, 0, "lw=8"},
+    {"pod",          "30%", 1, 1, 0, 0, 0, "block=3"},
+    {"random",       "30%", 1, 0, 0, 0, 1, NULL},
 };
 
 enum { GEN_TOKENS = 3 };
@@ -332,8 +333,9 @@ static void check_method(const method_case *mc) {
     snprintf(log_path, sizeof log_path, "%s/%s.tsv", dir, mc->method);
     snprintf(trace_path, sizeof trace_path, "%s/%s.json", dir, mc->method);
     snprintf(prompt, sizeof prompt, "%s/prompt.txt", dir);
-    char budget[64] = "";
+    char budget[128] = "";
     if (mc->budget) snprintf(budget, sizeof budget, "--budget %s", mc->budget);
+    if (mc->opts) snprintf(budget + strlen(budget), sizeof budget - strlen(budget), " --method-opt %s", mc->opts);
     snprintf(cmd, sizeof cmd,
              "NVTX_INJECTION64_PATH='%s' KVB_NVTX_LOG='%s' '%s' generate --model '%s' --prompt-file '%s' -n %d "
              "--ignore-eos --method %s %s --trace '%s' >'%s/out.txt' 2>'%s/err.txt'",

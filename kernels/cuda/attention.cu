@@ -8,9 +8,11 @@
  * for, are a second pass against lse (k_probs_simple). Prefill runs through the same blocks (rows = queries x
  * group); it is correct but slow at long contexts: tensor-core tiling is the next step. */
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/attention.h"
 
@@ -336,6 +338,184 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
     }
 }
 
+/* v2 of the fast decode path: k_attn_tile with each warp's K/V tiles double-buffered in shared memory by
+ * asynchronous copies (cp.async: global -> shared without registers), so the next tile streams in while the
+ * current one is scored. The slots come from the owning lane by shuffle; rows past the list are not loaded
+ * (their lanes are masked, their V rows never read). Same arithmetic in the same order as k_attn_tile: the same
+ * results, bit for bit. One block per SM (twice the shared memory): chosen by kvb_cuda_attn.kernel. */
+template <int E>
+__device__ __forceinline__ int32_t issue_tile(__half *Kd, __half *Vd, const __half *K, const __half *V,
+                                              const int32_t *ix, const int32_t *kp, int64_t t0, int n, int lane) {
+    constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
+    int64_t my_slot = 0;
+    int32_t my_pos = 0;
+    if (lane < n) {
+        my_slot = ix ? ix[t0 + lane] : t0 + lane;
+        if (kp) my_pos = kp[my_slot];
+    }
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int x = lane + 32 * c, r = x / CH, cc = x % CH;
+        const int64_t slot = __shfl_sync(0xffffffffu, my_slot, r);
+        if (r < n) {
+            __pipeline_memcpy_async(Kd + r * KS + cc * 8, (const uint4 *)(K + slot * D) + cc, 16);
+            __pipeline_memcpy_async(Vd + r * KS + cc * 8, (const uint4 *)(V + slot * D) + cc, 16);
+        }
+    }
+    __pipeline_commit();
+    return my_pos;
+}
+
+template <int E> static size_t tile2_smem(void) {
+    constexpr int D = 32 * E, KS = D + 8;
+    return (size_t)4 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4;
+}
+
+template <int E>
+__global__ void __launch_bounds__(DWARPS * 32) k_attn_tile2(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
+    constexpr int D = 32 * E, KS = D + 8, CH = D / 8, TILE = 32 * KS; /* halves per K (or V) tile */
+    extern __shared__ __align__(16) unsigned char smem[];
+    __half *Ts = (__half *)smem;                                        /* [DWARPS][2 buffers][K, V][32][KS] */
+    float *qs = (float *)(smem + 4 * DWARPS * TILE * sizeof(__half));   /* [RMAX][D] */
+    float *Ps = qs + RMAX * D;                                          /* [DWARPS][RMAX][32] */
+    const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
+    const int G = a.n_head / a.n_head_kv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
+    const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
+    const int32_t *kp = sp.kp, *ix = sp.ix;
+    const int64_t j0 = sp.j0, j1 = sp.j1;
+    const int row0 = sp.row0, R = sp.R;
+    __half *Tw = Ts + warp * 4 * TILE;
+    float *Pw = Ps + warp * RMAX * 32;
+    const int64_t step = (int64_t)DWARPS * 32;
+    int64_t tb = j0 + (int64_t)warp * 32;
+    int n = tb < j1 ? (j1 - tb < 32 ? (int)(j1 - tb) : 32) : 0, buf = 0;
+    int32_t my_pos = n > 0 ? issue_tile<E>(Tw, Tw + TILE, K, V, ix, kp, tb, n, lane) : 0; /* before the q staging */
+    for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
+        const int i = x / D, d = x % D;
+        float v = 0.f;
+        if (i < R) {
+            const int r = row0 + i;
+            v = a.q[((int64_t)(r / G) * a.n_head + g * G + r % G) * D + d] * a.scale;
+        }
+        qs[x] = v;
+    }
+    int32_t qp[RMAX];
+    float m[RMAX], l[RMAX], acc[RMAX][E];
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) {
+        qp[i] = (a.q_pos && i < R) ? a.q_pos[(row0 + i) / G] : 0;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] = 0.f;
+    }
+    __syncthreads();
+    while (n > 0) {
+        const int64_t tn = tb + step;
+        const int n_next = tn < j1 ? (j1 - tn < 32 ? (int)(j1 - tn) : 32) : 0;
+        __half *Kn = Tw + (buf ^ 1) * 2 * TILE;
+        int32_t pos_next = 0;
+        if (n_next > 0) {
+            pos_next = issue_tile<E>(Kn, Kn + TILE, K, V, ix, kp, tn, n_next, lane);
+            __pipeline_wait_prior(1); /* this tile's copies have landed; the next tile's are in flight */
+        } else {
+            __pipeline_wait_prior(0);
+        }
+        __syncwarp();
+        const __half *Kw = Tw + buf * 2 * TILE, *Vw = Kw + TILE;
+        float s[RMAX];
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) s[i] = 0.f;
+#pragma unroll
+        for (int cc = 0; cc < CH; cc++) {
+            uint4 kr = *(const uint4 *)(Kw + lane * KS + cc * 8);
+            const __half2 *h2 = (const __half2 *)&kr;
+            float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+                   f3 = __half22float2(h2[3]);
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i >= R) break;
+                const float4 a0 = *(const float4 *)(qs + i * D + cc * 8), a1 = *(const float4 *)(qs + i * D + cc * 8 + 4);
+                s[i] += a0.x * f0.x + a0.y * f0.y + a0.z * f1.x + a0.w * f1.y + a1.x * f2.x + a1.y * f2.y + a1.z * f3.x +
+                        a1.w * f3.y;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            if (i >= R) break;
+            const bool vis = lane < n && !(kp && my_pos > qp[i]);
+            const float si = vis ? s[i] : -INFINITY;
+            float tm = si;
+#pragma unroll
+            for (int o = 16; o; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+            const float mn = fmaxf(m[i], tm);
+            const float c = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
+            const float p = si == -INFINITY ? 0.f : __expf(si - mn);
+            l[i] = l[i] * c + p;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[i][e] *= c;
+            m[i] = mn;
+            Pw[i * 32 + lane] = p;
+        }
+        __syncwarp();
+#pragma unroll 8
+        for (int k = 0; k < n; k++) {
+            const __half *vr = Vw + k * KS + lane * E;
+            float vf[E];
+            if (E == 4) {
+                const uint2 raw = *(const uint2 *)vr;
+                const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
+                vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
+            } else {
+                const float2 v0 = __half22float2(*(const __half2 *)vr);
+                vf[0] = v0.x; vf[1 % E] = v0.y;
+            }
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i >= R) break;
+                const float p = Pw[i * 32 + k];
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[i][e] += p * vf[e];
+            }
+        }
+        __syncwarp(); /* this buffer is free for the tile after next */
+        tb = tn;
+        n = n_next;
+        my_pos = pos_next;
+        buf ^= 1;
+    }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int o = 16; o; o >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o);
+    __syncthreads(); /* the tiles are done: reuse their space for the merge */
+    float *sm = (float *)smem, *sl = sm + DWARPS * RMAX, *sacc = sl + DWARPS * RMAX; /* sacc [DWARPS][RMAX][D] */
+    if (lane == 0)
+        for (int i = 0; i < RMAX; i++) { sm[warp * RMAX + i] = m[i]; sl[warp * RMAX + i] = l[i]; }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
+    __syncthreads();
+    const int stride = D + 2;
+    for (int i = warp; i < R; i += DWARPS) {
+        float M = -INFINITY;
+        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
+        float L = 0.f;
+        for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
+        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        for (int d = lane; d < D; d += 32) {
+            float o = 0.f;
+            for (int w = 0; w < DWARPS; w++)
+                o += sm[w * RMAX + i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * D + d] * __expf(sm[w * RMAX + i] - M);
+            dst[2 + d] = o;
+        }
+        if (lane == 0) { dst[0] = M; dst[1] = L; }
+    }
+}
+
 template <int E> static size_t tile_smem(void) {
     constexpr int D = 32 * E, KS = D + 8;
     return (size_t)2 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4 + DWARPS * 32 * 8;
@@ -368,7 +548,17 @@ __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chu
     if (threadIdx.x == 0 && a.lse) a.lse[(int64_t)h * a.n_q + t] = L > 0.f ? M + logf(L) : -INFINITY;
 }
 
-static int g_sms;
+static int g_sms, g_kernel; /* g_kernel: 0 = not chosen yet */
+
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 2 ? 2 : 1; }
+
+extern "C" int kvb_cuda_attention_kernel(void) {
+    if (!g_kernel) {
+        const char *v = getenv("KVB_ATTN_KERNEL");
+        g_kernel = v && atoi(v) == 2 ? 2 : 1;
+    }
+    return g_kernel;
+}
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {
@@ -434,9 +624,14 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
         if (!raised_tile) { /* K and V tiles of four warps exceed the default 48 KB of dynamic shared memory */
             cudaFuncSetAttribute(k_attn_tile<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile_smem<2>());
             cudaFuncSetAttribute(k_attn_tile<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile_smem<4>());
+            cudaFuncSetAttribute(k_attn_tile2<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile2_smem<2>());
+            cudaFuncSetAttribute(k_attn_tile2<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile2_smem<4>());
             raised_tile = 1;
         }
-        if (D == 64) k_attn_tile<2><<<grid, DWARPS * 32, tile_smem<2>(), s>>>(c, n_split, n_rows, part);
+        const int kern = a->kernel == 1 || a->kernel == 2 ? a->kernel : kvb_cuda_attention_kernel();
+        if (kern == 2 && D == 64) k_attn_tile2<2><<<grid, DWARPS * 32, tile2_smem<2>(), s>>>(c, n_split, n_rows, part);
+        else if (kern == 2) k_attn_tile2<4><<<grid, DWARPS * 32, tile2_smem<4>(), s>>>(c, n_split, n_rows, part);
+        else if (D == 64) k_attn_tile<2><<<grid, DWARPS * 32, tile_smem<2>(), s>>>(c, n_split, n_rows, part);
         else k_attn_tile<4><<<grid, DWARPS * 32, tile_smem<4>(), s>>>(c, n_split, n_rows, part);
     } else if (E == 2) {
         if (a->kv_f16) k_attn_split<2, 1><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);

@@ -37,8 +37,13 @@ typedef struct {
     float *probs;                /* optional [n_head][n_q][probs_stride] */
     int64_t probs_stride;        /* >= max_len when probs != NULL */
     float *lse;                  /* optional [n_head][n_q] */
+    int kernel;                  /* f16 head_dim 64/128: 1 = the tiled kernel, 2 = v2 (double-buffered async copies);
+                                  * 0 = kvb_cuda_attention_kernel(). Same results either way (bench-attention times both) */
 } kvb_cuda_attn;
 
+/* The tiled kernel a call with kernel = 0 takes (1 or 2; before any call: $KVB_ATTN_KERNEL, else 1). */
+void kvb_cuda_attention_set_kernel(int kernel);
+int kvb_cuda_attention_kernel(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
 size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
 /* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least

@@ -228,7 +228,8 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             if (kvb_cuda_attention_ws(&sp) > wsb) wsb = kvb_cuda_attention_ws(&sp);
             CKB(cudaMalloc((void **)&ws, wsb));
             char err[256];
-            if (!checked) { /* head 0 .. group against float64 */
+            for (int kv = 1; kv <= 2 && !checked; kv++) { /* head 0 .. group against float64, each tiled kernel */
+                a.kernel = kv;
                 if (kvb_cuda_attention(&a, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
                 CKB(cudaStreamSynchronize(st));
                 const int G = o.heads / o.kv_heads;
@@ -256,10 +257,13 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                     }
                 }
                 free(s); free(hk); free(hv); free(hq); free(ho);
-                printf("check: KV head 0 at %ld tokens vs float64: max |error| %.2e %s\n", ctx, worst, worst < 1e-3 ? "(ok)" : "(WRONG)");
-                if (worst >= 1e-3) { rc = 1; break; }
-                checked = 1;
+                printf("check: kernel v%d, KV head 0 at %ld tokens vs float64: max |error| %.2e %s\n", kv, ctx, worst,
+                       worst < 1e-3 ? "(ok)" : "(WRONG)");
+                if (worst >= 1e-3) rc = 1;
+                if (kv == 2) checked = 1;
             }
+            a.kernel = 0;
+            if (rc) break;
             /* copy reference */
             for (int w = 0; w < 3; w++) CKB(cudaMemcpyAsync(scratch, K, head_bytes * HK, cudaMemcpyDeviceToDevice, st));
             CKB(cudaEventRecord(e0, st));
@@ -271,9 +275,12 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             const double copy_gbps = 2.0 * head_bytes * HK / (ms / o.iters * 1e-3) / 1e9;
             printf("| %ld | %ld | copy (read+write) | %.1f | %.0f | 100 | | |\n", ctx, B, ms / o.iters * 1e3, copy_gbps);
             if (csv) fprintf(csv, "%ld,%ld,copy,%.3f,%.1f,%.1f,100,,\n", ctx, B, ms / o.iters * 1e3, copy_gbps, copy_gbps);
-            for (int c = 0; c < 2; c++) {
-                const kvb_cuda_attn *x = c ? &sp : &a;
-                const char *kase = c ? "sparse" : "full";
+            for (int cv = 0; cv < 4; cv++) { /* full, full v2, sparse, sparse v2 */
+                const int c = cv / 2, kv = 1 + cv % 2;
+                kvb_cuda_attn xk = c ? sp : a;
+                xk.kernel = kv;
+                const kvb_cuda_attn *x = &xk;
+                const char *kase = c ? (kv == 2 ? "sparse_v2" : "sparse") : (kv == 2 ? "full_v2" : "full");
                 for (int w = 0; w < 3; w++)
                     if (kvb_cuda_attention(x, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
                 CKB(cudaEventRecord(e0, st));
@@ -284,7 +291,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                 const double us = ms / o.iters * 1e3;
                 const double bytes = 2.0 * (c ? n_sp : ctx) * D * sizeof(__half) * HK;
                 const double gbps = bytes / (us * 1e-6) / 1e9;
-                const double tu = torch_us(trows, nt, ctx, B, kase);
+                const double tu = torch_us(trows, nt, ctx, B, c ? "sparse" : "full");
                 char tcol[32] = "-", vcol[32] = "-";
                 if (tu > 0) { snprintf(tcol, sizeof tcol, "%.1f", tu); snprintf(vcol, sizeof vcol, "%.2fx", tu / us); }
                 printf("| %ld | %ld | %s%s | %.1f | %.0f | %.0f | %s | %s |\n", ctx, B, kase,
@@ -298,6 +305,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
         }
     if (csv) fclose(csv);
     printf("\nGB/s counts the K and V bytes each call reads (visible tokens x head_dim x 2 bytes x 2); the copy's\n"
-           "counts bytes read + written. One run; each point is the mean of --iters back-to-back calls.\n");
+           "counts bytes read + written. One run; each point is the mean of --iters back-to-back calls. _v2 rows: the\n"
+           "double-buffered tiled kernel (KVB_ATTN_KERNEL=2 makes it the default everywhere).\n");
     return rc;
 }
