@@ -182,7 +182,156 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int
 /* ---- the fast decode path (f16 K/V, head_dim 64 or 128): a warp takes 32 keys at a time, stages their K rows
  * in shared memory with coalesced 16-byte loads (row stride padded so a quarter-warp's 16-byte reads hit
  * distinct banks), each lane scores one key for every row of the block, one warp max per tile updates the
- * online softmax, and the P.V pass reads each V row once per warp, coalesced, each lane owning E dims. */
+ * online softmax, and the P.V pass reads each V row once per warp, coalesced, each lane owning E dims.
+ * Two kernels share the steps below: k_attn_tile loads a tile through registers; k_attn_tile2 (v2)
+ * double-buffers each warp's tiles in shared memory with asynchronous copies, so the next tile streams in while
+ * the current one is scored. Same arithmetic in the same order: the same results, bit for bit. */
+
+/* the block's query rows, pre-scaled, into qs [RMAX][D] (zeros past R) */
+template <int E>
+__device__ __forceinline__ void stage_q(float *qs, const kvb_cuda_attn &a, int g, int G, int row0, int R) {
+    constexpr int D = 32 * E;
+    for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
+        const int i = x / D, d = x % D;
+        float v = 0.f;
+        if (i < R) {
+            const int r = row0 + i;
+            v = a.q[((int64_t)(r / G) * a.n_head + g * G + r % G) * D + d] * a.scale;
+        }
+        qs[x] = v;
+    }
+}
+
+/* one tile of n <= 32 keys (K rows Kw, V rows Vw in shared memory, this lane's key at position my_pos) folded
+ * into the rows' online softmax (m, l per lane share, acc) */
+template <int E>
+__device__ __forceinline__ void fold_tile(const __half *Kw, const __half *Vw, float *Pw, const float *qs, int n, int R,
+                                          int lane, const int32_t *kp, int32_t my_pos, const int32_t (&qp)[RMAX],
+                                          float (&m)[RMAX], float (&l)[RMAX], float (&acc)[RMAX][E]) {
+    constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
+    float s[RMAX];
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) s[i] = 0.f;
+#pragma unroll
+    for (int cc = 0; cc < CH; cc++) {
+        uint4 kr = *(const uint4 *)(Kw + lane * KS + cc * 8);
+        const __half2 *h2 = (const __half2 *)&kr;
+        float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+               f3 = __half22float2(h2[3]);
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            if (i >= R) break;
+            const float4 a0 = *(const float4 *)(qs + i * D + cc * 8), a1 = *(const float4 *)(qs + i * D + cc * 8 + 4);
+            s[i] += a0.x * f0.x + a0.y * f0.y + a0.z * f1.x + a0.w * f1.y + a1.x * f2.x + a1.y * f2.y + a1.z * f3.x +
+                    a1.w * f3.y;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) {
+        if (i >= R) break;
+        const bool vis = lane < n && !(kp && my_pos > qp[i]);
+        const float si = vis ? s[i] : -INFINITY;
+        float tm = si;
+#pragma unroll
+        for (int o = 16; o; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+        const float mn = fmaxf(m[i], tm);
+        const float c = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
+        const float p = si == -INFINITY ? 0.f : __expf(si - mn);
+        l[i] = l[i] * c + p; /* this lane's share; summed over the warp at the end */
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] *= c;
+        m[i] = mn;
+        Pw[i * 32 + lane] = p;
+    }
+    __syncwarp();
+#pragma unroll 8
+    for (int k = 0; k < n; k++) {
+        const __half *vr = Vw + k * KS + lane * E;
+        float vf[E];
+        if (E == 4) {
+            const uint2 raw = *(const uint2 *)vr;
+            const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
+            vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
+        } else {
+            const float2 v0 = __half22float2(*(const __half2 *)vr);
+            vf[0] = v0.x; vf[1 % E] = v0.y;
+        }
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            if (i >= R) break;
+            const float p = Pw[i * 32 + k];
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[i][e] += p * vf[e];
+        }
+    }
+    __syncwarp();
+}
+
+/* after the tiles: the warps' (m, l, acc) merged through shared memory (the tiles' space, free again) into this
+ * split's partial (m, l, acc[D]) per row */
+template <int E>
+__device__ __forceinline__ void write_partials(unsigned char *smem, const block_span &sp, int g, int split,
+                                               int n_split, float *part, int warp, int lane, const float (&m)[RMAX],
+                                               float (&l)[RMAX], const float (&acc)[RMAX][E]) {
+    constexpr int D = 32 * E;
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int o = 16; o; o >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o);
+    __syncthreads();
+    float *sm = (float *)smem, *sl = sm + DWARPS * RMAX, *sacc = sl + DWARPS * RMAX; /* sacc [DWARPS][RMAX][D] */
+    if (lane == 0)
+        for (int i = 0; i < RMAX; i++) { sm[warp * RMAX + i] = m[i]; sl[warp * RMAX + i] = l[i]; }
+#pragma unroll
+    for (int i = 0; i < RMAX; i++)
+#pragma unroll
+        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
+    __syncthreads();
+    const int stride = D + 2, chunk = blockIdx.z;
+    for (int i = warp; i < sp.R; i += DWARPS) {
+        float M = -INFINITY;
+        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
+        float L = 0.f;
+        for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
+        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        for (int d = lane; d < D; d += 32) {
+            float o = 0.f;
+            for (int w = 0; w < DWARPS; w++)
+                o += sm[w * RMAX + i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * D + d] * __expf(sm[w * RMAX + i] - M);
+            dst[2 + d] = o;
+        }
+        if (lane == 0) { dst[0] = M; dst[1] = L; }
+    }
+}
+
+/* the rows' positions and an empty online softmax */
+template <int E>
+__device__ __forceinline__ void init_rows(const kvb_cuda_attn &a, int row0, int R, int G, int32_t (&qp)[RMAX],
+                                          float (&m)[RMAX], float (&l)[RMAX], float (&acc)[RMAX][E]) {
+#pragma unroll
+    for (int i = 0; i < RMAX; i++) {
+        qp[i] = (a.q_pos && i < R) ? a.q_pos[(row0 + i) / G] : 0;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] = 0.f;
+    }
+}
+
+/* n keys of the tile from list entry t0: this lane's slot and position */
+__device__ __forceinline__ int64_t tile_slot(const int32_t *ix, const int32_t *kp, int64_t t0, int n, int lane,
+                                             int32_t *pos) {
+    int64_t slot = 0;
+    *pos = 0;
+    if (lane < n) {
+        slot = ix ? ix[t0 + lane] : t0 + lane;
+        if (kp) *pos = kp[slot];
+    }
+    return slot;
+}
+
+__device__ __forceinline__ int tile_keys(int64_t tb, int64_t j1) { return tb < j1 ? (j1 - tb < 32 ? (int)(j1 - tb) : 32) : 0; }
+
 template <int E>
 __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
     constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
@@ -197,41 +346,18 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
     const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
-    const int32_t *kp = sp.kp, *ix = sp.ix;
-    const int64_t j0 = sp.j0, j1 = sp.j1;
-    const int row0 = sp.row0, R = sp.R;
-    for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
-        const int i = x / D, d = x % D;
-        float v = 0.f;
-        if (i < R) {
-            const int r = row0 + i;
-            v = a.q[((int64_t)(r / G) * a.n_head + g * G + r % G) * D + d] * a.scale;
-        }
-        qs[x] = v;
-    }
+    stage_q<E>(qs, a, g, G, sp.row0, sp.R);
     int32_t qp[RMAX];
     float m[RMAX], l[RMAX], acc[RMAX][E];
-#pragma unroll
-    for (int i = 0; i < RMAX; i++) {
-        qp[i] = (a.q_pos && i < R) ? a.q_pos[(row0 + i) / G] : 0;
-        m[i] = -INFINITY;
-        l[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; e++) acc[i][e] = 0.f;
-    }
+    init_rows<E>(a, sp.row0, sp.R, G, qp, m, l, acc);
     __syncthreads();
     __half *Kw = Ks + warp * 32 * KS, *Vw = Vs + warp * 32 * KS;
     float *Pw = Ps + warp * RMAX * 32;
     int64_t *Sw = slots + warp * 32;
-    for (int64_t tb = j0 + (int64_t)warp * 32; tb < j1; tb += (int64_t)DWARPS * 32) {
-        const int n = j1 - tb < 32 ? (int)(j1 - tb) : 32;
-        int64_t my_slot = 0;
-        int32_t my_pos = 0;
-        if (lane < n) {
-            my_slot = ix ? ix[tb + lane] : tb + lane;
-            if (kp) my_pos = kp[my_slot];
-        }
-        Sw[lane] = my_slot;
+    for (int64_t tb = sp.j0 + (int64_t)warp * 32; tb < sp.j1; tb += (int64_t)DWARPS * 32) {
+        const int n = tile_keys(tb, sp.j1);
+        int32_t my_pos;
+        Sw[lane] = tile_slot(sp.ix, sp.kp, tb, n, lane, &my_pos);
         __syncwarp();
         /* the tile's K and V rows in one burst of 16-byte loads (all in flight before the first store) */
         uint4 kb[CH], vb[CH];
@@ -251,108 +377,19 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
             *(uint4 *)(Vw + r * KS + cc * 8) = vb[c];
         }
         __syncwarp();
-        float s[RMAX];
-#pragma unroll
-        for (int i = 0; i < RMAX; i++) s[i] = 0.f;
-#pragma unroll
-        for (int cc = 0; cc < CH; cc++) {
-            uint4 kr = *(const uint4 *)(Kw + lane * KS + cc * 8);
-            const __half2 *h2 = (const __half2 *)&kr;
-            float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
-                   f3 = __half22float2(h2[3]);
-#pragma unroll
-            for (int i = 0; i < RMAX; i++) {
-                if (i >= R) break;
-                const float4 a0 = *(const float4 *)(qs + i * D + cc * 8), a1 = *(const float4 *)(qs + i * D + cc * 8 + 4);
-                s[i] += a0.x * f0.x + a0.y * f0.y + a0.z * f1.x + a0.w * f1.y + a1.x * f2.x + a1.y * f2.y + a1.z * f3.x +
-                        a1.w * f3.y;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < RMAX; i++) {
-            if (i >= R) break;
-            const bool vis = lane < n && !(kp && my_pos > qp[i]);
-            const float si = vis ? s[i] : -INFINITY;
-            float tm = si;
-#pragma unroll
-            for (int o = 16; o; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-            const float mn = fmaxf(m[i], tm);
-            const float c = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
-            const float p = si == -INFINITY ? 0.f : __expf(si - mn);
-            l[i] = l[i] * c + p; /* this lane's share; summed over the warp at the end */
-#pragma unroll
-            for (int e = 0; e < E; e++) acc[i][e] *= c;
-            m[i] = mn;
-            Pw[i * 32 + lane] = p;
-        }
-        __syncwarp();
-#pragma unroll 8
-        for (int k = 0; k < n; k++) {
-            const __half *vr = Vw + k * KS + lane * E;
-            float vf[E];
-            if (E == 4) {
-                const uint2 raw = *(const uint2 *)vr;
-                const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
-                vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
-            } else {
-                const float2 v0 = __half22float2(*(const __half2 *)vr);
-                vf[0] = v0.x; vf[1 % E] = v0.y;
-            }
-#pragma unroll
-            for (int i = 0; i < RMAX; i++) {
-                if (i >= R) break;
-                const float p = Pw[i * 32 + k];
-#pragma unroll
-                for (int e = 0; e < E; e++) acc[i][e] += p * vf[e];
-            }
-        }
-        __syncwarp();
+        fold_tile<E>(Kw, Vw, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, m, l, acc);
     }
-#pragma unroll
-    for (int i = 0; i < RMAX; i++)
-#pragma unroll
-        for (int o = 16; o; o >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o);
-    __syncthreads(); /* K tiles are done: reuse their space for the merge */
-    float *sm = (float *)smem, *sl = sm + DWARPS * RMAX, *sacc = sl + DWARPS * RMAX; /* sacc [DWARPS][RMAX][D] */
-    if (lane == 0)
-        for (int i = 0; i < RMAX; i++) { sm[warp * RMAX + i] = m[i]; sl[warp * RMAX + i] = l[i]; }
-#pragma unroll
-    for (int i = 0; i < RMAX; i++)
-#pragma unroll
-        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
-    __syncthreads();
-    const int stride = D + 2;
-    for (int i = warp; i < R; i += DWARPS) {
-        float M = -INFINITY;
-        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
-        float L = 0.f;
-        for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
-        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
-        for (int d = lane; d < D; d += 32) {
-            float o = 0.f;
-            for (int w = 0; w < DWARPS; w++)
-                o += sm[w * RMAX + i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * D + d] * __expf(sm[w * RMAX + i] - M);
-            dst[2 + d] = o;
-        }
-        if (lane == 0) { dst[0] = M; dst[1] = L; }
-    }
+    write_partials<E>(smem, sp, g, split, n_split, part, warp, lane, m, l, acc);
 }
 
-/* v2 of the fast decode path: k_attn_tile with each warp's K/V tiles double-buffered in shared memory by
- * asynchronous copies (cp.async: global -> shared without registers), so the next tile streams in while the
- * current one is scored. The slots come from the owning lane by shuffle; rows past the list are not loaded
- * (their lanes are masked, their V rows never read). Same arithmetic in the same order as k_attn_tile: the same
- * results, bit for bit. One block per SM (twice the shared memory): chosen by kvb_cuda_attn.kernel. */
+/* v2: n keys from list entry t0 copied asynchronously into a tile buffer (Kd, Vd); rows past n are not loaded
+ * (their lanes are masked, their V rows never read). Returns this lane's key position. */
 template <int E>
 __device__ __forceinline__ int32_t issue_tile(__half *Kd, __half *Vd, const __half *K, const __half *V,
                                               const int32_t *ix, const int32_t *kp, int64_t t0, int n, int lane) {
     constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
-    int64_t my_slot = 0;
-    int32_t my_pos = 0;
-    if (lane < n) {
-        my_slot = ix ? ix[t0 + lane] : t0 + lane;
-        if (kp) my_pos = kp[my_slot];
-    }
+    int32_t my_pos;
+    const int64_t my_slot = tile_slot(ix, kp, t0, n, lane, &my_pos);
 #pragma unroll
     for (int c = 0; c < CH; c++) {
         const int x = lane + 32 * c, r = x / CH, cc = x % CH;
@@ -366,154 +403,54 @@ __device__ __forceinline__ int32_t issue_tile(__half *Kd, __half *Vd, const __ha
     return my_pos;
 }
 
-template <int E> static size_t tile2_smem(void) {
-    constexpr int D = 32 * E, KS = D + 8;
-    return (size_t)4 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4;
-}
-
 template <int E>
 __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile2(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
-    constexpr int D = 32 * E, KS = D + 8, CH = D / 8, TILE = 32 * KS; /* halves per K (or V) tile */
+    constexpr int D = 32 * E, KS = D + 8, TILE = 32 * KS; /* halves per K (or V) tile */
     extern __shared__ __align__(16) unsigned char smem[];
-    __half *Ts = (__half *)smem;                                        /* [DWARPS][2 buffers][K, V][32][KS] */
-    float *qs = (float *)(smem + 4 * DWARPS * TILE * sizeof(__half));   /* [RMAX][D] */
-    float *Ps = qs + RMAX * D;                                          /* [DWARPS][RMAX][32] */
+    __half *Ts = (__half *)smem;                                      /* [DWARPS][2 buffers][K, V][32][KS] */
+    float *qs = (float *)(smem + 4 * DWARPS * TILE * sizeof(__half)); /* [RMAX][D] */
+    float *Ps = qs + RMAX * D;                                        /* [DWARPS][RMAX][32] */
     const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
     const int G = a.n_head / a.n_head_kv;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
     const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
-    const int32_t *kp = sp.kp, *ix = sp.ix;
-    const int64_t j0 = sp.j0, j1 = sp.j1;
-    const int row0 = sp.row0, R = sp.R;
     __half *Tw = Ts + warp * 4 * TILE;
     float *Pw = Ps + warp * RMAX * 32;
     const int64_t step = (int64_t)DWARPS * 32;
-    int64_t tb = j0 + (int64_t)warp * 32;
-    int n = tb < j1 ? (j1 - tb < 32 ? (int)(j1 - tb) : 32) : 0, buf = 0;
-    int32_t my_pos = n > 0 ? issue_tile<E>(Tw, Tw + TILE, K, V, ix, kp, tb, n, lane) : 0; /* before the q staging */
-    for (int x = threadIdx.x; x < RMAX * D; x += blockDim.x) {
-        const int i = x / D, d = x % D;
-        float v = 0.f;
-        if (i < R) {
-            const int r = row0 + i;
-            v = a.q[((int64_t)(r / G) * a.n_head + g * G + r % G) * D + d] * a.scale;
-        }
-        qs[x] = v;
-    }
+    int64_t tb = sp.j0 + (int64_t)warp * 32;
+    int n = tile_keys(tb, sp.j1), buf = 0;
+    int32_t my_pos = n > 0 ? issue_tile<E>(Tw, Tw + TILE, K, V, sp.ix, sp.kp, tb, n, lane) : 0; /* before q */
+    stage_q<E>(qs, a, g, G, sp.row0, sp.R);
     int32_t qp[RMAX];
     float m[RMAX], l[RMAX], acc[RMAX][E];
-#pragma unroll
-    for (int i = 0; i < RMAX; i++) {
-        qp[i] = (a.q_pos && i < R) ? a.q_pos[(row0 + i) / G] : 0;
-        m[i] = -INFINITY;
-        l[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; e++) acc[i][e] = 0.f;
-    }
+    init_rows<E>(a, sp.row0, sp.R, G, qp, m, l, acc);
     __syncthreads();
     while (n > 0) {
         const int64_t tn = tb + step;
-        const int n_next = tn < j1 ? (j1 - tn < 32 ? (int)(j1 - tn) : 32) : 0;
+        const int n_next = tile_keys(tn, sp.j1);
         __half *Kn = Tw + (buf ^ 1) * 2 * TILE;
         int32_t pos_next = 0;
         if (n_next > 0) {
-            pos_next = issue_tile<E>(Kn, Kn + TILE, K, V, ix, kp, tn, n_next, lane);
+            pos_next = issue_tile<E>(Kn, Kn + TILE, K, V, sp.ix, sp.kp, tn, n_next, lane);
             __pipeline_wait_prior(1); /* this tile's copies have landed; the next tile's are in flight */
         } else {
             __pipeline_wait_prior(0);
         }
         __syncwarp();
-        const __half *Kw = Tw + buf * 2 * TILE, *Vw = Kw + TILE;
-        float s[RMAX];
-#pragma unroll
-        for (int i = 0; i < RMAX; i++) s[i] = 0.f;
-#pragma unroll
-        for (int cc = 0; cc < CH; cc++) {
-            uint4 kr = *(const uint4 *)(Kw + lane * KS + cc * 8);
-            const __half2 *h2 = (const __half2 *)&kr;
-            float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
-                   f3 = __half22float2(h2[3]);
-#pragma unroll
-            for (int i = 0; i < RMAX; i++) {
-                if (i >= R) break;
-                const float4 a0 = *(const float4 *)(qs + i * D + cc * 8), a1 = *(const float4 *)(qs + i * D + cc * 8 + 4);
-                s[i] += a0.x * f0.x + a0.y * f0.y + a0.z * f1.x + a0.w * f1.y + a1.x * f2.x + a1.y * f2.y + a1.z * f3.x +
-                        a1.w * f3.y;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < RMAX; i++) {
-            if (i >= R) break;
-            const bool vis = lane < n && !(kp && my_pos > qp[i]);
-            const float si = vis ? s[i] : -INFINITY;
-            float tm = si;
-#pragma unroll
-            for (int o = 16; o; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-            const float mn = fmaxf(m[i], tm);
-            const float c = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
-            const float p = si == -INFINITY ? 0.f : __expf(si - mn);
-            l[i] = l[i] * c + p;
-#pragma unroll
-            for (int e = 0; e < E; e++) acc[i][e] *= c;
-            m[i] = mn;
-            Pw[i * 32 + lane] = p;
-        }
-        __syncwarp();
-#pragma unroll 8
-        for (int k = 0; k < n; k++) {
-            const __half *vr = Vw + k * KS + lane * E;
-            float vf[E];
-            if (E == 4) {
-                const uint2 raw = *(const uint2 *)vr;
-                const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
-                vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
-            } else {
-                const float2 v0 = __half22float2(*(const __half2 *)vr);
-                vf[0] = v0.x; vf[1 % E] = v0.y;
-            }
-#pragma unroll
-            for (int i = 0; i < RMAX; i++) {
-                if (i >= R) break;
-                const float p = Pw[i * 32 + k];
-#pragma unroll
-                for (int e = 0; e < E; e++) acc[i][e] += p * vf[e];
-            }
-        }
-        __syncwarp(); /* this buffer is free for the tile after next */
+        const __half *Kw = Tw + buf * 2 * TILE;
+        fold_tile<E>(Kw, Kw + TILE, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, m, l, acc); /* ends with a syncwarp */
         tb = tn;
         n = n_next;
         my_pos = pos_next;
         buf ^= 1;
     }
-#pragma unroll
-    for (int i = 0; i < RMAX; i++)
-#pragma unroll
-        for (int o = 16; o; o >>= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o);
-    __syncthreads(); /* the tiles are done: reuse their space for the merge */
-    float *sm = (float *)smem, *sl = sm + DWARPS * RMAX, *sacc = sl + DWARPS * RMAX; /* sacc [DWARPS][RMAX][D] */
-    if (lane == 0)
-        for (int i = 0; i < RMAX; i++) { sm[warp * RMAX + i] = m[i]; sl[warp * RMAX + i] = l[i]; }
-#pragma unroll
-    for (int i = 0; i < RMAX; i++)
-#pragma unroll
-        for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
-    __syncthreads();
-    const int stride = D + 2;
-    for (int i = warp; i < R; i += DWARPS) {
-        float M = -INFINITY;
-        for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
-        float L = 0.f;
-        for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
-        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
-        for (int d = lane; d < D; d += 32) {
-            float o = 0.f;
-            for (int w = 0; w < DWARPS; w++)
-                o += sm[w * RMAX + i] == -INFINITY ? 0.f : sacc[(w * RMAX + i) * D + d] * __expf(sm[w * RMAX + i] - M);
-            dst[2 + d] = o;
-        }
-        if (lane == 0) { dst[0] = M; dst[1] = L; }
-    }
+    write_partials<E>(smem, sp, g, split, n_split, part, warp, lane, m, l, acc);
+}
+
+template <int E> static size_t tile2_smem(void) {
+    constexpr int D = 32 * E, KS = D + 8;
+    return (size_t)4 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4;
 }
 
 template <int E> static size_t tile_smem(void) {
