@@ -14,18 +14,21 @@
 # python3 with torch + transformers for the PyTorch peer, default python3).
 #
 # Steps, in order (each one row of summary.md, its log beside it):
-#   tests           test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA)
+#   tests           test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
+#                   test_cuda_model again with the candidate kernels on (KVB_ATTN_KERNEL=2, KVB_PREFILL_TC=1)
 #   bench-attention decode attention, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and PyTorch SDPA
 #   ncu             the attention kernels' achieved DRAM throughput (% of peak) under Nsight Compute
 #   model           the default model, CUDA, 512-8000 tokens, with PyTorch on the same shapes (tok/s, bound)
 #   methods         every method on the default model at 8000 tokens, 30%
 #   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
 #   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
+#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode
 #   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
 #   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys            a decode timeline (where nsys exists)
 # A lent GPU allows 10 minutes a command: run the steps in groups, e.g. KVB_GPU_STEPS="tests bench-attention
-# ncu model methods loads", then "synthetic", then "methods-8b", then "omnikv-128k", each into its own OUTDIR.
+# ncu model methods loads", then "synthetic-new synthetic" (KVB_SYNTH_CTX=32768 first: without tensor-core
+# prefill 128K takes minutes), then "methods-8b", then "omnikv-128k", each into its own OUTDIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -66,7 +69,9 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods loads synthetic methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods loads synthetic synthetic-new methods-8b omnikv-128k nsys}
+# the candidate kernels, off by default until a run like this one has validated and timed them
+new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1)
 step_timeout=${KVB_STEP_TIMEOUT:-900}
 synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
 methods_8b=${KVB_METHODS_8B:-all}
@@ -119,6 +124,8 @@ if want tests; then
     step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
         step "test_cuda_model (7 methods, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
+        step "test_cuda_model, candidate kernels (v2 decode, tensor-core prefill)" cuda_model_new.log \
+            "${new_kernels[@]}" "$bin/test_cuda_model"
     else
         skip test_cuda_model "default model not in $model_dir"
     fi
@@ -167,6 +174,10 @@ fi
 if want synthetic; then
     step "synthetic:llama3.1-8b full, ctx $synth_ctx (+ PyTorch)" bench_synth.md "$bin/kvbench" bench --backend cuda \
         --model synthetic:llama3.1-8b --contexts "$synth_ctx" -n 16
+fi
+if want synthetic-new; then
+    step "synthetic:llama3.1-8b full, ctx $synth_ctx, candidate kernels (+ PyTorch)" bench_synth_new.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model synthetic:llama3.1-8b --contexts "$synth_ctx" -n 16
 fi
 if want methods-8b; then
     for budget in 30% 2048; do

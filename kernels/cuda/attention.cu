@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attn_prefill.h"
 
 
 __device__ __forceinline__ float load_kv(const void *base, int f16, int64_t i) {
@@ -543,6 +544,20 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     if (a->n_q <= 0) return 0;
     cudaStream_t s = (cudaStream_t)stream;
     kvb_cuda_attn c = *a;
+    if (kvb_cuda_prefill_tc_fits(a)) { /* prefill on tensor cores; probabilities from its lse, as below */
+        if (a->probs && !a->lse) c.lse = (float *)ws;
+        if (kvb_cuda_prefill_tc(&c, s)) {
+            snprintf(err, err_len, "cuda attention: prefill launch failed: %s", cudaGetErrorString(cudaGetLastError()));
+            return -1;
+        }
+        if (a->probs) k_probs_simple<<<dim3((unsigned)a->n_q, (unsigned)a->n_head), 256, 0, s>>>(c, c.lse);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));
+            return -1;
+        }
+        return 0;
+    }
     int n_split, n_rows, n_chunks;
     plan(a, &n_split, &n_rows, &n_chunks);
     float *part = (float *)ws;

@@ -44,6 +44,11 @@ typedef struct {
 /* The tiled kernel a call with kernel = 0 takes (1 or 2; before any call: $KVB_ATTN_KERNEL, else 1). */
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
+/* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,
+ * |error| ~1e-3 of the output's scale) when on; before any call: on iff $KVB_PREFILL_TC is 1. Off by default
+ * until a GPU run has validated and timed it (scripts/gpu-check.sh runs both). */
+void kvb_cuda_attention_set_prefill_tc(int on);
+int kvb_cuda_attention_prefill_tc(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
 size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
 /* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least

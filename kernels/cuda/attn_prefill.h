@@ -1,0 +1,17 @@
+/* attn_prefill.h — the tensor-core prefill kernel (attn_prefill.cu), for attention.cu. C++ (nvcc) only. */
+#ifndef KVB_CUDA_ATTN_PREFILL_H
+#define KVB_CUDA_ATTN_PREFILL_H
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention.h"
+
+enum { KVB_PREFILL_TC_MIN_Q = 64 }; /* fewer queries take the split kernels */
+
+/* 1 when a call of these shapes takes the tensor-core kernel: f16 K/V, head_dim 64 or 128, at least
+ * KVB_PREFILL_TC_MIN_Q queries, and the kernel switched on (kvb_cuda_attention_prefill_tc). */
+int kvb_cuda_prefill_tc_fits(const kvb_cuda_attn *a);
+/* Enqueue it on s (out and lse; probabilities are attention.cu's second pass). 0, or -1 on a launch error. */
+int kvb_cuda_prefill_tc(const kvb_cuda_attn *a, cudaStream_t s);
+
+#endif
