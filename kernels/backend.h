@@ -302,6 +302,9 @@ const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
+/* The CUDA decode GEMV: 1 (the default) or 2, the candidate with four weight loads in flight per lane (before
+ * any call: $KVB_GEMV_KERNEL). Builds with KVB_HAVE_CUDA only. */
+void kvb_cuda_set_gemv_kernel(int k);
 /* A backend by name: "cpu" or "cuda". */
 kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len);
 /* Format a one-line error into err (NULL or 0 = none); returns -1. The ops' and the methods' error helper. */

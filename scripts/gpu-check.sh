@@ -17,12 +17,13 @@
 #   tests           test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
 #                   test_cuda_model again with the candidate kernels on (KVB_ATTN_KERNEL=2, KVB_PREFILL_TC=1)
 #   bench-attention decode attention, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and PyTorch SDPA
-#   ncu             the attention kernels' achieved DRAM throughput (% of peak) under Nsight Compute
+#   ncu             achieved DRAM throughput (% of peak) under Nsight Compute: the attention kernels (v1, v2)
+#                   and the decode GEMVs of the default model (v1, v2)
 #   model           the default model, CUDA, 512-8000 tokens, with PyTorch on the same shapes (tok/s, bound)
 #   methods         every method on the default model at 8000 tokens, 30%
 #   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
 #   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
-#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode
+#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode, GEMV v2
 #   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
 #   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys            a decode timeline (where nsys exists)
@@ -71,7 +72,7 @@ outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
 steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods loads synthetic synthetic-new methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
-new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1)
+new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=2)
 step_timeout=${KVB_STEP_TIMEOUT:-900}
 synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
 methods_8b=${KVB_METHODS_8B:-all}
@@ -141,6 +142,15 @@ if want ncu; then
                 --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
                 "$1" bench-attention --ctx 32768,131072 --batch 1,8 --iters 1 --torch off >"$2/ncu.csv" || exit 1
             python3 "$3/scripts/ncu_summary.py" "$2/ncu.csv"' _ "$bin/kvbench" "$outdir" "$root"
+        if [ $have_model = 1 ]; then
+            for gv in 1 2; do
+                step "ncu: decode GEMVs, kernel v$gv (default model, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
+                    KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \
+                        --page raw --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
+                        "$1" bench --backend cuda --contexts 2048 -n 4 --no-peer >"$2/ncu_gemv$4.csv" || exit 1
+                    python3 "$3/scripts/ncu_summary.py" "$2/ncu_gemv$4.csv"' _ "$bin/kvbench" "$outdir" "$root" "$gv"
+            done
+        fi
     else
         skip ncu "ncu not on PATH"
     fi

@@ -111,6 +111,18 @@ static void test_matmul(void) {
     check_matmul(GGML_T_Q4_1, 513, 1536, 130);
 }
 
+/* the candidate GEMV (four loads in flight per lane): its unrolled body, the tail, every token count */
+static void test_matmul_gemv2(void) {
+    kvb_cuda_set_gemv_kernel(2);
+    check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: the tail loop only */
+    check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: the unrolled body */
+    check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
+    check_matmul(GGML_T_Q4_1, 100, 14336, 3);
+    check_matmul(GGML_T_F16, 64, 1032, 4);
+    check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the v1 scalar path still */
+    kvb_cuda_set_gemv_kernel(1);
+}
+
 static void test_get_rows(void) {
     const int64_t rows = 1001, cols = 576;
     size_t rb = (size_t)ggml_row_bytes(GGML_T_Q8_0, cols);
@@ -484,6 +496,7 @@ int main(void) {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("CUDA ops vs float64", NULL, NULL);
     CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
+    CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);

@@ -313,6 +313,67 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t n, int64_t total
 
 /* ---- GEMV for decode: out[t][r] = W[r] . x[t], t < NT; one warp per row, 16-byte weight loads ---- */
 
+/* one 16-byte group of 8 weights times x[t][c0 .. c0+7] into acc[t] */
+template <int NT>
+__device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const float *x, int64_t cols, int64_t c0) {
+    const __half2 *h2 = (const __half2 *)&raw;
+    float wf[8];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __half22float2(h2[k]);
+        wf[2 * k] = f.x;
+        wf[2 * k + 1] = f.y;
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4 *xv = (const float4 *)(x + t * cols + c0);
+        float4 a = __ldg(xv), b = __ldg(xv + 1);
+        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y + wf[6] * b.z +
+                  wf[7] * b.w;
+    }
+}
+
+/* v2 (candidate, KVB_GEMV_KERNEL=2): k_gemv with four 16-byte weight loads in flight per lane before any math
+ * (the row's sum is split into the same per-lane partials in a different order: float rounding differs) */
+template <int NT>
+__global__ void __launch_bounds__(256) k_gemv2(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r >= rows) return;
+    const uint4 *w4 = (const uint4 *)(w + r * cols);
+    const int64_t nv = cols >> 3; /* cols % 8 == 0 (the caller checks) */
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    int64_t v = lane;
+    for (; v + 96 < nv; v += 128) {
+        const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + 32), r2 = __ldg(w4 + v + 64), r3 = __ldg(w4 + v + 96);
+        gemv_group<NT>(acc, r0, x, cols, v * 8);
+        gemv_group<NT>(acc, r1, x, cols, (v + 32) * 8);
+        gemv_group<NT>(acc, r2, x, cols, (v + 64) * 8);
+        gemv_group<NT>(acc, r3, x, cols, (v + 96) * 8);
+    }
+    for (; v < nv; v += 32) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) out[t * rows + r] = s;
+    }
+}
+
+static int g_gemv_kernel; /* 0 = not chosen yet, else 1 or 2 */
+
+extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 ? 2 : 1; }
+
+static int gemv_kernel(void) {
+    if (!g_gemv_kernel) {
+        const char *v = getenv("KVB_GEMV_KERNEL");
+        g_gemv_kernel = v && atoi(v) == 2 ? 2 : 1;
+    }
+    return g_gemv_kernel;
+}
+
 template <int NT>
 __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -325,24 +386,7 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const
     if ((cols & 7) == 0) {
         const uint4 *w4 = (const uint4 *)wr;
         const int64_t nv = cols >> 3;
-        for (int64_t v = lane; v < nv; v += 32) {
-            uint4 raw = __ldg(w4 + v);
-            const __half2 *h2 = (const __half2 *)&raw;
-            float wf[8];
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 f = __half22float2(h2[k]);
-                wf[2 * k] = f.x;
-                wf[2 * k + 1] = f.y;
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float4 *xv = (const float4 *)(x + t * cols + v * 8);
-                float4 a = __ldg(xv), b = __ldg(xv + 1);
-                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
-                          wf[6] * b.z + wf[7] * b.w;
-            }
-        }
+        for (int64_t v = lane; v < nv; v += 32) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
             const float wv = __half2float(wr[c]);
@@ -529,6 +573,15 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
     if (n_tok <= 4) {
         const int warps = 8;
         unsigned grid = (unsigned)((rows + warps - 1) / warps);
+        if (gemv_kernel() == 2 && (cols & 7) == 0) {
+            switch (n_tok) {
+            case 1: k_gemv2<1><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+            case 2: k_gemv2<2><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+            case 3: k_gemv2<3><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+            default: k_gemv2<4><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+            }
+            return CK_LAUNCH(k_gemv2);
+        }
         switch (n_tok) {
         case 1: k_gemv<1><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
         case 2: k_gemv<2><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
