@@ -231,6 +231,31 @@ static void test_simd_and_scalar_dots_are_bitwise_equal(void) {
     CU_ASSERT_EQUAL(compared, 20 * nt);
 }
 
+/* F16 weights (synthetic models, F16 GGUFs): llama.cpp's accumulation order in both the AVX2+F16C loop and the
+ * scalar one (bit for bit), the tail past a multiple of 32 included, and within float rounding of float64 */
+static void test_f16_dots_simd_and_scalar_agree_and_match_float64(void) {
+    const int lens[] = {32, 96, 1536, 1549, 7, 4096 + 31};
+    unsigned s = 5;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int n = lens[li];
+        kvb_f16 *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * sizeof *x);
+        double ref = 0, ref_abs = 0;
+        for (int i = 0; i < n; i++) {
+            w[i] = kvb_f32_to_f16(frand(&s));
+            x[i] = kvb_f32_to_f16(frand(&s) * 8.0f);
+            const double p = (double)kvb_f16_to_f32(w[i]) * kvb_f16_to_f32(x[i]);
+            ref += p, ref_abs += fabs(p);
+        }
+        quant_force_scalar(1);
+        const float a = quant_vec_dot(GGML_T_F16, n, w, x);
+        quant_force_scalar(0);
+        const float b = quant_vec_dot(GGML_T_F16, n, w, x);
+        CU_ASSERT(memcmp(&a, &b, sizeof a) == 0);
+        CU_ASSERT(fabs(a - ref) <= 1e-6 * ref_abs + 1e-6);
+        free(w), free(x);
+    }
+}
+
 /* Random bytes make every bit pattern a block can hold (extreme scales, all fifth/sixth bits, negative Q6_K
  * scales) that a quantizer would not produce; SIMD and scalar must still agree bit for bit, one activation
  * row at a time and four at once. */
@@ -417,6 +442,7 @@ int main(void) {
     CU_add_test(s, "Q8_1 sum field is d times the sum of quants", test_q8_1_sum_field_is_d_times_sum_of_quants);
     CU_add_test(s, "vec_dot of every type matches float64 of dequantized operands", test_vec_dot_of_every_type_matches_float64_of_dequantized_operands);
     CU_add_test(s, "SIMD and scalar dots are bitwise equal", test_simd_and_scalar_dots_are_bitwise_equal);
+    CU_add_test(s, "F16 dots: SIMD and scalar bitwise equal, float64 close", test_f16_dots_simd_and_scalar_agree_and_match_float64);
     CU_add_test(s, "SIMD, scalar and multi-row dots agree on random blocks",
                 test_simd_scalar_and_multi_row_dots_agree_on_random_blocks);
     CU_add_test(s, "prefill tile equals scalar dots on random blocks", test_prefill_tile_equals_scalar_dots_on_random_blocks);

@@ -445,6 +445,44 @@ static void multi_q4_0(int64_t n, const block_q4_0 *x, const uint8_t *act, size_
 }
 #endif
 
+/* F16 x F16 in llama.cpp's order (ggml_vec_dot_f16 on AVX2): four 8-lane accumulators over steps of 32
+ * elements (fused multiply-adds), folded 0+2, 1+3, then 0+1, the 8 lanes summed as (0+4, 1+5, 2+6, 3+7) by two
+ * horizontal adds, the tail past a multiple of 32 added in double. The scalar loop keeps that order exactly. */
+static float dot_f16_scalar(int64_t n, const kvb_f16 *x, const kvb_f16 *y) {
+    const int64_t np = n & ~(int64_t)31;
+    float acc[4][8] = {{0}};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 8; k++) acc[j][k] = fmaf(F(x[i + 8 * j + k]), F(y[i + 8 * j + k]), acc[j][k]);
+    float s[8], t[4];
+    for (int k = 0; k < 8; k++) s[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
+    for (int k = 0; k < 4; k++) t[k] = s[k] + s[k + 4];
+    double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    for (int64_t i = np; i < n; i++) sum += (double)(F(x[i]) * F(y[i]));
+    return (float)sum;
+}
+
+#if KVB_HAVE_AVX2 && defined(__F16C__)
+static float dot_f16_avx2(int64_t n, const kvb_f16 *x, const kvb_f16 *y) {
+    const int64_t np = n & ~(int64_t)31;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++) {
+            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * j)));
+            const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * j)));
+            acc[j] = _mm256_fmadd_ps(a, b, acc[j]);
+        }
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    acc[0] = _mm256_add_ps(acc[0], acc[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (int64_t i = np; i < n; i++) sum += (double)(F(x[i]) * F(y[i]));
+    return (float)sum;
+}
+#endif
+
 static float dot_one(ggml_type t, int64_t n, const void *w, const void *a) {
     switch (t) {
     case GGML_T_Q4_0: return dot_q4_0_q8_0(n, w, a);
@@ -453,12 +491,11 @@ static float dot_one(ggml_type t, int64_t n, const void *w, const void *a) {
     case GGML_T_Q5_1: return dot_q5_1_q8_1(n, w, a);
     case GGML_T_Q8_0: return dot_q8_0_q8_0(n, w, a);
     case GGML_T_F32: return dot_f32(n, w, a);
-    case GGML_T_F16: {
-        const kvb_f16 *x = w, *y = a;
-        float s = 0.0f;
-        for (int64_t i = 0; i < n; i++) s += F(x[i]) * F(y[i]);
-        return s;
-    }
+    case GGML_T_F16:
+#if KVB_HAVE_AVX2 && defined(__F16C__)
+        if (!g_force_scalar) return dot_f16_avx2(n, w, a);
+#endif
+        return dot_f16_scalar(n, w, a);
     case GGML_T_BF16: {
         const kvb_bf16 *x = w;
         const float *y = a;
