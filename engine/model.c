@@ -590,6 +590,14 @@ static void tap(kvb_ctx *c, const char *name, int layer, const float *data, int6
 }
 
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1. */
+/* k matmuls over one input: the backend's fused op when it has one (the same results) */
+static int matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x, int64_t n) {
+    if (be->matmul_n) return be->matmul_n(be, k, out, w, x, n);
+    for (int i = 0; i < k; i++)
+        if (be->matmul(be, out[i], w[i], x, n)) return -1;
+    return 0;
+}
+
 static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
     const kvb_model *m = c->model;
     const kvb_config *cfg = &m->cfg;
@@ -615,9 +623,9 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         prof_begin(P, PROF_CALC_QKV_AND_ROPE, l);
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, D, n, cfg->rms_eps);
         tap(c, "attn_norm", l, c->xn, n, D);
-        if (be->matmul(be, c->q, &L->wq, c->xn, n) || be->matmul(be, c->k, &L->wk, c->xn, n) ||
-            be->matmul(be, c->v, &L->wv, c->xn, n))
-            return ERR("matmul failed in layer %d: %s", l, be->error);
+        float *qkv[3] = {c->q, c->k, c->v};
+        const kvb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+        if (matmul_n(be, 3, qkv, wqkv, c->xn, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         if (L->bq) {
             be->add_bias(be, c->q, L->bq, D, n);
             be->add_bias(be, c->k, L->bk, kv_dim, n);
@@ -642,15 +650,22 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         prof_begin(P, PROF_ATTN_OUTPUT, l);
         if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "attn_out", l, c->xn, n, D);
-        be->add(be, c->x, c->x, c->xn, n * D);
-        tap(c, "ffn_inp", l, c->x, n, D);
-        prof_end(P, PROF_ATTN_OUTPUT, l, n, 0);
-
-        prof_begin(P, PROF_MLP, l);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, D, n, cfg->rms_eps);
+        if (be->add_rmsnorm) { /* the residual add and the MLP's norm in one op (the norm counts as attn_output) */
+            be->add_rmsnorm(be, c->x, c->xn, c->xn, L->ffn_norm, D, n, cfg->rms_eps);
+            tap(c, "ffn_inp", l, c->x, n, D);
+            prof_end(P, PROF_ATTN_OUTPUT, l, n, 0);
+            prof_begin(P, PROF_MLP, l);
+        } else {
+            be->add(be, c->x, c->x, c->xn, n * D);
+            tap(c, "ffn_inp", l, c->x, n, D);
+            prof_end(P, PROF_ATTN_OUTPUT, l, n, 0);
+            prof_begin(P, PROF_MLP, l);
+            be->rmsnorm(be, c->xn, c->x, L->ffn_norm, D, n, cfg->rms_eps);
+        }
         tap(c, "ffn_norm", l, c->xn, n, D);
-        if (be->matmul(be, c->ffn_g, &L->w_gate, c->xn, n) || be->matmul(be, c->ffn_u, &L->w_up, c->xn, n))
-            return ERR("matmul failed in layer %d: %s", l, be->error);
+        float *gu[2] = {c->ffn_g, c->ffn_u};
+        const kvb_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        if (matmul_n(be, 2, gu, wgu, c->xn, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "ffn_gate", l, c->ffn_g, n, cfg->n_ff);
         tap(c, "ffn_up", l, c->ffn_u, n, cfg->n_ff);
         be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);

@@ -155,6 +155,13 @@ struct kvb_backend {
     void (*add)(kvb_backend *be, float *out, const float *a, const float *b, int64_t n);
     /* out[t][i] += bias[i] for t < n_rows */
     void (*add_bias)(kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows);
+    /* Fusions the forward pass takes when set (NULL: the separate ops), with the separate ops' results bit for
+     * bit; a GPU saves launches. matmul_n: out[i] = matmul(w[i], x) for i < k <= 3 (one input). add_rmsnorm:
+     * x += d, then out = rmsnorm(x, w) (out may be d). */
+    int (*matmul_n)(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x,
+                    int64_t n_tok);
+    void (*add_rmsnorm)(kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
+                        int64_t n_rows, float eps);
     int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
     /* ---- data ops (see above) ---- */
     /* bytes from src to dst in direction dir (H2D: src host, dst device; D2H: src device, dst host; D2D: both

@@ -111,6 +111,62 @@ static void test_matmul(void) {
     check_matmul(GGML_T_Q4_1, 513, 1536, 130);
 }
 
+/* the fusions the forward pass takes: matmul_n (QKV, gate/up in one GEMV launch) and add_rmsnorm equal the
+ * separate ops bit for bit, for 1..4 tokens, both GEMV kernels, and out aliasing d */
+static void test_fused_ops_equal_the_separate_ops(void) {
+    const int64_t cols = 576, rows[3] = {576, 192, 192};
+    kvb_f16 *wq[3];
+    kvb_weight w[3];
+    for (int i = 0; i < 3; i++) {
+        wq[i] = malloc((size_t)rows[i] * cols * sizeof(kvb_f16));
+        for (int64_t j = 0; j < rows[i] * cols; j++) wq[i][j] = kvb_f32_to_f16((float)urand());
+        w[i] = (kvb_weight){wq[i], GGML_T_F16, rows[i], cols};
+        keep(wq[i]);
+    }
+    float *x = malloc(4 * cols * 4), *a = malloc(4 * 576 * 4), *b = malloc(4 * 576 * 4);
+    fill(x, 4 * cols, 1.0);
+    float *dx = dev_f32(4 * cols), *dsep[3], *dfused[3];
+    put(dx, x, 4 * cols * 4);
+    for (int i = 0; i < 3; i++) dsep[i] = dev_f32(4 * rows[i]), dfused[i] = dev_f32(4 * rows[i]);
+    int same = 1;
+    for (int kern = 1; kern <= 2; kern++) {
+        kvb_cuda_set_gemv_kernel(kern);
+        for (int64_t n_tok = 1; n_tok <= 4; n_tok++)
+            for (int k = 2; k <= 3; k++) {
+                const kvb_weight *wp[3] = {&w[0], &w[1], &w[2]};
+                for (int i = 0; i < k; i++) CU_ASSERT_FATAL(be->matmul(be, dsep[i], &w[i], dx, n_tok) == 0);
+                CU_ASSERT_FATAL(be->matmul_n(be, k, dfused, wp, dx, n_tok) == 0);
+                for (int i = 0; i < k; i++) {
+                    get(a, dsep[i], n_tok * rows[i] * 4);
+                    get(b, dfused[i], n_tok * rows[i] * 4);
+                    same &= memcmp(a, b, (size_t)(n_tok * rows[i] * 4)) == 0;
+                }
+            }
+    }
+    kvb_cuda_set_gemv_kernel(1);
+    CU_ASSERT(same);
+    /* add_rmsnorm(x, d, out = d) against add then rmsnorm */
+    const int64_t n = 576, nr = 3;
+    float *nw = malloc(n * 4), *hx = malloc(nr * n * 4), *hd = malloc(nr * n * 4);
+    fill(nw, n, 1.0), fill(hx, nr * n, 2.0), fill(hd, nr * n, 2.0);
+    keep(nw);
+    float *x1 = dev_f32(nr * n), *x2 = dev_f32(nr * n), *d1 = dev_f32(nr * n), *o2 = dev_f32(nr * n);
+    put(x1, hx, nr * n * 4), put(x2, hx, nr * n * 4), put(d1, hd, nr * n * 4);
+    be->add(be, x2, x2, d1, nr * n);
+    be->rmsnorm(be, o2, x2, nw, n, nr, 1e-5f);
+    be->add_rmsnorm(be, x1, d1, d1, nw, n, nr, 1e-5f);
+    float *r1 = malloc(nr * n * 4), *r2 = malloc(nr * n * 4);
+    get(r1, x1, nr * n * 4), get(r2, x2, nr * n * 4);
+    CU_ASSERT(memcmp(r1, r2, (size_t)(nr * n * 4)) == 0);
+    get(r1, d1, nr * n * 4), get(r2, o2, nr * n * 4);
+    CU_ASSERT(memcmp(r1, r2, (size_t)(nr * n * 4)) == 0);
+    printf("\n    fused ops: matmul_n %s, add_rmsnorm %s", same ? "equal" : "DIFFER", memcmp(r1, r2, (size_t)(nr * n * 4)) ? "DIFFERS" : "equal");
+    dev_free(dx, 4 * cols * 4);
+    for (int i = 0; i < 3; i++) dev_free(dsep[i], 4 * rows[i] * 4), dev_free(dfused[i], 4 * rows[i] * 4);
+    dev_free(x1, nr * n * 4), dev_free(x2, nr * n * 4), dev_free(d1, nr * n * 4), dev_free(o2, nr * n * 4);
+    free(x), free(a), free(b), free(hx), free(hd), free(r1), free(r2);
+}
+
 /* the candidate GEMV (four loads in flight per lane): its unrolled body, the tail, every token count */
 static void test_matmul_gemv2(void) {
     kvb_cuda_set_gemv_kernel(2);
@@ -497,6 +553,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("CUDA ops vs float64", NULL, NULL);
     CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
     CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
+    CU_add_test(s, "fused matmul_n and add_rmsnorm equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);

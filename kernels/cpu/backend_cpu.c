@@ -84,6 +84,20 @@ static void cpu_be_add_bias(kvb_backend *be, float *x, const float *bias, int64_
     for (int64_t r = 0; r < n_rows; r++) cpu_add(x + r * n, x + r * n, bias, n);
 }
 
+/* the fusions are the separate ops here (the same bits; nothing to save on the CPU but the engine's path) */
+static int cpu_be_matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x,
+                           int64_t n_tok) {
+    for (int i = 0; i < k; i++)
+        if (cpu_be_matmul(be, out[i], w[i], x, n_tok)) return -1;
+    return 0;
+}
+
+static void cpu_be_add_rmsnorm(kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
+                               int64_t n_rows, float eps) {
+    cpu_add(x, x, d, n * n_rows);
+    cpu_rmsnorm(out, x, w, n, n_rows, eps);
+}
+
 static int cpu_be_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
     cpu_impl *im = be->impl;
     cpu_attn_args args = *a;
@@ -180,6 +194,8 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->swiglu = cpu_be_swiglu;
     be->add = cpu_be_add;
     be->add_bias = cpu_be_add_bias;
+    be->matmul_n = cpu_be_matmul_n;
+    be->add_rmsnorm = cpu_be_add_rmsnorm;
     be->attention = cpu_be_attention;
     be->free = cpu_be_free;
     be->kv_writer = cpu_kv_writer;

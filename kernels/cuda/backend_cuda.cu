@@ -256,10 +256,17 @@ __global__ void k_get_rows(float *out, const __half *w, const int32_t *ids, int6
         out[i * cols + c] = __half2float(row[c]);
 }
 
-__global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
-    const float *xr = x + (int64_t)blockIdx.x * n;
+/* out = rmsnorm(x) per row (a block a row); ADD: x += d first (k_add's sums), out may be d: every thread reads
+ * its elements of d before the block's reduction and writes out after it */
+template <bool ADD>
+__global__ void k_rmsnorm(float *out, float *x, const float *d, const float *w, int64_t n, float eps) {
+    float *xr = x + (int64_t)blockIdx.x * n;
     float *orow = out + (int64_t)blockIdx.x * n;
     float s = 0.f;
+    if (ADD) {
+        const float *dr = d + (int64_t)blockIdx.x * n;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] = xr[i] + dr[i];
+    }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
     __shared__ float red[32];
     for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -333,35 +340,6 @@ __device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const fl
     }
 }
 
-/* v2 (candidate, KVB_GEMV_KERNEL=2): k_gemv with four 16-byte weight loads in flight per lane before any math
- * (the row's sum is split into the same per-lane partials in a different order: float rounding differs) */
-template <int NT>
-__global__ void __launch_bounds__(256) k_gemv2(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
-    if (r >= rows) return;
-    const uint4 *w4 = (const uint4 *)(w + r * cols);
-    const int64_t nv = cols >> 3; /* cols % 8 == 0 (the caller checks) */
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
-    int64_t v = lane;
-    for (; v + 96 < nv; v += 128) {
-        const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + 32), r2 = __ldg(w4 + v + 64), r3 = __ldg(w4 + v + 96);
-        gemv_group<NT>(acc, r0, x, cols, v * 8);
-        gemv_group<NT>(acc, r1, x, cols, (v + 32) * 8);
-        gemv_group<NT>(acc, r2, x, cols, (v + 64) * 8);
-        gemv_group<NT>(acc, r3, x, cols, (v + 96) * 8);
-    }
-    for (; v < nv; v += 32) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = acc[t];
-        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) out[t * rows + r] = s;
-    }
-}
-
 static int g_gemv_kernel; /* 0 = not chosen yet, else 1 or 2 */
 
 extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 ? 2 : 1; }
@@ -374,7 +352,36 @@ static int gemv_kernel(void) {
     return g_gemv_kernel;
 }
 
+/* one row's dot products by a warp: lane l takes 16-byte groups l, l+32, ...; V2 (the candidate,
+ * KVB_GEMV_KERNEL=2) keeps four in flight (its per-lane partial sums then add in another order: float rounding
+ * differs from v1) */
+template <int NT, bool V2>
+__device__ __forceinline__ void gemv_row(float (&acc)[NT], const uint4 *w4, const float *x, int64_t cols, int lane) {
+    const int64_t nv = cols >> 3;
+    int64_t v = lane;
+    if (V2)
+        for (; v + 96 < nv; v += 128) {
+            const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + 32), r2 = __ldg(w4 + v + 64), r3 = __ldg(w4 + v + 96);
+            gemv_group<NT>(acc, r0, x, cols, v * 8);
+            gemv_group<NT>(acc, r1, x, cols, (v + 32) * 8);
+            gemv_group<NT>(acc, r2, x, cols, (v + 64) * 8);
+            gemv_group<NT>(acc, r3, x, cols, (v + 96) * 8);
+        }
+    for (; v < nv; v += 32) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
+}
+
+/* the warp's sums into out[t][r] */
 template <int NT>
+__device__ __forceinline__ void gemv_store(float (&acc)[NT], float *out, int64_t rows, int64_t r, int lane) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) out[t * rows + r] = s;
+    }
+}
+
+template <int NT, bool V2>
 __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -384,9 +391,7 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.f;
     if ((cols & 7) == 0) {
-        const uint4 *w4 = (const uint4 *)wr;
-        const int64_t nv = cols >> 3;
-        for (int64_t v = lane; v < nv; v += 32) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
+        gemv_row<NT, V2>(acc, (const uint4 *)wr, x, cols, lane);
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
             const float wv = __half2float(wr[c]);
@@ -394,12 +399,29 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const
             for (int t = 0; t < NT; t++) acc[t] += wv * x[t * cols + c];
         }
     }
+    gemv_store<NT>(acc, out, rows, r, lane);
+}
+
+/* up to three matrices of one width over one input in one launch: a warp takes row r of their rows laid end to
+ * end, computed as k_gemv computes it (the same bits) */
+struct gemv_set {
+    const __half *w[3];
+    float *out[3];
+    int64_t rows[3];
+};
+
+template <int NT, bool V2>
+__global__ void __launch_bounds__(256) k_gemv_n(gemv_set s, const float *x, int64_t cols) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
+    int i = 0;
+    while (i < 3 && r >= s.rows[i]) r -= s.rows[i++];
+    if (i == 3) return;
+    float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = acc[t];
-        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) out[t * rows + r] = s;
-    }
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    gemv_row<NT, V2>(acc, (const uint4 *)(s.w[i] + r * cols), x, cols, lane);
+    gemv_store<NT>(acc, s.out[i], s.rows[i], r, lane);
 }
 
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
@@ -573,21 +595,16 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
     if (n_tok <= 4) {
         const int warps = 8;
         unsigned grid = (unsigned)((rows + warps - 1) / warps);
-        if (gemv_kernel() == 2 && (cols & 7) == 0) {
-            switch (n_tok) {
-            case 1: k_gemv2<1><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-            case 2: k_gemv2<2><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-            case 3: k_gemv2<3><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-            default: k_gemv2<4><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-            }
-            return CK_LAUNCH(k_gemv2);
-        }
+        const bool v2 = gemv_kernel() == 2;
+#define GEMV(NT) (v2 ? k_gemv<NT, true><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols) \
+                     : k_gemv<NT, false><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols))
         switch (n_tok) {
-        case 1: k_gemv<1><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-        case 2: k_gemv<2><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-        case 3: k_gemv<3><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
-        default: k_gemv<4><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols); break;
+        case 1: GEMV(1); break;
+        case 2: GEMV(2); break;
+        case 3: GEMV(3); break;
+        default: GEMV(4); break;
         }
+#undef GEMV
         return CK_LAUNCH(k_gemv);
     }
     /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok) */
@@ -630,7 +647,54 @@ static void cuda_rmsnorm(kvb_backend *be, float *out, const float *x, const floa
     cuda_impl *im = IM(be);
     const float *wd = vector_dev(im, w, n);
     if (!wd) return;
-    k_rmsnorm<<<(unsigned)n_rows, 256, 0, im->stream>>>(out, x, wd, n, eps);
+    k_rmsnorm<false><<<(unsigned)n_rows, 256, 0, im->stream>>>(out, (float *)x, NULL, wd, n, eps);
+    CK_LAUNCH(k_rmsnorm);
+}
+
+/* k matmuls over one input: decode (<= 4 tokens) with matrices of one width (a multiple of 8) in one GEMV
+ * launch, anything else one matmul at a time */
+static int cuda_matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x,
+                         int64_t n_tok) {
+    cuda_impl *im = IM(be);
+    int fuse = k >= 1 && k <= 3 && n_tok >= 1 && n_tok <= 4 && (w[0]->cols & 7) == 0;
+    for (int i = 1; fuse && i < k; i++) fuse = w[i]->cols == w[0]->cols;
+    if (!fuse) {
+        for (int i = 0; i < k; i++)
+            if (cuda_matmul(be, out[i], w[i], x, n_tok)) return -1;
+        return 0;
+    }
+    gemv_set s;
+    memset(&s, 0, sizeof s);
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) {
+        s.w[i] = be->error[0] ? NULL : weight_f16(im, w[i]);
+        if (!s.w[i]) return -1;
+        s.out[i] = out[i];
+        s.rows[i] = w[i]->rows;
+        total += w[i]->rows;
+    }
+    const int warps = 8;
+    const unsigned grid = (unsigned)((total + warps - 1) / warps);
+    const int64_t cols = w[0]->cols;
+    const bool v2 = gemv_kernel() == 2;
+#define GEMV_N(NT) (v2 ? k_gemv_n<NT, true><<<grid, warps * 32, 0, im->stream>>>(s, x, cols) \
+                       : k_gemv_n<NT, false><<<grid, warps * 32, 0, im->stream>>>(s, x, cols))
+    switch (n_tok) {
+    case 1: GEMV_N(1); break;
+    case 2: GEMV_N(2); break;
+    case 3: GEMV_N(3); break;
+    default: GEMV_N(4); break;
+    }
+#undef GEMV_N
+    return CK_LAUNCH(k_gemv_n);
+}
+
+static void cuda_add_rmsnorm(kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
+                             int64_t n_rows, float eps) {
+    cuda_impl *im = IM(be);
+    const float *wd = vector_dev(im, w, n);
+    if (!wd) return;
+    k_rmsnorm<true><<<(unsigned)n_rows, 256, 0, im->stream>>>(out, x, d, wd, n, eps);
     CK_LAUNCH(k_rmsnorm);
 }
 
@@ -830,6 +894,8 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->matmul = cuda_matmul;
     be->get_rows = cuda_get_rows;
     be->rmsnorm = cuda_rmsnorm;
+    be->matmul_n = cuda_matmul_n;
+    be->add_rmsnorm = cuda_add_rmsnorm;
     be->rope = cuda_rope;
     be->swiglu = cuda_swiglu;
     be->add = cuda_add;
