@@ -525,6 +525,17 @@ extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
     return part + (size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 512;
 }
 
+/* the probabilities' second pass (when asked for: against c->lse), then the launches' verdict */
+static int probs_and_check(const kvb_cuda_attn *c, cudaStream_t s, char *err, size_t err_len) {
+    if (c->probs) k_probs_simple<<<dim3((unsigned)c->n_q, (unsigned)c->n_head), 256, 0, s>>>(*c, c->lse);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_bytes, void *stream, char *err,
                                   size_t err_len) {
     if (a->head_dim < 1 || a->head_dim > 256 || a->n_head_kv < 1 || a->n_head % a->n_head_kv) {
@@ -550,13 +561,7 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
             snprintf(err, err_len, "cuda attention: prefill launch failed: %s", cudaGetErrorString(cudaGetLastError()));
             return -1;
         }
-        if (a->probs) k_probs_simple<<<dim3((unsigned)a->n_q, (unsigned)a->n_head), 256, 0, s>>>(c, c.lse);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) {
-            snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));
-            return -1;
-        }
-        return 0;
+        return probs_and_check(&c, s, err, err_len);
     }
     int n_split, n_rows, n_chunks;
     plan(a, &n_split, &n_rows, &n_chunks);
@@ -602,11 +607,5 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
         else k_attn_split<8, 0><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
     }
     k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, n_split, n_rows, n_chunks, part);
-    if (a->probs) k_probs_simple<<<dim3((unsigned)a->n_q, (unsigned)a->n_head), 256, 0, s>>>(c, c.lse);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));
-        return -1;
-    }
-    return 0;
+    return probs_and_check(&c, s, err, err_len);
 }
