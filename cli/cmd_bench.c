@@ -79,6 +79,7 @@ static int bench_one(kvb_model *m, const kvb_ctx_params *base, long n_prompt, lo
     char err[512];
     kvb_ctx_params p = *base;
     p.n_ctx = (int)(n_prompt + n_dec + 1);
+    p.kv_reserve = p.n_ctx; /* no growth copy inside the timed decode */
     p.profile = profile;
     kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
     if (!c) return cli_fail("bench: %s", err);

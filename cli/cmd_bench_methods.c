@@ -28,9 +28,10 @@ static const char *HELP =
     "  --json FILE            also write the table as JSON\n"
     "  --bound                the byte-bound columns on the CPU too (its copy rate is one thread's memmove)\n"
     "  --profile              time the phases (on a GPU each waits for the device: decode ms/token then counts\n"
-    "                         those waits) and report the methods' packed host->device loads (Round Attention's\n"
-    "                         per question, OmniKV's with offload=1): loads, MiB, GB/s and %% of the pinned copy\n"
-    "                         rate measured in the same run\n"
+    "                         those waits); report each method's decode step by phase, with the share outside\n"
+    "                         attention and the matmul phases, and its packed host->device loads (Round\n"
+    "                         Attention's per question, OmniKV's with offload=1): loads, MiB, GB/s and %% of the\n"
+    "                         pinned copy rate measured in the same run\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 typedef struct {
@@ -40,6 +41,7 @@ typedef struct {
     double attended, formula;
     double copies[KVB_COPY_DIRS], bytes[KVB_COPY_DIRS]; /* per decode step, by direction */
     int64_t load_ns, load_bytes, loads;                  /* packed loads (PROF_H2D), with --profile */
+    double phase_ms[PROF_PHASE_COUNT];                   /* decode phases per step, with --profile */
     char desc[200];
 } bm_row;
 
@@ -48,6 +50,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     char err[512];
     kvb_ctx_params p = *base;
     p.n_ctx = (int)(n_prompt + n_dec + 1);
+    p.kv_reserve = p.n_ctx; /* full attention's heads never grow inside the timed decode */
     p.profile = profile;
     kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
     if (!c) return cli_fail("bench: %s", err);
@@ -66,6 +69,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     }
     row->prefill_s = ses.prefill_ms / 1e3;
     row->decode_ms = kvb_session_ms_per_token(&ses);
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) row->phase_ms[ph] = ses.steps ? ses.dec_phase_ms[ph] / ses.steps : 0;
     row->kv = ses.kv_end;
     row->formula = meth->formula_frac ? meth->formula_frac(meth, c) : -1;
     row->attended = ses.attended;
@@ -183,6 +187,22 @@ int cmd_bench_methods(int argc, char **argv) {
                (r->kv.moved_h2d + r->kv.moved_d2h) / MiB, up, down, r->attended, r->desc);
     }
     if (profile) {
+        /* attention and the phases whose work is the matmuls (with their small ops: norms, rope, adds) */
+        static const prof_phase mm[] = {PROF_CALC_QKV_AND_ROPE, PROF_ATTN_OUTPUT, PROF_MLP, PROF_LM_HEAD};
+        printf("\ndecode step by phase (ms/token; a load made inside attention counts as attention; outside = the step "
+               "less attention and the matmul phases):\n\n");
+        printf("| method | ms/token | attention | matmul phases | select | update_cache | h2d | d2h | sample | outside %% |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int k = 0; k < n_names; k++) {
+            const bm_row *r = &rows[k];
+            double mmt = 0;
+            for (size_t i = 0; i < sizeof mm / sizeof *mm; i++) mmt += r->phase_ms[mm[i]];
+            const double out = r->decode_ms - r->phase_ms[PROF_ATTN_FORWARD] - mmt;
+            printf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f%% |\n", r->name, r->decode_ms,
+                   r->phase_ms[PROF_ATTN_FORWARD], mmt, r->phase_ms[PROF_SELECT], r->phase_ms[PROF_UPDATE_CACHE],
+                   r->phase_ms[PROF_H2D], r->phase_ms[PROF_D2H], r->phase_ms[PROF_SAMPLE],
+                   r->decode_ms > 0 ? 100 * out / r->decode_ms : 0);
+        }
         printf("\npacked host->device loads (the methods' h2d phase, from its start to the device having finished it)"
                " against the backend's pinned host->device copy of 256 MiB, %.2f GB/s, measured now:\n\n", h2d_gbs);
         printf("| method | loads | MiB | ms | GB/s | %% of pinned copy |\n|---|---:|---:|---:|---:|---:|\n");

@@ -285,6 +285,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
      * tokens when it left the size to the model */
     int64_t cap0 = 256;
     if (c->be->discrete) cap0 = p && p->n_ctx > 0 ? c->params.n_ctx : (c->params.n_ctx < 4096 ? c->params.n_ctx : 4096);
+    if (p && p->kv_reserve > cap0) cap0 = p->kv_reserve;
     c->kv = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, cap0, c->be, &c->mem, err,
                        err_len);
     if (!c->kv) goto fail;

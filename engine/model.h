@@ -68,6 +68,8 @@ typedef struct {
     kvb_backend *share_backend; /* use this backend (owned by another context) instead of creating one */
     const char *backend;        /* "cpu" (default, or $KVB_BACKEND) or "cuda" */
     kvb_prefill_gemm prefill_gemm; /* default AUTO */
+    int64_t kv_reserve;   /* KV slots per head allocated up front (0: 256 on the CPU, the context on a GPU); the
+                           * benchmarks reserve the whole context so no decode step pays a growth copy */
 } kvb_ctx_params;
 
 typedef struct kvb_ctx kvb_ctx;
