@@ -21,15 +21,20 @@
 #                   and the decode GEMVs of the default model (v1, v2)
 #   model           the default model, CUDA, 512-8000 tokens, with PyTorch on the same shapes (tok/s, bound)
 #   methods         every method on the default model at 8000 tokens, 30%
+#   methods-profile the same with --profile: each decode step by phase, the share outside attention and matmuls
 #   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
 #   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
 #   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode, GEMV v2
 #   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
 #   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys            a decode timeline (where nsys exists)
-# A lent GPU allows 10 minutes a command: run the steps in groups, e.g. KVB_GPU_STEPS="tests bench-attention
-# ncu model methods loads", then "synthetic-new synthetic" (KVB_SYNTH_CTX=32768 first: without tensor-core
-# prefill 128K takes minutes), then "methods-8b", then "omnikv-128k", each into its own OUTDIR.
+# A lent GPU allows 10 minutes a command: run the steps in groups, each into its own OUTDIR, e.g.
+#   KVB_GPU_STEPS="tests bench-attention ncu"          (then read: do the candidate kernels pass and win?)
+#   KVB_GPU_STEPS="model methods methods-profile loads"
+#   KVB_GPU_STEPS="synthetic-new synthetic" KVB_SYNTH_CTX=32768   (then 65536, 131072 as time allows)
+#   KVB_PREFILL_TC=1 KVB_GPU_STEPS=methods-8b KVB_METHODS_8B=snapkv,omnikv,...  (13 prefills of 32K per budget)
+#   KVB_PREFILL_TC=1 KVB_GPU_STEPS=omnikv-128k        (two 128K prefills: minutes without tensor cores)
+# The environment reaches every step, so KVB_PREFILL_TC / KVB_ATTN_KERNEL / KVB_GEMV_KERNEL pick the kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -70,7 +75,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods loads synthetic synthetic-new methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods methods-profile loads synthetic synthetic-new methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=2)
 step_timeout=${KVB_STEP_TIMEOUT:-900}
@@ -78,6 +83,8 @@ synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
 methods_8b=${KVB_METHODS_8B:-all}
 # the method parameters calibration would give a real model, pinned: synthetic weights have nothing to calibrate
 pins=(--method-opt round:lw=8 --method-opt pod:block=3)
+# Llama-3.1-8B's shapes with room for 128K prompt tokens plus the decode steps (its own context is 131072)
+synth8b="synthetic:llama3.1-8b?ctx=131200"
 want() { [[ " $steps " == *" $1 "* ]]; }
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -172,6 +179,15 @@ if want methods; then
         skip "bench --method all" "default model not in $model_dir"
     fi
 fi
+if want methods-profile; then
+    if [ $have_model = 1 ]; then
+        step "bench --method all --profile on CUDA (each step by phase: the share outside attention and matmuls)" \
+            bench_methods_profile_cuda.md "$bin/kvbench" bench --backend cuda --method all --budget 30% --ctx-len 8000 \
+            -n 16 --profile "${pins[@]}" --method-opt "omnikv:layers=2;8;17"
+    else
+        skip "bench --method all --profile" "default model not in $model_dir"
+    fi
+fi
 if want loads; then
     if [ $have_model = 1 ]; then
         step "packed loads: round + omnikv (offload) on CUDA, 8000 tokens" bench_loads_cuda.md "$bin/kvbench" bench \
@@ -183,11 +199,11 @@ if want loads; then
 fi
 if want synthetic; then
     step "synthetic:llama3.1-8b full, ctx $synth_ctx (+ PyTorch)" bench_synth.md "$bin/kvbench" bench --backend cuda \
-        --model synthetic:llama3.1-8b --contexts "$synth_ctx" -n 16
+        --model "$synth8b" --contexts "$synth_ctx" -n 16
 fi
 if want synthetic-new; then
     step "synthetic:llama3.1-8b full, ctx $synth_ctx, candidate kernels (+ PyTorch)" bench_synth_new.md \
-        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model synthetic:llama3.1-8b --contexts "$synth_ctx" -n 16
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts "$synth_ctx" -n 16
 fi
 if want methods-8b; then
     for budget in 30% 2048; do
@@ -198,7 +214,7 @@ if want methods-8b; then
 fi
 if want omnikv-128k; then
     step "synthetic:llama3.1-8b, 128K, omnikv 2048 (no offload) vs full" bench_omnikv_128k.md "$bin/kvbench" bench \
-        --backend cuda --model synthetic:llama3.1-8b --method omnikv --budget 2048 --ctx-len 131072 -n 16 \
+        --backend cuda --model "$synth8b" --method omnikv --budget 2048 --ctx-len 131072 -n 16 \
         --method-opt "omnikv:layers=2;8;18" --method-opt omnikv:offload=0
 fi
 if want nsys; then
