@@ -234,6 +234,9 @@ int cmd_bench_methods(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "attended_per_layer", rows[k].attended);
             cJSON_AddNumberToObject(o, "step_bytes", w_bytes + kv_tok * rows[k].attended);
             if (profile) {
+                cJSON *ph = cJSON_AddObjectToObject(o, "decode_phase_ms");
+                for (int p = 0; ph && p < PROF_PHASE_COUNT; p++)
+                    cJSON_AddNumberToObject(ph, prof_phase_name((prof_phase)p), rows[k].phase_ms[p]);
                 cJSON_AddNumberToObject(o, "loads", (double)rows[k].loads);
                 cJSON_AddNumberToObject(o, "load_bytes", (double)rows[k].load_bytes);
                 cJSON_AddNumberToObject(o, "load_ns", (double)rows[k].load_ns);
