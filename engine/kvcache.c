@@ -369,10 +369,9 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
              const int32_t *const *idx, const int64_t *n, char *err, size_t err_len) {
     if (n_heads < 0 || n_heads > dst->n_layer * dst->n_head_kv) return ERR("kv store: a load of %d heads", n_heads);
     if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
-    kvb_kv_head *x = malloc((size_t)(n_heads ? n_heads : 1) * 2 * sizeof *x);
+    kvb_kv_head *x = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *x), *y = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *y);
     int64_t *off = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *off);
-    int rc = x && off ? 0 : ERR("out of memory");
-    kvb_kv_head *y = x + n_heads;
+    int rc = x && y && off ? 0 : ERR("out of memory");
     int64_t moved = 0;
     for (int j = 0; j < n_heads && !rc; j++) {
         const int l = layer[j], h = head[j];
@@ -404,6 +403,7 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
     for (int j = 0; j < n_heads && !rc; j++) head_at(dst, layer[j], head[j])->n += n[j];
     if (!rc && moved) kvb_mem_move(dst->mem, KVB_TIER_HOST, KVB_TIER_DEVICE, moved * kvc_slot_bytes(dst));
     free(x);
+    free(y);
     free(off);
     return rc;
 }
