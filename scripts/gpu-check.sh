@@ -24,7 +24,8 @@
 #   methods-profile the same with --profile: each decode step by phase, the share outside attention and matmuls
 #   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
 #   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
-#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode, GEMV v2
+#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode, GEMV v2,
+#                   the probabilities pass v2
 #   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
 #   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys            a decode timeline (where nsys exists)
@@ -34,7 +35,8 @@
 #   KVB_GPU_STEPS="synthetic-new synthetic" KVB_SYNTH_CTX=32768   (then 65536, 131072 as time allows)
 #   KVB_PREFILL_TC=1 KVB_GPU_STEPS=methods-8b KVB_METHODS_8B=snapkv,omnikv,...  (13 prefills of 32K per budget)
 #   KVB_PREFILL_TC=1 KVB_GPU_STEPS=omnikv-128k        (two 128K prefills: minutes without tensor cores)
-# The environment reaches every step, so KVB_PREFILL_TC / KVB_ATTN_KERNEL / KVB_GEMV_KERNEL pick the kernels.
+# The environment reaches every step, so KVB_PREFILL_TC / KVB_ATTN_KERNEL / KVB_GEMV_KERNEL / KVB_PROBS_KERNEL
+# pick the kernels (e.g. the methods steps with KVB_PROBS_KERNEL=2: H2O, TOVA and OmniKV's filters read it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -77,7 +79,7 @@ outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
 steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods methods-profile loads synthetic synthetic-new methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
-new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=2)
+new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=2 KVB_PROBS_KERNEL=2)
 step_timeout=${KVB_STEP_TIMEOUT:-900}
 synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
 methods_8b=${KVB_METHODS_8B:-all}

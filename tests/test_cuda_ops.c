@@ -454,6 +454,18 @@ static void test_attention_v2(void) {
     kvb_cuda_attention_set_kernel(was);
 }
 
+/* the candidate probabilities pass (KVB_PROBS_KERNEL=2): decode and prefill-sized blocks, index lists, masks,
+ * more entries than one chunk of a block, head_dim 64 and 128 */
+static void test_attention_probs_v2(void) {
+    kvb_cuda_attention_set_probs_kernel(2);
+    check_attention(64, 2, 3, 3, 1000, 1, 1);
+    check_attention(128, 2, 4, 1, 20000, 1, 1);
+    check_attention(128, 1, 4, 1, 33, 1, 0);
+    check_attention(64, 3, 3, 130, 600, 1, 0);
+    check_attention(80, 2, 2, 5, 777, 1, 1); /* odd head_dim: the v1 pass still */
+    kvb_cuda_attention_set_probs_kernel(1);
+}
+
 /* prefill on tensor cores (KVB_PREFILL_TC): prefill-sized query blocks, masks by shuffled positions, index
  * lists, a partial last block of queries, head_dim 64 and 128 */
 static void test_attention_prefill_tc(void) {
@@ -560,6 +572,7 @@ int main(void) {
     CU_add_test(s, "attention through the op table", test_attention);
     CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
+    CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);
     int rc = util_run_suites();
     kvb_backend_free(be);

@@ -44,6 +44,90 @@ __global__ void k_probs_simple(kvb_cuda_attn a, const float *lse) {
     }
 }
 
+/* v2 of the probabilities (candidate, KVB_PROBS_KERNEL=2; f16 K, head_dim 64/128, GQA groups up to PROBS_GMAX):
+ * a block takes one KV head, one query and a chunk of PROBS_CHUNK list entries, so decode fills the GPU; a
+ * warp reads each K row once, coalesced, for all G query heads of the group (warp-reduced dots), and takes 32
+ * consecutive entries at a time so that lane i writes entry i: coalesced stores. The dot's summation order
+ * differs from k_probs_simple's (float rounding). */
+enum { PROBS_WARPS = 8, PROBS_CHUNK = 2048, PROBS_GMAX = 8 };
+
+template <int E>
+__global__ void __launch_bounds__(PROBS_WARPS * 32) k_probs_warp(kvb_cuda_attn a, const float *lse) {
+    constexpr int D = 32 * E;
+    const int g = blockIdx.x, G = a.n_head / a.n_head_kv;
+    const int64_t t = blockIdx.y, c0 = (int64_t)blockIdx.z * PROBS_CHUNK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const __half *K = (const __half *)a.k[g];
+    const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
+    const int32_t *ix = a.idx ? a.idx[g] : NULL;
+    const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
+    const int64_t c1 = c0 + PROBS_CHUNK < len ? c0 + PROBS_CHUNK : len;
+    const int32_t qp = a.q_pos ? a.q_pos[t] : 0;
+    float q[PROBS_GMAX][E], L[PROBS_GMAX];
+#pragma unroll
+    for (int r = 0; r < PROBS_GMAX; r++) {
+        const int h = g * G + (r < G ? r : 0);
+        const float *qr = a.q + (t * a.n_head + h) * (int64_t)D + lane * E;
+#pragma unroll
+        for (int e = 0; e < E; e++) q[r][e] = r < G ? qr[e] * a.scale : 0.f;
+        L[r] = r < G ? lse[(int64_t)h * a.n_q + t] : 0.f;
+    }
+    for (int64_t base = c0 + (int64_t)warp * 32; base < c1; base += (int64_t)PROBS_WARPS * 32) {
+        float mine[PROBS_GMAX];
+#pragma unroll
+        for (int r = 0; r < PROBS_GMAX; r++) mine[r] = 0.f;
+        const int n = c1 - base < 32 ? (int)(c1 - base) : 32;
+        int64_t my_slot = 0;
+        bool my_masked = true;
+        if (lane < n) {
+            my_slot = ix ? ix[base + lane] : base + lane;
+            my_masked = kp && kp[my_slot] > qp;
+        }
+        for (int i = 0; i < n; i++) {
+            const int64_t slot = __shfl_sync(0xffffffffu, my_slot, i);
+            float kf[E];
+            const __half *kr = K + slot * D + lane * E;
+            if (E == 4) {
+                const uint2 raw = *(const uint2 *)kr;
+                const float2 k0 = __half22float2(*(const __half2 *)&raw.x), k1 = __half22float2(*(const __half2 *)&raw.y);
+                kf[0] = k0.x; kf[1] = k0.y; kf[2 % E] = k1.x; kf[3 % E] = k1.y;
+            } else {
+                const float2 k0 = __half22float2(*(const __half2 *)kr);
+                kf[0] = k0.x; kf[1 % E] = k0.y;
+            }
+#pragma unroll
+            for (int r = 0; r < PROBS_GMAX; r++) {
+                if (r >= G) break;
+                float s = 0.f;
+#pragma unroll
+                for (int e = 0; e < E; e++) s += q[r][e] * kf[e];
+#pragma unroll
+                for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == i) mine[r] = s;
+            }
+        }
+        if (lane < n)
+#pragma unroll
+            for (int r = 0; r < PROBS_GMAX; r++) {
+                if (r >= G) break;
+                float *pr = a.probs + ((int64_t)(g * G + r) * a.n_q + t) * a.probs_stride;
+                pr[base + lane] = my_masked || L[r] == -INFINITY ? 0.f : expf(mine[r] - L[r]);
+            }
+    }
+}
+
+static int g_probs_kernel; /* 0 = not chosen yet */
+
+extern "C" void kvb_cuda_attention_set_probs_kernel(int k) { g_probs_kernel = k == 2 ? 2 : 1; }
+
+static int probs_kernel(void) {
+    if (!g_probs_kernel) {
+        const char *v = getenv("KVB_PROBS_KERNEL");
+        g_probs_kernel = v && atoi(v) == 2 ? 2 : 1;
+    }
+    return g_probs_kernel;
+}
+
 
 /* ---- split-KV decode (and chunked prefill): a block = (KV head, split of the list, chunk of <= RMAX rows)
  * where rows are (query, head of the GQA group) pairs, so each K/V row is read once per block for all of them.
@@ -527,7 +611,16 @@ extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
 
 /* the probabilities' second pass (when asked for: against c->lse), then the launches' verdict */
 static int probs_and_check(const kvb_cuda_attn *c, cudaStream_t s, char *err, size_t err_len) {
-    if (c->probs) k_probs_simple<<<dim3((unsigned)c->n_q, (unsigned)c->n_head), 256, 0, s>>>(*c, c->lse);
+    const int G = c->n_head / c->n_head_kv;
+    const int64_t chunks = (c->max_len + PROBS_CHUNK - 1) / PROBS_CHUNK;
+    if (c->probs && probs_kernel() == 2 && c->kv_f16 && (c->head_dim == 64 || c->head_dim == 128) &&
+        G <= PROBS_GMAX && c->n_q <= 65535 && chunks >= 1 && chunks <= 65535) {
+        const dim3 grid((unsigned)c->n_head_kv, (unsigned)c->n_q, (unsigned)chunks);
+        if (c->head_dim == 64) k_probs_warp<2><<<grid, PROBS_WARPS * 32, 0, s>>>(*c, c->lse);
+        else k_probs_warp<4><<<grid, PROBS_WARPS * 32, 0, s>>>(*c, c->lse);
+    } else if (c->probs) {
+        k_probs_simple<<<dim3((unsigned)c->n_q, (unsigned)c->n_head), 256, 0, s>>>(*c, c->lse);
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, err_len, "cuda attention: launch failed: %s", cudaGetErrorString(e));

@@ -49,6 +49,10 @@ int kvb_cuda_attention_kernel(void);
  * until a GPU run has validated and timed it (scripts/gpu-check.sh runs both). */
 void kvb_cuda_attention_set_prefill_tc(int on);
 int kvb_cuda_attention_prefill_tc(void);
+/* The probabilities' pass: 1 (the default: a block per query and head) or 2, the candidate (a block per KV head,
+ * query and chunk of the list, coalesced; f16, head_dim 64/128, groups up to 8); before any call:
+ * $KVB_PROBS_KERNEL, else 1. */
+void kvb_cuda_attention_set_probs_kernel(int k);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
 size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
 /* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least
