@@ -16,10 +16,24 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attn_prefill.h"
+#include "kernels/cuda/candidate.h"
 
 
 __device__ __forceinline__ float load_kv(const void *base, int f16, int64_t i) {
     return f16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+}
+
+/* a lane's E (2 or 4) consecutive halves as floats, in one 4- or 8-byte load */
+template <int E>
+__device__ __forceinline__ void lane_halves(float (&f)[E], const __half *p) {
+    if (E == 4) {
+        const uint2 raw = *(const uint2 *)p;
+        const float2 a = __half22float2(*(const __half2 *)&raw.x), b = __half22float2(*(const __half2 *)&raw.y);
+        f[0] = a.x; f[1] = a.y; f[2 % E] = b.x; f[3 % E] = b.y;
+    } else {
+        const float2 a = __half22float2(*(const __half2 *)p);
+        f[0] = a.x; f[1 % E] = a.y;
+    }
 }
 
 /* probabilities: exp(s - lse) per list entry; needs lse (kept in the workspace when the caller gave none) */
@@ -86,15 +100,7 @@ __global__ void __launch_bounds__(PROBS_WARPS * 32) k_probs_warp(kvb_cuda_attn a
         for (int i = 0; i < n; i++) {
             const int64_t slot = __shfl_sync(0xffffffffu, my_slot, i);
             float kf[E];
-            const __half *kr = K + slot * D + lane * E;
-            if (E == 4) {
-                const uint2 raw = *(const uint2 *)kr;
-                const float2 k0 = __half22float2(*(const __half2 *)&raw.x), k1 = __half22float2(*(const __half2 *)&raw.y);
-                kf[0] = k0.x; kf[1] = k0.y; kf[2 % E] = k1.x; kf[3 % E] = k1.y;
-            } else {
-                const float2 k0 = __half22float2(*(const __half2 *)kr);
-                kf[0] = k0.x; kf[1 % E] = k0.y;
-            }
+            lane_halves<E>(kf, K + slot * D + lane * E);
 #pragma unroll
             for (int r = 0; r < PROBS_GMAX; r++) {
                 if (r >= G) break;
@@ -120,13 +126,7 @@ static int g_probs_kernel; /* 0 = not chosen yet */
 
 extern "C" void kvb_cuda_attention_set_probs_kernel(int k) { g_probs_kernel = k == 2 ? 2 : 1; }
 
-static int probs_kernel(void) {
-    if (!g_probs_kernel) {
-        const char *v = getenv("KVB_PROBS_KERNEL");
-        g_probs_kernel = v && atoi(v) == 2 ? 2 : 1;
-    }
-    return g_probs_kernel;
-}
+static int probs_kernel(void) { return kvb_switch_on(&g_probs_kernel, "KVB_PROBS_KERNEL", 2) ? 2 : 1; }
 
 
 /* ---- split-KV decode (and chunked prefill): a block = (KV head, split of the list, chunk of <= RMAX rows)
@@ -331,16 +331,8 @@ __device__ __forceinline__ void fold_tile(const __half *Kw, const __half *Vw, fl
     __syncwarp();
 #pragma unroll 8
     for (int k = 0; k < n; k++) {
-        const __half *vr = Vw + k * KS + lane * E;
         float vf[E];
-        if (E == 4) {
-            const uint2 raw = *(const uint2 *)vr;
-            const float2 v0 = __half22float2(*(const __half2 *)&raw.x), v1 = __half22float2(*(const __half2 *)&raw.y);
-            vf[0] = v0.x; vf[1] = v0.y; vf[2 % E] = v1.x; vf[3 % E] = v1.y;
-        } else {
-            const float2 v0 = __half22float2(*(const __half2 *)vr);
-            vf[0] = v0.x; vf[1 % E] = v0.y;
-        }
+        lane_halves<E>(vf, Vw + k * KS + lane * E);
 #pragma unroll
         for (int i = 0; i < RMAX; i++) {
             if (i >= R) break;
@@ -574,13 +566,7 @@ static int g_sms, g_kernel; /* g_kernel: 0 = not chosen yet */
 
 extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 2 ? 2 : 1; }
 
-extern "C" int kvb_cuda_attention_kernel(void) {
-    if (!g_kernel) {
-        const char *v = getenv("KVB_ATTN_KERNEL");
-        g_kernel = v && atoi(v) == 2 ? 2 : 1;
-    }
-    return g_kernel;
-}
+extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_on(&g_kernel, "KVB_ATTN_KERNEL", 2) ? 2 : 1; }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {

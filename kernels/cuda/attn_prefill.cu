@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/attn_prefill.h"
+#include "kernels/cuda/candidate.h"
 
 enum { PQ = 64, PK = 64, PWARPS = 4 };
 
@@ -205,17 +206,11 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
 
 template <int D> static size_t prefill_smem(void) { return (size_t)2 * PK * (D + 8) * sizeof(__half) + PK * sizeof(int32_t); }
 
-static int g_prefill_tc = -1; /* -1: not chosen yet */
+static int g_prefill_tc; /* kvb_switch_on's: 0 = not chosen yet, 1 = off, 2 = on */
 
-extern "C" void kvb_cuda_attention_set_prefill_tc(int on) { g_prefill_tc = on != 0; }
+extern "C" void kvb_cuda_attention_set_prefill_tc(int on) { g_prefill_tc = on ? 2 : 1; }
 
-extern "C" int kvb_cuda_attention_prefill_tc(void) {
-    if (g_prefill_tc < 0) {
-        const char *v = getenv("KVB_PREFILL_TC");
-        g_prefill_tc = v && atoi(v) == 1;
-    }
-    return g_prefill_tc;
-}
+extern "C" int kvb_cuda_attention_prefill_tc(void) { return kvb_switch_on(&g_prefill_tc, "KVB_PREFILL_TC", 1); }
 
 int kvb_cuda_prefill_tc_fits(const kvb_cuda_attn *a) {
     return a->kv_f16 && (a->head_dim == 64 || a->head_dim == 128) && a->n_q >= KVB_PREFILL_TC_MIN_Q &&

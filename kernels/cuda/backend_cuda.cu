@@ -34,6 +34,7 @@ extern "C" {
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/candidate.h"
 #include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
@@ -344,13 +345,7 @@ static int g_gemv_kernel; /* 0 = not chosen yet, else 1 or 2 */
 
 extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 ? 2 : 1; }
 
-static int gemv_kernel(void) {
-    if (!g_gemv_kernel) {
-        const char *v = getenv("KVB_GEMV_KERNEL");
-        g_gemv_kernel = v && atoi(v) == 2 ? 2 : 1;
-    }
-    return g_gemv_kernel;
-}
+static int gemv_kernel(void) { return kvb_switch_on(&g_gemv_kernel, "KVB_GEMV_KERNEL", 2) ? 2 : 1; }
 
 /* one row's dot products by a warp: lane l takes 16-byte groups l, l+32, ...; V2 (the candidate,
  * KVB_GEMV_KERNEL=2) keeps four in flight (its per-lane partial sums then add in another order: float rounding
