@@ -632,8 +632,13 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
             be->add_bias(be, c->k, L->bk, kv_dim, n);
             be->add_bias(be, c->v, L->bv, kv_dim, n);
         }
-        be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
-        be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
+        if (be->rope_qk) {
+            be->rope_qk(be, c->q, cfg->n_head, c->k, cfg->n_head_kv, n, cfg->head_dim, cfg->n_rot, c->pos_d,
+                        cfg->rope_freq_base, cfg->rope_neox);
+        } else {
+            be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
+            be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
+        }
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
         tap(c, "Qcur", l, c->q, n, D);
         tap(c, "Kcur", l, c->k, n, kv_dim);

@@ -162,6 +162,9 @@ struct kvb_backend {
                     int64_t n_tok);
     void (*add_rmsnorm)(kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
                         int64_t n_rows, float eps);
+    /* rope_qk: rope of q (n_head heads) and of k (n_head_kv heads), as two rope calls would */
+    void (*rope_qk)(kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
+                    int n_rot, const int32_t *pos, float freq_base, int neox);
     int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
     /* ---- data ops (see above) ---- */
     /* bytes from src to dst in direction dir (H2D: src host, dst device; D2H: src device, dst host; D2D: both

@@ -111,8 +111,8 @@ static void test_matmul(void) {
     check_matmul(GGML_T_Q4_1, 513, 1536, 130);
 }
 
-/* the fusions the forward pass takes: matmul_n (QKV, gate/up in one GEMV launch) and add_rmsnorm equal the
- * separate ops bit for bit, for 1..4 tokens, both GEMV kernels, and out aliasing d */
+/* the fusions the forward pass takes: matmul_n (QKV, gate/up in one GEMV launch), add_rmsnorm and rope_qk equal
+ * the separate ops bit for bit, for 1..4 tokens, both GEMV kernels, out aliasing d, both rope pairings */
 static void test_fused_ops_equal_the_separate_ops(void) {
     const int64_t cols = 576, rows[3] = {576, 192, 192};
     kvb_f16 *wq[3];
@@ -161,6 +161,29 @@ static void test_fused_ops_equal_the_separate_ops(void) {
     get(r1, d1, nr * n * 4), get(r2, o2, nr * n * 4);
     CU_ASSERT(memcmp(r1, r2, (size_t)(nr * n * 4)) == 0);
     printf("\n    fused ops: matmul_n %s, add_rmsnorm %s", same ? "equal" : "DIFFER", memcmp(r1, r2, (size_t)(nr * n * 4)) ? "DIFFERS" : "equal");
+    /* rope_qk against two rope calls: 5 tokens, 9 query and 3 KV heads of 64, shuffled positions, both pairings */
+    const int nt = 5, HQ = 9, HK = 3, HDIM = 64;
+    float *rq = malloc(nt * HQ * HDIM * 4), *rk = malloc(nt * HK * HDIM * 4), *ro1 = malloc(nt * HQ * HDIM * 4), *ro2 = malloc(nt * HQ * HDIM * 4);
+    int32_t pos[5] = {7, 0, 4096, 3, 123};
+    fill(rq, nt * HQ * HDIM, 1.0), fill(rk, nt * HK * HDIM, 1.0);
+    int32_t *dpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, sizeof pos);
+    float *q1 = dev_f32(nt * HQ * HDIM), *q2 = dev_f32(nt * HQ * HDIM), *k1 = dev_f32(nt * HK * HDIM), *k2 = dev_f32(nt * HK * HDIM);
+    put(dpos, pos, sizeof pos);
+    int rope_same = 1;
+    for (int neox = 0; neox <= 1; neox++) {
+        put(q1, rq, nt * HQ * HDIM * 4), put(q2, rq, nt * HQ * HDIM * 4), put(k1, rk, nt * HK * HDIM * 4), put(k2, rk, nt * HK * HDIM * 4);
+        be->rope(be, q1, nt, HQ, HDIM, HDIM, dpos, 10000.0f, neox);
+        be->rope(be, k1, nt, HK, HDIM, HDIM, dpos, 10000.0f, neox);
+        be->rope_qk(be, q2, HQ, k2, HK, nt, HDIM, HDIM, dpos, 10000.0f, neox);
+        get(ro1, q1, nt * HQ * HDIM * 4), get(ro2, q2, nt * HQ * HDIM * 4);
+        rope_same &= memcmp(ro1, ro2, (size_t)(nt * HQ * HDIM * 4)) == 0;
+        get(ro1, k1, nt * HK * HDIM * 4), get(ro2, k2, nt * HK * HDIM * 4);
+        rope_same &= memcmp(ro1, ro2, (size_t)(nt * HK * HDIM * 4)) == 0;
+    }
+    CU_ASSERT(rope_same);
+    kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, dpos, sizeof pos);
+    dev_free(q1, nt * HQ * HDIM * 4), dev_free(q2, nt * HQ * HDIM * 4), dev_free(k1, nt * HK * HDIM * 4), dev_free(k2, nt * HK * HDIM * 4);
+    free(rq), free(rk), free(ro1), free(ro2);
     dev_free(dx, 4 * cols * 4);
     for (int i = 0; i < 3; i++) dev_free(dsep[i], 4 * rows[i] * 4), dev_free(dfused[i], 4 * rows[i] * 4);
     dev_free(x1, nr * n * 4), dev_free(x2, nr * n * 4), dev_free(d1, nr * n * 4), dev_free(o2, nr * n * 4);
@@ -565,7 +588,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("CUDA ops vs float64", NULL, NULL);
     CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
     CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
-    CU_add_test(s, "fused matmul_n and add_rmsnorm equal the separate ops", test_fused_ops_equal_the_separate_ops);
+    CU_add_test(s, "fused matmul_n, add_rmsnorm and rope_qk equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);

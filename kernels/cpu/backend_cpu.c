@@ -98,6 +98,12 @@ static void cpu_be_add_rmsnorm(kvb_backend *be, float *x, const float *d, float 
     cpu_rmsnorm(out, x, w, n, n_rows, eps);
 }
 
+static void cpu_be_rope_qk(kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
+                           int n_rot, const int32_t *pos, float freq_base, int neox) {
+    cpu_rope(q, n_tok, n_head, head_dim, n_rot, pos, freq_base, neox);
+    cpu_rope(k, n_tok, n_head_kv, head_dim, n_rot, pos, freq_base, neox);
+}
+
 static int cpu_be_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
     cpu_impl *im = be->impl;
     cpu_attn_args args = *a;
@@ -196,6 +202,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->add_bias = cpu_be_add_bias;
     be->matmul_n = cpu_be_matmul_n;
     be->add_rmsnorm = cpu_be_add_rmsnorm;
+    be->rope_qk = cpu_be_rope_qk;
     be->attention = cpu_be_attention;
     be->free = cpu_be_free;
     be->kv_writer = cpu_kv_writer;

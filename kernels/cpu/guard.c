@@ -250,6 +250,9 @@ GUARDED_VOID(swiglu, (kvb_backend *be, float *out, const float *gate, const floa
 GUARDED_VOID(add, (kvb_backend *be, float *out, const float *a, const float *b, int64_t n), out, a, b, n)
 GUARDED_VOID(add_bias, (kvb_backend *be, float *x, const float *bias, int64_t n, int64_t n_rows), x, bias, n, n_rows)
 GUARDED_INT(attention, (kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len), a, err, err_len)
+GUARDED_VOID(rope_qk, (kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
+                       int n_rot, const int32_t *pos, float freq_base, int neox),
+             q, n_head, k, n_head_kv, n_tok, head_dim, n_rot, pos, freq_base, neox)
 GUARDED_VOID(add_rmsnorm, (kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
                            int64_t n_rows, float eps), x, d, out, w, n, n_rows, eps)
 
@@ -372,7 +375,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     be->allocator = &arena_allocator;
 #define WRAP(op) be->op = in->op ? guarded_##op : NULL
     WRAP(matmul); WRAP(get_rows); WRAP(rmsnorm); WRAP(rope); WRAP(swiglu); WRAP(add); WRAP(add_bias);
-    WRAP(attention); WRAP(matmul_n); WRAP(add_rmsnorm);
+    WRAP(attention); WRAP(matmul_n); WRAP(add_rmsnorm); WRAP(rope_qk);
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */

@@ -285,11 +285,13 @@ __global__ void k_rmsnorm(float *out, float *x, const float *d, const float *w, 
 
 /* ggml's angle: theta_i = pos * base^(-2i/n_rot), accumulated as a product in float like ggml does; sin and
  * cos in double (fast-math intrinsics lose accuracy at large angles). */
-__global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *pos, float theta_scale, int neox) {
+/* blocks (head, token) of x's n_head heads, then of y's n_head_y (q and k in one launch; y may be NULL) */
+__global__ void k_rope(float *x, int n_head, float *y, int n_head_y, int head_dim, int n_rot, const int32_t *pos,
+                       float theta_scale, int neox) {
     const int64_t t = blockIdx.y;
     const int h = blockIdx.x;
     const int half_rot = n_rot / 2;
-    float *row = x + (t * n_head + h) * (int64_t)head_dim;
+    float *row = h < n_head ? x + (t * n_head + h) * (int64_t)head_dim : y + (t * n_head_y + h - n_head) * (int64_t)head_dim;
     for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
         float theta = (float)pos[t];
         for (int j = 0; j < i; j++) theta *= theta_scale;
@@ -698,7 +700,16 @@ static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int 
     cuda_impl *im = IM(be);
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     dim3 grid((unsigned)n_head, (unsigned)n_tok);
-    k_rope<<<grid, 64, 0, im->stream>>>(x, n_head, head_dim, n_rot, pos, theta_scale, neox);
+    k_rope<<<grid, 64, 0, im->stream>>>(x, n_head, NULL, 0, head_dim, n_rot, pos, theta_scale, neox);
+    CK_LAUNCH(k_rope);
+}
+
+static void cuda_rope_qk(kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
+                         int n_rot, const int32_t *pos, float freq_base, int neox) {
+    cuda_impl *im = IM(be);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)n_tok);
+    k_rope<<<grid, 64, 0, im->stream>>>(q, n_head, k, n_head_kv, head_dim, n_rot, pos, theta_scale, neox);
     CK_LAUNCH(k_rope);
 }
 
@@ -890,6 +901,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->get_rows = cuda_get_rows;
     be->rmsnorm = cuda_rmsnorm;
     be->matmul_n = cuda_matmul_n;
+    be->rope_qk = cuda_rope_qk;
     be->add_rmsnorm = cuda_add_rmsnorm;
     be->rope = cuda_rope;
     be->swiglu = cuda_swiglu;
