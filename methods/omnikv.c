@@ -50,6 +50,11 @@ typedef struct {
     int32_t **sel;   /* per filter layer: selected slots (ascending; device, n_ctx entries) */
     int64_t *n_sel;
     int32_t *sel_host; /* offload: the host copy of a selection the packed load gathers by (n_ctx entries) */
+    /* offload: a packed load's head table (layer, head, list, count per entry; n_layer x n_head_kv entries),
+     * allocated once with sel_host and refilled by each load */
+    int *load_lh;
+    const int32_t **load_list;
+    int64_t *load_n;
     float *score;     /* a filter layer's token scores (device, n_ctx entries) */
     int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][idx_cap] (device) */
     int64_t idx_cap;
@@ -186,21 +191,15 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
         return be->error[0] ? ERR("%s", be->error) : -1;
     /* every sparse layer this filter serves, every KV head: one packed load */
     const int L = c->model->cfg.n_layer;
-    int *lay = malloc((size_t)L * HK * 2 * sizeof *lay), *hd = lay ? lay + L * HK : NULL, m = 0;
-    const int32_t **lists = malloc((size_t)L * HK * sizeof *lists);
-    int64_t *counts = malloc((size_t)L * HK * sizeof *counts);
-    int rc = lay && lists && counts ? 0 : ERR("out of memory");
+    int *lay = s->load_lh, *hd = s->load_lh + L * HK, m = 0, rc = 0;
     for (int j = 0; j < L && !rc; j++) {
         if (s->kind[j] != K_SPARSE || s->served_by[j] != f) continue;
         for (int h = 0; h < HK && !rc; h++) {
             rc = kvc_truncate(s->base.vis, j, h, 0, err, err_len);
-            lay[m] = j, hd[m] = h, lists[m] = s->sel_host, counts[m] = k, m++;
+            lay[m] = j, hd[m] = h, s->load_list[m] = s->sel_host, s->load_n[m] = k, m++;
         }
     }
-    if (!rc) rc = kvc_load(s->base.vis, c->kv, m, lay, hd, lists, counts, err, err_len);
-    free(lay);
-    free(lists);
-    free(counts);
+    if (!rc) rc = kvc_load(s->base.vis, c->kv, m, lay, hd, s->load_list, s->load_n, err, err_len);
     prof_end(c->prof, PROF_H2D, l, k, rc ? 0 : (int64_t)m * k * kvc_slot_bytes(c->kv));
     return rc;
 }
@@ -231,8 +230,18 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     }
     if (!s->score) s->score = kvb_method_alloc(c, (size_t)c->params.n_ctx * sizeof(float));
     if (!s->score) return ERR("out of memory");
-    if (s->offload && !s->sel_host) s->sel_host = malloc((size_t)c->params.n_ctx * sizeof(int32_t));
-    if (s->offload && !s->sel_host) return ERR("out of memory");
+    if (s->offload && !s->sel_host) {
+        const size_t heads = (size_t)cfg->n_layer * (size_t)cfg->n_head_kv;
+        s->sel_host = malloc((size_t)c->params.n_ctx * sizeof(int32_t));
+        s->load_lh = malloc(2 * heads * sizeof *s->load_lh);
+        s->load_list = malloc(heads * sizeof *s->load_list);
+        s->load_n = malloc(heads * sizeof *s->load_n);
+        if (!s->sel_host || !s->load_lh || !s->load_list || !s->load_n) {
+            free(s->sel_host), free(s->load_lh), free(s->load_list), free(s->load_n);
+            s->sel_host = NULL, s->load_lh = NULL, s->load_list = NULL, s->load_n = NULL;
+            return ERR("out of memory");
+        }
+    }
     if (s->offload)
         for (int l = 0; l < cfg->n_layer; l++)
             if (s->kind[l] == K_SPARSE) {
@@ -341,6 +350,9 @@ static void omnikv_destroy(kvb_method *m) {
     free(s->kind);
     free(s->served_by);
     free(s->sel_host);
+    free(s->load_lh);
+    free(s->load_list);
+    free(s->load_n);
     kvb_method_release(s->c, s->score, (size_t)s->c->params.n_ctx * sizeof(float));
     kvb_method_release(s->c, s->idx_buf, (size_t)s->idx_cap * sizeof(int32_t) * (size_t)s->c->model->cfg.n_layer);
     kvc_free(s->base.vis);
