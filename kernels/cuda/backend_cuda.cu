@@ -378,29 +378,9 @@ __device__ __forceinline__ void gemv_store(float (&acc)[NT], float *out, int64_t
     }
 }
 
-template <int NT, bool V2>
-__global__ void __launch_bounds__(256) k_gemv(float *out, const __half *w, const float *x, int64_t rows, int64_t cols) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
-    if (r >= rows) return;
-    const __half *wr = w + r * cols;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
-    if ((cols & 7) == 0) {
-        gemv_row<NT, V2>(acc, (const uint4 *)wr, x, cols, lane);
-    } else {
-        for (int64_t c = lane; c < cols; c += 32) {
-            const float wv = __half2float(wr[c]);
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[t] += wv * x[t * cols + c];
-        }
-    }
-    gemv_store<NT>(acc, out, rows, r, lane);
-}
-
-/* up to three matrices of one width over one input in one launch: a warp takes row r of their rows laid end to
- * end, computed as k_gemv computes it (the same bits) */
+/* Decode GEMV: up to three matrices of one width over one input in one launch (one for a plain matmul); a warp
+ * takes row r of their rows laid end to end, with 16-byte weight loads when the width allows, else one element
+ * per lane at a time */
 struct gemv_set {
     const __half *w[3];
     float *out[3];
@@ -414,10 +394,19 @@ __global__ void __launch_bounds__(256) k_gemv_n(gemv_set s, const float *x, int6
     int i = 0;
     while (i < 3 && r >= s.rows[i]) r -= s.rows[i++];
     if (i == 3) return;
+    const __half *wr = s.w[i] + r * cols;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.f;
-    gemv_row<NT, V2>(acc, (const uint4 *)(s.w[i] + r * cols), x, cols, lane);
+    if ((cols & 7) == 0) {
+        gemv_row<NT, V2>(acc, (const uint4 *)wr, x, cols, lane);
+    } else {
+        for (int64_t c = lane; c < cols; c += 32) {
+            const float wv = __half2float(wr[c]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[t] += wv * x[t * cols + c];
+        }
+    }
     gemv_store<NT>(acc, s.out[i], s.rows[i], r, lane);
 }
 
@@ -584,25 +573,33 @@ static int cuda_sync(kvb_backend *be) {
     return be->error[0] ? -1 : 0;
 }
 
+/* k_gemv_n over the matrices of s (total rows) for n_tok <= 4 tokens, v1 or v2 by KVB_GEMV_KERNEL */
+static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const float *x, int64_t cols, int64_t n_tok) {
+    const int warps = 8;
+    const unsigned grid = (unsigned)((total + warps - 1) / warps);
+    const bool v2 = gemv_kernel() == 2;
+#define GEMV_N(NT) (v2 ? k_gemv_n<NT, true><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
+                       : k_gemv_n<NT, false><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols))
+    switch (n_tok) {
+    case 1: GEMV_N(1); break;
+    case 2: GEMV_N(2); break;
+    case 3: GEMV_N(3); break;
+    default: GEMV_N(4); break;
+    }
+#undef GEMV_N
+    return CK_LAUNCH(k_gemv_n);
+}
+
 static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cuda_impl *im = IM(be);
     const __half *wd = be->error[0] ? NULL : weight_f16(im, w);
     if (!wd) return -1;
     const int64_t rows = w->rows, cols = w->cols;
     if (n_tok <= 4) {
-        const int warps = 8;
-        unsigned grid = (unsigned)((rows + warps - 1) / warps);
-        const bool v2 = gemv_kernel() == 2;
-#define GEMV(NT) (v2 ? k_gemv<NT, true><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols) \
-                     : k_gemv<NT, false><<<grid, warps * 32, 0, im->stream>>>(out, wd, x, rows, cols))
-        switch (n_tok) {
-        case 1: GEMV(1); break;
-        case 2: GEMV(2); break;
-        case 3: GEMV(3); break;
-        default: GEMV(4); break;
-        }
-#undef GEMV
-        return CK_LAUNCH(k_gemv);
+        gemv_set s;
+        memset(&s, 0, sizeof s);
+        s.w[0] = wd, s.out[0] = out, s.rows[0] = rows;
+        return gemv_launch(im, &s, rows, x, cols, n_tok);
     }
     /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok) */
     const int64_t nx = n_tok * cols;
@@ -648,12 +645,12 @@ static void cuda_rmsnorm(kvb_backend *be, float *out, const float *x, const floa
     CK_LAUNCH(k_rmsnorm);
 }
 
-/* k matmuls over one input: decode (<= 4 tokens) with matrices of one width (a multiple of 8) in one GEMV
- * launch, anything else one matmul at a time */
+/* k matmuls over one input: decode (<= 4 tokens) with matrices of one width in one GEMV launch, anything else
+ * one matmul at a time */
 static int cuda_matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x,
                          int64_t n_tok) {
     cuda_impl *im = IM(be);
-    int fuse = k >= 1 && k <= 3 && n_tok >= 1 && n_tok <= 4 && (w[0]->cols & 7) == 0;
+    int fuse = k >= 1 && k <= 3 && n_tok >= 1 && n_tok <= 4;
     for (int i = 1; fuse && i < k; i++) fuse = w[i]->cols == w[0]->cols;
     if (!fuse) {
         for (int i = 0; i < k; i++)
@@ -670,20 +667,7 @@ static int cuda_matmul_n(kvb_backend *be, int k, float *const *out, const kvb_we
         s.rows[i] = w[i]->rows;
         total += w[i]->rows;
     }
-    const int warps = 8;
-    const unsigned grid = (unsigned)((total + warps - 1) / warps);
-    const int64_t cols = w[0]->cols;
-    const bool v2 = gemv_kernel() == 2;
-#define GEMV_N(NT) (v2 ? k_gemv_n<NT, true><<<grid, warps * 32, 0, im->stream>>>(s, x, cols) \
-                       : k_gemv_n<NT, false><<<grid, warps * 32, 0, im->stream>>>(s, x, cols))
-    switch (n_tok) {
-    case 1: GEMV_N(1); break;
-    case 2: GEMV_N(2); break;
-    case 3: GEMV_N(3); break;
-    default: GEMV_N(4); break;
-    }
-#undef GEMV_N
-    return CK_LAUNCH(k_gemv_n);
+    return gemv_launch(im, &s, total, x, w[0]->cols, n_tok);
 }
 
 static void cuda_add_rmsnorm(kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
