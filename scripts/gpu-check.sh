@@ -92,10 +92,14 @@ outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
 steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods methods-profile loads synthetic synthetic-new methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
-new_kernels=(env KVB_ATTN_KERNEL=2 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=2 KVB_PROBS_KERNEL=2)
+# (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
+read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3 KVB_PROBS_KERNEL=2}"
+new_kernels=(env "${new_set[@]}")
 step_timeout=${KVB_STEP_TIMEOUT:-540}
 deadline=${KVB_GPU_DEADLINE:-540} # seconds from the start for all steps together (a lent GPU: 600 s a command)
-synth_ctx=${KVB_SYNTH_CTX:-32768,65536,131072}
+synth_ctx=${KVB_SYNTH_CTX:-32768}
+synth_ctx_new=${KVB_SYNTH_CTX_NEW:-$synth_ctx}
+budgets_8b=${KVB_METHODS_8B_BUDGETS:-30% 2048}
 methods_8b=${KVB_METHODS_8B:-all}
 # the method parameters calibration would give a real model, pinned: synthetic weights have nothing to calibrate
 pins=(--method-opt round:lw=8 --method-opt pod:block=3)
@@ -180,12 +184,10 @@ skip() { skips=$((skips + 1)); echo "| $1 | NOT RUN: $2 | - | - |" >>"$summary";
 
 step_tests() {
     step "test_cuda_ops (every op incl. attention paths vs float64)" cuda_ops.log "$bin/test_cuda_ops"
-    step "test_cuda_ops, candidate kernels (v2 decode, tensor-core prefill, GEMV v2, probabilities v2)" cuda_ops_new.log \
-        "${new_kernels[@]}" "$bin/test_cuda_ops"
     step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
         step "test_cuda_model (7 methods, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
-        step "test_cuda_model, candidate kernels (v2 decode, tensor-core prefill)" cuda_model_new.log \
+        step "test_cuda_model, candidate kernels ${new_set[*]}" cuda_model_new.log \
             "${new_kernels[@]}" "$bin/test_cuda_model"
     else
         skip test_cuda_model "default model not in $model_dir"
@@ -213,7 +215,7 @@ step_ncu() {
                 --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
                 "$1" bench-attention --ctx 32768,131072 --batch 1,8 --iters 1 --torch off >"$2/ncu.csv" || exit 1
             python3 "$3/scripts/ncu_summary.py" "$2/ncu.csv"' _ "$bin/kvbench" "$outdir" "$root"
-        for gv in 1 2; do
+        for gv in 1 3; do
             step "ncu: decode GEMVs, kernel v$gv (default model's shapes, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \
                     --page raw --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
@@ -248,18 +250,24 @@ step_synthetic() {
         --model "$synth8b" --contexts "$synth_ctx" -n 16
 }
 step_synthetic_new() {
-    step "synthetic:llama3.1-8b full, ctx $synth_ctx, candidate kernels (+ PyTorch)" bench_synth_new.md \
-        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts "$synth_ctx" -n 16
+    step "synthetic:llama3.1-8b full, ctx $synth_ctx_new, candidate kernels ${new_set[*]} (+ PyTorch)" bench_synth_new.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts "$synth_ctx_new" -n 16
+}
+step_synthetic_profile() {
+    step "synthetic:llama3.1-8b full, 32K, candidate kernels, --profile (prefill and decode by phase)" \
+        bench_synth_profile.md "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" \
+        --contexts 32768 -n 8 --profile --no-peer
 }
 step_methods_8b() {
-    for budget in 30% 2048; do
-        step "synthetic:llama3-8b, 32K, methods $methods_8b, budget $budget" "bench_methods_8b_${budget%\%}.md" \
-            "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --method "$methods_8b" \
+    for budget in $budgets_8b; do
+        step "synthetic:llama3-8b, 32K, methods $methods_8b, budget $budget, candidate kernels" "bench_methods_8b_${budget%\%}.md" \
+            "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --method "$methods_8b" \
             --budget "$budget" --ctx-len 32768 -n 16 "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
     done
 }
 step_omnikv_128k() {
-    step "synthetic:llama3.1-8b, 128K, omnikv 2048 (no offload) vs full" bench_omnikv_128k.md "$bin/kvbench" bench \
+    step "synthetic:llama3.1-8b, 128K, omnikv 2048 (no offload) vs full, candidate kernels" bench_omnikv_128k.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench \
         --backend cuda --model "$synth8b" --method omnikv --budget 2048 --ctx-len 131072 -n 16 \
         --method-opt "omnikv:layers=2;8;18" --method-opt omnikv:offload=0
 }

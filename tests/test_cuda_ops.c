@@ -129,7 +129,7 @@ static void test_fused_ops_equal_the_separate_ops(void) {
     put(dx, x, 4 * cols * 4);
     for (int i = 0; i < 3; i++) dsep[i] = dev_f32(4 * rows[i]), dfused[i] = dev_f32(4 * rows[i]);
     int same = 1;
-    for (int kern = 1; kern <= 2; kern++) {
+    for (int kern = 1; kern <= 3; kern++) {
         kvb_cuda_set_gemv_kernel(kern);
         for (int64_t n_tok = 1; n_tok <= 4; n_tok++)
             for (int k = 2; k <= 3; k++) {
@@ -200,6 +200,35 @@ static void test_matmul_gemv2(void) {
     check_matmul(GGML_T_F16, 64, 1032, 4);
     check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the v1 scalar path still */
     kvb_cuda_set_gemv_kernel(1);
+}
+
+/* GEMV v3 (eight loads in flight per lane, predicated tail): one pass and several, every token count, and the
+ * sums equal v1's bit for bit (the same order) */
+static void test_matmul_gemv3(void) {
+    kvb_cuda_set_gemv_kernel(3);
+    check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: one partial pass */
+    check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: two full passes */
+    check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
+    check_matmul(GGML_T_Q4_1, 100, 14336, 3);
+    check_matmul(GGML_T_F16, 64, 1032, 4);
+    check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the scalar path */
+    const int64_t rows = 97, cols = 4104;
+    kvb_f16 *wq = malloc((size_t)rows * cols * sizeof(kvb_f16));
+    for (int64_t j = 0; j < rows * cols; j++) wq[j] = kvb_f32_to_f16((float)urand());
+    kvb_weight w = {wq, GGML_T_F16, rows, cols};
+    float *x = malloc(cols * 4), *a = malloc(rows * 4), *b = malloc(rows * 4), *dx = dev_f32(cols), *dy = dev_f32(rows);
+    fill(x, cols, 1.0);
+    put(dx, x, cols * 4);
+    CU_ASSERT_FATAL(be->matmul(be, dy, &w, dx, 1) == 0);
+    get(b, dy, rows * 4);
+    kvb_cuda_set_gemv_kernel(1);
+    CU_ASSERT_FATAL(be->matmul(be, dy, &w, dx, 1) == 0);
+    get(a, dy, rows * 4);
+    CU_ASSERT(memcmp(a, b, (size_t)rows * 4) == 0);
+    dev_free(dx, cols * 4);
+    dev_free(dy, rows * 4);
+    keep(wq);
+    free(x), free(a), free(b);
 }
 
 static void test_get_rows(void) {
@@ -477,6 +506,22 @@ static void test_attention_v2(void) {
     kvb_cuda_attention_set_kernel(was);
 }
 
+/* v3 (register-only, KVB_ATTN_KERNEL=3) on every shape it takes: 4-row and 8-row blocks, head_dim 64 and 128,
+ * chunks of rows, index lists, masks, GQA groups of 1 to 7, a list shorter than a warp's pass */
+static void test_attention_v3(void) {
+    const int was = kvb_cuda_attention_kernel();
+    kvb_cuda_attention_set_kernel(3);
+    check_attention(64, 2, 3, 3, 1000, 1, 1);
+    check_attention(128, 2, 4, 1, 20000, 1, 1);
+    check_attention(128, 1, 4, 1, 33, 1, 0);
+    check_attention(128, 8, 4, 1, 65, 1, 1);
+    check_attention(64, 3, 3, 130, 600, 1, 0);
+    check_attention(64, 4, 1, 1, 5000, 1, 1);
+    check_attention(128, 2, 7, 1, 3000, 1, 1);
+    check_attention(128, 2, 4, 2, 9, 1, 0);
+    kvb_cuda_attention_set_kernel(was);
+}
+
 /* the candidate probabilities pass (KVB_PROBS_KERNEL=2): decode and prefill-sized blocks, index lists, masks,
  * more entries than one chunk of a block, head_dim 64 and 128 */
 static void test_attention_probs_v2(void) {
@@ -584,16 +629,25 @@ int main(void) {
     }
     kvb_mem_init(&mem);
     kvb_mem_set_allocator(&mem, be->allocator);
+    /* every kernel switch pinned to the reference kernels, whatever the environment says (KVB_ATTN_KERNEL,
+     * KVB_PREFILL_TC, KVB_PROBS_KERNEL, KVB_GEMV_KERNEL): the cases below hold them to their own bounds, and
+     * each candidate's test turns it on for its cases and back off */
+    kvb_cuda_attention_set_kernel(1);
+    kvb_cuda_attention_set_prefill_tc(0);
+    kvb_cuda_attention_set_probs_kernel(1);
+    kvb_cuda_set_gemv_kernel(1);
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("CUDA ops vs float64", NULL, NULL);
     CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
     CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
+    CU_add_test(s, "matmul through GEMV v3 (KVB_GEMV_KERNEL=3), equal to v1", test_matmul_gemv3);
     CU_add_test(s, "fused matmul_n, add_rmsnorm and rope_qk equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);
     CU_add_test(s, "attention through the op table", test_attention);
     CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
+    CU_add_test(s, "attention v3 (register-only) through the op table", test_attention_v3);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
     CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);

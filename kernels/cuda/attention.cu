@@ -535,6 +535,170 @@ template <int E> static size_t tile_smem(void) {
     return (size_t)2 * DWARPS * 32 * KS * 2 + (size_t)RMAX * D * 4 + (size_t)DWARPS * RMAX * 32 * 4 + DWARPS * 32 * 8;
 }
 
+/* ---- v3 (KVB_ATTN_KERNEL=3): registers only, for bandwidth. A block = (KV head, split, chunk of rows) as above.
+ * A key is read by LPK = D/8 lanes, each holding 8 contiguous dims of its K and V rows (one 16-byte load each,
+ * straight to registers; U keys per lane in flight); the LPK lanes sum their partial dot products by shuffles,
+ * and each lane keeps its group's online softmax (m, l) and its 8 dims of acc for each of the RC rows, one
+ * rescale per U keys. At the end the groups of a warp merge by shuffles and the warps through shared memory
+ * into the split's partial, in the layout k_attn_merge reads. No shared-memory staging of K or V, so the only
+ * limit on the bytes in flight is registers. */
+enum { V3_WARPS = 4 };
+static int g_sms; /* the GPU's multiprocessors (plan() reads them once) */
+
+template <int D, int RC, int U>
+__global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
+    constexpr int LPK = D / 8, KPW = 32 / LPK;
+    __shared__ float sm[V3_WARPS][RC], sl[V3_WARPS][RC], sacc[V3_WARPS][RC][D];
+    const int g = blockIdx.x, split = blockIdx.y, chunk = blockIdx.z;
+    const int G = a.n_head / a.n_head_kv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane / LPK, sub = lane % LPK;
+    const __half *K = (const __half *)a.k[g], *V = (const __half *)a.v[g];
+    const block_span sp = span_of(a, g, split, chunk, n_split, n_rows);
+    float q[RC][8], m[RC], l[RC], acc[RC][8];
+    int32_t qp[RC];
+#pragma unroll
+    for (int i = 0; i < RC; i++) {
+        const int r = sp.row0 + i;
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+        qp[i] = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) q[i][e] = 0.f, acc[i][e] = 0.f;
+        if (i < sp.R) {
+            const float *qr = a.q + ((int64_t)(r / G) * a.n_head + g * G + r % G) * D + sub * 8;
+#pragma unroll
+            for (int e = 0; e < 8; e++) q[i][e] = qr[e] * a.scale;
+            if (a.q_pos) qp[i] = a.q_pos[r / G];
+        }
+    }
+    const int64_t step = (int64_t)V3_WARPS * U * KPW;
+    for (int64_t t0 = sp.j0 + (int64_t)warp * U * KPW; t0 < sp.j1; t0 += step) {
+        int64_t slot[U];
+        int32_t kpos[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t j = t0 + u * KPW + grp;
+            slot[u] = j < sp.j1 ? (sp.ix ? (int64_t)sp.ix[j] : j) : -1;
+        }
+        uint4 kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* every load of the pass issued before the first use */
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            kpos[u] = 0;
+            if (slot[u] >= 0) {
+                kr[u] = __ldg((const uint4 *)(K + slot[u] * D + sub * 8));
+                vr[u] = __ldg((const uint4 *)(V + slot[u] * D + sub * 8));
+                if (sp.kp) kpos[u] = sp.kp[slot[u]];
+            }
+        }
+        float s[U][RC];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const __half2 *h2 = (const __half2 *)&kr[u];
+            float kf[8];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float2 f = __half22float2(h2[c]);
+                kf[2 * c] = f.x, kf[2 * c + 1] = f.y;
+            }
+#pragma unroll
+            for (int i = 0; i < RC; i++) {
+                float d = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) d += q[i][e] * kf[e];
+#pragma unroll
+                for (int o = LPK / 2; o; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[u][i] = d;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RC; i++) {
+            float mx = m[i];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const bool vis = slot[u] >= 0 && !(sp.kp && kpos[u] > qp[i]);
+                s[u][i] = vis ? s[u][i] : -INFINITY;
+                mx = fmaxf(mx, s[u][i]);
+            }
+            if (mx == -INFINITY) continue; /* nothing visible to this row yet */
+            const float c = __expf(m[i] - mx); /* 0 when m was -inf */
+            l[i] *= c;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[i][e] *= c;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float p = s[u][i] == -INFINITY ? 0.f : __expf(s[u][i] - mx);
+                l[i] += p;
+                const __half2 *h2 = (const __half2 *)&vr[u];
+#pragma unroll
+                for (int cc = 0; cc < 4; cc++) {
+                    const float2 f = __half22float2(h2[cc]);
+                    acc[i][2 * cc] += p * f.x;
+                    acc[i][2 * cc + 1] += p * f.y;
+                }
+            }
+            m[i] = mx;
+        }
+    }
+    /* the warp's key groups (lanes sub, sub + LPK, ...) merged by shuffles */
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1)
+#pragma unroll
+        for (int i = 0; i < RC; i++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[i], o), lo = __shfl_xor_sync(0xffffffffu, l[i], o);
+            const float M = fmaxf(m[i], mo);
+            const float cs = m[i] == -INFINITY ? 0.f : __expf(m[i] - M), co = mo == -INFINITY ? 0.f : __expf(mo - M);
+            l[i] = l[i] * cs + lo * co;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
+                acc[i][e] = acc[i][e] * cs + ao * co;
+            }
+            m[i] = M;
+        }
+    if (lane < LPK) {
+#pragma unroll
+        for (int i = 0; i < RC; i++) {
+            if (lane == 0) sm[warp][i] = m[i], sl[warp][i] = l[i];
+#pragma unroll
+            for (int e = 0; e < 8; e++) sacc[warp][i][lane * 8 + e] = acc[i][e];
+        }
+    }
+    __syncthreads();
+    const int stride = D + 2;
+    for (int x = threadIdx.x; x < RC * D; x += blockDim.x) {
+        const int i = x / D, d = x % D;
+        if (i >= sp.R) break;
+        float M = -INFINITY;
+        for (int w = 0; w < V3_WARPS; w++) M = fmaxf(M, sm[w][i]);
+        float L = 0.f, o = 0.f;
+        for (int w = 0; w < V3_WARPS; w++) {
+            const float c = sm[w][i] == -INFINITY ? 0.f : __expf(sm[w][i] - M);
+            L += sl[w][i] * c;
+            o += sacc[w][i][d] * c;
+        }
+        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        dst[2 + d] = o;
+        if (d == 0) dst[0] = M, dst[1] = L;
+    }
+}
+
+/* v3's splits: at most the plan's (the workspace is sized for those) and no more blocks than fit on the GPU at
+ * once, so every split runs in the one wave */
+template <int D, int RC, int U> static int dec_splits(int n_split, int blocks_per_split) {
+    static int resident; /* blocks of this instantiation the whole GPU holds at once */
+    if (!resident) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec<D, RC, U>, V3_WARPS * 32, 0) != cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        resident = per_sm * g_sms;
+    }
+    int n = resident / blocks_per_split;
+    if (n > n_split) n = n_split;
+    return n < 1 ? 1 : n;
+}
+
 /* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L */
 __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chunks, const float *part) {
     const int g = blockIdx.x, r = blockIdx.y;
@@ -562,11 +726,18 @@ __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chu
     if (threadIdx.x == 0 && a.lse) a.lse[(int64_t)h * a.n_q + t] = L > 0.f ? M + logf(L) : -INFINITY;
 }
 
-static int g_sms, g_kernel; /* g_kernel: 0 = not chosen yet */
+static int g_kernel; /* 0 = not chosen yet */
 
-extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 2 ? 2 : 1; }
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 2 || kernel == 3 ? kernel : 1; }
 
-extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_on(&g_kernel, "KVB_ATTN_KERNEL", 2) ? 2 : 1; }
+extern "C" int kvb_cuda_attention_kernel(void) {
+    if (!g_kernel) {
+        const char *v = getenv("KVB_ATTN_KERNEL");
+        const int k = v ? atoi(v) : 1;
+        g_kernel = k == 2 || k == 3 ? k : 1;
+    }
+    return g_kernel;
+}
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {
@@ -664,7 +835,22 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
             cudaFuncSetAttribute(k_attn_tile2<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile2_smem<4>());
             raised_tile = 1;
         }
-        const int kern = a->kernel == 1 || a->kernel == 2 ? a->kernel : kvb_cuda_attention_kernel();
+        const int kern = a->kernel >= 1 && a->kernel <= 3 ? a->kernel : kvb_cuda_attention_kernel();
+        if (kern == 3) { /* v3: its own split count (one wave), the merge told so */
+            const int bps = (int)a->n_head_kv * n_chunks;
+            int ns;
+#define DEC(DD, RR, UU)                                                                                          \
+    ns = dec_splits<DD, RR, UU>(n_split, bps);                                                                   \
+    k_attn_dec<DD, RR, UU><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V3_WARPS * 32, 0, s>>>( \
+        c, ns, n_rows, part)
+            if (D == 128 && n_rows <= 4) { DEC(128, 4, 8); }
+            else if (D == 128) { DEC(128, 8, 4); }
+            else if (n_rows <= 4) { DEC(64, 4, 8); }
+            else { DEC(64, 8, 4); }
+#undef DEC
+            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, ns, n_rows, n_chunks, part);
+            return probs_and_check(&c, s, err, err_len);
+        }
         if (kern == 2 && D == 64) k_attn_tile2<2><<<grid, DWARPS * 32, tile2_smem<2>(), s>>>(c, n_split, n_rows, part);
         else if (kern == 2) k_attn_tile2<4><<<grid, DWARPS * 32, tile2_smem<4>(), s>>>(c, n_split, n_rows, part);
         else if (D == 64) k_attn_tile<2><<<grid, DWARPS * 32, tile_smem<2>(), s>>>(c, n_split, n_rows, part);

@@ -37,11 +37,12 @@ typedef struct {
     float *probs;                /* optional [n_head][n_q][probs_stride] */
     int64_t probs_stride;        /* >= max_len when probs != NULL */
     float *lse;                  /* optional [n_head][n_q] */
-    int kernel;                  /* f16 head_dim 64/128: 1 = the tiled kernel, 2 = v2 (double-buffered async copies);
-                                  * 0 = kvb_cuda_attention_kernel(). Same results either way (bench-attention times both) */
+    int kernel;                  /* f16 head_dim 64/128: 1 = the tiled kernel, 2 = v2 (double-buffered async copies),
+                                  * 3 = v3 (register-only: K/V rows straight to registers, one wave of blocks);
+                                  * 0 = kvb_cuda_attention_kernel(). Results equal to rounding (bench-attention times all) */
 } kvb_cuda_attn;
 
-/* The tiled kernel a call with kernel = 0 takes (1 or 2; before any call: $KVB_ATTN_KERNEL, else 1). */
+/* The kernel a call with kernel = 0 takes (1, 2 or 3; before any call: $KVB_ATTN_KERNEL, else 1). */
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
 /* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,

@@ -345,18 +345,36 @@ __device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const fl
 
 static int g_gemv_kernel; /* 0 = not chosen yet, else 1 or 2 */
 
-extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 ? 2 : 1; }
+extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 || k == 3 ? k : 1; }
 
-static int gemv_kernel(void) { return kvb_switch_on(&g_gemv_kernel, "KVB_GEMV_KERNEL", 2) ? 2 : 1; }
+static int gemv_kernel(void) {
+    if (!g_gemv_kernel) {
+        const char *v = getenv("KVB_GEMV_KERNEL");
+        const int k = v ? atoi(v) : 1;
+        g_gemv_kernel = k == 2 || k == 3 ? k : 1;
+    }
+    return g_gemv_kernel;
+}
 
 /* one row's dot products by a warp: lane l takes 16-byte groups l, l+32, ...; V2 (the candidate,
  * KVB_GEMV_KERNEL=2) keeps four in flight (its per-lane partial sums then add in another order: float rounding
  * differs from v1) */
-template <int NT, bool V2>
+template <int NT, int VER>
 __device__ __forceinline__ void gemv_row(float (&acc)[NT], const uint4 *w4, const float *x, int64_t cols, int lane) {
     const int64_t nv = cols >> 3;
     int64_t v = lane;
-    if (V2)
+    if (VER == 3) { /* v3: eight 16-byte loads in flight per lane, then folded in v1's order (the same sums) */
+        for (; v < nv; v += 256) {
+            uint4 r[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) r[k] = v + 32 * k < nv ? __ldg(w4 + v + 32 * k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (v + 32 * k < nv) gemv_group<NT>(acc, r[k], x, cols, (v + 32 * k) * 8);
+        }
+        return;
+    }
+    if (VER == 2)
         for (; v + 96 < nv; v += 128) {
             const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + 32), r2 = __ldg(w4 + v + 64), r3 = __ldg(w4 + v + 96);
             gemv_group<NT>(acc, r0, x, cols, v * 8);
@@ -387,7 +405,7 @@ struct gemv_set {
     int64_t rows[3];
 };
 
-template <int NT, bool V2>
+template <int NT, int VER>
 __global__ void __launch_bounds__(256) k_gemv_n(gemv_set s, const float *x, int64_t cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -399,7 +417,7 @@ __global__ void __launch_bounds__(256) k_gemv_n(gemv_set s, const float *x, int6
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.f;
     if ((cols & 7) == 0) {
-        gemv_row<NT, V2>(acc, (const uint4 *)wr, x, cols, lane);
+        gemv_row<NT, VER>(acc, (const uint4 *)wr, x, cols, lane);
     } else {
         for (int64_t c = lane; c < cols; c += 32) {
             const float wv = __half2float(wr[c]);
@@ -573,13 +591,14 @@ static int cuda_sync(kvb_backend *be) {
     return be->error[0] ? -1 : 0;
 }
 
-/* k_gemv_n over the matrices of s (total rows) for n_tok <= 4 tokens, v1 or v2 by KVB_GEMV_KERNEL */
+/* k_gemv_n over the matrices of s (total rows) for n_tok <= 4 tokens, v1, v2 or v3 by KVB_GEMV_KERNEL */
 static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const float *x, int64_t cols, int64_t n_tok) {
     const int warps = 8;
     const unsigned grid = (unsigned)((total + warps - 1) / warps);
-    const bool v2 = gemv_kernel() == 2;
-#define GEMV_N(NT) (v2 ? k_gemv_n<NT, true><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
-                       : k_gemv_n<NT, false><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols))
+    const int ver = gemv_kernel();
+#define GEMV_N(NT) (ver == 3   ? k_gemv_n<NT, 3><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
+                    : ver == 2 ? k_gemv_n<NT, 2><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
+                               : k_gemv_n<NT, 1><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols))
     switch (n_tok) {
     case 1: GEMV_N(1); break;
     case 2: GEMV_N(2); break;

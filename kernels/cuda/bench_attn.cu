@@ -228,7 +228,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             if (kvb_cuda_attention_ws(&sp) > wsb) wsb = kvb_cuda_attention_ws(&sp);
             CKB(cudaMalloc((void **)&ws, wsb));
             char err[256];
-            for (int kv = 1; kv <= 2 && !checked; kv++) { /* head 0 .. group against float64, each tiled kernel */
+            for (int kv = 1; kv <= 3 && !checked; kv++) { /* head 0 .. group against float64, each tiled kernel */
                 a.kernel = kv;
                 if (kvb_cuda_attention(&a, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
                 CKB(cudaStreamSynchronize(st));
@@ -260,7 +260,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                 printf("check: kernel v%d, KV head 0 at %ld tokens vs float64: max |error| %.2e %s\n", kv, ctx, worst,
                        worst < 1e-3 ? "(ok)" : "(WRONG)");
                 if (worst >= 1e-3) rc = 1;
-                if (kv == 2) checked = 1;
+                if (kv == 3) checked = 1;
             }
             a.kernel = 0;
             if (rc) break;
@@ -275,12 +275,13 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             const double copy_gbps = 2.0 * head_bytes * HK / (ms / o.iters * 1e-3) / 1e9;
             printf("| %ld | %ld | copy (read+write) | %.1f | %.0f | 100 | | |\n", ctx, B, ms / o.iters * 1e3, copy_gbps);
             if (csv) fprintf(csv, "%ld,%ld,copy,%.3f,%.1f,%.1f,100,,\n", ctx, B, ms / o.iters * 1e3, copy_gbps, copy_gbps);
-            for (int cv = 0; cv < 4; cv++) { /* full, full v2, sparse, sparse v2 */
-                const int c = cv / 2, kv = 1 + cv % 2;
+            for (int cv = 0; cv < 6; cv++) { /* full, full v2, full v3, sparse, sparse v2, sparse v3 */
+                const int c = cv / 3, kv = 1 + cv % 3;
                 kvb_cuda_attn xk = c ? sp : a;
                 xk.kernel = kv;
                 const kvb_cuda_attn *x = &xk;
-                const char *kase = c ? (kv == 2 ? "sparse_v2" : "sparse") : (kv == 2 ? "full_v2" : "full");
+                static const char *const names[2][3] = {{"full", "full_v2", "full_v3"}, {"sparse", "sparse_v2", "sparse_v3"}};
+                const char *kase = names[c][kv - 1];
                 for (int w = 0; w < 3; w++)
                     if (kvb_cuda_attention(x, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
                 CKB(cudaEventRecord(e0, st));
@@ -306,6 +307,6 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
     if (csv) fclose(csv);
     printf("\nGB/s counts the K and V bytes each call reads (visible tokens x head_dim x 2 bytes x 2); the copy's\n"
            "counts bytes read + written. One run; each point is the mean of --iters back-to-back calls. _v2 rows: the\n"
-           "double-buffered tiled kernel (KVB_ATTN_KERNEL=2 makes it the default everywhere).\n");
+           "double-buffered tiled kernel (KVB_ATTN_KERNEL=2); _v3 rows: the register-only kernel (KVB_ATTN_KERNEL=3).\n");
     return rc;
 }
