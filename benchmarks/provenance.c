@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "kernels/backend.h"
+
 #ifndef KVB_BUILT_SOURCE_DIR
 #define KVB_BUILT_SOURCE_DIR "."
 #endif
@@ -60,6 +62,9 @@ void kvb_provenance_add(cJSON *j, const char *backend) {
         first_line("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null", device, sizeof device);
     else cpu_name(device, sizeof device);
     cJSON_AddStringToObject(j, "device", device);
+#ifdef KVB_HAVE_CUDA
+    if (backend && !strcmp(backend, "cuda")) cJSON_AddStringToObject(j, "cuda_kernels", kvb_cuda_kernels());
+#endif
     struct utsname u;
     if (uname(&u) == 0) snprintf(host, sizeof host, "%s %s %s", u.nodename, u.sysname, u.machine);
     cJSON_AddStringToObject(j, "host", host);

@@ -71,7 +71,7 @@ typedef struct {
     kvb_progress prog;
     kvb_hostload load;
     char doing[160]; /* the sample or cell being worked on, for progress within it */
-    char engine[96]; /* engine settings beside the defaults, for the fingerprints */
+    char engine[192]; /* engine settings beside the defaults, for the fingerprints */
     FILE *kept;      /* --dump-kept file, or NULL */
     kvb_shared_prefill pf; /* the current sample's prefill; kept for the next question of a context group */
 } run_state;

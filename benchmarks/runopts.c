@@ -31,6 +31,11 @@ void kvb_run_engine_fingerprint(const kvb_run_opts *o, char *out, size_t cap) {
     const int on_cpu = !cp.backend || !strcmp(cp.backend, "cpu");
     if (on_cpu && kvb_backend_cpu_gemm_f32(kvb_ctx_gemm(&cp)))
         at += snprintf(out + at, cap - (size_t)at, "%sgemm=f32", at ? " " : "");
+#ifdef KVB_HAVE_CUDA
+    /* the CUDA kernels change timings and some change rounding: records of other kernels are not mixed in */
+    if (cp.backend && !strcmp(cp.backend, "cuda"))
+        at += snprintf(out + at, cap - (size_t)at, "%skernels=%s", at ? " " : "", kvb_cuda_kernels_tag());
+#endif
     if (o->n_ctx > 0) snprintf(out + at, cap - (size_t)at, "%sctx=%d", at ? " " : "", o->n_ctx);
 }
 

@@ -336,6 +336,9 @@ int cmd_bench(int argc, char **argv) {
     const char *gemm = on_gpu ? "cuBLAS f16" : kvb_backend_cpu_gemm_name(kvb_ctx_gemm(&eo.ctx));
     printf("kvbench bench: %s, backend %s, %d threads, KV %s, prefill GEMM: %s, decode %ld tokens, best of %ld\n",
            m->path, eo.ctx.backend, n_threads, kv, gemm, n_dec, reps);
+#ifdef KVB_HAVE_CUDA
+    if (on_gpu) printf("CUDA kernels: %s\n", kvb_cuda_kernels());
+#endif
     for (int i = 0; i < n_rows; i++) {
         for (long r = 0; r < reps; r++)
             if (bench_one(m, &eo.ctx, rows[i].ctx, n_dec, profile && i == n_rows - 1 && r == reps - 1, &rows[i])) {

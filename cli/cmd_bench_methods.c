@@ -160,6 +160,9 @@ int cmd_bench_methods(int argc, char **argv) {
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
            eo.ctx.backend);
+#ifdef KVB_HAVE_CUDA
+    if (strcmp(eo.ctx.backend, "cpu")) printf("CUDA kernels: %s\n\n", kvb_cuda_kernels());
+#endif
     if (bound)
         printf("byte bound: %.3f GB of matmul weights (%s) + %.1f KiB of K+V per attended token, at %.1f GB/s (the "
                "backend's device copy rate, bytes read + written, measured now%s)\n\n",

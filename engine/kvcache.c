@@ -160,7 +160,10 @@ kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
         kv_head *d = &kv->heads[i];
         d->tier = s->tier;
         if (s->n == 0) continue;
-        if (resize(kv, d, s->n, s->tier, err, sizeof err) || copy_slots(kv, d, d->tier, s, s->tier, s->n, err, sizeof err)) {
+        /* the source's capacity, not its rows: a fork decodes on at once, and a head sized exactly would reallocate
+         * and copy itself in the first (timed) decode step */
+        if (resize(kv, d, s->cap > s->n ? s->cap : s->n, s->tier, err, sizeof err) ||
+            copy_slots(kv, d, d->tier, s, s->tier, s->n, err, sizeof err)) {
             kvc_free(kv);
             return NULL;
         }

@@ -515,7 +515,12 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         kvb_src s = {hv.k, hv.v, hv.pos, hv.n, NULL, 0};
         c->src[h] = s;
     }
-    if ((H || c->on_visible) && be_sync(be, err, err_len)) return -1;
+    /* The only memory host code may read here is the host tier (pinned), whose new rows of any layer the device's
+     * KV writer may still be writing: while the store holds host-tier rows, wait for it before a hook or the
+     * observer runs. Device-tier work needs no wait (the hooks' ops queue behind it on the same stream, and a
+     * hook that copies device data down waits for its own copy), so a method whose heads are all on the device
+     * decodes without a sync per layer, as full attention does. */
+    if (((H && kvc_used_bytes(c->kv, KVB_TIER_HOST) > 0) || c->on_visible) && be_sync(be, err, err_len)) return -1;
     if (H && (H->pre_attend || H->select)) {
         prof_begin(P, PROF_SELECT, l);
         if (H->pre_attend && H->pre_attend(H->self, c, l, c->q, n, err, err_len)) return -1;

@@ -312,9 +312,14 @@ const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
-/* The CUDA decode GEMV: 1 (the default) or 2, the candidate with four weight loads in flight per lane (before
- * any call: $KVB_GEMV_KERNEL). Builds with KVB_HAVE_CUDA only. */
+/* The CUDA decode GEMV: 1 (the default), 2 (four weight loads in flight per lane) or 3 (eight, v1's sums bit for
+ * bit); before any call: $KVB_GEMV_KERNEL. Builds with KVB_HAVE_CUDA only. */
 void kvb_cuda_set_gemv_kernel(int k);
+/* The CUDA kernels this process uses, one line ("attention v3, prefill tensor cores, GEMV v1, probabilities v1"):
+ * bench prints it and run.json records it, since each switch changes timings and some change rounding. */
+const char *kvb_cuda_kernels(void);
+/* The same choices as a short tag ("attn3.tc.gemv1.probs1") for record fingerprints. */
+const char *kvb_cuda_kernels_tag(void);
 /* A backend by name: "cpu" or "cuda". */
 kvb_backend *kvb_backend_create(const char *name, int n_threads, char *err, size_t err_len);
 /* Format a one-line error into err (NULL or 0 = none); returns -1. The ops' and the methods' error helper. */

@@ -6,37 +6,46 @@
 #   scripts/gpu-check.sh --bin DIR OUTDIR       use binaries already built in DIR (e.g. an unpacked bundle)
 #   scripts/gpu-check.sh --bundle FILE.tar.xz   build here for x86-64-v3 + sm_90 and pack the CUDA binaries with
 #                                               the shared libraries they need, for a GPU box without dev packages
+#   scripts/gpu-check.sh --plan                 the three groups of steps (KVB_GPU_GROUP=1|2|3), each one call,
+#                                               with each step's measured seconds
 #
-# Environment: KVB_MODEL_DIR (where the default model is; steps that need it are skipped with a line when it
-# is missing), KVB_GPU_STEPS (space-separated subset of the steps below; default all), KVB_SYNTH_CTX (contexts
-# of the synthetic:llama3.1-8b full-attention runs, default 32768,65536,131072), KVB_METHODS_8B (methods of the
-# 8B method runs, default all), KVB_STEP_TIMEOUT (seconds a step may take, default 900), KVB_PEER_PYTHON (the
-# python3 with torch + transformers for the PyTorch peer, default python3).
+# A lent GPU box gives about 10 minutes a command, 64 MiB uploaded, no network and no dev packages: build the
+# bundle here, then on the box `scripts/gpu-window.sh BUNDLE OUT` (one call: docs/gpu.md has the commands used).
 #
-# Steps, in order (each one row of summary.md, its log beside it):
-#   tests           test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
-#                   test_cuda_model again with the candidate kernels on (KVB_ATTN_KERNEL=2, KVB_PREFILL_TC=1)
-#   bench-attention decode attention, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and PyTorch SDPA
-#   ncu             achieved DRAM throughput (% of peak) under Nsight Compute: the attention kernels (v1, v2)
-#                   and the decode GEMVs of the default model (v1, v2)
-#   model           the default model, CUDA, 512-8000 tokens, with PyTorch on the same shapes (tok/s, bound)
-#   methods         every method on the default model at 8000 tokens, 30%
-#   methods-profile the same with --profile: each decode step by phase, the share outside attention and matmuls
-#   loads           Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
-#   synthetic       synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
-#   synthetic-new   the same with the candidate kernels: tensor-core prefill, double-buffered decode, GEMV v2,
-#                   the probabilities pass v2
-#   methods-8b      every method on synthetic:llama3-8b at 32K, budget 30% and 2048 tokens
-#   omnikv-128k     OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
-#   nsys            a decode timeline (where nsys exists)
-# A lent GPU allows 10 minutes a command: run the steps in groups, each into its own OUTDIR, e.g.
-#   KVB_GPU_STEPS="tests bench-attention ncu"          (then read: do the candidate kernels pass and win?)
-#   KVB_GPU_STEPS="model methods methods-profile loads"
-#   KVB_GPU_STEPS="synthetic-new synthetic" KVB_SYNTH_CTX=32768   (then 65536, 131072 as time allows)
-#   KVB_PREFILL_TC=1 KVB_GPU_STEPS=methods-8b KVB_METHODS_8B=snapkv,omnikv,...  (13 prefills of 32K per budget)
-#   KVB_PREFILL_TC=1 KVB_GPU_STEPS=omnikv-128k        (two 128K prefills: minutes without tensor cores)
-# The environment reaches every step, so KVB_PREFILL_TC / KVB_ATTN_KERNEL / KVB_GEMV_KERNEL / KVB_PROBS_KERNEL
-# pick the kernels (e.g. the methods steps with KVB_PROBS_KERNEL=2: H2O, TOVA and OmniKV's filters read it).
+# Environment:
+#   KVB_GPU_STEPS       the steps below to run, in the order given (most wanted first; default all, in this order)
+#   KVB_GPU_DEADLINE    seconds for all steps together (default 540); a step that would start with under 30 s left
+#                       is not run, and steps not run count as not passed
+#   KVB_STEP_TIMEOUT    seconds one step may take (default 540; always within the deadline)
+#   KVB_GPU_PACK        FILE.tgz: OUTDIR re-packed there (summary.md beside it) after every step
+#   KVB_GPU_DRY=1       no GPU: every step's command resolved and written to its log, its program checked
+#   KVB_GPU_NEW         the candidate kernel set of the *-new, methods-8b and omnikv-128k steps and of the second
+#                       test_cuda_model (default "KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3
+#                       KVB_PROBS_KERNEL=2")
+#   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
+#   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
+#                       out), KVB_METHODS_8B_BUDGETS its budgets (default "30% 2048")
+#   KVB_MODEL_DIR       the default model's folder (an unpacked bundle's bin/model: its 4-layer copy, for
+#                       test_cuda_model; the bench steps then use the model's shapes, synthetic:smollm2-135m)
+#   KVB_PEER_PYTHON     the python3 with torch + transformers for the PyTorch peer (default python3)
+#
+# Steps (each one row of summary.md, its log beside it):
+#   tests             test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
+#                     test_cuda_model again on the candidate set
+#   bench-attention   decode attention v1/v2/v3, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
+#   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
+#   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
+#                     GEMVs v1 and v3
+#   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
+#   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
+#   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
+#   loads             Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
+#   synthetic         synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
+#   synthetic-new     the same on the candidate set at KVB_SYNTH_CTX_NEW
+#   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
+#   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
+#   omnikv-128k       OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
+#   nsys              a decode timeline (where nsys exists)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -81,6 +90,38 @@ if [ "${1:-}" = "--bundle" ]; then
     exit 0
 fi
 
+# Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
+# neighbours), and the three groups of steps, each sized to one call (<= 480 s with a 20% margin)
+declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=16 [ncu]=35 [model]=~25 [methods]=16 [methods-profile]=15
+    [loads]=4 [synthetic]=~30 [synthetic-new]=135 [synthetic-profile]=10 [methods-8b]=320 [omnikv-128k]=~150 [nsys]=~20)
+groups=("tests bench-attention sanitize ncu model methods methods-profile loads synthetic-profile"
+    "synthetic-new synthetic omnikv-128k"
+    "methods-8b")
+group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi")
+if [ "${1:-}" = "--plan" ]; then
+    echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 (docs/gpu.md), ~ = estimated;"
+    echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
+    total=0
+    for g in 1 2 3; do
+        sum=0
+        for st in ${groups[g - 1]}; do sum=$((sum + ${est[$st]#\~})); done
+        sum=$((sum * 12 / 10)); total=$((total + sum))
+        echo
+        echo "group $g: ~$sum s${group_env[g - 1]:+ (with ${group_env[g - 1]})}"
+        for st in ${groups[g - 1]}; do printf '  %-18s %5s s\n' "$st" "${est[$st]}"; done
+    done
+    echo
+    echo "total: ~$total s ($((total / 60)) min), plus each call's machine start"
+    exit 0
+fi
+if [ -n "${KVB_GPU_GROUP:-}" ]; then
+    case "$KVB_GPU_GROUP" in
+    1 | 2 | 3) KVB_GPU_STEPS=${groups[KVB_GPU_GROUP - 1]}
+        [ -n "${group_env[KVB_GPU_GROUP - 1]}" ] && export "${group_env[KVB_GPU_GROUP - 1]}" ;;
+    *) echo "gpu-check: KVB_GPU_GROUP must be 1, 2 or 3 (see --plan)" >&2; exit 2 ;;
+    esac
+fi
+
 bin=""
 if [ "${1:-}" = "--bin" ]; then
     bin=$(cd "${2:?usage: gpu-check.sh --bin DIR OUTDIR}" && pwd)
@@ -90,7 +131,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention ncu model methods methods-profile loads synthetic synthetic-new methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-profile loads synthetic synthetic-new synthetic-profile methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3 KVB_PROBS_KERNEL=2}"
@@ -186,7 +227,7 @@ step_tests() {
     step "test_cuda_ops (every op incl. attention paths vs float64)" cuda_ops.log "$bin/test_cuda_ops"
     step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
-        step "test_cuda_model (7 methods, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
+        step "test_cuda_model (every method, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
         step "test_cuda_model, candidate kernels ${new_set[*]}" cuda_model_new.log \
             "${new_kernels[@]}" "$bin/test_cuda_model"
     else

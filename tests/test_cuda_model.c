@@ -7,7 +7,7 @@
  * The logits differ by rounding, not by method: the CPU quantizes every activation vector to 8 bits (ggml's
  * Q8 scheme) against Q4_1 weights, the GPU multiplies f16 weights by f16/f32 activations. For methods whose
  * visible set depends only on positions (full, streamingllm) the max |Δ logit| must stay within LOGIT_BOUND.
- * Methods that select by scores (h2o, snapkv, omnikv, round, pod) may select a different token where two
+ * Every registered method runs (the registry's list). Methods that select by scores may select a different token where two
  * scores are within rounding of each other, after which the two contexts legitimately differ: for them the
  * max |Δ| is printed, not bounded. Prints per method: steps agreeing, max |Δ|, each differing step.
  * Without a GPU the suite prints one line and passes. */
@@ -133,13 +133,24 @@ static void check_method(const char *method, int bounded) {
     free(logits);
 }
 
-static void test_full(void) { check_method("full", 1); }
-static void test_streamingllm(void) { check_method("streamingllm", 1); }
-static void test_h2o(void) { check_method("h2o", 0); }
-static void test_snapkv(void) { check_method("snapkv", 0); }
-static void test_omnikv(void) { check_method("omnikv", 0); }
-static void test_round(void) { check_method("round", 0); }
-static void test_pod(void) { check_method("pod", 0); }
+/* Every registered method, one CUnit test each (the registry's order): a trampoline per slot reads its name. The
+ * max |Δ logit| is bounded for the methods whose visible set depends only on positions. */
+enum { MAX_METHODS = 32 };
+static const char *method_at[MAX_METHODS];
+static void check_slot(int i) {
+    static const char *const positional[] = {"full", "streamingllm"};
+    int bounded = 0;
+    for (size_t k = 0; k < sizeof positional / sizeof *positional; k++) bounded |= !strcmp(method_at[i], positional[k]);
+    check_method(method_at[i], bounded);
+}
+#define SLOT(i) static void slot##i(void) { check_slot(i); }
+SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7) SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13)
+SLOT(14) SLOT(15) SLOT(16) SLOT(17) SLOT(18) SLOT(19) SLOT(20) SLOT(21) SLOT(22) SLOT(23) SLOT(24) SLOT(25)
+SLOT(26) SLOT(27) SLOT(28) SLOT(29) SLOT(30) SLOT(31)
+#undef SLOT
+static void (*const slots[MAX_METHODS])(void) = {
+    slot0,  slot1,  slot2,  slot3,  slot4,  slot5,  slot6,  slot7,  slot8,  slot9,  slot10, slot11, slot12, slot13, slot14, slot15,
+    slot16, slot17, slot18, slot19, slot20, slot21, slot22, slot23, slot24, slot25, slot26, slot27, slot28, slot29, slot30, slot31};
 
 int main(void) {
     int n = 0;
@@ -171,13 +182,15 @@ int main(void) {
     }
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("every method on CUDA as on the CPU (5 prompts x 32 tokens, budget 30%)", NULL, NULL);
-    CU_add_test(s, "full", test_full);
-    CU_add_test(s, "streamingllm", test_streamingllm);
-    CU_add_test(s, "h2o", test_h2o);
-    CU_add_test(s, "snapkv", test_snapkv);
-    CU_add_test(s, "omnikv", test_omnikv);
-    CU_add_test(s, "round", test_round);
-    CU_add_test(s, "pod", test_pod);
+    const int n_methods = kvb_method_count();
+    if (n_methods > MAX_METHODS) {
+        fprintf(stderr, "test_cuda_model: %d methods registered, %d test slots: raise MAX_METHODS\n", n_methods, MAX_METHODS);
+        return 1;
+    }
+    for (int i = 0; i < n_methods; i++) {
+        method_at[i] = kvb_method_at(i)->name;
+        CU_add_test(s, method_at[i], slots[i]);
+    }
     int rc = util_run_suites();
     for (int p = 0; p < N_PROMPT; p++) free(prompts[p]);
     kvb_model_free(model);

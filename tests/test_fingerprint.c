@@ -8,6 +8,10 @@
 
 #include "util_common.h"
 #include "benchmarks/fingerprint.h"
+#include "benchmarks/runopts.h"
+#ifdef KVB_HAVE_CUDA
+#include "kernels/cuda/attention.h"
+#endif
 
 static kvb_sample sample(const char *prompt) {
     kvb_sample s;
@@ -125,6 +129,41 @@ static void test_sample_hash_covers_the_content(void) {
     kvb_sample_free(&b);
 }
 
+/* The engine part of the fingerprint names the backend and, on CUDA, each kernel switch: a record of other
+ * kernels is another record (the switches are set, not read from a GPU: no device needed) */
+static void test_engine_fingerprint_names_backend_and_kernels(void) {
+    kvb_run_opts o;
+    memset(&o, 0, sizeof o);
+    char cpu[192], cuda[192];
+    kvb_run_engine_fingerprint(&o, cpu, sizeof cpu);
+    CU_ASSERT(strstr(cpu, "backend=") == NULL);
+    o.backend = "cuda";
+    kvb_run_engine_fingerprint(&o, cuda, sizeof cuda);
+    CU_ASSERT(strstr(cuda, "backend=cuda") != NULL);
+#ifdef KVB_HAVE_CUDA
+    char a[192], b[192], d[192], e[192];
+    kvb_cuda_attention_set_kernel(3);
+    kvb_cuda_attention_set_prefill_tc(1);
+    kvb_cuda_set_gemv_kernel(1);
+    kvb_cuda_attention_set_probs_kernel(1);
+    kvb_run_engine_fingerprint(&o, a, sizeof a);
+    CU_ASSERT(strstr(a, "kernels=attn3.tc.gemv1.probs1") != NULL);
+    kvb_cuda_attention_set_kernel(1);
+    kvb_run_engine_fingerprint(&o, b, sizeof b);
+    kvb_cuda_attention_set_kernel(3);
+    kvb_cuda_attention_set_prefill_tc(0);
+    kvb_run_engine_fingerprint(&o, d, sizeof d);
+    kvb_cuda_attention_set_prefill_tc(1);
+    kvb_cuda_set_gemv_kernel(3);
+    kvb_cuda_attention_set_probs_kernel(2);
+    kvb_run_engine_fingerprint(&o, e, sizeof e);
+    CU_ASSERT(strcmp(a, b) && strcmp(a, d) && strcmp(a, e) && strcmp(b, d) && strcmp(d, e));
+    CU_ASSERT(strstr(e, "gemv3.probs2") != NULL);
+    kvb_cuda_set_gemv_kernel(1);
+    kvb_cuda_attention_set_probs_kernel(1);
+#endif
+}
+
 static void test_index_keeps_the_last_record_of_a_key(void) {
     const char *lines[] = {
         "{\"method\":\"full\",\"budget\":\"full\",\"task\":\"t\",\"sample_id\":\"1\",\"fingerprint\":{\"sha256\":\"A\"}}",
@@ -166,5 +205,7 @@ int main(void) {
     CU_add_test(s, "each field is named when it differs", test_each_field_is_named_when_it_differs);
     CU_add_test(s, "the sample hash covers the content", test_sample_hash_covers_the_content);
     CU_add_test(s, "the index keeps the last record of a key", test_index_keeps_the_last_record_of_a_key);
+    CU_add_test(s, "the engine fingerprint names the backend and the CUDA kernels",
+                test_engine_fingerprint_names_backend_and_kernels);
     return util_run_suites();
 }

@@ -128,6 +128,8 @@ extern "C" void kvb_cuda_attention_set_probs_kernel(int k) { g_probs_kernel = k 
 
 static int probs_kernel(void) { return kvb_switch_on(&g_probs_kernel, "KVB_PROBS_KERNEL", 2) ? 2 : 1; }
 
+extern "C" int kvb_cuda_attention_probs_kernel(void) { return probs_kernel(); }
+
 
 /* ---- split-KV decode (and chunked prefill): a block = (KV head, split of the list, chunk of <= RMAX rows)
  * where rows are (query, head of the GQA group) pairs, so each K/V row is read once per block for all of them.
@@ -728,13 +730,15 @@ __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chu
 
 static int g_kernel; /* 0 = not chosen yet */
 
-extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 2 || kernel == 3 ? kernel : 1; }
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 1 || kernel == 2 ? kernel : 3; }
 
+/* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.7-2.2x v1's GB/s at every point, test_cuda_ops
+ * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references */
 extern "C" int kvb_cuda_attention_kernel(void) {
     if (!g_kernel) {
         const char *v = getenv("KVB_ATTN_KERNEL");
-        const int k = v ? atoi(v) : 1;
-        g_kernel = k == 2 || k == 3 ? k : 1;
+        const int k = v && *v ? atoi(v) : 3;
+        g_kernel = k == 1 || k == 2 ? k : 3;
     }
     return g_kernel;
 }

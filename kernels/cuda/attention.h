@@ -42,18 +42,20 @@ typedef struct {
                                   * 0 = kvb_cuda_attention_kernel(). Results equal to rounding (bench-attention times all) */
 } kvb_cuda_attn;
 
-/* The kernel a call with kernel = 0 takes (1, 2 or 3; before any call: $KVB_ATTN_KERNEL, else 1). */
+/* The kernel a call with kernel = 0 takes: 3 by default (measured fastest on an H200, 2026-11-26: docs/gpu.md),
+ * 1 or 2 where $KVB_ATTN_KERNEL says so before the first call, or as set here. */
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
 /* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,
- * |error| ~1e-3 of the output's scale) when on; before any call: on iff $KVB_PREFILL_TC is 1. Off by default
- * until a GPU run has validated and timed it (scripts/gpu-check.sh runs both). */
+ * |error| ~1e-3 of the output's scale): on by default since the same run (TTFT 4.3x shorter at 32K), off where
+ * $KVB_PREFILL_TC is 0 before the first call, or as set here. */
 void kvb_cuda_attention_set_prefill_tc(int on);
 int kvb_cuda_attention_prefill_tc(void);
 /* The probabilities' pass: 1 (the default: a block per query and head) or 2, the candidate (a block per KV head,
  * query and chunk of the list, coalesced; f16, head_dim 64/128, groups up to 8); before any call:
  * $KVB_PROBS_KERNEL, else 1. */
 void kvb_cuda_attention_set_probs_kernel(int k);
+int kvb_cuda_attention_probs_kernel(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
 size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
 /* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least

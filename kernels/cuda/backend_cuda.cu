@@ -356,6 +356,21 @@ static int gemv_kernel(void) {
     return g_gemv_kernel;
 }
 
+extern "C" const char *kvb_cuda_kernels(void) {
+    static char line[128];
+    snprintf(line, sizeof line, "attention v%d, prefill %s, GEMV v%d, probabilities v%d", kvb_cuda_attention_kernel(),
+             kvb_cuda_attention_prefill_tc() ? "tensor cores" : "CUDA cores", gemv_kernel(),
+             kvb_cuda_attention_probs_kernel());
+    return line;
+}
+
+extern "C" const char *kvb_cuda_kernels_tag(void) {
+    static char tag[48];
+    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d.probs%d", kvb_cuda_attention_kernel(),
+             kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(), kvb_cuda_attention_probs_kernel());
+    return tag;
+}
+
 /* one row's dot products by a warp: lane l takes 16-byte groups l, l+32, ...; V2 (the candidate,
  * KVB_GEMV_KERNEL=2) keeps four in flight (its per-lane partial sums then add in another order: float rounding
  * differs from v1) */
