@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 
 #include "kernels/backend.h"
+#include "kvb_build_info.h"
 
 #ifndef KVB_BUILT_SOURCE_DIR
 #define KVB_BUILT_SOURCE_DIR "."
@@ -43,19 +44,25 @@ static void cpu_name(char *out, size_t cap) {
     if (f) fclose(f);
 }
 
+const char *kvb_provenance_version(void) {
+    static char line[400];
+    snprintf(line, sizeof line, "kvbench, commit %s%s, built %s", KVB_BUILT_COMMIT,
+             KVB_BUILT_DIRTY == 1 ? " with uncommitted changes" : "", KVB_BUILD_FLAGS);
+    return line;
+}
+
 void kvb_provenance_add(cJSON *j, const char *backend) {
+    /* the commit the binary was built from (cmake/build_info.cmake); the checkout's, when a run's KVB_SOURCE_DIR
+     * (or the build's source folder) is now at another commit, beside it */
     const char *src = getenv("KVB_SOURCE_DIR");
     if (!src || !*src) src = KVB_BUILT_SOURCE_DIR;
-    char cmd[1400], commit[64] = "unknown", dirty[4096] = "", host[300] = "unknown", device[256] = "unknown";
-    int quoted_ok = !strchr(src, '\''); /* the path goes inside single quotes */
-    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null", src);
-    int have_commit = quoted_ok && first_line(cmd, commit, sizeof commit) == 0;
-    /* tracked changes only: untracked run directories inside the tree do not make the code dirty */
-    snprintf(cmd, sizeof cmd, "git -C '%s' status --porcelain --untracked-files=no 2>/dev/null", src);
-    int is_dirty = have_commit && first_line(cmd, dirty, sizeof dirty) == 0;
-    cJSON_AddStringToObject(j, "git_commit", have_commit ? commit : "unknown");
-    if (have_commit) cJSON_AddBoolToObject(j, "git_dirty", is_dirty);
+    char cmd[1400], commit[64] = "unknown", host[300] = "unknown", device[256] = "unknown";
+    cJSON_AddStringToObject(j, "git_commit", KVB_BUILT_COMMIT);
+    if (KVB_BUILT_DIRTY >= 0) cJSON_AddBoolToObject(j, "git_dirty", KVB_BUILT_DIRTY);
     else cJSON_AddNullToObject(j, "git_dirty");
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null", src);
+    if (!strchr(src, '\'') && first_line(cmd, commit, sizeof commit) == 0 && strcmp(commit, KVB_BUILT_COMMIT))
+        cJSON_AddStringToObject(j, "checkout_commit", commit);
     cJSON_AddStringToObject(j, "build_flags", KVB_BUILD_FLAGS);
     cJSON_AddStringToObject(j, "backend", backend ? backend : "cpu");
     if (backend && !strcmp(backend, "cuda"))

@@ -5,8 +5,12 @@
 
 #include <cjson/cJSON.h>
 
-/* Add "git_commit", "git_dirty", "build_flags", "backend", "device" and "host" to j. backend is the
- * engine backend the run uses ("cpu" or "cuda"). Values that cannot be found are "unknown" (git_dirty null). */
+/* Add "git_commit" and "git_dirty" (of the commit the binary was built from; "checkout_commit" beside them when the
+ * source folder is now at another), "build_flags", "backend", "device", "cuda_kernels" (on CUDA) and "host" to j.
+ * backend is the engine backend the run uses ("cpu" or "cuda"). Values that cannot be found are "unknown"
+ * (git_dirty null). */
 void kvb_provenance_add(cJSON *j, const char *backend);
+/* One line: the commit the binary was built from and its build flags (`kvbench --version`). */
+const char *kvb_provenance_version(void);
 
 #endif

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "benchmarks/provenance.h"
 
 #ifndef KVB_SOURCE_DIR
 #define KVB_SOURCE_DIR "."
@@ -32,6 +33,7 @@ static const char *USAGE =
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  fidelity             methods teacher-forced against full attention: top-1 agreement, KL, attention recall\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
+    "  --version            the commit this binary was built from and its build flags\n"
     "\n"
     "MODEL is a GGUF path, `default` (SmolLM2-135M-Instruct Q4_1) or `qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-Instruct,\n"
     "32K context), each fetched by scripts/fetch-model.sh [NAME].\n";
@@ -131,6 +133,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        puts(kvb_provenance_version());
+        return 0;
     }
     static const struct {
         const char *name;

@@ -48,6 +48,13 @@ static void release(kvc_store *kv, kv_head *hd) {
     hd->cap = 0;
 }
 
+/* Host code is about to read or write host-tier rows: on a GPU backend the device's KV writer may still be
+ * writing them in place, and a kv_load may still be reading them (both are queued on the backend's stream), so
+ * wait for the queued work first. The CPU backend has no sync (its ops are done when they return). */
+static int host_tier_wait(kvc_store *kv, char *err, size_t err_len) {
+    return kv->be->sync && kv->be->sync(kv->be) ? ERR("%s", kv->be->error) : 0;
+}
+
 /* Copy the first n slots between two heads' arrays: a backend copy in the direction the tiers give (host to
  * host is plain memory). Tier-crossing copies are counted by the backend. */
 static int copy_slots(kvc_store *kv, const kv_head *dst, kvb_tier to, const kv_head *src, kvb_tier from, int64_t n,
@@ -56,6 +63,7 @@ static int copy_slots(kvc_store *kv, const kv_head *dst, kvb_tier to, const kv_h
     void *d[4] = {dst->k, dst->v, dst->pos, dst->round};
     const void *s[4] = {src->k, src->v, src->pos, src->round};
     const size_t bytes[4] = {(size_t)n * rb, (size_t)n * rb, (size_t)n * ib, (size_t)n * ib};
+    if (from == KVB_TIER_HOST && to == KVB_TIER_HOST && n > 0 && host_tier_wait(kv, err, err_len)) return -1;
     for (int i = 0; i < 4 && n > 0; i++) {
         if (from == KVB_TIER_HOST && to == KVB_TIER_HOST) {
             memcpy(d[i], s[i], bytes[i]);
@@ -223,6 +231,7 @@ int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, c
             return ERR("kv store: retain indices must be strictly ascending (layer %d head %d)", layer, h);
     }
     if (hd->tier == KVB_TIER_HOST) { /* host memory: compact in place (idx ascending, so i <= idx[i]) */
+        if (host_tier_wait(kv, err, err_len)) return -1;
         size_t rb = kv->row_bytes;
         for (int64_t i = 0; i < n; i++) {
             memmove(hd->k + (size_t)i * rb, hd->k + (size_t)idx[i] * rb, rb);
@@ -288,7 +297,8 @@ int kvc_gather(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, v
     int rc = pos && round ? 0 : ERR("kv store: out of memory");
     size_t rb = kv->row_bytes;
     if (!rc && hd->tier == KVB_TIER_HOST) {
-        for (int64_t i = 0; i < n; i++) {
+        rc = host_tier_wait(kv, err, err_len);
+        for (int64_t i = 0; !rc && i < n; i++) {
             memcpy((uint8_t *)k_out + (size_t)i * rb, hd->k + (size_t)idx[i] * rb, rb);
             memcpy((uint8_t *)v_out + (size_t)i * rb, hd->v + (size_t)idx[i] * rb, rb);
             pos[i] = hd->pos[idx[i]];

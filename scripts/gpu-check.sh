@@ -6,6 +6,8 @@
 #   scripts/gpu-check.sh --bin DIR OUTDIR       use binaries already built in DIR (e.g. an unpacked bundle)
 #   scripts/gpu-check.sh --bundle FILE.tar.xz   build here for x86-64-v3 + sm_90 and pack the CUDA binaries with
 #                                               the shared libraries they need, for a GPU box without dev packages
+#   scripts/gpu-check.sh --check-bundle FILE    each bundled binary starts in a chroot holding only the bundle and
+#                                               what a CUDA box has (glibc, C++ runtime, cuBLAS), empty environment
 #   scripts/gpu-check.sh --plan                 the three groups of steps (KVB_GPU_GROUP=1|2|3), each one call,
 #                                               with each step's measured seconds
 #
@@ -35,7 +37,7 @@
 #   bench-attention   decode attention v1/v2/v3, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
-#                     GEMVs v1 and v3
+#                     GEMVs v1 and v3; the default decode kernel's detailed sections
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
 #   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
@@ -80,7 +82,7 @@ if [ "${1:-}" = "--bundle" ]; then
     # give test_cuda_model a real Q4_1/Q8_0 GGUF (KVB_MODEL_DIR=bin/model)
     m=${KVB_MODEL_DIR:-$HOME/.cache/kvbench/models}/SmolLM2-135M-Instruct.Q4_1.gguf
     if [ -r "$m" ]; then
-        python3 scripts/trim-gguf.py "$m" "$stage/bin/model/SmolLM2-135M-Instruct.Q4_1.gguf" 4 || exit 1
+        python3 scripts/trim-gguf.py "$m" "$stage/bin/model/SmolLM2-135M-Instruct.Q4_1.gguf" 4 --embd-q4_1 || exit 1
     else
         echo "gpu-check: no default model at $m: the bundle has none (test_cuda_model will be skipped)" >&2
     fi
@@ -90,9 +92,39 @@ if [ "${1:-}" = "--bundle" ]; then
     exit 0
 fi
 
+# --check-bundle FILE: does every binary of the bundle start on a box that has only what the bundle leaves out?
+# A root holding nothing but the bundle, the dynamic loader, glibc, the C++ runtime and cuBLAS (what a CUDA box
+# has) is chrooted into with an empty loader path; each binary must start (no GPU there: the tests' one-line skip).
+if [ "${1:-}" = "--check-bundle" ]; then
+    b=${2:?usage: gpu-check.sh --check-bundle FILE.tar.xz}
+    [ "$(id -u)" = 0 ] || { echo "gpu-check: --check-bundle needs root (chroot)" >&2; exit 1; }
+    r=$(mktemp -d)
+    trap 'umount "$r/proc" 2>/dev/null; rm -rf "$r"' EXIT
+    xz -dc "$b" | tar -C "$r" -xf - || { echo "gpu-check: cannot unpack $b" >&2; exit 1; }
+    mkdir -p "$r/lib64" "$r/lib/x86_64-linux-gnu" "$r/tmp"
+    box=$(ldd "$r/bin/kvbench" "$r/bin/test_cuda_ops" | awk '/=> \//{print $3}' | sort -u |
+        grep -E '/(libc|libm|libdl|librt|libpthread|libresolv|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcublas[A-Za-z]*)\.so')
+    for l in $box; do cp -L "$l" "$r/lib/x86_64-linux-gnu/"; done # the loader's default path: no ld.so.cache needed
+    cp -L /lib64/ld-linux-x86-64.so.2 "$r/lib64/"  # the binaries' interpreter
+    # /proc as on any box: the loader reads /proc/self/exe to expand the binaries' $ORIGIN rpath
+    mkdir -p "$r/proc" && mount -t proc proc "$r/proc" || { echo "gpu-check: cannot mount /proc in the root" >&2; exit 1; }
+    echo "bundle $b: $(du -h "$b" | cut -f1) packed, $(du -sh "$r/bin" | cut -f1) unpacked"
+    echo "the box's part, copied into the root's /lib/x86_64-linux-gnu: $(cd "$r/lib/x86_64-linux-gnu" && ls | tr '\n' ' ')"
+    echo "files of the bundle:"
+    (cd "$r" && find bin -type f | sort | sed 's/^/  /')
+    fails=0
+    for exe in kvbench test_cuda_ops test_cuda_model test_backend_ops; do
+        args=""; [ $exe = kvbench ] && args=--version
+        out=$(env -i "$(command -v chroot)" "$r" "/bin/$exe" $args 2>&1 | tail -1)
+        case "$out" in *"error while loading"* | *"not found"* | *"No such file"* | "") echo "  $exe: FAILED: $out"; fails=$((fails + 1)) ;;
+        *) echo "  $exe (empty environment, chroot): $out" ;; esac
+    done
+    exit $((fails > 0))
+fi
+
 # Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
 # neighbours), and the three groups of steps, each sized to one call (<= 480 s with a 20% margin)
-declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=16 [ncu]=35 [model]=~25 [methods]=16 [methods-profile]=15
+declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=16 [ncu]=~50 [model]=~25 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=135 [synthetic-profile]=10 [methods-8b]=320 [omnikv-128k]=~150 [nsys]=~20)
 groups=("tests bench-attention sanitize ncu model methods methods-profile loads synthetic-profile"
     "synthetic-new synthetic omnikv-128k"
@@ -256,6 +288,12 @@ step_ncu() {
                 --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
                 "$1" bench-attention --ctx 32768,131072 --batch 1,8 --iters 1 --torch off >"$2/ncu.csv" || exit 1
             python3 "$3/scripts/ncu_summary.py" "$2/ncu.csv"' _ "$bin/kvbench" "$outdir" "$root"
+        # the default decode kernel in detail, so a low % comes back with its cause: throughput, memory chart,
+        # occupancy and its limiters, launch shape, where the warps stall
+        step "ncu: decode attention v3 in detail (32K; batch 1, 8)" ncu_detail.log ncu --clock-control none \
+            --kernel-name regex:k_attn_dec --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section Occupancy --section LaunchStats --section WarpStateStats \
+            "$bin/kvbench" bench-attention --ctx 32768 --batch 1,8 --iters 1 --torch off
         for gv in 1 3; do
             step "ncu: decode GEMVs, kernel v$gv (default model's shapes, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \

@@ -165,6 +165,22 @@ static void test_unknown_command_fails(void) {
     free(r);
 }
 
+/* --version names the commit the binary was built from: the test runs in the source folder, built from it, so
+ * where that folder is a git checkout the two agree */
+static void test_version_names_the_built_commit(void) {
+    run_result *r = malloc(sizeof *r);
+    run(r, "--version");
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->out, "kvbench, commit ") == r->out);
+    CU_ASSERT(strstr(r->out, ", built ") != NULL);
+    char head[64] = "";
+    FILE *g = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+    if (g && fgets(head, sizeof head, g)) head[strcspn(head, "\n")] = 0;
+    if (g) pclose(g);
+    if (head[0]) CU_ASSERT(strncmp(r->out + strlen("kvbench, commit "), head, strlen(head)) == 0);
+    free(r);
+}
+
 static void test_help_explains_every_command(void) {
     run_result *r = malloc(sizeof *r);
     run(r, "--help");
@@ -391,6 +407,7 @@ int main(void) {
     CU_add_test(s, "bad flags are reported", test_bad_flags_are_reported);
     CU_add_test(s, "option errors tell unknown, missing and stray apart", test_option_errors_tell_unknown_missing_and_stray_apart);
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
+    CU_add_test(s, "--version names the commit it was built from", test_version_names_the_built_commit);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
     CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);

@@ -362,6 +362,9 @@ static void test_rope(void) {
  * and prefill-sized query blocks. */
 /* bounds on |error| vs float64 (the tensor-core prefill rounds Q and P to f16: looser) */
 static double tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+/* 1: key positions in slot order (pos = slot) instead of shuffled, so a block of early queries masks whole key
+ * tiles: the tensor-core prefill's tile skip is taken */
+static int ordered_pos;
 
 static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
     const int n_head = HK * G;
@@ -380,7 +383,7 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
         kpos[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * 4);
         nk[g] = n_kv;
         for (int64_t sl = 0; sl < n_kv; sl++) {
-            hpos[g * n_kv + sl] = (int32_t)((sl * 7919) % n_kv); /* shuffled positions */
+            hpos[g * n_kv + sl] = (int32_t)(ordered_pos ? sl : (sl * 7919) % n_kv); /* shuffled positions */
             for (int i = 0; i < D; i++) {
                 size_t o = (size_t)sl * D + i, r = ((size_t)g * n_kv + sl) * D + i;
                 float kf = (float)urand(), vf = (float)urand();
@@ -519,6 +522,9 @@ static void test_attention_v3(void) {
     check_attention(64, 4, 1, 1, 5000, 1, 1);
     check_attention(128, 2, 7, 1, 3000, 1, 1);
     check_attention(128, 2, 4, 2, 9, 1, 0);
+    ordered_pos = 1;
+    check_attention(128, 2, 4, 3, 2000, 1, 1);
+    ordered_pos = 0;
     kvb_cuda_attention_set_kernel(was);
 }
 
@@ -544,6 +550,10 @@ static void test_attention_prefill_tc(void) {
     check_attention(128, 2, 4, 200, 1000, 1, 1);
     check_attention(128, 1, 4, 64, 64, 1, 0);
     check_attention(128, 8, 4, 300, 5000, 1, 0);
+    ordered_pos = 1; /* positions in slot order: the blocks of early queries skip the key tiles they all mask */
+    check_attention(128, 2, 4, 200, 4000, 1, 0);
+    check_attention(64, 2, 3, 150, 3000, 1, 1);
+    ordered_pos = 0;
     tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
     kvb_cuda_attention_set_prefill_tc(was);
 }

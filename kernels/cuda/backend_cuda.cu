@@ -568,7 +568,9 @@ static void cuda_free(void *user, kvb_tier tier, void *p, size_t bytes) {
     if (tier == KVB_TIER_DEVICE) {
         dev_forget(im, p);
         CK(cudaFree(p)); /* waits for the work that may still use it */
-    } else if (!CK(cudaStreamSynchronize(im->copy_stream))) { /* a copy may still read or fill it */
+    } else if (!CK(cudaStreamSynchronize(im->copy_stream)) && !CK(cudaStreamSynchronize(im->stream))) {
+        /* pinned host-tier memory is used from both streams: a copy may still read or fill it, and on the compute
+         * stream the KV writer may still write it in place and kv_load read it (mapped): both wait before it goes */
         CK(cudaFreeHost(p));
     }
 }

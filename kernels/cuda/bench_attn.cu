@@ -301,6 +301,29 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                                  100.0 * gbps / copy_gbps, tu > 0 ? tcol : "", tu > 0 ? vcol : "");
                 fflush(stdout);
             }
+            { /* every kernel against v1 at this point, dense and sparse (float64 checked v1 at the first point) */
+                const size_t on = (size_t)HQ * D;
+                float *o1 = (float *)malloc(on * 4), *ok = (float *)malloc(on * 4);
+                double worst[2][2] = {{0, 0}, {0, 0}};
+                for (int c = 0; c < 2 && o1 && ok; c++)
+                    for (int kv = 1; kv <= 3; kv++) {
+                        kvb_cuda_attn xk = c ? sp : a;
+                        xk.kernel = kv;
+                        if (kvb_cuda_attention(&xk, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
+                        CKB(cudaStreamSynchronize(st));
+                        CKB(cudaMemcpy(kv == 1 ? o1 : ok, out, on * 4, cudaMemcpyDeviceToHost));
+                        if (kv == 1) continue;
+                        for (size_t i = 0; i < on; i++) {
+                            const double d = fabs((double)ok[i] - o1[i]);
+                            if (d > worst[c][kv - 2] || d != d) worst[c][kv - 2] = d != d ? INFINITY : d;
+                        }
+                    }
+                printf("agree at %ld x %ld: max |v2 - v1| %.1e, |v3 - v1| %.1e (dense); %.1e, %.1e (10%% list)%s\n", ctx,
+                       B, worst[0][0], worst[0][1], worst[1][0], worst[1][1],
+                       worst[0][0] < 1e-5 && worst[0][1] < 1e-5 && worst[1][0] < 1e-5 && worst[1][1] < 1e-5 ? "" : " (DIFFER)");
+                if (!(worst[0][0] < 1e-5 && worst[0][1] < 1e-5 && worst[1][0] < 1e-5 && worst[1][1] < 1e-5)) rc = 1;
+                free(o1), free(ok);
+            }
             cudaFree(K); cudaFree(V); cudaFree(scratch); cudaFree(q); cudaFree(out); cudaFree(ws); cudaFree(darr);
             cudaFree(idx_all);
         }

@@ -179,6 +179,8 @@ static int gather_h2d(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const 
     if (!idx) return copy_arrays(o, dst, off, src, n, rb, cudaMemcpyHostToDevice);
     uint8_t *h = host_buf(o, &o->stage, &o->stage_bytes, o->stage_done, (size_t)n * (2 * rb + 2 * sizeof(int32_t)));
     if (!h) return -1;
+    /* the host reads host-tier rows the KV writer (queued on this stream) may still be writing in place: wait */
+    if (CK(cudaStreamSynchronize(o->stream))) return -1;
     kvb_kv_head p = staged(h, n, rb);
     for (int64_t i = 0; i < n; i++) {
         const size_t s = (size_t)idx[i];
