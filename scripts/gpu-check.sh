@@ -45,6 +45,7 @@
 #   synthetic         synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
 #   synthetic-new     the same on the candidate set at KVB_SYNTH_CTX_NEW
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
+#   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
 #   omnikv-128k       OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys              a decode timeline (where nsys exists)
@@ -125,9 +126,9 @@ fi
 # Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
 # neighbours), and the three groups of steps, each sized to one call (<= 480 s with a 20% margin)
 declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=16 [ncu]=~50 [model]=~25 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=135 [synthetic-profile]=10 [methods-8b]=320 [omnikv-128k]=~150 [nsys]=~20)
+    [loads]=4 [synthetic]=~30 [synthetic-new]=135 [synthetic-profile]=10 [synthetic-batch]=~25 [methods-8b]=320 [omnikv-128k]=~150 [nsys]=~20)
 groups=("tests bench-attention sanitize ncu model methods methods-profile loads synthetic-profile"
-    "synthetic-new synthetic omnikv-128k"
+    "synthetic-new synthetic-batch synthetic omnikv-128k"
     "methods-8b")
 group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi")
 if [ "${1:-}" = "--plan" ]; then
@@ -163,7 +164,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-profile loads synthetic synthetic-new synthetic-profile methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-profile loads synthetic synthetic-new synthetic-batch synthetic-profile methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3 KVB_PROBS_KERNEL=2}"
@@ -331,6 +332,13 @@ step_synthetic() {
 step_synthetic_new() {
     step "synthetic:llama3.1-8b full, ctx $synth_ctx_new, candidate kernels ${new_set[*]} (+ PyTorch)" bench_synth_new.md \
         "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts "$synth_ctx_new" -n 16
+}
+step_synthetic_batch() { # TTFT by prefill chunk: 64 chunks of 512 tokens at 32K run GEMMs of N = 512
+    for b in 2048 8192; do
+        step "synthetic:llama3.1-8b full, 32K, candidate kernels, prefill chunks of $b (--batch $b)" \
+            "bench_synth_batch$b.md" "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" \
+            --contexts 32768 -n 8 --batch "$b" --no-peer
+    done
 }
 step_synthetic_profile() {
     step "synthetic:llama3.1-8b full, 32K, candidate kernels, --profile (prefill and decode by phase)" \
