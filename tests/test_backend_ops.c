@@ -5,11 +5,15 @@
  * (device tier; host tier where the header says host) and test data moves through the backend's own `copy`.
  *
  * Shapes are random per case (seeded): odd head_dim, GQA groups 1/3/4/7, f16 and f32 rows, empty and full
- * index sets, n = 0, ties and NaN in top-k (tie rule: the lower slot first, on every backend). Where the header
- * fixes a float summation order, the CPU backend is also held to that order bit for bit (the methods' results
- * rest on it); other backends are held to the float64 reference within a bound. */
+ * index sets, n = 0, sizes off the block or group, ties and NaN in top-k (tie rule: the lower slot first, on every
+ * backend). Where the header fixes a float summation order, the CPU backend is also held to that order bit for
+ * bit (the methods' results rest on it); other backends are held to the float64 reference within a bound. Where
+ * the header pins every rounding (row_norms, block_scores, quant_groups), every backend is held to it bit for bit.
+ * The list of data ops is read from kernels/backend.h itself, and an op without a test here fails the suite. */
 #include <CUnit/Basic.h>
+#include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,6 +717,604 @@ static void test_pod_merge_gates_the_distant_output_and_counts_merged_and_skippe
             check_pod_merge(be, groups[gi], dims[di], ns[ni], (kvb_dtype)dt, taus[rnd(3)]);
 }
 
+/* ---- knorm, quest: row_norms, block_minmax, block_scores, block_expand ----
+ * The header pins every rounding of these (a product of two floats is exact in double, so a fused multiply-add
+ * changes nothing; the sums run in a fixed order; sqrt is IEEE; one store as float; min and max are exact), so
+ * each has one right answer and every backend is held to it bit for bit. */
+
+static float row_val(const void *rows, kvb_dtype dt, int64_t i) {
+    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[i]) : ((const float *)rows)[i];
+}
+
+static void check_row_norms(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int negate) {
+    char err[256];
+    const size_t es = elt(dt);
+    uint8_t *k = malloc((size_t)(n * dim) * es + 1);
+    float *ref = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+    fill_rows(k, n * dim, dt);
+    for (int64_t i = 0; i < n; i++) { /* now and then a zero row (negated: -0), or squares past float's range */
+        const int64_t kind = rnd(6);
+        for (int e = 0; e < dim && kind < 2; e++) {
+            const size_t at = (size_t)(i * dim + e);
+            if (dt == KVB_F16) ((kvb_f16 *)k)[at] = kind == 0 ? 0 : ((kvb_f16 *)k)[at];
+            else ((float *)k)[at] = kind == 0 ? 0.0f : ((float *)k)[at] * 4e19f;
+        }
+    }
+    for (int64_t i = 0; i <= n; i++) ref[i] = got[i] = -777.0f; /* slot n: past the rows, left alone */
+    for (int64_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (int e = 0; e < dim; e++) {
+            const double x = row_val(k, dt, i * dim + e);
+            sum += x * x;
+        }
+        ref[i] = negate ? -(float)sqrt(sum) : (float)sqrt(sum);
+    }
+    float *dout = up(be, got, (size_t)(n + 1) * 4);
+    CU_ASSERT(be->row_norms(be, dout, up(be, k, (size_t)(n * dim) * es), dt, dim, n, negate, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)(n + 1) * 4);
+    CU_ASSERT(memcmp(got, ref, (size_t)(n + 1) * 4) == 0); /* bitwise: the sign of a negated zero counts */
+    free(k), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_row_norms_are_the_double_sum_of_squares_rooted_and_negated_on_request(void) {
+    const int64_t ns[] = {0, 1, 7, 300};
+    EACH_BACKEND(be) for (int hd = 0; hd < COUNT(head_dims); hd++) for (int ni = 0; ni < COUNT(ns); ni++)
+        for (int dt = 0; dt < 2; dt++) for (int neg = 0; neg < 2; neg++)
+            check_row_norms(be, (kvb_dtype)dt, head_dims[hd], ns[ni], neg);
+}
+
+/* the bounds start as values no row holds: the blocks before from / block and past the last row come back as
+ * they went, the others hold their rows' min and max (rows before `from` in from's block included) */
+static void check_block_minmax(kvb_backend *be, kvb_dtype dt, int dim, int64_t block, int64_t n) {
+    char err[256];
+    const size_t es = elt(dt);
+    const int64_t from = n ? rnd(n) : 0, nb = ((n + block - 1) / block + 1) * dim;
+    uint8_t *k = malloc((size_t)(n * dim) * es + 1);
+    float *lo = malloc((size_t)nb * 4), *hi = malloc((size_t)nb * 4), *glo = malloc((size_t)nb * 4), *ghi = malloc((size_t)nb * 4);
+    if (rnd(2)) fill_rows(k, n * dim, dt);
+    else /* five levels: ties in every block */
+        for (int64_t i = 0; i < n * dim; i++) {
+            const float x = (float)(rnd(5) - 2) * 0.75f;
+            if (dt == KVB_F16) ((kvb_f16 *)k)[i] = kvb_f32_to_f16(x);
+            else ((float *)k)[i] = x;
+        }
+    for (int64_t i = 0; i < nb; i++) lo[i] = 1000.0f + (float)i, hi[i] = -1000.0f - (float)i;
+    float *dlo = up(be, lo, (size_t)nb * 4), *dhi = up(be, hi, (size_t)nb * 4);
+    CU_ASSERT(be->block_minmax(be, dlo, dhi, up(be, k, (size_t)(n * dim) * es), dt, dim, block, from, n, err, sizeof err) == 0);
+    down(be, glo, dlo, (size_t)nb * 4);
+    down(be, ghi, dhi, (size_t)nb * 4);
+    for (int64_t b = from / block; b * block < n; b++)
+        for (int e = 0; e < dim; e++) {
+            double mn = INFINITY, mx = -INFINITY;
+            for (int64_t r = b * block; r < (b + 1) * block && r < n; r++)
+                mn = fmin(mn, row_val(k, dt, r * dim + e)), mx = fmax(mx, row_val(k, dt, r * dim + e));
+            lo[b * dim + e] = (float)mn, hi[b * dim + e] = (float)mx;
+        }
+    int same = 1;
+    for (int64_t i = 0; i < nb; i++) same &= glo[i] == lo[i] && ghi[i] == hi[i];
+    CU_ASSERT(same);
+    free(k), free(lo), free(hi), free(glo), free(ghi);
+    release_all(be);
+}
+
+static void test_block_minmax_rewrites_the_blocks_from_from_on_with_their_rows_min_and_max(void) {
+    const int64_t blocks[] = {1, 3, 16, 32}, ns[] = {0, 1, 15, 16, 17, 100};
+    EACH_BACKEND(be) for (int hd = 0; hd < COUNT(head_dims); hd++) for (int bi = 0; bi < COUNT(blocks); bi++)
+        for (int ni = 0; ni < COUNT(ns); ni++) for (int dt = 0; dt < 2; dt++)
+            check_block_minmax(be, (kvb_dtype)dt, head_dims[hd], blocks[bi], ns[ni]);
+}
+
+static void check_block_scores(kvb_backend *be, int G, int dim, int64_t n_block, int group_max) {
+    char err[256];
+    const int64_t nq = (int64_t)G * dim, nk = n_block * dim;
+    float *q = malloc((size_t)nq * 4), *lo = malloc((size_t)nk * 4 + 4), *hi = malloc((size_t)nk * 4 + 4);
+    float *ref = malloc((size_t)(n_block + 1) * 4), *got = malloc((size_t)(n_block + 1) * 4);
+    for (int64_t i = 0; i < nq; i++) q[i] = rnd(9) == 0 ? 0.0f : (float)(unit() * 4 - 2); /* signs pick min or max */
+    if (G > 1 && rnd(3) == 0) memcpy(q + dim, q, (size_t)dim * 4); /* two equal query heads: a tie in the max */
+    for (int64_t i = 0; i < nk; i++) {
+        const float a = (float)(unit() * 4 - 2), b = rnd(5) == 0 ? a : (float)(unit() * 4 - 2); /* a = b: one-row page */
+        lo[i] = a < b ? a : b, hi[i] = a < b ? b : a;
+    }
+    for (int64_t b = 0; b <= n_block; b++) ref[b] = got[b] = -777.0f;
+    for (int64_t b = 0; b < n_block; b++) {
+        double score = 0;
+        for (int r = 0; r < G; r++) {
+            double u = 0;
+            for (int e = 0; e < dim; e++)
+                u += fmax((double)q[r * dim + e] * lo[b * dim + e], (double)q[r * dim + e] * hi[b * dim + e]);
+            score = group_max ? (r == 0 ? u : fmax(score, u)) : score + u;
+        }
+        ref[b] = (float)score;
+    }
+    float *dscore = up(be, got, (size_t)(n_block + 1) * 4);
+    CU_ASSERT(be->block_scores(be, dscore, up(be, q, (size_t)nq * 4), up(be, lo, (size_t)nk * 4), up(be, hi, (size_t)nk * 4), G,
+                               dim, n_block, group_max, err, sizeof err) == 0);
+    down(be, got, dscore, (size_t)(n_block + 1) * 4);
+    int same = 1;
+    for (int64_t b = 0; b <= n_block; b++) same &= got[b] == ref[b];
+    CU_ASSERT(same);
+    free(q), free(lo), free(hi), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_block_scores_sum_or_max_each_heads_upper_bound_in_double(void) {
+    const int64_t ns[] = {0, 1, 5, 130};
+    EACH_BACKEND(be) for (int gi = 0; gi < COUNT(groups); gi++) for (int hd = 0; hd < COUNT(head_dims); hd++)
+        for (int ni = 0; ni < COUNT(ns); ni++) for (int gm = 0; gm < 2; gm++)
+            check_block_scores(be, groups[gi], head_dims[hd], ns[ni], gm);
+}
+
+static void check_block_expand(kvb_backend *be, int64_t block, int64_t n) {
+    char err[256];
+    const int64_t nb = (n + block - 1) / block;
+    int32_t *blocks = malloc((size_t)nb * 4 + 4), *ref = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+    for (int64_t j = 0; j < nb; j++) blocks[j] = (int32_t)rnd(100000 / block); /* any order, repeats too */
+    int64_t m = 0; /* each block's slots in turn, the last block cut short at n */
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t s = 0; s < block && m < n; s++) ref[m++] = (int32_t)(blocks[j] * block + s);
+    CU_ASSERT_FATAL(m == n);
+    for (int64_t i = 0; i <= n; i++) got[i] = -7;
+    ref[n] = -7;
+    int32_t *didx = up(be, got, (size_t)(n + 1) * 4);
+    CU_ASSERT(be->block_expand(be, didx, up(be, blocks, (size_t)nb * 4), block, n, err, sizeof err) == 0);
+    down(be, got, didx, (size_t)(n + 1) * 4);
+    CU_ASSERT(memcmp(got, ref, (size_t)(n + 1) * 4) == 0);
+    free(blocks), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_block_expand_lists_each_blocks_slots_and_cuts_the_last_at_n(void) {
+    const int64_t blocks[] = {1, 2, 3, 16, 32}, ns[] = {0, 1, 15, 16, 17, 1000, 5001};
+    EACH_BACKEND(be) for (int bi = 0; bi < COUNT(blocks); bi++) for (int ni = 0; ni < COUNT(ns); ni++)
+        check_block_expand(be, blocks[bi], ns[ni]);
+}
+
+/* ---- AdaKV: fill_idx_f32, split_rows_idx (exact: stores and integer arithmetic) ---- */
+
+static void check_fill_idx_f32(kvb_backend *be, int64_t n, float value) {
+    char err[256];
+    const int64_t m = n ? 1 + rnd(2 * n) : 5; /* fewer slots than indices now and then: repeats */
+    float *dst = malloc((size_t)m * 4), *ref = malloc((size_t)m * 4), *got = malloc((size_t)m * 4);
+    int32_t *idx = malloc((size_t)n * 4 + 4);
+    for (int64_t i = 0; i < m; i++) dst[i] = ref[i] = (float)unit();
+    for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)rnd(m), ref[idx[i]] = value;
+    float *ddst = up(be, dst, (size_t)m * 4);
+    CU_ASSERT(be->fill_idx_f32(be, ddst, up(be, idx, (size_t)n * 4), n, value, err, sizeof err) == 0);
+    down(be, got, ddst, (size_t)m * 4);
+    CU_ASSERT(memcmp(got, ref, (size_t)m * 4) == 0); /* the value's bits: -0 and NaN as given */
+    free(dst), free(ref), free(got), free(idx);
+    release_all(be);
+}
+
+static void test_fill_idx_f32_stores_the_value_at_every_listed_slot_and_nowhere_else(void) {
+    const int64_t ns[] = {0, 1, 33, 5000};
+    const float values[] = {-INFINITY, -0.0f, 3.25f, NAN};
+    EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) for (int vi = 0; vi < COUNT(values); vi++)
+        check_fill_idx_f32(be, ns[ni], values[vi]);
+}
+
+/* rows empty, full or in between; the reference finds each row's indices by scanning for its range */
+static void check_split_rows_idx(kvb_backend *be, int rows, int64_t row_len) {
+    char err[256];
+    int32_t *flat = malloc((size_t)(rows * row_len) * 4 + 4);
+    int64_t n = 0;
+    for (int r = 0; r < rows; r++) {
+        const int kind = (int)rnd(4), pct = (int)rnd(100);
+        for (int64_t j = 0; j < row_len; j++)
+            if (kind == 1 || (kind > 1 && rnd(100) < pct)) flat[n++] = (int32_t)(r * row_len + j);
+    }
+    int32_t *cref = malloc((size_t)(rows + 1) * 4), *cgot = malloc((size_t)(rows + 1) * 4);
+    int64_t stride = 0;
+    for (int r = 0; r < rows; r++) {
+        cref[r] = 0;
+        for (int64_t i = 0; i < n; i++) cref[r] += flat[i] >= r * row_len && flat[i] < (r + 1) * row_len;
+        stride = cref[r] > stride ? cref[r] : stride;
+    }
+    stride += rnd(3); /* out_stride: the largest count or more */
+    const int64_t no = rows * stride + 1;
+    int32_t *oref = malloc((size_t)no * 4), *ogot = malloc((size_t)no * 4);
+    for (int64_t i = 0; i < no; i++) oref[i] = ogot[i] = -9;
+    for (int r = 0; r < rows; r++) {
+        int64_t j = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (flat[i] >= r * row_len && flat[i] < (r + 1) * row_len) oref[r * stride + j++] = (int32_t)(flat[i] - r * row_len);
+    }
+    for (int r = 0; r <= rows; r++) cgot[r] = -5; /* every row's count is written, and only those */
+    cref[rows] = -5;
+    int32_t *dout = up(be, ogot, (size_t)no * 4), *dcounts = up(be, cgot, (size_t)(rows + 1) * 4);
+    CU_ASSERT(be->split_rows_idx(be, dout, stride, dcounts, up(be, flat, (size_t)n * 4), n, row_len, rows, err, sizeof err) == 0);
+    down(be, ogot, dout, (size_t)no * 4);
+    down(be, cgot, dcounts, (size_t)(rows + 1) * 4);
+    CU_ASSERT(memcmp(cgot, cref, (size_t)(rows + 1) * 4) == 0);
+    CU_ASSERT(memcmp(ogot, oref, (size_t)no * 4) == 0);
+    free(flat), free(cref), free(cgot), free(oref), free(ogot);
+    release_all(be);
+}
+
+static void test_split_rows_idx_counts_every_row_and_lists_its_offsets_in_order(void) {
+    const int rows[] = {0, 1, 7, 70};
+    const int64_t lens[] = {1, 5, 64, 300};
+    EACH_BACKEND(be) for (int ri = 0; ri < COUNT(rows); ri++) for (int li = 0; li < COUNT(lens); li++)
+        for (int rep = 0; rep < 3; rep++) check_split_rows_idx(be, rows[ri], lens[li]);
+}
+
+/* ---- KIVI: quant_groups, attention_quant ---- */
+
+typedef struct {
+    int G, bits;
+} quant_fmt;
+/* G * bits a multiple of 16; some G not a power of two */
+static const quant_fmt quant_fmts[] = {{16, 1}, {48, 1}, {8, 2}, {24, 2}, {4, 4}, {12, 4}, {64, 4}, {2, 8}, {6, 8}};
+
+/* f16 directed rounding by bisection over the bit patterns (the non-negative ones ascend with their values):
+ * the least f16 >= x, and the greatest f16 <= x; |x| <= 65504 */
+static kvb_f16 f16_ceil(float x) { /* x >= 0 */
+    unsigned lo = 0, hi = 0x7BFF;
+    while (lo < hi) {
+        const unsigned mid = (lo + hi) / 2;
+        if (kvb_f16_to_f32((kvb_f16)mid) >= x) hi = mid;
+        else lo = mid + 1;
+    }
+    return (kvb_f16)lo;
+}
+
+static kvb_f16 f16_floor(float x) {
+    if (x < 0) return (kvb_f16)(0x8000 | f16_ceil(-x));
+    unsigned lo = 0, hi = 0x7BFF;
+    while (lo < hi) {
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (kvb_f16_to_f32((kvb_f16)mid) <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    return (kvb_f16)lo;
+}
+
+/* code i of a group's code bytes: bits [i*bits, (i+1)*bits), least significant first, read a bit at a time */
+static int code_get(const uint8_t *codes, int i, int bits) {
+    int c = 0;
+    for (int b = 0; b < bits; b++) c |= ((codes[(i * bits + b) / 8] >> ((i * bits + b) % 8)) & 1) << b;
+    return c;
+}
+
+static void code_put(uint8_t *codes, int i, int bits, int c) {
+    for (int b = 0; b < bits; b++) codes[(i * bits + b) / 8] |= (uint8_t)(((c >> b) & 1) << ((i * bits + b) % 8));
+}
+
+/* value i of a group record as the header dequantizes it: (float)z + (float)code * (float)s, the product first */
+static float group_value(const uint8_t *rec, int G, int bits, int i) {
+    kvb_f16 sh, zh;
+    memcpy(&sh, rec + (size_t)G * bits / 8, 2), memcpy(&zh, rec + (size_t)G * bits / 8 + 2, 2);
+    const float prod = (float)code_get(rec, i, bits) * kvb_f16_to_f32(sh);
+    return kvb_f16_to_f32(zh) + prod;
+}
+
+/* element i of group gi: per channel, group b*d + c holds rows b*G.. of column c; per token, group t*(d/G) + j
+ * holds elements j*G.. of row t */
+static int64_t group_elem(int64_t gi, int i, int d, int G, int per_channel) {
+    return per_channel ? (gi / d * G + i) * d + gi % d : gi / (d / G) * d + gi % (d / G) * G + i;
+}
+
+/* Every step of a group's record is an IEEE-rounded operation the header names (f16 rounded down and up, f32
+ * subtraction and division, rintf), so the record has one right value and every backend must give it bit for
+ * bit. Independently of those steps, each value the backend's record dequantizes to must lie within half a step
+ * of the input (float64), the header's promise, with four f32 roundings (2^-24 each) of the magnitudes involved. */
+static void check_quant_groups(kvb_backend *be, kvb_dtype dt, quant_fmt f, int d, int64_t n, int per_channel) {
+    char err[256];
+    const int G = f.G, bits = f.bits, qmax = (1 << bits) - 1;
+    const size_t rb = kvb_quant_group_bytes(G, bits), cb = (size_t)G * bits / 8, es = elt(dt);
+    const int64_t n_groups = per_channel ? n / G * d : n * (d / G);
+    const size_t bytes = (size_t)n_groups * rb + 8; /* 8 bytes past the groups, left alone */
+    uint8_t *x = malloc((size_t)(n * d) * es + 1), *ref = malloc(bytes), *got = malloc(bytes);
+    const double mag = pow(10.0, unit() * 4 - 2); /* 0.01 .. 100: inside f16's range */
+    for (int64_t gi = 0; gi < n_groups; gi++) { /* a group of one value (f16: scale 0), of three, or spread */
+        const int kind = (int)rnd(5);
+        const double c = (unit() * 2 - 1) * mag;
+        for (int i = 0; i < G; i++) {
+            const double y = kind == 0 ? c : kind == 1 ? c + (double)(rnd(3) - 1) * mag / 4 : c + (unit() * 2 - 1) * mag;
+            const int64_t at = group_elem(gi, i, d, G, per_channel);
+            if (dt == KVB_F16) ((kvb_f16 *)x)[at] = kvb_f32_to_f16((float)y);
+            else ((float *)x)[at] = (float)y;
+        }
+    }
+    memset(ref, 0, bytes), memset(got, 0xA5, bytes), memset(ref + bytes - 8, 0xA5, 8);
+    for (int64_t gi = 0; gi < n_groups; gi++) {
+        uint8_t *rec = ref + gi * rb;
+        float mn = INFINITY, mx = -INFINITY;
+        for (int i = 0; i < G; i++) {
+            const float v = row_val(x, dt, group_elem(gi, i, d, G, per_channel));
+            mn = v < mn ? v : mn, mx = v > mx ? v : mx;
+        }
+        const kvb_f16 zh = f16_floor(mn);
+        const float z = kvb_f16_to_f32(zh);
+        const kvb_f16 sh = f16_ceil((mx - z) / (float)qmax);
+        const float s = kvb_f16_to_f32(sh);
+        for (int i = 0; i < G; i++) {
+            const float r = s > 0 ? rintf((row_val(x, dt, group_elem(gi, i, d, G, per_channel)) - z) / s) : 0.0f;
+            code_put(rec, i, bits, r < 0 ? 0 : r > (float)qmax ? qmax : (int)r);
+        }
+        memcpy(rec + cb, &sh, 2), memcpy(rec + cb + 2, &zh, 2);
+    }
+    uint8_t *dout = up(be, got, bytes);
+    CU_ASSERT(be->quant_groups(be, dout, up(be, x, (size_t)(n * d) * es), dt, n, d, G, bits, per_channel, err, sizeof err) == 0);
+    down(be, got, dout, bytes);
+    CU_ASSERT(memcmp(got, ref, bytes) == 0);
+    int within = 1;
+    for (int64_t gi = 0; gi < n_groups; gi++) {
+        const uint8_t *rec = got + gi * rb;
+        kvb_f16 sh, zh;
+        memcpy(&sh, rec + cb, 2), memcpy(&zh, rec + cb + 2, 2);
+        const double s = kvb_f16_to_f32(sh), z = kvb_f16_to_f32(zh);
+        for (int i = 0; i < G; i++) {
+            const double v = row_val(x, dt, group_elem(gi, i, d, G, per_channel)), deq = group_value(rec, G, bits, i);
+            within &= s >= 0 && fabs(v - deq) <= s / 2 + 0x1p-22 * (fabs(v) + fabs(z) + qmax * s);
+        }
+    }
+    CU_ASSERT(within);
+    free(x), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_quant_groups_are_the_headers_records_bit_for_bit_within_half_a_step(void) {
+    const int widths[] = {1, 3, 17, 64};
+    EACH_BACKEND(be) for (int fi = 0; fi < COUNT(quant_fmts); fi++) for (int dt = 0; dt < 2; dt++) {
+        const quant_fmt f = quant_fmts[fi];
+        for (int wi = 0; wi < COUNT(widths); wi++) /* keys: any width, rows in whole groups */
+            for (int64_t m = 0; m < 4; m += 1 + (m > 0)) check_quant_groups(be, (kvb_dtype)dt, f, widths[wi], m * f.G, 1);
+        for (int64_t n = 0; n < 7; n += 1 + 3 * (n > 0)) /* values: rows of whole groups, any count */
+            for (int m = 1; m <= 3; m += 2) check_quant_groups(be, (kvb_dtype)dt, f, m * f.G, n, 0);
+    }
+}
+
+/* a head's quantized K or V: random codes, scales (now and then 0) and minima as f16 */
+static void random_records(uint8_t *rec, int64_t n_rec, quant_fmt f) {
+    const size_t rb = kvb_quant_group_bytes(f.G, f.bits), cb = (size_t)f.G * f.bits / 8;
+    fill_bytes(rec, (size_t)n_rec * rb);
+    for (int64_t r = 0; r < n_rec; r++) {
+        const kvb_f16 sh = rnd(8) == 0 ? 0 : kvb_f32_to_f16((float)(unit() * 4 / ((1 << f.bits) - 1)));
+        const kvb_f16 zh = kvb_f32_to_f16((float)(-2 * unit()));
+        memcpy(rec + r * rb + cb, &sh, 2), memcpy(rec + r * rb + cb + 2, &zh, 2);
+    }
+}
+
+/* The reference is the header's formula in float64 from the dequantized K and V. Every backend must be within a
+ * bound of it: the header computes a logit in float (D products and sums: error ds = (D + 2) 2^-23 sum|scale q k|),
+ * which moves each weight and L by up to 2 ds relatively, and sums the weighted values in float ((n + 4) roundings
+ * of 2^-23 relative to sum w|v|); lse moves by ds and one rounding. The CPU is also held to the header's float
+ * steps bit for bit (only the double exp and log may differ on a GPU). Rows that see no token keep out and lse
+ * bit for bit on every backend. Rows whose store part is empty (lse = -inf) hold NaN in out: w0 = 0 must not read it. */
+static void check_attention_quant(kvb_backend *be, int HK, int Gq, quant_fmt f, int D, int64_t n, int64_t n_q, int masked) {
+    char err[256];
+    enum { MAXK = 3 };
+    const int H = HK * Gq, G = f.G, bits = f.bits;
+    const size_t rb = kvb_quant_group_bytes(G, bits);
+    const int64_t nk = n / G * D, nv = n * (D / G), no = n_q * H * D; /* records per head; outputs */
+    const int32_t pos0 = (int32_t)rnd(100);
+    const float scale = (float)((0.5 + unit()) / sqrt((double)D));
+    float *q = malloc((size_t)no * 4), *out0 = malloc((size_t)no * 4), *got = malloc((size_t)no * 4);
+    float *lse0 = malloc((size_t)(H * n_q) * 4), *lse = malloc((size_t)(H * n_q) * 4);
+    float *kf = malloc((size_t)(HK * n * D) * 4 + 4), *vf = malloc((size_t)(HK * n * D) * 4 + 4), *sf = malloc((size_t)n * 4 + 4);
+    float *accf = malloc((size_t)D * 4);
+    double *s64 = malloc((size_t)n * 8 + 8), *w64 = malloc((size_t)n * 8 + 8);
+    int32_t *qpos = malloc((size_t)n_q * 4);
+    const void *dk[MAXK], *dv[MAXK];
+    CU_ASSERT_FATAL(HK <= MAXK);
+    for (int g = 0; g < HK; g++) {
+        uint8_t *k = malloc((size_t)nk * rb + 1), *v = malloc((size_t)nv * rb + 1);
+        random_records(k, nk, f), random_records(v, nv, f);
+        for (int64_t i = 0; i < n; i++)
+            for (int e = 0; e < D; e++) {
+                kf[(g * n + i) * D + e] = group_value(k + (size_t)(i / G * D + e) * rb, G, bits, (int)(i % G));
+                vf[(g * n + i) * D + e] = group_value(v + (size_t)(i * (D / G) + e / G) * rb, G, bits, e % G);
+            }
+        dk[g] = up(be, k, (size_t)nk * rb), dv[g] = up(be, v, (size_t)nv * rb);
+        free(k), free(v);
+    }
+    for (int64_t i = 0; i < no; i++) q[i] = (float)(unit() * 2 - 1);
+    for (int64_t t = 0; t < n_q; t++) qpos[t] = pos0 - 2 + (int32_t)rnd(n + 4); /* some rows see nothing */
+    for (int h = 0; h < H; h++)
+        for (int64_t t = 0; t < n_q; t++) { /* the store part: empty, negligible, or comparable */
+            const int kind = (int)rnd(4);
+            lse0[h * n_q + t] = kind == 0 ? -INFINITY : kind == 1 ? -1000.0f : (float)(unit() * 8 - 3);
+            for (int e = 0; e < D; e++) out0[(t * H + h) * D + e] = kind == 0 ? NAN : (float)(unit() * 2 - 1);
+        }
+    float *dout = up(be, out0, (size_t)no * 4), *dlse = up(be, lse0, (size_t)(H * n_q) * 4);
+    kvb_attn_args a = {.n_q = n_q, .n_head = H, .n_head_kv = HK, .head_dim = D, .q = up(be, q, (size_t)no * 4),
+                       .q_pos = masked ? up(be, qpos, (size_t)n_q * 4) : NULL, .scale = scale, .out = dout, .lse = dlse};
+    kvb_quant_kv qkv = {.k = dk, .v = dv, .n = n, .pos0 = pos0, .group = G, .bits = bits};
+    CU_ASSERT(be->attention_quant(be, &a, &qkv, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)no * 4);
+    down(be, lse, dlse, (size_t)(H * n_q) * 4);
+    int kept = 1, near = 1, exact = 1;
+    for (int64_t t = 0; t < n_q; t++)
+        for (int h = 0; h < H; h++) {
+            const int g = h / Gq;
+            const float *qr = q + (t * H + h) * D, *o0 = out0 + (t * H + h) * D, *o = got + (t * H + h) * D;
+            const float l0 = lse0[h * n_q + t], l = lse[h * n_q + t];
+            float mf = l0; /* the header's float maximum */
+            double m = l0, mag_s = 0;
+            int64_t seen = 0;
+            for (int64_t i = 0; i < n; i++) {
+                sf[i] = -INFINITY, s64[i] = -INFINITY;
+                if (masked && pos0 + i > qpos[t]) continue;
+                const float *ki = kf + (g * n + i) * D;
+                float dot_f = 0;
+                double dot = 0, dmag = 0;
+                for (int e = 0; e < D; e++) dot_f += qr[e] * ki[e], dot += (double)qr[e] * ki[e], dmag += fabs((double)qr[e] * ki[e]);
+                sf[i] = scale * dot_f, s64[i] = scale * dot, mag_s = fmax(mag_s, scale * dmag), seen++;
+                mf = sf[i] > mf ? sf[i] : mf, m = fmax(m, s64[i]);
+            }
+            if (!seen) {
+                kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
+                continue;
+            }
+            const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
+            double L = w0, sum_f = 0;
+            for (int e = 0; e < D; e++) accf[e] = 0;
+            for (int64_t i = 0; i < n; i++) {
+                w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
+                L += w64[i];
+                if (sf[i] == -INFINITY) continue;
+                const double wf = exp((double)sf[i] - (double)mf);
+                sum_f += wf;
+                for (int e = 0; e < D; e++) accf[e] += (float)wf * vf[(g * n + i) * D + e];
+            }
+            const double Lf = w0f + sum_f, ds = (D + 2) * 0x1p-23 * mag_s;
+            for (int e = 0; e < D; e++) {
+                double acc = 0, mag = w0 > 0 ? w0 * fabs(o0[e]) : 0;
+                for (int64_t i = 0; i < n; i++) acc += w64[i] * vf[(g * n + i) * D + e], mag += w64[i] * fabs(vf[(g * n + i) * D + e]);
+                const double ref = ((w0 > 0 ? w0 * o0[e] : 0) + acc) / L;
+                near &= fabs(o[e] - ref) <= (4 * ds + (double)(n + 4) * 0x1p-23) * mag / L + 1e-30;
+                if (is_cpu(be)) exact &= o[e] == (float)(((w0f > 0 ? w0f * o0[e] : 0.0) + accf[e]) / Lf);
+            }
+            const double lse_ref = m + log(L);
+            near &= fabs(l - lse_ref) <= 2 * ds + 0x1p-23 * (fabs(lse_ref) + 1);
+            if (is_cpu(be)) exact &= l == (float)((double)mf + log(Lf));
+        }
+    CU_ASSERT(kept);
+    CU_ASSERT(near);
+    CU_ASSERT(exact);
+    free(q), free(out0), free(got), free(lse0), free(lse), free(kf), free(vf), free(sf), free(accf), free(s64), free(w64), free(qpos);
+    release_all(be);
+}
+
+static void test_attention_quant_merges_the_quantized_softmax_into_the_stores_as_float64_says(void) {
+    EACH_BACKEND(be) for (int fi = 0; fi < COUNT(quant_fmts); fi++) for (int gi = 0; gi < COUNT(groups); gi++)
+        for (int ni = 0; ni < 4; ni++) for (int masked = 0; masked < 2; masked++) {
+            const quant_fmt f = quant_fmts[fi];
+            const int D = f.G * (1 + (int)rnd(128 / f.G));
+            /* no tokens, one group, some groups, past 512 (the CUDA kernel's chunk) */
+            const int64_t n = f.G * (ni == 0 ? 0 : ni == 1 ? 1 : ni == 2 ? 1 + rnd(24) : (530 + f.G - 1) / f.G);
+            check_attention_quant(be, 1 + (int)rnd(3), groups[gi], f, D, n, ni == 3 ? 1 + rnd(2) : 1 + rnd(5), masked);
+        }
+}
+
+/* ---- the op table: every data op kernels/backend.h declares has a test here, and every backend has it ----
+ *
+ * The list is parsed from the header's source. struct kvb_backend opens its data ops with the comment
+ * "---- data ops (see above) ----" (its sub-markers "---- knorm, quest", "---- KIVI", "---- AdaKV" stay inside
+ * the section) but has no closing marker: the section ends where the backend's lifecycle begins, at the field
+ * `free` (then sync, allocator, kv_writer...). So the data ops are the function-pointer fields from that marker
+ * up to `free`; the parse also requires each to be an `int` op reporting through (char *err, size_t err_len), as
+ * the header's data ops do, so a moved marker or a new kind of field fails loudly instead of being skipped. C
+ * cannot find a field by a name read at run time, so the NULL check takes offsets from an explicit table below,
+ * which must list exactly the parsed ops. */
+
+enum { MAX_OPS = 64, OP_NAME = 48 };
+
+static int parse_data_ops(char names[][OP_NAME]) {
+    const char *dir = getenv("KVB_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kernels/backend.h", dir && *dir ? dir : ".");
+    UTIL_REQUIRE_FILE(path);
+    char *src = util_read_file(path, NULL);
+    CU_ASSERT_FATAL(src != NULL);
+    char *st = strstr(src, "struct kvb_backend {"), *mark = st ? strstr(st, "---- data ops") : NULL;
+    char *end = st ? strstr(st, "\n};") : NULL;
+    CU_ASSERT_FATAL(mark && end && mark < end);
+    char *p = strstr(mark, "*/");
+    CU_ASSERT_FATAL(p && p < end);
+    *end = 0;
+    char *w = p + 2; /* comments out, every run of white space to one space: one declaration a line of text */
+    for (const char *c = p + 2; *c;) {
+        if (c[0] == '/' && c[1] == '*') {
+            const char *e = strstr(c + 2, "*/");
+            CU_ASSERT_FATAL(e != NULL);
+            c = e + 2;
+            if (w > p + 2 && w[-1] != ' ') *w++ = ' ';
+        } else if (isspace((unsigned char)*c)) {
+            if (w > p + 2 && w[-1] != ' ') *w++ = ' ';
+            c++;
+        } else *w++ = *c++;
+    }
+    *w = 0;
+    int n = 0, found_free = 0;
+    for (char *decl = p + 2, *semi; !found_free && (semi = strchr(decl, ';')); decl = semi + 1) {
+        *semi = 0;
+        char *fp = strstr(decl, "(*");
+        if (!fp) continue; /* not a function pointer */
+        const size_t len = strspn(fp + 2, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        CU_ASSERT_FATAL(len > 0 && len < OP_NAME && fp[2 + len] == ')');
+        if (len == 4 && !strncmp(fp + 2, "free", 4)) {
+            found_free = 1;
+            break;
+        }
+        decl += *decl == ' ';
+        const size_t dl = strlen(decl) - (semi > decl && semi[-1] == ' ');
+        const int is_data_op = !strncmp(decl, "int (*", 6) && dl > 15 && !strncmp(decl + dl - 15, "size_t err_len)", 15);
+        if (!is_data_op) printf("\n  backend.h: field %.*s in the data ops is not an int op with err, err_len\n", (int)len, fp + 2);
+        CU_ASSERT_FATAL(is_data_op && n < MAX_OPS);
+        memcpy(names[n], fp + 2, len), names[n++][len] = 0;
+    }
+    CU_ASSERT_FATAL(found_free);
+    free(src);
+    return n;
+}
+
+#define OP(f) {#f, offsetof(kvb_backend, f)}
+static const struct {
+    const char *name;
+    size_t offset;
+} op_fields[] = {
+    OP(copy),         OP(zero),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
+    OP(pool1d),       OP(topk_idx),     OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
+    OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
+    OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx),
+};
+#undef OP
+
+static void test_every_backend_has_every_data_op(void) {
+    char names[MAX_OPS][OP_NAME];
+    const int n = parse_data_ops(names);
+    CU_ASSERT(n == COUNT(op_fields)); /* with every parsed name found below: the same list */
+    for (int i = 0; i < n; i++) {
+        int at = -1;
+        for (int j = 0; j < COUNT(op_fields); j++)
+            if (!strcmp(names[i], op_fields[j].name)) at = j;
+        if (at < 0) printf("\n  data op %s (kernels/backend.h) is missing from op_fields\n", names[i]);
+        CU_ASSERT(at >= 0);
+        if (at < 0) continue;
+        EACH_BACKEND(be) {
+            void (*fn)(void);
+            memcpy(&fn, (const char *)be + op_fields[at].offset, sizeof fn);
+            if (!fn) printf("\n  backend %s lacks data op %s\n", be->name, names[i]);
+            CU_ASSERT(fn != NULL);
+        }
+    }
+}
+
+/* A test covers the ops its name starts with, joined by "_and_" (copy_and_zero_move..., iota_and_gather_f32_...);
+ * the longest op name that matches is taken. */
+static int covers(const char *test, const char *op, char names[][OP_NAME], int n) {
+    for (const char *p = test;;) {
+        int hit = -1;
+        size_t hit_len = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t len = strlen(names[i]);
+            if (len > hit_len && !strncmp(p, names[i], len) && p[len] == '_') hit = i, hit_len = len;
+        }
+        if (hit < 0) return 0;
+        if (!strcmp(names[hit], op)) return 1;
+        p += hit_len + 1;
+        if (strncmp(p, "and_", 4)) return 0;
+        p += 4;
+    }
+}
+
+static void test_every_data_op_in_backend_h_has_a_test_here(void) {
+    char names[MAX_OPS][OP_NAME];
+    const int n = parse_data_ops(names);
+    CU_ASSERT_FATAL(n > 0);
+    const CU_pSuite suite = CU_get_current_suite();
+    CU_ASSERT_FATAL(suite != NULL);
+    for (int i = 0; i < n; i++) {
+        int tested = 0;
+        for (CU_pTest t = suite->pTest; t && !tested; t = t->pNext) tested = covers(t->pName, names[i], names, n);
+        if (!tested) printf("\n  data op %s has no test_%s_... in tests/test_backend_ops.c\n", names[i], names[i]);
+        CU_ASSERT(tested);
+    }
+}
+
 /* ---- suite ---- */
 
 static int open_backends(void) {
@@ -728,13 +1330,6 @@ static int open_backends(void) {
 static int close_backends(void) {
     for (int i = 0; i < n_backends; i++) kvb_backend_free(backends[i]);
     return 0;
-}
-
-static void test_every_backend_has_every_data_op(void) {
-    EACH_BACKEND(be) CU_ASSERT(be->copy && be->zero && be->kv_gather && be->kv_evict && be->probs_reduce && be->pool1d &&
-                               be->topk_idx && be->iota && be->gather_f32 && be->round_scores && be->pod_share && be->pod_merge &&
-                               be->row_norms && be->block_minmax && be->block_scores && be->block_expand &&
-                               be->fill_idx_f32 && be->split_rows_idx && be->quant_groups && be->attention_quant && be->kv_load);
 }
 
 #define ADD(fn) CU_add_test(s, #fn + 5, fn)
@@ -754,5 +1349,14 @@ int main(void) {
     ADD(test_round_scores_sum_each_rounds_attention_and_mark_it_present);
     ADD(test_pod_share_normalises_base_heads_distant_mass_and_leaves_others);
     ADD(test_pod_merge_gates_the_distant_output_and_counts_merged_and_skipped_heads);
+    ADD(test_row_norms_are_the_double_sum_of_squares_rooted_and_negated_on_request);
+    ADD(test_block_minmax_rewrites_the_blocks_from_from_on_with_their_rows_min_and_max);
+    ADD(test_block_scores_sum_or_max_each_heads_upper_bound_in_double);
+    ADD(test_block_expand_lists_each_blocks_slots_and_cuts_the_last_at_n);
+    ADD(test_quant_groups_are_the_headers_records_bit_for_bit_within_half_a_step);
+    ADD(test_attention_quant_merges_the_quantized_softmax_into_the_stores_as_float64_says);
+    ADD(test_fill_idx_f32_stores_the_value_at_every_listed_slot_and_nowhere_else);
+    ADD(test_split_rows_idx_counts_every_row_and_lists_its_offsets_in_order);
+    ADD(test_every_data_op_in_backend_h_has_a_test_here);
     return util_run_suites();
 }
