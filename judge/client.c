@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,38 +79,62 @@ static void cache_key(const char *base_url, const char *body, char out[65]) {
     if (kvb_sha256(parts, lens, 2, NULL, out)) out[0] = 0;
 }
 
-/* choices[i].message.content of a raw reply; 0 or -1 + a reason in r->error. */
-static int parse_reply(kvb_judge_req *r, const char *raw) {
-    cJSON *j = cJSON_Parse(raw);
+/* A reply body decoded, then redacted (judge/redact.h): r->raw is its redacted tree printed again (what is
+ * cached), r->replies the first max_replies choices[i].message.content. The choices are walked once (a reply
+ * with a million of them costs one pass), and a batch deadline passed while walking them ends the walk.
+ * 0, or -1 + a reason in r->error. */
+static int parse_reply(kvb_judge_req *r, const kvb_secrets *sec, const char *body, int max_replies, double deadline) {
+    cJSON *j = cJSON_Parse(body);
     if (!j) {
-        snprintf(r->error, sizeof r->error, "unparseable reply (not JSON, %zu bytes)", strlen(raw));
+        snprintf(r->error, sizeof r->error, "unparseable reply (not JSON, %zu bytes)", strlen(body));
         return -1;
+    }
+    int rc = -1;
+    char *printed = NULL;
+    if (kvb_redact_json(sec, j) || !(printed = cJSON_PrintUnformatted(j)) || !(r->raw = strdup(printed))) {
+        snprintf(r->error, sizeof r->error, "out of memory reading the reply");
+        goto out;
     }
     cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
-    int n = cJSON_IsArray(choices) ? cJSON_GetArraySize(choices) : 0;
-    if (n == 0) {
+    if (!cJSON_IsArray(choices) || !choices->child) {
         cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const char *msg = cJSON_IsObject(e) && cJSON_IsString(cJSON_GetObjectItem(e, "message")) ? cJSON_GetObjectItem(e, "message")->valuestring : NULL;
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
         snprintf(r->error, sizeof r->error, "reply has no choices%s%.200s", msg ? ": " : "", msg ? msg : "");
-        cJSON_Delete(j);
-        return -1;
+        goto out;
     }
-    r->replies = calloc((size_t)n, sizeof *r->replies);
-    for (int i = 0; i < n && r->replies; i++) {
-        cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(choices, i), "message");
-        cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    int want = max_replies > 0 ? max_replies : 1, i = 0;
+    if (!(r->replies = calloc((size_t)want, sizeof *r->replies))) {
+        snprintf(r->error, sizeof r->error, "out of memory reading the reply");
+        goto out;
+    }
+    const cJSON *ch;
+    cJSON_ArrayForEach(ch, choices) { /* never cJSON_GetArrayItem(i) in a loop: that walks the list from its head */
+        if (i == want) break;         /* more choices than asked for: the extra ones are not read */
+        if ((i & 1023) == 1023 && now_s() > deadline) {
+            snprintf(r->error, sizeof r->error, "judge batch deadline passed while reading the reply (deadline_s)");
+            goto out;
+        }
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ch, "message"), "content");
         if (!cJSON_IsString(content)) {
             snprintf(r->error, sizeof r->error, "choices[%d] has no message.content", i);
-            cJSON_Delete(j);
-            return -1;
+            goto out;
         }
-        r->replies[r->n_replies++] = strdup(content->valuestring);
+        if (!(r->replies[r->n_replies++] = strdup(content->valuestring))) {
+            snprintf(r->error, sizeof r->error, "out of memory reading the reply");
+            goto out;
+        }
+        i++;
     }
+    rc = 0;
+out:
+    if (printed) cJSON_free(printed);
     cJSON_Delete(j);
-    return 0;
+    return rc;
 }
 
-static int cache_read(const kvb_judge_cfg *cfg, kvb_judge_req *r) {
+/* A cached reply, read through the same decode-then-redact as a fresh one (an entry written before a fix, or by
+ * hand, cannot bring a secret back). 1 = a hit. */
+static int cache_read(const kvb_judge_cfg *cfg, const kvb_secrets *sec, kvb_judge_req *r, double deadline) {
     if (!cfg->cache_dir || cfg->refresh) return 0;
     char path[1200], e[256];
     snprintf(path, sizeof path, "%s/%s.json", cfg->cache_dir, r->key);
@@ -119,24 +144,29 @@ static int cache_read(const kvb_judge_cfg *cfg, kvb_judge_req *r) {
     free(text);
     cJSON *raw = cJSON_GetObjectItemCaseSensitive(j, "reply");
     int hit = 0;
-    if (cJSON_IsString(raw) && parse_reply(r, raw->valuestring) == 0) {
-        r->raw = strdup(raw->valuestring);
+    if (cJSON_IsString(raw) && parse_reply(r, sec, raw->valuestring, cfg->n, deadline) == 0) {
         r->ok = r->from_cache = hit = 1;
-    } else {
-        kvb_judge_req_clear(r); /* a corrupt cache entry is ignored and rewritten */
+    } else { /* a corrupt cache entry is ignored and rewritten */
+        char key[sizeof r->key];
+        memcpy(key, r->key, sizeof key);
+        kvb_judge_req_clear(r);
+        memcpy(r->key, key, sizeof key);
     }
     cJSON_Delete(j);
     return hit;
 }
 
-static void cache_write(const kvb_judge_cfg *cfg, const char *base_url, const kvb_judge_req *r, const char *body) {
+/* The request and its (already redacted) reply under the cache key; every string of the entry is redacted
+ * once more, so nothing the client writes holds a secret. */
+static void cache_write(const kvb_judge_cfg *cfg, const kvb_secrets *sec, const char *base_url, const kvb_judge_req *r,
+                        const char *body) {
     if (!cfg->cache_dir) return;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "base_url", base_url);
     cJSON_AddStringToObject(j, "model", cfg->model ? cfg->model : "");
     cJSON_AddItemToObject(j, "request", cJSON_Parse(body));
     cJSON_AddStringToObject(j, "reply", r->raw);
-    char *text = cJSON_Print(j);
+    char *text = kvb_redact_json(sec, j) ? NULL : cJSON_Print(j);
     cJSON_Delete(j);
     char path[1200], e[256];
     snprintf(path, sizeof path, "%s/%s.json", cfg->cache_dir, r->key);
@@ -156,13 +186,21 @@ typedef struct {
     CURL *easy;
     int done;
     int dup_of;         /* index of an identical earlier request in the batch, -1 none */
+    int too_large;      /* the reply passed KVB_JUDGE_MAX_REPLY_BYTES: the transfer was stopped there */
 } job;
 
+/* The reply's bytes, up to KVB_JUDGE_MAX_REPLY_BYTES: a server that keeps streaming is cut off (0 stops the
+ * transfer) instead of growing the buffer without end. */
 static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
     job *jb = u;
     size_t n = sz * nm;
+    if (n > KVB_JUDGE_MAX_REPLY_BYTES - jb->n) {
+        jb->too_large = 1;
+        return 0;
+    }
     if (jb->n + n + 1 > jb->cap) {
         size_t cap = (jb->n + n + 1) * 2;
+        if (cap > KVB_JUDGE_MAX_REPLY_BYTES + 1) cap = KVB_JUDGE_MAX_REPLY_BYTES + 1;
         char *b = realloc(jb->buf, cap);
         if (!b) return 0;
         jb->buf = b;
@@ -190,6 +228,21 @@ static CURL *make_easy(const kvb_judge_cfg *cfg, job *jb, struct curl_slist **hd
     if (!e) return NULL;
     jb->n = 0;
     jb->retry_after = -1;
+    jb->too_large = 0;
+    /* http and https only, for this handle and any redirect (which stays off): a base URL such as file:///etc/x?
+     * is refused up front (kvb_judge_check_url), and libcurl itself could not read it either */
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0: the _STR forms; the bitmask ones are deprecated there */
+    CURLcode pc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (pc == CURLE_OK) pc = curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    CURLcode pc = curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    if (pc == CURLE_OK) pc = curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    if (pc != CURLE_OK || curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK) {
+        curl_easy_cleanup(e);
+        return NULL;
+    }
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)KVB_JUDGE_MAX_REPLY_BYTES); /* a declared length over it */
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, jb->body);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
@@ -218,8 +271,18 @@ static void finish(job *jb, int *remaining, const char *fmt, double a, double b)
     (*remaining)--;
 }
 
+int kvb_judge_check_url(const char *url, char *err, size_t err_len) {
+    if (!url || !*url) return ERR("judge: no base URL");
+    size_t n = strspn(url, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
+    if (n == 0 || strncmp(url + n, "://", 3)) return ERR("judge: the base URL has no scheme (http:// or https:// only)");
+    if ((n == 4 && !strncasecmp(url, "http", 4)) || (n == 5 && !strncasecmp(url, "https", 5))) return 0;
+    return ERR("judge: base URL scheme '%.*s' is not allowed (http or https only)", n > 16 ? 16 : (int)n, url);
+}
+
 int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *err, size_t err_len) {
-    if (!cfg->base_url) return ERR("judge: no base URL");
+    /* the deadline covers the whole batch: cache reads and reading replies included */
+    double deadline = cfg->deadline_s > 0 ? now_s() + cfg->deadline_s : 1e300;
+    if (kvb_judge_check_url(cfg->base_url, err, err_len)) return -1;
     if (cfg->cache_dir && kvb_mkdirs(cfg->cache_dir)) return ERR("judge: cannot create cache %s: %s", cfg->cache_dir, strerror(errno));
     static int curl_ready;
     if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK) curl_ready = 1;
@@ -231,7 +294,7 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
     snprintf(url, sizeof url, "%s%schat/completions", cfg->base_url, bl && cfg->base_url[bl - 1] == '/' ? "" : "/");
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     const char *key = cfg->api_key_env ? getenv(cfg->api_key_env) : NULL;
-    int sec_rc = kvb_secrets_add(&sec, key) | kvb_secrets_add(&sec, userinfo) | kvb_secrets_add(&sec, password);
+    int sec_rc = kvb_secrets_add(&sec, key) | kvb_secrets_add_url_part(&sec, userinfo) | kvb_secrets_add_url_part(&sec, password);
     memset(userinfo, 0, sizeof userinfo);
     memset(password, 0, sizeof password);
     if (key && *key) {
@@ -269,12 +332,11 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         for (int k = 0; k < i && jobs[i].dup_of < 0; k++)
             if (jobs[k].body && !strcmp(reqs[k].key, r->key)) jobs[i].dup_of = jobs[k].dup_of >= 0 ? jobs[k].dup_of : k;
         if (jobs[i].dup_of >= 0) jobs[i].done = 1; /* sent once: copied from its first occurrence below */
-        else if (cache_read(cfg, r)) jobs[i].done = 1;
+        else if (cache_read(cfg, &sec, r, deadline)) jobs[i].done = 1;
         else remaining++;
     }
     int active = 0, consecutive_fail = 0, open = 0, next = 0;
     unsigned seed = 12345;
-    double deadline = cfg->deadline_s > 0 ? now_s() + cfg->deadline_s : 1e300;
     while (remaining > 0) {
         double t = now_s();
         if (t >= deadline) { /* everything unanswered fails, in flight or not */
@@ -296,7 +358,10 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
             job *jb = &jobs[i];
             if (jb->done || jb->easy || jb->not_before > t) continue;
             jb->easy = make_easy(cfg, jb, &hdrs, url, deadline - t);
-            if (!jb->easy) continue;
+            if (!jb->easy) {
+                finish(jb, &remaining, "judge: cannot set up a libcurl handle (http and https only)", 0, 0);
+                continue;
+            }
             jb->r->attempts++;
             curl_multi_add_handle(multi, jb->easy);
             active++;
@@ -325,25 +390,35 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
             active--;
             kvb_judge_req *r = jb->r;
             r->http_status = (int)status;
-            /* an echoing server must not get a secret into a record, the cache or an error line */
-            if (jb->buf) {
-                jb->buf = kvb_redact(&sec, jb->buf);
-                jb->n = jb->cap = jb->buf ? strlen(jb->buf) : 0;
+            if (jb->too_large || cc == CURLE_FILESIZE_EXCEEDED) { /* the same reply again would be as large: no retry */
+                snprintf(r->error, sizeof r->error, "judge reply larger than %d bytes (KVB_JUDGE_MAX_REPLY_BYTES); not read",
+                         KVB_JUDGE_MAX_REPLY_BYTES);
+                consecutive_fail++;
+                if (cfg->breaker > 0 && consecutive_fail >= cfg->breaker) open = 1;
+                finish(jb, &remaining, NULL, 0, 0);
+                continue;
             }
             int retryable = cc != CURLE_OK || status == 429 || status >= 500;
             if (!retryable && status == 200) {
-                if (parse_reply(r, jb->buf ? jb->buf : "") == 0) {
-                    r->raw = strdup(jb->buf);
+                /* decoded, then redacted: an echoing server gets no secret into a record, the cache or an error */
+                if (parse_reply(r, &sec, jb->buf ? jb->buf : "", cfg->n, deadline) == 0) {
                     r->ok = 1;
                     r->error[0] = 0;
-                    cache_write(cfg, base, r, jb->body);
+                    cache_write(cfg, &sec, base, r, jb->body);
                 }
                 consecutive_fail = 0;
                 finish(jb, &remaining, NULL, 0, 0);
                 continue;
             }
-            if (cc != CURLE_OK) snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(cc));
-            else snprintf(r->error, sizeof r->error, "HTTP %ld: %.160s", status, jb->buf ? jb->buf : "");
+            if (cc != CURLE_OK) {
+                snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(cc));
+            } else { /* the whole body decoded and redacted before it is cut to an error line */
+                char *shown = kvb_redact_decoded(&sec, strdup(jb->buf ? jb->buf : ""));
+                snprintf(r->error, sizeof r->error, "HTTP %ld: %.160s", status, shown ? shown : "(body not shown: out of memory)");
+                for (char *c = r->error; *c; c++)
+                    if (*c == '\n' || *c == '\r') *c = ' '; /* one line */
+                free(shown);
+            }
             if (retryable) {
                 consecutive_fail++;
                 if (cfg->breaker > 0 && consecutive_fail >= cfg->breaker) open = 1;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* memmem */
 #include "judge/redact.h"
 
+#include <cjson/cJSON.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,31 @@ int kvb_secrets_add(kvb_secrets *s, const char *secret) {
     EVP_EncodeBlock(b64, (const unsigned char *)secret, (int)n);
     int rc = add_one(s, (const char *)b64);
     free(b64);
+    return rc;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int kvb_secrets_add_url_part(kvb_secrets *s, const char *part) {
+    if (!part) return 0;
+    size_t n = strlen(part);
+    char *dec = malloc(n + 1), *o = dec;
+    if (!dec) return -1;
+    for (const char *p = part; *p; p++) {
+        int hi = p[0] == '%' ? hexval(p[1]) : -1, lo = hi >= 0 ? hexval(p[2]) : -1;
+        if (lo >= 0 && (hi | lo)) { /* %00 stays as written */
+            *o++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = 0;
+    int rc = kvb_secrets_add(s, part) | kvb_secrets_add(s, dec);
+    memset(dec, 0, n);
+    free(dec);
     return rc;
 }
 
@@ -61,6 +87,120 @@ char *kvb_redact(const kvb_secrets *s, char *text) {
         }
     }
     return text;
+}
+
+/* 1 when text holds any of the secrets. */
+static int holds_secret(const kvb_secrets *s, const char *text) {
+    for (int i = 0; s && text && i < s->n; i++)
+        if (strstr(text, s->s[i])) return 1;
+    return 0;
+}
+
+/* *p (malloc'd by cJSON's allocator) redacted; 0 or -1 on OOM. */
+static int redact_field(const kvb_secrets *s, char **p) {
+    if (!holds_secret(s, *p)) return 0;
+    char *t = kvb_redact(s, strdup(*p));
+    char *copy = t ? cJSON_malloc(strlen(t) + 1) : NULL;
+    if (copy) strcpy(copy, t);
+    free(t);
+    if (!copy) return -1;
+    memset(*p, 0, strlen(*p));
+    cJSON_free(*p);
+    *p = copy;
+    return 0;
+}
+
+int kvb_redact_json(const kvb_secrets *s, cJSON *j) {
+    int rc = 0;
+    for (; j && !rc; j = j->next) { /* siblings iteratively, children recursively (cJSON limits the depth) */
+        if (j->string && !(j->type & cJSON_StringIsConst)) rc |= redact_field(s, &j->string);
+        if (cJSON_IsString(j) && j->valuestring && !(j->type & cJSON_IsReference)) rc |= redact_field(s, &j->valuestring);
+        if (j->child) rc |= kvb_redact_json(s, j->child);
+    }
+    return rc;
+}
+
+static int hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = hexval(p[i]);
+        if (d < 0) return -1;
+        v = v * 16 + (unsigned)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* JSON-style escapes of a text that is not JSON decoded in place, as a JSON reader would decode them (the
+ * result is never longer). \u0000 and lone surrogates stay as they are. */
+static void unescape_in_place(char *t) {
+    char *o = t;
+    for (const char *p = t; *p;) {
+        char simple = 0;
+        if (p[0] == '\\') switch (p[1]) {
+            case '"': simple = '"'; break;
+            case '\\': simple = '\\'; break;
+            case '/': simple = '/'; break;
+            case 'b': simple = '\b'; break;
+            case 'f': simple = '\f'; break;
+            case 'n': simple = '\n'; break;
+            case 'r': simple = '\r'; break;
+            case 't': simple = '\t'; break;
+            default: break;
+            }
+        if (simple) {
+            *o++ = simple;
+            p += 2;
+            continue;
+        }
+        unsigned cp, lo;
+        size_t used = 6;
+        if (p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &cp) || cp == 0 || (cp >= 0xDC00 && cp < 0xE000)) {
+            *o++ = *p++;
+            continue;
+        }
+        if (cp >= 0xD800 && cp < 0xDC00) { /* a surrogate pair, or left as it is */
+            if (p[6] != '\\' || p[7] != 'u' || hex4(p + 8, &lo) || lo < 0xDC00 || lo >= 0xE000) {
+                *o++ = *p++;
+                continue;
+            }
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            used = 12;
+        }
+        if (cp < 0x80) {
+            *o++ = (char)cp;
+        } else if (cp < 0x800) {
+            *o++ = (char)(0xC0 | cp >> 6);
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            *o++ = (char)(0xE0 | cp >> 12);
+            *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | cp >> 18);
+            *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        }
+        p += used;
+    }
+    *o = 0;
+}
+
+char *kvb_redact_decoded(const kvb_secrets *s, char *text) {
+    if (!text) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    if (j) {
+        char *printed = kvb_redact_json(s, j) ? NULL : cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        char *out = printed ? strdup(printed) : NULL; /* text stays malloc'd whatever cJSON's allocator is */
+        if (printed) cJSON_free(printed);
+        memset(text, 0, strlen(text));
+        free(text);
+        return out;
+    }
+    unescape_in_place(text);
+    return kvb_redact(s, text);
 }
 
 /* The userinfo of the URL starting at p (after "scheme://"): [p, at) when there is an '@' before the first

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,38 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     return rc;
 }
 
+/* A JSON string's text for s with every character written as a \u escape. */
+static void u_escape_all(const char *s, char *out, size_t cap) {
+    size_t o = 0;
+    for (; *s && o + 7 < cap; s++) o += (size_t)snprintf(out + o, cap - o, "\\u%04x", (unsigned char)*s);
+    out[o] = 0;
+}
+
+/* s with each 'S' written \u0053 and each '/' written \/ (both legal JSON spellings of the same text). */
+static void escape_some(const char *s, char *out, size_t cap) {
+    size_t o = 0;
+    for (; *s && o + 7 < cap; s++) {
+        if (*s == 'S') o += (size_t)snprintf(out + o, cap - o, "\\u0053");
+        else if (*s == '/') o += (size_t)snprintf(out + o, cap - o, "\\/");
+        else out[o++] = *s;
+    }
+    out[o] = 0;
+}
+
+/* A reply of `total` bytes streamed in pieces (chunked, or with a Content-Length when declared): a judge that
+ * will not stop talking. */
+static ssize_t huge_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    uint64_t total = (uint64_t)(uintptr_t)cls;
+    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = total - pos < max ? (size_t)(total - pos) : max;
+    memset(buf, ' ', n);
+    if (pos == 0 && n) buf[0] = '[';
+    return (ssize_t)n;
+}
+
+#define MANY_CHOICES 140000 /* 26 bytes each: 3.6 MB, under the client's reply cap */
+static char *many_choices_reply;
+
 static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *data, size_t *size, void **con) {
     (void)cls, (void)url, (void)method, (void)version;
@@ -65,6 +98,42 @@ static enum MHD_Result on_fault(void *cls, struct MHD_Connection *c, const char 
         int fail = hits_500++ < 2;
         pthread_mutex_unlock(&mu);
         return fail ? reply(c, 500, "{\"error\":{\"message\":\"boom\"}}", NULL) : reply(c, 200, ok, NULL);
+    }
+    if (strstr(body, "case=huge")) { /* 50 MB */
+        uint64_t total = 50ull << 20;
+        struct MHD_Response *r = MHD_create_response_from_callback(strstr(body, "case=hugelength") ? total : MHD_SIZE_UNKNOWN,
+                                                                   64 * 1024, huge_reader, (void *)(uintptr_t)total, NULL);
+        enum MHD_Result rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    if (strstr(body, "case=manychoices")) return reply(c, 200, many_choices_reply, NULL);
+    if (strstr(body, "case=redirect")) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        char loc[256];
+        snprintf(loc, sizeof loc, "file://%s/not-a-judge.json", tmpdir);
+        MHD_add_response_header(r, "Location", loc);
+        enum MHD_Result rc = MHD_queue_response(c, 302, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    /* a server that echoes the Authorization header spelled with JSON escapes: every character \u-escaped, or
+     * only some ('S' as \u0053, '/' as \/), in a reply, a JSON error body and a plain-text error body */
+    if (strstr(body, "case=escaped")) {
+        char all[1024], some[512], text[2048];
+        u_escape_all(auth ? auth : "(none)", all, sizeof all);
+        escape_some(auth ? auth : "(none)", some, sizeof some);
+        if (strstr(body, "case=escapedecho")) {
+            snprintf(text, sizeof text, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"Score: 5 (all: %s; some: %s)\"}}]}",
+                     all, some);
+            return reply(c, 200, text, NULL);
+        }
+        if (strstr(body, "case=escaped500")) {
+            snprintf(text, sizeof text, "{\"error\":{\"message\":\"down; you sent %s\",\"detail\":\"%s\"}}", all, some);
+            return reply(c, 500, text, NULL);
+        }
+        snprintf(text, sizeof text, "<html>bad gateway: you sent %s</html>", all); /* not JSON */
+        return reply(c, 502, text, NULL);
     }
     /* a server that echoes the Authorization header (as some proxies and debug endpoints do) */
     char echo[1024];
@@ -310,6 +379,188 @@ static void test_echoed_secrets_redacted(void) {
     CU_ASSERT(!dir_contains(cache, KEY) && !dir_contains(cache, URL_PW) && !dir_contains(cache, b64) &&
               !dir_contains(cache, "kvbuser"));
     CU_ASSERT(dir_contains(cache, "case=echo")); /* the cache was written */
+}
+
+#define SLASH_KEY "sk-test/SECRET+4242"
+#define PCT_PW_URL "PW-%3FSECRET77"                /* as written in the URL */
+#define PCT_PW "PW-?SECRET77"                      /* as libcurl sends it */
+#define PCT_B64 "a3ZidXNlcjpQVy0/U0VDUkVUNzc="     /* base64("kvbuser:PW-?SECRET77"): holds a '/' */
+
+/* 1 when text, or any string of it read as JSON, holds a secret of the escaped-echo test in plain text. */
+static int leaks_escaped_secret(const char *text) {
+    static const char *secrets[] = {SLASH_KEY, PCT_PW, PCT_PW_URL, PCT_B64, "SECRET"};
+    if (!text) return 0;
+    for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
+        if (strstr(text, secrets[i])) return 1;
+    cJSON *j = cJSON_Parse(text);
+    char *plain = j ? cJSON_PrintUnformatted(j) : NULL; /* cJSON prints '/' and letters unescaped */
+    int leak = 0;
+    for (size_t i = 0; plain && i < sizeof secrets / sizeof *secrets; i++) leak |= strstr(plain, secrets[i]) != NULL;
+    free(plain);
+    cJSON_Delete(j);
+    return leak;
+}
+
+/* A judge that echoes the Authorization header (Bearer key with a '/', or the Basic form of a percent-encoded
+ * URL password) spelled with JSON escapes: the client decodes, then redacts, so no reply, raw body, error line
+ * or cache entry holds a secret once read as JSON, and a second run from the cache brings none back. */
+static void test_escaped_echo_redacted_after_decoding(void) {
+    setenv("KVB_TEST_JUDGE_KEY2", SLASH_KEY, 1);
+    char cache[128], url[128], err[256];
+    snprintf(cache, sizeof cache, "%s/escaped-cache", tmpdir);
+    snprintf(url, sizeof url, "http://kvbuser:%s@127.0.0.1:%d/v1", PCT_PW_URL, fault_port);
+    for (int with_key = 0; with_key < 2; with_key++) {
+        for (int from_cache = 0; from_cache < 2; from_cache++) {
+            enum { N = 3 };
+            kvb_judge_req r[N];
+            memset(r, 0, sizeof r);
+            const char *cases[N] = {"case=escapedecho", "case=escaped500", "case=escapedtext"};
+            for (int i = 0; i < N; i++) {
+                char q[64];
+                snprintf(q, sizeof q, "%s %s", cases[i], with_key ? "k" : "u");
+                r[i].messages_json = kvb_judge_user_message(q);
+            }
+            kvb_judge_cfg c;
+            char u2[128];
+            cfg_fault(&c, u2, sizeof u2);
+            c.base_url = url;
+            c.api_key_env = with_key ? "KVB_TEST_JUDGE_KEY2" : NULL;
+            c.cache_dir = cache;
+            c.max_retries = 0;
+            CU_ASSERT_FATAL(kvb_judge_run(&c, r, N, err, sizeof err) == 0);
+            CU_ASSERT(r[0].ok && r[0].from_cache == from_cache && r[0].n_replies == 1);
+            CU_ASSERT(r[0].n_replies == 1 && strstr(r[0].replies[0], "[REDACTED]"));
+            if (!from_cache) CU_ASSERT(!r[1].ok && strstr(r[1].error, "[REDACTED]") && !strchr(r[1].error, '\n'));
+            if (!from_cache) CU_ASSERT(!r[2].ok && strstr(r[2].error, "[REDACTED]") && !strchr(r[2].error, '\n'));
+            for (int i = 0; i < N; i++) {
+                CU_ASSERT(!leaks_escaped_secret(r[i].error) && !leaks_escaped_secret(r[i].raw));
+                for (int k = 0; k < r[i].n_replies; k++) CU_ASSERT(!leaks_escaped_secret(r[i].replies[k]));
+                if (leaks_escaped_secret(r[i].error) || leaks_escaped_secret(r[i].raw) ||
+                    (r[i].n_replies && leaks_escaped_secret(r[i].replies[0])))
+                    fprintf(stderr, "\n  %s (%s): a secret came back: %s | %.200s\n", cases[i], with_key ? "key" : "userinfo",
+                            r[i].error, r[i].n_replies ? r[i].replies[0] : "");
+                kvb_judge_req_clear(&r[i]);
+                free(r[i].messages_json);
+            }
+        }
+    }
+    CU_ASSERT(!dir_contains(cache, "SECRET") && !dir_contains(cache, PCT_B64) && !dir_contains(cache, "kvbuser"));
+    CU_ASSERT(!dir_contains(cache, "\\u0053") && !dir_contains(cache, "\\/")); /* no escaped spelling either */
+}
+
+/* A base URL whose scheme is not http or https (file:// reads a local file through libcurl, ftp:// and the
+ * rest reach other servers) is refused before anything is sent, with a one-line error naming the scheme;
+ * a redirect to a file is not followed. */
+static void test_only_http_and_https_judge_urls(void) {
+    char path[160], url[256], err[256];
+    snprintf(path, sizeof path, "%s/not-a-judge.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"LOCAL-FILE-CONTENT\"}}]}", f);
+    fclose(f);
+    static const struct { const char *fmt, *named; } bad[] = {
+        {"file://%s?", "'file'"}, {"FILE://%s?", "'FILE'"}, {"ftp://127.0.0.1/%s", "'ftp'"},
+        {"gopher://127.0.0.1/%s", "'gopher'"}, {"127.0.0.1:8080%s", "no scheme"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kvb_judge_req r = {0};
+        r.messages_json = kvb_judge_user_message("case=ok");
+        kvb_judge_cfg c;
+        char u2[128];
+        cfg_fault(&c, u2, sizeof u2);
+        snprintf(url, sizeof url, bad[i].fmt, path);
+        c.base_url = url;
+        err[0] = 0;
+        CU_ASSERT(kvb_judge_run(&c, &r, 1, err, sizeof err) == -1);
+        CU_ASSERT(strstr(err, bad[i].named) && !strchr(err, '\n'));
+        CU_ASSERT(!r.ok && r.attempts == 0);
+        CU_ASSERT(!strstr(r.error, "LOCAL-FILE") && !(r.n_replies && strstr(r.replies[0], "LOCAL-FILE")));
+        if (!strstr(err, bad[i].named)) fprintf(stderr, "\n  %s: rc/err '%s' (reply %s, error %s)\n", url, err,
+                                                 r.n_replies ? r.replies[0] : "-", r.error);
+        kvb_judge_req_clear(&r);
+        free(r.messages_json);
+    }
+    /* http in any case is fine; a 302 to a file:// URL is an HTTP error, not a read of the file */
+    kvb_judge_req r[2];
+    memset(r, 0, sizeof r);
+    r[0].messages_json = kvb_judge_user_message("case=ok");
+    r[1].messages_json = kvb_judge_user_message("case=redirect");
+    kvb_judge_cfg c;
+    char u2[128];
+    cfg_fault(&c, u2, sizeof u2);
+    snprintf(url, sizeof url, "HTTP://127.0.0.1:%d/v1", fault_port);
+    c.base_url = url;
+    CU_ASSERT_FATAL(kvb_judge_run(&c, r, 2, err, sizeof err) == 0);
+    CU_ASSERT(r[0].ok);
+    CU_ASSERT(!r[1].ok && r[1].http_status == 302 && !strstr(r[1].error, "LOCAL-FILE"));
+    for (int i = 0; i < 2; i++) {
+        kvb_judge_req_clear(&r[i]);
+        free(r[i].messages_json);
+    }
+}
+
+static long maxrss_kib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* A judge streaming 50 MB (chunked, or with its Content-Length) fails its request with a one-line error naming
+ * the cap, at once (no retry), and the client's memory grows by far less than the reply (each case in a
+ * fresh child, so its peak RSS is its own). */
+static int huge_declared;
+
+static int huge_reply_child(void) {
+    kvb_judge_req r = {0};
+    r.messages_json = kvb_judge_user_message(huge_declared ? "case=hugelength" : "case=huge");
+    kvb_judge_cfg c;
+    char url[128], err[256], cap[64];
+    cfg_fault(&c, url, sizeof url);
+    c.timeout_s = 20;
+    long rss0 = maxrss_kib();
+    if (kvb_judge_run(&c, &r, 1, err, sizeof err)) return 1;
+    long grown_kib = maxrss_kib() - rss0;
+    snprintf(cap, sizeof cap, "larger than %d bytes", KVB_JUDGE_MAX_REPLY_BYTES);
+    int bad = 0;
+    if (r.ok || !strstr(r.error, cap) || r.attempts != 1) bad |= 2;
+    if (grown_kib > 16 * 1024) bad |= 4;
+    if (bad) fprintf(stderr, "\n  %s 50 MB reply: error '%s', %d attempts, max RSS grew %ld KiB\n", huge_declared ? "declared" : "chunked",
+                     r.error, r.attempts, grown_kib);
+    kvb_judge_req_clear(&r);
+    free(r.messages_json);
+    return bad;
+}
+
+static void test_reply_over_the_size_cap_is_not_stored(void) {
+    for (huge_declared = 0; huge_declared < 2; huge_declared++) CU_ASSERT(bounded(huge_reply_child, 60) == 0);
+}
+
+/* 140,000 choices: read in one pass (cJSON_GetArrayItem(i) per choice took quadratic time), and no more of
+ * them than the n asked for. */
+static int many_choices_child(void) {
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        kvb_judge_req r = {0};
+        r.messages_json = kvb_judge_user_message("case=manychoices");
+        kvb_judge_cfg c;
+        char url[128], err[256];
+        cfg_fault(&c, url, sizeof url);
+        c.timeout_s = 20;
+        c.n = k == 0 ? 1 : 1000000;
+        double t0 = mono_s();
+        if (kvb_judge_run(&c, &r, 1, err, sizeof err)) return 1;
+        double secs = mono_s() - t0;
+        if (!r.ok || r.n_replies != (k == 0 ? 1 : MANY_CHOICES)) bad |= 2;
+        if (secs > 3) bad |= 4;
+        if (bad) fprintf(stderr, "\n  %d choices, n %d: ok %d, %d replies, %.2f s (%s)\n", MANY_CHOICES, c.n, r.ok, r.n_replies, secs, r.error);
+        kvb_judge_req_clear(&r);
+        free(r.messages_json);
+    }
+    return bad;
+}
+
+static void test_many_choices_are_read_in_linear_time(void) {
+    CU_ASSERT(bounded(many_choices_child, 30) == 0);
 }
 
 static void test_cache_and_the_key_never_written(void) {
@@ -583,6 +834,13 @@ static void test_prompts_and_parsers(void) {
 int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGPIPE, SIG_IGN);
+    const char *one = "{\"message\":{\"content\":\"y\"}},"; /* 26 bytes */
+    size_t one_n = strlen(one);
+    many_choices_reply = malloc(16 + MANY_CHOICES * one_n);
+    if (!many_choices_reply) return 1;
+    char *w = many_choices_reply + sprintf(many_choices_reply, "{\"choices\":[");
+    for (int i = 0; i < MANY_CHOICES; i++, w += one_n) memcpy(w, one, one_n);
+    strcpy(w - 1, "]}");
     curl_global_init(CURL_GLOBAL_DEFAULT);
     fault = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_fault, NULL,
                              MHD_OPTION_NOTIFY_COMPLETED, on_fault_done, NULL, MHD_OPTION_END);
@@ -597,6 +855,10 @@ int main(void) {
     CU_add_test(s, "Retry-After is capped; a batch has a deadline", test_retry_after_capped_and_batch_deadline);
     CU_add_test(s, "identical prompts in a batch are sent once", test_identical_prompts_sent_once);
     CU_add_test(s, "echoed key and URL userinfo are redacted", test_echoed_secrets_redacted);
+    CU_add_test(s, "an escaped echo of a secret is redacted after decoding", test_escaped_echo_redacted_after_decoding);
+    CU_add_test(s, "only http and https judge URLs", test_only_http_and_https_judge_urls);
+    CU_add_test(s, "a reply over the size cap is not stored", test_reply_over_the_size_cap_is_not_stored);
+    CU_add_test(s, "many choices are read in linear time", test_many_choices_are_read_in_linear_time);
     CU_add_test(s, "a judged run records verdicts and judge errors", test_judged_run_records_verdicts);
     CU_add_test(s, "a stalled judge loses no generation", test_stalled_judge_loses_no_generation);
     int rc = util_run_suites();
@@ -606,5 +868,6 @@ int main(void) {
     if (getenv("KVB_KEEP_TMP")) fprintf(stderr, "kept %s\n", tmpdir);
     else if (system(cmd)) rc = 1;
     curl_global_cleanup();
+    free(many_choices_reply);
     return rc;
 }
