@@ -200,7 +200,7 @@ int ruler_load_essays(ruler_gen *g, char *err, size_t err_len) {
         else names.n++;
     }
     closedir(d);
-    if (!rc) qsort(names.v, (size_t)names.n, sizeof *names.v, cmp_str);
+    if (!rc && names.n) qsort(names.v, (size_t)names.n, sizeof *names.v, cmp_str); /* names.v is NULL when none */
     kvb_sb text = {0};
     for (int i = 0; i < names.n && !rc; i++) {
         char path[1400];

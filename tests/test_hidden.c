@@ -23,7 +23,13 @@ static char err[1024];
 static kvb_model *model;
 static const char *bin; /* KVB_BIN: the kvbench executable */
 
-#define LB_CONFIG "../shared/data/longbench/config" /* the official dataset2prompt.json / dataset2maxlen.json */
+/* multifieldqa_en's entries of LongBench's dataset2prompt.json / dataset2maxlen.json (THUDM/LongBench
+ * LongBench/config), spelled out: the records are written here, and so is their config. */
+#define LB_PROMPTS \
+    "{\"multifieldqa_en\": \"Read the following text and answer briefly.\\n\\n{context}\\n\\nNow, answer the " \
+    "following question based on the above text, only give me the answer and do not output any other " \
+    "words.\\n\\nQuestion: {input}\\nAnswer:\"}\n"
+#define LB_MAXLEN "{\"multifieldqa_en\": 64}\n"
 
 static void make_sample(kvb_sample *s, const char *question) {
     kvb_sample_init(s);
@@ -249,21 +255,23 @@ static void test_questions_of_a_context_group_share_one_context_prefill_and_one_
     kvb_sample_free(&a), kvb_sample_free(&b), kvb_sample_free(&other);
 }
 
-/* `kvbench run` of one benchmark (its JSON, "%s" = a scratch directory holding data/<data_name> = data), question
- * hidden, two questions over one context: a record per question, each scored, the first carrying the context's
- * prefill and the second marked reused. */
-static void check_group_run(const char *benchmark, const char *data_name, const char *data) {
+/* `kvbench run` of one benchmark (its JSON, every "%s" = a scratch directory holding data/<name> = text for each
+ * {name, text} pair of files, NULL-terminated; files may be NULL), question hidden, two questions over one context: a
+ * record per question, each scored, the first carrying the context's prefill and the second marked reused. */
+static void check_group_run(const char *benchmark, const char *const *files) {
     CU_ASSERT_FATAL(bin != NULL);
-    char dir[] = "/tmp/kvb_hidden_XXXXXX", path[128], cmd[512], bench[512];
+    char dir[] = "/tmp/kvb_hidden_XXXXXX", path[128], cmd[512], bench[768];
     CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
-    if (data) {
+    if (files) {
         snprintf(path, sizeof path, "%s/data", dir);
         CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
-        snprintf(path, sizeof path, "%s/data/%s", dir, data_name);
-        FILE *d = fopen(path, "w");
-        CU_ASSERT_FATAL(d != NULL && fputs(data, d) >= 0 && fclose(d) == 0);
     }
-    snprintf(bench, sizeof bench, benchmark, dir);
+    for (int i = 0; files && files[i]; i += 2) {
+        snprintf(path, sizeof path, "%s/data/%s", dir, files[i]);
+        FILE *d = fopen(path, "w");
+        CU_ASSERT_FATAL(d != NULL && fputs(files[i + 1], d) >= 0 && fclose(d) == 0);
+    }
+    snprintf(bench, sizeof bench, benchmark, dir, dir);
     snprintf(path, sizeof path, "%s/suite.json", dir);
     FILE *f = fopen(path, "w");
     CU_ASSERT_FATAL(f != NULL);
@@ -303,7 +311,7 @@ static void check_group_run(const char *benchmark, const char *data_name, const 
 /* InfiniteBench kv_retrieval with two queries per haystack */
 static void test_run_records_each_question_and_counts_the_shared_prefill_once(void) {
     check_group_run("{\"type\": \"infinitebench\", \"tasks\": [\"kv_retrieval\"], \"lengths\": [600], \"samples\": 2,"
-                    " \"queries_per_context\": 2, \"question\": \"hidden\", \"max_new_tokens\": 8}", NULL, NULL);
+                    " \"queries_per_context\": 2, \"question\": \"hidden\", \"max_new_tokens\": 8}", NULL);
 }
 
 /* LongBench records that share their context (qasper's papers, narrativeqa's books): the loader groups them */
@@ -327,9 +335,10 @@ static void test_longbench_questions_over_one_document_share_its_prefill(void) {
     }
     kvb_sb_free(&doc);
     char *data = kvb_sb_take(&d);
+    const char *const files[] = {"multifieldqa_en.jsonl", data, "dataset2prompt.json", LB_PROMPTS,
+                                 "dataset2maxlen.json", LB_MAXLEN, NULL};
     check_group_run("{\"type\": \"longbench\", \"tasks\": [\"multifieldqa_en\"], \"data_dir\": \"%s/data\","
-                    " \"config_dir\": \"" LB_CONFIG "\", \"question\": \"hidden\", \"max_new_tokens\": 8}",
-                    "multifieldqa_en.jsonl", data);
+                    " \"config_dir\": \"%s/data\", \"question\": \"hidden\", \"max_new_tokens\": 8}", files);
     free(data);
 }
 

@@ -18,7 +18,7 @@
 static kvb_model *model;
 static char err[512];
 
-#define KEYS "../shared/data/infinitebench/official_answer_keys/"
+#define KEYS "infinitebench/official_answer_keys" /* in ../shared/data */
 
 static cJSON *fixture(void) {
     char *text = util_read_file("tests/fixtures/infinitebench/scores.json", NULL);
@@ -28,6 +28,7 @@ static cJSON *fixture(void) {
 }
 
 static void test_gpt4_prediction_files_score_as_the_official_python(void) {
+    if (!UTIL_SHARED_DATA(KEYS, NULL, 0)) return;
     cJSON *j = fixture();
     CU_ASSERT_FATAL(j != NULL);
     const cJSON *files = cJSON_GetObjectItem(j, "files"), *f;
@@ -35,15 +36,18 @@ static void test_gpt4_prediction_files_score_as_the_official_python(void) {
     int checked = 0;
     cJSON_ArrayForEach(f, files) {
         char path[512];
-        snprintf(path, sizeof path, KEYS "%s", cJSON_GetObjectItem(f, "file")->valuestring);
+        snprintf(path, sizeof path, "../shared/data/" KEYS "/%s", cJSON_GetObjectItem(f, "file")->valuestring);
         char *text = util_read_file(path, NULL);
-        CU_ASSERT_FATAL(text != NULL);
         int want = cJSON_GetObjectItem(f, "line")->valueint, line = 1;
-        char *save = NULL, *l = strtok_r(text, "\n", &save);
+        char *save = NULL, *l = text ? strtok_r(text, "\n", &save) : NULL;
         while (l && line < want) l = strtok_r(NULL, "\n", &save), line++;
-        CU_ASSERT_FATAL(l != NULL);
-        cJSON *r = cJSON_Parse(l);
-        CU_ASSERT_FATAL(r != NULL);
+        cJSON *r = l ? cJSON_Parse(l) : NULL;
+        CU_ASSERT(r != NULL); /* not fatal: j and text are freed below */
+        if (!r) {
+            fprintf(stderr, "%s: no record on line %d\n", path, want);
+            free(text);
+            continue;
+        }
         double s = -1;
         const char *task = cJSON_GetObjectItem(f, "task")->valuestring;
         CU_ASSERT(infbench_score(task, cJSON_GetObjectItem(r, "prediction")->valuestring, cJSON_GetObjectItem(r, "ground_truth"), &s) == 0);

@@ -1,5 +1,6 @@
 /* test_loaders.c — dataset loaders and generators (benchmarks/loaders.h) on the real sample files in
- * ../shared/data and on malformed files written to /tmp. Golden FNV-1a hashes of prompts were computed
+ * ../shared/data (skipped with one line when a fresh clone has nothing beside it, a failure in CI) and on records,
+ * configs and malformed files written to /tmp. Golden FNV-1a hashes of prompts were computed
  * with Python from the official code paths: LongBench dataset2prompt[task].format(**record), and
  * LongMemEval's prepare_prompt (sessions sorted by date, has_answer dropped, json.dumps / "nl"). */
 #include <CUnit/Basic.h>
@@ -25,6 +26,44 @@
 
 static char err[1024];
 static char tmpdir[256];
+static char own_config[300]; /* <tmpdir>/lb_config: two tasks of the official config, for records written here */
+
+/* LongBench's dataset2prompt.json / dataset2maxlen.json entries of hotpotqa and multifieldqa_en (THUDM/LongBench
+ * LongBench/config), spelled out: the tests of records written here need no ../shared. */
+static int write_own_config(void) {
+    static const struct { const char *task, *tmpl; int max_new; } tasks[] = {
+        {"hotpotqa", "Answer the question based on the given passages. Only give me the answer and do not output any "
+                     "other words.\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the "
+                     "given passages. Only give me the answer and do not output any other words.\n\nQuestion: {input}\n"
+                     "Answer:", 32},
+        {"multifieldqa_en", "Read the following text and answer briefly.\n\n{context}\n\nNow, answer the following "
+                            "question based on the above text, only give me the answer and do not output any other "
+                            "words.\n\nQuestion: {input}\nAnswer:", 64}};
+    snprintf(own_config, sizeof own_config, "%s/lb_config", tmpdir);
+    if (mkdir(own_config, 0700)) return -1;
+    cJSON *prompts = cJSON_CreateObject(), *maxlen = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof tasks / sizeof *tasks; i++) {
+        cJSON_AddStringToObject(prompts, tasks[i].task, tasks[i].tmpl);
+        cJSON_AddNumberToObject(maxlen, tasks[i].task, tasks[i].max_new);
+    }
+    int rc = 0;
+    cJSON *const docs[2] = {prompts, maxlen};
+    const char *const names[2] = {"dataset2prompt.json", "dataset2maxlen.json"};
+    for (int k = 0; k < 2; k++) {
+        char path[400], *js = cJSON_Print(docs[k]);
+        snprintf(path, sizeof path, "%s/%s", own_config, names[k]);
+        FILE *f = js ? fopen(path, "wb") : NULL;
+        if (!f || fputs(js, f) < 0) rc = -1;
+        if (f && fclose(f)) rc = -1;
+        free(js);
+    }
+    cJSON_Delete(prompts), cJSON_Delete(maxlen);
+    return rc;
+}
+
+/* The sample records a test reads: 0 (the test returns) when one of them is missing, see UTIL_SHARED_DATA. */
+#define NEEDS(rel) UTIL_SHARED_DATA((rel), NULL, 0)
+#define NEEDS_LB(sub) (NEEDS("longbench/config") && NEEDS("longbench/" sub))
 
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 1469598103934665603ULL;
@@ -53,6 +92,7 @@ static int count_occurrences(const char *hay, const char *needle) {
 /* ---------------------------------------------------------------- LongBench */
 
 static void test_longbench_prompts_equal_python_format_of_the_official_template(void) {
+    if (!NEEDS_LB("reconstructed_from_minilongbench") || !NEEDS("longbench/official_jsonl")) return;
     static const struct {
         const char *task, *path;
         int line;
@@ -82,6 +122,7 @@ static void test_longbench_prompts_equal_python_format_of_the_official_template(
 }
 
 static void test_longbench_task_rules_follow_pred_and_eval(void) {
+    if (!NEEDS_LB("reconstructed_from_minilongbench")) return;
     kvb_samples v = {0};
     CU_ASSERT_FATAL(lb_load(LB_REC "/trec.jsonl", "trec", LB_CONFIG, 0, &v, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(v.n, 8);
@@ -123,10 +164,36 @@ static void test_longbench_task_rules_follow_pred_and_eval(void) {
  * field text unchanged); records with one context form a group, moved next to its first member. LB_SPREAD:
  * the limit's records at i*total/n of the file. */
 static void test_longbench_hidden_splits_at_context_groups_equal_contexts_and_spreads(void) {
-    static const char *const tasks[] = {"2wikimqa", "gov_report", "lcc", "multifieldqa_zh", "passage_retrieval_en",
-                                        "qasper", "samsum", "trec"};
     char path[512];
     kvb_samples v = {0};
+    /* three questions over two documents: a(1) b(2) a(3) c(4) a(5) */
+    kvb_sb f = {0};
+    const char *ctx[] = {"Doc A text.", "Doc B text.", "Doc A text.", "Doc C text.", "Doc A text."};
+    for (int i = 0; i < 5; i++)
+        kvb_sb_addf(&f, "{\"input\": \"q%d?\", \"context\": \"%s\", \"answers\": [\"x\"], \"_id\": \"r%d\"}\n", i + 1, ctx[i], i + 1);
+    char *text = kvb_sb_take(&f);
+    snprintf(path, sizeof path, "%s", write_tmp("groups.jsonl", text));
+    free(text);
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", own_config, 0, LB_HIDDEN, &v, err, sizeof err) == 0);
+    static const char *const order[] = {"r1", "r3", "r5", "r2", "r4"};
+    CU_ASSERT_EQUAL_FATAL(v.n, 5);
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT_STRING_EQUAL(v.v[k].id, order[k]);
+        CU_ASSERT(k < 3 ? v.v[k].group && !strcmp(v.v[k].group, "ctx-r1") : !v.v[k].group);
+        CU_ASSERT(strstr(v.v[k].question, k < 3 ? (const char *[]){"q1?", "q3?", "q5?"}[k] : "q") != NULL);
+    }
+    kvb_samples_free(&v);
+    /* spread: 2 of 5 are records 0 and 2 (5*0/2, 5*1/2); 5 of 5 are all; the first 2 without it */
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", own_config, 2, LB_SPREAD, &v, err, sizeof err) == 0);
+    CU_ASSERT(v.n == 2 && !strcmp(v.v[0].id, "r1") && !strcmp(v.v[1].id, "r3") && !v.v[0].context);
+    kvb_samples_free(&v);
+    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", own_config, 9, LB_SPREAD, &v, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(v.n, 5);
+    kvb_samples_free(&v);
+    /* the real records with the official templates */
+    if (!NEEDS_LB("reconstructed_from_minilongbench")) return;
+    static const char *const tasks[] = {"2wikimqa", "gov_report", "lcc", "multifieldqa_zh", "passage_retrieval_en",
+                                        "qasper", "samsum", "trec"};
     for (size_t i = 0; i < sizeof tasks / sizeof *tasks; i++) {
         snprintf(path, sizeof path, LB_REC "/%s.jsonl", tasks[i]);
         CU_ASSERT_FATAL(lb_load_ex(path, tasks[i], LB_CONFIG, 3, LB_HIDDEN, &v, err, sizeof err) == 0);
@@ -139,38 +206,15 @@ static void test_longbench_hidden_splits_at_context_groups_equal_contexts_and_sp
         }
         kvb_samples_free(&v);
     }
-    /* three questions over two documents: a(1) b(2) a(3) c(4) a(5) */
-    kvb_sb f = {0};
-    const char *ctx[] = {"Doc A text.", "Doc B text.", "Doc A text.", "Doc C text.", "Doc A text."};
-    for (int i = 0; i < 5; i++)
-        kvb_sb_addf(&f, "{\"input\": \"q%d?\", \"context\": \"%s\", \"answers\": [\"x\"], \"_id\": \"r%d\"}\n", i + 1, ctx[i], i + 1);
-    char *text = kvb_sb_take(&f);
-    snprintf(path, sizeof path, "%s", write_tmp("groups.jsonl", text));
-    free(text);
-    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 0, LB_HIDDEN, &v, err, sizeof err) == 0);
-    static const char *const order[] = {"r1", "r3", "r5", "r2", "r4"};
-    CU_ASSERT_EQUAL_FATAL(v.n, 5);
-    for (int k = 0; k < 5; k++) {
-        CU_ASSERT_STRING_EQUAL(v.v[k].id, order[k]);
-        CU_ASSERT(k < 3 ? v.v[k].group && !strcmp(v.v[k].group, "ctx-r1") : !v.v[k].group);
-        CU_ASSERT(strstr(v.v[k].question, k < 3 ? (const char *[]){"q1?", "q3?", "q5?"}[k] : "q") != NULL);
-    }
-    kvb_samples_free(&v);
-    /* spread: 2 of 5 are records 0 and 2 (5*0/2, 5*1/2); 5 of 5 are all; the first 2 without it */
-    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 2, LB_SPREAD, &v, err, sizeof err) == 0);
-    CU_ASSERT(v.n == 2 && !strcmp(v.v[0].id, "r1") && !strcmp(v.v[1].id, "r3") && !v.v[0].context);
-    kvb_samples_free(&v);
     CU_ASSERT_FATAL(lb_load_ex(LB_REC "/lcc.jsonl", "lcc", LB_CONFIG, 4, LB_SPREAD, &v, err, sizeof err) == 0);
     static const char *const lcc[] = {"1", "7", "14", "20"}; /* 26 records: 0, 6.5, 13, 19.5 -> lines 1 7 14 20 */
     CU_ASSERT_EQUAL_FATAL(v.n, 4);
     for (int k = 0; k < 4; k++) CU_ASSERT_STRING_EQUAL(v.v[k].id, lcc[k]);
     kvb_samples_free(&v);
-    CU_ASSERT_FATAL(lb_load_ex(path, "multifieldqa_en", LB_CONFIG, 9, LB_SPREAD, &v, err, sizeof err) == 0);
-    CU_ASSERT_EQUAL(v.n, 5);
-    kvb_samples_free(&v);
 }
 
 static void test_every_reconstructed_task_loads_every_record(void) {
+    if (!NEEDS_LB("reconstructed_from_minilongbench")) return;
     static const struct { const char *task; int n; } tasks[] = {
         {"2wikimqa", 13}, {"dureader", 6}, {"gov_report", 12}, {"hotpotqa", 13}, {"lcc", 26},
         {"multifieldqa_en", 7}, {"multifieldqa_zh", 15}, {"musique", 7}, {"narrativeqa", 6}, {"passage_count", 4},
@@ -193,6 +237,7 @@ static void test_every_reconstructed_task_loads_every_record(void) {
 }
 
 static void test_official_first20_lines_keep_id_and_length(void) {
+    if (!NEEDS_LB("official_jsonl")) return;
     kvb_samples v = {0};
     CU_ASSERT_FATAL(lb_load(LB_OFF "/multi_news.first20.jsonl", "multi_news", LB_CONFIG, 0, &v, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(v.n, 20);
@@ -276,6 +321,7 @@ static void check_rendered(const char *task, const char *prefix, const char *sep
 }
 
 static void test_refilled_template_reproduces_rendered_minilongbench_prompts(void) {
+    if (!NEEDS_LB("rendered_prompts_minilongbench")) return;
     check_rendered("lsht", "请判断给定新闻的类别，下面是一些例子。\n\n", "\n新闻内容：", 0);
     check_rendered("repobench-p", "Please complete the code given below. \n", "", strlen("Next line of code:\n"));
 }
@@ -320,7 +366,7 @@ static void test_substituted_braces_are_never_reparsed(void) {
 static void check_lb_error(const char *content, const char *want_loc, const char *want_word) {
     const char *p = write_tmp("bad.jsonl", content);
     kvb_samples v = {0};
-    int rc = lb_load(p, "hotpotqa", LB_CONFIG, 0, &v, err, sizeof err);
+    int rc = lb_load(p, "hotpotqa", own_config, 0, &v, err, sizeof err);
     CU_ASSERT(rc == -1 && v.n == 0 && !strchr(err, '\n'));
     CU_ASSERT(strstr(err, p) != NULL);
     CU_ASSERT(strstr(err, want_loc) != NULL);
@@ -342,11 +388,12 @@ static void test_longbench_malformed_records_name_file_and_line(void) {
     check_lb_error("{\"input\": \"q\", \"context\": \"c\", \"answers\": [\"a\"], \"dataset\": \"trec\"}\n", ".jsonl:1", "trec");
     check_lb_error(GOOD "{\"input\": \"q\"} trailing\n", ".jsonl:2", "invalid JSON");
     kvb_samples v = {0};
-    CU_ASSERT(lb_load(DATA "/no/such.jsonl", "hotpotqa", LB_CONFIG, 0, &v, err, sizeof err) == -1);
+    CU_ASSERT(lb_load(DATA "/no/such.jsonl", "hotpotqa", own_config, 0, &v, err, sizeof err) == -1);
     CU_ASSERT(strstr(err, "no/such.jsonl") != NULL);
-    CU_ASSERT(lb_load(LB_REC "/hotpotqa.jsonl", "hotpotqa_xx", LB_CONFIG, 0, &v, err, sizeof err) == -1);
+    const char *good = write_tmp("good.jsonl", GOOD);
+    CU_ASSERT(lb_load(good, "hotpotqa_xx", own_config, 0, &v, err, sizeof err) == -1);
     CU_ASSERT(strstr(err, "hotpotqa_xx") && strstr(err, "dataset2prompt.json"));
-    CU_ASSERT(lb_load(LB_REC "/hotpotqa.jsonl", "hotpotqa", DATA "/nowhere", 0, &v, err, sizeof err) == -1);
+    CU_ASSERT(lb_load(good, "hotpotqa", DATA "/nowhere", 0, &v, err, sizeof err) == -1);
     CU_ASSERT(strstr(err, "nowhere/dataset2prompt.json") != NULL);
     CU_ASSERT(v.n == 0 && v.v == NULL);
 }
@@ -365,7 +412,7 @@ static void test_longbench_e_names_bins_and_suffix(void) {
     const char *ctx[] = {"c"}, *inp[] = {"q"};
     const char *p = write_records("hotpotqa_e.jsonl", "hotpotqa_e", ctx, inp, 1, NULL);
     kvb_samples v = {0};
-    CU_ASSERT_FATAL(lb_load(p, "hotpotqa_e", LB_CONFIG, 0, &v, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(lb_load(p, "hotpotqa_e", own_config, 0, &v, err, sizeof err) == 0);
     CU_ASSERT_STRING_EQUAL(v.v[0].task, "hotpotqa");
     CU_ASSERT(v.v[0].max_new_tokens == 32 && strstr(v.v[0].prompt, "Question: q\nAnswer:"));
     kvb_samples_free(&v);
@@ -389,6 +436,8 @@ static void test_middle_truncation_keeps_int_half_at_each_end(void) {
 /* ---------------------------------------------------------------- LongMemEval */
 
 static void test_longmemeval_prompts_equal_the_official_reader(void) {
+    if (!NEEDS("longmemeval/longmemeval_oracle.sample.json") || !NEEDS("longmemeval/longmemeval_s_cleaned.sample8.json"))
+        return;
     static const struct {
         const char *path, *format;
         int index, cot;
@@ -424,6 +473,7 @@ static int turns_alternate(const kvb_sample *s) {
 }
 
 static void test_longmemeval_oracle_fields_rounds_and_abstention(void) {
+    if (!NEEDS("longmemeval/longmemeval_oracle.sample.json")) return;
     kvb_samples v = {0};
     CU_ASSERT_FATAL(lme_load(LME_ORACLE, "json", 0, 0, &v, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(v.n, 24);
@@ -463,6 +513,7 @@ static void test_longmemeval_oracle_fields_rounds_and_abstention(void) {
 }
 
 static void test_longmemeval_s_sessions_become_padded_rounds(void) {
+    if (!NEEDS("longmemeval/longmemeval_s_cleaned.sample8.json")) return;
     static const int want_turns[8] = {458, 548, 486, 462, 496, 494, 556, 614};
     kvb_samples v = {0};
     CU_ASSERT_FATAL(lme_load(LME_S, NULL, 0, 0, &v, err, sizeof err) == 0);
@@ -537,6 +588,7 @@ static void test_longmemeval_malformed_files_name_file_and_line(void) {
 /* ---------------------------------------------------------------- ShareGPT */
 
 static void test_sharegpt_real_file_drops_leading_gpt_and_splits_last_round(void) {
+    if (!NEEDS("sharegpt/sharegpt_v3_cleaned_split.top50_by_turns.json")) return;
     kvb_samples v = {0};
     CU_ASSERT_FATAL(sharegpt_load(SHAREGPT, 0, &v, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(v.n, 50);
@@ -723,6 +775,7 @@ static int64_t count_fail(void *ctx, const char *text) {
 }
 
 static void test_niah_needle_sits_at_depth_after_a_period(void) {
+    if (!NEEDS("niah/PaulGrahamEssays")) return;
     const int lengths[] = {1000, 3000};
     const double depths[] = {0, 25, 50, 100};
     kvb_samples v = {0};
@@ -878,9 +931,9 @@ static void test_failed_load_leaves_earlier_samples_untouched(void) {
     kvb_samples v = {0};
     CU_ASSERT_FATAL(recall_generate(1, 3, 2, &v, err, sizeof err) == 0);
     const char *p = write_tmp("late_bad.jsonl", GOOD GOOD GOOD "{oops}\n");
-    CU_ASSERT(lb_load(p, "hotpotqa", LB_CONFIG, 0, &v, err, sizeof err) == -1);
+    CU_ASSERT(lb_load(p, "hotpotqa", own_config, 0, &v, err, sizeof err) == -1);
     CU_ASSERT(v.n == 3 && !strcmp(v.v[2].task, "recall"));
-    CU_ASSERT_FATAL(lb_load(p, "hotpotqa", LB_CONFIG, 2, &v, err, sizeof err) == 0); /* the limit stops before */
+    CU_ASSERT(lb_load(p, "hotpotqa", own_config, 2, &v, err, sizeof err) == 0); /* the limit stops before */
     CU_ASSERT(v.n == 5 && v.v[4].length == 5);
     kvb_samples_free(&v);
 }
@@ -889,6 +942,10 @@ int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kvb_test_loaders_%d", (int)getpid());
     if (mkdir(tmpdir, 0700) != 0) {
         fprintf(stderr, "cannot create %s\n", tmpdir);
+        return 1;
+    }
+    if (write_own_config()) {
+        fprintf(stderr, "cannot write %s\n", own_config);
         return 1;
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;

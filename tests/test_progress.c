@@ -134,18 +134,23 @@ static void test_missing_dataset_hint_offers_the_sample_data(void) {
     char hint[2048], path[1200];
     const char *src = getenv("KVB_SOURCE_DIR");
     CU_ASSERT_FATAL(src != NULL);
+    CU_ASSERT(kvb_data_sample_path("nosuch", path, sizeof path) == 0 && !path[0]);
+    setenv("KVB_SOURCE_DIR", root, 1); /* a checkout with nothing beside it */
+    setenv("KVB_DATA", "/data/kvb", 1);
+    CU_ASSERT(kvb_data_sample_path("longbench", path, sizeof path) == 0 && !path[0]);
+    kvb_data_hint("longbench", hint, sizeof hint);
+    CU_ASSERT(strstr(hint, "/data/kvb") && !strstr(hint, "sample"));
+    setenv("KVB_SOURCE_DIR", src, 1);
+    unsetenv("KVB_DATA");
+    /* this checkout, with the sample records beside it */
+    if (!UTIL_SHARED_DATA("longbench/reconstructed_from_minilongbench", NULL, 0) ||
+        !UTIL_SHARED_DATA("longmemeval/longmemeval_oracle.sample.json", NULL, 0))
+        return;
     CU_ASSERT_FATAL(kvb_data_sample_path("longbench", path, sizeof path) == 1);
     snprintf(hint, sizeof hint, "%s/../shared/data/longbench/reconstructed_from_minilongbench", src);
     CU_ASSERT_STRING_EQUAL(path, hint);
     kvb_data_hint("longmemeval", hint, sizeof hint);
     CU_ASSERT(strstr(hint, "$KVB_DATA") && strstr(hint, "longmemeval_oracle.sample.json") && strstr(hint, "configs/sample-data.json"));
-    CU_ASSERT(kvb_data_sample_path("nosuch", path, sizeof path) == 0 && !path[0]);
-    setenv("KVB_SOURCE_DIR", root, 1); /* a checkout with nothing beside it */
-    setenv("KVB_DATA", "/data/kvb", 1);
-    kvb_data_hint("longbench", hint, sizeof hint);
-    CU_ASSERT(strstr(hint, "/data/kvb") && !strstr(hint, "sample"));
-    setenv("KVB_SOURCE_DIR", src, 1);
-    unsetenv("KVB_DATA");
     /* configs/sample-data.json points at files that exist (run from the checkout's root, as ctest does) */
     char *text = util_read_file("configs/sample-data.json", NULL);
     cJSON *j = text ? cJSON_Parse(text) : NULL;

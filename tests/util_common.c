@@ -42,6 +42,31 @@ void util_require_file(const char *path, const char *file, unsigned line) {
     CU_assertImplementation(CU_FALSE, line, msg, file, "", CU_TRUE); /* copies msg, then leaves the test */
 }
 
+int util_shared_data(const char *rel, char *path, size_t cap, const char *file, unsigned line) {
+    static int told; /* one skip line per test binary */
+    char buf[1024];
+    if (!path) path = buf, cap = sizeof buf;
+    snprintf(path, cap, "../shared/data/%s", rel);
+    if (access(path, R_OK) == 0) return 1;
+    const char *ci = getenv("CI");
+    if (ci && (!strcmp(ci, "true") || !strcmp(ci, "1"))) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "missing %s (CI=true: the benchmark records must be beside the clone)", path);
+        CU_assertImplementation(CU_FALSE, line, msg, file, "", CU_FALSE); /* copies msg */
+        return 0;
+    }
+    if (!told++) {
+        const char *base = strrchr(file, '/'); /* the test binary is named after its source file */
+        base = base ? base + 1 : file;
+        int n = (int)strcspn(base, ".");
+        fflush(stdout); /* after CUnit's "Test: ... " */
+        printf("\n%.*s: skipped: needs %s (only CI and the developers' machines have it; CI=true makes this a "
+               "failure)\n", n, base, path);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* A fatal CUnit failure "what: err" (leaves the running test). */
 static void fail(const char *what, const char *err) {
     char msg[512];

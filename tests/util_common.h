@@ -19,6 +19,14 @@ int util_default_model(char *path, size_t cap);
 #define UTIL_REQUIRE_FILE(path) util_require_file((path), __FILE__, __LINE__)
 void util_require_file(const char *path, const char *file, unsigned line);
 
+/* The benchmark records beside a development checkout, ../shared/data/<rel> (tests run from the checkout's root;
+ * never copied into the project): 1 when it is there (path, when not NULL, gets "../shared/data/<rel>"). When it is
+ * missing, 0, and in CI ($CI "true" or "1", where it is always there) a failure of the running test naming the
+ * path; elsewhere (a fresh clone with nothing beside it) the test is skipped: the first miss in a test binary prints
+ * one line saying so. The caller returns, or leaves out the part that needs the records. */
+#define UTIL_SHARED_DATA(rel, path, cap) util_shared_data((rel), (path), (cap), __FILE__, __LINE__)
+int util_shared_data(const char *rel, char *path, size_t cap, const char *file, unsigned line);
+
 /* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). */
 int util_run_suites(void);
 /* A request body gathered across a microhttpd handler's calls (tests' judge servers): 1 while data arrives
