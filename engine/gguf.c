@@ -91,8 +91,8 @@ static int64_t sign_extend(uint64_t v, int bytes) {
 
 static void value_free(gguf_value *v);
 
-/* A key or tensor name fit for a one-line message: at most 100 bytes, control bytes shown as '?'. */
-static void safe_name(char *out, size_t cap, gguf_str s) {
+const char *gguf_str_safe(gguf_str s, char *out, size_t cap) {
+    if (cap == 0) return out;
     size_t n = s.len < 100 ? (size_t)s.len : 100;
     if (n >= cap) n = cap - 1;
     for (size_t i = 0; i < n; i++) {
@@ -100,7 +100,10 @@ static void safe_name(char *out, size_t cap, gguf_str s) {
         out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
     }
     out[n] = 0;
+    return out;
 }
+
+static void safe_name(char *out, size_t cap, gguf_str s) { gguf_str_safe(s, out, cap); }
 
 static int rd_value(cursor *c, gguf_vtype t, gguf_value *v, int depth, const char *key) {
     memset(v, 0, sizeof *v);
@@ -183,6 +186,157 @@ int gguf_str_eq(gguf_str s, const char *c) {
     return s.len == n && memcmp(s.ptr, c, n) == 0;
 }
 
+/* A set of names (metadata keys, tensor names) hashed with FNV-1a, open addressing: the duplicate checks are
+ * linear in the count (pairwise checks made a file of 160k keys take a minute to open). */
+typedef struct {
+    gguf_str *slot; /* ptr NULL = empty (a name from the file always points into it) */
+    uint64_t mask;
+} name_set;
+
+static int set_init(name_set *ns, uint64_t n) {
+    uint64_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    ns->slot = calloc((size_t)cap, sizeof *ns->slot);
+    ns->mask = cap - 1;
+    return ns->slot ? 0 : -1;
+}
+
+/* 1 when an equal name is already in the set, else adds it and returns 0 */
+static int set_add(name_set *ns, gguf_str s) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < s.len; i++) h = (h ^ (uint8_t)s.ptr[i]) * 1099511628211ull;
+    for (uint64_t i = h & ns->mask;; i = (i + 1) & ns->mask) {
+        gguf_str *e = &ns->slot[i];
+        if (!e->ptr) {
+            *e = s;
+            return 0;
+        }
+        if (e->len == s.len && !memcmp(e->ptr, s.ptr, (size_t)s.len)) return 1;
+    }
+}
+
+/* A tensor's data range, for the overlap check. */
+typedef struct {
+    uint64_t begin, end, idx;
+} data_span;
+
+static int by_begin(const void *a, const void *b) {
+    const data_span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* Tensors whose bytes overlap would alias each other's weights: refuse, naming both. */
+static int check_overlap(gguf_file *f, cursor *c) {
+    if (f->n_tensors < 2) return 0;
+    data_span *sp = malloc((size_t)f->n_tensors * sizeof *sp);
+    if (!sp) return fail(c, "out of memory"), -1;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        sp[i] = (data_span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].n_bytes, i};
+    qsort(sp, (size_t)f->n_tensors, sizeof *sp, by_begin);
+    uint64_t far = 0; /* the span reaching furthest so far */
+    for (uint64_t i = 1; i < f->n_tensors; i++) {
+        if (sp[i].begin < sp[far].end) {
+            char a[128], b[128];
+            safe_name(a, sizeof a, f->tensors[sp[i].idx].name);
+            safe_name(b, sizeof b, f->tensors[sp[far].idx].name);
+            fail(c, "tensor '%s' (data bytes %llu to %llu) overlaps tensor '%s' (data bytes %llu to %llu)", a,
+                 (unsigned long long)sp[i].begin, (unsigned long long)sp[i].end - 1, b,
+                 (unsigned long long)sp[far].begin, (unsigned long long)sp[far].end - 1);
+            free(sp);
+            return -1;
+        }
+        if (sp[i].end > sp[far].end) far = i;
+    }
+    free(sp);
+    return 0;
+}
+
+/* The metadata and tensor tables after the header, then the data section; keys and names catch duplicates. */
+static int parse_tables(gguf_file *f, cursor *c, name_set *keys, name_set *names) {
+    const uint64_t size = c->size;
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        gguf_kv *kv = &f->kv[i];
+        if (rd_str(c, &kv->key, "metadata key")) return -1;
+        char key[128];
+        safe_name(key, sizeof key, kv->key);
+        uint64_t t = rd_le(c, 4, key);
+        if (c->failed) return -1;
+        if (t >= GGUF_VT_COUNT) return fail(c, "key '%s' has unknown value type %llu", key, (unsigned long long)t), -1;
+        if (rd_value(c, (gguf_vtype)t, &kv->val, 0, key)) return -1;
+        if (set_add(keys, kv->key)) return fail(c, "duplicate metadata key '%s'", key), -1;
+        if (gguf_str_eq(kv->key, "general.alignment")) {
+            if (kv->val.type != GGUF_VT_UINT32 || kv->val.v.u == 0 || (kv->val.v.u & (kv->val.v.u - 1)) ||
+                kv->val.v.u > 1u << 20)
+                return fail(c, "general.alignment must be a uint32 power of two"), -1;
+            f->alignment = (uint32_t)kv->val.v.u;
+        }
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        if (rd_str(c, &t->name, "tensor name")) return -1;
+        char name[128];
+        safe_name(name, sizeof name, t->name);
+        if (t->name.len == 0 || t->name.len > MAX_NAME_BYTES) return fail(c, "tensor %llu has a bad name length", (unsigned long long)i), -1;
+        t->n_dims = (uint32_t)rd_le(c, 4, name);
+        if (c->failed) return -1;
+        if (t->n_dims < 1 || t->n_dims > 4) return fail(c, "tensor '%s' has %u dimensions (1-4 allowed)", name, t->n_dims), -1;
+        uint64_t n_elems = 1;
+        for (int d = 0; d < 4; d++) t->ne[d] = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) {
+            t->ne[d] = rd_le(c, 8, name);
+            if (c->failed) return -1;
+            if (t->ne[d] == 0 || t->ne[d] > (1ull << 40) || n_elems > (1ull << 62) / t->ne[d])
+                return fail(c, "tensor '%s' has an impossible shape", name), -1;
+            n_elems *= t->ne[d];
+        }
+        uint64_t ty = rd_le(c, 4, name);
+        t->offset = rd_le(c, 8, name);
+        if (c->failed) return -1;
+        t->type = (ggml_type)ty;
+        if (ty < 64 && ggml_block_elems(t->type) == 0 && unsupported_type_name[ty])
+            return fail(c, "tensor '%s' has type %s, which kvbench does not read (it reads F32 F16 BF16 Q4_0 Q4_1 "
+                        "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K: requantize the model to one of those)", name,
+                        unsupported_type_name[ty]), -1;
+        if (ty > 255 || ggml_block_elems(t->type) == 0)
+            return fail(c, "unknown tensor type %llu for tensor '%s'", (unsigned long long)ty, name), -1;
+        uint32_t be = ggml_block_elems(t->type);
+        if (t->ne[0] % be)
+            return fail(c, "tensor '%s': row of %llu elements is not a multiple of the %s block (%u)", name,
+                        (unsigned long long)t->ne[0], ggml_type_name(t->type), be), -1;
+        /* 2^62 F32 elements are 2^64 bytes: the product must not wrap (it once wrapped to 0 and was accepted) */
+        uint64_t n_blocks = n_elems / be, block_bytes = ggml_block_bytes(t->type);
+        if (n_blocks > UINT64_MAX / block_bytes)
+            return fail(c, "tensor '%s': %llu elements of %s overflow a 64-bit byte count", name,
+                        (unsigned long long)n_elems, ggml_type_name(t->type)), -1;
+        t->n_bytes = n_blocks * block_bytes;
+        if (t->offset % f->alignment)
+            return fail(c, "tensor '%s' offset %llu is not aligned to %u", name, (unsigned long long)t->offset,
+                        f->alignment), -1;
+        if (set_add(names, t->name)) return fail(c, "duplicate tensor name '%s'", name), -1;
+    }
+    uint64_t data = (c->pos + f->alignment - 1) / f->alignment * f->alignment;
+    if (f->n_tensors > 0 && data > size) return fail(c, "truncated file: no tensor data section"), -1;
+    f->data_offset = data;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        uint64_t avail = size - data;
+        if (t->offset > avail || t->n_bytes > avail - t->offset) {
+            char name[128];
+            safe_name(name, sizeof name, t->name);
+            /* the end, computed without wrapping: offset and n_bytes are each below 2^64 but their sum may not be */
+            if (t->n_bytes > UINT64_MAX - data - t->offset)
+                return fail(c, "truncated file: tensor '%s' (%llu bytes at data offset %llu) runs past the end of the "
+                            "file (%llu bytes)", name, (unsigned long long)t->n_bytes, (unsigned long long)t->offset,
+                            (unsigned long long)size), -1;
+            return fail(c, "truncated file: tensor '%s' data ends at byte %llu, past the end of the file (%llu bytes)",
+                        name, (unsigned long long)(data + t->offset + t->n_bytes), (unsigned long long)size), -1;
+        }
+        t->data = c->base + data + t->offset;
+    }
+    return check_overlap(f, c);
+}
+
 static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, size_t err_len) {
     cursor c = {base, size, 0, err, err_len, 0};
     if (size < 4 || memcmp(base, "GGUF", 4) != 0) {
@@ -197,6 +351,12 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
     f->n_tensors = rd_le(&c, 8, "tensor count");
     f->n_kv = rd_le(&c, 8, "metadata count");
     if (c.failed) return -1;
+    if (f->n_kv > GGUF_MAX_KV_COUNT)
+        return fail(&c, "metadata count %llu exceeds the limit of %d keys (GGUF_MAX_KV_COUNT)",
+                    (unsigned long long)f->n_kv, GGUF_MAX_KV_COUNT), -1;
+    if (f->n_tensors > GGUF_MAX_TENSOR_COUNT)
+        return fail(&c, "tensor count %llu exceeds the limit of %d tensors (GGUF_MAX_TENSOR_COUNT)",
+                    (unsigned long long)f->n_tensors, GGUF_MAX_TENSOR_COUNT), -1;
     /* a kv takes >= 8+1+4+1 bytes, a tensor info >= 8+1+4+8+4+8 */
     if (f->n_kv > (size - c.pos) / 14)
         return fail(&c, "metadata count %llu is impossible for a %llu-byte file", (unsigned long long)f->n_kv,
@@ -206,83 +366,16 @@ static int parse(gguf_file *f, const uint8_t *base, uint64_t size, char *err, si
                     (unsigned long long)size), -1;
     f->kv = calloc(f->n_kv ? (size_t)f->n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *f->tensors);
-    if (!f->kv || !f->tensors) return fail(&c, "out of memory"), -1;
-    f->alignment = 32;
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        gguf_kv *kv = &f->kv[i];
-        if (rd_str(&c, &kv->key, "metadata key")) return -1;
-        char key[128];
-        safe_name(key, sizeof key, kv->key);
-        uint64_t t = rd_le(&c, 4, key);
-        if (c.failed) return -1;
-        if (t >= GGUF_VT_COUNT) return fail(&c, "key '%s' has unknown value type %llu", key, (unsigned long long)t), -1;
-        if (rd_value(&c, (gguf_vtype)t, &kv->val, 0, key)) return -1;
-        for (uint64_t j = 0; j < i; j++)
-            if (f->kv[j].key.len == kv->key.len && !memcmp(f->kv[j].key.ptr, kv->key.ptr, kv->key.len))
-                return fail(&c, "duplicate metadata key '%s'", key), -1;
-        if (gguf_str_eq(kv->key, "general.alignment")) {
-            if (kv->val.type != GGUF_VT_UINT32 || kv->val.v.u == 0 || (kv->val.v.u & (kv->val.v.u - 1)) ||
-                kv->val.v.u > 1u << 20)
-                return fail(&c, "general.alignment must be a uint32 power of two"), -1;
-            f->alignment = (uint32_t)kv->val.v.u;
-        }
+    name_set keys = {0}, names = {0};
+    int rc = -1;
+    if (!f->kv || !f->tensors || set_init(&keys, f->n_kv) || set_init(&names, f->n_tensors)) fail(&c, "out of memory");
+    else {
+        f->alignment = 32;
+        rc = parse_tables(f, &c, &keys, &names);
     }
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        gguf_tensor *t = &f->tensors[i];
-        if (rd_str(&c, &t->name, "tensor name")) return -1;
-        char name[128];
-        safe_name(name, sizeof name, t->name);
-        if (t->name.len == 0 || t->name.len > MAX_NAME_BYTES) return fail(&c, "tensor %llu has a bad name length", (unsigned long long)i), -1;
-        t->n_dims = (uint32_t)rd_le(&c, 4, name);
-        if (c.failed) return -1;
-        if (t->n_dims < 1 || t->n_dims > 4) return fail(&c, "tensor '%s' has %u dimensions (1-4 allowed)", name, t->n_dims), -1;
-        uint64_t n_elems = 1;
-        for (int d = 0; d < 4; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            t->ne[d] = rd_le(&c, 8, name);
-            if (c.failed) return -1;
-            if (t->ne[d] == 0 || t->ne[d] > (1ull << 40) || n_elems > (1ull << 62) / t->ne[d])
-                return fail(&c, "tensor '%s' has an impossible shape", name), -1;
-            n_elems *= t->ne[d];
-        }
-        uint64_t ty = rd_le(&c, 4, name);
-        t->offset = rd_le(&c, 8, name);
-        if (c.failed) return -1;
-        t->type = (ggml_type)ty;
-        if (ty < 64 && ggml_block_elems(t->type) == 0 && unsupported_type_name[ty])
-            return fail(&c, "tensor '%s' has type %s, which kvbench does not read (it reads F32 F16 BF16 Q4_0 Q4_1 "
-                        "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K: requantize the model to one of those)", name,
-                        unsupported_type_name[ty]), -1;
-        if (ty > 255 || ggml_block_elems(t->type) == 0)
-            return fail(&c, "unknown tensor type %llu for tensor '%s'", (unsigned long long)ty, name), -1;
-        uint32_t be = ggml_block_elems(t->type);
-        if (t->ne[0] % be)
-            return fail(&c, "tensor '%s': row of %llu elements is not a multiple of the %s block (%u)", name,
-                        (unsigned long long)t->ne[0], ggml_type_name(t->type), be), -1;
-        t->n_bytes = n_elems / be * ggml_block_bytes(t->type);
-        if (t->offset % f->alignment)
-            return fail(&c, "tensor '%s' offset %llu is not aligned to %u", name, (unsigned long long)t->offset,
-                        f->alignment), -1;
-        for (uint64_t j = 0; j < i; j++)
-            if (f->tensors[j].name.len == t->name.len && !memcmp(f->tensors[j].name.ptr, t->name.ptr, t->name.len))
-                return fail(&c, "duplicate tensor name '%s'", name), -1;
-    }
-    uint64_t data = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
-    if (f->n_tensors > 0 && data > size) return fail(&c, "truncated file: no tensor data section"), -1;
-    f->data_offset = data;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        gguf_tensor *t = &f->tensors[i];
-        uint64_t avail = size - data;
-        if (t->offset > avail || t->n_bytes > avail - t->offset)
-        {
-            char name[128];
-            safe_name(name, sizeof name, t->name);
-            return fail(&c, "truncated file: tensor '%s' data ends at byte %llu, past the end of the file (%llu bytes)",
-                        name, (unsigned long long)(data + t->offset + t->n_bytes), (unsigned long long)size), -1;
-        }
-        t->data = base + data + t->offset;
-    }
-    return 0;
+    free(keys.slot);
+    free(names.slot);
+    return rc;
 }
 
 static void free_tables(gguf_file *f) {
@@ -307,15 +400,23 @@ gguf_file *gguf_open_mem(const void *buf, size_t n_bytes, char *err, size_t err_
 }
 
 gguf_file *gguf_open(const char *path, char *err, size_t err_len) {
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, forever; it is refused below */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, err_len, "gguf: cannot open: %s", strerror(errno));
         return NULL;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, err_len, "gguf: cannot stat: %s", strerror(errno));
         close(fd);
-        snprintf(err, err_len, "gguf: not a regular file");
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                           : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a special file";
+        snprintf(err, err_len, "gguf: %s, not a regular file (a model must be a file on disk)", kind);
         return NULL;
     }
     if (st.st_size == 0) {

@@ -13,6 +13,12 @@
 
 #include "kernels/dtype.h" /* ggml_type */
 
+/* Limits on what a file may declare, refused with a one-line error naming the limit. Real models hold a few
+ * dozen metadata keys (a vocabulary is one array key) and at most a few thousand tensors (GGUFs that keep each
+ * MoE expert apart reach ~50k). */
+#define GGUF_MAX_KV_COUNT 65536
+#define GGUF_MAX_TENSOR_COUNT 262144
+
 typedef enum {
     GGUF_VT_UINT8 = 0, GGUF_VT_INT8 = 1, GGUF_VT_UINT16 = 2, GGUF_VT_INT16 = 3,
     GGUF_VT_UINT32 = 4, GGUF_VT_INT32 = 5, GGUF_VT_FLOAT32 = 6, GGUF_VT_BOOL = 7,
@@ -67,7 +73,9 @@ typedef struct gguf_file {
     uint64_t data_offset; /* start of the tensor data section in the file */
 } gguf_file;
 
-/* Open and validate a GGUF file. Returns NULL and fills err on failure. */
+/* Open and validate a GGUF file (a regular file: a FIFO or device is refused without blocking). Returns NULL
+ * and fills err on failure. Validation (here and in gguf_open_mem): counts within GGUF_MAX_*, no duplicate key
+ * or tensor name, tensor sizes without 64-bit overflow, tensor data inside the file and not overlapping. */
 gguf_file *gguf_open(const char *path, char *err, size_t err_len);
 /* Parse a GGUF image already in memory (not copied; must outlive the handle). */
 gguf_file *gguf_open_mem(const void *buf, size_t n_bytes, char *err, size_t err_len);
@@ -97,5 +105,8 @@ const char *gguf_vtype_name(gguf_vtype t);
 
 /* Compare a gguf_str with a C string. */
 int gguf_str_eq(gguf_str s, const char *c);
+/* A string from the file made fit for a one-line message in out (NUL-terminated): at most 100 bytes, control
+ * bytes (and DEL) shown as '?', so a key or name cannot move the cursor or recolour a terminal. Returns out. */
+const char *gguf_str_safe(gguf_str s, char *out, size_t cap);
 
 #endif

@@ -1,9 +1,11 @@
 /* test_gguf.c — the GGUF reader: every metadata type, getters, alignment, tensors, the real model, and a
  * corruption sweep (every truncation length, byte flips, hand-made bad headers) that must fail cleanly. */
 #include <CUnit/Basic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/gguf.h"
@@ -265,6 +267,134 @@ static void test_real_model_tables_match_python_gguf_reader(void) {
     gguf_close(f);
 }
 
+/* A file that declares one more metadata key (or tensor) than the reader's limit is refused by the limit's name,
+ * before anything is read for them; the bytes after the header are zeros, so the file is big enough for the
+ * count. (The limits make the worst case bounded; the duplicate checks are linear in the count.) */
+static void test_key_and_tensor_counts_beyond_the_limits_are_refused_by_name(void) {
+    size_t len = ((size_t)GGUF_MAX_TENSOR_COUNT + 1) * 33 + 64;
+    uint8_t *buf = calloc(1, len);
+    CU_ASSERT_FATAL(buf != NULL);
+    memcpy(buf, "GGUF\3\0\0\0", 8);
+    put_u64(buf + 16, (uint64_t)GGUF_MAX_KV_COUNT + 1);
+    CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "metadata count 65537") &&
+              strstr(err, "GGUF_MAX_KV_COUNT") && one_line(err));
+    put_u64(buf + 16, 0);
+    put_u64(buf + 8, (uint64_t)GGUF_MAX_TENSOR_COUNT + 1);
+    CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "GGUF_MAX_TENSOR_COUNT") && one_line(err));
+    free(buf);
+}
+
+/* The duplicate checks (a hash set now, pairwise before) still find a repeated key or tensor name among many. */
+static void test_duplicates_among_many_keys_and_tensors_are_found(void) {
+    enum { N_KEYS = 20000 };
+    gw_writer *w = gw_new();
+    char key[32];
+    for (int i = 0; i < N_KEYS; i++) {
+        snprintf(key, sizeof key, "k.%05d", i);
+        gw_kv_u32(w, key, (uint32_t)i);
+    }
+    uint8_t *buf;
+    gguf_file *f = gw_open(w, &buf, err, sizeof err);
+    CU_ASSERT_FATAL(f != NULL);
+    uint32_t u;
+    CU_ASSERT(f->n_kv == N_KEYS && gguf_get_u32(f, "k.19999", &u, err, sizeof err) == 0 && u == 19999);
+    gguf_close(f);
+    free(buf);
+    w = gw_new();
+    for (int i = 0; i < N_KEYS; i++) {
+        snprintf(key, sizeof key, "k.%05d", i);
+        gw_kv_u32(w, key, (uint32_t)i);
+    }
+    gw_kv_u32(w, "k.12345", 0);
+    CU_ASSERT(gw_open(w, &buf, err, sizeof err) == NULL && strstr(err, "duplicate metadata key 'k.12345'"));
+    free(buf);
+    float d[32] = {0};
+    uint64_t ne[1] = {32};
+    w = gw_new();
+    gw_tensor(w, "t.a", GGML_T_F32, 1, ne, d, sizeof d);
+    gw_tensor(w, "t.b", GGML_T_F32, 1, ne, d, sizeof d);
+    gw_tensor(w, "t.a", GGML_T_F32, 1, ne, d, sizeof d);
+    CU_ASSERT(gw_open(w, &buf, err, sizeof err) == NULL && strstr(err, "duplicate tensor name 't.a'"));
+    free(buf);
+}
+
+/* An F32 tensor of 2^31 x 2^31 = 2^62 elements is 2^64 bytes: the count wrapped to 0, and the tensor was
+ * accepted with no data. Now the byte count is computed with an overflow check and the tensor refused by name. */
+static void test_tensor_whose_byte_count_overflows_is_refused_by_name(void) {
+    float d[32] = {0};
+    uint64_t ne[2] = {1ull << 31, 1ull << 31};
+    gw_writer *w = gw_new();
+    gw_tensor(w, "t.huge", GGML_T_F32, 2, ne, d, sizeof d);
+    uint8_t *buf;
+    gguf_file *f = gw_open(w, &buf, err, sizeof err);
+    CU_ASSERT(f == NULL && strstr(err, "t.huge") && one_line(err));
+    if (f) printf("\n  accepted: n_bytes %llu\n", (unsigned long long)f->tensors[0].n_bytes);
+    gguf_close(f);
+    free(buf);
+    /* a shape whose bytes fit 64 bits but not the file is still "past the end" */
+    uint64_t ne2[2] = {1ull << 20, 1ull << 20};
+    w = gw_new();
+    gw_tensor(w, "t.big", GGML_T_F32, 2, ne2, d, sizeof d);
+    CU_ASSERT(gw_open(w, &buf, err, sizeof err) == NULL && strstr(err, "t.big") && strstr(err, "past the end"));
+    free(buf);
+}
+
+/* Offset of tensor `name`'s data offset field in a writer image (after its name, n_dims, dims and type). */
+static size_t tensor_offset_field(const uint8_t *buf, size_t len, const char *name, int n_dims) {
+    size_t n = strlen(name);
+    for (size_t i = 8; i + n + 8 < len; i++)
+        if (!memcmp(buf + i, name, n) && buf[i - 8] == n) return i + n + 4 + 8 * (size_t)n_dims + 4;
+    return 0;
+}
+
+/* Two tensors whose data ranges overlap would alias each other's weights: refused, naming both. */
+static void test_overlapping_tensor_data_is_refused_naming_both(void) {
+    float d[64] = {0};
+    uint64_t ne[1] = {64};
+    gw_writer *w = gw_new();
+    gw_tensor(w, "t.first", GGML_T_F32, 1, ne, d, sizeof d);
+    gw_tensor(w, "t.second", GGML_T_F32, 1, ne, d, sizeof d);
+    gw_tensor(w, "t.third", GGML_T_F32, 1, ne, d, sizeof d);
+    uint8_t *buf;
+    size_t len;
+    gw_finish(w, &buf, &len);
+    gw_free(w);
+    gguf_file *f = gguf_open_mem(buf, len, err, sizeof err);
+    CU_ASSERT_FATAL(f != NULL); /* as written: three ranges one after another */
+    gguf_close(f);
+    size_t at = tensor_offset_field(buf, len, "t.third", 1);
+    CU_ASSERT_FATAL(at > 0);
+    put_u64(buf + at, 128); /* inside t.first's 256 bytes */
+    f = gguf_open_mem(buf, len, err, sizeof err);
+    CU_ASSERT(f == NULL && strstr(err, "overlaps") && strstr(err, "'t.third'") && strstr(err, "'t.first'") &&
+              one_line(err));
+    gguf_close(f);
+    put_u64(buf + at, 0); /* the same range as t.first */
+    CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "overlaps"));
+    free(buf);
+}
+
+static void on_alarm(int sig) { (void)sig; }
+
+/* A FIFO given as a model used to block in open() until something wrote to it, forever; now it is refused at once
+ * by its kind. (An alarm interrupts a blocking open, so the old behaviour fails the test instead of hanging it.) */
+static void test_fifo_is_refused_without_blocking(void) {
+    const char *path = "/tmp/kvb_test_gguf_fifo";
+    unlink(path);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = on_alarm; /* no SA_RESTART: the blocked open returns EINTR */
+    sigaction(SIGALRM, &sa, &old);
+    alarm(3);
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    CU_ASSERT(f == NULL && strstr(err, "FIFO") && strstr(err, "not a regular file"));
+    gguf_close(f);
+    unlink(path);
+    CU_ASSERT(gguf_open("/tmp", err, sizeof err) == NULL && strstr(err, "directory"));
+}
+
 int main(void) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("gguf", NULL, NULL);
@@ -275,5 +405,10 @@ int main(void) {
     CU_add_test(s, "byte flips never crash", test_byte_flips_never_crash);
     CU_add_test(s, "hand-made bad headers name the problem", test_hand_made_bad_headers_name_the_problem);
     CU_add_test(s, "real model tables match the python gguf reader", test_real_model_tables_match_python_gguf_reader);
+    CU_add_test(s, "key and tensor counts beyond the limits are refused by name", test_key_and_tensor_counts_beyond_the_limits_are_refused_by_name);
+    CU_add_test(s, "duplicates among many keys and tensors are found", test_duplicates_among_many_keys_and_tensors_are_found);
+    CU_add_test(s, "a tensor whose byte count overflows is refused by name", test_tensor_whose_byte_count_overflows_is_refused_by_name);
+    CU_add_test(s, "overlapping tensor data is refused, naming both", test_overlapping_tensor_data_is_refused_naming_both);
+    CU_add_test(s, "a FIFO is refused without blocking", test_fifo_is_refused_without_blocking);
     return util_run_suites();
 }
