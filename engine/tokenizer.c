@@ -174,8 +174,9 @@ static int set_pre(kvb_tokenizer *t, gguf_str pre, char *err, size_t err_len) {
         return add_regex(t, RE_LLAMA3, err, err_len);
     }
     if (gguf_str_eq(pre, "qwen2") || gguf_str_eq(pre, "deepseek-r1-qwen")) return add_regex(t, RE_QWEN2, err, err_len);
-    snprintf(err, err_len, "tokenizer: unsupported pre-tokenizer '%.*s' (supported: smollm, llama-bpe, qwen2, gpt2)",
-             (int)(pre.len < 64 ? pre.len : 64), pre.ptr);
+    char shown[72];
+    snprintf(err, err_len, "tokenizer: unsupported pre-tokenizer '%s' (supported: smollm, llama-bpe, qwen2, gpt2)",
+             gguf_str_safe(pre, shown, sizeof shown));
     return -1;
 }
 
@@ -211,8 +212,9 @@ kvb_tokenizer *tok_load(const gguf_file *f, char *err, size_t err_len) {
     if (gguf_str_eq(model, "gpt2")) t->model = MODEL_BPE;
     else if (gguf_str_eq(model, "llama")) t->model = MODEL_SPM;
     else {
-        snprintf(err, err_len, "tokenizer: unsupported tokenizer model '%.*s' (supported: gpt2, llama)",
-                 (int)(model.len < 64 ? model.len : 64), model.ptr);
+        char shown[72];
+        snprintf(err, err_len, "tokenizer: unsupported tokenizer model '%s' (supported: gpt2, llama)",
+                 gguf_str_safe(model, shown, sizeof shown));
         goto fail;
     }
     if (toks->v.arr.count == 0 || toks->v.arr.count > (1u << 24)) {
@@ -336,65 +338,136 @@ static int push(idbuf *b, int32_t id) {
     return 0;
 }
 
-/* ---------- merging (shared by BPE and SPM) ---------- */
+/* ---------- merging (shared by BPE and SPM) ----------
+ * As llama.cpp's llm_tokenizer_bpe and llm_tokenizer_spm: the symbols form a linked list and the candidate pairs
+ * a binary heap ordered by (priority, left symbol), so a merge costs O(log n) instead of a scan of the word (a
+ * run of letters without spaces is one word: 160 KB of them took a minute). A merge pushes the two pairs it
+ * creates; a popped pair whose joined length is no longer its symbols' (one of them merged since) is stale and
+ * skipped: symbols only grow, so the lengths match only while both are unchanged. */
 typedef struct {
     int start, len; /* byte range in the word */
 } sym;
 
-/* BPE rank of merging a and b: -1 if no such merge */
-static int32_t bpe_rank(const kvb_tokenizer *t, const char *w, sym a, sym b, char *scratch) {
-    memcpy(scratch, w + a.start, (size_t)a.len);
-    scratch[a.len] = ' ';
-    memcpy(scratch + a.len + 1, w + b.start, (size_t)b.len);
-    return map_get(&t->merge_map, scratch, (size_t)(a.len + 1 + b.len));
+typedef struct {
+    int start, len;  /* byte range in the word; len 0 once merged into its left neighbour */
+    int prev, next;  /* neighbours in the list, -1 at the ends */
+} sym_node;
+
+typedef struct {
+    double prio;   /* lower merges first */
+    int left;      /* left symbol (index = order in the word: leftmost first on ties) */
+    int len;       /* joined byte length when pushed */
+} pair_cand;
+
+static int cand_before(const pair_cand *a, const pair_cand *b) {
+    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left);
 }
 
-/* Merge adjacent symbols of word w[0..n) by priority until none applies; priorities are cached per pair.
+typedef struct {
+    pair_cand *c;
+    int n, cap;
+} pair_heap;
+
+static int heap_push(pair_heap *h, pair_cand c) {
+    if (h->n == h->cap) { /* at most 2 x the symbols; usually far fewer, as most pairs have no merge */
+        int cap = h->cap * 2;
+        pair_cand *p = realloc(h->c, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        h->c = p;
+        h->cap = cap;
+    }
+    int i = h->n++;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!cand_before(&c, &h->c[p])) break;
+        h->c[i] = h->c[p];
+        i = p;
+    }
+    h->c[i] = c;
+    return 0;
+}
+
+static pair_cand heap_pop(pair_heap *h) {
+    pair_cand top = h->c[0], last = h->c[--h->n];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1;
+        if (l >= h->n) break;
+        int m = r < h->n && cand_before(&h->c[r], &h->c[l]) ? r : l;
+        if (!cand_before(&h->c[m], &last)) break;
+        h->c[i] = h->c[m];
+        i = m;
+    }
+    h->c[i] = last; /* when the heap is now empty this writes the unused slot 0 */
+    return top;
+}
+
+/* Priority of joining a and b: BPE, the merge's rank; SPM, minus the joined token's score; 1e300 when they do
+ * not join (NaN scores never join either, as the comparison with 1e300 fails). */
+static double pair_prio(const kvb_tokenizer *t, const char *w, const sym_node *a, const sym_node *b, char *scratch) {
+    if (t->model == MODEL_BPE) {
+        memcpy(scratch, w + a->start, (size_t)a->len);
+        scratch[a->len] = ' ';
+        memcpy(scratch + a->len + 1, w + b->start, (size_t)b->len);
+        int32_t r = map_get(&t->merge_map, scratch, (size_t)(a->len + 1 + b->len));
+        return r < 0 ? 1e300 : (double)r;
+    }
+    int32_t id = map_get(&t->tok_map, w + a->start, (size_t)(a->len + b->len));
+    return id < 0 ? 1e300 : -(double)t->scores[id];
+}
+
+static int push_pair(const kvb_tokenizer *t, const char *w, const sym_node *s, int left, pair_heap *h, char *scratch) {
+    int right = s[left].next;
+    if (right < 0) return 0;
+    double p = pair_prio(t, w, &s[left], &s[right], scratch);
+    return p < 1e300 ? heap_push(h, (pair_cand){p, left, s[left].len + s[right].len}) : 0;
+}
+
+/* Merge adjacent symbols (UTF-8 characters) of word w[0..n) by priority until none applies.
  * BPE: lowest merge rank first; SPM: highest score of the joined token first; leftmost on ties. */
 static int merge_word(const kvb_tokenizer *t, const char *w, int n, sym **out, int *n_out) {
-    int n_sym = 0;
-    sym *s = malloc((size_t)(n + 1) * sizeof *s);
-    double *prio = malloc((size_t)(n + 1) * sizeof *prio); /* prio[i]: pair (i, i+1); lower is better; 1e300 none */
+    int n_sym = 0, rc = 0;
+    sym_node *s = malloc((size_t)(n + 1) * sizeof *s);
+    pair_heap h = {malloc(64 * sizeof *h.c), 0, 64};
     char *scratch = malloc((size_t)n * 2 + 2);
-    if (!s || !prio || !scratch) {
-        free(s), free(prio), free(scratch);
-        return -1;
-    }
+    sym *res = NULL;
+    if (!s || !h.c || !scratch) goto oom;
     for (int i = 0; i < n;) {
         int l = utf8_len((uint8_t)w[i]);
         if (l == 0 || i + l > n) l = 1;
-        s[n_sym++] = (sym){i, l};
+        s[n_sym] = (sym_node){i, l, n_sym - 1, -1};
+        if (n_sym > 0) s[n_sym - 1].next = n_sym;
+        n_sym++;
         i += l;
     }
-#define PAIR_PRIO(i)                                                                                            \
-    do {                                                                                                        \
-        if (t->model == MODEL_BPE) {                                                                            \
-            int32_t r = bpe_rank(t, w, s[i], s[(i) + 1], scratch);                                              \
-            prio[i] = r < 0 ? 1e300 : (double)r;                                                                \
-        } else {                                                                                                \
-            int32_t id = map_get(&t->tok_map, w + s[i].start, (size_t)(s[i].len + s[(i) + 1].len));            \
-            prio[i] = id < 0 ? 1e300 : -(double)t->scores[id];                                                  \
-        }                                                                                                       \
-    } while (0)
-    for (int i = 0; i + 1 < n_sym; i++) PAIR_PRIO(i);
-    while (n_sym > 1) {
-        int best = -1;
-        for (int i = 0; i + 1 < n_sym; i++)
-            if (prio[i] < 1e300 && (best < 0 || prio[i] < prio[best])) best = i;
-        if (best < 0) break;
-        s[best].len += s[best + 1].len;
-        memmove(&s[best + 1], &s[best + 2], (size_t)(n_sym - best - 2) * sizeof *s);
-        memmove(&prio[best + 1], &prio[best + 2], (size_t)(n_sym - best - 2) * sizeof *prio);
-        n_sym--;
-        if (best > 0) PAIR_PRIO(best - 1);
-        if (best + 1 < n_sym) PAIR_PRIO(best);
+    for (int i = 0; i + 1 < n_sym; i++)
+        if (push_pair(t, w, s, i, &h, scratch)) goto oom;
+    while (h.n > 0) {
+        pair_cand c = heap_pop(&h);
+        sym_node *a = &s[c.left];
+        if (a->len == 0 || a->next < 0 || a->len + s[a->next].len != c.len) continue; /* stale */
+        sym_node *b = &s[a->next];
+        a->len += b->len;
+        a->next = b->next;
+        if (b->next >= 0) s[b->next].prev = c.left;
+        b->len = 0;
+        if ((a->prev >= 0 && push_pair(t, w, s, a->prev, &h, scratch)) || push_pair(t, w, s, c.left, &h, scratch))
+            goto oom;
     }
-#undef PAIR_PRIO
-    free(prio);
+    res = malloc((size_t)(n_sym > 0 ? n_sym : 1) * sizeof *res);
+    if (!res) goto oom;
+    int k = 0;
+    for (int i = n_sym > 0 ? 0 : -1; i >= 0; i = s[i].next) res[k++] = (sym){s[i].start, s[i].len};
+    *out = res;
+    *n_out = k;
+    goto done;
+oom:
+    rc = -1;
+done:
+    free(s);
+    free(h.c);
     free(scratch);
-    *out = s;
-    *n_out = n_sym;
-    return 0;
+    return rc;
 }
 
 /* one pre-tokenized piece of raw bytes -> BPE ids */
@@ -497,45 +570,60 @@ typedef struct {
     int32_t id; /* >= 0: a special token; -1: raw text */
 } frag;
 
+/* Double both fragment lists (the current one and the one being built). */
+static int grow_frags(frag **a, frag **b, int *cap) {
+    int nc = *cap * 2;
+    frag *na = realloc(*a, (size_t)nc * sizeof *na);
+    if (!na) return -1;
+    *a = na;
+    frag *nb = realloc(*b, (size_t)nc * sizeof *nb);
+    if (!nb) return -1;
+    *b = nb;
+    *cap = nc;
+    return 0;
+}
+
 int tok_encode(const kvb_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                int32_t **ids_out, int *n_out, char *err, size_t err_len) {
     *ids_out = NULL;
     *n_out = 0;
     int64_t bad = tok_utf8_invalid_at(text, len);
     if (bad >= 0) return snprintf(err, err_len, "invalid UTF-8 at byte %lld", (long long)bad), -1;
-    /* partition out special tokens, longest first */
+    /* partition out special tokens, longest first; each token's pass rebuilds the fragment list in one sweep
+     * (splitting in place moved the tail of the list at every hit: quadratic in the hits) */
     int n_frag = 1, cap_frag = 64;
-    frag *fr = malloc((size_t)cap_frag * sizeof *fr);
+    frag *fr = malloc((size_t)cap_frag * sizeof *fr), *nf = malloc((size_t)cap_frag * sizeof *nf);
     idbuf out = {0};
     pcre2_match_data *md = t->n_re ? pcre2_match_data_create(4, NULL) : NULL;
-    if (!fr || (t->n_re && !md)) goto oom;
+    if (!fr || !nf || (t->n_re && !md)) goto oom;
     fr[0] = (frag){0, len, -1};
     for (int si = 0; si < t->n_special; si++) {
         int32_t id = t->special[si];
         if (!parse_special && t->types[id] != TOK_USER) continue;
         const char *st = t->tokens[id].ptr;
         size_t sl = t->tokens[id].len;
+        int n_new = 0, hits = 0;
         for (int f = 0; f < n_frag; f++) {
-            if (fr[f].id >= 0 || fr[f].len < sl) continue;
-            const char *base = text + fr[f].off;
-            const char *hit = memmem(base, fr[f].len, st, sl);
-            if (!hit) continue;
-            if (n_frag + 2 > cap_frag) {
-                cap_frag *= 2;
-                frag *nf = realloc(fr, (size_t)cap_frag * sizeof *nf);
-                if (!nf) goto oom;
-                fr = nf;
+            size_t off = fr[f].off, rest = fr[f].len;
+            const char *hit = NULL;
+            while (fr[f].id < 0 && rest >= sl && (hit = memmem(text + off, rest, st, sl))) {
+                size_t pre = (size_t)(hit - (text + off));
+                if (n_new + 3 > cap_frag && grow_frags(&fr, &nf, &cap_frag)) goto oom;
+                if (pre > 0) nf[n_new++] = (frag){off, pre, -1};
+                nf[n_new++] = (frag){off + pre, sl, id};
+                off += pre + sl;
+                rest -= pre + sl;
+                hits++;
             }
-            size_t pre = (size_t)(hit - base), rest = fr[f].len - pre - sl;
-            frag left = {fr[f].off, pre, -1}, mid = {fr[f].off + pre, sl, id}, right = {fr[f].off + pre + sl, rest, -1};
-            int n_new = (pre > 0) + 1 + (rest > 0);
-            memmove(&fr[f + n_new], &fr[f + 1], (size_t)(n_frag - f - 1) * sizeof *fr);
-            int k = f;
-            if (pre > 0) fr[k++] = left;
-            fr[k++] = mid;
-            if (rest > 0) fr[k++] = right;
-            n_frag += n_new - 1;
-            f = k - 2; /* continue scanning in the right part */
+            if (n_new + 1 > cap_frag && grow_frags(&fr, &nf, &cap_frag)) goto oom;
+            if (fr[f].id >= 0) nf[n_new++] = fr[f];
+            else if (rest > 0) nf[n_new++] = (frag){off, rest, -1};
+        }
+        if (hits) {
+            frag *tmp = fr;
+            fr = nf;
+            nf = tmp;
+            n_frag = n_new;
         }
     }
     if (add_special && t->add_bos && t->bos >= 0 && push(&out, t->bos)) goto oom;
@@ -554,12 +642,14 @@ int tok_encode(const kvb_tokenizer *t, const char *text, size_t len, int add_spe
     }
     if (add_special && t->add_eos && t->eos >= 0 && push(&out, t->eos)) goto oom;
     free(fr);
+    free(nf);
     if (md) pcre2_match_data_free(md);
     *ids_out = out.ids;
     *n_out = out.n;
     return 0;
 oom:
     free(fr);
+    free(nf);
     free(out.ids);
     if (md) pcre2_match_data_free(md);
     snprintf(err, err_len, "tokenizer: out of memory");

@@ -251,6 +251,138 @@ static void test_llama3_and_mistral_templates_render_their_markers(void) {
     CU_ASSERT(chat_render(CHAT_CHATML, bad, 1, 0, NULL, &out, err, sizeof err) != 0 && strstr(err, "tool"));
 }
 
+/* The textbook BPE loop (Sennrich et al. 2016; what tokenizer.c ran before its heap of pairs): merge the adjacent
+ * pair of lowest rank, leftmost on ties, until no merge applies; quadratic, so only for short words. For ASCII
+ * letters the byte-level symbols are the letters themselves. Returns the token count written to ids. */
+typedef struct {
+    const char *s;
+    size_t n;
+    int rank;
+} ref_merge;
+
+static int ref_merge_cmp(const void *a, const void *b) {
+    const ref_merge *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static int ref_rank(const ref_merge *m, size_t n_m, const char *w, int a0, int al, int b0, int bl) {
+    char key[512];
+    if (al + bl + 1 > (int)sizeof key) return -1;
+    memcpy(key, w + a0, (size_t)al);
+    key[al] = ' ';
+    memcpy(key + al + 1, w + b0, (size_t)bl);
+    ref_merge k = {key, (size_t)(al + 1 + bl), 0};
+    const ref_merge *hit = bsearch(&k, m, n_m, sizeof *m, ref_merge_cmp);
+    return hit ? hit->rank : -1;
+}
+
+static int ref_bpe_letters(const char *w, int n, int32_t *ids) {
+    const gguf_value *merges;
+    CU_ASSERT_FATAL(gguf_get_arr(gf, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges, err, sizeof err) == 0);
+    size_t n_m = (size_t)merges->v.arr.count;
+    ref_merge *m = malloc(n_m * sizeof *m);
+    for (size_t i = 0; i < n_m; i++) m[i] = (ref_merge){merges->v.arr.strs[i].ptr, merges->v.arr.strs[i].len, (int)i};
+    qsort(m, n_m, sizeof *m, ref_merge_cmp);
+    int *start = malloc((size_t)n * sizeof *start), *len = malloc((size_t)n * sizeof *len);
+    int *rank = malloc((size_t)n * sizeof *rank), k = n;
+    for (int i = 0; i < n; i++) start[i] = i, len[i] = 1;
+    for (int i = 0; i + 1 < k; i++) rank[i] = ref_rank(m, n_m, w, start[i], len[i], start[i + 1], len[i + 1]);
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i + 1 < k; i++)
+            if (rank[i] >= 0 && (best < 0 || rank[i] < rank[best])) best = i;
+        if (best < 0) break;
+        len[best] += len[best + 1];
+        memmove(start + best + 1, start + best + 2, (size_t)(k - best - 2) * sizeof *start);
+        memmove(len + best + 1, len + best + 2, (size_t)(k - best - 2) * sizeof *len);
+        memmove(rank + best + 1, rank + best + 2, (size_t)(k - best - 2) * sizeof *rank);
+        k--;
+        if (best > 0) rank[best - 1] = ref_rank(m, n_m, w, start[best - 1], len[best - 1], start[best], len[best]);
+        if (best + 1 < k) rank[best] = ref_rank(m, n_m, w, start[best], len[best], start[best + 1], len[best + 1]);
+    }
+    for (int i = 0; i < k; i++) ids[i] = tok_find(tok, w + start[i], (size_t)len[i]);
+    free(start), free(len), free(rank), free(m);
+    return k;
+}
+
+/* A run of letters without spaces is one pre-tokenized word, merged as a whole: the merge loop (now a heap of
+ * candidate pairs over a linked list of symbols, O(n log n)) gives the textbook loop's tokens for random runs,
+ * one repeated letter and two alternating ones; a 160 KB run (a minute before the heap, at quadratic cost)
+ * encodes and decodes back to itself. */
+static void test_long_letter_runs_encode_as_the_textbook_bpe_loop(void) {
+    UTIL_REQUIRE_FILE(model_path);
+    enum { N = 3000, BIG = 160 * 1024 };
+    char *w = malloc(BIG + 1);
+    int32_t *want = malloc(N * sizeof *want);
+    uint64_t state = 42;
+    for (int run = 0; run < 4; run++) {
+        for (int i = 0; i < N; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            w[i] = run == 0 ? 'a' : run == 1 ? "ab"[i % 2] : (char)('a' + (state >> 33) % 26);
+        }
+        int n_want = ref_bpe_letters(w, N, want);
+        int32_t *ids;
+        int n;
+        CU_ASSERT_FATAL(tok_encode(tok, w, N, 0, 0, &ids, &n, err, sizeof err) == 0);
+        int same = n == n_want;
+        for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+        CU_ASSERT(same);
+        if (!same) printf("\n  run %d: %d tokens, the textbook loop %d\n", run, n, n_want);
+        free(ids);
+    }
+    for (int i = 0; i < BIG; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (char)('a' + (state >> 33) % 26);
+    }
+    w[BIG] = 0;
+    int32_t *ids;
+    int n;
+    CU_ASSERT_FATAL(tok_encode(tok, w, BIG, 0, 0, &ids, &n, err, sizeof err) == 0);
+    CU_ASSERT(n > BIG / 4 && n < BIG);
+    char *back;
+    CU_ASSERT_FATAL(tok_decode(tok, ids, n, &back) == 0);
+    CU_ASSERT(strcmp(back, w) == 0);
+    free(back);
+    free(ids);
+    free(want);
+    free(w);
+}
+
+/* The hand-built SentencePiece vocabulary of the test above on one long word, "abab...ab" (20000 bytes): "▁a" (-1)
+ * merges first, then "▁a"+"b" = "▁ab" (-0.5), then every "ab" (-2) left to right; "abab" is no token. */
+static void test_sentencepiece_long_word_merges_as_worked_out_by_hand(void) {
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
+                          "\xe2\x96\x81" "ab", "<0x63>", "<0x0A>"};
+    float scores[] = {0, 0, 0, -3, -4, -4, -1, -2, -0.5f, 0, 0};
+    int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6};
+    gw_writer *w = gw_new();
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 11);
+    gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 11);
+    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 11);
+    uint8_t *buf;
+    gguf_file *f = gw_open(w, &buf, err, sizeof err);
+    CU_ASSERT_FATAL(f != NULL);
+    kvb_tokenizer *t = tok_load(f, err, sizeof err);
+    CU_ASSERT_FATAL(t != NULL);
+    enum { PAIRS = 10000 };
+    char *text = malloc(2 * PAIRS);
+    for (int i = 0; i < PAIRS; i++) text[2 * i] = 'a', text[2 * i + 1] = 'b';
+    int32_t *ids;
+    int n;
+    CU_ASSERT_FATAL(tok_encode(t, text, 2 * PAIRS, 0, 0, &ids, &n, err, sizeof err) == 0);
+    int bad = n != PAIRS || ids[0] != 8;
+    for (int i = 1; i < n; i++) bad += ids[i] != 7;
+    CU_ASSERT_EQUAL(bad, 0);
+    free(ids);
+    free(text);
+    tok_free(t);
+    gguf_close(f);
+    free(buf);
+}
+
 int main(void) {
     if (util_default_model(model_path, sizeof model_path)) {
         gf = gguf_open(model_path, err, sizeof err);
@@ -272,6 +404,8 @@ int main(void) {
     CU_add_test(s, "chatml render equals jinja2 rendering of the model template", test_chatml_render_equals_jinja2_rendering_of_the_model_template);
     CU_add_test(s, "Qwen template: default system and renderings equal jinja2", test_qwen_template_default_system_and_renderings_equal_jinja2);
     CU_add_test(s, "llama3 and mistral templates render their markers", test_llama3_and_mistral_templates_render_their_markers);
+    CU_add_test(s, "long letter runs encode as the textbook BPE loop", test_long_letter_runs_encode_as_the_textbook_bpe_loop);
+    CU_add_test(s, "SentencePiece long word merges as worked out by hand", test_sentencepiece_long_word_merges_as_worked_out_by_hand);
     int rc = util_run_suites();
     tok_free(tok);
     gguf_close(gf);
