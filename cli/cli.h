@@ -107,7 +107,10 @@ double cli_copy_gbs_for(const char *backend, int n_threads, int force, int want_
 
 /* Monotonic clock in seconds. */
 double cli_now(void);
-/* Read a whole file; NULL + message on failure. */
+/* The most a prompt file may hold: --prompt-file /dev/zero or a pipe that never ends is refused at this size
+ * instead of growing memory without bound (64 MiB is ~16M tokens, past any model's context). */
+#define CLI_MAX_PROMPT_FILE_BYTES ((size_t)64 << 20)
+/* Read a whole file (a prompt: at most CLI_MAX_PROMPT_FILE_BYTES); NULL + message on failure. */
 char *cli_read_file(const char *path, size_t *len);
 /* The directory holding scripts/ (KVB_SOURCE_DIR env, else the source tree this binary was built from). */
 const char *cli_source_dir(void);

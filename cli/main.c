@@ -103,14 +103,22 @@ char *cli_read_file(const char *path, size_t *len) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (n < cap) break;
-        char *nb = realloc(buf, cap * 2 + 1);
+        if (n > CLI_MAX_PROMPT_FILE_BYTES) { /* the buffer grows to one byte past the limit at most */
+            free(buf);
+            fclose(f);
+            cli_fail("%s is larger than %zu MiB, the limit for a prompt file (CLI_MAX_PROMPT_FILE_BYTES)", path,
+                     CLI_MAX_PROMPT_FILE_BYTES >> 20);
+            return NULL;
+        }
+        size_t new_cap = cap * 2 < CLI_MAX_PROMPT_FILE_BYTES + 1 ? cap * 2 : CLI_MAX_PROMPT_FILE_BYTES + 1;
+        char *nb = realloc(buf, new_cap + 1);
         if (!nb) {
             free(buf);
             buf = NULL;
             break;
         }
         buf = nb;
-        cap *= 2;
+        cap = new_cap;
     }
     int bad = ferror(f);
     fclose(f);

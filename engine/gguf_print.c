@@ -4,18 +4,56 @@
 
 enum { MAX_STR_SHOWN = 120 };
 
+/* Length of the valid UTF-8 sequence at p[0..n) that is not a C1 control (U+0080-U+009F), or 0. */
+static int utf8_ok(const unsigned char *p, uint64_t n) {
+    int len = p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 && p[0] < 0xE0 ? 2 : 0;
+    if (len == 0 || (uint64_t)len > n) return 0;
+    uint32_t cp = p[0] & (0x7F >> len);
+    for (int k = 1; k < len; k++) {
+        if ((p[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF) ||
+        cp < 0xA0)
+        return 0;
+    return len;
+}
+
+/* Text from the file as the terminal may show it: control bytes, DEL, C1 controls and bytes that are not UTF-8
+ * as \xNN (a key like "\x1b[2J" would otherwise clear the screen), newline as \n, quote and backslash escaped.
+ * Returns the bytes written; out NULL only counts them. */
+static uint64_t put_escaped(FILE *out, const char *ptr, uint64_t n) {
+    const unsigned char *p = (const unsigned char *)ptr;
+    uint64_t w = 0;
+    for (uint64_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        int l = c >= 0x80 ? utf8_ok(p + i, n - i) : 1;
+        if (c == '\n' || c == '"' || c == '\\') {
+            if (out) fprintf(out, "\\%c", c == '\n' ? 'n' : c);
+            w += 2;
+        } else if (c < 0x20 || c == 0x7f || l == 0) {
+            if (out) fprintf(out, "\\x%02x", c);
+            w += 4;
+        } else {
+            if (out) fwrite(p + i, 1, (size_t)l, out);
+            w += (uint64_t)l;
+        }
+        i += l ? (uint64_t)l : 1;
+    }
+    return w;
+}
+
 static void print_str(FILE *out, gguf_str s) {
     fputc('"', out);
     uint64_t n = s.len < MAX_STR_SHOWN ? s.len : MAX_STR_SHOWN;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s.ptr[i];
-        if (c == '\n') fputs("\\n", out);
-        else if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c < 0x20) fprintf(out, "\\x%02x", c);
-        else fputc(c, out);
-    }
+    put_escaped(out, s.ptr, n);
     fputc('"', out);
     if (s.len > n) fprintf(out, "... (%" PRIu64 " bytes)", s.len);
+}
+
+/* A key or tensor name, escaped, padded with spaces to width bytes. */
+static void print_name(FILE *out, gguf_str s, int width) {
+    for (uint64_t w = put_escaped(out, s.ptr, s.len); w < (uint64_t)width; w++) fputc(' ', out);
 }
 
 static void print_value(FILE *out, const gguf_value *v, int max_items) {
@@ -60,7 +98,9 @@ void gguf_print(const gguf_file *f, FILE *out, int max_items) {
     fprintf(out, "metadata:\n");
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
-        fprintf(out, "  %.*s (%s) = ", (int)kv->key.len, kv->key.ptr, gguf_vtype_name(kv->val.type));
+        fputs("  ", out);
+        print_name(out, kv->key, 0);
+        fprintf(out, " (%s) = ", gguf_vtype_name(kv->val.type));
         print_value(out, &kv->val, max_items);
         fputc('\n', out);
     }
@@ -73,8 +113,10 @@ void gguf_print(const gguf_file *f, FILE *out, int max_items) {
         for (uint32_t d = 1; d < t->n_dims && n > 0 && (size_t)n < sizeof shape; d++)
             n += snprintf(shape + n, sizeof shape - (size_t)n, ", %" PRIu64, t->ne[d]);
         if (n > 0 && (size_t)n < sizeof shape) snprintf(shape + n, sizeof shape - (size_t)n, "]");
-        fprintf(out, "  %-36.*s %-5s %-22s %12" PRIu64 " %12" PRIu64 "\n", (int)t->name.len, t->name.ptr,
-                ggml_type_name(t->type), shape, t->offset, t->n_bytes);
+        fputs("  ", out);
+        print_name(out, t->name, 36);
+        fprintf(out, " %-5s %-22s %12" PRIu64 " %12" PRIu64 "\n", ggml_type_name(t->type), shape, t->offset,
+                t->n_bytes);
         if ((unsigned)t->type < 64) by_type[t->type] += t->n_bytes;
         total += t->n_bytes;
     }

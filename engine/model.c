@@ -62,11 +62,13 @@ int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_l
     memset(cfg, 0, sizeof *cfg);
     gguf_str arch;
     if (gguf_get_str(f, "general.architecture", &arch, err, err_len)) return -1;
-    if (arch.len >= sizeof cfg->arch) return ERR("unsupported architecture (name too long)");
+    char shown[128];
+    if (arch.len >= sizeof cfg->arch)
+        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", gguf_str_safe(arch, shown, sizeof shown));
     memcpy(cfg->arch, arch.ptr, arch.len);
     cfg->arch[arch.len] = 0;
     if (strcmp(cfg->arch, "llama") && strcmp(cfg->arch, "qwen2"))
-        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", cfg->arch);
+        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", gguf_str_safe(arch, shown, sizeof shown));
     uint32_t v;
     if (get_u32_arch(f, cfg->arch, "block_count", &v, err, err_len)) return -1;
     cfg->n_layer = (int)v;
@@ -84,9 +86,16 @@ int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_l
     cfg->n_ctx_train = (int)v;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", cfg->arch);
     if (gguf_get_f32(f, key, &cfg->rms_eps, err, err_len)) return -1;
+    /* a NaN or negative epsilon (or 0, which divides an all-zero row, e.g. a padding token's embedding, by
+     * zero) and a base that is not a positive number make every logit NaN; refuse them here, by key, rather
+     * than let generation read NaN logits as "the first token is end of generation" */
+    if (!(cfg->rms_eps > 0) || !isfinite(cfg->rms_eps))
+        return ERR("%s is %g: it must be a positive finite number", key, (double)cfg->rms_eps);
     cfg->rope_freq_base = 10000.0f;
     snprintf(key, sizeof key, "%s.rope.freq_base", cfg->arch);
     if (gguf_find(f, key) && gguf_get_f32(f, key, &cfg->rope_freq_base, err, err_len)) return -1;
+    if (!(cfg->rope_freq_base > 0) || !isfinite(cfg->rope_freq_base))
+        return ERR("%s is %g: it must be a positive finite number", key, (double)cfg->rope_freq_base);
     if (cfg->n_layer <= 0 || cfg->n_layer > 1024 || cfg->n_embd <= 0 || cfg->n_embd > 65536 || cfg->n_head <= 0 ||
         cfg->n_head > 1024 || cfg->n_head_kv <= 0 || cfg->n_head % cfg->n_head_kv || cfg->n_embd % cfg->n_head ||
         cfg->n_ff <= 0 || cfg->n_ff > 1 << 20 || cfg->n_ctx_train <= 0)
@@ -156,6 +165,11 @@ kvb_model *kvb_model_load(const char *path, char *err, size_t err_len) {
         goto fail;
     }
     c = &m->cfg;
+    if (emb->ne[1] > (1u << 24)) { /* the tokenizer's own bound; n_vocab is an int */
+        snprintf(err, err_len, "%s: tensor 'token_embd.weight' has %llu rows, more than the %d tokens a vocabulary may "
+                 "have", path, (unsigned long long)emb->ne[1], 1 << 24);
+        goto fail;
+    }
     m->cfg.n_vocab = (int)emb->ne[1];
     if (bind_matrix(f, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd, err, err_len)) goto fail;
     if (gguf_find_tensor(f, "output.weight")) {
@@ -193,6 +207,14 @@ kvb_model *kvb_model_load(const char *path, char *err, size_t err_len) {
     m->tok = tok_load(f, sub, sizeof sub);
     if (!m->tok) {
         snprintf(err, err_len, "%s: %s", path, sub);
+        goto fail;
+    }
+    /* one row per token, as llama.cpp's loader demands (it refuses token_embd.weight of any other shape): extra
+     * rows would be ids the tokenizer cannot print (generation printed nothing and exited 0), missing rows ids
+     * the embedding cannot look up */
+    if (tok_n_vocab(m->tok) != c->n_vocab) {
+        snprintf(err, err_len, "%s: tensor 'token_embd.weight' has %d rows but the tokenizer has %d tokens (they "
+                 "must be equal)", path, c->n_vocab, tok_n_vocab(m->tok));
         goto fail;
     }
     return m;
@@ -604,6 +626,16 @@ static int matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight 
     return 0;
 }
 
+/* forward_chunk's return when the logits hold NaN or Inf (err not yet written) */
+enum { FORWARD_NON_FINITE = -2 };
+
+/* Index of the first NaN or Inf in x[0..n), or -1. */
+static int64_t first_non_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
     const kvb_model *m = c->model;
     const kvb_config *cfg = &m->cfg;
@@ -698,9 +730,58 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         return -1;
     tap(c, "result_output", -1, c->logits_d, 1, cfg->n_vocab);
     prof_end(P, PROF_LM_HEAD, -1, 1, 0);
+    /* a NaN weight or activation makes every logit NaN, which sampling would read as some token (often end of
+     * generation): stop here instead; kvb_forward says where it began */
+    if (first_non_finite(c->logits, cfg->n_vocab) >= 0) return FORWARD_NON_FINITE;
     c->n_past += n;
     if (!c->in_prefill) c->dec_calls++;
     return 0;
+}
+
+/* The first activation of a forward pass that holds NaN or Inf (llama.cpp's graph name and layer, -1 outside
+ * the layers), found by the activation observer. */
+typedef struct {
+    const char *name;
+    int layer;
+} non_finite_site;
+
+static void non_finite_tap(void *user, const char *name, int layer, const float *x, int64_t n_rows, int64_t row_len) {
+    non_finite_site *s = user;
+    if (!s->name && first_non_finite(x, n_rows * row_len) >= 0) {
+        s->name = name;
+        s->layer = layer;
+    }
+}
+
+/* The chunk ids[0..n) gave non-finite logits: find the first non-finite activation by running the chunk again
+ * on a copy of the context whose KV store is cut back to before it, with an observer that checks every
+ * activation (only now: the normal path checks the logits alone), and write the one-line error. */
+static int report_non_finite(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    int64_t n_bad = 0;
+    for (int64_t i = 0; i < cfg->n_vocab; i++) n_bad += !isfinite(c->logits[i]);
+    non_finite_site site = {NULL, -1};
+    char sub[256];
+    kvb_ctx *d = kvb_ctx_fork(c, 0, sub, sizeof sub);
+    if (d) {
+        int cut_failed = 0; /* the chunk's rows are each head's last n (appended at the end) */
+        for (int l = 0; l < cfg->n_layer && !cut_failed; l++)
+            for (int h = 0; h < cfg->n_head_kv && !cut_failed; h++) {
+                int64_t k = kvc_n(d->kv, l, h);
+                cut_failed = k >= n ? kvc_truncate(d->kv, l, h, k - n, sub, sizeof sub) : 0;
+            }
+        if (!cut_failed) {
+            d->tap = non_finite_tap;
+            d->tap_user = &site;
+            forward_chunk(d, ids, n, sub, sizeof sub);
+        }
+        kvb_ctx_free(d);
+    }
+    char where[96] = "";
+    if (site.name && site.layer >= 0) snprintf(where, sizeof where, "; the first is in layer %d (%s)", site.layer, site.name);
+    else if (site.name) snprintf(where, sizeof where, "; the first is in the output layer (%s)", site.name);
+    return ERR("the logits after position %lld are not finite (%lld of %d are NaN or Inf)%s: the model's weights "
+               "or activations hold NaN or Inf", (long long)(c->n_past + n - 1), (long long)n_bad, cfg->n_vocab, where);
 }
 
 int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
@@ -718,6 +799,7 @@ int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err
     for (int64_t done = 0; done < n && !rc;) {
         int64_t chunk = n - done < c->params.n_batch ? n - done : c->params.n_batch;
         rc = forward_chunk(c, ids + done, chunk, err, err_len);
+        if (rc == FORWARD_NON_FINITE) rc = report_non_finite(c, ids + done, chunk, err, err_len);
         done += chunk;
     }
     count_copies(c, &t0);

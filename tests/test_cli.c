@@ -1,6 +1,7 @@
 /* test_cli.c — the kvbench binary under good and bad input: each failure is one line on stderr naming the
  * problem and a non-zero exit, never a crash. Runs build/kvbench (path from KVB_BIN, set by CTest). */
 #include <CUnit/Basic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,6 +388,164 @@ static void test_dump_activations_index_and_residual_stream(void) {
                          "/proc/kvb_no/dir");
 }
 
+/* Runs `kvbench ARGS` as run() does, under `timeout SECS` so a command that blocks fails the test instead of
+ * hanging it (exit 124). */
+static void run_timeout(run_result *r, int secs, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "timeout %d '%s' %s >/tmp/kvb_cli_out.txt 2>/tmp/kvb_cli_err.txt", secs, bin, args);
+    int st = system(cmd);
+    r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp("/tmp/kvb_cli_out.txt", r->out, sizeof r->out);
+    slurp("/tmp/kvb_cli_err.txt", r->err, sizeof r->err);
+}
+
+/* expect_clean_failure under a timeout. */
+static void expect_clean_failure_within(int secs, const char *args, const char *needle) {
+    run_result *r = malloc(sizeof *r);
+    run_timeout(r, secs, args);
+    int ok = r->exit_code > 0 && r->exit_code < 124 && count_lines(r->err) == 1 &&
+             strncmp(r->err, "kvbench:", 8) == 0 && strstr(r->err, needle) != NULL;
+    if (!ok) fprintf(stderr, "\n  args: %s\n  exit %d, stderr: %s\n", args, r->exit_code, r->err);
+    CU_ASSERT(ok);
+    free(r);
+}
+
+/* A FIFO as --model blocked in open() forever (nothing ever writes to it): now refused at once, by its kind. */
+static void test_fifo_as_model_is_refused_without_blocking(void) {
+    unlink("/tmp/kvb_cli_fifo.gguf");
+    CU_ASSERT_FATAL(mkfifo("/tmp/kvb_cli_fifo.gguf", 0600) == 0);
+    expect_clean_failure_within(20, "generate --model /tmp/kvb_cli_fifo.gguf --prompt hi", "FIFO");
+    expect_clean_failure_within(20, "inspect /tmp/kvb_cli_fifo.gguf", "not a regular file");
+    unlink("/tmp/kvb_cli_fifo.gguf");
+}
+
+/* A prompt file over the limit (a sparse 64 MiB + 1 byte file here; /dev/zero or an endless pipe in the issue) is
+ * refused by the limit's name before any work; it used to be read whole, without bound, then tokenized. */
+static void test_prompt_file_over_the_limit_is_refused(void) {
+    FILE *f = fopen("/tmp/kvb_cli_big_prompt.txt", "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(ftruncate(fileno(f), (off_t)(64 << 20) + 1) == 0);
+    fclose(f);
+    expect_clean_failure_within(60, "generate --model default --prompt-file /tmp/kvb_cli_big_prompt.txt -n 1",
+                                "CLI_MAX_PROMPT_FILE_BYTES");
+    unlink("/tmp/kvb_cli_big_prompt.txt");
+}
+
+/* A one-layer llama (embedding 8, 2 heads, FFN 16, context 64) with a 29-token vocabulary: <|endoftext|>,
+ * <|im_start|>, <|im_end|> (control), then the letters a..z. emb_rows rows of token embedding (the tied output
+ * matrix), the given RMS epsilon and RoPE base, weights from a fixed LCG, and NaN in tensor nan_tensor (NULL:
+ * none). */
+enum { SMALL_VOCAB = 29 };
+static void write_small_llama(const char *path, int emb_rows, float rms_eps, float freq_base, const char *nan_tensor) {
+    const int E = 8, F = 16;
+    gw_writer *g = gw_new();
+    gw_kv_str(g, "general.architecture", "llama");
+    gw_kv_u32(g, "llama.block_count", 1);
+    gw_kv_u32(g, "llama.context_length", 64);
+    gw_kv_u32(g, "llama.embedding_length", (uint32_t)E);
+    gw_kv_u32(g, "llama.feed_forward_length", (uint32_t)F);
+    gw_kv_u32(g, "llama.attention.head_count", 2);
+    gw_kv_f32(g, "llama.attention.layer_norm_rms_epsilon", rms_eps);
+    gw_kv_f32(g, "llama.rope.freq_base", freq_base);
+    gw_kv_str(g, "tokenizer.ggml.model", "gpt2");
+    gw_kv_str(g, "tokenizer.ggml.pre", "gpt2");
+    const char *toks[SMALL_VOCAB] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    static char letters[26][2];
+    int32_t types[SMALL_VOCAB];
+    for (int i = 0; i < SMALL_VOCAB; i++) {
+        types[i] = i < 3 ? 3 : 1;
+        if (i >= 3) letters[i - 3][0] = (char)('a' + i - 3), toks[i] = letters[i - 3];
+    }
+    gw_kv_arr_str(g, "tokenizer.ggml.tokens", toks, SMALL_VOCAB);
+    gw_kv_arr_i32(g, "tokenizer.ggml.token_type", types, SMALL_VOCAB);
+    gw_kv_arr_str(g, "tokenizer.ggml.merges", toks, 0);
+    gw_kv_u32(g, "tokenizer.ggml.eos_token_id", 0);
+    static const struct {
+        const char *name;
+        int cols, rows; /* rows 0: emb_rows */
+    } shapes[] = {{"token_embd.weight", 8, 0},        {"output_norm.weight", 8, 1},     {"blk.0.attn_norm.weight", 8, 1},
+                  {"blk.0.ffn_norm.weight", 8, 1},    {"blk.0.attn_q.weight", 8, 8},    {"blk.0.attn_k.weight", 8, 8},
+                  {"blk.0.attn_v.weight", 8, 8},      {"blk.0.attn_output.weight", 8, 8}, {"blk.0.ffn_gate.weight", 8, 16},
+                  {"blk.0.ffn_up.weight", 8, 16},     {"blk.0.ffn_down.weight", 16, 8}};
+    uint64_t state = 7;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        int rows = shapes[i].rows ? shapes[i].rows : emb_rows, n = shapes[i].cols * rows;
+        float *w = malloc((size_t)n * sizeof *w);
+        for (int k = 0; k < n; k++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+            w[k] = rows == 1 ? 1.0f + 0.1f * u : u;
+        }
+        if (nan_tensor && !strcmp(nan_tensor, shapes[i].name)) w[n / 2] = NAN;
+        uint64_t ne[2] = {(uint64_t)shapes[i].cols, (uint64_t)rows};
+        gw_tensor(g, shapes[i].name, GGML_T_F32, rows > 1 ? 2 : 1, ne, w, (size_t)n * sizeof *w);
+        free(w);
+    }
+    CU_ASSERT_FATAL(gw_write_file(g, path) == 0);
+    gw_free(g);
+}
+
+/* The small model as written generates (exit 0): the cases below differ from it in one thing each. */
+static void test_small_llama_generates(void) {
+    write_small_llama("/tmp/kvb_small.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, NULL);
+    run_result *r = malloc(sizeof *r);
+    run(r, "generate --model /tmp/kvb_small.gguf --prompt hello -n 4 --ignore-eos");
+    CU_ASSERT(r->exit_code == 0);
+    if (r->exit_code) fprintf(stderr, "\n  %s\n", r->err);
+    free(r);
+}
+
+/* More embedding rows than tokenizer tokens loaded, generated ids the tokenizer cannot print, printed nothing and
+ * exited 0; llama.cpp refuses token_embd.weight of any shape but [n_embd, tokens]: so does kvbench, naming both. */
+static void test_embedding_rows_other_than_the_tokenizer_are_refused(void) {
+    write_small_llama("/tmp/kvb_small_rows.gguf", SMALL_VOCAB + 11, 1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model /tmp/kvb_small_rows.gguf --prompt hello -n 4", "has 40 rows but the tokenizer has 29 tokens");
+    write_small_llama("/tmp/kvb_small_rows.gguf", SMALL_VOCAB - 1, 1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model /tmp/kvb_small_rows.gguf --prompt hello -n 4", "has 28 rows but the tokenizer has 29 tokens");
+}
+
+/* A NaN or negative RMS epsilon and a RoPE base of 0 made every logit NaN, reported as "the first token is end
+ * of generation ... --chat": now refused at load, naming the key. */
+static void test_nan_or_nonpositive_hyperparameters_are_refused_by_key(void) {
+    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, NAN, 10000.0f, NULL);
+    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is nan");
+    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, -1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is -1e-05");
+    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, 1e-5f, 0.0f, NULL);
+    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.rope.freq_base is 0");
+}
+
+/* A NaN weight made every logit NaN, read as end of generation: the forward pass checks the logits and the error
+ * names the first activation (llama.cpp's graph name) that went non-finite. */
+static void test_nan_weights_stop_generation_naming_the_layer(void) {
+    write_small_llama("/tmp/kvb_small_nan.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, "blk.0.ffn_down.weight");
+    expect_clean_failure("generate --model /tmp/kvb_small_nan.gguf --prompt hello -n 4",
+                         "not finite (29 of 29 are NaN or Inf); the first is in layer 0 (ffn_out)");
+    write_small_llama("/tmp/kvb_small_nan.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, "output_norm.weight");
+    expect_clean_failure("generate --model /tmp/kvb_small_nan.gguf --prompt hello -n 4", "in the output layer (result_norm)");
+}
+
+/* Control characters in a key went to the terminal raw (ESC [ 2 J clears the screen): inspect shows them
+ * escaped, as it does in string values. */
+static void test_inspect_escapes_control_characters_in_keys(void) {
+    float w[32] = {0};
+    uint64_t ne[1] = {32};
+    gw_writer *g = gw_new();
+    gw_kv_str(g, "general.architecture", "llama");
+    gw_kv_u32(g, "evil\x1b[2J\x07.key", 1);
+    gw_kv_str(g, "value.with.esc", "red\x1b[31m");
+    gw_tensor(g, "tensor\x1b]0;title\x07", GGML_T_F32, 1, ne, w, sizeof w);
+    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_ctrl.gguf") == 0);
+    gw_free(g);
+    run_result *r = malloc(sizeof *r);
+    run(r, "inspect /tmp/kvb_ctrl.gguf");
+    CU_ASSERT(strchr(r->out, '\x1b') == NULL && strchr(r->out, '\x07') == NULL);
+    CU_ASSERT(strstr(r->out, "evil\\x1b[2J\\x07.key (uint32) = 1") != NULL);
+    CU_ASSERT(strstr(r->out, "\"red\\x1b[31m\"") != NULL);
+    CU_ASSERT(strstr(r->out, "tensor\\x1b]0;title\\x07") != NULL);
+    free(r);
+}
+
 int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
@@ -413,5 +572,12 @@ int main(void) {
     CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);
     CU_add_test(s, "generate --chat produces text and speed", test_generate_chat_produces_text_and_speed);
     CU_add_test(s, "profile table and trace file are written", test_profile_and_trace_are_written);
+    CU_add_test(s, "a FIFO as --model is refused without blocking", test_fifo_as_model_is_refused_without_blocking);
+    CU_add_test(s, "a prompt file over the limit is refused", test_prompt_file_over_the_limit_is_refused);
+    CU_add_test(s, "the small llama generates", test_small_llama_generates);
+    CU_add_test(s, "embedding rows other than the tokenizer's tokens are refused", test_embedding_rows_other_than_the_tokenizer_are_refused);
+    CU_add_test(s, "NaN or non-positive hyperparameters are refused by key", test_nan_or_nonpositive_hyperparameters_are_refused_by_key);
+    CU_add_test(s, "NaN weights stop generation, naming the layer", test_nan_weights_stop_generation_naming_the_layer);
+    CU_add_test(s, "inspect escapes control characters in keys", test_inspect_escapes_control_characters_in_keys);
     return util_run_suites();
 }
