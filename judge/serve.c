@@ -1,5 +1,12 @@
 /* serve.c — the OpenAI-compatible server (see serve.h). One connection thread per client (libmicrohttpd);
- * an engine mutex runs one generation at a time; a counter bounds the waiting ones. */
+ * an engine semaphore runs `parallel` generations at a time; a counter bounds the waiting ones.
+ *
+ * Hostile clients: the bearer token and the framing headers are checked when the headers are in, before any
+ * body is read; every connection is tracked from its start (socket context) so a request that is not read
+ * whole within request_timeout_s is cut off however slowly it trickles, and a new connection beyond
+ * max_connections takes the place of the oldest one still sending its request. Message content is
+ * tokenized as plain text: only the chat template's own control tokens are parsed as such. */
+#define _GNU_SOURCE /* memmem */
 #include "judge/serve.h"
 
 #include <arpa/inet.h>
@@ -22,8 +29,20 @@
 #include "engine/synthetic.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
-#define PREFILL_CHUNK 512 /* tokens per prefill step: a gone client is noticed between steps */
+#define PREFILL_CHUNK 512 /* tokens per prefill step: a gone client or a stop is noticed between steps */
 #define GEN_TIMEOUT_S 600 /* inactivity allowed to a connection once its request is read and being answered */
+#define REQUEST_TIMEOUT_S 30    /* default request_timeout_s */
+#define EVICT_HEADROOM 16       /* connections libmicrohttpd accepts beyond max_connections: room to evict into */
+#define PROMPT_BYTES_PER_TOKEN 6 /* default max_prompt_bytes: this many bytes per token of the model's context */
+
+/* A connection, from its start to its close (libmicrohttpd's socket context). */
+typedef struct conn_state {
+    struct conn_state *prev, *next;
+    int fd;
+    double since_s; /* when its current request began: the connection's start, or the end of the previous reply */
+    int reading;    /* 1 while a request is being read (headers, body): the request deadline applies */
+    int evicted;    /* shut down by the server (past the deadline, or room for a new connection) */
+} conn_state;
 
 typedef struct {
     const kvb_serve_opts *o;
@@ -34,13 +53,26 @@ typedef struct {
     int threads_per;
     atomic_int in_flight;  /* running + waiting */
     atomic_long next_id;
+    volatile sig_atomic_t *stop; /* set: generations end at their next step, waiting ones do not start */
+    size_t max_prompt_bytes;
+    pthread_mutex_t conns_mu; /* the connection list */
+    conn_state *conns;        /* oldest first */
+    int n_conns, max_conns;
+    double request_timeout_s;
 } server;
 
 typedef struct {
     char *body;
     size_t n, cap;
     int too_large;
+    int answered; /* a response was queued when the headers came in (401, 400, 413): the body is not read */
 } upload;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* ---- replies ---- */
 
@@ -105,6 +137,8 @@ typedef struct {
     int n_stop;
     char *pending;         /* stream bytes not yet handed to MHD */
     size_t pend_n, pend_off;
+    struct MHD_Connection *conn;
+    int gone;              /* the client was seen gone */
 } gen;
 
 static void gen_free(gen *g) {
@@ -122,7 +156,7 @@ static void gen_free(gen *g) {
 
 static const char *finish_reason(const gen *g) { return g->ses.finish == KVB_FINISH_LENGTH ? "length" : "stop"; }
 
-static int parse_messages(const cJSON *msgs, chat_msg **out, int *n, char *err, size_t err_len) {
+static int parse_messages(const cJSON *msgs, chat_msg **out, int *n, size_t *bytes, char *err, size_t err_len) {
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) return ERR("'messages' must be a non-empty array");
     int k = cJSON_GetArraySize(msgs);
     *out = calloc((size_t)k, sizeof **out);
@@ -136,6 +170,7 @@ static int parse_messages(const cJSON *msgs, chat_msg **out, int *n, char *err, 
             return ERR("messages[%d].role must be system, user or assistant", i);
         (*out)[i].role = role->valuestring;
         (*out)[i].content = content->valuestring;
+        *bytes += strlen(content->valuestring);
         i++;
     }
     *n = k;
@@ -171,6 +206,7 @@ typedef struct {
     double temp, top_p, seed;
     chat_msg *msgs; /* borrowed strings of the request */
     int n_msgs;
+    size_t prompt_bytes; /* of the messages' content */
     const char *method;
     kvb_budget budget;
     kvb_opts opts;
@@ -210,7 +246,7 @@ static int parse_request(server *s, const cJSON *req, req_params *p, char *err, 
         if (!cJSON_IsBool(v)) return ERR("'stream' must be a boolean");
         p->stream = cJSON_IsTrue(v);
     }
-    if (parse_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), &p->msgs, &p->n_msgs, err, err_len) ||
+    if (parse_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), &p->msgs, &p->n_msgs, &p->prompt_bytes, err, err_len) ||
         parse_method(s, req, &p->method, &p->budget, &p->opts, err, err_len)) {
         req_params_free(p);
         return -1;
@@ -243,48 +279,203 @@ static int client_gone(struct MHD_Connection *conn) {
     return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-typedef struct {
-    gen *g;
-    struct MHD_Connection *conn;
-    int gone;
-} prefill_watch;
-
-/* Between prefill chunks: has the client gone? (then nobody is left to answer: stop) */
+/* Between prefill chunks and decode steps: has the client gone (then nobody is left to answer), or is the
+ * server stopping? Either ends the generation. */
 static int client_left(void *user) {
-    prefill_watch *w = user;
-    return w->gone = client_gone(w->conn);
+    gen *g = user;
+    if (*g->s->stop) return 1;
+    return g->gone = client_gone(g->conn);
 }
 
-/* Build the generation: validates the request (400 on error) and prefills. */
+/* ---- the prompt ---- */
+
+typedef struct {
+    int32_t *ids;
+    int n, cap;
+} idvec;
+
+static int idvec_add(idvec *v, const int32_t *ids, int n) {
+    if (n > INT32_MAX - v->n) return -1;
+    if (v->n + n > v->cap) {
+        int cap = v->n + n > 1 << 29 ? v->n + n : (v->n + n) * 2;
+        int32_t *p = realloc(v->ids, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        v->ids = p, v->cap = cap;
+    }
+    memcpy(v->ids + v->n, ids, (size_t)n * sizeof *ids);
+    v->n += n;
+    return 0;
+}
+
+/* Text waiting to be tokenized as one plain fragment (a run between two control tokens). */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} textbuf;
+
+static int textbuf_add(textbuf *b, const char *p, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2;
+        char *q = realloc(b->s, cap);
+        if (!q) return -1;
+        b->s = q, b->cap = cap;
+    }
+    memcpy(b->s + b->n, p, n);
+    b->n += n;
+    return 0;
+}
+
+/* The plain run so far, tokenized with no special-token parsing, onto out. */
+static int flush_plain(const kvb_tokenizer *t, textbuf *b, idvec *out, char *err, size_t err_len) {
+    if (!b->n) return 0;
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = tok_encode(t, b->s, b->n, 0, 0, &ids, &n, err, err_len) || idvec_add(out, ids, n);
+    free(ids);
+    b->n = 0;
+    if (rc && !err[0]) ERR("out of memory");
+    return rc ? -1 : 0;
+}
+
+/* A piece of the template's own text: its control tokens (found by tokenizing it with special parsing) go to
+ * out as they are, the text around them joins the plain run. */
+static int add_template(const kvb_tokenizer *t, const char *piece, size_t len, textbuf *b, idvec *out, char *err,
+                        size_t err_len) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (tok_encode(t, piece, len, 0, 1, &ids, &n, err, err_len)) return -1;
+    size_t at = 0;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        char none;
+        size_t tl = 0;
+        const char *text = tok_token_text(t, ids[i], &tl);
+        if (!text || !tl || tok_piece(t, ids[i], 0, &none, 0) != 0) continue; /* a plain token: its text is in the run */
+        const char *hit = memmem(piece + at, len - at, text, tl);
+        if (!hit) continue;
+        rc = textbuf_add(b, piece + at, (size_t)(hit - piece) - at) || flush_plain(t, b, out, err, err_len) ||
+             idvec_add(out, &ids[i], 1);
+        at = (size_t)(hit - piece) + tl;
+    }
+    free(ids);
+    if (!rc) rc = textbuf_add(b, piece + at, len - at);
+    if (rc && !err[0]) ERR("out of memory");
+    return rc ? -1 : 0;
+}
+
+int kvb_serve_encode_prompt(const kvb_model *m, const chat_msg *msgs, int n, int32_t **ids_out, int *n_out, char *err,
+                            size_t err_len) {
+    *ids_out = NULL;
+    *n_out = 0;
+    err[0] = 0;
+    /* the template rendered around placeholders: "\x01<i>\x02" stands for message i's content */
+    chat_msg *sk = calloc((size_t)(n > 0 ? n : 1), sizeof *sk);
+    char (*mark)[16] = calloc((size_t)(n > 0 ? n : 1), sizeof *mark);
+    char *def_sys = NULL, *skel = NULL;
+    idvec out = {0};
+    textbuf run = {0};
+    int rc = -1;
+    if (!sk || !mark) {
+        ERR("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(mark[i], sizeof mark[i], "\x01%d\x02", i);
+        sk[i] = (chat_msg){msgs[i].role, mark[i]};
+    }
+    const kvb_tokenizer *t = m->tok;
+    chat_kind kind = chat_model_kind(m->gguf, m->cfg.arch, &def_sys);
+    if (chat_render(kind, sk, n, 1, def_sys, &skel, err, err_len)) goto done;
+    /* add_special as tok_encode does it: BOS (and EOS) as the vocabulary asks, measured on one letter */
+    int32_t *with = NULL, *without = NULL;
+    int n_with = 0, n_without = 0;
+    if (tok_encode(t, "a", 1, 1, 0, &with, &n_with, err, err_len) || tok_encode(t, "a", 1, 0, 0, &without, &n_without, err, err_len)) {
+        free(with);
+        goto done;
+    }
+    int head = tok_add_bos(t) && tok_bos(t) >= 0 && n_with > n_without && with[0] == tok_bos(t);
+    int tail = n_with - n_without - head == 1 ? 1 : 0;
+    int32_t eos = tail ? with[n_with - 1] : -1;
+    if (head && idvec_add(&out, &with[0], 1)) n_with = -1;
+    free(with);
+    free(without);
+    if (n_with < 0) {
+        ERR("out of memory");
+        goto done;
+    }
+    size_t len = strlen(skel), at = 0;
+    while (at < len) {
+        const char *q = memchr(skel + at, '\x01', len - at);
+        size_t end = q ? (size_t)(q - skel) : len;
+        if (end > at && add_template(t, skel + at, end - at, &run, &out, err, err_len)) goto done;
+        if (!q) break;
+        char *stop_at;
+        long i = strtol(q + 1, &stop_at, 10);
+        if (stop_at > q + 1 && *stop_at == '\x02' && i >= 0 && i < n) { /* message i's content: plain text, always */
+            if (textbuf_add(&run, msgs[i].content, strlen(msgs[i].content))) {
+                ERR("out of memory");
+                goto done;
+            }
+            at = (size_t)(stop_at + 1 - skel);
+        } else { /* a \x01 of the template itself */
+            if (add_template(t, q, 1, &run, &out, err, err_len)) goto done;
+            at = end + 1;
+        }
+    }
+    if (flush_plain(t, &run, &out, err, err_len) || (tail && idvec_add(&out, &eos, 1))) {
+        if (!err[0]) ERR("out of memory");
+        goto done;
+    }
+    *ids_out = out.ids, *n_out = out.n;
+    out.ids = NULL;
+    rc = 0;
+done:
+    free(out.ids);
+    free(run.s);
+    free(skel);
+    free(def_sys);
+    free(mark);
+    free(sk);
+    return rc;
+}
+
+/* Build the generation: validates the request (4xx on error) and prefills. */
 static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, unsigned *status, char *err, size_t err_len) {
     *status = 400;
     req_params p;
     if (parse_request(s, req, &p, err, err_len)) return NULL;
+    if (p.prompt_bytes > s->max_prompt_bytes) { /* refused before the tokenizer sees it */
+        *status = 413;
+        ERR("messages hold %zu bytes of content, over this server's limit of %zu bytes (max_prompt_bytes)", p.prompt_bytes,
+            s->max_prompt_bytes);
+        req_params_free(&p);
+        return NULL;
+    }
     int max_tokens = p.max_tokens;
     double temp = p.temp, top_p = p.top_p, seed = p.seed;
-    chat_msg *msgs = p.msgs;
-    int n_msgs = p.n_msgs;
     const char *method = p.method;
     kvb_budget budget = p.budget;
     kvb_opts opts = p.opts;
     gen *g = calloc(1, sizeof *g);
     if (!g) { req_params_free(&p); ERR("out of memory"); return NULL; }
     g->s = s;
+    g->conn = conn;
     atomic_fetch_add(&s->in_flight, 1);
     g->stream = p.stream;
     g->stop = p.stop, g->n_stop = p.n_stop; /* the generation owns them now */
-    p.stop = NULL, p.n_stop = 0, p.msgs = NULL;
+    p.stop = NULL, p.n_stop = 0;
     snprintf(g->id, sizeof g->id, "chatcmpl-kvb%ld", atomic_fetch_add(&s->next_id, 1));
-    /* render and tokenize */
-    char *def_sys = NULL, *rendered = NULL;
-    chat_kind kind = chat_model_kind(s->model->gguf, s->model->cfg.arch, &def_sys);
-    int rc = chat_render(kind, msgs, n_msgs, 1, def_sys, &rendered, err, err_len);
-    free(def_sys);
-    free(msgs);
+    if (client_left(g)) { /* nobody to answer (or stopping): no tokenizer time spent on it */
+        *status = 499;
+        req_params_free(&p);
+        gen_free(g);
+        return NULL;
+    }
+    /* the template's control tokens parsed, the messages' content as plain text */
     int32_t *ids = NULL;
     int n_ids = 0;
-    if (!rc) rc = tok_encode(s->model->tok, rendered, strlen(rendered), 1, 1, &ids, &n_ids, err, err_len);
-    free(rendered);
+    int rc = kvb_serve_encode_prompt(s->model, p.msgs, p.n_msgs, &ids, &n_ids, err, err_len);
+    req_params_free(&p);
     if (rc) { gen_free(g); free(ids); return NULL; }
     if (n_ids + max_tokens + 1 > s->model->cfg.n_ctx_train) {
         ERR("prompt of %d tokens + max_tokens %d exceeds the model's context of %d", n_ids, max_tokens, s->model->cfg.n_ctx_train);
@@ -293,8 +484,20 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         return NULL;
     }
     g->prompt_tokens = n_ids;
-    /* the engine: one generation at a time */
-    while (sem_wait(&s->engine) != 0) {
+    /* the engine: `parallel` generations at a time; a stop ends the wait */
+    for (;;) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (sem_timedwait(&s->engine, &until) == 0) break;
+        if (*s->stop || client_left(g)) {
+            *status = *s->stop ? 503 : 499;
+            ERR("server stopping");
+            gen_free(g);
+            free(ids);
+            return NULL;
+        }
     }
     g->locked = 1;
     *status = 500;
@@ -307,18 +510,22 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         g->m = kvb_method_create(method, g->c, &budget, &opts, err, err_len);
     }
     kvb_session_method seam = kvb_method_seam(g->m);
-    prefill_watch w = {g, conn, 0};
     kvb_gen_params gp = {.max_new = max_tokens, .stop = g->stop, .n_stop = g->n_stop, .temp = (float)temp, .top_p = (float)top_p,
-                         .seed = (uint64_t)seed, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = &w};
+                         .seed = (uint64_t)seed, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = g};
     kvb_rounds prompt = {.ids = ids, .n = n_ids};
-    rc = !g->c || !g->m || kvb_session_init(&g->ses, g->c, &seam, &gp, err, err_len) ||
-         kvb_rounds_chunk(&prompt, 0, err, err_len);
+    /* a token budget the prompt cannot fill is the request's error (400), found before the prefill, whose
+     * budget check would make it a server error */
+    int64_t budget_tokens;
+    rc = !g->c || !g->m || (g->m->imposes_budget && kvb_budget_tokens(&g->m->budget, n_ids, &budget_tokens, err, err_len)) ||
+         kvb_session_init(&g->ses, g->c, &seam, &gp, err, err_len) || kvb_rounds_chunk(&prompt, 0, err, err_len);
     if (!rc) {
         *status = 500;
         rc = kvb_session_prefill(&g->ses, &prompt, 0, err, err_len);
-        if (rc && w.gone) {
-            *status = 499;
-            if (s->o->verbose) fprintf(stderr, "serve: %s: client gone during the prefill of %d prompt tokens; prefill stopped\n", g->id, n_ids);
+        if (rc && (g->gone || *s->stop)) {
+            *status = g->gone ? 499 : 503;
+            if (s->o->verbose)
+                fprintf(stderr, "serve: %s: %s during the prefill of %d prompt tokens; prefill stopped\n", g->id,
+                        g->gone ? "client gone" : "server stopping", n_ids);
         }
     }
     kvb_rounds_free(&prompt);
@@ -357,7 +564,17 @@ static cJSON *kv_obj(const gen *g) {
 
 static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
     char err[512] = "";
-    if (kvb_session_decode(&g->ses, err, sizeof err)) {
+    const char *piece;
+    size_t n;
+    int r = 0;
+    /* kvb_session_decode, with a look between steps: a stopping server or a gone client ends it */
+    while (!client_left(g) && (r = kvb_session_step(&g->ses, &piece, &n, err, sizeof err)) > 0) {
+    }
+    if (g->gone || *g->s->stop) {
+        gen_free(g);
+        return MHD_NO; /* nobody to answer, or the server is going: close */
+    }
+    if (r < 0 || kvb_session_finish(&g->ses, err, sizeof err)) {
         gen_free(g);
         return send_error(conn, 500, "server_error", NULL, "%s", err);
     }
@@ -417,6 +634,7 @@ static void sse_chunk(gen *g, const char *role, const char *content, size_t cont
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     gen *g = cls;
+    if (*g->s->stop) return MHD_CONTENT_READER_END_WITH_ERROR; /* the server is going */
     while (g->pend_off == g->pend_n) {
         g->pend_n = g->pend_off = 0;
         if (!g->sent_role) {
@@ -476,10 +694,95 @@ static enum MHD_Result handle_models(server *s, struct MHD_Connection *conn) {
     return send_json(conn, 200, j);
 }
 
-static int authorized(server *s, struct MHD_Connection *conn) {
+/* 1 when the Authorization header value (value_n bytes: a NUL inside it counts) is exactly "Bearer <token>",
+ * trailing spaces and tabs aside (HTTP's optional whitespace, which libmicrohttpd leaves in the value);
+ * compared in time independent of where the first difference is. */
+static int bearer_matches(const char *value, size_t value_n, const char *token) {
+    size_t tn = strlen(token);
+    while (value && value_n > 0 && (value[value_n - 1] == ' ' || value[value_n - 1] == '\t')) value_n--;
+    if (!value || value_n != 7 + tn || strncmp(value, "Bearer ", 7)) return 0;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < tn; i++) diff |= (unsigned char)(value[7 + i] ^ token[i]);
+    return diff == 0;
+}
+
+/* The header line that starts nearest after p in libmicrohttpd's read buffer (its key), or NULL. */
+typedef struct {
+    const char *after, *next;
+} next_key;
+
+static enum MHD_Result find_next_key(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_n, const char *value,
+                                     size_t value_n) {
+    (void)kind, (void)key_n, (void)value, (void)value_n;
+    next_key *nk = cls;
+    if (key > nk->after && (!nk->next || key < nk->next)) nk->next = key;
+    return MHD_YES;
+}
+
+/* 1 when the header value [value, value + value_n) was cut short at a NUL byte. libmicrohttpd 0.9.75 ends a
+ * header value at its first NUL (so "Bearer <token>\0junk" reads as "Bearer <token>") and keeps the request's
+ * lines where they arrived in its read buffer, each line's CR LF (or bare LF) overwritten with NULs: between a
+ * value's end and the next line's key (or the end of the header block) only that terminator may lie, as wide
+ * as the request line's. Where the layout is not that one (another libmicrohttpd), nothing is refused on its
+ * account. */
+static int value_cut_at_nul(struct MHD_Connection *conn, const char *method, const char *version, const char *value,
+                            size_t value_n) {
+    if (!method || !version) return 0;
+    next_key first = {version, NULL}, nk = {value, NULL};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, find_next_key, &first);
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, find_next_key, &nk);
+    const char *version_end = version + strlen(version);
+    if (!first.next || first.next < version_end) return 0;
+    size_t eol = (size_t)(first.next - version_end); /* 2: CR LF, 1: LF */
+    if (eol != 1 && eol != 2) return 0;
+    const char *end = value + value_n, *stop = nk.next;
+    size_t allowed = eol;
+    if (!stop) { /* the last header line: the block ends header_size bytes after the request line's start */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (!ci || method > value || ci->header_size > (size_t)1 << 20) return 0;
+        stop = method + ci->header_size;
+        allowed = 2 * eol; /* and the empty line's */
+    }
+    if (stop < end || (size_t)(stop - end) > 4096) return 0;
+    if ((size_t)(stop - end) > allowed) return 1;
+    for (const char *p = end; p < stop; p++)
+        if (*p && *p != '\r' && *p != '\n') return 1;
+    return 0;
+}
+
+static int authorized(server *s, struct MHD_Connection *conn, const char *method, const char *version) {
     if (!s->token) return 1;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->token);
+    const char *h = NULL;
+    size_t hn = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION, strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h,
+                                      &hn) != MHD_YES)
+        return 0;
+    return bearer_matches(h, hn, s->token) && !value_cut_at_nul(conn, method, version, h, hn);
+}
+
+/* What the headers alone decide, before any body is read: the token (401), ambiguous framing (400), a declared
+ * length over max_body (413). 0 = go on and read the body. */
+static int check_headers(server *s, struct MHD_Connection *conn, const char *method, const char *version,
+                         unsigned *status, char *err, size_t err_len) {
+    if (!authorized(s, conn, method, version)) {
+        *status = 401;
+        return ERR("missing or wrong bearer token");
+    }
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    *status = 400;
+    if (te && cl) return ERR("Content-Length together with Transfer-Encoding: the body's length is ambiguous");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (end == cl || *end || errno || cl[0] == '-') return ERR("bad Content-Length '%.40s'", cl);
+        if (n > s->o->max_body) {
+            *status = 413;
+            return ERR("request body of %llu bytes is larger than %zu bytes", n, s->o->max_body);
+        }
+    }
+    return 0;
 }
 
 static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn, const upload *up) {
@@ -512,22 +815,37 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *conn,
     int stream = g && g->stream;
     cJSON_Delete(req);
     if (!g && status == 499) return MHD_NO; /* the client has gone: close */
-    if (!g) return send_error(conn, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", err);
+    if (!g) return send_error(conn, status, status < 500 ? "invalid_request_error" : "server_error", NULL, "%s", err);
     if (s->o->verbose) fprintf(stderr, "serve: %s %s %d prompt tokens%s\n", g->id, g->m->name, g->prompt_tokens, stream ? " (stream)" : "");
     return stream ? reply_stream(conn, g) : reply_whole(conn, g);
 }
 
+static conn_state *state_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *data, size_t *data_size, void **con_cls) {
-    (void)version;
     server *s = cls;
-    if (!*con_cls) {
+    if (!*con_cls) { /* the headers are in; no byte of the body has been read */
         upload *up = calloc(1, sizeof *up);
         if (!up) return MHD_NO;
         *con_cls = up;
+        char err[256];
+        unsigned status;
+        if (check_headers(s, conn, method, version, &status, err, sizeof err)) {
+            up->answered = 1; /* libmicrohttpd closes the connection after this reply instead of reading the body */
+            return send_error(conn, status, "invalid_request_error", NULL, "%s", err);
+        }
         return MHD_YES;
     }
     upload *up = *con_cls;
+    conn_state *cs = state_of(conn);
+    if (up->answered || (cs && cs->evicted)) {
+        *data_size = 0;
+        return up->answered ? MHD_YES : MHD_NO;
+    }
     if (*data_size) {
         if (up->n + *data_size > s->o->max_body) up->too_large = 1;
         else {
@@ -544,7 +862,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *data_size = 0;
         return MHD_YES;
     }
-    if (!authorized(s, conn)) return send_error(conn, 401, "invalid_request_error", NULL, "missing or wrong bearer token");
+    if (cs) { /* the request is whole: the request deadline no longer applies */
+        pthread_mutex_lock(&s->conns_mu);
+        cs->reading = 0;
+        pthread_mutex_unlock(&s->conns_mu);
+    }
     if (!strcmp(url, "/v1/models") && !strcmp(method, "GET")) return handle_models(s, conn);
     if (!strcmp(url, "/v1/chat/completions") && !strcmp(method, "POST")) return handle_completion(s, conn, up);
     if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/v1/models"))
@@ -553,13 +875,77 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)conn, (void)toe;
+    (void)toe;
+    server *s = cls;
     upload *up = *con_cls;
     if (up) {
         free(up->body);
         free(up);
         *con_cls = NULL;
     }
+    conn_state *cs = conn ? state_of(conn) : NULL;
+    if (cs) { /* a kept-alive connection's next request starts now */
+        pthread_mutex_lock(&s->conns_mu);
+        cs->reading = 1;
+        cs->since_s = now_s();
+        pthread_mutex_unlock(&s->conns_mu);
+    }
+}
+
+/* Shut a connection's socket (under conns_mu, so libmicrohttpd has not closed it yet): its thread sees the end
+ * of the stream and closes the connection. */
+static void evict(conn_state *c) {
+    if (c->evicted || c->fd < 0) return;
+    shutdown(c->fd, SHUT_RDWR);
+    c->evicted = 1;
+}
+
+/* Every connection from its start to its close. A new one beyond max_connections takes the place of the
+ * connection that has been reading its request the longest (a slow or idle client; its own place when none
+ * is reading), so slow clients from however many addresses cannot hold every place. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+    server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_state *c = calloc(1, sizeof *c);
+        if (!c) return; /* untracked: only the idle timeout applies to it */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
+        c->since_s = now_s();
+        c->reading = 1;
+        pthread_mutex_lock(&s->conns_mu);
+        c->prev = NULL;
+        c->next = s->conns;
+        if (s->conns) s->conns->prev = c;
+        s->conns = c; /* newest first */
+        if (++s->n_conns > s->max_conns) {
+            conn_state *oldest = NULL;
+            for (conn_state *p = c->next; p; p = p->next)
+                if (p->reading && !p->evicted && (!oldest || p->since_s <= oldest->since_s)) oldest = p;
+            evict(oldest ? oldest : c);
+        }
+        pthread_mutex_unlock(&s->conns_mu);
+        *socket_context = c;
+    } else if (*socket_context) {
+        conn_state *c = *socket_context;
+        pthread_mutex_lock(&s->conns_mu);
+        if (c->prev) c->prev->next = c->next;
+        else s->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        s->n_conns--;
+        pthread_mutex_unlock(&s->conns_mu);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* A request not read whole within request_timeout_s of its start is cut off, however slowly it trickles in
+ * (the idle timeout only sees silent connections). */
+static void reap_slow_requests(server *s) {
+    double t = now_s();
+    pthread_mutex_lock(&s->conns_mu);
+    for (conn_state *c = s->conns; c; c = c->next)
+        if (c->reading && t - c->since_s > s->request_timeout_s) evict(c);
+    pthread_mutex_unlock(&s->conns_mu);
 }
 
 int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_out, void (*ready)(void *user, int port),
@@ -567,6 +953,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     server s;
     memset(&s, 0, sizeof s);
     s.o = o;
+    s.stop = stop;
     if (syn_is_name(o->model_path)) return ERR("synthetic models have no tokenizer: serve needs text; use a GGUF model");
     if (o->api_key_env) {
         const char *t = getenv(o->api_key_env);
@@ -584,6 +971,10 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     sem_init(&s.engine, 0, (unsigned)parallel);
     int total = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     s.threads_per = total / parallel > 0 ? total / parallel : 1;
+    s.max_conns = o->max_connections > 0 ? o->max_connections : 256;
+    s.request_timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : REQUEST_TIMEOUT_S;
+    s.max_prompt_bytes = o->max_prompt_bytes ? o->max_prompt_bytes : (size_t)s.model->cfg.n_ctx_train * PROMPT_BYTES_PER_TOKEN;
+    pthread_mutex_init(&s.conns_mu, NULL);
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -591,26 +982,35 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1) {
         kvb_model_free(s.model);
         free(s.token);
+        pthread_mutex_destroy(&s.conns_mu);
         return ERR("serve: bad IPv4 address '%s'", o->host);
     }
+    /* libmicrohttpd accepts EVICT_HEADROOM connections beyond max_connections: a newcomer there evicts the
+     * slowest reader (on_connection) instead of being turned away */
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                             (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
-                                            MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                                            (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+                                            MHD_OPTION_NOTIFY_COMPLETED, on_done, &s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s.max_conns + EVICT_HEADROOM),
                                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_per_ip > 0 ? o->max_per_ip : 32),
                                             MHD_OPTION_CONNECTION_TIMEOUT,
                                             (unsigned)(o->read_timeout_s > 0 ? o->read_timeout_s : 10), MHD_OPTION_END);
     if (!d) {
         kvb_model_free(s.model);
         free(s.token);
+        pthread_mutex_destroy(&s.conns_mu);
         return ERR("serve: cannot listen on %s:%d (in use?)", o->host ? o->host : "127.0.0.1", o->port);
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = info ? info->port : o->port;
     if (port_out) *port_out = port;
     if (ready) ready(user, port);
-    while (!*stop) usleep(100000);
+    while (!*stop) {
+        usleep(100000);
+        reap_slow_requests(&s);
+    }
+    /* generations see *stop between steps and end; then the connection threads can be joined */
     MHD_stop_daemon(d);
+    pthread_mutex_destroy(&s.conns_mu);
     sem_destroy(&s.engine);
     kvb_model_free(s.model);
     free(s.token);

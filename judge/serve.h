@@ -8,18 +8,26 @@
  * tokens are generated ("data: {chunk}" lines, then "data: [DONE]").
  *
  * Slow or idle clients cannot lock others out: a connection that sends nothing for read_timeout_s while its
- * request is read is closed, one address holds at most max_per_ip connections, and the generation queue
- * counts only requests that arrived whole (an idle socket takes no slot of it).
- * Binds 127.0.0.1 by default; optional bearer token (read from an environment variable, never logged);
- * request bodies above max_body are refused (413); `parallel` requests run on the engine at a time (each
- * with its own context and a share of the threads), up to max_queue more wait, beyond that 503; malformed JSON or fields -> 400, all with an
- * OpenAI-style {"error": {"message", "type", "param", "code"}} body. */
+ * request is read is closed, and so is one whose request (headers and body) is not whole request_timeout_s
+ * after it began, however slowly it trickles; one address holds at most max_per_ip connections; a new
+ * connection beyond max_connections takes the place of the one that has been reading its request the
+ * longest; the generation queue counts only requests that arrived whole (an idle socket takes no slot of it).
+ * Binds 127.0.0.1 by default; optional bearer token (read from an environment variable, never logged),
+ * checked on the headers before any body is read (401 at once, the body never read); Content-Length with
+ * Transfer-Encoding is a 400; request bodies above max_body are refused (413, at once when declared);
+ * message content above max_prompt_bytes is refused (413) before it is tokenized; `parallel` requests run on
+ * the engine at a time (each with its own context and a share of the threads), up to max_queue more wait,
+ * beyond that 503; malformed JSON or fields (a token budget larger than the prompt included) -> 400, all
+ * with an OpenAI-style {"error": {"message", "type", "param", "code"}} body. Message content is always
+ * tokenized as plain text: "<|im_start|>" written by a user is text, not a control token. When *stop is set,
+ * running generations end at their next prefill chunk or decode step and the server returns. */
 #ifndef KVB_SERVE_H
 #define KVB_SERVE_H
 
 #include <signal.h>
 #include <stddef.h>
 
+#include "engine/chat.h"
 #include "methods/method.h"
 
 typedef struct {
@@ -39,11 +47,20 @@ typedef struct {
     int read_timeout_s;       /* a connection idle this long while its request is read is closed (default 10) */
     int max_per_ip;           /* connections at once from one address (default 32) */
     int max_connections;      /* connections at once in all (default 256; a waiting socket costs a thread) */
+    int request_timeout_s;    /* a request (headers + body) not whole this long after it began is cut off (default 30) */
+    size_t max_prompt_bytes;  /* message content in all, bytes (default 6 per token of the model's context) */
 } kvb_serve_opts;
 
 /* Serve until *stop becomes non-zero. Writes the bound port to *port_out (may be NULL) once listening and
  * calls ready(user) then. 0 on a clean stop, -1 + err when the server cannot start. */
 int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_out, void (*ready)(void *user, int port),
               void *user, char *err, size_t err_len);
+
+/* The prompt's tokens for messages in the model's chat template: the template's own control tokens parsed
+ * as such, each message's content tokenized as plain text (with the template text around it, as one run
+ * between control tokens), so a content without control-token text gets the tokens of the rendered prompt.
+ * ids malloc'd; 0, or -1 + a one-line error (invalid UTF-8, OOM). */
+int kvb_serve_encode_prompt(const kvb_model *m, const chat_msg *msgs, int n, int32_t **ids, int *n_ids, char *err,
+                            size_t err_len);
 
 #endif

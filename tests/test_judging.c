@@ -3,7 +3,8 @@
  * LongMemEval prompt chosen per question type with the abstention prompt for _abs ids and filled with (question,
  * answer, response) as evaluate_qa.py does, its request (temperature 0, max_tokens 10, n 1) and label ('yes' in
  * the lowercased reply), Round Attention's quality score (the overall score averaged over n replies, / 10) with
- * the conversation's tail, the rubric judge, and judge failures that leave the score null (BENCHMARKS.md 2, 7). */
+ * the conversation's tail, the rubric judge, and judge failures that leave the score null (BENCHMARKS.md 2, 7);
+ * a judge echoing the key in JSON escapes leaves it in no record, and a file:// judge URL reads no file. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -66,6 +67,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strncmp(tag + 7, RECIPES[i].name, l) && !isalnum((unsigned char)tag[7 + l])) k = (int)i;
     }
     cJSON_Delete(req);
+    if (tag && !strncmp(tag + 7, "echokey", 7)) { /* "Score: 8" and the Authorization header, every character \u-escaped */
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        char esc[512] = "", text[1024];
+        for (size_t i = 0, o = 0; auth && auth[i] && o + 7 < sizeof esc; i++) o += (size_t)snprintf(esc + o, sizeof esc - o, "\\u%04x", (unsigned char)auth[i]);
+        snprintf(text, sizeof text, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"Score: 8 (you sent %s)\"}}]}", esc);
+        struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+        enum MHD_Result rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
     if (k < 0) return respond(c, 500, cJSON_Parse("{\"error\": {\"message\": \"judge down\"}}"));
     cJSON *j = cJSON_CreateObject(), *choices = cJSON_AddArrayToObject(j, "choices");
     for (int i = 0; i < (n > 0 ? n : 1); i++) {
@@ -370,6 +381,67 @@ static void test_failing_judge_leaves_the_score_null(void) {
     kvb_runner_judge_free(j);
 }
 
+/* A judge that echoes the API key with every character \u-escaped: the record (a line of results.jsonl) holds
+ * the verdict and "[REDACTED]", and no spelling of the key once read as JSON. */
+static void test_escaped_key_echo_reaches_no_record(void) {
+    setenv("KVB_TEST_JUDGING_KEY", "sk-judging-SECRET-99", 1);
+    char text[1024];
+    snprintf(text, sizeof text, "{\"base_url\": \"%s\", \"api_key_env\": \"KVB_TEST_JUDGING_KEY\", \"cache_dir\": \"%s/echo\","
+             " \"max_retries\": 0, \"timeout_s\": 10}", url, dir);
+    cJSON *sj = cJSON_Parse(text);
+    kvb_runner_judge *j = kvb_runner_judge_create(sj, NULL, same_path, err, sizeof err);
+    cJSON_Delete(sj);
+    CU_ASSERT_FATAL(j != NULL);
+    kvb_sample s;
+    kvb_sample_init(&s);
+    s.question = strdup("q");
+    kvb_sample_add_answer(&s, "a");
+    cJSON *rec = record("#reply=echokey");
+    CU_ASSERT(kvb_runner_judge_records(j, KVB_JK_RUBRIC, &s, &rec, 1, err, sizeof err) == 0);
+    CU_ASSERT(num(rec, "score") == 0.8);
+    char *line = cJSON_PrintUnformatted(rec); /* as written to results.jsonl; cJSON reads escapes back as characters */
+    CU_ASSERT(line && !strstr(line, "SECRET") && strstr(line, "[REDACTED]"));
+    if (line && strstr(line, "SECRET")) fprintf(stderr, "\n  record: %.300s\n", line);
+    free(line);
+    cJSON_Delete(rec);
+    kvb_sample_free(&s);
+    kvb_runner_judge_free(j);
+}
+
+/* A judge base URL of file:// (libcurl would read the local file) is refused with an error naming the scheme;
+ * the file's text reaches no record. */
+static void test_file_url_judge_reads_no_file(void) {
+    char path[160], text[512];
+    snprintf(path, sizeof path, "%s/local.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"choices\":[{\"message\":{\"content\":\"Score: 9 LOCAL-FILE-TEXT\"}}]}", f);
+    fclose(f);
+    snprintf(text, sizeof text, "{\"base_url\": \"file://%s?\", \"max_retries\": 0}", path);
+    cJSON *sj = cJSON_Parse(text);
+    err[0] = 0;
+    kvb_runner_judge *j = kvb_runner_judge_create(sj, NULL, same_path, err, sizeof err);
+    cJSON_Delete(sj);
+    if (!j) { /* refused when configured: as good */
+        CU_ASSERT(strstr(err, "file") != NULL);
+        return;
+    }
+    kvb_sample s;
+    kvb_sample_init(&s);
+    s.question = strdup("q");
+    kvb_sample_add_answer(&s, "a");
+    cJSON *rec = record("an answer");
+    err[0] = 0;
+    CU_ASSERT(kvb_runner_judge_records(j, KVB_JK_RUBRIC, &s, &rec, 1, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "'file'") && !strchr(err, '\n'));
+    char *line = cJSON_PrintUnformatted(rec);
+    CU_ASSERT(line && !strstr(line, "LOCAL-FILE-TEXT"));
+    free(line);
+    cJSON_Delete(rec);
+    kvb_sample_free(&s);
+    kvb_runner_judge_free(j);
+}
+
 /* Missing LongMemEval prompts: an error naming the file and how to get it. */
 static void test_missing_judge_prompts_name_the_file(void) {
     char text[512];
@@ -411,6 +483,8 @@ int main(void) {
     CU_add_test(s, "rubric score is N of 10", test_rubric_score_is_n_of_10);
     CU_add_test(s, "a failing judge leaves the score null", test_failing_judge_leaves_the_score_null);
     CU_add_test(s, "missing judge prompts name the file", test_missing_judge_prompts_name_the_file);
+    CU_add_test(s, "an escaped echo of the key reaches no record", test_escaped_key_echo_reaches_no_record);
+    CU_add_test(s, "a file:// judge URL reads no file", test_file_url_judge_reads_no_file);
     int rc = util_run_suites();
     MHD_stop_daemon(judge);
     cJSON_Delete(requests);
