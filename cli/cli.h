@@ -41,18 +41,27 @@ int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t 
 int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 /* CLI_K_FN parser: --prefill-gemm auto|int8|f32 into a kvb_prefill_gemm. */
 int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+/* CLI_K_FN parser: --cuda-kernels attn=1|2|3,prefill=tc|cuda,gemv=1|2|3,probs=1|2 (any subset): sets the CUDA
+ * kernel switches for the process (the same as KVB_ATTN_KERNEL, KVB_PREFILL_TC, KVB_GEMV_KERNEL and
+ * KVB_PROBS_KERNEL, which stay the defaults); an error in a build without CUDA. dst is unused. */
+int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 #define CLI_ENGINE_OPTS(o)                                                                                         \
     CLI_STR("--model", &(o)->model), CLI_INT("--threads", &(o)->ctx.n_threads, 1, 256),                            \
         CLI_INT("--ctx", &(o)->ctx.n_ctx, 1, 1 << 24), CLI_FN("--kv-type", &(o)->ctx.kv_dtype, cli_fn_kv_type),    \
         CLI_FN("--backend", &(o)->ctx.backend, cli_fn_backend), CLI_INT("--batch", &(o)->ctx.n_batch, 1, 65536), \
-        CLI_FN("--prefill-gemm", &(o)->ctx.prefill_gemm, cli_fn_prefill_gemm)
+        CLI_FN("--prefill-gemm", &(o)->ctx.prefill_gemm, cli_fn_prefill_gemm),                                   \
+        CLI_FN("--cuda-kernels", NULL, cli_fn_cuda_kernels)
 #define CLI_ENGINE_HELP                                                                                  \
     "  --model PATH|default   GGUF model (default: SmolLM2-135M-Instruct Q4_1 from scripts/fetch-model.sh)\n" \
     "  --threads N            CPU threads (default: usable cores)\n"                                       \
     "  --ctx N                context size in tokens (default: the model's training context)\n"           \
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
-    "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP
+    "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP CLI_CUDA_KERNELS_HELP
+#define CLI_CUDA_KERNELS_HELP                                                                            \
+    "  --cuda-kernels SPEC    CUDA kernels, any of attn=1|2|3,prefill=tc|cuda,gemv=1|2|3,probs=1|2 (defaults:\n"  \
+    "                         attn=3,prefill=tc,gemv=1,probs=1, or $KVB_ATTN_KERNEL, $KVB_PREFILL_TC, ...);\n"    \
+    "                         bench prints them, run.json and the record fingerprint name them\n"
 #define CLI_PREFILL_GEMM_HELP                                                                            \
     "  --prefill-gemm MODE    CPU prefill matmuls over 32+ tokens: f32 = the weights dequantized a panel at a\n"  \
     "                         time into an OpenBLAS sgemm; int8 = llama.cpp's integer order; auto (default) =\n"  \

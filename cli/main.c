@@ -8,6 +8,9 @@
 
 #include "cli/cli.h"
 #include "benchmarks/provenance.h"
+#ifdef KVB_HAVE_CUDA
+#include "kernels/cuda/attention.h"
+#endif
 
 #ifndef KVB_SOURCE_DIR
 #define KVB_SOURCE_DIR "."
@@ -72,6 +75,36 @@ int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, si
     for (int i = 0; i < 3; i++)
         if (!strcmp(v, names[i])) return *(kvb_prefill_gemm *)dst = (kvb_prefill_gemm)i, 0;
     return snprintf(err, err_len, "%s must be auto, int8 or f32, got '%s'", opt, v), -1;
+}
+
+int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    (void)dst; /* process-wide switches: set now, before any context exists; run.json and the fingerprint name them */
+#ifdef KVB_HAVE_CUDA
+    int attn = 0, tc = -1, gemv = 0, probs = 0;
+    char spec[128];
+    if (strlen(v) >= sizeof spec) return snprintf(err, err_len, "%s: '%.40s...' is too long", opt, v), -1;
+    snprintf(spec, sizeof spec, "%s", v);
+    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        const char *val = eq ? eq + 1 : "";
+        if (eq) *eq = 0;
+        if (!strcmp(kv, "attn") && (!strcmp(val, "1") || !strcmp(val, "2") || !strcmp(val, "3"))) attn = atoi(val);
+        else if (!strcmp(kv, "prefill") && (!strcmp(val, "tc") || !strcmp(val, "cuda"))) tc = !strcmp(val, "tc");
+        else if (!strcmp(kv, "gemv") && (!strcmp(val, "1") || !strcmp(val, "2") || !strcmp(val, "3"))) gemv = atoi(val);
+        else if (!strcmp(kv, "probs") && (!strcmp(val, "1") || !strcmp(val, "2"))) probs = atoi(val);
+        else
+            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3, prefill=tc|cuda, gemv=1|2|3, probs=1|2",
+                            opt, kv, eq ? "=" : "", val), -1;
+    }
+    if (attn) kvb_cuda_attention_set_kernel(attn);
+    if (tc >= 0) kvb_cuda_attention_set_prefill_tc(tc);
+    if (gemv) kvb_cuda_set_gemv_kernel(gemv);
+    if (probs) kvb_cuda_attention_set_probs_kernel(probs);
+    return 0;
+#else
+    (void)v;
+    return snprintf(err, err_len, "%s: this build has no CUDA backend", opt), -1;
+#endif
 }
 
 kvb_model *cli_load_model(const cli_engine_opts *o) {

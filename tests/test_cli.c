@@ -182,6 +182,22 @@ static void test_version_names_the_built_commit(void) {
     free(r);
 }
 
+/* --cuda-kernels: a bad spec is a one-line error naming what it takes; a good one is accepted in a CUDA build
+ * (it sets process-wide switches; no GPU needed) and refused by name in a build without CUDA */
+static void test_cuda_kernels_option_is_checked(void) {
+    run_result *r = malloc(sizeof *r);
+    run(r, "bench --cuda-kernels attn=4 --contexts 16");
+    CU_ASSERT(r->exit_code != 0 && count_lines(r->err) == 1);
+    CU_ASSERT(strstr(r->err, "--cuda-kernels") && strstr(r->err, "attn=1|2|3"));
+    run(r, "generate --cuda-kernels attn=1,prefill=cuda,gemv=3,probs=2 --prompt hi -n 1");
+#ifdef KVB_HAVE_CUDA
+    CU_ASSERT(r->exit_code == 0);
+#else
+    CU_ASSERT(r->exit_code != 0 && strstr(r->err, "no CUDA backend"));
+#endif
+    free(r);
+}
+
 static void test_help_explains_every_command(void) {
     run_result *r = malloc(sizeof *r);
     run(r, "--help");
@@ -567,6 +583,7 @@ int main(void) {
     CU_add_test(s, "option errors tell unknown, missing and stray apart", test_option_errors_tell_unknown_missing_and_stray_apart);
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
     CU_add_test(s, "--version names the commit it was built from", test_version_names_the_built_commit);
+    CU_add_test(s, "--cuda-kernels is checked", test_cuda_kernels_option_is_checked);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
     CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);
