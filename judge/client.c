@@ -102,14 +102,16 @@ static int parse_reply(kvb_judge_req *r, const kvb_secrets *sec, const char *bod
         snprintf(r->error, sizeof r->error, "reply has no choices%s%.200s", msg ? ": " : "", msg ? msg : "");
         goto out;
     }
-    int want = max_replies > 0 ? max_replies : 1, i = 0;
-    if (!(r->replies = calloc((size_t)want, sizeof *r->replies))) {
+    int want = max_replies > 0 ? max_replies : 1, have = 0, i = 0;
+    const cJSON *ch;
+    cJSON_ArrayForEach(ch, choices) /* never cJSON_GetArrayItem(i) in a loop: that walks the list from its head */
+        if (++have == want) break;  /* more choices than asked for: the extra ones are not read */
+    if (!(r->replies = calloc((size_t)have, sizeof *r->replies))) {
         snprintf(r->error, sizeof r->error, "out of memory reading the reply");
         goto out;
     }
-    const cJSON *ch;
-    cJSON_ArrayForEach(ch, choices) { /* never cJSON_GetArrayItem(i) in a loop: that walks the list from its head */
-        if (i == want) break;         /* more choices than asked for: the extra ones are not read */
+    cJSON_ArrayForEach(ch, choices) {
+        if (i == have) break;
         if ((i & 1023) == 1023 && now_s() > deadline) {
             snprintf(r->error, sizeof r->error, "judge batch deadline passed while reading the reply (deadline_s)");
             goto out;
@@ -450,7 +452,7 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         if (jobs[i].dup_of < 0) continue;
         kvb_judge_req *r = &reqs[i], *src = &reqs[jobs[i].dup_of];
         r->ok = src->ok, r->attempts = 0, r->from_cache = src->from_cache, r->http_status = src->http_status, r->shared = 1;
-        snprintf(r->error, sizeof r->error, "%s", src->error);
+        memcpy(r->error, src->error, sizeof r->error); /* (distinct requests: i is not its own duplicate) */
         r->raw = src->raw ? strdup(src->raw) : NULL;
         if (src->n_replies && (r->replies = calloc((size_t)src->n_replies, sizeof *r->replies)))
             for (int k = 0; k < src->n_replies; k++) r->replies[r->n_replies++] = strdup(src->replies[k] ? src->replies[k] : "");

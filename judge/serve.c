@@ -739,7 +739,10 @@ static int value_cut_at_nul(struct MHD_Connection *conn, const char *method, con
     size_t allowed = eol;
     if (!stop) { /* the last header line: the block ends header_size bytes after the request line's start */
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-        if (!ci || method > value || ci->header_size > (size_t)1 << 20) return 0;
+        /* method, version, the first key and this value in that order inside one block, or no judgement */
+        if (!ci || ci->header_size > (size_t)1 << 20 || !(method < version && version < first.next && first.next <= value) ||
+            (size_t)(value - method) >= ci->header_size)
+            return 0;
         stop = method + ci->header_size;
         allowed = 2 * eol; /* and the empty line's */
     }

@@ -66,8 +66,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t l = strlen(RECIPES[i].name);
         if (!strncmp(tag + 7, RECIPES[i].name, l) && !isalnum((unsigned char)tag[7 + l])) k = (int)i;
     }
-    cJSON_Delete(req);
-    if (tag && !strncmp(tag + 7, "echokey", 7)) { /* "Score: 8" and the Authorization header, every character \u-escaped */
+    int echo_key = tag && !strncmp(tag + 7, "echokey", 7);
+    cJSON_Delete(req); /* (tag pointed into it) */
+    if (echo_key) { /* "Score: 8" and the Authorization header, every character \u-escaped */
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         char esc[512] = "", text[1024];
         for (size_t i = 0, o = 0; auth && auth[i] && o + 7 < sizeof esc; i++) o += (size_t)snprintf(esc + o, sizeof esc - o, "\\u%04x", (unsigned char)auth[i]);
