@@ -176,21 +176,18 @@ int kvb_history_write(const char *out_dir, char *const *dirs, int n, char *err, 
     for (int r = 0; r < n_rows; r++)
         for (int i = 0; i < n; i++) row_measures(&runs[i].sum, rows[r].name, rows[r].v + i * N_MEASURES);
     if (kvb_mkdirs(out_dir)) { ERR("cannot create %s: %s", out_dir, strerror(errno)); goto done; }
-    char path[1200];
-    char *md = history_md(runs, n, rows, n_rows);
-    if (!md) { ERR("out of memory"); goto done; }
-    snprintf(path, sizeof path, "%s/history.md", out_dir);
-    int wrc = kvb_write_file_atomic(path, md, err, err_len);
-    free(md);
+    char *md = history_md(runs, n, rows, n_rows), *path = kvb_path_join(out_dir, "history.md");
+    int wrc = md && path ? kvb_write_file_atomic(path, md, err, err_len) : ERR("out of memory");
+    free(md), free(path);
     if (wrc) goto done;
     for (int r = 0; r < n_rows; r++) {
         char file[300];
         svg_name(rows[r].name, file, sizeof file);
         char *svg = row_svg(runs, n, &rows[r]);
         if (!svg) { ERR("out of memory"); goto done; }
-        snprintf(path, sizeof path, "%s/%s", out_dir, file);
-        wrc = kvb_write_file_atomic(path, svg, err, err_len);
-        free(svg);
+        path = kvb_path_join(out_dir, file);
+        wrc = path ? kvb_write_file_atomic(path, svg, err, err_len) : ERR("out of memory");
+        free(svg), free(path);
         if (wrc) goto done;
     }
     rc = 0;

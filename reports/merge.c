@@ -15,6 +15,7 @@
 #include "base/fsutil.h"
 #include "methods/method.h"
 #include "reports/report.h"
+#include "reports/results.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define SEP "\x1f"
@@ -39,6 +40,7 @@ typedef struct {
     cJSON *run;
     char shard[32];
     size_t n_rec;
+    int n_torn; /* a torn last line (a crash mid-append), not merged */
 } minput;
 
 typedef struct {
@@ -96,55 +98,55 @@ static int cmp_rec_key(const void *a, const void *b) { return strcmp(((const mre
 
 static int cmp_pkey(const void *a, const void *b) { return strcmp(((const pkey *)a)->key, ((const pkey *)b)->key); }
 
+/* DIR/results.jsonl through the reader every command shares (results.h): the same records report and run accept. */
 static int load_results(mstate *st, int d, const char *dir, char *err, size_t err_len) {
-    char path[1200], e2[512];
-    snprintf(path, sizeof path, "%s/results.jsonl", dir);
-    size_t len;
-    char *text = kvb_read_file(path, &len, e2, sizeof e2);
-    if (!text) return ERR("%s", e2);
-    long line = 0;
-    int rc = 0;
-    for (char *p = text; !rc && *p;) {
-        char *nl = strchr(p, '\n');
-        line++;
-        if (!nl) break; /* a last line cut by a crash: the runner drops it on resume too */
-        *nl = 0;
-        char *s = p;
-        p = nl + 1;
-        while (*s == ' ' || *s == '\t' || *s == '\r') s++;
-        if (!*s) continue;
-        cJSON *r = cJSON_Parse(s);
-        const char *m = jstr(r, "method"), *b = jstr(r, "budget"), *t = jstr(r, "task");
-        const char *bench = jstr(r, "benchmark"), *id = jstr(r, "sample_id");
-        if (!r || !cJSON_IsObject(r) || !m || !b || !t) {
-            cJSON_Delete(r);
-            rc = ERR("%s:%ld: not a kvbench record (JSON object with method, budget, task)", path, line);
-            break;
-        }
+    char *path = kvb_path_join(dir, "results.jsonl");
+    kvb_results_reader rd;
+    if (!path) return ERR("out of memory");
+    int rc = kvb_results_open(&rd, path, err, err_len);
+    kvb_record r;
+    cJSON *j = NULL;
+    while (!rc && (rc = kvb_results_next(&rd, &r, &j, err, err_len)) == 1) {
+        rc = 0;
         if (st->n_rec == st->cap_rec) {
             size_t cap = st->cap_rec ? 2 * st->cap_rec : 256;
             mrec *nr = realloc(st->rec, cap * sizeof *nr);
-            if (!nr) { cJSON_Delete(r); rc = ERR("out of memory"); break; }
-            st->rec = nr, st->cap_rec = cap;
+            if (!nr) rc = ERR("out of memory");
+            else st->rec = nr, st->cap_rec = cap;
         }
         mrec *x = &st->rec[st->n_rec];
-        x->key = make_key(m, b, bench ? bench : "other", t, id ? id : "");
-        if (!x->key) { cJSON_Delete(r); rc = ERR("out of memory"); break; }
-        x->rec = r, x->dir = d, x->line = line, x->pos = 0;
-        st->n_rec++;
-        st->in[d].n_rec++;
+        if (!rc && !(x->key = make_key(r.method, r.budget, r.benchmark, r.task, r.sample_id ? r.sample_id : "")))
+            rc = ERR("out of memory");
+        if (!rc) {
+            x->rec = j, x->dir = d, x->line = r.line, x->pos = 0;
+            j = NULL;
+            st->n_rec++;
+            st->in[d].n_rec++;
+        }
+        cJSON_Delete(j);
+        kvb_record_free(&r);
     }
-    free(text);
-    return rc;
+    st->in[d].n_torn = rd.n_torn;
+    kvb_results_close(&rd);
+    free(path);
+    return rc < 0 ? -1 : 0;
 }
 
 /* DIR/plan.jsonl's cells added to the union (absent file: nothing, the run predates plans). */
 static int load_plan(mstate *st, const char *dir, char *err, size_t err_len) {
-    char path[1200], e2[512];
-    snprintf(path, sizeof path, "%s/plan.jsonl", dir);
-    if (access(path, F_OK)) return 0;
-    char *text = kvb_read_file(path, NULL, e2, sizeof e2);
-    if (!text) return ERR("%s", e2);
+    char *path = kvb_path_join(dir, "plan.jsonl"), e2[512];
+    if (!path) return ERR("out of memory");
+    if (access(path, F_OK)) return free(path), 0;
+    size_t len;
+    char *text = kvb_read_file(path, &len, e2, sizeof e2);
+    if (!text) return free(path), ERR("%s", e2);
+    const char *nul = memchr(text, 0, len);
+    if (nul) { /* the rows after it would be dropped without a word */
+        long line = 1;
+        for (const char *q = text; q < nul; q++) line += *q == '\n';
+        ERR("%s:%ld: a NUL byte", path, line);
+        return free(text), free(path), -1;
+    }
     st->have_plan = 1;
     /* a sorted copy of the union so far, to skip cells another input already planned */
     pkey *sorted = st->n_plan ? malloc(st->n_plan * sizeof *sorted) : NULL;
@@ -181,6 +183,7 @@ static int load_plan(mstate *st, const char *dir, char *err, size_t err_len) {
     }
     free(sorted);
     free(text);
+    free(path);
     return rc;
 }
 
@@ -257,7 +260,6 @@ static char *join_records(mrec *r, size_t n) {
 
 static int write_outputs(mstate *st, const char *out_dir, char *const *dirs, int n, mrec *uniq, size_t n_uniq,
                          cJSON *mixed, cJSON *missing, char *err, size_t err_len) {
-    char path[1200];
     if (kvb_mkdirs(out_dir)) return ERR("cannot create %s: %s", out_dir, strerror(errno));
     cJSON *run = cJSON_Duplicate(st->in[0].run, 1);
     if (!run) return ERR("out of memory");
@@ -310,11 +312,13 @@ static int write_outputs(mstate *st, const char *out_dir, char *const *dirs, int
         }
         fclose(pf);
     }
-    int rc = !run_text || !res_text || !plan_text ? ERR("out of memory") : 0;
+    char *res_path = kvb_path_join(out_dir, "results.jsonl"), *plan_path = kvb_path_join(out_dir, "plan.jsonl"), *run_path = kvb_path_join(out_dir, "run.json");
+    int rc = !run_text || !res_text || !plan_text || !res_path || !plan_path || !run_path ? ERR("out of memory") : 0;
     /* results first: a run.json next to stale results would make a wrong merge look finished */
-    if (!rc) snprintf(path, sizeof path, "%s/results.jsonl", out_dir), rc = kvb_write_file_atomic(path, res_text, err, err_len);
-    if (!rc && st->have_plan) snprintf(path, sizeof path, "%s/plan.jsonl", out_dir), rc = kvb_write_file_atomic(path, plan_text, err, err_len);
-    if (!rc) snprintf(path, sizeof path, "%s/run.json", out_dir), rc = kvb_write_file_atomic(path, run_text, err, err_len);
+    if (!rc) rc = kvb_write_file_atomic(res_path, res_text, err, err_len);
+    if (!rc && st->have_plan) rc = kvb_write_file_atomic(plan_path, plan_text, err, err_len);
+    if (!rc) rc = kvb_write_file_atomic(run_path, run_text, err, err_len);
+    free(res_path), free(plan_path), free(run_path);
     free(run_text);
     free(res_text);
     free(plan_text);
@@ -325,13 +329,16 @@ static int write_outputs(mstate *st, const char *out_dir, char *const *dirs, int
 static int check_out(const char *out_dir, char *const *dirs, int n, char *err, size_t err_len) {
     for (int d = 0; d < n; d++)
         if (same_dir(out_dir, dirs[d])) return ERR("OUT %s is also an input; merge into a new directory", out_dir);
-    char path[1200], e2[256];
-    snprintf(path, sizeof path, "%s/run.json", out_dir);
-    if (access(path, F_OK)) {
-        snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
-        return access(path, F_OK) ? 0 : ERR("OUT %s holds results.jsonl without run.json; choose another OUT", out_dir);
+    char *path = kvb_path_join(out_dir, "run.json"), *res = kvb_path_join(out_dir, "results.jsonl"), e2[256];
+    if (!path || !res) return free(path), free(res), ERR("out of memory");
+    int no_run = access(path, F_OK) != 0, has_res = access(res, F_OK) == 0;
+    free(res);
+    if (no_run) {
+        free(path);
+        return has_res ? ERR("OUT %s holds results.jsonl without run.json; choose another OUT", out_dir) : 0;
     }
     char *text = kvb_read_file(path, NULL, e2, sizeof e2);
+    free(path);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
     int ok = cJSON_GetObjectItemCaseSensitive(j, "merged_from") != NULL;
@@ -350,13 +357,15 @@ int kvb_merge(const char *out_dir, char *const *dirs, int n, const kvb_merge_opt
     st.plan_rows = cJSON_CreateArray();
     if (!st.in || !mixed || !missing || !st.plan_rows) { ERR("out of memory"); goto done; }
     for (int d = 0; d < n; d++) {
-        char path[1200], e2[512];
-        snprintf(path, sizeof path, "%s/run.json", dirs[d]);
-        char *text = kvb_read_file(path, NULL, e2, sizeof e2);
-        if (!text) { ERR("%s is not a run directory (%s)", dirs[d], e2); goto done; }
-        st.in[d].run = cJSON_Parse(text);
+        char *path = kvb_path_join(dirs[d], "run.json"), e2[512];
+        char *text = path ? kvb_read_file(path, NULL, e2, sizeof e2) : NULL;
+        if (!path) snprintf(e2, sizeof e2, "out of memory");
+        if (text) st.in[d].run = cJSON_Parse(text);
         free(text);
-        if (!cJSON_IsObject(st.in[d].run)) { ERR("%s: not valid JSON", path); goto done; }
+        if (!text) ERR("%s is not a run directory (%s)", dirs[d], e2);
+        else if (!cJSON_IsObject(st.in[d].run)) ERR("%s: not valid JSON", path);
+        free(path);
+        if (!cJSON_IsObject(st.in[d].run)) goto done;
         snprintf(st.in[d].shard, sizeof st.in[d].shard, "%s", jstr(st.in[d].run, "shard") ? jstr(st.in[d].run, "shard") : "");
         for (int e = 0; e < d; e++)
             if (same_dir(dirs[d], dirs[e])) { ERR("%s is given twice", dirs[d]); goto done; }
@@ -418,6 +427,8 @@ int kvb_merge(const char *out_dir, char *const *dirs, int n, const kvb_merge_opt
     }
     qsort(uniq, n_uniq, sizeof *uniq, cmp_pos);
     if (write_outputs(&st, out_dir, dirs, n, uniq, n_uniq, mixed, missing, err, err_len)) goto done;
+    for (int d = 0; log && d < n; d++)
+        if (st.in[d].n_torn) fprintf(log, "warning: %s/results.jsonl: a torn last line (cut by a crash) was not merged\n", dirs[d]);
     if (log)
         fprintf(log, "merged %d runs into %s: %zu records (%zu identical duplicates dropped), %zu of %zu planned cells missing%s\n", n,
                 out_dir, n_uniq, n_dup, n_missing, st.n_plan, st.have_plan ? "" : " (no plan.jsonl: missing cells not checked)");

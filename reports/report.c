@@ -468,10 +468,9 @@ static void niah_name(char names[][160], int row, const kvb_row *r) {
 
 static int write_svg(const char *dir, const char *name, char *svg, char *err, size_t err_len) {
     if (!svg) return ERR("%s/%s: out of memory", dir, name);
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int rc = kvb_write_file_atomic(path, svg, err, err_len);
-    free(svg);
+    char *path = kvb_path_join(dir, name);
+    int rc = path ? kvb_write_file_atomic(path, svg, err, err_len) : ERR("%s/%s: out of memory", dir, name);
+    free(svg), free(path);
     return rc;
 }
 
@@ -605,6 +604,8 @@ static void md_header(const kvb_run *run, const kvb_summary *s, FILE *f) {
     fprintf(f, "| records | %zu", run->n_rec);
     if (run->n_torn) fprintf(f, " (warning: %d torn last line ignored)", run->n_torn);
     if (s->n_duplicates) fprintf(f, " (warning: %zu duplicate records, the last of each kept)", s->n_duplicates);
+    if (run->n_unplanned) fprintf(f, " (warning: %zu records of cells plan.jsonl does not have: ", run->n_unplanned), md(f, run->unplanned),
+                          fprintf(f, "%s)", run->n_unplanned > 3 ? ", ..." : "");
     fputs(" |\n", f);
     if (run->n_load_sessions) {
         fprintf(f, "| CPUs, threads | %d, %d |\n| load average (1 min) | ", run->cpus, run->threads);
@@ -639,12 +640,10 @@ static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160],
 }
 
 static int write_all(const kvb_run *run, const kvb_summary *s, char *err, size_t err_len) {
-    char path[1200];
-    char *csv = kvb_report_csv(s);
-    if (!csv) return ERR("%s: out of memory", run->dir);
-    snprintf(path, sizeof path, "%s/summary.csv", run->dir);
-    int rc = kvb_write_file_atomic(path, csv, err, err_len);
-    free(csv);
+    char *csv = kvb_report_csv(s), *path = kvb_path_join(run->dir, "summary.csv");
+    int rc = csv && path ? kvb_write_file_atomic(path, csv, err, err_len) : ERR("%s: out of memory", run->dir);
+    free(csv), free(path);
+    path = NULL;
     char (*names)[160] = calloc((size_t)s->n_rows + 1, sizeof *names);
     if (!rc && !names) rc = ERR("%s: out of memory", run->dir);
     if (!rc) rc = niah_write(run, s, names, err, err_len);
@@ -659,9 +658,9 @@ static int write_all(const kvb_run *run, const kvb_summary *s, char *err, size_t
         md_body(run, s, names, have_budget, have_latency, f);
         if (!close_mem(f, &text)) rc = ERR("%s: out of memory", run->dir);
     }
-    snprintf(path, sizeof path, "%s/report.md", run->dir);
-    if (!rc) rc = kvb_write_file_atomic(path, text, err, err_len);
-    free(text), free(names);
+    if (!rc) rc = (path = kvb_path_join(run->dir, "report.md")) ? kvb_write_file_atomic(path, text, err, err_len)
+                                                                 : ERR("%s: out of memory", run->dir);
+    free(text), free(names), free(path);
     return rc;
 }
 
@@ -695,6 +694,9 @@ int kvb_report_print_main(const char *run_dir, FILE *out, char *err, size_t err_
     load_warning(&run, out);
     if (run.n_torn) fprintf(out, "\nwarning: %s/results.jsonl: a torn last line (cut by a crash) was ignored\n", run_dir);
     if (s.n_duplicates) fprintf(out, "\nwarning: %zu duplicate records, the last of each kept\n", s.n_duplicates);
+    if (run.n_unplanned)
+        fprintf(out, "\nwarning: %zu records are of cells %s/plan.jsonl does not have (an edited suite, or records from elsewhere; "
+                     "they are in the tables): %s%s\n", run.n_unplanned, run_dir, run.unplanned, run.n_unplanned > 3 ? ", ..." : "");
     fprintf(out, "\n(%s/report.md, %s/summary.csv)\n", run_dir, run_dir);
     kvb_summary_free(&s);
     kvb_run_free(&run);

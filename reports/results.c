@@ -5,10 +5,12 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fsutil.h"
 #include "methods/method.h"
@@ -100,17 +102,91 @@ static int parse_record(const cJSON *o, kvb_record *r, const where *w) {
     return parse_judge(o, r, w) || parse_flags(o, r, w) ? -1 : 0;
 }
 
-static void record_free(kvb_record *r) {
+void kvb_record_free(kvb_record *r) {
     free(r->method), free(r->budget), free(r->benchmark), free(r->task), free(r->sample_id);
     free(r->qtype), free(r->length_bin), free(r->metric), free(r->error), free(r->judge_error);
+    memset(r, 0, sizeof *r);
+}
+
+/* A number anywhere in the record that is not finite (1e999 parses as infinity): no command may read it as a
+ * value, and a rewrite (merge) would print it as null. The top-level key it is under, or NULL. */
+static const char *non_finite(const cJSON *o) {
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next)
+        if ((cJSON_IsNumber(c) && !isfinite(c->valuedouble)) || ((cJSON_IsObject(c) || cJSON_IsArray(c)) && non_finite(c)))
+            return c->string ? c->string : (o->string ? o->string : "?");
+    return NULL;
+}
+
+/* ---- the reader ---- */
+
+int kvb_results_open(kvb_results_reader *r, const char *path, char *err, size_t err_len) {
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    r->f = kvb_fopen_regular(path, err, err_len);
+    return r->f ? 0 : -1;
+}
+
+static int blank_n(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isspace((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+int kvb_results_next(kvb_results_reader *r, kvb_record *rec, cJSON **json, char *err, size_t err_len) {
+    memset(rec, 0, sizeof *rec);
+    if (json) *json = NULL;
+    for (;;) {
+        errno = 0;
+        ssize_t n = getline(&r->line, &r->cap, r->f);
+        if (n < 0) {
+            if (ferror(r->f)) return ERR("%s:%ld: read error: %s", r->path, r->line_no + 1, strerror(errno));
+            return 0;
+        }
+        where w = {r->path, ++r->line_no, err, err_len};
+        if (r->line[n - 1] != '\n') { /* cut by a crash mid-append: the runner drops it on resume too */
+            r->n_torn += !blank_n(r->line, (size_t)n);
+            return 0;
+        }
+        r->good_end += n;
+        const char *nul = memchr(r->line, 0, (size_t)n);
+        if (nul) {
+            char what[64];
+            snprintf(what, sizeof what, "a NUL byte at column %ld", (long)(nul - r->line) + 1);
+            return bad(&w, what, NULL);
+        }
+        if (blank_n(r->line, (size_t)n)) continue;
+        const char *end = NULL;
+        cJSON *o = cJSON_ParseWithLengthOpts(r->line, (size_t)n, &end, 0);
+        if (o && !blank_n(end, (size_t)(r->line + n - end))) {
+            char what[96];
+            snprintf(what, sizeof what, "unexpected text after the record (column %ld)", (long)(end - r->line) + 1);
+            cJSON_Delete(o);
+            return bad(&w, what, NULL);
+        }
+        if (!o) {
+            const char *at = cJSON_GetErrorPtr();
+            char what[96];
+            long col = at && at >= r->line && at <= r->line + n ? (long)(at - r->line) + 1 : 0;
+            snprintf(what, sizeof what, "not valid JSON (near column %ld)", col);
+            return bad(&w, what, NULL);
+        }
+        rec->line = r->line_no;
+        const char *nf = cJSON_IsObject(o) ? non_finite(o) : NULL;
+        int rc = nf ? bad(&w, "\" holds a number that is not finite", nf) : parse_record(o, rec, &w);
+        if (rc) kvb_record_free(rec);
+        if (rc || !json) cJSON_Delete(o);
+        else *json = o;
+        return rc ? -1 : 1;
+    }
+}
+
+void kvb_results_close(kvb_results_reader *r) {
+    if (r->f) fclose(r->f);
+    free(r->line);
+    memset(r, 0, sizeof *r);
 }
 
 /* ---- the run ---- */
-
-static int blank(const char *s) {
-    while (*s && isspace((unsigned char)*s)) s++;
-    return !*s;
-}
 
 /* "host_load": sessions of {cpus, threads, load_start, load_max, load_end}; a number field may be null. */
 static int load_host_load(kvb_run *run, const cJSON *m, const char *path, char *err, size_t err_len) {
@@ -161,67 +237,131 @@ static int load_meta(kvb_run *run, const char *path, char *err, size_t err_len) 
     return rc;
 }
 
-static int push_line(kvb_run *run, size_t *cap, char *line, const where *w) {
-    if (run->n_rec == *cap) {
-        size_t c = *cap ? 2 * *cap : 256;
-        kvb_record *r = realloc(run->rec, c * sizeof *r);
-        if (!r) return bad(w, "out of memory", NULL);
-        run->rec = r, *cap = c;
+static int load_records(kvb_run *run, const char *path, char *err, size_t err_len) {
+    kvb_results_reader rd;
+    if (kvb_results_open(&rd, path, err, err_len)) return -1;
+    size_t cap = 0;
+    int rc;
+    kvb_record r;
+    while ((rc = kvb_results_next(&rd, &r, NULL, err, err_len)) == 1) {
+        if (run->n_rec == cap) {
+            size_t c = cap ? 2 * cap : 256;
+            kvb_record *v = realloc(run->rec, c * sizeof *v);
+            if (!v) {
+                kvb_record_free(&r);
+                rc = ERR("%s: out of memory", path);
+                break;
+            }
+            run->rec = v, cap = c;
+        }
+        run->rec[run->n_rec++] = r;
     }
-    cJSON *o = cJSON_Parse(line);
-    if (!o) {
-        const char *at = cJSON_GetErrorPtr();
-        char what[96];
-        long col = at && at >= line && at <= line + strlen(line) ? (long)(at - line) + 1 : 0;
-        snprintf(what, sizeof what, "not valid JSON (near column %ld)", col);
-        return bad(w, what, NULL);
-    }
-    kvb_record *r = &run->rec[run->n_rec];
-    memset(r, 0, sizeof *r);
-    r->line = w->line;
-    int rc = parse_record(o, r, w);
-    cJSON_Delete(o);
-    if (rc) record_free(r);
-    else run->n_rec++;
+    run->n_torn = rd.n_torn;
+    kvb_results_close(&rd);
     return rc;
 }
 
-static int load_records(kvb_run *run, const char *path, char *err, size_t err_len) {
-    char *text = kvb_read_file(path, NULL, err, err_len);
-    if (!text) return -1;
-    where w = {path, 0, err, err_len};
-    size_t cap = 0;
+/* ---- records the plan does not have ---- */
+
+#define SEP "\x1f"
+
+static char *cell_key(const char *m, const char *b, const char *bench, const char *task, const char *id) {
+    size_t n = strlen(m) + strlen(b) + strlen(bench) + strlen(task) + strlen(id) + 5;
+    char *k = malloc(n);
+    if (k) snprintf(k, n, "%s" SEP "%s" SEP "%s" SEP "%s" SEP "%s", m, b, bench, task, id);
+    return k;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* plan.jsonl's rows [method, budget, benchmark, task, sample_id, shard] as sorted keys; *n = 0 without a plan. */
+static int load_plan_keys(const char *path, char ***keys, size_t *n, char *err, size_t err_len) {
+    *keys = NULL, *n = 0;
+    size_t len, cap = 0;
+    char *text = access(path, F_OK) ? NULL : kvb_read_file(path, &len, err, err_len);
+    if (!text) return access(path, F_OK) ? 0 : -1;
     int rc = 0;
-    for (char *p = text; *p && !rc;) {
-        char *nl = strchr(p, '\n');
-        w.line++;
-        if (!nl) {
-            run->n_torn += !blank(p); /* cut by a crash mid-append: the runner drops it on resume too */
-            break;
-        }
+    long line = 0;
+    for (char *p = text, *nl; !rc && p < text + len; p = nl + 1) {
+        nl = memchr(p, '\n', (size_t)(text + len - p));
+        if (!nl) nl = text + len;
+        line++;
+        if (memchr(p, 0, (size_t)(nl - p))) { rc = ERR("%s:%ld: a NUL byte", path, line); break; }
         *nl = 0;
-        if (!blank(p)) rc = push_line(run, &cap, p, &w);
-        p = nl + 1;
+        if (blank_n(p, (size_t)(nl - p))) continue;
+        cJSON *row = cJSON_Parse(p);
+        const char *f[5] = {0};
+        for (int i = 0; i < 5; i++) f[i] = cJSON_GetStringValue(cJSON_GetArrayItem(row, i));
+        if (!cJSON_IsArray(row) || !f[0] || !f[1] || !f[2] || !f[3] || !f[4])
+            rc = ERR("%s:%ld: not a plan row [method, budget, benchmark, task, sample_id, shard]", path, line);
+        if (!rc && *n == cap) {
+            char **v = realloc(*keys, (cap = cap ? 2 * cap : 256) * sizeof *v);
+            if (!v) rc = ERR("%s: out of memory", path);
+            else *keys = v;
+        }
+        if (!rc && !((*keys)[*n] = cell_key(f[0], f[1], f[2], f[3], f[4]))) rc = ERR("%s: out of memory", path);
+        if (!rc) (*n)++;
+        cJSON_Delete(row);
     }
     free(text);
+    if (!rc && *n) qsort(*keys, *n, sizeof **keys, cmp_str);
+    return rc;
+}
+
+/* Count and name the records whose cell the plan does not have (a suite edited since, records appended from
+ * elsewhere): they would become report rows without a word. */
+static int find_unplanned(kvb_run *run, const char *plan_path, char *err, size_t err_len) {
+    char **keys;
+    size_t n_keys;
+    if (load_plan_keys(plan_path, &keys, &n_keys, err, err_len)) return -1;
+    char *names = NULL;
+    size_t names_len = 0;
+    FILE *f = n_keys ? open_memstream(&names, &names_len) : NULL;
+    int rc = n_keys && !f ? ERR("%s: out of memory", plan_path) : 0;
+    for (size_t i = 0; !rc && n_keys && i < run->n_rec; i++) {
+        const kvb_record *r = &run->rec[i];
+        char *k = cell_key(r->method, r->budget, r->benchmark, r->task, r->sample_id ? r->sample_id : "");
+        if (!k) { rc = ERR("%s: out of memory", plan_path); break; }
+        if (!bsearch(&k, keys, n_keys, sizeof *keys, cmp_str) && run->n_unplanned++ < 3)
+            fprintf(f, "%s%.60s@%.20s %.40s/%.60s #%.60s", run->n_unplanned > 1 ? ", " : "", r->method, r->budget, r->benchmark,
+                    r->task, r->sample_id ? r->sample_id : "");
+        free(k);
+    }
+    if (f && fclose(f) && !rc) rc = ERR("%s: out of memory", plan_path);
+    if (!rc && run->n_unplanned) {
+        for (char *c = names; *c; c++) /* control characters from a record are not printed raw */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        run->unplanned = names;
+    } else free(names);
+    for (size_t i = 0; i < n_keys; i++) free(keys[i]);
+    free(keys);
     return rc;
 }
 
 int kvb_run_load(const char *run_dir, kvb_run *run, char *err, size_t err_len) {
     memset(run, 0, sizeof *run);
-    if ((size_t)snprintf(run->dir, sizeof run->dir, "%s", run_dir) >= sizeof run->dir) return ERR("run directory path too long: %s", run_dir);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    size_t cap = strlen(run_dir) + sizeof "/results.jsonl";
+    char *path = malloc(cap);
+    if (!path || !(run->dir = strdup(run_dir))) {
+        free(path);
+        return ERR("%s: out of memory", run_dir);
+    }
+    snprintf(path, cap, "%s/run.json", run_dir);
     int rc = load_meta(run, path, err, err_len);
-    snprintf(path, sizeof path, "%s/results.jsonl", run_dir);
+    snprintf(path, cap, "%s/results.jsonl", run_dir);
     if (!rc) rc = load_records(run, path, err, err_len);
+    snprintf(path, cap, "%s/plan.jsonl", run_dir);
+    if (!rc) rc = find_unplanned(run, path, err, err_len);
+    free(path);
     if (rc) kvb_run_free(run);
     return rc;
 }
 
 void kvb_run_free(kvb_run *run) {
-    for (size_t i = 0; i < run->n_rec; i++) record_free(&run->rec[i]);
+    for (size_t i = 0; i < run->n_rec; i++) kvb_record_free(&run->rec[i]);
     free(run->rec);
+    free(run->dir);
+    free(run->unplanned);
     free(run->suite), free(run->model), free(run->model_sha256), free(run->git_commit);
     free(run->host), free(run->backend), free(run->flags), free(run->created);
     memset(run, 0, sizeof *run);

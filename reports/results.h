@@ -2,11 +2,22 @@
  * (one record per method, budget, benchmark, task and sample), and those records grouped into the cells
  * the report and the comparison are made of. Loading never skips a record silently: a malformed line is an
  * error naming the file and line; only a last line without its '\n' (a record cut by a crash, which the
- * runner also drops when it resumes) is ignored, and counted. */
+ * runner also drops when it resumes) is ignored, and counted.
+ *
+ * One reader (kvb_results_open/next) reads results.jsonl for every command: the runner's resume, report,
+ * compare, history and merge, so a file one of them accepts is accepted by all, record for record. Its rules:
+ * the file is a regular file (a FIFO is refused, not waited on); each line is one JSON object, a kvb_record
+ * (required fields present, every field of its type, every number in it finite, a score in [0, 1]); a NUL
+ * byte anywhere in a line is an error (it used to end the file early for some readers); a line of only
+ * whitespace is skipped; a last line without its '\n' is torn: not a record, counted. Every error is one line
+ * "PATH:LINE: why". */
 #ifndef KVB_RESULTS_H
 #define KVB_RESULTS_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+struct cJSON;
 
 /* One results.jsonl record. Strings are owned by the run: NULL when absent or null, except method, budget
  * and task (required) and benchmark ("other" when absent); "" error texts count as none. Numbers are NAN
@@ -25,19 +36,46 @@ typedef struct {
     long line; /* 1-based line in results.jsonl */
 } kvb_record;
 
+/* Release what a record owns and zero it. */
+void kvb_record_free(kvb_record *r);
+
+/* An open results.jsonl (see the rules above). */
+typedef struct {
+    FILE *f;
+    const char *path;
+    char *line;
+    size_t cap;
+    long line_no;  /* 1-based number of the line last read */
+    long good_end; /* byte offset just past the last whole line read */
+    int n_torn;    /* 1 when the file ends in a line without its '\n' (not a record) */
+} kvb_results_reader;
+
+/* Open path; 0, or -1 + "PATH: cannot open: why" (errno ENOENT when it does not exist) or "PATH: is a FIFO,
+ * not a regular file". */
+int kvb_results_open(kvb_results_reader *r, const char *path, char *err, size_t err_len);
+/* The next record: 1 = *rec filled (kvb_record_free it) and, when json is not NULL, *json = the line parsed
+ * (caller deletes); 0 = end of file (n_torn, good_end final); -1 = error "PATH:LINE: why". */
+int kvb_results_next(kvb_results_reader *r, kvb_record *rec, struct cJSON **json, char *err, size_t err_len);
+void kvb_results_close(kvb_results_reader *r);
+
 /* A loaded run directory. run.json strings are NULL when absent. */
 typedef struct {
-    char dir[1024];
+    char *dir;
     char *suite, *model, *model_sha256, *git_commit, *host, *backend, *flags, *created;
     kvb_record *rec;
     size_t n_rec;
     int n_torn; /* a last line without '\n' (cut by a crash), ignored */
+    /* records of cells RUN_DIR/plan.jsonl (the cells the run planned) does not have: kept, counted, the first
+     * few named in unplanned ("method@budget benchmark/task #id, ..."); 0 and NULL when there is no plan */
+    size_t n_unplanned;
+    char *unplanned;
     /* run.json's "host_load" sessions (benchmarks/hostload.h): 0 sessions when absent (older runs) */
     int n_load_sessions, cpus, threads; /* cpus, threads: the largest of any session */
     double load_start, load_max;        /* 1-minute load average: the first session's start; the largest seen; NAN if none */
 } kvb_run;
 
-/* Load RUN_DIR/run.json and RUN_DIR/results.jsonl. 0, or -1 + "path:LINE: why" (run is then empty). */
+/* Load RUN_DIR/run.json, RUN_DIR/results.jsonl and, when present, RUN_DIR/plan.jsonl (to find records of
+ * cells the run never planned). 0, or -1 + "path:LINE: why" (run is then empty). */
 int kvb_run_load(const char *run_dir, kvb_run *run, char *err, size_t err_len);
 /* Release everything a loaded run owns (safe on a zeroed or failed run). */
 void kvb_run_free(kvb_run *run);

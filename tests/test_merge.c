@@ -290,6 +290,45 @@ static void test_bad_out_and_inputs_are_refused(void) {
     expect_refusal(kvb_merge(path_of("mbad", NULL), d, 2, &o, NULL, err, sizeof err), "bad1/results.jsonl:");
 }
 
+/* Merge reads results.jsonl with the reader report, compare and run use (reports/results.h), strict the same way:
+ * a non-finite score (it used to be written out as null), a NUL byte (the records after it used to vanish) and
+ * text after a record are refused naming the file and line; a blank line is skipped, as everywhere. */
+static void test_records_are_read_by_the_rules_every_command_shares(void) {
+#define LINE(text, why) {text, sizeof text - 1, why}
+    static const struct { const char *text; size_t len; const char *why; } bad[] = {
+        LINE("{\"method\":\"full\",\"budget\":\"full\",\"task\":\"niah\",\"sample_id\":\"9\",\"score\":1e999}\n",
+             "field \"score\" holds a number that is not finite"),
+        LINE("{\"method\":\"full\",\"budget\":\"full\",\"task\":\"niah\",\"sample_id\":\"9\",\"score\":1} {}\n",
+             "unexpected text after the record"),
+        LINE("{\"method\":\"full\",\"budget\":\"full\",\"task\":\"niah\",\"sample_id\":\"9\"}\0{\"method\":\"x\"}\n",
+             "a NUL byte at column 64"),
+    };
+#undef LINE
+    kvb_merge_opts o = {0};
+    for (int i = 0; i < 3; i++) {
+        make_runs("strict", 2, NULL);
+        char **d = shards("strict", 2);
+        int lines = 0; /* the shard's records before the bad one */
+        char *t = util_read_file(path_of("strict1", "results.jsonl"), NULL);
+        for (char *q = t; q && *q; q++) lines += *q == '\n';
+        free(t);
+        FILE *f = fopen(path_of("strict1", "results.jsonl"), "a");
+        fwrite(bad[i].text, 1, bad[i].len, f);
+        fclose(f);
+        char want[160];
+        snprintf(want, sizeof want, "strict1/results.jsonl:%d: ", lines + 1);
+        expect_refusal(kvb_merge(path_of("mstrict", NULL), d, 2, &o, NULL, err, sizeof err), want);
+        expect_refusal(-1, bad[i].why);
+        CU_ASSERT_NOT_EQUAL(access(path_of("mstrict", "results.jsonl"), F_OK), 0); /* nothing written */
+    }
+    make_runs("strict", 2, NULL);
+    char **d = shards("strict", 2);
+    FILE *f = fopen(path_of("strict0", "results.jsonl"), "a");
+    fputs("\n  \n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(kvb_merge(path_of("mstrict", NULL), d, 2, &o, NULL, err, sizeof err), 0);
+}
+
 /* Through the CLI: exit 1 and exactly one line on stderr. */
 static void test_cli_refusals_are_one_line_with_exit_1(void) {
     const char *bin = getenv("KVB_BIN");
@@ -322,6 +361,7 @@ int main(void) {
     CU_add_test(s, "missing cells are named unless allowed", test_missing_cells_are_named_unless_allowed);
     CU_add_test(s, "bad OUT and inputs are refused", test_bad_out_and_inputs_are_refused);
     CU_add_test(s, "CLI refusals are one line with exit 1", test_cli_refusals_are_one_line_with_exit_1);
+    CU_add_test(s, "records are read by the rules every command shares", test_records_are_read_by_the_rules_every_command_shares);
     int rc = util_run_suites();
     for (int i = 0; i < 8; i++) free(shard_dirs[i]);
     char cmd[128];
