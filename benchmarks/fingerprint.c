@@ -137,8 +137,32 @@ int kvb_fp_compare(const cJSON *stored, const cJSON *now, char *why, size_t why_
 
 /* ---- the resume index ---- */
 
-void kvb_fp_key(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id) {
-    snprintf(buf, cap, "%s|%s|%s|%s", method, budget, task, id);
+size_t kvb_fp_key(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id) {
+    const char *fields[4] = {method, budget, task, id};
+    size_t n = 0;
+    for (int f = 0; f < 4; f++) {
+        if (f) {
+            if (n + 1 < cap) buf[n] = '|';
+            n++;
+        }
+        for (const char *p = fields[f] ? fields[f] : ""; *p; p++) {
+            if (*p == '|' || *p == '\\') {
+                if (n + 1 < cap) buf[n] = '\\';
+                n++;
+            }
+            if (n + 1 < cap) buf[n] = *p;
+            n++;
+        }
+    }
+    if (cap) buf[n < cap ? n : cap - 1] = 0;
+    return n;
+}
+
+char *kvb_fp_key_new(const char *method, const char *budget, const char *task, const char *id) {
+    size_t n = kvb_fp_key(NULL, 0, method, budget, task, id);
+    char *k = malloc(n + 1);
+    if (k) kvb_fp_key(k, n + 1, method, budget, task, id);
+    return k;
 }
 
 int kvb_fp_index_add(kvb_fp_index *ix, const cJSON *rec, long line) {
@@ -153,13 +177,11 @@ int kvb_fp_index_add(kvb_fp_index *ix, const cJSON *rec, long line) {
         if (!v) return -1;
         ix->v = v, ix->cap = cap;
     }
-    char key[1024];
-    kvb_fp_key(key, sizeof key, m, b, t, id);
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(rec, "fingerprint");
     const cJSON *judge = cJSON_GetObjectItemCaseSensitive(rec, "judge");
     int pending = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(judge, "pending"));
     kvb_fp_entry *e = &ix->v[ix->n];
-    e->key = strdup(key);
+    e->key = kvb_fp_key_new(m, b, t, id);
     e->fingerprint = cJSON_IsObject(fp) ? cJSON_Duplicate(fp, 1) : NULL;
     e->pending = pending ? cJSON_Duplicate(rec, 1) : NULL;
     e->line = line;

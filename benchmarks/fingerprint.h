@@ -58,8 +58,12 @@ typedef struct {
     int n, cap;
 } kvb_fp_index;
 
-/* The key of a cell's record. */
-void kvb_fp_key(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id);
+/* The key of a cell's record, "method|budget|task|id" with '|' and '\\' inside a field escaped by a '\\' (so
+ * distinct cells never share a key), written into buf[cap] as snprintf writes; returns the length the whole key
+ * needs (a longer one is cut: kvb_fp_key_new has no limit; ids of any length, LongBench's _id included). */
+size_t kvb_fp_key(char *buf, size_t cap, const char *method, const char *budget, const char *task, const char *id);
+/* The whole key, malloc'd; NULL when out of memory. */
+char *kvb_fp_key_new(const char *method, const char *budget, const char *task, const char *id);
 /* Add one parsed record (line number for the order); 0, or -1 when it is not a result record. */
 int kvb_fp_index_add(kvb_fp_index *ix, const cJSON *rec, long line);
 /* Sort and keep the last record of each key; call once after the adds. */

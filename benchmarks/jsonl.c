@@ -13,12 +13,8 @@
 int kvb_jsonl_open(kvb_jsonl *r, const char *path, char *err, size_t err_len) {
     memset(r, 0, sizeof *r);
     r->path = path;
-    r->f = fopen(path, "rb");
-    if (!r->f) {
-        kvb_seterr(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    r->f = kvb_fopen_regular(path, err, err_len); /* a FIFO would block open() forever */
+    return r->f ? 0 : -1;
 }
 
 static int is_blank(const char *s, size_t n) {

@@ -22,7 +22,8 @@ typedef struct {
     long lineno; /* 1-based number of the line last returned */
 } kvb_jsonl;
 
-/* Opens path; 0 / -1 ("<path>: cannot open: <reason>"). */
+/* Opens path, a regular file; 0 / -1 ("<path>: cannot open: <reason>", or "<path>: is a FIFO, not a regular
+ * file" for a FIFO, device or directory, refused at once instead of blocking). */
 int kvb_jsonl_open(kvb_jsonl *r, const char *path, char *err, size_t err_len);
 /* Next non-blank line parsed as one JSON value: 1 = *out set (caller deletes), 0 = end of file,
  * -1 = error ("<path>:<line>: ..."). A trailing '\r' is ignored. */

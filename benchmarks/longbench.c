@@ -276,11 +276,23 @@ static int fill_sample(kvb_sample *s, const cJSON *rec, const char *base, const 
     return 0;
 }
 
+/* Two records with one _id would be one cell of every method: the second's result silently standing for both.
+ * lines[i] is the line of out->v[from + i]. */
+static int refuse_dup_ids(const char *path, const kvb_samples *out, int from, const long *lines, char *err, size_t err_len) {
+    int a, b, dup = kvb_samples_find_dup_id(out, from, &a, &b);
+    if (dup < 0) return kvb_seterr(err, err_len, "%s: out of memory", path), -1;
+    if (dup)
+        return kvb_seterr(err, err_len, "%s:%ld: duplicate _id '%.80s%s' (line %ld has it too): every sample needs its own id",
+                          path, lines[b - from], out->v[b].id, strlen(out->v[b].id) > 80 ? "..." : "", lines[a - from]), -1;
+    return 0;
+}
+
 static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int limit, int hidden, kvb_samples *out,
                         char *err, size_t err_len) {
     const char *tmpl = kvb_json_get(c->prompts, base)->valuestring;
     int max_new = (int)kvb_json_get(c->maxlen, base)->valuedouble;
-    int got = 0, rc = 0;
+    int got = 0, rc = 0, from = out->n;
+    long *lines = NULL;
     cJSON *rec;
     while ((limit <= 0 || got < limit) && (rc = kvb_jsonl_next(r, &rec, err, err_len)) == 1) {
         char where[512];
@@ -290,17 +302,25 @@ static int load_records(kvb_jsonl *r, const lb_config *c, const char *base, int 
         int bad = check_record(rec, base, where, err, err_len)
                || fill_sample(&s, rec, base, tmpl, max_new, r->lineno, hidden, where, err, err_len);
         cJSON_Delete(rec);
-        if (bad) {
+        long *nl = bad ? NULL : realloc(lines, (size_t)(got + 1) * sizeof *lines);
+        if (!bad && !nl) kvb_seterr(err, err_len, "%s: out of memory", where);
+        if (bad || !nl) {
             kvb_sample_free(&s);
+            free(lines);
             return -1;
         }
+        lines = nl;
+        lines[got] = r->lineno;
         if (kvb_samples_push(out, &s)) {
             kvb_seterr(err, err_len, "%s: out of memory", where);
+            free(lines);
             return -1;
         }
         got++;
     }
-    return limit > 0 && got >= limit ? 0 : rc;
+    if (rc >= 0 && refuse_dup_ids(r->path, out, from, lines, err, err_len)) rc = -1;
+    free(lines);
+    return rc < 0 ? -1 : limit > 0 && got >= limit ? 0 : rc;
 }
 
 /* Keeps the n records at i*total/n of v[from..), in order. */

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include "methods/method.h"
 #include "methods/profile.h"
 #include "reports/report.h"
+#include "reports/results.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define MAX_CELLS KVB_MAX_CELLS
@@ -64,6 +66,7 @@ typedef struct {
     kvb_fp_index done; /* the last record of each key already in results.jsonl (benchmarks/fingerprint.h) */
     unsigned char *keep[MAX_TASKS]; /* per task, [sample * n_cells + cell]: 1 when in this run's shard */
     int fd;
+    int lock_fd;         /* holds DIR/kvbench.lock for the whole run (base/fsutil.h kvb_lock_dir) */
     int round_chunk;
     long total, finished, ran;
     double t_start;
@@ -78,16 +81,28 @@ typedef struct {
 
 static void progress(run_state *st, kvb_prog_kind kind, const char *what);
 
-/* "~/x" and "$KVB_DATA/x" expanded. */
-static void expand_path(const char *in, char *out, size_t cap) {
+/* "~/x" and "$KVB_DATA/x" expanded into out[cap]; -1 when the result does not fit (it is cut then). */
+static int expand_path_fits(const char *in, char *out, size_t cap) {
     const char *home = getenv("HOME"), *data = getenv("KVB_DATA");
-    if (!strncmp(in, "~/", 2)) snprintf(out, cap, "%s/%s", home ? home : ".", in + 2);
+    int n;
+    if (!strncmp(in, "~/", 2)) n = snprintf(out, cap, "%s/%s", home ? home : ".", in + 2);
     else if (!strncmp(in, "$KVB_DATA/", 10)) {
-        if (data && *data) snprintf(out, cap, "%s/%s", data, in + 10);
-        else snprintf(out, cap, "%s/.cache/kvbench/datasets/%s", home ? home : ".", in + 10);
+        if (data && *data) n = snprintf(out, cap, "%s/%s", data, in + 10);
+        else n = snprintf(out, cap, "%s/.cache/kvbench/datasets/%s", home ? home : ".", in + 10);
     }
-    else snprintf(out, cap, "%s", in);
+    else n = snprintf(out, cap, "%s", in);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
+
+static void expand_path(const char *in, char *out, size_t cap) { expand_path_fits(in, out, cap); }
+
+/* A path that does not fit the runner's buffers is refused, never cut (a cut --out put results elsewhere). */
+#define EXPAND(in, out, what)                                                                                          \
+    do {                                                                                                               \
+        if (expand_path_fits((in), (out), sizeof(out)))                                                                \
+            return ERR("%s: %s \"%.40s...\" is longer than the %zu bytes a path may have here", st->o->suite_path,     \
+                       (what), (in), sizeof(out) - 1);                                                                 \
+    } while (0)
 
 static const char *jstr(const cJSON *o, const char *k, const char *def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -140,23 +155,35 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
     if (!strcmp(type, "ruler")) return kvb_synth_load_ruler(&env, b, err, err_len);
     if (!strcmp(type, "infinitebench")) return kvb_synth_load_infbench(&env, b, err, err_len);
     if (!strcmp(type, "niah")) {
+        /* every entry is a cell of the grid: as many as the suite lists, each a number, none dropped */
         const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
-        int lengths[16], nl = 0, nd = 0;
-        double depths[16];
-        const cJSON *x;
-        cJSON_ArrayForEach(x, L) if (nl < 16 && cJSON_IsNumber(x)) lengths[nl++] = x->valueint;
-        cJSON_ArrayForEach(x, D) if (nd < 16 && cJSON_IsNumber(x)) depths[nd++] = x->valuedouble;
-        if (!nl || !nd) return ERR("suite %s: niah needs \"lengths\" and \"depths\" arrays", st->o->suite_path);
-        for (int i = 0; i < nl; i++)
-            if (lengths[i] > st->model->cfg.n_ctx_train)
-                return ERR("suite %s: niah length %d exceeds the model's context %d", st->o->suite_path, lengths[i], st->model->cfg.n_ctx_train);
+        int nl = cJSON_IsArray(L) ? cJSON_GetArraySize(L) : 0, nd = cJSON_IsArray(D) ? cJSON_GetArraySize(D) : 0;
+        if (!nl || !nd) return ERR("suite %s: niah needs non-empty \"lengths\" and \"depths\" arrays", st->o->suite_path);
+        for (int i = 0; i < nl; i++) {
+            const cJSON *x = cJSON_GetArrayItem(L, i);
+            if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
+                x->valuedouble > st->model->cfg.n_ctx_train)
+                return ERR("suite %s: niah \"lengths\"[%d] must be an integer in [1, %d] (tokens; the model's context)",
+                           st->o->suite_path, i, st->model->cfg.n_ctx_train);
+        }
+        for (int i = 0; i < nd; i++) {
+            const cJSON *x = cJSON_GetArrayItem(D, i);
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 100))
+                return ERR("suite %s: niah \"depths\"[%d] must be a number in [0, 100] (percent)", st->o->suite_path, i);
+        }
         char hay[1024] = "";
         const char *h = jstr(b, "haystack", NULL);
-        if (h) expand_path(h, hay, sizeof hay);
+        if (h) EXPAND(h, hay, "niah \"haystack\"");
+        int *lengths = malloc((size_t)nl * sizeof *lengths);
+        double *depths = malloc((size_t)nd * sizeof *depths);
+        if (!lengths || !depths) return free(lengths), free(depths), ERR("out of memory");
+        for (int i = 0; i < nl; i++) lengths[i] = cJSON_GetArrayItem(L, i)->valueint;
+        for (int i = 0; i < nd; i++) depths[i] = cJSON_GetArrayItem(D, i)->valuedouble;
         task *t = new_task(st, "niah", "niah", err, err_len);
+        int rc = t ? niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, kvb_count_tokens, st->model,
+                                   &t->samples, err, err_len) : -1;
+        free(lengths), free(depths);
         if (!t) return -1;
-        int rc = niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, kvb_count_tokens, st->model,
-                               &t->samples, err, err_len);
         if (!rc && limit > 0 && t->samples.n > limit) kvb_samples_truncate(&t->samples, limit);
         if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "judge"))) {
             if (!st->judge) return ERR("niah: \"judge\": true needs a judge (--judge-url URL, e.g. of kvbench serve, or the suite's \"judge\")");
@@ -167,8 +194,8 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
     char path[1024] = "";
     if (!strcmp(type, "longbench")) {
         char data_dir[1024], cfg_dir[1024];
-        expand_path(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, sizeof data_dir);
-        expand_path(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, sizeof cfg_dir);
+        EXPAND(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, "longbench \"data_dir\"");
+        EXPAND(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, "longbench \"config_dir\"");
         const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
         int e = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "e"));
         /* "spread": the --limit / "limit" records spread over the file; hidden: context and question apart */
@@ -194,7 +221,7 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         return 0;
     }
     if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
-        expand_path(jstr(b, "path", ""), path, sizeof path);
+        EXPAND(jstr(b, "path", ""), path, "\"path\"");
         if (!file_exists(path)) {
             char hint[1400];
             kvb_data_hint(type, hint, sizeof hint);
@@ -223,34 +250,31 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
 
 /* ---- records on disk ---- */
 
-/* Read finished records; cut a torn last line (a crash mid-append) so appends stay line-aligned. */
+/* Read finished records (reports/results.h: the reader every command shares); cut a torn last line (a crash
+ * mid-append) so appends stay line-aligned. */
 static int load_done(run_state *st, char *err, size_t err_len) {
-    FILE *f = fopen(st->results_path, "rb");
-    if (!f) return errno == ENOENT ? 0 : ERR("cannot read %s: %s", st->results_path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0, good_end = 0, pos = 0;
-    int rc = 0;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        lineno++;
-        pos += len;
-        if (line[len - 1] != '\n') break; /* torn last line */
-        cJSON *r = cJSON_Parse(line);
-        if (!r || kvb_fp_index_add(&st->done, r, lineno)) {
-            cJSON_Delete(r);
-            rc = ERR("%s:%ld: not a kvbench result record", st->results_path, lineno);
+    kvb_results_reader rd;
+    if (kvb_results_open(&rd, st->results_path, err, err_len)) return errno == ENOENT ? (err[0] = 0, 0) : -1;
+    kvb_record rec;
+    cJSON *r;
+    int rc;
+    while ((rc = kvb_results_next(&rd, &rec, &r, err, err_len)) == 1) {
+        int no_id = !rec.sample_id, oom = !no_id && kvb_fp_index_add(&st->done, r, rec.line);
+        kvb_record_free(&rec);
+        cJSON_Delete(r);
+        if (no_id || oom) {
+            rc = no_id ? ERR("%s:%ld: field \"sample_id\" is missing (a resume finds a record by it)", st->results_path, rd.line_no)
+                       : ERR("out of memory");
             break;
         }
-        cJSON_Delete(r);
-        good_end = pos;
     }
-    free(line);
-    fclose(f);
+    long good_end = rd.good_end;
+    int torn = rd.n_torn;
+    kvb_results_close(&rd);
     if (rc) return -1;
     struct stat sb;
     if (stat(st->results_path, &sb) == 0 && sb.st_size > good_end) {
-        fprintf(stderr, "resume: dropping a torn last record in %s\n", st->results_path);
+        if (torn) fprintf(stderr, "resume: dropping a torn last record in %s\n", st->results_path);
         if (truncate(st->results_path, good_end)) return ERR("cannot truncate %s: %s", st->results_path, strerror(errno));
     }
     kvb_fp_index_finish(&st->done);
@@ -280,11 +304,12 @@ static int append_record(run_state *st, cJSON *rec, char *err, size_t err_len) {
     return rc;
 }
 
-/* Every cell of the suite with its shard (benchmarks/shard.h), in run order, written to DIR/plan.jsonl so
- * `kvbench merge` can name missing cells; st->keep marks the cells of this run's shard. */
+/* Every cell of the suite with its shard (benchmarks/shard.h), in run order, added to DIR/plan.jsonl
+ * (kvb_plan_write) so `kvbench merge` can name missing cells and the report records no plan has; st->keep
+ * marks the cells of this run's shard. */
 static int plan_shard(run_state *st, char *err, size_t err_len) {
     int count = st->o->shard.count > 0 ? st->o->shard.count : 1;
-    char *opts[MAX_CELLS] = {0}, *text = NULL, path[1100];
+    char *opts[MAX_CELLS] = {0}, *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     int rc = f ? 0 : ERR("out of memory");
@@ -313,9 +338,9 @@ static int plan_shard(run_state *st, char *err, size_t err_len) {
     }
     for (int k = 0; k < st->n_cells; k++) free(opts[k]);
     if (f && fclose(f) && !rc) rc = ERR("out of memory");
-    snprintf(path, sizeof path, "%s/plan.jsonl", st->out_dir);
-    if (!rc) rc = kvb_write_file_atomic(path, text ? text : "", err, err_len);
-    free(text);
+    char *path = rc ? NULL : kvb_path_join(st->out_dir, "plan.jsonl");
+    if (!rc) rc = path ? kvb_plan_write(path, text ? text : "", err, err_len) : ERR("out of memory");
+    free(text), free(path);
     return rc;
 }
 
@@ -538,17 +563,17 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
     for (int k = 0; k < st->n_cells && !rc; k++) {
         const cell *cl = &st->cells[k];
         if (!st->keep[t - st->tasks][(s - t->samples.v) * st->n_cells + k]) continue; /* another shard's */
-        char key[1024], why[400];
-        kvb_fp_key(key, sizeof key, cl->method, cl->budget_str, t->name, s->id ? s->id : "");
-        if (!(fps[k] = fingerprint_of(st, t, cl, s, sample_sha))) { rc = ERR("out of memory"); break; }
+        char why[400], *key = kvb_fp_key_new(cl->method, cl->budget_str, t->name, s->id ? s->id : "");
+        if (!key || !(fps[k] = fingerprint_of(st, t, cl, s, sample_sha))) { free(key), rc = ERR("out of memory"); break; }
         const kvb_fp_entry *e = kvb_fp_index_find(&st->done, key);
         if (e && kvb_fp_compare(e->fingerprint, fps[k], why, sizeof why)) {
             if (!st->o->rerun_changed)
-                rc = ERR("%s: the record in %s was made with other inputs (%s); pass --rerun-changed to run such cells again, or use another --out",
-                         key, st->results_path, why);
+                rc = ERR("%.300s%s: the record in %s was made with other inputs (%s); pass --rerun-changed to run such cells again, or use another --out",
+                         key, strlen(key) > 300 ? "..." : "", st->results_path, why);
             else
                 e = NULL, rerun[k] = 1; /* run again: the new record supersedes the old one */
         }
+        free(key);
         if (rc || (e && !e->pending)) continue;
         if (e) { /* generated before a crash, its verdict never arrived: judge the stored prediction */
             held[n_held++] = cJSON_Duplicate(e->pending, 1);
@@ -625,7 +650,8 @@ static void free_state(run_state *st) {
     for (int i = 0; i < st->n_tasks; i++) kvb_samples_free(&st->tasks[i].samples), free(st->keep[i]);
     kvb_fp_index_free(&st->done);
     kvb_shared_prefill_free(&st->pf);
-    if (st->fd > 0) close(st->fd);
+    if (st->fd >= 0) close(st->fd);
+    kvb_unlock_file(st->lock_fd);
     kvb_model_free(st->model);
     kvb_runner_judge_free(st->judge);
     kvb_cells_free(&st->cs);
@@ -660,7 +686,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     memset(&st, 0, sizeof st);
     st.o = o;
     st.out = out;
-    st.fd = -1;
+    st.fd = st.lock_fd = -1;
     int rc = -1;
     if (load_suite(&st, err, err_len)) goto done;
     kvb_judge_flags jf = {o->judge_url, o->judge_model, o->judge_key_env, o->judge_refresh};
@@ -674,7 +700,12 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (kvb_model_resolve(model, st.model_path, sizeof st.model_path, err, err_len)) goto done;
     if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
     if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;
-    expand_path(o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite"), st.out_dir, sizeof st.out_dir);
+    const char *out_dir = o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite");
+    if (expand_path_fits(out_dir, st.out_dir, sizeof st.out_dir)) {
+        ERR("the output folder \"%.40s...\" (%s) is longer than the %zu bytes kvbench takes; use a shorter --out",
+            out_dir, o->out_dir ? "--out" : "the suite's \"output\"", sizeof st.out_dir - 1);
+        goto done;
+    }
     kvb_cells_args ca = {o->suite_path, o->methods, o->budgets, o->method_opts, o->n_method_opts};
     if (kvb_cells_expand(st.suite, &ca, &st.cs, err, err_len)) goto done;
     st.cells = st.cs.v;
@@ -689,6 +720,15 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     cJSON_ArrayForEach(b, benches) {
         int first = st.n_tasks;
         if (load_benchmark(&st, b, err, err_len)) goto done;
+        for (int i = first; i < st.n_tasks; i++) { /* a loader's own check names the file and line; this is for all */
+            int x, y, dup = kvb_samples_find_dup_id(&st.tasks[i].samples, 0, &x, &y);
+            if (dup) {
+                if (dup < 0) ERR("out of memory");
+                else ERR("suite %s: task %s: samples %d and %d have one id '%.80s': every sample needs its own", o->suite_path,
+                         st.tasks[i].name, x + 1, y + 1, st.tasks[i].samples.v[y].id ? st.tasks[i].samples.v[y].id : "");
+                goto done;
+            }
+        }
         for (int i = first; i < st.n_tasks; i++) st.tasks[i].bench = b;
         /* "max_new_tokens" on a benchmark caps generation (cost control; the official lengths otherwise) */
         /* "question": "hidden" (kvpress's protocol) or "visible" (the default: the benchmarks' own code) */
@@ -704,13 +744,20 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
             for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;
     }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
+    /* one run per folder: a second one would append the same cells again and rewrite run.json under the first */
+    if ((st.lock_fd = kvb_lock_dir(st.out_dir, err, err_len)) < 0) {
+        if (strstr(err, "is in use")) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, "; wait for it to end or use another --out");
+        }
+        goto done;
+    }
     if (prepare_run_json(&st, err, err_len) || plan_shard(&st, err, err_len) ||
         kvb_run_calibrate(o, st.model, st.suite, &st.cs, st.out_dir, stderr, err, err_len))
         goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
     if (load_done(&st, err, err_len)) goto done;
-    st.fd = open(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (st.fd < 0) { ERR("cannot open %s: %s", st.results_path, strerror(errno)); goto done; }
+    if ((st.fd = kvb_open_regular(st.results_path, O_WRONLY | O_CREAT | O_APPEND, 0644, err, err_len)) < 0) goto done;
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n * st.n_cells; k++) st.total += st.keep[i][k];
     st.finished = st.done.n < st.total ? st.done.n : st.total;

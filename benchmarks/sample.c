@@ -43,6 +43,29 @@ void kvb_samples_free(kvb_samples *s) {
     memset(s, 0, sizeof *s);
 }
 
+typedef struct { const char *id; int at; } id_at;
+
+static int cmp_id_at(const void *a, const void *b) {
+    const id_at *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+int kvb_samples_find_dup_id(const kvb_samples *v, int from, int *first, int *second) {
+    int n = v->n - from, found = 0;
+    if (n < 2) return 0;
+    id_at *ix = malloc((size_t)n * sizeof *ix);
+    if (!ix) return -1;
+    for (int i = 0; i < n; i++) ix[i] = (id_at){v->v[from + i].id ? v->v[from + i].id : "", from + i};
+    qsort(ix, (size_t)n, sizeof *ix, cmp_id_at);
+    /* sorted by (id, index): a run of equal ids starts with its earliest sample, then its first repeat */
+    for (int i = 1; i < n; i++)
+        if (!strcmp(ix[i].id, ix[i - 1].id) && (i == 1 || strcmp(ix[i - 1].id, ix[i - 2].id)) && (!found || ix[i].at < *second))
+            *first = ix[i - 1].at, *second = ix[i].at, found = 1;
+    free(ix);
+    return found;
+}
+
 void kvb_samples_truncate(kvb_samples *v, int from) {
     if (from < 0) from = 0;
     for (int i = from; i < v->n; i++) kvb_sample_free(&v->v[i]);

@@ -67,6 +67,11 @@ int kvb_samples_push(kvb_samples *v, kvb_sample *s);
  * its partial output on error, so a failed load into an empty set owns nothing. */
 void kvb_samples_truncate(kvb_samples *v, int from);
 
+/* Two samples of v[from..n) with the same id (a record's key is its id within the task: two would be one cell,
+ * one result silently standing for both): 1 with *first < *second their indices (the pair whose second comes
+ * earliest), 0 when the ids are distinct (NULL ids count as ""), -1 out of memory. */
+int kvb_samples_find_dup_id(const kvb_samples *v, int from, int *first, int *second);
+
 /* Appends a copy of a to the answers; 0 / -1. */
 int kvb_sample_add_answer(kvb_sample *s, const char *a);
 /* Appends one turn as given (copies role/content; date may be NULL); 0 / -1. */

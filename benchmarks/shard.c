@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/fsutil.h"
 #include "base/sha256.h"
 #include "methods/method.h"
 
@@ -46,4 +48,31 @@ int kvb_shard_of(const char *model_sha, const char *method, const char *budget, 
     uint64_t h = 0;
     for (int k = 0; k < 8; k++) h = h << 8 | md[k];
     return (int)(h % (uint64_t)count);
+}
+
+static int cmp_line(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int kvb_plan_write(const char *path, const char *rows, char *err, size_t err_len) {
+    char *old = NULL, **have = NULL, *copy = strdup(rows), *out = NULL;
+    size_t old_len = 0, n_have = 0, out_len = 0;
+    FILE *f = NULL;
+    int rc = copy ? 0 : ERR("out of memory");
+    if (!rc && access(path, F_OK) == 0 && !(old = kvb_read_file(path, &old_len, err, err_len))) rc = -1;
+    if (!rc && old && memchr(old, 0, old_len)) rc = ERR("%s: a NUL byte: not a plan written by kvbench", path);
+    if (!rc && old && old_len && old[old_len - 1] != '\n') rc = ERR("%s: the last row has no newline: not a plan written by kvbench", path);
+    for (size_t i = 0; !rc && old && i < old_len; i++) n_have += old[i] == '\n';
+    if (!rc && n_have && !(have = malloc(n_have * sizeof *have))) rc = ERR("out of memory");
+    char *old_lines = !rc && old ? strdup(old) : NULL;
+    if (!rc && old && !old_lines) rc = ERR("out of memory");
+    n_have = 0;
+    for (char *save, *l = old_lines ? strtok_r(old_lines, "\n", &save) : NULL; !rc && l; l = strtok_r(NULL, "\n", &save)) have[n_have++] = l;
+    if (n_have) qsort(have, n_have, sizeof *have, cmp_line);
+    if (!rc && !(f = open_memstream(&out, &out_len))) rc = ERR("out of memory");
+    if (!rc && old) fputs(old, f);
+    for (char *save, *l = !rc ? strtok_r(copy, "\n", &save) : NULL; l; l = strtok_r(NULL, "\n", &save))
+        if (!n_have || !bsearch(&l, have, n_have, sizeof *have, cmp_line)) fprintf(f, "%s\n", l);
+    if (f && fclose(f) && !rc) rc = ERR("out of memory");
+    if (!rc) rc = kvb_write_file_atomic(path, out ? out : "", err, err_len);
+    free(old), free(old_lines), free(have), free(copy), free(out);
+    return rc;
 }

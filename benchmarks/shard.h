@@ -23,4 +23,10 @@ void kvb_shard_format(const kvb_shard *s, char *out, size_t cap);
 int kvb_shard_of(const char *model_sha, const char *method, const char *budget, const char *opts_json,
                  const char *benchmark, const char *task, const char *sample_id, int count);
 
+/* Write DIR/plan.jsonl (path): the rows an earlier run of the folder planned, in their order, then rows (JSONL
+ * text, one [method, budget, benchmark, task, sample_id, shard] a line) not among them. So the plan names every
+ * cell the folder's runs planned: a narrowed run (--methods, --limit) does not make earlier records look like
+ * cells of another suite (the report warns of records the plan lacks). 0, or -1 + err. */
+int kvb_plan_write(const char *path, const char *rows, char *err, size_t err_len);
+
 #endif

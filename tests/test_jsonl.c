@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util_common.h"
@@ -104,6 +106,24 @@ static void test_jsonl_missing_file_is_a_one_line_error(void) {
     char want[200];
     snprintf(want, sizeof want, "%s: cannot open: No such file or directory", path);
     CU_ASSERT_STRING_EQUAL(err, want);
+}
+
+/* A FIFO named as a dataset is refused at once, naming it (fopen blocked until a writer came, forever): in a child
+ * with an alarm, so a regression fails instead of hanging the suite. */
+static void test_jsonl_fifo_is_refused_not_waited_on(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/data.fifo", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0644) == 0);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+        alarm(10);
+        kvb_jsonl r;
+        int rc = kvb_jsonl_open(&r, path, err, sizeof err);
+        _exit(rc == -1 && strstr(err, path) && strstr(err, "is a FIFO, not a regular file") ? 0 : 1);
+    }
+    int st = 0;
+    CU_ASSERT(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /* The big-array walk yields each element with its first line; a UTF-8 BOM and whitespace are skipped. */
@@ -213,6 +233,7 @@ int main(void) {
     CU_add_test(s, "jsonl malformed line is named by file and line", test_jsonl_malformed_line_is_named_by_file_and_line);
     CU_add_test(s, "jsonl torn last line is an error naming it", test_jsonl_torn_last_line_is_an_error_naming_it);
     CU_add_test(s, "jsonl missing file is a one-line error", test_jsonl_missing_file_is_a_one_line_error);
+    CU_add_test(s, "jsonl FIFO is refused, not waited on", test_jsonl_fifo_is_refused_not_waited_on);
     CU_add_test(s, "array walk yields elements with their lines", test_array_walk_yields_elements_with_their_lines);
     CU_add_test(s, "array walk names the line of each fault", test_array_walk_names_the_line_of_each_fault);
     CU_add_test(s, "parse one value; the last key wins", test_parse_one_value_and_last_key_wins);

@@ -398,6 +398,27 @@ static void test_longbench_malformed_records_name_file_and_line(void) {
     CU_ASSERT(v.n == 0 && v.v == NULL);
 }
 
+/* Two records with one _id would be one cell of every method (the runner keys a record by its id), the second's
+ * result standing for both: refused with one line naming the id and both lines. A record without _id is known
+ * by its line number, so an _id equal to another record's line number is the same clash. */
+static void test_longbench_duplicate_ids_name_the_id_and_both_lines(void) {
+    const char *rec_a = "{\"_id\": \"abc\", \"input\": \"q1\", \"context\": \"c\", \"answers\": [\"a\"]}\n",
+               *rec_b = "{\"_id\": \"xyz\", \"input\": \"q2\", \"context\": \"c\", \"answers\": [\"a\"]}\n",
+               *rec_a2 = "{\"_id\": \"abc\", \"input\": \"q3\", \"context\": \"d\", \"answers\": [\"b\"]}\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s\n%s", rec_a, rec_b, rec_a2);
+    check_lb_error(text, ".jsonl:4: duplicate _id 'abc' (line 1 has it too)", "every sample needs its own id");
+    snprintf(text, sizeof text, "%s%s{\"_id\": \"1\", \"input\": \"q\", \"context\": \"c\", \"answers\": [\"a\"]}\n", GOOD, rec_b);
+    check_lb_error(text, ".jsonl:3: duplicate _id '1' (line 1 has it too)", "own id");
+    kvb_samples v = {0};
+    snprintf(text, sizeof text, "%s%s%s", rec_a, rec_b, rec_a2);
+    CU_ASSERT(lb_load(write_tmp("dup_id.jsonl", text), "hotpotqa", own_config, 2, &v, err, sizeof err) == 0); /* the limit stops before */
+    CU_ASSERT(v.n == 2);
+    kvb_samples_free(&v);
+    CU_ASSERT(lb_load_ex(write_tmp("dup_id.jsonl", text), "hotpotqa", own_config, 2, LB_SPREAD, &v, err, sizeof err) == -1);
+    CU_ASSERT(v.n == 0 && strstr(err, "duplicate _id 'abc'")); /* spread reads every record */
+}
+
 static void test_longbench_e_names_bins_and_suffix(void) {
     CU_ASSERT_STRING_EQUAL(lb_e_bin(0), "0-4k");
     CU_ASSERT_STRING_EQUAL(lb_e_bin(3999), "0-4k");
@@ -960,6 +981,7 @@ int main(void) {
     CU_add_test(s, "substituted braces are never reparsed", test_substituted_braces_are_never_reparsed);
     CU_add_test(s, "longbench malformed records name file and line", test_longbench_malformed_records_name_file_and_line);
     CU_add_test(s, "longbench-e names, bins and suffix", test_longbench_e_names_bins_and_suffix);
+    CU_add_test(s, "longbench duplicate ids name the id and both lines", test_longbench_duplicate_ids_name_the_id_and_both_lines);
     CU_add_test(s, "middle truncation keeps int(half) at each end", test_middle_truncation_keeps_int_half_at_each_end);
     CU_add_test(s, "longmemeval prompts equal the official reader", test_longmemeval_prompts_equal_the_official_reader);
     CU_add_test(s, "longmemeval oracle fields, rounds and abstention", test_longmemeval_oracle_fields_rounds_and_abstention);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "util_common.h"
+#include "base/fsutil.h"
 
 static const char *bin;
 static char dir[64] = "/tmp/kvb_runner_XXXXXX";
@@ -35,7 +36,7 @@ static void write_suite(const char *path, const char *name) {
 }
 
 static int sh(const char *fmt, const char *a, const char *b) {
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, fmt, bin, a, b);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -152,7 +153,7 @@ static int last_line_has(const char *path, const char *needle) {
 }
 
 static void expect_error(const char *args, const char *needle) {
-    char cmd[1024];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%%s' run %s 2>/tmp/kvb_runner_err.txt >/dev/null%%s", args);
     int rc = sh(cmd, "", "");
     CU_ASSERT(rc == 1);
@@ -176,7 +177,7 @@ static void test_bad_inputs_are_one_line_errors(void) {
              "%s/results.jsonl && sed -n 3p %s/a/results.jsonl >> %s/results.jsonl", rj, out, dir, out, out, dir, out);
     CU_ASSERT_FATAL(system(cmd) == 0);
     snprintf(args, sizeof args, "%s --out %s", suite, out);
-    expect_error(args, "results.jsonl:3: not a kvbench result record");
+    expect_error(args, "results.jsonl:3: not valid JSON");
     snprintf(path, sizeof path, "%s/results.jsonl", out);
     CU_ASSERT_EQUAL(count_lines(path), 4);
     /* bad suites */
@@ -283,6 +284,167 @@ static void test_changed_cells_are_not_reused(void) {
     CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "benchmark: stored"));
 }
 
+/* 1 when two lines of a digest (sorted) name the same cell. */
+static int has_repeated_key(const char *digest) {
+    const char *prev = NULL;
+    size_t prev_len = 0;
+    for (const char *line = digest; *line;) {
+        const char *arrow = strstr(line, " -> "), *nl = strchr(line, '\n');
+        if (!arrow || !nl) break;
+        size_t len = (size_t)(arrow - line);
+        if (prev && len == prev_len && !strncmp(prev, line, len)) return 1;
+        prev = line, prev_len = len, line = nl + 1;
+    }
+    return 0;
+}
+
+/* Two runs of one suite started at once into one folder: one runs, the other exits 1 at once with one line naming
+ * the folder, the pid that holds it and the lock file; the folder ends with one record per cell (before the lock,
+ * both ran to the end, exit 0, and results.jsonl held every record twice). */
+static void test_two_runs_at_once_into_one_folder_give_one_record_per_cell(void) {
+    char out[256], res[300], errs[2][300];
+    snprintf(out, sizeof out, "%s/twin", dir);
+    snprintf(res, sizeof res, "%s/results.jsonl", out);
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(errs[i], sizeof errs[i], "%s/twin%d.err", dir, i);
+        CU_ASSERT_FATAL((pid[i] = fork()) >= 0);
+        if (pid[i] == 0) {
+            int fd = open(errs[i], O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_WRONLY);
+            dup2(null, 1), dup2(fd, 2);
+            execl(bin, bin, "run", suite, "--out", out, "--quiet", "--threads", "1", (char *)NULL);
+            _exit(127);
+        }
+    }
+    int rc[2];
+    for (int i = 0; i < 2; i++) {
+        int st = 0;
+        CU_ASSERT(waitpid(pid[i], &st, 0) == pid[i]);
+        rc[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    }
+    CU_ASSERT((rc[0] == 0 && rc[1] == 1) || (rc[0] == 1 && rc[1] == 0));
+    int loser = rc[0] == 1 ? 0 : 1;
+    char want[400];
+    snprintf(want, sizeof want, "is in use by another kvbench (pid %d holds %s/kvbench.lock)", (int)pid[1 - loser], out);
+    CU_ASSERT(last_line_has(errs[loser], want));
+    CU_ASSERT_EQUAL(count_lines(res), 12); /* 3 samples x 4 cells, each once */
+    char *d = digest(res);
+    CU_ASSERT(d && !has_repeated_key(d));
+    free(d);
+}
+
+/* A folder whose lock another process holds (here: this test) is refused before anything is written to it. */
+static void test_a_folder_in_use_is_refused_naming_the_holder(void) {
+    char out[256], args[600], want[800], path[320];
+    snprintf(out, sizeof out, "%s/held", dir);
+    CU_ASSERT_FATAL(kvb_mkdirs(out) == 0);
+    int fd = kvb_lock_dir(out, args, sizeof args);
+    CU_ASSERT_FATAL(fd >= 0);
+    snprintf(args, sizeof args, "%s --out %s --quiet", suite, out);
+    snprintf(want, sizeof want, "%s is in use by another kvbench (pid %d holds %s/kvbench.lock); wait for it to end or use another --out",
+             out, (int)getpid(), out);
+    expect_error(args, want);
+    snprintf(path, sizeof path, "%s/results.jsonl", out);
+    CU_ASSERT(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/run.json", out);
+    CU_ASSERT(access(path, F_OK) != 0);
+    kvb_unlock_file(fd);
+}
+
+/* results.jsonl is read by the reader report, compare and merge use (reports/results.h): a blank line is skipped
+ * (run refused it while the others skipped it), a FIFO in its place is refused at once instead of blocking
+ * open() forever, and an output folder longer than the runner's buffer is refused (it was cut, and the results
+ * went to the shorter path). */
+static void test_results_file_and_output_folder_are_checked_as_everywhere(void) {
+    char out[256], path[320], cmd[1600], args[1400];
+    snprintf(out, sizeof out, "%s/blank", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s/b %s && sed -i 1G %s/results.jsonl", out, dir, out, out);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/results.jsonl", out);
+    int before = count_lines(path);
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", suite, out);
+    CU_ASSERT(sh(cmd, "", "") == 0);
+    CU_ASSERT_EQUAL(count_lines(path), before); /* nothing run again, nothing dropped */
+    snprintf(out, sizeof out, "%s/fifo", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir %s && cp %s/b/run.json %s/ && mkfifo %s/results.jsonl", out, out, dir, out, out);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "timeout 120 '%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", suite, out);
+    CU_ASSERT(sh(cmd, "", "") == 1);
+    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "results.jsonl: is a FIFO, not a regular file"));
+    /* 1100 bytes of folders: cut at 1023 bytes, the old runner wrote the run into the cut path */
+    char long_out[1200];
+    int n = snprintf(long_out, sizeof long_out, "%s/long", dir);
+    while (n < 1100) n += snprintf(long_out + n, sizeof long_out - (size_t)n, "/%s", "abcdefghi");
+    snprintf(args, sizeof args, "%s --out %s --quiet", suite, long_out);
+    expect_error(args, "is longer than the 1023 bytes kvbench takes; use a shorter --out");
+    long_out[1023] = 0;
+    CU_ASSERT(access(long_out, F_OK) != 0);
+}
+
+/* A record's key holds the sample id whole: LongBench _ids over 1000 bytes that share a prefix stay two cells, and
+ * a finished run resumes (their keys were cut at 1023 bytes, became one, and the resume stopped with "made with other
+ * inputs"). The records keep the ids whole. */
+static void test_long_ids_sharing_a_prefix_stay_apart_and_resume(void) {
+    char data[256], cfg[256], path[400], args[1400], out[256], res[300];
+    snprintf(data, sizeof data, "%s/lb_data", dir);
+    snprintf(cfg, sizeof cfg, "%s/lb_config", dir);
+    CU_ASSERT_FATAL(kvb_mkdirs(data) == 0 && kvb_mkdirs(cfg) == 0);
+    snprintf(path, sizeof path, "%s/dataset2prompt.json", cfg);
+    FILE *f = fopen(path, "w");
+    fputs("{\"hotpotqa\": \"Passages: {context}\\nQuestion: {input}\\nAnswer:\"}", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/dataset2maxlen.json", cfg);
+    f = fopen(path, "w");
+    fputs("{\"hotpotqa\": 2}", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/hotpotqa.jsonl", data);
+    f = fopen(path, "w");
+    char prefix[1101];
+    memset(prefix, 'x', 1100), prefix[1100] = 0;
+    for (int i = 1; i <= 2; i++)
+        fprintf(f, "{\"_id\": \"%s%d\", \"input\": \"Who?\", \"context\": \"Ann met Bob.\", \"answers\": [\"Ann\"]}\n", prefix, i);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/long_ids.json", dir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"name\": \"long-ids\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"longbench\", "
+               "\"data_dir\": \"%s\", \"config_dir\": \"%s\", \"tasks\": [\"hotpotqa\"]}]}", data, cfg);
+    fclose(f);
+    snprintf(out, sizeof out, "%s/long_ids", dir);
+    snprintf(res, sizeof res, "%s/results.jsonl", out);
+    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", path, out);
+    CU_ASSERT_FATAL(sh(args, "", "") == 0);
+    CU_ASSERT_EQUAL(count_lines(res), 2);
+    CU_ASSERT(sh(args, "", "") == 0); /* resumed: both cells found */
+    CU_ASSERT_EQUAL(count_lines(res), 2);
+    char *t = util_read_file(res, NULL);
+    CU_ASSERT(t && strstr(t, "xxx1\"") && strstr(t, "xxx2\""));
+    free(t);
+}
+
+/* NIAH takes as many lengths and depths as the suite lists (17 here): every one is a sample in plan.jsonl and
+ * results.jsonl (past 16 they were dropped without a word); an entry that is not a number is refused, named. */
+static void test_niah_grid_keeps_every_depth(void) {
+    char path[400], out[256], args[1400], plan[300];
+    snprintf(path, sizeof path, "%s/niah17.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"name\": \"niah17\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"niah\", \"lengths\": [320], "
+          "\"depths\": [0, 6, 12, 18, 25, 31, 37, 43, 50, 56, 62, 68, 75, 81, 87, 93, 100], \"max_new_tokens\": 1}]}", f);
+    fclose(f);
+    snprintf(out, sizeof out, "%s/niah17", dir);
+    snprintf(plan, sizeof plan, "%s/plan.jsonl", out);
+    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", path, out);
+    CU_ASSERT(sh(args, "", "") == 0);
+    CU_ASSERT_EQUAL(count_lines(plan), 17);
+    snprintf(plan, sizeof plan, "%s/results.jsonl", out);
+    CU_ASSERT_EQUAL(count_lines(plan), 17);
+    f = fopen(path, "w");
+    fputs("{\"name\": \"niah17\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"niah\", \"lengths\": [320], "
+          "\"depths\": [0, \"50\"]}]}", f);
+    fclose(f);
+    snprintf(args, sizeof args, "%s --out %s/niah_bad", path, dir);
+    expect_error(args, "niah \"depths\"[1] must be a number in [0, 100]");
+}
+
 int main(void) {
     bin = getenv("KVB_BIN");
     char model[1024];
@@ -300,6 +462,11 @@ int main(void) {
     CU_add_test(s, "a killed run resumes to the records of an uninterrupted one", test_killed_run_resumes_to_the_same_records);
     CU_add_test(s, "bad inputs are one-line errors", test_bad_inputs_are_one_line_errors);
     CU_add_test(s, "changed cells are not reused", test_changed_cells_are_not_reused);
+    CU_add_test(s, "a folder in use is refused, naming the holder", test_a_folder_in_use_is_refused_naming_the_holder);
+    CU_add_test(s, "two runs at once into one folder give one record per cell", test_two_runs_at_once_into_one_folder_give_one_record_per_cell);
+    CU_add_test(s, "results file and output folder are checked as everywhere", test_results_file_and_output_folder_are_checked_as_everywhere);
+    CU_add_test(s, "long ids sharing a prefix stay apart and resume", test_long_ids_sharing_a_prefix_stay_apart_and_resume);
+    CU_add_test(s, "niah grid keeps every depth", test_niah_grid_keeps_every_depth);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

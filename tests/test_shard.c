@@ -1,11 +1,13 @@
 /* test_shard.c — deterministic shards (benchmarks/shard.h): indices equal to Python hashlib's
  * (tests/fixtures/shard_ref.py), for N in 1..7 every cell of a suite-sized grid in exactly one shard with
- * no shard empty or lopsided, any field of the cell moving it, and --shard i/N parsing with its errors. */
+ * no shard empty or lopsided, any field of the cell moving it, --shard i/N parsing with its errors, and a folder's
+ * plan.jsonl keeping the cells of all its runs. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util_common.h"
 #include "benchmarks/shard.h"
@@ -107,6 +109,34 @@ static void test_parse_i_of_n_and_its_errors(void) {
     }
 }
 
+/* A folder's plan.jsonl keeps the cells every run of it planned: a narrowed run (--methods, --limit) adds what is
+ * new after the earlier rows and repeats nothing (it replaced the plan, so the cells of the earlier run's records
+ * looked like another suite's); a plan that is not kvbench's (NUL byte, torn last row) is refused, naming it. */
+static void test_plan_keeps_the_cells_of_every_run_of_the_folder(void) {
+    char path[] = "/tmp/kvb_plan_XXXXXX", err[512];
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    close(fd);
+    unlink(path);
+    const char *first = "[\"full\",\"full\",\"niah\",\"niah\",\"1\",0]\n[\"h2o\",\"30%\",\"niah\",\"niah\",\"1\",0]\n";
+    CU_ASSERT_FATAL(kvb_plan_write(path, first, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_plan_write(path, "[\"full\",\"full\",\"niah\",\"niah\",\"1\",0]\n[\"full\",\"full\",\"niah\",\"niah\",\"2\",0]\n",
+                                   err, sizeof err) == 0);
+    char *got = util_read_file(path, NULL);
+    CU_ASSERT(got && !strcmp(got, "[\"full\",\"full\",\"niah\",\"niah\",\"1\",0]\n[\"h2o\",\"30%\",\"niah\",\"niah\",\"1\",0]\n"
+                                  "[\"full\",\"full\",\"niah\",\"niah\",\"2\",0]\n"));
+    free(got);
+    FILE *f = fopen(path, "a");
+    fputs("[\"x\"", f);
+    fclose(f);
+    CU_ASSERT(kvb_plan_write(path, first, err, sizeof err) == -1 && strstr(err, path) && strstr(err, "no newline"));
+    f = fopen(path, "w");
+    fwrite("[\"x\"]\0\n", 1, 7, f);
+    fclose(f);
+    CU_ASSERT(kvb_plan_write(path, first, err, sizeof err) == -1 && strstr(err, "a NUL byte"));
+    unlink(path);
+}
+
 int main(void) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("shard", NULL, NULL);
@@ -114,5 +144,6 @@ int main(void) {
     CU_add_test(s, "shards partition the suite for N 1 to 7", test_shards_partition_the_suite_for_n_1_to_7);
     CU_add_test(s, "every field of the cell moves it", test_every_field_of_the_cell_moves_it);
     CU_add_test(s, "parse i/N and its errors", test_parse_i_of_n_and_its_errors);
+    CU_add_test(s, "plan keeps the cells of every run of the folder", test_plan_keeps_the_cells_of_every_run_of_the_folder);
     return util_run_suites();
 }

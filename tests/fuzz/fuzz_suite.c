@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_state st;
     memset(&st, 0, sizeof st);
     st.o = &o;
-    st.fd = -1;
+    st.fd = st.lock_fd = -1;
     if (load_suite(&st, err, sizeof err) == 0) {
         st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), NULL, expand_path, err, sizeof err);
         /* the cells as kvb_run_suite expands them, with command-line options merged in (cells.h) */
