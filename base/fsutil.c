@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,11 @@ void kvb_unlock_file(int fd) {
     if (fd >= 0) close(fd); /* closing releases the process's record locks on the file, and its flock */
 }
 
+void kvb_unlock_dir(int fd) {
+    if (fd >= 0 && ftruncate(fd, 0)) {} /* no pid left to name once released; the lock goes with the close */
+    kvb_unlock_file(fd);
+}
+
 int kvb_lock_dir(const char *dir, char *err, size_t err_len) {
     size_t cap = strlen(dir) + sizeof "/" KVB_DIR_LOCK_NAME;
     char *path = malloc(cap);
@@ -178,14 +184,18 @@ int kvb_lock_dir(const char *dir, char *err, size_t err_len) {
     if (fd >= 0 && rc) {
         if (errno == EWOULDBLOCK) {
             long holder = 0;
-            for (int tries = 0; tries < 100 && holder <= 0; tries++) { /* the holder writes it just after locking */
+            /* the holder writes its pid just after locking; a pid left by a holder that was killed, or a lock taken by
+             * another program (flock(1)), names no live process: no pid then, rather than a wrong one */
+            for (int tries = 0; tries < 100 && holder <= 0; tries++) {
                 char pid[32] = "";
                 ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
                 pid[n > 0 ? n : 0] = 0;
-                if ((holder = strtol(pid, NULL, 10)) <= 0) usleep(2000);
+                holder = strtol(pid, NULL, 10);
+                if (holder > 0 && kill((pid_t)holder, 0) && errno != EPERM) holder = 0;
+                if (holder <= 0) usleep(2000);
             }
             if (holder > 0) snprintf(err, err_len, "%s is in use by another kvbench (pid %ld holds %s)", dir, holder, path);
-            else snprintf(err, err_len, "%s is in use by another kvbench (it holds %s)", dir, path);
+            else snprintf(err, err_len, "%s is in use by another process (it holds %s)", dir, path);
         } else snprintf(err, err_len, "cannot lock %s: %s", path, strerror(errno));
         close(fd);
         fd = -1;

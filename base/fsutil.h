@@ -33,8 +33,12 @@ void kvb_unlock_file(int fd);
 #define KVB_DIR_LOCK_NAME "kvbench.lock"
 /* Hold directory dir for this process alone, without waiting: flock(LOCK_EX | LOCK_NB) on dir/kvbench.lock
  * (created if absent, left in place), which then holds the holder's pid. Returns the descriptor that holds it
- * (kvb_unlock_file releases it; so does the process's exit, however it ends), or -1 + one line; when another
- * process holds it: "DIR is in use by another kvbench (pid N holds DIR/kvbench.lock)". */
+ * (kvb_unlock_dir releases it; so does the process's exit, however it ends), or -1 + one line; when another
+ * process holds it: "DIR is in use by another kvbench (pid N holds DIR/kvbench.lock)", or "DIR is in use by
+ * another process (it holds DIR/kvbench.lock)" when the file names no live process (a holder that is not kvbench,
+ * a pid left by a killed one). */
 int kvb_lock_dir(const char *dir, char *err, size_t err_len);
+/* Release kvb_lock_dir's lock (the pid in the file is cleared first). */
+void kvb_unlock_dir(int fd);
 
 #endif

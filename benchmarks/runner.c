@@ -651,7 +651,7 @@ static void free_state(run_state *st) {
     kvb_fp_index_free(&st->done);
     kvb_shared_prefill_free(&st->pf);
     if (st->fd >= 0) close(st->fd);
-    kvb_unlock_file(st->lock_fd);
+    kvb_unlock_dir(st->lock_fd);
     kvb_model_free(st->model);
     kvb_runner_judge_free(st->judge);
     kvb_cells_free(&st->cs);

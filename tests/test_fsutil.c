@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -214,7 +215,23 @@ static void test_dir_lock_refuses_a_second_holder_naming_the_first(void) {
     }
     int st = 0;
     CU_ASSERT(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    kvb_unlock_file(fd);
+    kvb_unlock_dir(fd);
+    char *left = util_read_file(path_in("run/" KVB_DIR_LOCK_NAME), NULL);
+    CU_ASSERT(left && !left[0]); /* released: no pid to name */
+    free(left);
+    /* held by a program that is not kvbench (flock(1)), the file naming a pid no process has: no pid is named */
+    FILE *f = fopen(path_in("run/" KVB_DIR_LOCK_NAME), "w");
+    fputs("2147483646\n", f);
+    fclose(f);
+    int other = open(path_in("run/" KVB_DIR_LOCK_NAME), O_RDONLY);
+    CU_ASSERT_FATAL(other >= 0 && flock(other, LOCK_EX) == 0);
+    child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0)
+        _exit(kvb_lock_dir(path_in("run"), err, sizeof err) < 0 && strstr(err, "is in use by another process (it holds ") &&
+                      !strstr(err, "pid") ? 0 : 1);
+    CU_ASSERT(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(other);
     child = fork();
     CU_ASSERT_FATAL(child >= 0);
     if (child == 0) _exit(kvb_lock_dir(path_in("run"), err, sizeof err) >= 0 ? 0 : 1);
