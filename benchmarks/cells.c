@@ -20,14 +20,25 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
-static int add_cell(kvb_cells *cs, const char *method, const char *budget, const cJSON *opts, const kvb_method_needs *nd,
-                    char *err, size_t err_len) {
+static int add_cell(kvb_cells *cs, const char *suite_path, const char *method, const char *budget, const cJSON *opts,
+                    const kvb_method_needs *nd, char *err, size_t err_len) {
     if (cs->n == KVB_MAX_CELLS) return ERR("suite: more than %d method x budget cells", KVB_MAX_CELLS);
     kvb_run_cell *c = &cs->v[cs->n];
     memset(c, 0, sizeof *c);
     snprintf(c->method, sizeof c->method, "%s", method);
     if (kvb_budget_parse(budget, &c->budget, err, err_len)) return -1;
     kvb_budget_format(&c->budget, c->budget_str, sizeof c->budget_str);
+    snprintf(c->budget_given, sizeof c->budget_given, "%s", budget);
+    /* a record is known by its method and budget as written ("30%", "30.0%" and "3e1%" are all 30%): one cell each */
+    for (int k = 0; k < cs->n; k++) {
+        const kvb_run_cell *o = &cs->v[k];
+        if (strcmp(o->method, c->method) || strcmp(o->budget_str, c->budget_str)) continue;
+        if (strcmp(o->budget_given, c->budget_given))
+            return ERR("suite %s: budgets \"%s\" and \"%s\" are one budget (%s): method %s would run it twice", suite_path,
+                       o->budget_given, c->budget_given, c->budget_str, method);
+        return ERR("suite %s: method %s at budget %s comes twice (is the method listed twice?): a record is known by its "
+                   "method and budget", suite_path, method, c->budget_str);
+    }
     c->opts = opts;
     c->needs = *nd;
     cs->n++;
@@ -56,28 +67,48 @@ static int merged_opts(kvb_cells *cs, const char *name, const cJSON *suite_opts,
     return 0;
 }
 
-static int budget_list(const cJSON *suite, const kvb_cells_args *a, char *out, size_t cap, char *err, size_t err_len) {
-    const cJSON *budgets = cJSON_GetObjectItemCaseSensitive(suite, "budgets");
-    out[0] = 0;
-    if (a->budgets) snprintf(out, cap, "%s", a->budgets);
-    else if (cJSON_IsArray(budgets)) {
-        const cJSON *b;
-        cJSON_ArrayForEach(b, budgets) {
-            if (!cJSON_IsString(b)) return ERR("suite %s: budgets must be strings like \"30%%\"", a->suite_path);
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s", l ? "," : "", b->valuestring);
-        }
+/* The budgets as given: --budgets's comma list, else the suite's "budgets" strings; *n = 0 when none. The
+ * strings point into list_copy (caller frees) or the suite. */
+static int budget_list(const cJSON *suite, const kvb_cells_args *a, const char ***out, int *n, char **list_copy, char *err,
+                       size_t err_len) {
+    const cJSON *budgets = cJSON_GetObjectItemCaseSensitive(suite, "budgets"), *b;
+    *out = NULL, *n = 0, *list_copy = NULL;
+    int cap = 0;
+    if (a->budgets) {
+        if (!(*list_copy = strdup(a->budgets))) return ERR("out of memory");
+        for (const char *p = a->budgets; *p; p++) cap += *p == ',';
+        if (!(*out = malloc((size_t)(cap + 1) * sizeof **out))) return ERR("out of memory");
+        for (char *save, *t = strtok_r(*list_copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) (*out)[(*n)++] = t;
+        return 0;
+    }
+    if (budgets && !cJSON_IsArray(budgets)) return ERR("suite %s: \"budgets\" must be an array of strings like \"30%%\"", a->suite_path);
+    if (!(*out = malloc((size_t)(cJSON_GetArraySize(budgets) + 1) * sizeof **out))) return ERR("out of memory");
+    cJSON_ArrayForEach(b, budgets) {
+        if (!cJSON_IsString(b)) return ERR("suite %s: budgets must be strings like \"30%%\"", a->suite_path);
+        (*out)[(*n)++] = b->valuestring;
     }
     return 0;
 }
+
+static int expand(const cJSON *methods, const kvb_cells_args *a, const char **blist, int n_budgets, kvb_cells *cs,
+                  char *err, size_t err_len);
 
 int kvb_cells_expand(const cJSON *suite, const kvb_cells_args *a, kvb_cells *cs, char *err, size_t err_len) {
     memset(cs, 0, sizeof *cs);
     const cJSON *methods = cJSON_GetObjectItemCaseSensitive(suite, "methods");
     if (!cJSON_IsArray(methods) || cJSON_GetArraySize(methods) == 0)
         return ERR("suite %s: \"methods\" must be a non-empty array", a->suite_path);
-    char blist[256];
-    if (budget_list(suite, a, blist, sizeof blist, err, err_len)) return -1;
+    const char **blist = NULL;
+    char *list_copy = NULL;
+    int n_budgets = 0, rc = budget_list(suite, a, &blist, &n_budgets, &list_copy, err, err_len);
+    if (!rc) rc = expand(methods, a, blist, n_budgets, cs, err, err_len);
+    free(blist), free(list_copy);
+    return rc;
+}
+
+/* The cells of every method of the suite (narrowed by a->methods) at every budget. */
+static int expand(const cJSON *methods, const kvb_cells_args *a, const char **blist, int n_budgets, kvb_cells *cs,
+                  char *err, size_t err_len) {
     if (!(cs->owned = cJSON_CreateArray())) return ERR("out of memory");
     const cJSON *m;
     cJSON_ArrayForEach(m, methods) {
@@ -92,14 +123,12 @@ int kvb_cells_expand(const cJSON *suite, const kvb_cells_args *a, kvb_cells *cs,
         kvb_method_needs nd;
         if (kvb_opts_add_json(&o, opts, name, err, err_len) || kvb_method_needs_of(name, &o, &nd, err, err_len)) return -1;
         if (!nd.takes_budget) { /* the baseline: one cell */
-            if (add_cell(cs, name, "full", opts, &nd, err, err_len)) return -1;
+            if (add_cell(cs, a->suite_path, name, "full", opts, &nd, err, err_len)) return -1;
             continue;
         }
-        if (!blist[0]) return ERR("suite %s: method %s needs \"budgets\"", a->suite_path, name);
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", blist);
-        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (add_cell(cs, name, t, opts, &nd, err, err_len)) return -1;
+        if (!n_budgets) return ERR("suite %s: method %s needs \"budgets\"", a->suite_path, name);
+        for (int i = 0; i < n_budgets; i++)
+            if (add_cell(cs, a->suite_path, name, blist[i], opts, &nd, err, err_len)) return -1;
     }
     if (!cs->n) return ERR("no method of the suite is left after --methods %s", a->methods ? a->methods : "");
     return 0;

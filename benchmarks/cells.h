@@ -12,7 +12,8 @@
 #define KVB_MAX_CELLS 64
 
 typedef struct {
-    char method[32], budget_str[32];
+    char method[32], budget_str[32]; /* budget_str: canonical (kvb_budget_format), the records' "budget" */
+    char budget_given[32];           /* as the suite or --budgets wrote it */
     kvb_budget budget;
     const cJSON *opts;      /* the method's options (the suite's, with the command line's merged), or NULL */
     kvb_method_needs needs; /* what its method asks of the sample's session */
@@ -35,7 +36,8 @@ typedef struct {
 } kvb_cells_args;
 
 /* Expand a suite's cells; 0, or -1 + one-line error (no methods, unknown method, malformed option, a method
- * needing a budget without one, nothing left after --methods). Free with kvb_cells_free. */
+ * needing a budget without one, nothing left after --methods, one cell twice: the same method listed twice, or
+ * budgets that are one budget as recorded, "30%" and "30.0%"). Free with kvb_cells_free. */
 int kvb_cells_expand(const cJSON *suite, const kvb_cells_args *a, kvb_cells *out, char *err, size_t err_len);
 void kvb_cells_free(kvb_cells *c);
 

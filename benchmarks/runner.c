@@ -28,6 +28,7 @@
 #include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "benchmarks/shared_prefill.h"
+#include "benchmarks/suitecheck.h"
 #include "base/clock.h"
 #include "base/fsutil.h"
 #include "engine/sampler.h"
@@ -55,7 +56,8 @@ typedef struct {
 typedef struct {
     const kvb_run_opts *o;
     cJSON *suite;
-    char suite_name[64], out_dir[1024], results_path[1100], model_path[1024], model_sha[65];
+    const char *suite_name; /* the suite's "name", whole (run.json's "suite"); printed as suite_shown */
+    char suite_shown[96], out_dir[1024], results_path[1100], model_path[1024], model_sha[65];
     kvb_model *model;
     kvb_cells cs;        /* the suite's method x budget cells */
     const cell *cells;   /* = cs.v */
@@ -357,7 +359,11 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
         const char *s = jstr(j, "suite", NULL), *sha = jstr(j, "model_sha256", NULL);
         int rc = 0;
         if (!j || !s) rc = ERR("%s is not a kvbench run.json", path);
-        else if (strcmp(s, st->suite_name)) rc = ERR("%s holds results of suite '%s', not '%s' (use another --out)", st->out_dir, s, st->suite_name);
+        else if (strcmp(s, st->suite_name)) {
+            char shown[96];
+            rc = ERR("%s holds results of suite '%s', not '%s' (use another --out)", st->out_dir, kvb_str_shown(s, shown, sizeof shown),
+                     st->suite_shown);
+        }
         else if (!sha || strcmp(sha, st->model_sha)) rc = ERR("%s holds results of another model (sha256 %.12s...)", st->out_dir, sha ? sha : "?");
         else if (strcmp(jstr(j, "shard", ""), shard)) rc = ERR("%s holds shard '%s', not '%s' (use another --out)", st->out_dir, jstr(j, "shard", ""), shard);
         cJSON_Delete(j);
@@ -659,25 +665,14 @@ static void free_state(run_state *st) {
     cJSON_Delete(st->suite);
 }
 
+/* The suite read strictly (benchmarks/suitecheck.h); what needs the model is checked once it is loaded. */
 static int load_suite(run_state *st, char *err, size_t err_len) {
-    char e2[512];
-    char *buf = kvb_read_file(st->o->suite_path, NULL, e2, sizeof e2);
-    if (!buf) return ERR("cannot read suite %s", e2);
-    const char *end = NULL;
-    st->suite = cJSON_ParseWithOpts(buf, &end, 0);
-    if (!st->suite || !cJSON_IsObject(st->suite)) {
-        long line = 1;
-        for (const char *p = buf; end && p < end; p++) line += *p == '\n';
-        free(buf);
-        return ERR("suite %s:%ld: not valid JSON", st->o->suite_path, line);
-    }
-    free(buf);
-    snprintf(st->suite_name, sizeof st->suite_name, "%s", jstr(st->suite, "name", "suite"));
-    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(st->suite, "round_chunk");
-    if (rc && (!cJSON_IsNumber(rc) || rc->valuedouble < 1 || rc->valuedouble > 1 << 20 || rc->valuedouble != (int)rc->valuedouble))
-        return ERR("suite %s: \"round_chunk\" must be an integer in [1, %d] (tokens per round of a single prompt)",
-                   st->o->suite_path, 1 << 20);
-    st->round_chunk = rc ? rc->valueint : 512;
+    if (!(st->suite = kvb_suite_parse(st->o->suite_path, err, err_len)) ||
+        kvb_suite_check(st->suite, st->o->suite_path, 0, err, err_len))
+        return -1;
+    st->suite_name = jstr(st->suite, "name", "suite");
+    kvb_str_shown(st->suite_name, st->suite_shown, sizeof st->suite_shown);
+    st->round_chunk = (int)jnum(st->suite, "round_chunk", 512);
     return 0;
 }
 
@@ -700,6 +695,8 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (kvb_model_resolve(model, st.model_path, sizeof st.model_path, err, err_len)) goto done;
     if (!(st.model = kvb_model_load(st.model_path, err, err_len))) goto done;
     if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;
+    int n_ctx = o->n_ctx > 0 && o->n_ctx < st.model->cfg.n_ctx_train ? o->n_ctx : st.model->cfg.n_ctx_train;
+    if (kvb_suite_check(st.suite, o->suite_path, n_ctx, err, err_len)) goto done; /* max_new_tokens against the context */
     const char *out_dir = o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite");
     if (expand_path_fits(out_dir, st.out_dir, sizeof st.out_dir)) {
         ERR("the output folder \"%.40s...\" (%s) is longer than the %zu bytes kvbench takes; use a shorter --out",
@@ -710,6 +707,8 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (kvb_cells_expand(st.suite, &ca, &st.cs, err, err_len)) goto done;
     st.cells = st.cs.v;
     st.n_cells = st.cs.n;
+    kvb_ctx_params cp = kvb_run_ctx_params(o);
+    if (kvb_suite_check_methods(&st.cs, o->suite_path, st.model, &cp, 0, err, err_len)) goto done; /* before anything is written */
     kvb_run_engine_fingerprint(o, st.engine, sizeof st.engine);
     if (o->dump_kept && !(st.kept = fopen(o->dump_kept, "a"))) {
         ERR("--dump-kept %s: %s", o->dump_kept, strerror(errno));
@@ -753,7 +752,8 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
         goto done;
     }
     if (prepare_run_json(&st, err, err_len) || plan_shard(&st, err, err_len) ||
-        kvb_run_calibrate(o, st.model, st.suite, &st.cs, st.out_dir, stderr, err, err_len))
+        kvb_run_calibrate(o, st.model, st.suite, &st.cs, st.out_dir, stderr, err, err_len) ||
+        kvb_suite_check_methods(&st.cs, o->suite_path, st.model, &cp, 1, err, err_len)) /* those reading the profile made now */
         goto done;
     snprintf(st.results_path, sizeof st.results_path, "%s/results.jsonl", st.out_dir);
     if (load_done(&st, err, err_len)) goto done;
@@ -761,7 +761,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n * st.n_cells; k++) st.total += st.keep[i][k];
     st.finished = st.done.n < st.total ? st.done.n : st.total;
-    fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_name,
+    fprintf(stderr, "suite %s: %d tasks, %d method/budget cells, %ld records (%ld already done) -> %s\n", st.suite_shown,
             st.n_tasks, st.n_cells, st.total, st.finished, st.out_dir);
     st.t_start = kvb_now_s();
     kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);

@@ -27,7 +27,8 @@
  * "queries_per_context": K) share one prefill of their context (benchmarks/shared_prefill.h), and the records say
  * "context_group" and "shared_prefill": "first" (its prefill figures hold the context's) or "reused".
  * `full` runs once at budget "full"; every other method runs at every budget. Paths may start with "~/"
- * or "$KVB_DATA/". */
+ * or "$KVB_DATA/". The suite is read strictly (benchmarks/suitecheck.h): a malformed key, an unknown method
+ * option or one cell twice is a one-line error before anything is written. */
 #ifndef KVB_RUNNER_H
 #define KVB_RUNNER_H
 

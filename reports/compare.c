@@ -15,10 +15,11 @@ typedef struct { double drop, slow_pct, mem_pct; } tolerances;
 static int same(const char *a, const char *b) { return !strcmp(a ? a : "", b ? b : ""); }
 
 static int refuse_mismatch(const kvb_run *a, const kvb_run *b, char *err, size_t err_len) {
+    char sa[96], sb[96];
     if (!same(a->suite, b->suite))
         return ERR("runs of different suites: '%s' (%s/run.json) vs '%s' (%s/run.json); pass allow_mismatch "
                    "(kvbench compare --allow-mismatch) to compare them anyway",
-                   a->suite ? a->suite : "?", a->dir, b->suite ? b->suite : "?", b->dir);
+                   kvb_str_shown(a->suite ? a->suite : "?", sa, sizeof sa), a->dir, kvb_str_shown(b->suite ? b->suite : "?", sb, sizeof sb), b->dir);
     if (!same(a->model_sha256, b->model_sha256))
         return ERR("runs of different models: sha256 %.16s (%s/run.json) vs %.16s (%s/run.json); pass allow_mismatch "
                    "(kvbench compare --allow-mismatch) to compare them anyway",
@@ -83,9 +84,10 @@ static int only_in(const kvb_summary *have, const kvb_summary *other, const char
 }
 
 static int diff(const kvb_run *ra, const kvb_summary *a, const kvb_run *rb, const kvb_summary *b, const tolerances *t, FILE *f) {
+    char sa[96], sb[96];
     fprintf(f, "## kvbench compare\n\nbase: %s (suite %s, commit %s)  \nnew: %s (suite %s, commit %s)\n\n", ra->dir,
-            ra->suite ? ra->suite : "?", ra->git_commit ? ra->git_commit : "?", rb->dir, rb->suite ? rb->suite : "?",
-            rb->git_commit ? rb->git_commit : "?");
+            kvb_str_shown(ra->suite ? ra->suite : "?", sa, sizeof sa), ra->git_commit ? ra->git_commit : "?", rb->dir,
+            kvb_str_shown(rb->suite ? rb->suite : "?", sb, sizeof sb), rb->git_commit ? rb->git_commit : "?");
     fputs("| method@budget | task | score base | score new | Δ score | decode ms/token base | new | Δ | KV device MiB base "
           "| new | Δ |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", f);
     int bad = 0, matched = 0;

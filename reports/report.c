@@ -22,6 +22,7 @@ static void md(FILE *f, const char *s) {
     for (; s && *s; s++) {
         if (*s == '|') fputs("\\|", f);
         else if (*s == '\n' || *s == '\r') fputc(' ', f);
+        else if ((unsigned char)*s < 0x20 || *s == 0x7f) fprintf(f, "\\x%02x", (unsigned char)*s); /* not for a terminal */
         else fputc(*s, f);
     }
 }
@@ -687,7 +688,9 @@ int kvb_report_print_main(const char *run_dir, FILE *out, char *err, size_t err_
     kvb_run run;
     kvb_summary s;
     if (load(run_dir, &run, &s, err, err_len)) return -1;
-    fprintf(out, "\n%s: score x100, mean ± 95%% CI half-width (difference to full)\n\n", or_unknown(run.suite));
+    char shown[96];
+    fprintf(out, "\n%s: score x100, mean ± 95%% CI half-width (difference to full)\n\n",
+            kvb_str_shown(or_unknown(run.suite), shown, sizeof shown));
     kvb_report_main_table(&s, out);
     fputc('\n', out);
     kvb_report_efficiency_table(&run, &s, out);

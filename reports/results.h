@@ -36,6 +36,10 @@ typedef struct {
     long line; /* 1-based line in results.jsonl */
 } kvb_record;
 
+/* s as it is printed on a terminal or in a one-line message: control bytes (C0, DEL, and C1 as UTF-8) written as
+ * \xNN, so a name from a file cannot move the cursor or clear the screen; cut with "..." to fit cap. Returns out. */
+char *kvb_str_shown(const char *s, char *out, size_t cap);
+
 /* Release what a record owns and zero it. */
 void kvb_record_free(kvb_record *r);
 

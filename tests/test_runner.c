@@ -445,6 +445,64 @@ static void test_niah_grid_keeps_every_depth(void) {
     expect_error(args, "niah \"depths\"[1] must be a number in [0, 100]");
 }
 
+/* One strict reading of a suite (benchmarks/suitecheck.h), each refusal one line naming the key and what is
+ * accepted, before anything is written: an unknown method option (every cell of the method became an error record,
+ * exit 0), max_new_tokens -1, 0.5, 1e12 or 100000 (the last blamed "the budget"), text after the JSON object, a
+ * key twice, "seed": "abc" (it became 1), a count that is not a number, budgets that are one budget (30% and
+ * 30.0% would be one record key for two cells). A suite name's control characters are printed escaped. */
+static void test_a_suite_is_read_strictly_before_anything_runs(void) {
+    static const struct { const char *suite, *want; } cases[] = {
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"snapkv\", \"opts\": {\"nosuch\": 1}}], \"budgets\": [\"50%\"], "
+         "\"benchmarks\": [{\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 2}]}",
+         "method snapkv: method snapkv has no option 'nosuch'"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"max_new_tokens\": -1}]}",
+         "benchmark 1: \"max_new_tokens\" must be an integer in [1, 4096] (tokens; at most half the model's context of 8192"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"max_new_tokens\": 0.5}]}",
+         "\"max_new_tokens\" must be an integer in [1, 4096]"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"max_new_tokens\": 1e12}]}",
+         "\"max_new_tokens\" must be an integer in [1, 4096]"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"max_new_tokens\": 100000}]}",
+         "\"max_new_tokens\" must be an integer in [1, 4096]"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": []}\n{\"more\": 1}",
+         ":2: text after the suite's JSON object"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"rounds\": 2, \"rounds\": 4}]}",
+         "key \"rounds\" appears twice"},
+        {"{\"name\": \"x\", \"seed\": \"abc\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": []}",
+         "\"seed\" must be an integer in [0, 9007199254740992]"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\", \"dialogues\": \"2\"}]}",
+         "benchmark 1: \"dialogues\" must be an integer in [1, 1000000]"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"h2o\"}], \"budgets\": [\"30%\", \"30.0%\", \"3e1%\"], \"benchmarks\": []}",
+         "budgets \"30%\" and \"30.0%\" are one budget (30%): method h2o would run it twice"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"h2o\"}, {\"name\": \"h2o\", \"opts\": {\"heavy\": 0.3}}], \"budgets\": [\"30%\"], "
+         "\"benchmarks\": []}",
+         "method h2o at budget 30% comes twice"},
+    };
+    char path[400], out[256], args[1400], res[300];
+    snprintf(path, sizeof path, "%s/strict.json", dir);
+    snprintf(out, sizeof out, "%s/strict", dir);
+    snprintf(res, sizeof res, "%s/results.jsonl", out);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].suite, f);
+        fclose(f);
+        snprintf(args, sizeof args, "%s --out %s", path, out);
+        expect_error(args, cases[i].want);
+        CU_ASSERT(access(res, F_OK) != 0); /* refused before any cell ran */
+    }
+    /* ESC [2J (clear the screen) and BEL in a name reach the terminal as \x1b and \x07 */
+    FILE *f = fopen(path, "w");
+    fputs("{\"name\": \"x\\u001b[2J\\u0007y\", \"methods\": [{\"name\": \"full\"}], "
+          "\"benchmarks\": [{\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 2, \"max_new_tokens\": 1}]}", f);
+    fclose(f);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s/named --quiet > /tmp/kvb_runner_out.txt 2>/tmp/kvb_runner_err.txt%%s", path, dir);
+    CU_ASSERT(sh(cmd, "", "") == 0);
+    char *e = util_read_file("/tmp/kvb_runner_err.txt", NULL), *o = util_read_file("/tmp/kvb_runner_out.txt", NULL);
+    CU_ASSERT(e && strstr(e, "suite x\\x1b[2J\\x07y: ") && !strchr(e, '\033') && !strchr(e, '\a'));
+    CU_ASSERT(o && strstr(o, "x\\x1b[2J\\x07y: score") && !strchr(o, '\033') && !strchr(o, '\a'));
+    free(e), free(o);
+}
+
 int main(void) {
     bin = getenv("KVB_BIN");
     char model[1024];
@@ -467,6 +525,7 @@ int main(void) {
     CU_add_test(s, "results file and output folder are checked as everywhere", test_results_file_and_output_folder_are_checked_as_everywhere);
     CU_add_test(s, "long ids sharing a prefix stay apart and resume", test_long_ids_sharing_a_prefix_stay_apart_and_resume);
     CU_add_test(s, "niah grid keeps every depth", test_niah_grid_keeps_every_depth);
+    CU_add_test(s, "a suite is read strictly before anything runs", test_a_suite_is_read_strictly_before_anything_runs);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

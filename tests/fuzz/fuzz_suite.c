@@ -1,5 +1,6 @@
-/* fuzz_suite.c — the suite parser: a suite JSON file through the runner's own reading of it (load_suite:
- * JSON, round_chunk), its method x budget cells (names, budgets, method options, with command-line options
+/* fuzz_suite.c — the suite parser: a suite JSON file through the runner's own reading of it (load_suite: the
+ * strict parse and checks of benchmarks/suitecheck.h, then its model-bound checks at an 8192-token context), its
+ * method x budget cells (names, budgets, method options, with command-line options
  * merged in) and its judge object, everything the runner checks before it needs a model. runner.c is included for
  * its static functions. */
 #include "benchmarks/runner.c"
@@ -14,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&st, 0, sizeof st);
     st.o = &o;
     st.fd = st.lock_fd = -1;
-    if (load_suite(&st, err, sizeof err) == 0) {
+    if (load_suite(&st, err, sizeof err) == 0 && kvb_suite_check(st.suite, path, 8192, err, sizeof err) == 0) {
         st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), NULL, expand_path, err, sizeof err);
         /* the cells as kvb_run_suite expands them, with command-line options merged in (cells.h) */
         static const char *const cli[] = {"snapkv:window=8", "pool=avg", "h2o:heavy=0.25"};
