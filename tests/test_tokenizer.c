@@ -121,8 +121,9 @@ static void test_stream_holds_back_partial_utf8_until_complete(void) {
     CU_ASSERT_STRING_EQUAL(out, text);
 }
 
-/* A tiny SentencePiece vocabulary whose tokenizations are worked out by hand. */
-static void test_sentencepiece_merges_by_score_with_byte_fallback(void) {
+/* A tiny SentencePiece vocabulary whose tokenizations are worked out by hand (*f and *buf: the file behind it,
+ * for the caller to close and free). */
+static kvb_tokenizer *hand_spm_vocabulary(gguf_file **f, uint8_t **buf) {
     const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
                           "\xe2\x96\x81" "ab", "<0x63>", "<0x0A>"};
     float scores[] = {0, 0, 0, -3, -4, -4, -1, -2, -0.5f, 0, 0};
@@ -132,11 +133,18 @@ static void test_sentencepiece_merges_by_score_with_byte_fallback(void) {
     gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 11);
     gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 11);
     gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 11);
-    uint8_t *buf;
-    gguf_file *f = gw_open(w, &buf, err, sizeof err);
-    CU_ASSERT_FATAL(f != NULL);
-    kvb_tokenizer *t = tok_load(f, err, sizeof err);
+    *f = gw_open(w, buf, err, sizeof err);
+    CU_ASSERT_FATAL(*f != NULL);
+    kvb_tokenizer *t = tok_load(*f, err, sizeof err);
     CU_ASSERT_FATAL(t != NULL);
+    return t;
+}
+
+/* The hand-built SentencePiece vocabulary's tokenizations. */
+static void test_sentencepiece_merges_by_score_with_byte_fallback(void) {
+    uint8_t *buf;
+    gguf_file *f;
+    kvb_tokenizer *t = hand_spm_vocabulary(&f, &buf);
     int32_t *ids;
     int n;
     /* "ab" -> "▁ab": ▁+a (-1) beats a+b (-2), then ▁a+b = ▁ab; BOS first (SPM default) */
@@ -353,20 +361,9 @@ static void test_long_letter_runs_encode_as_the_textbook_bpe_loop(void) {
 /* The hand-built SentencePiece vocabulary of the test above on one long word, "abab...ab" (20000 bytes): "▁a" (-1)
  * merges first, then "▁a"+"b" = "▁ab" (-0.5), then every "ab" (-2) left to right; "abab" is no token. */
 static void test_sentencepiece_long_word_merges_as_worked_out_by_hand(void) {
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
-                          "\xe2\x96\x81" "ab", "<0x63>", "<0x0A>"};
-    float scores[] = {0, 0, 0, -3, -4, -4, -1, -2, -0.5f, 0, 0};
-    int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6};
-    gw_writer *w = gw_new();
-    gw_kv_str(w, "tokenizer.ggml.model", "llama");
-    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 11);
-    gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 11);
-    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 11);
     uint8_t *buf;
-    gguf_file *f = gw_open(w, &buf, err, sizeof err);
-    CU_ASSERT_FATAL(f != NULL);
-    kvb_tokenizer *t = tok_load(f, err, sizeof err);
-    CU_ASSERT_FATAL(t != NULL);
+    gguf_file *f;
+    kvb_tokenizer *t = hand_spm_vocabulary(&f, &buf);
     enum { PAIRS = 10000 };
     char *text = malloc(2 * PAIRS);
     for (int i = 0; i < PAIRS; i++) text[2 * i] = 'a', text[2 * i + 1] = 'b';
