@@ -5,7 +5,8 @@
  * (compression) and its budget is verified; decode samples until the stop rule (end of generation, max new
  * tokens, a stop string such as samsum's newline), and the session measures what it cost: prefill and decode
  * time, phase breakdown, KV bytes per tier, bytes moved, tokens attended per layer. The runner, `generate`,
- * `serve`, `fidelity`, `bench` and `calibrate` drive samples through it.
+ * `serve`, `fidelity` and `bench` (both forms) drive samples through it; `calibrate` does not (it prefills
+ * through its own context with capture hooks: methods/calibrate.c).
  *
  * The engine does not know the method layer: a method plugs into a session through kvb_session_method
  * (methods/method.h kvb_method_seam fills it), as it plugs into the forward pass through kvb_hooks. */
