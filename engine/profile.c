@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #ifdef KVB_HAVE_NVTX
@@ -281,7 +282,8 @@ int prof_write_trace(const prof *p, const char *path, char *err, size_t err_len)
         return -1;
     }
     char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+    /* a temporary of this process's own (two writers of one trace path never share one), renamed into place */
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
         snprintf(err, err_len, "trace: path too long");
         return -1;
     }
