@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/text.h"
+
 enum { MAX_NESTING = 8, MAX_NAME_BYTES = 65535 };
 
 typedef struct {
@@ -92,15 +94,7 @@ static int64_t sign_extend(uint64_t v, int bytes) {
 static void value_free(gguf_value *v);
 
 const char *gguf_str_safe(gguf_str s, char *out, size_t cap) {
-    if (cap == 0) return out;
-    size_t n = s.len < 100 ? (size_t)s.len : 100;
-    if (n >= cap) n = cap - 1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s.ptr[i];
-        out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-    }
-    out[n] = 0;
-    return out;
+    return kvb_str_shown_n(s.ptr, s.len < 100 ? (size_t)s.len : 100, out, cap);
 }
 
 static void safe_name(char *out, size_t cap, gguf_str s) { gguf_str_safe(s, out, cap); }

@@ -105,8 +105,8 @@ const char *gguf_vtype_name(gguf_vtype t);
 
 /* Compare a gguf_str with a C string. */
 int gguf_str_eq(gguf_str s, const char *c);
-/* A string from the file made fit for a one-line message in out (NUL-terminated): at most 100 bytes, control
- * bytes (and DEL) shown as '?', so a key or name cannot move the cursor or recolour a terminal. Returns out. */
+/* A string from the file made fit for a one-line message in out: its first 100 bytes through kvb_str_shown_n
+ * (base/text.h: control bytes as \xNN), so a key or name cannot move the cursor or recolour a terminal. */
 const char *gguf_str_safe(gguf_str s, char *out, size_t cap);
 
 #endif

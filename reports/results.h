@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "base/text.h" /* kvb_str_shown, for the names a report prints */
+
 struct cJSON;
 
 /* One results.jsonl record. Strings are owned by the run: NULL when absent or null, except method, budget
@@ -36,9 +38,6 @@ typedef struct {
     long line; /* 1-based line in results.jsonl */
 } kvb_record;
 
-/* s as it is printed on a terminal or in a one-line message: control bytes (C0, DEL, and C1 as UTF-8) written as
- * \xNN, so a name from a file cannot move the cursor or clear the screen; cut with "..." to fit cap. Returns out. */
-char *kvb_str_shown(const char *s, char *out, size_t cap);
 
 /* Release what a record owns and zero it. */
 void kvb_record_free(kvb_record *r);
