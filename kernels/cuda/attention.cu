@@ -734,14 +734,7 @@ extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel ==
 
 /* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.7-2.2x v1's GB/s at every point, test_cuda_ops
  * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references */
-extern "C" int kvb_cuda_attention_kernel(void) {
-    if (!g_kernel) {
-        const char *v = getenv("KVB_ATTN_KERNEL");
-        const int k = v && *v ? atoi(v) : 3;
-        g_kernel = k == 1 || k == 2 ? k : 3;
-    }
-    return g_kernel;
-}
+extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 3, 3); }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {

@@ -343,18 +343,11 @@ __device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const fl
     }
 }
 
-static int g_gemv_kernel; /* 0 = not chosen yet, else 1 or 2 */
+static int g_gemv_kernel; /* 0 = not chosen yet, else 1, 2 or 3 */
 
 extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 || k == 3 ? k : 1; }
 
-static int gemv_kernel(void) {
-    if (!g_gemv_kernel) {
-        const char *v = getenv("KVB_GEMV_KERNEL");
-        const int k = v ? atoi(v) : 1;
-        g_gemv_kernel = k == 2 || k == 3 ? k : 1;
-    }
-    return g_gemv_kernel;
-}
+static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 3, 1); }
 
 extern "C" const char *kvb_cuda_kernels(void) {
     static char line[128];
