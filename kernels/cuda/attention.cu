@@ -732,7 +732,7 @@ static int g_kernel; /* 0 = not chosen yet */
 
 extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 1 || kernel == 2 ? kernel : 3; }
 
-/* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.7-2.2x v1's GB/s at every point, test_cuda_ops
+/* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.2-2.1x v1's GB/s, 1.6-2.1x at >= 32K; test_cuda_ops
  * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references */
 extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 3, 3); }
 
