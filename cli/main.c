@@ -88,12 +88,13 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
         char *eq = strchr(kv, '=');
         const char *val = eq ? eq + 1 : "";
         if (eq) *eq = 0;
-        if (!strcmp(kv, "attn") && (!strcmp(val, "1") || !strcmp(val, "2") || !strcmp(val, "3"))) attn = atoi(val);
+        const int digit = val[0] >= '1' && val[0] <= '9' && !val[1] ? val[0] - '0' : 0;
+        if (!strcmp(kv, "attn") && digit >= 1 && digit <= 4) attn = digit;
         else if (!strcmp(kv, "prefill") && (!strcmp(val, "tc") || !strcmp(val, "cuda"))) tc = !strcmp(val, "tc");
-        else if (!strcmp(kv, "gemv") && (!strcmp(val, "1") || !strcmp(val, "2") || !strcmp(val, "3"))) gemv = atoi(val);
-        else if (!strcmp(kv, "probs") && (!strcmp(val, "1") || !strcmp(val, "2"))) probs = atoi(val);
+        else if (!strcmp(kv, "gemv") && digit >= 1 && digit <= 4) gemv = digit;
+        else if (!strcmp(kv, "probs") && digit >= 1 && digit <= 2) probs = digit;
         else
-            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3, prefill=tc|cuda, gemv=1|2|3, probs=1|2",
+            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3|4, prefill=tc|cuda, gemv=1|2|3|4, probs=1|2",
                             opt, kv, eq ? "=" : "", val), -1;
     }
     if (attn) kvb_cuda_attention_set_kernel(attn);

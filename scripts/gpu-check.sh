@@ -22,7 +22,7 @@
 #   KVB_GPU_PACK        FILE.tgz: OUTDIR re-packed there (summary.md beside it) after every step
 #   KVB_GPU_DRY=1       no GPU: every step's command resolved and written to its log, its program checked
 #   KVB_GPU_NEW         the candidate kernel set of the *-new, methods-8b and omnikv-128k steps and of the second
-#                       test_cuda_model (default "KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3
+#                       test_cuda_model (default "KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4
 #                       KVB_PROBS_KERNEL=2")
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
 #   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
@@ -34,10 +34,10 @@
 # Steps (each one row of summary.md, its log beside it):
 #   tests             test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
 #                     test_cuda_model again on the candidate set
-#   bench-attention   decode attention v1/v2/v3, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
+#   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
-#                     GEMVs v1 and v3; the default decode kernel's detailed sections
+#                     GEMVs v1 and v4; decode attention v4's detailed sections
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
 #   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
@@ -167,7 +167,7 @@ summary=$outdir/summary.md
 steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-profile loads synthetic synthetic-new synthetic-batch synthetic-profile methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
-read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=3 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=3 KVB_PROBS_KERNEL=2}"
+read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
 new_kernels=(env "${new_set[@]}")
 step_timeout=${KVB_STEP_TIMEOUT:-540}
 deadline=${KVB_GPU_DEADLINE:-540} # seconds from the start for all steps together (a lent GPU: 600 s a command)
@@ -291,11 +291,11 @@ step_ncu() {
             python3 "$3/scripts/ncu_summary.py" "$2/ncu.csv"' _ "$bin/kvbench" "$outdir" "$root"
         # the default decode kernel in detail, so a low % comes back with its cause: throughput, memory chart,
         # occupancy and its limiters, launch shape, where the warps stall
-        step "ncu: decode attention v3 in detail (32K; batch 1, 8)" ncu_detail.log ncu --clock-control none \
-            --kernel-name regex:k_attn_dec --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        step "ncu: decode attention v4 in detail (32K; batch 1, 8)" ncu_detail.log ncu --clock-control none \
+            --kernel-name regex:k_attn_dec_tc --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section Occupancy --section LaunchStats --section WarpStateStats \
             "$bin/kvbench" bench-attention --ctx 32768 --batch 1,8 --iters 1 --torch off
-        for gv in 1 3; do
+        for gv in 1 4; do
             step "ncu: decode GEMVs, kernel v$gv (default model's shapes, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \
                     --page raw --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \

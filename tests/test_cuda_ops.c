@@ -112,9 +112,9 @@ static void test_matmul(void) {
 }
 
 /* the fusions the forward pass takes: matmul_n (QKV, gate/up in one GEMV launch), add_rmsnorm and rope_qk equal
- * the separate ops bit for bit, for 1..4 tokens, both GEMV kernels, out aliasing d, both rope pairings */
+ * the separate ops bit for bit, for 1..4 tokens, every GEMV kernel, out aliasing d, both rope pairings */
 static void test_fused_ops_equal_the_separate_ops(void) {
-    const int64_t cols = 576, rows[3] = {576, 192, 192};
+    const int64_t cols = 576, rows[3] = {577, 193, 190}; /* not multiples of 4: GEMV v4's warps straddle matrices */
     kvb_f16 *wq[3];
     kvb_weight w[3];
     for (int i = 0; i < 3; i++) {
@@ -129,7 +129,7 @@ static void test_fused_ops_equal_the_separate_ops(void) {
     put(dx, x, 4 * cols * 4);
     for (int i = 0; i < 3; i++) dsep[i] = dev_f32(4 * rows[i]), dfused[i] = dev_f32(4 * rows[i]);
     int same = 1;
-    for (int kern = 1; kern <= 3; kern++) {
+    for (int kern = 1; kern <= 4; kern++) {
         kvb_cuda_set_gemv_kernel(kern);
         for (int64_t n_tok = 1; n_tok <= 4; n_tok++)
             for (int k = 2; k <= 3; k++) {
@@ -202,16 +202,18 @@ static void test_matmul_gemv2(void) {
     kvb_cuda_set_gemv_kernel(1);
 }
 
-/* GEMV v3 (eight loads in flight per lane, predicated tail): one pass and several, every token count, and the
- * sums equal v1's bit for bit (the same order) */
-static void test_matmul_gemv3(void) {
-    kvb_cuda_set_gemv_kernel(3);
+/* a GEMV candidate (v3: eight loads in flight per lane, predicated tail; v4: four rows a warp, the input loaded
+ * once for them): one pass and several, every token count, row counts that are not a multiple of the warp's, and
+ * the sums equal v1's bit for bit (the same order) */
+static void check_gemv_equals_v1(int kern) {
+    kvb_cuda_set_gemv_kernel(kern);
     check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: one partial pass */
     check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: two full passes */
     check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
     check_matmul(GGML_T_Q4_1, 100, 14336, 3);
     check_matmul(GGML_T_F16, 64, 1032, 4);
     check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the scalar path */
+    check_matmul(GGML_T_F16, 3, 8, 2);       /* fewer rows than a warp takes */
     const int64_t rows = 97, cols = 4104;
     kvb_f16 *wq = malloc((size_t)rows * cols * sizeof(kvb_f16));
     for (int64_t j = 0; j < rows * cols; j++) wq[j] = kvb_f32_to_f16((float)urand());
@@ -230,6 +232,10 @@ static void test_matmul_gemv3(void) {
     keep(wq);
     free(x), free(a), free(b);
 }
+
+static void test_matmul_gemv3(void) { check_gemv_equals_v1(3); }
+
+static void test_matmul_gemv4(void) { check_gemv_equals_v1(4); }
 
 static void test_get_rows(void) {
     const int64_t rows = 1001, cols = 576;
@@ -509,11 +515,12 @@ static void test_attention_v2(void) {
     kvb_cuda_attention_set_kernel(was);
 }
 
-/* v3 (register-only, KVB_ATTN_KERNEL=3) on every shape it takes: 4-row and 8-row blocks, head_dim 64 and 128,
- * chunks of rows, index lists, masks, GQA groups of 1 to 7, a list shorter than a warp's pass */
-static void test_attention_v3(void) {
+/* v3 (register-only, KVB_ATTN_KERNEL=3) and v4 (tensor cores, KVB_ATTN_KERNEL=4) on every shape they take: 4-row and
+ * 8-row blocks, head_dim 64 and 128, chunks of rows, index lists, masks, GQA groups of 1 to 7, a list shorter than a
+ * warp's pass, a long list over many splits; the float64 bounds of the other kernels */
+static void check_decode_kernel(int kernel) {
     const int was = kvb_cuda_attention_kernel();
-    kvb_cuda_attention_set_kernel(3);
+    kvb_cuda_attention_set_kernel(kernel);
     check_attention(64, 2, 3, 3, 1000, 1, 1);
     check_attention(128, 2, 4, 1, 20000, 1, 1);
     check_attention(128, 1, 4, 1, 33, 1, 0);
@@ -522,11 +529,16 @@ static void test_attention_v3(void) {
     check_attention(64, 4, 1, 1, 5000, 1, 1);
     check_attention(128, 2, 7, 1, 3000, 1, 1);
     check_attention(128, 2, 4, 2, 9, 1, 0);
+    check_attention(128, 1, 8, 1, 70001, 1, 0);
     ordered_pos = 1;
     check_attention(128, 2, 4, 3, 2000, 1, 1);
     ordered_pos = 0;
     kvb_cuda_attention_set_kernel(was);
 }
+
+static void test_attention_v3(void) { check_decode_kernel(3); }
+
+static void test_attention_v4(void) { check_decode_kernel(4); }
 
 /* the candidate probabilities pass (KVB_PROBS_KERNEL=2): decode and prefill-sized blocks, index lists, masks,
  * more entries than one chunk of a block, head_dim 64 and 128 */
@@ -651,6 +663,7 @@ int main(void) {
     CU_add_test(s, "matmul (F16, Q8_0, Q4_1; GEMV and cuBLAS)", test_matmul);
     CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
     CU_add_test(s, "matmul through GEMV v3 (KVB_GEMV_KERNEL=3), equal to v1", test_matmul_gemv3);
+    CU_add_test(s, "matmul through GEMV v4 (KVB_GEMV_KERNEL=4), equal to v1", test_matmul_gemv4);
     CU_add_test(s, "fused matmul_n, add_rmsnorm and rope_qk equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
@@ -658,6 +671,7 @@ int main(void) {
     CU_add_test(s, "attention through the op table", test_attention);
     CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
     CU_add_test(s, "attention v3 (register-only) through the op table", test_attention_v3);
+    CU_add_test(s, "attention v4 (tensor-core decode) through the op table", test_attention_v4);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
     CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attn_decode.h"
 #include "kernels/cuda/attn_prefill.h"
+#include "kernels/cuda/attn_split.cuh"
 #include "kernels/cuda/candidate.h"
 
 
@@ -134,28 +136,7 @@ extern "C" int kvb_cuda_attention_probs_kernel(void) { return probs_kernel(); }
 /* ---- split-KV decode (and chunked prefill): a block = (KV head, split of the list, chunk of <= RMAX rows)
  * where rows are (query, head of the GQA group) pairs, so each K/V row is read once per block for all of them.
  * Warps take keys in turn; a lane holds head_dim/32 contiguous elements (coalesced 8-byte loads for d=128). */
-enum { RMAX = 8, DWARPS = 4 };
-
-/* what a block (KV head g, split, chunk of rows) covers: key list entries [j0, j1) and rows row0..row0+R-1 */
-struct block_span {
-    const int32_t *kp, *ix; /* positions (NULL = no mask) and index list (NULL = all slots) of KV head g */
-    int64_t j0, j1;
-    int row0, R;
-};
-
-__device__ __forceinline__ block_span span_of(const kvb_cuda_attn &a, int g, int split, int chunk, int n_split,
-                                              int n_rows) {
-    block_span sp;
-    sp.kp = (a.q_pos && a.k_pos) ? a.k_pos[g] : NULL;
-    sp.ix = a.idx ? a.idx[g] : NULL;
-    const int64_t len = sp.ix ? a.n_idx[g] : a.n_kv[g];
-    const int64_t per = (len + n_split - 1) / n_split;
-    sp.j0 = (int64_t)split * per;
-    sp.j1 = sp.j0 + per < len ? sp.j0 + per : len;
-    sp.row0 = chunk * RMAX;
-    sp.R = n_rows - sp.row0 < RMAX ? n_rows - sp.row0 : RMAX;
-    return sp;
-}
+enum { DWARPS = 4 };
 
 template <int E, int F16>
 __global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
@@ -249,13 +230,12 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int
     for (int i = 0; i < RMAX; i++)
         for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * 32 * E + lane * E + e] = acc[i][e];
     __syncthreads();
-    const int stride = D + 2;
     for (int i = warp; i < R; i += DWARPS) {
         float M = -INFINITY;
         for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w][i]);
         float L = 0.f;
         for (int w = 0; w < DWARPS; w++) L += sm[w][i] == -INFINITY ? 0.f : sl[w][i] * __expf(sm[w][i] - M);
-        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        float *dst = partial_of(part, g, (int)gridDim.z, chunk, i, n_split, split, D);
         for (int d = lane; d < D; d += 32) {
             float o = 0.f;
             for (int w = 0; w < DWARPS; w++)
@@ -366,13 +346,13 @@ __device__ __forceinline__ void write_partials(unsigned char *smem, const block_
 #pragma unroll
         for (int e = 0; e < E; e++) sacc[(warp * RMAX + i) * D + lane * E + e] = acc[i][e];
     __syncthreads();
-    const int stride = D + 2, chunk = blockIdx.z;
+    const int chunk = blockIdx.z;
     for (int i = warp; i < sp.R; i += DWARPS) {
         float M = -INFINITY;
         for (int w = 0; w < DWARPS; w++) M = fmaxf(M, sm[w * RMAX + i]);
         float L = 0.f;
         for (int w = 0; w < DWARPS; w++) L += sm[w * RMAX + i] == -INFINITY ? 0.f : sl[w * RMAX + i] * __expf(sm[w * RMAX + i] - M);
-        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
+        float *dst = partial_of(part, g, (int)gridDim.z, chunk, i, n_split, split, D);
         for (int d = lane; d < D; d += 32) {
             float o = 0.f;
             for (int w = 0; w < DWARPS; w++)
@@ -667,22 +647,8 @@ __global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int
         }
     }
     __syncthreads();
-    const int stride = D + 2;
-    for (int x = threadIdx.x; x < RC * D; x += blockDim.x) {
-        const int i = x / D, d = x % D;
-        if (i >= sp.R) break;
-        float M = -INFINITY;
-        for (int w = 0; w < V3_WARPS; w++) M = fmaxf(M, sm[w][i]);
-        float L = 0.f, o = 0.f;
-        for (int w = 0; w < V3_WARPS; w++) {
-            const float c = sm[w][i] == -INFINITY ? 0.f : __expf(sm[w][i] - M);
-            L += sl[w][i] * c;
-            o += sacc[w][i][d] * c;
-        }
-        float *dst = part + (((int64_t)g * gridDim.z + chunk) * RMAX + i) * (int64_t)n_split * stride + (int64_t)split * stride;
-        dst[2 + d] = o;
-        if (d == 0) dst[0] = M, dst[1] = L;
-    }
+    merge_warps<V3_WARPS, RC, D>(sm, sl, sacc, sp.R, partial_of(part, g, (int)gridDim.z, chunk, 0, n_split, split, D),
+                                 (int64_t)n_split * (D + 2));
 }
 
 /* v3's splits: at most the plan's (the workspace is sized for those) and no more blocks than fit on the GPU at
@@ -730,11 +696,12 @@ __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chu
 
 static int g_kernel; /* 0 = not chosen yet */
 
-extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel == 1 || kernel == 2 ? kernel : 3; }
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel >= 1 && kernel <= 4 ? kernel : 3; }
 
 /* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.2-2.1x v1's GB/s, 1.6-2.1x at >= 32K; test_cuda_ops
- * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references */
-extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 3, 3); }
+ * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references, 4 the tensor-core
+ * candidate (attn_decode.cu) */
+extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 4, 3); }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {
@@ -832,7 +799,12 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
             cudaFuncSetAttribute(k_attn_tile2<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile2_smem<4>());
             raised_tile = 1;
         }
-        const int kern = a->kernel >= 1 && a->kernel <= 3 ? a->kernel : kvb_cuda_attention_kernel();
+        const int kern = a->kernel >= 1 && a->kernel <= 4 ? a->kernel : kvb_cuda_attention_kernel();
+        if (kern == 4) { /* v4, tensor cores (attn_decode.cu): its own split count, the merge told so */
+            const int ns = kvb_cuda_decode_tc(&c, n_split, n_rows, n_chunks, part, s);
+            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, ns, n_rows, n_chunks, part);
+            return probs_and_check(&c, s, err, err_len);
+        }
         if (kern == 3) { /* v3: its own split count (one wave), the merge told so */
             const int bps = (int)a->n_head_kv * n_chunks;
             int ns;

@@ -323,9 +323,8 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t n, int64_t total
 
 /* ---- GEMV for decode: out[t][r] = W[r] . x[t], t < NT; one warp per row, 16-byte weight loads ---- */
 
-/* one 16-byte group of 8 weights times x[t][c0 .. c0+7] into acc[t] */
-template <int NT>
-__device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const float *x, int64_t cols, int64_t c0) {
+/* acc += 8 weights (one 16-byte group) . 8 inputs (a, b) */
+__device__ __forceinline__ void dot8(float &acc, uint4 raw, float4 a, float4 b) {
     const __half2 *h2 = (const __half2 *)&raw;
     float wf[8];
 #pragma unroll
@@ -334,20 +333,24 @@ __device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const fl
         wf[2 * k] = f.x;
         wf[2 * k + 1] = f.y;
     }
+    acc += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+}
+
+/* one 16-byte group of 8 weights times x[t][c0 .. c0+7] into acc[t] */
+template <int NT>
+__device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const float *x, int64_t cols, int64_t c0) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4 *xv = (const float4 *)(x + t * cols + c0);
-        float4 a = __ldg(xv), b = __ldg(xv + 1);
-        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y + wf[6] * b.z +
-                  wf[7] * b.w;
+        dot8(acc[t], raw, __ldg(xv), __ldg(xv + 1));
     }
 }
 
-static int g_gemv_kernel; /* 0 = not chosen yet, else 1, 2 or 3 */
+static int g_gemv_kernel; /* 0 = not chosen yet, else 1..4 */
 
-extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k == 2 || k == 3 ? k : 1; }
+extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k >= 2 && k <= 4 ? k : 1; }
 
-static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 3, 1); }
+static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 4, 1); }
 
 extern "C" const char *kvb_cuda_kernels(void) {
     static char line[128];
@@ -434,6 +437,58 @@ __global__ void __launch_bounds__(256) k_gemv_n(gemv_set s, const float *x, int6
         }
     }
     gemv_store<NT>(acc, s.out[i], s.rows[i], r, lane);
+}
+
+/* v4 (KVB_GEMV_KERNEL=4): a warp takes GEMV4_ROWS rows at once, so each 16-byte group of x it loads serves that
+ * many rows (v1-v3 load x once per row: as many L1 bytes as weight bytes, twice over), with two groups of each row
+ * in flight; each row's per-lane sums add in v1's order, so the results are v1's bit for bit */
+enum { GEMV4_ROWS = 4, GEMV4_WARPS = 4 };
+
+template <int NT>
+__global__ void __launch_bounds__(GEMV4_WARPS * 32) k_gemv_r4(gemv_set s, const float *x, int64_t cols, int64_t total) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t first = ((int64_t)blockIdx.x * GEMV4_WARPS + warp) * GEMV4_ROWS;
+    const uint4 *w4[GEMV4_ROWS];
+    float *out[GEMV4_ROWS];
+    int64_t row[GEMV4_ROWS], rows[GEMV4_ROWS];
+#pragma unroll
+    for (int k = 0; k < GEMV4_ROWS; k++) { /* row first + k of the matrices laid end to end (NULL past the end) */
+        int64_t r = first + k;
+        int i = 0;
+        while (i < 3 && r >= s.rows[i]) r -= s.rows[i++];
+        const bool ok = first + k < total && i < 3;
+        w4[k] = ok ? (const uint4 *)(s.w[i] + r * cols) : NULL;
+        out[k] = ok ? s.out[i] : NULL;
+        row[k] = r, rows[k] = ok ? s.rows[i] : 0;
+    }
+    float acc[GEMV4_ROWS][NT];
+#pragma unroll
+    for (int k = 0; k < GEMV4_ROWS; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0.f;
+    const int64_t nv = cols >> 3;
+    for (int64_t v = lane; v < nv; v += 64) {
+        uint4 w[2][GEMV4_ROWS];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int k = 0; k < GEMV4_ROWS; k++)
+                w[h][k] = w4[k] && v + 32 * h < nv ? __ldg(w4[k] + v + 32 * h) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (v + 32 * h >= nv) break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float4 *xv = (const float4 *)(x + t * cols + (v + 32 * h) * 8);
+                const float4 a = __ldg(xv), b = __ldg(xv + 1);
+#pragma unroll
+                for (int k = 0; k < GEMV4_ROWS; k++) dot8(acc[k][t], w[h][k], a, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < GEMV4_ROWS; k++)
+        if (out[k]) gemv_store<NT>(acc[k], out[k], rows[k], row[k], lane);
 }
 
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
@@ -601,11 +656,24 @@ static int cuda_sync(kvb_backend *be) {
     return be->error[0] ? -1 : 0;
 }
 
-/* k_gemv_n over the matrices of s (total rows) for n_tok <= 4 tokens, v1, v2 or v3 by KVB_GEMV_KERNEL */
+/* k_gemv_n (v1, v2, v3) or k_gemv_r4 (v4) over the matrices of s (total rows) for n_tok <= 4 tokens, by KVB_GEMV_KERNEL */
 static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const float *x, int64_t cols, int64_t n_tok) {
+    const int ver = gemv_kernel();
+    if (ver == 4 && (cols & 7) == 0) {
+        const int64_t per = (int64_t)GEMV4_WARPS * GEMV4_ROWS;
+        const unsigned g4 = (unsigned)((total + per - 1) / per);
+#define GEMV_R4(NT) k_gemv_r4<NT><<<g4, GEMV4_WARPS * 32, 0, im->stream>>>(*s, x, cols, total)
+        switch (n_tok) {
+        case 1: GEMV_R4(1); break;
+        case 2: GEMV_R4(2); break;
+        case 3: GEMV_R4(3); break;
+        default: GEMV_R4(4); break;
+        }
+#undef GEMV_R4
+        return CK_LAUNCH(k_gemv_r4);
+    }
     const int warps = 8;
     const unsigned grid = (unsigned)((total + warps - 1) / warps);
-    const int ver = gemv_kernel();
 #define GEMV_N(NT) (ver == 3   ? k_gemv_n<NT, 3><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
                     : ver == 2 ? k_gemv_n<NT, 2><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
                                : k_gemv_n<NT, 1><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols))
