@@ -1,7 +1,8 @@
 /* ggml_dots_check.c — kvbench's activation quantizers and dot products against llama.cpp's own compiled
  * CPU kernels, bit for bit (built and run by scripts/ggml_dots_check.sh; needs a llama.cpp checkout).
  * For each weight type: random weights quantized by kvbench, random activations at two scales, and
- * llama.cpp's quantize_row_q8_* and ggml_vec_dot_*; prints how many of the trials are byte-identical. */
+ * llama.cpp's quantize_row_q8_* and ggml_vec_dot_*; prints how many of the trials are byte-identical. Every
+ * other trial of a 32-value type drops one block, so an odd block count (IQ4_NL's tail) is checked too. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,10 @@ GGML_DOT(ggml_vec_dot_q8_0_q8_0)
 GGML_DOT(ggml_vec_dot_q4_K_q8_K)
 GGML_DOT(ggml_vec_dot_q5_K_q8_K)
 GGML_DOT(ggml_vec_dot_q6_K_q8_K)
+GGML_DOT(ggml_vec_dot_q2_K_q8_K)
+GGML_DOT(ggml_vec_dot_q3_K_q8_K)
+GGML_DOT(ggml_vec_dot_iq4_xs_q8_K)
+GGML_DOT(ggml_vec_dot_iq4_nl_q8_0)
 
 static float frand(unsigned *s) {
     *s = *s * 1103515245u + 12345u;
@@ -38,6 +43,9 @@ int main(void) {
         {GGML_T_Q5_0, quantize_row_q8_0, ggml_vec_dot_q5_0_q8_0}, {GGML_T_Q5_1, quantize_row_q8_1, ggml_vec_dot_q5_1_q8_1},
         {GGML_T_Q8_0, quantize_row_q8_0, ggml_vec_dot_q8_0_q8_0}, {GGML_T_Q4_K, quantize_row_q8_K, ggml_vec_dot_q4_K_q8_K},
         {GGML_T_Q5_K, quantize_row_q8_K, ggml_vec_dot_q5_K_q8_K}, {GGML_T_Q6_K, quantize_row_q8_K, ggml_vec_dot_q6_K_q8_K},
+        {GGML_T_Q2_K, quantize_row_q8_K, ggml_vec_dot_q2_K_q8_K}, {GGML_T_Q3_K, quantize_row_q8_K, ggml_vec_dot_q3_K_q8_K},
+        {GGML_T_IQ4_XS, quantize_row_q8_K, ggml_vec_dot_iq4_xs_q8_K},
+        {GGML_T_IQ4_NL, quantize_row_q8_0, ggml_vec_dot_iq4_nl_q8_0},
     };
     enum { N = 4864, TRIALS = 200 }; /* Qwen2.5-0.5B's FFN width: 19 K-blocks, 152 small blocks */
     static float w[N], x[N];
@@ -48,17 +56,18 @@ int main(void) {
         int act_same = 0, dot_same = 0;
         for (int trial = 0; trial < TRIALS; trial++) {
             const float scale = trial % 3 ? 0.5f : 30.0f;
-            for (int i = 0; i < N; i++) w[i] = frand(&seed), x[i] = scale * frand(&seed);
-            quant_quantize_row(cases[k].t, w, wq, N);
-            quant_act_quantize(cases[k].t, x, ours_act, N);
-            cases[k].quantize(x, ggml_act, N);
-            act_same += !memcmp(ours_act, ggml_act, quant_act_row_bytes(cases[k].t, N));
+            const int n = trial % 2 && ggml_block_elems(cases[k].t) == 32 ? N - 32 : N;
+            for (int i = 0; i < n; i++) w[i] = frand(&seed), x[i] = scale * frand(&seed);
+            quant_quantize_row(cases[k].t, w, wq, n);
+            quant_act_quantize(cases[k].t, x, ours_act, n);
+            cases[k].quantize(x, ggml_act, n);
+            act_same += !memcmp(ours_act, ggml_act, quant_act_row_bytes(cases[k].t, n));
             /* both dots on llama.cpp's activations, so a dot difference is the dot's own */
-            float ours = quant_vec_dot(cases[k].t, N, wq, ggml_act), theirs;
-            cases[k].dot(N, &theirs, 0, wq, 0, ggml_act, 0, 1);
+            float ours = quant_vec_dot(cases[k].t, n, wq, ggml_act), theirs;
+            cases[k].dot(n, &theirs, 0, wq, 0, ggml_act, 0, 1);
             dot_same += !memcmp(&ours, &theirs, sizeof ours);
         }
-        printf("%-5s activations identical %3d/%d, dots identical %3d/%d\n", ggml_type_name(cases[k].t), act_same,
+        printf("%-6s activations identical %3d/%d, dots identical %3d/%d\n", ggml_type_name(cases[k].t), act_same,
                TRIALS, dot_same, TRIALS);
         failed |= act_same != TRIALS || dot_same != TRIALS;
     }

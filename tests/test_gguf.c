@@ -217,11 +217,11 @@ static void test_hand_made_bad_headers_name_the_problem(void) {
     CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "unknown tensor type 99"));
     free(buf);
     gw_free(w);
-    /* a real ggml type kvbench does not read (Q3_K = 11) is refused by its name, in one line */
+    /* a real ggml type kvbench does not read (IQ3_XXS = 18) is refused by its name, in one line */
     w = gw_new();
-    gw_tensor(w, "t.q3k", (ggml_type)11, 1, ne, d, sizeof d);
+    gw_tensor(w, "t.iq3", (ggml_type)18, 1, ne, d, sizeof d);
     gw_finish(w, &buf, &len);
-    CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "t.q3k") && strstr(err, "Q3_K") &&
+    CU_ASSERT(gguf_open_mem(buf, len, err, sizeof err) == NULL && strstr(err, "t.iq3") && strstr(err, "IQ3_XXS") &&
               !strchr(err, '\n'));
     free(buf);
     gw_free(w);

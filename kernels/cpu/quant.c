@@ -100,7 +100,8 @@ void quant_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
         }
         return;
     }
-    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: case GGML_T_Q8_K:
+    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: case GGML_T_Q8_K: case GGML_T_Q2_K: case GGML_T_Q3_K:
+    case GGML_T_IQ4_XS: case GGML_T_IQ4_NL:
         quant_k_dequant_row(t, src, y, n);
         return;
     default:
@@ -241,9 +242,10 @@ int quant_quantize_row(ggml_type t, const float *x, void *dst, int64_t n) {
 
 ggml_type quant_act_type(ggml_type t) {
     switch (t) {
-    case GGML_T_Q4_0: case GGML_T_Q5_0: case GGML_T_Q8_0: return GGML_T_Q8_0;
+    case GGML_T_Q4_0: case GGML_T_Q5_0: case GGML_T_Q8_0: case GGML_T_IQ4_NL: return GGML_T_Q8_0;
     case GGML_T_Q4_1: case GGML_T_Q5_1: return GGML_T_Q8_1;
-    case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: return GGML_T_Q8_K;
+    case GGML_T_Q2_K: case GGML_T_Q3_K: case GGML_T_Q4_K: case GGML_T_Q5_K: case GGML_T_Q6_K: case GGML_T_IQ4_XS:
+        return GGML_T_Q8_K;
     case GGML_T_F16: return GGML_T_F16;
     default: return GGML_T_F32;
     }
@@ -509,7 +511,7 @@ static float dot_one(ggml_type t, int64_t n, const void *w, const void *a) {
 
 void quant_vec_dot_multi(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int n_act,
                          float *out) {
-    if (quant_k_is_k(t)) {
+    if (quant_k_is_k(t) || t == GGML_T_IQ4_NL) {
         quant_k_dot_multi(t, n, w, act, stride, n_act, out, !g_force_scalar);
         return;
     }

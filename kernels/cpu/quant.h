@@ -1,11 +1,11 @@
 /* quant.h — ggml's block formats, dequantization, activation quantization and dot products.
  *
  * Weights stay quantized; before a matmul the activation row is quantized once to the
- * weight type's activation format, exactly as ggml's CPU backend does (Q4_0/Q5_0/Q8_0
- * weights -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16/F32 -> F32),
+ * weight type's activation format, exactly as ggml's CPU backend does (Q4_0/Q5_0/Q8_0/IQ4_NL
+ * weights -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q2_K..Q6_K/IQ4_XS -> Q8_K, F16 -> F16, BF16/F32 -> F32),
  * and the dot product is integer per block, then scaled in llama.cpp's float order.
  * Matching ggml's activation rounding and order is what keeps our logits next to
- * llama.cpp's. The K-quants live in quant_k.c. */
+ * llama.cpp's. The K-quants live in quant_k.c, Q2_K, Q3_K and the 4-bit I-quants in quant_lowbit.c. */
 #ifndef KVB_QUANT_H
 #define KVB_QUANT_H
 
@@ -26,6 +26,10 @@ typedef struct { kvb_f16 d, s; int8_t qs[QK]; } block_q8_1; /* s = d * sum(qs) *
 typedef struct { kvb_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
 typedef struct { kvb_f16 d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kvb_f16 d; } block_q6_K;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kvb_f16 d, dmin; } block_q2_K; /* scale | min << 4 */
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kvb_f16 d; } block_q3_K;
+typedef struct { kvb_f16 d; uint8_t qs[QK / 2]; } block_iq4_nl; /* 4-bit indices into a 16-value table */
+typedef struct { kvb_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
 /* activations for K-quant weights: d = amax / -127 (float), bsums[g] = sum of qs over group g of 16 */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 
@@ -39,6 +43,10 @@ _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+_Static_assert(sizeof(block_q2_K) == 84, "q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "q3_K layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
 
 /* Dequantize n elements (a multiple of the block size) of type t. */
 void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);

@@ -21,7 +21,9 @@
 
 static inline float F(kvb_f16 h) { return kvb_f16_to_f32(h); }
 
-int quant_k_is_k(ggml_type t) { return t == GGML_T_Q4_K || t == GGML_T_Q5_K || t == GGML_T_Q6_K; }
+int quant_k_is_k(ggml_type t) {
+    return t == GGML_T_Q4_K || t == GGML_T_Q5_K || t == GGML_T_Q6_K || (quant_lowbit_has(t) && t != GGML_T_IQ4_NL);
+}
 
 /* ---------- unpacking ---------- */
 
@@ -89,6 +91,10 @@ static void dequant_k4(float d, float dmin, const uint8_t *scales, const int8_t 
 }
 
 void quant_k_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
+    if (quant_lowbit_has(t)) {
+        quant_lowbit_dequant_row(t, src, y, n);
+        return;
+    }
     int8_t w[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         switch (t) {
@@ -182,6 +188,7 @@ static void quantize_q6_K_block(const float *x, block_q6_K *b) {
 }
 
 int quant_k_quantize_row(ggml_type t, const float *x, void *dst, int64_t n) {
+    if (quant_lowbit_has(t)) return quant_lowbit_quantize_row(t, x, dst, n);
     if (!quant_k_is_k(t)) return -1;
     uint8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
@@ -241,9 +248,7 @@ void quant_k_quantize_q8_K(const float *x, block_q8_K *y, int64_t n) {
 
 /* ---------- scalar dot products (the AVX2 order) ---------- */
 
-/* lane l = sum over the eight 32-value chunks c of sc16[2c + l/4] * (integer dot of elements 32c+4l..+3):
- * the integers AVX2's maddubs + madd leave in lane l (sc16: the scale of each 16-value group) */
-static void k_lanes(const int8_t *w, const int16_t *sc16, const int8_t *y, int32_t lane[8]) {
+void quant_k_lanes(const int8_t *w, const int16_t *sc16, const int8_t *y, int32_t lane[8]) {
     for (int l = 0; l < 8; l++) lane[l] = 0;
     for (int c = 0; c < 8; c++)
         for (int l = 0; l < 8; l++) {
@@ -276,7 +281,7 @@ static float dot_k4_scalar(ggml_type t, int64_t n, const void *vx, const block_q
         int16_t sc16[16];
         for (int s = 0; s < 8; s++) sc16[2 * s] = sc16[2 * s + 1] = sc[s];
         int32_t lane[8];
-        k_lanes(w, sc16, y[i].qs, lane);
+        quant_k_lanes(w, sc16, y[i].qs, lane);
         const float d = y[i].d * F(xd), dmin = -y[i].d * F(xdmin);
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
         const int16_t *bs = y[i].bsums;
@@ -303,7 +308,7 @@ static float dot_q6_K_scalar(int64_t n, const block_q6_K *x, const block_q8_K *y
         int16_t sc16[16];
         for (int g = 0; g < 16; g++) sc16[g] = x[i].scales[g];
         int32_t lane[8];
-        k_lanes(w, sc16, y[i].qs, lane);
+        quant_k_lanes(w, sc16, y[i].qs, lane);
         const int16_t *bs = y[i].bsums;
         for (int l = 0; l < 8; l++) lane[l] -= 32 * (sc16[2 * l] * bs[2 * l] + sc16[2 * l + 1] * bs[2 * l + 1]);
         const float d = y[i].d * F(x[i].d);
@@ -321,62 +326,76 @@ static inline float hsum4(__m128 s) {
     return _mm_cvtss_f32(s);
 }
 
-/* 8 int32 lanes: sum over the 8 chunks of scale[c] (int16 per pair of bytes) * maddubs(q[c], y chunk c) */
-static inline __m256i k_sumi(const __m256i *q, const __m256i *scale, const int8_t *y) {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int c = 0; c < 8; c++) {
-        const __m256i p16 = _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(y + 32 * c)));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[c], p16));
-    }
-    return sumi;
+/* shuffle k of K4_SHUFFLE broadcasts the int16 at position k of a 128-bit half to all of its 16 lanes */
+static const uint8_t K4_SHUFFLE[8][32] = {
+#define S2(a) a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1
+    {S2(0), S2(0)}, {S2(2), S2(2)}, {S2(4), S2(4)}, {S2(6), S2(6)},
+    {S2(8), S2(8)}, {S2(10), S2(10)}, {S2(12), S2(12)}, {S2(14), S2(14)},
+#undef S2
+};
+static inline __m256i k4_pick(__m256i scales, int k) {
+    return _mm256_shuffle_epi8(scales, _mm256_loadu_si256((const __m256i *)K4_SHUFFLE[k]));
 }
 
-/* Q4_K or Q5_K with up to 4 activation rows: each block is unpacked once (quants, scales, mins) */
-static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act, size_t stride, int n_act, float *out) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m128 acc_m[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-    float summs[4] = {0, 0, 0, 0};
+/* Q4_K/Q5_K's twelve scale bytes as 16 int16: the eight 6-bit scales (low half), then the eight mins — the
+ * bit layout of k4_scales done on 32-bit words */
+static inline __m256i k4_scales_mins(const uint8_t *q) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint32_t sc_lo = u[0] & m6, mn_lo = u[1] & m6;
+    const uint32_t sc_hi = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+}
+
+/* Q4_K (Q5 = 0) or Q5_K (Q5 = 1) against N activation rows. The quants of a 64-value pair of chunks are
+ * built once and dotted with every row; every row's integer lanes are the scalar k_lanes', so the float
+ * steps (one fma per block, then the minimums, the horizontal sums) are the only order that matters. */
+QS_INLINE void rows_k4(const int Q5, const int N, int64_t n, const void *vx, const uint8_t *act, size_t stride,
+                       float *out) {
+    __m256 acc[4];
+    __m128 acc_m[4];
+    float summs[4];
+    for (int a = 0; a < N; a++) acc[a] = _mm256_setzero_ps(), acc_m[a] = _mm_setzero_ps(), summs[a] = 0.0f;
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i q[8], scale[8];
-        kvb_f16 xd, xdmin;
-        const uint8_t *scales;
-        if (t == GGML_T_Q4_K) {
-            const block_q4_K *b = (const block_q4_K *)vx + i;
-            for (int j = 0; j < 4; j++) {
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
-                q[2 * j] = _mm256_and_si256(bits, m4);
-                q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const block_q4_K *b4 = (const block_q4_K *)vx + i;
+        const block_q5_K *b5 = (const block_q5_K *)vx + i;
+        const uint8_t *qs = Q5 ? b5->qs : b4->qs;
+        const __m256i sm = k4_scales_mins(Q5 ? b5->scales : b4->scales);
+        const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+        const __m128i mins = _mm256_extracti128_si256(sm, 1);
+        const __m256i hbits = Q5 ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
+        __m256i sumi[4];
+        for (int a = 0; a < N; a++) sumi[a] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            if (Q5) {
+                ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+                qh = _mm256_or_si256(qh,
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
             }
-            xd = b->d, xdmin = b->dmin, scales = b->scales;
-        } else {
-            const block_q5_K *b = (const block_q5_K *)vx + i;
-            const __m256i hbits = _mm256_loadu_si256((const __m256i *)b->qh);
-            for (int j = 0; j < 4; j++) {
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
-                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
-                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
-                q[2 * j] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-                q[2 * j + 1] =
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
+            const __m256i sl = k4_pick(scales, 2 * j), sh = k4_pick(scales, 2 * j + 1);
+            for (int a = 0; a < N; a++) {
+                const int8_t *y = ((const block_q8_K *)(act + a * stride) + i)->qs + 64 * j;
+                const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)y)));
+                const __m256i ph =
+                    _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(y + 32))));
+                sumi[a] = _mm256_add_epi32(sumi[a], _mm256_add_epi32(pl, ph));
             }
-            xd = b->d, xdmin = b->dmin, scales = b->scales;
         }
-        uint8_t sc[8], mn[8];
-        k4_scales(scales, sc, mn);
-        for (int s = 0; s < 8; s++) scale[s] = _mm256_set1_epi16(sc[s]);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-        const float dx = F(xd), dminx = F(xdmin);
-        for (int a = 0; a < n_act; a++) {
+        const float dx = F(Q5 ? b5->d : b4->d), dminx = F(Q5 ? b5->dmin : b4->dmin);
+        for (int a = 0; a < N; a++) {
             const block_q8_K *y = (const block_q8_K *)(act + a * stride) + i;
-            const __m256i sumi = k_sumi(q, scale, y->qs);
-            acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[a]);
+            acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[a]), acc[a]);
             /* q8s[k] = bsums[2k] + bsums[2k+1] (32-value sums); prod[m] = mins . q8s over 2m, 2m+1 */
             const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
                                                _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
             const __m128i prod = _mm_madd_epi16(mins, q8s);
             const float dmin = -y->d * dminx;
-            if (t == GGML_T_Q4_K) {
+            if (!Q5) {
                 acc_m[a] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[a]);
             } else {
                 const __m128i h = _mm_hadd_epi32(_mm_hadd_epi32(prod, prod), prod);
@@ -384,56 +403,88 @@ static void multi_k4(ggml_type t, int64_t n, const void *vx, const uint8_t *act,
             }
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]) + (t == GGML_T_Q4_K ? hsum4(acc_m[a]) : summs[a]);
+    for (int a = 0; a < N; a++) out[a] = gc_sum8v(acc[a]) + (Q5 ? summs[a] : hsum4(acc_m[a]));
 }
 
-static void multi_q6_K(int64_t n, const block_q6_K *x, const uint8_t *act, size_t stride, int n_act, float *out) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+/* Q6_K against N activation rows: the unsigned 6-bit values dotted, the offset 32 taken off through bsums */
+QS_INLINE void rows_q6_K(const int N, int64_t n, const block_q6_K *x, const uint8_t *act, size_t stride, float *out) {
+    __m256 acc[4];
+    for (int a = 0; a < N; a++) acc[a] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i q[8], scale[8];
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i sumi[4];
+        for (int a = 0; a < N; a++) {
+            /* (q - 32) . y as q . y minus 32 x (scales . bsums), lane by lane as llama.cpp splits it */
+            const block_q8_K *y = (const block_q8_K *)(act + a * stride) + i;
+            sumi[a] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums),
+                                                                           scales16), 5));
+        }
         for (int h = 0; h < 2; h++) {
             const __m256i lo1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i lo2 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
             const __m256i hi = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(lo1, m4), _mm256_slli_epi16(_mm256_and_si256(hi, m3), 4));
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(lo2, m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), m3), 4));
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m3), 4));
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m3), 4));
-        }
-        /* chunk c: scales[2c] on its first 16 values, scales[2c+1] on the rest, as int16 */
-        for (int c = 0; c < 8; c++)
-            scale[c] = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[2 * c + 1]), _mm_set1_epi16(x[i].scales[2 * c]));
-        const float dx = F(x[i].d);
-        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        for (int a = 0; a < n_act; a++) {
-            const block_q8_K *y = (const block_q8_K *)(act + a * stride) + i;
-            /* (q - 32) . y as q . y minus 32 x (scales . bsums), lane by lane as llama.cpp splits it */
-            const __m256i off = _mm256_slli_epi32(
-                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), scales16), 5);
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++) {
-                const __m256i yq = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[c], _mm256_maddubs_epi16(q[c], yq)));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(lo1, m4), _mm256_slli_epi16(_mm256_and_si256(hi, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(lo2, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo2, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                /* chunk c = 4h + k: scales[2c] on its first 16 values, scales[2c+1] on the rest */
+                const int c = 4 * h + k;
+                const __m256i scale = qs_scale_pair(sc8, c);
+                for (int a = 0; a < N; a++) {
+                    const int8_t *y = ((const block_q8_K *)(act + a * stride) + i)->qs + 32 * c;
+                    sumi[a] = _mm256_add_epi32(
+                        sumi[a], _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)y))));
+                }
             }
-            sumi = _mm256_sub_epi32(sumi, off);
-            acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[a]);
+        }
+        const float dx = F(x[i].d);
+        for (int a = 0; a < N; a++) {
+            const block_q8_K *y = (const block_q8_K *)(act + a * stride) + i;
+            acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[a]), acc[a]);
         }
     }
-    for (int a = 0; a < n_act; a++) out[a] = gc_sum8v(acc[a]);
+    for (int a = 0; a < N; a++) out[a] = gc_sum8v(acc[a]);
+}
+
+static void multi_q4_K(int64_t n, const void *w, const uint8_t *act, size_t stride, int n_act, float *out) {
+#define CALL(N) rows_k4(0, N, n, w, act, stride, out)
+    QS_ROWS_BY_N(CALL, n_act)
+#undef CALL
+}
+static void multi_q5_K(int64_t n, const void *w, const uint8_t *act, size_t stride, int n_act, float *out) {
+#define CALL(N) rows_k4(1, N, n, w, act, stride, out)
+    QS_ROWS_BY_N(CALL, n_act)
+#undef CALL
+}
+static void multi_q6_K(int64_t n, const void *w, const uint8_t *act, size_t stride, int n_act, float *out) {
+#define CALL(N) rows_q6_K(N, n, w, act, stride, out)
+    QS_ROWS_BY_N(CALL, n_act)
+#undef CALL
 }
 #endif
 
 void quant_k_dot_multi(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int n_act, float *out,
                        int simd) {
+    if (quant_lowbit_has(t)) {
+        quant_lowbit_dot_multi(t, n, w, act, stride, n_act, out, simd);
+        return;
+    }
 #if KVB_HAVE_AVX2
     if (simd) {
-        if (t == GGML_T_Q6_K) multi_q6_K(n, w, act, stride, n_act, out);
-        else multi_k4(t, n, w, act, stride, n_act, out);
-        return;
+        switch (t) {
+        case GGML_T_Q4_K: multi_q4_K(n, w, act, stride, n_act, out); return;
+        case GGML_T_Q5_K: multi_q5_K(n, w, act, stride, n_act, out); return;
+        case GGML_T_Q6_K: multi_q6_K(n, w, act, stride, n_act, out); return;
+        default: break;
+        }
     }
 #else
     (void)simd;

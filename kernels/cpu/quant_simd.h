@@ -37,6 +37,35 @@ static inline __m256 qs_dot_u8_i8(__m256i u, __m256i s) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
+/* i8 x i8 products summed in pairs as 16 int16: |a| times b with a's sign (llama.cpp's mul_add_epi8) */
+static inline __m256i qs_maddubs_i8(__m256i a, __m256i b) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* the int8 scales 2c and 2c+1 of sc (16 of them) as 16 int16: eight times scale 2c, then eight times 2c+1 (the
+ * scales of the two 16-value groups of 32-value chunk c, as madd takes them after a maddubs) */
+static inline __m256i qs_scale_pair(__m128i sc, int c) {
+    const __m128i pick = _mm_or_si128(_mm_set1_epi64x(0x0101010101010101ll * (2 * c)),
+                                      _mm_set_epi64x(0x0101010101010101ll, 0));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+}
+
+#if defined(__GNUC__)
+#define QS_INLINE static inline __attribute__((always_inline))
+#else
+#define QS_INLINE static inline
+#endif
+
+/* a kernel's activation-row count n_act (1-4) as a constant, so its row loop unrolls and its sums stay in
+ * registers: call_n(N) is the call for N rows */
+#define QS_ROWS_BY_N(call_n, n_act) \
+    switch (n_act) {                \
+    case 1: call_n(1); break;       \
+    case 2: call_n(2); break;       \
+    case 3: call_n(3); break;       \
+    default: call_n(4); break;      \
+    }
+
 /* sum of i8 x i8 products as 8 floats: |a| times b with a's sign */
 static inline __m256 qs_dot_i8_i8(__m256i a, __m256i b) {
     return qs_dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
