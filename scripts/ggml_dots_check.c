@@ -2,12 +2,15 @@
  * CPU kernels, bit for bit (built and run by scripts/ggml_dots_check.sh; needs a llama.cpp checkout).
  * For each weight type: random weights quantized by kvbench, random activations at two scales, and
  * llama.cpp's quantize_row_q8_* and ggml_vec_dot_*; prints how many of the trials are byte-identical. Every
- * other trial of a 32-value type drops one block, so an odd block count (IQ4_NL's tail) is checked too. */
+ * other trial of a 32-value type drops one block, so an odd block count (IQ4_NL's tail) is checked too.
+ * With --fixture FILE it also writes llama.cpp's dots of the seeded random-byte rows of tests/kquant_blocks.h as
+ * JSON (tests/fixtures/ggml_dots.json, which tests/test_kquant.c checks without llama.cpp). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/cpu/quant.h"
+#include "tests/kquant_blocks.h"
 
 typedef void (*ggml_quantize_fn)(const float *x, void *y, int64_t k);
 typedef void (*ggml_dot_fn)(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
@@ -33,7 +36,36 @@ static float frand(unsigned *s) {
     return ((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-int main(void) {
+/* llama.cpp's dot of each fixture trial (random-byte weights, its own activation quantizer), as float bits */
+static int write_fixture(const char *path, const ggml_type *types, const ggml_quantize_fn *quantize,
+                         const ggml_dot_fn *dot, int n_types) {
+    FILE *f = fopen(path, "w");
+    if (!f) return perror(path), 1;
+    static uint8_t wq[KQB_N * 2], act[KQB_N * 2];
+    static float x[KQB_N];
+    fprintf(f, "{\"engine\":\"llama.cpp ggml_vec_dot_* (scripts/ggml_dots_check.sh)\",\"n\":%d,\"trials\":%d,"
+               "\"dots\":{", KQB_N, KQB_TRIALS);
+    for (int k = 0; k < n_types; k++) {
+        uint32_t seed = 1000u + (uint32_t)types[k];
+        fprintf(f, "%s\"%s\":[", k ? "," : "", ggml_type_name(types[k]));
+        for (int trial = 0; trial < KQB_TRIALS; trial++) {
+            const int64_t n = kqb_trial_n(types[k], trial);
+            kqb_random_row(types[k], wq, n, &seed);
+            kqb_activations(x, n, trial, &seed);
+            quantize[k](x, act, n);
+            float d;
+            dot[k]((int)n, &d, 0, wq, 0, act, 0, 1);
+            uint32_t bits;
+            memcpy(&bits, &d, 4);
+            fprintf(f, "%s%u", trial ? "," : "", bits);
+        }
+        fprintf(f, "]");
+    }
+    fprintf(f, "}}\n");
+    return fclose(f) != 0;
+}
+
+int main(int argc, char **argv) {
     const struct {
         ggml_type t;
         ggml_quantize_fn quantize;
@@ -70,6 +102,15 @@ int main(void) {
         printf("%-6s activations identical %3d/%d, dots identical %3d/%d\n", ggml_type_name(cases[k].t), act_same,
                TRIALS, dot_same, TRIALS);
         failed |= act_same != TRIALS || dot_same != TRIALS;
+    }
+    if (argc == 3 && !strcmp(argv[1], "--fixture")) {
+        const int nt = (int)(sizeof KQB_TYPES / sizeof *KQB_TYPES);
+        ggml_quantize_fn q[16];
+        ggml_dot_fn d[16];
+        for (int i = 0; i < nt; i++)
+            for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+                if (cases[k].t == KQB_TYPES[i]) q[i] = cases[k].quantize, d[i] = cases[k].dot;
+        failed |= write_fixture(argv[2], KQB_TYPES, q, d, nt);
     }
     return failed;
 }

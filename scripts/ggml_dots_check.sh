@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# ggml_dots_check.sh LLAMA_CPP_DIR — compile llama.cpp's CPU quantization kernels (ggml-quants.c and the
+# ggml_dots_check.sh LLAMA_CPP_DIR [--fixture tests/fixtures/ggml_dots.json] — compile llama.cpp's CPU quantization kernels (ggml-quants.c and the
 # x86 ggml-cpu quants file) from a checkout, link them beside kvbench's kernels library, and check that
 # kvbench's activation quantizers and dot products give the same bytes (scripts/ggml_dots_check.c).
 # Builds like llama.cpp does: -std=gnu11 (so its `a += b * c` contract to fmas) and -march=native.
-# Exit 0 when every type matches. Needs ./build/libkvb_kernels.a (cmake --build build), or the one in
+# --fixture also writes llama.cpp's dots of seeded random blocks for tests/test_kquant.c. Exit 0 when every type
+# matches. Needs ./build/libkvb_kernels.a (cmake --build build), or the one in
 # $KVB_BUILD_DIR.
 set -euo pipefail
 src="${1:?usage: scripts/ggml_dots_check.sh LLAMA_CPP_DIR}/ggml/src"
@@ -35,4 +36,4 @@ C
 $cc -O2 -march=native -c "$tmp/ggml_stubs.c" -o "$tmp/ggml_stubs.o"
 $cc -O2 -march=native -std=c11 -I"$root" "$root/scripts/ggml_dots_check.c" "$tmp/cpu_quants.o" "$tmp/quants.o" \
     "$tmp/ggml_stubs.o" "${KVB_BUILD_DIR:-$root/build}/libkvb_kernels.a" -lm -lpthread -o "$tmp/ggml_dots_check"
-"$tmp/ggml_dots_check"
+"$tmp/ggml_dots_check" "${@:2}"
