@@ -454,18 +454,18 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         if (!sp->p.real_rounds)
             snprintf(m->note, sizeof m->note, "single prompt: rounds are %d-token chunks (%d rounds)", st->round_chunk, sp->p.n_rounds);
     } else {
-        /* a method that prefills itself, given a single round (nothing to select from), adopts like the others */
-        if (kvb_method_adopt(m, c, sp->share, err, err_len)) goto done;
-        /* hidden: the question reaches the compressed cache only now, so the method never saw it */
-        if (sp->split && kvb_forward(c, sp->p.ids + sp->split, sp->p.n - sp->split, err, err_len)) goto done;
-        /* a question reusing its group's context prefill counts only its own part (the first question holds it) */
-        kvb_session_prefilled(&res->ses, (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3);
+        /* a method that prefills itself, given a single round (nothing to select from), adopts like the others;
+         * hidden: the question reaches the compressed cache only after the end of prefill, so the method never saw
+         * it; a question reusing its group's context prefill counts only its own part (the first one holds it) */
+        double shared_ms = (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3;
+        int64_t tail = sp->split ? sp->p.n - sp->split : 0;
+        if (kvb_session_adopt(&res->ses, sp->share, shared_ms, sp->p.ids + sp->split, tail, err, err_len)) goto done;
     }
     if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
         kvb_session_decode(&res->ses, err, err_len) ||
         kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "end", err, err_len))
         goto done;
-    if (m->describe) m->describe(m, res->params, sizeof res->params);
+    if (m->def->describe) m->def->describe(m, res->params, sizeof res->params);
     snprintf(res->note, sizeof res->note, "%s", m->note);
     rc = 0;
 done:

@@ -44,7 +44,7 @@ int kvb_run_kept_note(FILE *out, kvb_kept *k, kvb_ctx *c, const kvb_method *m, c
     if (!k) return 0;
     if (!strcmp(when, "prefill")) {
         char params[240] = "", fields[600];
-        if (m->describe) m->describe((kvb_method *)m, params, sizeof params);
+        if (m->def->describe) m->def->describe((kvb_method *)m, params, sizeof params);
         cJSON *h = cJSON_CreateObject();
         cJSON_AddStringToObject(h, "method", m->name);
         cJSON_AddStringToObject(h, "budget", budget);

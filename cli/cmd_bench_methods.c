@@ -71,7 +71,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     row->decode_ms = kvb_session_ms_per_token(&ses);
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) row->phase_ms[ph] = ses.steps ? ses.dec_phase_ms[ph] / ses.steps : 0;
     row->kv = ses.kv_end;
-    row->formula = meth->formula_frac ? meth->formula_frac(meth, c) : -1;
+    row->formula = meth->def->formula_frac ? meth->def->formula_frac(meth, c) : -1;
     row->attended = ses.attended;
     for (int d = 0; d < KVB_COPY_DIRS; d++) {
         int64_t cn = 0, cb = 0;
@@ -85,7 +85,7 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
         row->loads += prof_calls(c->prof, (prof_stage)st, PROF_H2D);
     }
     snprintf(row->name, sizeof row->name, "%s", name);
-    if (meth->describe) meth->describe(meth, row->desc, sizeof row->desc);
+    if (meth->def->describe) meth->def->describe(meth, row->desc, sizeof row->desc);
     rc = 0;
 done:
     kvb_session_free(&ses);
@@ -126,7 +126,7 @@ int cmd_bench_methods(int argc, char **argv) {
     int n_names = 0;
     names[n_names++] = "full";
     for (char *t = strtok(list, ","); t && n_names < 16; t = strtok(NULL, ",")) {
-        const kvb_method_info *info = kvb_method_find(t);
+        const kvb_method_def *info = kvb_method_find(t);
         if (!info) return cli_fail("bench: unknown method '%s'", t);
         if (!(info->traits & KVB_NO_BUDGET)) names[n_names++] = t; /* the baseline runs first anyway */
     }

@@ -272,7 +272,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "decode:  %d tokens generated, no decode step\n", ses.n_gen);
     if (kv_report) {
         char desc[256] = "", bud[32];
-        if (method->describe) method->describe(method, desc, sizeof desc);
+        if (method->def->describe) method->def->describe(method, desc, sizeof desc);
         kvb_budget_format(&mo.budget, bud, sizeof bud);
         fprintf(stderr, "method:  %s budget %s (%s)%s%s\n", method->name, bud, desc, method->note[0] ? "; " : "",
                 method->note);

@@ -1,235 +1,36 @@
-/* model.c — llama-family config, weights and the forward pass.
+/* model.c — the inference context and the forward pass (weights: model_load.c; architectures: arch.c).
  *
- * The forward pass follows llama.cpp's graph for arch llama/qwen2 so that token
- * ids and logits agree with it: per layer
- *   x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))       n = RMSNorm(attn_norm)
- *   x += Wdown · (silu(Wgate·n'(x)) * Wup·n'(x))                 n' = RMSNorm(ffn_norm)
- * and logits = Wout · RMSNorm(output_norm)(x). The phases carry the names of
- * Round Attention's latency decomposition (calc_qkv_and_rope, update_cache,
- * attn_forward, attn_output, mlp), which are also the profiler's and NVTX's names. */
+ * The forward pass follows llama.cpp's graph for each architecture (forward_chunk spells the layer out) so that
+ * token ids and logits agree with it. The phases carry the names of Round Attention's latency decomposition
+ * (calc_qkv_and_rope, update_cache, attn_forward, attn_output, mlp), which are also the profiler's and NVTX's
+ * names. Sliding-window layers (Gemma 3's local layers, Mistral) attend over their window through the
+ * attention_window op; their KV store still holds every token (the window is a mask, not yet an eviction). */
 #include "engine/model.h"
-#include "engine/synthetic.h"
-
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
-/* Models kvbench fetches by name (scripts/fetch-model.sh NAME) into the model cache. */
-static const struct {
-    const char *name, *file;
-} known_models[] = {
-    {"default", "SmolLM2-135M-Instruct.Q4_1.gguf"},
-    {"qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.gguf"},
-};
+/* 1 when layer l attends over the sliding window only */
+static int is_local(const kvb_config *cfg, int l) { return cfg->n_swa > 0 && cfg->swa_layer[l]; }
 
-int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *err, size_t err_len) {
-    syn_spec syn;
-    if (syn_is_name(name) && syn_parse(name, &syn, err, err_len)) return -1;
-    const char *file = NULL;
-    for (size_t i = 0; i < sizeof known_models / sizeof *known_models; i++)
-        if (!strcmp(name, known_models[i].name)) file = known_models[i].file;
-    if (!file) {
-        if ((size_t)snprintf(path_out, path_cap, "%s", name) >= path_cap) return ERR("model path too long");
-        return 0;
+/* Layer l's RoPE: the model's (scaled where its GGUF says so, with the rope_freqs divisors), or on a Gemma 3 local
+ * layer its own base and no interpolation (llama.cpp's get_rope_freq_base/scale for SWA layers). */
+static kvb_rope_params layer_rope(const kvb_model *m, int l) {
+    const kvb_config *cfg = &m->cfg;
+    kvb_rope_params r = cfg->rope;
+    r.freq_factors = m->rope_freqs;
+    if (cfg->post_norms && is_local(cfg, l)) { /* gemma3 */
+        r.freq_base = cfg->rope_freq_base_swa;
+        r.freq_scale = 1.0f;
     }
-    const char *dir = getenv("KVB_MODEL_DIR");
-    const char *home = getenv("HOME");
-    int n;
-    if (dir && *dir)
-        n = snprintf(path_out, path_cap, "%s/%s", dir, file);
-    else
-        n = snprintf(path_out, path_cap, "%s/.cache/kvbench/models/%s", home ? home : ".", file);
-    if (n < 0 || (size_t)n >= path_cap) return ERR("model path too long");
-    FILE *f = fopen(path_out, "rb");
-    if (!f) return ERR("model '%s' not found at %s (run scripts/fetch-model.sh %s)", name, path_out, name);
-    fclose(f);
-    return 0;
+    return r;
 }
 
-static int get_u32_arch(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, char *err,
-                        size_t err_len) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_u32(f, key, out, err, err_len);
-}
-
-int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_len) {
-    memset(cfg, 0, sizeof *cfg);
-    gguf_str arch;
-    if (gguf_get_str(f, "general.architecture", &arch, err, err_len)) return -1;
-    char shown[128];
-    if (arch.len >= sizeof cfg->arch)
-        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", gguf_str_safe(arch, shown, sizeof shown));
-    memcpy(cfg->arch, arch.ptr, arch.len);
-    cfg->arch[arch.len] = 0;
-    if (strcmp(cfg->arch, "llama") && strcmp(cfg->arch, "qwen2"))
-        return ERR("unsupported architecture '%s' (supported: llama, qwen2)", gguf_str_safe(arch, shown, sizeof shown));
-    uint32_t v;
-    if (get_u32_arch(f, cfg->arch, "block_count", &v, err, err_len)) return -1;
-    cfg->n_layer = (int)v;
-    if (get_u32_arch(f, cfg->arch, "embedding_length", &v, err, err_len)) return -1;
-    cfg->n_embd = (int)v;
-    if (get_u32_arch(f, cfg->arch, "feed_forward_length", &v, err, err_len)) return -1;
-    cfg->n_ff = (int)v;
-    if (get_u32_arch(f, cfg->arch, "attention.head_count", &v, err, err_len)) return -1;
-    cfg->n_head = (int)v;
-    cfg->n_head_kv = cfg->n_head;
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", cfg->arch);
-    if (gguf_find(f, key) && gguf_get_u32(f, key, &v, err, err_len) == 0) cfg->n_head_kv = (int)v;
-    if (get_u32_arch(f, cfg->arch, "context_length", &v, err, err_len)) return -1;
-    cfg->n_ctx_train = (int)v;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", cfg->arch);
-    if (gguf_get_f32(f, key, &cfg->rms_eps, err, err_len)) return -1;
-    /* a NaN or negative epsilon (or 0, which divides an all-zero row, e.g. a padding token's embedding, by
-     * zero) and a base that is not a positive number make every logit NaN; refuse them here, by key, rather
-     * than let generation read NaN logits as "the first token is end of generation" */
-    if (!(cfg->rms_eps > 0) || !isfinite(cfg->rms_eps))
-        return ERR("%s is %g: it must be a positive finite number", key, (double)cfg->rms_eps);
-    cfg->rope_freq_base = 10000.0f;
-    snprintf(key, sizeof key, "%s.rope.freq_base", cfg->arch);
-    if (gguf_find(f, key) && gguf_get_f32(f, key, &cfg->rope_freq_base, err, err_len)) return -1;
-    if (!(cfg->rope_freq_base > 0) || !isfinite(cfg->rope_freq_base))
-        return ERR("%s is %g: it must be a positive finite number", key, (double)cfg->rope_freq_base);
-    if (cfg->n_layer <= 0 || cfg->n_layer > 1024 || cfg->n_embd <= 0 || cfg->n_embd > 65536 || cfg->n_head <= 0 ||
-        cfg->n_head > 1024 || cfg->n_head_kv <= 0 || cfg->n_head % cfg->n_head_kv || cfg->n_embd % cfg->n_head ||
-        cfg->n_ff <= 0 || cfg->n_ff > 1 << 20 || cfg->n_ctx_train <= 0)
-        return ERR("implausible model dimensions in metadata (layers %d, embd %d, heads %d/%d, ffn %d)", cfg->n_layer,
-                   cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->n_ff);
-    cfg->head_dim = cfg->n_embd / cfg->n_head;
-    cfg->n_rot = cfg->head_dim;
-    snprintf(key, sizeof key, "%s.rope.dimension_count", cfg->arch);
-    if (gguf_find(f, key)) {
-        if (gguf_get_u32(f, key, &v, err, err_len)) return -1;
-        if ((int)v > cfg->head_dim || v % 2) return ERR("rope dimension %u does not fit head size %d", v, cfg->head_dim);
-        cfg->n_rot = (int)v;
-    }
-    cfg->rope_neox = strcmp(cfg->arch, "qwen2") == 0;
-    cfg->has_qkv_bias = strcmp(cfg->arch, "qwen2") == 0;
-    return 0;
-}
-
-/* Bind a weight matrix of the expected shape [cols, rows]. */
-static int bind_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, kvb_weight *w, char *err,
-                       size_t err_len) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) return ERR("missing tensor '%s'", name);
-    if ((int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
-        return ERR("tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name, (unsigned long long)t->ne[0],
-                   (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
-    w->data = t->data;
-    w->type = t->type;
-    w->rows = rows;
-    w->cols = cols;
-    return 0;
-}
-
-static int bind_vector(const gguf_file *f, const char *name, int64_t n, int required, const float **out, char *err,
-                       size_t err_len) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    *out = NULL;
-    if (!t) return required ? ERR("missing tensor '%s'", name) : 0;
-    if (t->type != GGML_T_F32) return ERR("tensor '%s' must be F32, found %s", name, ggml_type_name(t->type));
-    if ((int64_t)t->ne[0] != n || t->n_dims != 1) return ERR("tensor '%s' must have %lld elements", name, (long long)n);
-    if (((uintptr_t)t->data) % sizeof(float)) return ERR("tensor '%s' is misaligned", name);
-    *out = t->data;
-    return 0;
-}
-
-kvb_model *kvb_model_load(const char *path, char *err, size_t err_len) {
-    kvb_model *m = calloc(1, sizeof *m);
-    if (!m) { snprintf(err, err_len, "out of memory"); return NULL; }
-    snprintf(m->path, sizeof m->path, "%s", path);
-    if (syn_is_name(path)) {
-        if (syn_model_init(m, path, err, err_len)) goto fail;
-        return m;
-    }
-    char sub[512];
-    m->gguf = gguf_open(path, sub, sizeof sub);
-    if (!m->gguf) {
-        snprintf(err, err_len, "%s: %s", path, sub);
-        goto fail;
-    }
-    if (kvb_config_read(m->gguf, &m->cfg, err, err_len)) goto fail;
-    const kvb_config *c = &m->cfg;
-    const gguf_file *f = m->gguf;
-    int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
-    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
-    if (!emb) {
-        snprintf(err, err_len, "missing tensor 'token_embd.weight'");
-        goto fail;
-    }
-    c = &m->cfg;
-    if (emb->ne[1] > (1u << 24)) { /* the tokenizer's own bound; n_vocab is an int */
-        snprintf(err, err_len, "%s: tensor 'token_embd.weight' has %llu rows, more than the %d tokens a vocabulary may "
-                 "have", path, (unsigned long long)emb->ne[1], 1 << 24);
-        goto fail;
-    }
-    m->cfg.n_vocab = (int)emb->ne[1];
-    if (bind_matrix(f, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd, err, err_len)) goto fail;
-    if (gguf_find_tensor(f, "output.weight")) {
-        if (bind_matrix(f, "output.weight", c->n_embd, c->n_vocab, &m->output, err, err_len)) goto fail;
-    } else {
-        m->output = m->tok_embd;
-        m->cfg.tied_output = 1;
-    }
-    if (bind_vector(f, "output_norm.weight", c->n_embd, 1, &m->output_norm, err, err_len)) goto fail;
-    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        snprintf(err, err_len, "out of memory");
-        goto fail;
-    }
-    for (int l = 0; l < c->n_layer; l++) {
-        kvb_layer *L = &m->layers[l];
-        char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-        if (bind_vector(f, NAME("attn_norm.weight"), c->n_embd, 1, &L->attn_norm, err, err_len) ||
-            bind_vector(f, NAME("ffn_norm.weight"), c->n_embd, 1, &L->ffn_norm, err, err_len) ||
-            bind_matrix(f, NAME("attn_q.weight"), c->n_embd, c->n_embd, &L->wq, err, err_len) ||
-            bind_matrix(f, NAME("attn_k.weight"), c->n_embd, kv_dim, &L->wk, err, err_len) ||
-            bind_matrix(f, NAME("attn_v.weight"), c->n_embd, kv_dim, &L->wv, err, err_len) ||
-            bind_matrix(f, NAME("attn_output.weight"), c->n_embd, c->n_embd, &L->wo, err, err_len) ||
-            bind_matrix(f, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, &L->w_gate, err, err_len) ||
-            bind_matrix(f, NAME("ffn_up.weight"), c->n_embd, c->n_ff, &L->w_up, err, err_len) ||
-            bind_matrix(f, NAME("ffn_down.weight"), c->n_ff, c->n_embd, &L->w_down, err, err_len) ||
-            bind_vector(f, NAME("attn_q.bias"), c->n_embd, c->has_qkv_bias, &L->bq, err, err_len) ||
-            bind_vector(f, NAME("attn_k.bias"), kv_dim, c->has_qkv_bias, &L->bk, err, err_len) ||
-            bind_vector(f, NAME("attn_v.bias"), kv_dim, c->has_qkv_bias, &L->bv, err, err_len))
-            goto fail;
-#undef NAME
-    }
-    for (uint64_t i = 0; i < f->n_tensors; i++) m->weight_bytes += f->tensors[i].n_bytes;
-    m->tok = tok_load(f, sub, sizeof sub);
-    if (!m->tok) {
-        snprintf(err, err_len, "%s: %s", path, sub);
-        goto fail;
-    }
-    /* one row per token, as llama.cpp's loader demands (it refuses token_embd.weight of any other shape): extra
-     * rows would be ids the tokenizer cannot print (generation printed nothing and exited 0), missing rows ids
-     * the embedding cannot look up */
-    if (tok_n_vocab(m->tok) != c->n_vocab) {
-        snprintf(err, err_len, "%s: tensor 'token_embd.weight' has %d rows but the tokenizer has %d tokens (they "
-                 "must be equal)", path, c->n_vocab, tok_n_vocab(m->tok));
-        goto fail;
-    }
-    return m;
-fail:
-    kvb_model_free(m);
-    return NULL;
-}
-
-void kvb_model_free(kvb_model *m) {
-    if (!m) return;
-    tok_free(m->tok);
-    free(m->layers);
-    syn_model_release(m);
-    gguf_close(m->gguf);
-    free(m);
+static int rope_is_plain(const kvb_rope_params *r) {
+    return r->freq_scale == 1.0f && r->ext_factor == 0.0f && r->attn_factor == 1.0f && !r->freq_factors;
 }
 
 kvb_ctx_params kvb_ctx_default_params(void) {
@@ -285,6 +86,32 @@ static float *alloc_f32(kvb_ctx *c, int64_t n) {
     return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(float));
 }
 
+/* The ops a model's architecture needs beyond every model's (backend.h: NULL where a backend lacks one): one line
+ * naming the first missing op, so a backend never runs a model it would compute wrongly. */
+static int backend_lacks_op(const kvb_model *m, const kvb_backend *be, char *err, size_t err_len) {
+    const kvb_config *cfg = &m->cfg;
+    int scaled_rope = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        kvb_rope_params r = layer_rope(m, l);
+        scaled_rope |= !rope_is_plain(&r);
+    }
+    const struct {
+        int needed;
+        const void *op;
+        const char *name, *why;
+    } need[] = {
+        {scaled_rope, (const void *)be->rope_ext, "rope_ext", "RoPE scaling or rope_freqs"},
+        {cfg->ffn_act == KVB_FFN_GEGLU, (const void *)be->geglu, "geglu", "its GeGLU feed-forward"},
+        {cfg->embd_scale != 0.0f, (const void *)be->scale, "scale", "its scaled embeddings"},
+        {cfg->n_swa > 0, (const void *)be->attention_window, "attention_window", "its sliding-window layers"},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+        if (need[i].needed && !need[i].op)
+            return ERR("the %s backend lacks the op '%s' that this %s model needs (%s)", be->name, need[i].name,
+                       cfg->arch, need[i].why);
+    return 0;
+}
+
 kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len) {
     kvb_ctx *c = calloc(1, sizeof *c);
     if (!c) { snprintf(err, err_len, "out of memory"); return NULL; }
@@ -297,6 +124,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     c->be = c->params.share_backend ? c->params.share_backend
                                     : kvb_backend_create(c->params.backend, c->params.n_threads, err, err_len);
     if (!c->be) goto fail;
+    if (backend_lacks_op(m, c->be, err, err_len)) goto fail;
     /* the activations and the KV store live in the backend's device tier: allocate them where it allocates */
     kvb_mem_set_allocator(&c->mem, c->be->allocator);
     /* weights as the backend holds them: the mapped file on the CPU, f16 copies on a GPU */
@@ -316,8 +144,8 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     int64_t B = c->params.n_batch, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
     c->x = alloc_f32(c, B * cfg->n_embd);
     c->xn = alloc_f32(c, B * cfg->n_embd);
-    c->q = alloc_f32(c, B * cfg->n_embd);
-    c->att = alloc_f32(c, B * cfg->n_embd);
+    c->q = alloc_f32(c, B * cfg->q_dim);
+    c->att = alloc_f32(c, B * cfg->q_dim);
     c->k = alloc_f32(c, B * kv_dim);
     c->v = alloc_f32(c, B * kv_dim);
     c->ffn_g = alloc_f32(c, B * cfg->n_ff);
@@ -360,8 +188,8 @@ void kvb_ctx_free(kvb_ctx *c) {
     size_t f = sizeof(float);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->x, (size_t)(B * cfg->n_embd) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->xn, (size_t)(B * cfg->n_embd) * f);
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->q, (size_t)(B * cfg->n_embd) * f);
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->att, (size_t)(B * cfg->n_embd) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->q, (size_t)(B * cfg->q_dim) * f);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->att, (size_t)(B * cfg->q_dim) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->k, (size_t)(B * kv_dim) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->v, (size_t)(B * kv_dim) * f);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, c->ffn_g, (size_t)(B * cfg->n_ff) * f);
@@ -384,7 +212,7 @@ void kvb_ctx_free(kvb_ctx *c) {
     if (c->obs_q) {
         int W = c->obs_cap;
         kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q,
-                     (size_t)cfg->n_layer * W * cfg->n_embd * sizeof(float));
+                     (size_t)cfg->n_layer * W * cfg->q_dim * sizeof(float));
         kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_pos, (size_t)W * sizeof(int32_t));
     }
     kvc_free(c->kv);
@@ -424,7 +252,7 @@ kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_le
             return NULL;
         }
         d->hooks = NULL;
-        const int64_t D = c->model->cfg.n_embd;
+        const int64_t D = c->model->cfg.q_dim;
         int keep = c->obs_q ? (c->obs_n < obs_window ? c->obs_n : obs_window) : 0;
         for (int l = 0; l < c->model->cfg.n_layer && keep; l++)
             if (dev_copy(c->be, d->obs_q + (size_t)l * obs_window * D,
@@ -453,9 +281,13 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
         return ERR("method needs an observation window of %d rows, the shared prefill kept %d", h->obs_window, c->obs_cap);
     if (!c->obs_q && c->n_past && h && h->obs_window > 0)
         return ERR("method needs an observation window, but the context was prefilled without one");
+    /* methods read a window row's heads at n_embd floats a row (methods/snapkv.c, tova.c, omnikv.c) */
+    if (h && h->obs_window > 0 && cfg->q_dim != cfg->n_embd)
+        return ERR("the method reads the observation window at n_embd (%d) floats a query row, but this %s model's "
+                   "queries are %d wide: not implemented yet", cfg->n_embd, cfg->arch, cfg->q_dim);
     c->hooks = h;
     if (h && h->obs_window > 0 && !c->obs_q) {
-        size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->n_embd * sizeof(float);
+        size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->q_dim * sizeof(float);
         c->obs_q = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
         c->obs_pos = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, (size_t)h->obs_window * sizeof(int32_t));
         c->obs_cap = h->obs_window;
@@ -505,7 +337,7 @@ static int obs_begin(kvb_ctx *c, int64_t n, char *err, size_t err_len) {
 
 static int obs_push(kvb_ctx *c, int l, const float *q, int64_t n, char *err, size_t err_len) {
     const int W = c->obs_cap;
-    const int64_t D = c->model->cfg.n_embd;
+    const int64_t D = c->model->cfg.q_dim;
     float *rows = c->obs_q + (size_t)l * W * D;
     int have = c->obs_have, take = (int)(n < W ? n : W);
     int keep = have + take > W ? W - take : have;
@@ -525,7 +357,7 @@ static int ensure_probs(kvb_ctx *c, size_t bytes) {
     return 0;
 }
 
-/* One layer's attention: sources from the store, the method's hooks, the op. */
+/* One layer's attention: sources from the store, the method's hooks, the op (over the window on a local layer). */
 static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     const kvb_hooks *H = c->hooks;
@@ -583,7 +415,8 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     a.n_kv = c->hn;
     a.idx = any_idx ? c->hidx : NULL;
     a.n_idx = any_idx ? c->hnidx : NULL;
-    a.scale = 1.0f / sqrtf((float)cfg->head_dim);
+    a.scale = cfg->attn_scale;
+    a.window = is_local(cfg, l) ? cfg->n_swa : 0;
     a.out = c->att;
     int want = H && H->observe && H->wants_probs && H->wants_probs(H->self, c, l, n);
     if (want) {
@@ -596,10 +429,12 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     }
     int handled = 0;
     if (H && H->attend) {
+        /* a method's own attention (PoD) knows no window: it would attend past it */
+        if (a.window) return ERR("the method replaces attention and does not implement sliding-window layers (layer %d, window %d)", l, a.window);
         handled = H->attend(H->self, c, l, &a, err, err_len);
         if (handled < 0) return -1;
     }
-    if (!handled && be->attention(be, &a, err, err_len)) return -1;
+    if (!handled && (a.window ? be->attention_window(be, &a, err, err_len) : be->attention(be, &a, err, err_len))) return -1;
     if (want && be_sync(be, err, err_len)) return -1;
     if (want && H->observe(H->self, c, l, c->src, a.probs, a.probs_stride, n, err, err_len)) return -1;
     prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
@@ -636,12 +471,42 @@ static int64_t first_non_finite(const float *x, int64_t n) {
     return -1;
 }
 
+/* Q/K normalisation (qwen3, gemma3: per head, before RoPE) and RoPE of the chunk's q and k */
+static void qk_norm_and_rope(kvb_ctx *c, int l, int64_t n) {
+    const kvb_model *m = c->model;
+    const kvb_config *cfg = &m->cfg;
+    const kvb_layer *L = &m->layers[l];
+    kvb_backend *be = c->be;
+    const int HD = cfg->head_dim;
+    if (cfg->qk_norm) {
+        be->rmsnorm(be, c->q, c->q, L->q_norm, HD, n * cfg->n_head, cfg->rms_eps);
+        be->rmsnorm(be, c->k, c->k, L->k_norm, HD, n * cfg->n_head_kv, cfg->rms_eps);
+        tap(c, "Qcur_normed", l, c->q, n, cfg->q_dim);
+        tap(c, "Kcur_normed", l, c->k, n, (int64_t)cfg->n_head_kv * HD);
+    }
+    const kvb_rope_params r = layer_rope(m, l);
+    if (!rope_is_plain(&r)) {
+        be->rope_ext(be, c->q, n, cfg->n_head, HD, cfg->n_rot, c->pos_d, cfg->rope_neox, &r);
+        be->rope_ext(be, c->k, n, cfg->n_head_kv, HD, cfg->n_rot, c->pos_d, cfg->rope_neox, &r);
+    } else if (be->rope_qk) {
+        be->rope_qk(be, c->q, cfg->n_head, c->k, cfg->n_head_kv, n, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
+    } else {
+        be->rope(be, c->q, n, cfg->n_head, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
+        be->rope(be, c->k, n, cfg->n_head_kv, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
+    }
+}
+
+/* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1: per layer (llama.cpp's graphs)
+ *   llama, qwen2, qwen3:  x += Wo attn(rope(nq(Wq n(x))), rope(nk(Wk n(x))), Wv n(x));  x += ffn(n'(x))
+ *   gemma3:               x += post(Wo attn(...));  x += post'(ffn(n'(x)))       (x0 = embd * sqrt(n_embd))
+ * with n, n' RMSNorm, nq/nk the per-head norms (qwen3, gemma3; identity elsewhere), ffn = Wdown (act(Wgate .) *
+ * Wup .) with act SiLU or tanh-GELU (gemma3). */
 static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
     const kvb_model *m = c->model;
     const kvb_config *cfg = &m->cfg;
     kvb_backend *be = c->be;
     prof *P = c->prof;
-    const int64_t D = cfg->n_embd, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    const int64_t D = cfg->n_embd, QD = cfg->q_dim, kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
     for (int64_t t = 0; t < n; t++) {
         c->pos[t] = (int32_t)(c->n_past + t);
         c->rounds[t] = c->cur_round;
@@ -653,6 +518,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
 
     prof_begin(P, PROF_EMBED, -1);
     be->get_rows(be, c->x, &m->tok_embd, ids, n);
+    if (cfg->embd_scale != 0.0f) be->scale(be, c->x, cfg->embd_scale, n * D);
     prof_end(P, PROF_EMBED, -1, n, 0);
 
     for (int l = 0; l < cfg->n_layer; l++) {
@@ -665,19 +531,13 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         const kvb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         if (matmul_n(be, 3, qkv, wqkv, c->xn, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         if (L->bq) {
-            be->add_bias(be, c->q, L->bq, D, n);
+            be->add_bias(be, c->q, L->bq, QD, n);
             be->add_bias(be, c->k, L->bk, kv_dim, n);
             be->add_bias(be, c->v, L->bv, kv_dim, n);
         }
-        if (be->rope_qk) {
-            be->rope_qk(be, c->q, cfg->n_head, c->k, cfg->n_head_kv, n, cfg->head_dim, cfg->n_rot, c->pos_d,
-                        cfg->rope_freq_base, cfg->rope_neox);
-        } else {
-            be->rope(be, c->q, n, cfg->n_head, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
-            be->rope(be, c->k, n, cfg->n_head_kv, cfg->head_dim, cfg->n_rot, c->pos_d, cfg->rope_freq_base, cfg->rope_neox);
-        }
+        qk_norm_and_rope(c, l, n);
         prof_end(P, PROF_CALC_QKV_AND_ROPE, l, n, 0);
-        tap(c, "Qcur", l, c->q, n, D);
+        tap(c, "Qcur", l, c->q, n, QD);
         tap(c, "Kcur", l, c->k, n, kv_dim);
         tap(c, "Vcur", l, c->v, n, kv_dim);
 
@@ -688,11 +548,15 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
         if (attention_layer(c, l, n, err, err_len)) return -1;
-        tap(c, "kqv_out", l, c->att, n, D);
+        tap(c, "kqv_out", l, c->att, n, QD);
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);
         if (be->matmul(be, c->xn, &L->wo, c->att, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "attn_out", l, c->xn, n, D);
+        if (L->attn_post_norm) {
+            be->rmsnorm(be, c->xn, c->xn, L->attn_post_norm, D, n, cfg->rms_eps);
+            tap(c, "attn_post_norm", l, c->xn, n, D);
+        }
         if (be->add_rmsnorm) { /* the residual add and the MLP's norm in one op (the norm counts as attn_output) */
             be->add_rmsnorm(be, c->x, c->xn, c->xn, L->ffn_norm, D, n, cfg->rms_eps);
             tap(c, "ffn_inp", l, c->x, n, D);
@@ -711,10 +575,19 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         if (matmul_n(be, 2, gu, wgu, c->xn, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "ffn_gate", l, c->ffn_g, n, cfg->n_ff);
         tap(c, "ffn_up", l, c->ffn_u, n, cfg->n_ff);
-        be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
-        tap(c, "ffn_swiglu", l, c->ffn_g, n, cfg->n_ff);
+        if (cfg->ffn_act == KVB_FFN_GEGLU) {
+            be->geglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
+            tap(c, "ffn_geglu", l, c->ffn_g, n, cfg->n_ff);
+        } else {
+            be->swiglu(be, c->ffn_g, c->ffn_g, c->ffn_u, n * cfg->n_ff);
+            tap(c, "ffn_swiglu", l, c->ffn_g, n, cfg->n_ff);
+        }
         if (be->matmul(be, c->xn, &L->w_down, c->ffn_g, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         tap(c, "ffn_out", l, c->xn, n, D);
+        if (L->ffn_post_norm) {
+            be->rmsnorm(be, c->xn, c->xn, L->ffn_post_norm, D, n, cfg->rms_eps);
+            tap(c, "ffn_post_norm", l, c->xn, n, D);
+        }
         be->add(be, c->x, c->x, c->xn, n * D);
         tap(c, "l_out", l, c->x, n, D);
         prof_end(P, PROF_MLP, l, n, 0);

@@ -1,4 +1,4 @@
-/* model.h — llama-family models (arch llama, qwen2) from GGUF, and the forward pass.
+/* model.h — llama-family models (arch llama, qwen2, qwen3, gemma3: engine/arch.c) from GGUF, and the forward pass.
  *
  * kvb_model holds the read-only part (config, weights mapped from the file,
  * tokenizer); kvb_ctx holds one inference state (KV store, activations,
@@ -16,19 +16,38 @@
 #include "engine/profile.h"
 #include "engine/tokenizer.h"
 
+enum { KVB_MAX_LAYERS = 1024 };
+typedef enum { KVB_FFN_SWIGLU = 0, KVB_FFN_GEGLU = 1 } kvb_ffn_act;
+
+/* An architecture as read from GGUF metadata (engine/arch.c). */
 typedef struct {
     char arch[32];
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train, n_rot;
+    int q_dim;        /* n_head * head_dim: the query width (head_dim from attention.key_length, not always n_embd/n_head) */
     float rms_eps, rope_freq_base;
-    int rope_neox;    /* qwen2: NEOX pairs; llama: adjacent pairs (GGUF permuted Q/K rows) */
+    int rope_neox;    /* qwen2, qwen3, gemma3: NEOX pairs; llama: adjacent pairs (GGUF permuted Q/K rows) */
     int has_qkv_bias; /* qwen2 */
     int tied_output;  /* output matrix = token embedding */
+    /* RoPE scaling (llama.cpp's rope_ext; rope.freq_base is in it too). rope_scaled: linear, YaRN or an attention
+     * factor other than 1; the model's rope_freqs (Llama 3.1 divisors) also takes the scaled op. */
+    kvb_rope_params rope;
+    int rope_scaled;
+    int qk_norm;      /* qwen3, gemma3: RMSNorm of each Q and K head before RoPE */
+    int post_norms;   /* gemma3: RMSNorm of the attention output and of the FFN output before each residual add */
+    kvb_ffn_act ffn_act;
+    float embd_scale; /* gemma3: the token embeddings times sqrt(n_embd); 0 = none */
+    float attn_scale; /* the softmax scale of q.k: 1/sqrt(head_dim) (gemma3 27B: 1/sqrt(n_embd/n_head)) */
+    int n_swa;        /* sliding window in tokens (0 = none): a local layer's query at p sees keys p-n_swa+1..p */
+    float rope_freq_base_swa;               /* gemma3: the local layers' RoPE base (their freq_scale is 1) */
+    unsigned char swa_layer[KVB_MAX_LAYERS]; /* 1: layer l is local (llama with a window: every layer) */
 } kvb_config;
 
 typedef struct {
     const float *attn_norm, *ffn_norm;
     kvb_weight wq, wk, wv, wo, w_gate, w_up, w_down;
     const float *bq, *bk, *bv; /* NULL when absent */
+    const float *q_norm, *k_norm;               /* qk_norm: [head_dim] */
+    const float *attn_post_norm, *ffn_post_norm; /* post_norms: [n_embd] */
 } kvb_layer;
 
 typedef struct {
@@ -38,6 +57,7 @@ typedef struct {
     kvb_tokenizer *tok;
     kvb_weight tok_embd, output;
     const float *output_norm;
+    const float *rope_freqs; /* llama: [n_rot/2] RoPE divisors (Llama 3.1+ rope_freqs.weight), NULL = none */
     kvb_layer *layers;
     uint64_t weight_bytes;
     void *syn_weights; /* synthetic:<shape> models (engine/synthetic.h): the generated weights; gguf, tok NULL */
@@ -50,7 +70,8 @@ int kvb_model_resolve(const char *name, char *path_out, size_t path_cap, char *e
  * weights, no tokenizer). NULL + err on failure. */
 kvb_model *kvb_model_load(const char *path, char *err, size_t err_len);
 void kvb_model_free(kvb_model *m);
-/* Read the config from GGUF metadata (exposed for tests). */
+/* Read the config from GGUF metadata (engine/arch.c; exposed for tests): a key that changes the math and is not
+ * implemented is an error naming it. */
 int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_len);
 
 /* Which matmul a prefill chunk takes on the CPU backend (kernels/backend.h kvb_gemm). AUTO: the f32 GEMM with

@@ -100,10 +100,16 @@ static void phases(const kvb_ctx *c, prof_stage st, double *ms) {
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) ms[ph] = prof_total_ns(c->prof, st, (prof_phase)ph) / 1e6;
 }
 
-void kvb_session_prefilled(kvb_session *s, double ms) {
+/* The prefill took ms: measure what it left. */
+static void prefilled(kvb_session *s, double ms) {
     s->prefill_ms += ms;
     usage(s, &s->kv_prefill);
     phases(s->c, PROF_PREFILL, s->pre_phase_ms);
+}
+
+int kvb_end_prefill(kvb_ctx *c, const kvb_session_method *m, char *err, size_t err_len) {
+    if (kvb_ctx_end_prefill(c, err, err_len)) return -1;
+    return m && m->verify ? m->verify(m->self, c, 1, err, err_len) : 0;
 }
 
 int kvb_session_prefill(kvb_session *s, const kvb_rounds *r, int r0, char *err, size_t err_len) {
@@ -111,9 +117,18 @@ int kvb_session_prefill(kvb_session *s, const kvb_rounds *r, int r0, char *err, 
     int rc = s->m.prefill && r0 == 0 && !r->real_rounds && r->n_rounds == 1
                  ? s->m.prefill(s->m.self, s->c, r->ids, r->n, err, err_len)
                  : kvb_prefill_rounds(s->c, r, r0, r->n, &s->p, err, err_len);
-    if (rc || kvb_ctx_end_prefill(s->c, err, err_len) || (s->m.verify && s->m.verify(s->m.self, s->c, 1, err, err_len)))
+    if (rc || kvb_end_prefill(s->c, &s->m, err, err_len)) return -1;
+    prefilled(s, now_ms() - t0);
+    return 0;
+}
+
+int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, const int32_t *tail, int64_t n_tail,
+                      char *err, size_t err_len) {
+    double t0 = now_ms();
+    if ((s->m.adopt && s->m.adopt(s->m.self, s->c, shared, err, err_len)) || kvb_end_prefill(s->c, &s->m, err, err_len) ||
+        (n_tail > 0 && kvb_forward(s->c, tail, n_tail, err, err_len)))
         return -1;
-    kvb_session_prefilled(s, now_ms() - t0);
+    prefilled(s, shared_ms + (now_ms() - t0));
     return 0;
 }
 

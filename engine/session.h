@@ -8,8 +8,14 @@
  * `serve`, `fidelity` and `bench` (both forms) drive samples through it; `calibrate` does not (it prefills
  * through its own context with capture hooks: methods/calibrate.c).
  *
+ * A session owns its sample from the prefill on: the method's own prefill, the rounds, or the adoption of a
+ * shared prefill (kvb_session_adopt), the end of prefill and the budget check (kvb_end_prefill, the one place
+ * either happens), decode, the measurements and the final check. The caller makes the context (or forks a
+ * shared one) and the method, and frees both after kvb_session_free.
+ *
  * The engine does not know the method layer: a method plugs into a session through kvb_session_method
- * (methods/method.h kvb_method_seam fills it), as it plugs into the forward pass through kvb_hooks. */
+ * (methods/method.h kvb_method_seam fills it from the method's def), as it plugs into the forward pass
+ * through kvb_hooks. */
 #ifndef KVB_SESSION_H
 #define KVB_SESSION_H
 
@@ -50,11 +56,20 @@ typedef struct {
     void *self;
     /* prefill a single prompt itself (Round Attention's chunk rounds); NULL = the session's rounds */
     int (*prefill)(void *self, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
+    /* take over what a shared prefill recorded (opaque to the engine: methods/method.h kvb_share), refusing one
+     * that kept less than it needs; NULL = nothing to take over */
+    int (*adopt)(void *self, kvb_ctx *c, const void *shared, char *err, size_t err_len);
     /* check the measured device KV against the method's claim (and, at the end of prefill, its budget) */
     int (*verify)(void *self, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len);
     /* KV usage including what the method holds outside the store */
     void (*usage)(const void *self, const kvb_ctx *c, kvb_kv_usage *u);
 } kvb_session_method;
+
+/* The end of prefill, written once: the method compresses (kvb_ctx_end_prefill runs its after_prefill hook), then
+ * its device KV is checked against its claim and budget (m->verify; m may be NULL). Every path that ends a prefill
+ * comes here: kvb_session_prefill, kvb_session_adopt, and methods/method.h's kvb_method_prefill and
+ * kvb_method_adopt (tests and tools outside a session). */
+int kvb_end_prefill(kvb_ctx *c, const kvb_session_method *m, char *err, size_t err_len);
 
 /* KV usage of the context's store alone. */
 void kvb_ctx_kv_usage(const kvb_ctx *c, kvb_kv_usage *u);
@@ -111,8 +126,12 @@ int kvb_prefill_rounds(kvb_ctx *c, const kvb_rounds *r, int r0, int64_t end, con
  * history): the method's own prefill of a single prompt, or the rounds; then the end of prefill (the method
  * compresses) and its budget check. Adds the prefill's time to s->prefill_ms and measures what it left. */
 int kvb_session_prefill(kvb_session *s, const kvb_rounds *r, int r0, char *err, size_t err_len);
-/* The prefill was done by the caller (a shared prefill the method adopted) in ms: measure what it left. */
-void kvb_session_prefilled(kvb_session *s, double ms);
+/* The prompt was prefilled once for many methods (a shared prefill, forked into c): the method adopts what it
+ * recorded (shared; m.adopt), the prefill ends (kvb_end_prefill), then the n_tail tokens `tail` are forwarded (a
+ * hidden question, reaching the compressed cache only now, so the method never saw it). The prefill time is
+ * shared_ms (the shared forward's share of this sample; 0 when it was reused) plus this call's. */
+int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, const int32_t *tail, int64_t n_tail,
+                      char *err, size_t err_len);
 /* One step: sample, apply the stop rule, run the token through the model unless generation ends. 1 = a token
  * was generated (*piece: its new text, n bytes, may be 0), 0 = finished (s->finish says why), -1 = error. */
 int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, size_t err_len);

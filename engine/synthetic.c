@@ -93,6 +93,9 @@ int syn_parse(const char *name, syn_spec *out, char *err, size_t err_len) {
     c->rope_neox = strcmp(sh->arch, "qwen2") == 0;
     c->has_qkv_bias = strcmp(sh->arch, "qwen2") == 0;
     c->tied_output = sh->tied_output;
+    c->q_dim = sh->n_head * sh->head_dim;
+    c->attn_scale = 1.0f / sqrtf((float)sh->head_dim);
+    c->rope = (kvb_rope_params){sh->rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, sh->n_ctx_train, NULL};
     out->seed = 0;
     if (!q) return 0;
     const char *p = q + 1;

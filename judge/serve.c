@@ -552,7 +552,7 @@ static cJSON *kv_obj(const gen *g) {
     cJSON *o = cJSON_CreateObject();
     char bud[32], desc[240] = "";
     kvb_budget_format(&g->m->budget, bud, sizeof bud);
-    if (g->m->describe) g->m->describe(g->m, desc, sizeof desc);
+    if (g->m->def->describe) g->m->def->describe(g->m, desc, sizeof desc);
     cJSON_AddStringToObject(o, "method", g->m->name);
     cJSON_AddStringToObject(o, "budget", bud);
     cJSON_AddStringToObject(o, "method_params", desc);

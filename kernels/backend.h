@@ -78,7 +78,19 @@ struct kvb_attn_args {
     int64_t probs_stride;
     float *lse;                  /* optional: [n_head][n_q] log-sum-exp of the scaled logits over visible keys */
     void *ws; size_t ws_bytes;   /* backend workspace (the CPU backend fills it) */
+    int32_t window;              /* > 0: a sliding-window layer, key visible iff q_pos - window < k_pos <= q_pos;
+                                    only `attention_window` takes it (`attention` ignores it: the engine never
+                                    passes a window to it) */
 };
+
+/* RoPE as llama.cpp's ggml_rope_ext computes it: theta_i = pos * freq_base^(-2i/n_rot) / freq_factors[i], then
+ * YaRN (ext_factor != 0: the ramp between corr_dims from beta_fast/beta_slow and n_ctx_orig, and the magnitude
+ * 1 + 0.1 ln(1/freq_scale)) or linear interpolation (theta * freq_scale), cos and sin times attn_factor. */
+typedef struct {
+    float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+    int n_ctx_orig;
+    const float *freq_factors; /* host, n_rot/2 divisors (GGUF rope_freqs.weight), NULL = none */
+} kvb_rope_params;
 
 /* ---- data ops: what KV-cache methods do to the cache, done where the cache lives ----
  *
@@ -166,6 +178,17 @@ struct kvb_backend {
     void (*rope_qk)(kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
                     int n_rot, const int32_t *pos, float freq_base, int neox);
     int (*attention)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
+    /* ---- ops of the newer architectures (NULL where a backend lacks them: the engine refuses such a model on it
+     * with one line naming the op) ---- */
+    /* rope with scaling (kvb_rope_params), in place on x[n_tok][n_head][head_dim] */
+    void (*rope_ext)(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                     int neox, const kvb_rope_params *rp);
+    /* out = gelu(gate) * up with GELU's tanh form, as ggml's geglu (through its f16 GELU table) */
+    void (*geglu)(kvb_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    /* x[i] *= s */
+    void (*scale)(kvb_backend *be, float *x, float s, int64_t n);
+    /* attention with a->window > 0 (a sliding-window layer); otherwise as `attention` (probs, lse, idx as there) */
+    int (*attention_window)(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len);
     /* ---- data ops (see above) ---- */
     /* bytes from src to dst in direction dir (H2D: src host, dst device; D2H: src device, dst host; D2D: both
      * device, may overlap like memmove). Counted in be->traffic. */

@@ -155,7 +155,7 @@ static void adakv_destroy(kvb_method *m) {
     free(m);
 }
 
-kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     adakv *a = calloc(1, sizeof *a);
     if (!a) { ERR("out of memory"); return NULL; }
     a->alpha = 0.2;
@@ -171,17 +171,23 @@ kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
         goto fail;
     if (!(a->alpha >= 0 && a->alpha <= 1)) { ERR("adakv: alpha must be in [0, 1]"); goto fail; }
     if (!(a->beta >= 1)) { ERR("adakv: beta must be >= 1"); goto fail; }
-    a->base.name = "adakv";
     a->base.budget = *b;
     a->base.imposes_budget = 1;
-    a->base.hooks.obs_window = (int)a->p.window;
-    a->base.hooks.after_prefill = adakv_after_prefill;
-    a->base.expected_tokens = adakv_expected;
-    a->base.describe = adakv_describe;
-    a->base.destroy = adakv_destroy;
     return &a->base;
 fail:
     free(a->keep);
     free(a);
     return NULL;
 }
+
+const kvb_method_def kvb_method_adakv = {
+    .name = "adakv",
+    .summary = "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .obs_window = kvb_snapkv_obs_window,
+    .create = adakv_create,
+    .hooks = {.after_prefill = adakv_after_prefill},
+    .expected_tokens = adakv_expected,
+    .describe = adakv_describe,
+    .destroy = adakv_destroy,
+};

@@ -56,3 +56,10 @@ int kvb_budget_tokens(const kvb_budget *b, int64_t n, int64_t *out, char *err, s
     *out = t < 1 ? 1 : (t > n ? n : t);
     return 0;
 }
+
+int64_t kvb_budget_at(const kvb_budget *b, int64_t len) {
+    int64_t t = len;
+    if (b->kind == KVB_BUDGET_TOKENS) t = b->tokens;
+    else kvb_budget_tokens(b, len, &t, NULL, 0); /* a fraction (or none) is never an error */
+    return t < len ? t : len;
+}

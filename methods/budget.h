@@ -21,5 +21,8 @@ void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap);
 /* Tokens per layer and KV head the budget allows for a cache of n tokens (fraction: rounded to nearest, at
  * least 1). Errors when a token budget exceeds n. */
 int kvb_budget_tokens(const kvb_budget *b, int64_t n, int64_t *out, char *err, size_t err_len);
+/* Tokens per KV head a method that evicts as the sequence grows may hold at length len: a token budget as given,
+ * a fraction of len (kvb_budget_tokens), never more than len. */
+int64_t kvb_budget_at(const kvb_budget *b, int64_t len);
 
 #endif

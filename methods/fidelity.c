@@ -73,7 +73,7 @@ static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, in
     const float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
     int32_t *pos = malloc((size_t)(L->n_pos > 0 ? L->n_pos : 1) * sizeof *pos);
     double sum = 0;
-    const int64_t outside = L->method->read_outside ? L->method->read_outside(L->method, c, layer) : 0;
+    const int64_t outside = L->method->def->read_outside ? L->method->def->read_outside(L->method, c, layer) : 0;
     for (int h = 0; h < L->n_head_kv && pos; h++) {
         const float *mh = mass + (size_t)h * L->n_pos;
         int64_t len = 0;
@@ -239,7 +239,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     }
     if (kvb_session_finish(&ms, err, err_len)) goto done;
     out->kv = ms.kv_end;
-    if (meth->describe) meth->describe(meth, out->params, sizeof out->params);
+    if (meth->def->describe) meth->def->describe(meth, out->params, sizeof out->params);
     rc = 0;
 done:
     free(prompt.round_end);

@@ -19,7 +19,7 @@ static void full_describe(kvb_method *m, char *buf, size_t cap) {
 
 static void full_destroy(kvb_method *m) { free(m); }
 
-kvb_method *kvb_full_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *full_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     (void)o;
     if (b->kind == KVB_BUDGET_TOKENS || (b->kind == KVB_BUDGET_FRACTION && b->frac < 1.0)) {
@@ -31,10 +31,17 @@ kvb_method *kvb_full_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
-    m->name = "full";
     m->budget = *b;
-    m->expected_tokens = full_expected;
-    m->describe = full_describe;
-    m->destroy = full_destroy;
     return m;
 }
+
+const kvb_method_def kvb_method_full = {
+    .name = "full",
+    .aliases = "flash",
+    .summary = "exact attention over the whole cache (the baseline)",
+    .traits = KVB_NO_BUDGET | KVB_SHARES_PREFILL,
+    .create = full_create,
+    .expected_tokens = full_expected,
+    .describe = full_describe,
+    .destroy = full_destroy,
+};

@@ -27,14 +27,6 @@ typedef struct {
 
 static kvb_score_row *acc_at(h2o *s, int l, int h) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + h]; }
 
-static int64_t budget_at(h2o *s, int64_t len) {
-    int64_t t;
-    char e[8];
-    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
-    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
-    return t < len ? t : len;
-}
-
 static int64_t recent_of(h2o *s, int64_t b) { return b - (int64_t)floor(s->heavy_share * (double)b); }
 
 static int h2o_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
@@ -51,7 +43,7 @@ static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
     }
     if (c->in_prefill) return 0;
     /* decode: evict the lowest-scoring non-recent tokens down to the budget (ties: the lowest slot) */
-    int64_t len = kvb_cur_len(c, n_q), b = budget_at(s, len), recent = recent_of(s, b);
+    int64_t len = kvb_cur_len(c, n_q), b = kvb_budget_at(&s->base.budget, len), recent = recent_of(s, b);
     for (int g = 0; g < cfg->n_head_kv; g++) {
         kvb_score_row *a = acc_at(s, layer, g);
         int64_t over = kvc_n(c->kv, layer, g) - b;
@@ -69,7 +61,7 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     s->base.n_prompt = n;
     int64_t b;
     if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
-    b = budget_at(s, n);
+    b = kvb_budget_at(&s->base.budget, n);
     if (b >= n) return 0;
     int64_t recent = recent_of(s, b), heavy = b - recent, cand = n - recent;
     size_t idx_bytes = (size_t)b * sizeof(int32_t), tmp_bytes = (size_t)(b > 0 ? b : 1) * sizeof(float);
@@ -110,12 +102,12 @@ static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *er
 
 static int64_t h2o_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
-    return c->in_prefill ? c->n_past : budget_at((h2o *)m, c->n_past);
+    return c->in_prefill ? c->n_past : kvb_budget_at(&m->budget, c->n_past);
 }
 
 static void h2o_describe(kvb_method *m, char *buf, size_t cap) {
     h2o *s = (h2o *)m;
-    int64_t b = budget_at(s, m->n_prompt);
+    int64_t b = kvb_budget_at(&s->base.budget, m->n_prompt);
     snprintf(buf, cap, "heavy=%lld recent=%lld", (long long)(b - recent_of(s, b)), (long long)recent_of(s, b));
 }
 
@@ -129,7 +121,7 @@ static void h2o_destroy(kvb_method *m) {
     free(s);
 }
 
-kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     h2o *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
@@ -139,15 +131,19 @@ kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     if (!(s->heavy_share >= 0 && s->heavy_share < 1)) { ERR("h2o: heavy must be in [0, 1)"); free(s); return NULL; }
     s->acc = calloc((size_t)c->model->cfg.n_layer * c->model->cfg.n_head_kv, sizeof *s->acc);
     if (!s->acc) { ERR("out of memory"); free(s); return NULL; }
-    s->base.name = "h2o";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.wants_probs = h2o_wants;
-    s->base.hooks.observe = h2o_observe;
-    s->base.hooks.after_prefill = h2o_after_prefill;
-    s->base.adopt = h2o_adopt;
-    s->base.expected_tokens = h2o_expected;
-    s->base.describe = h2o_describe;
-    s->base.destroy = h2o_destroy;
     return &s->base;
 }
+
+const kvb_method_def kvb_method_h2o = {
+    .name = "h2o",
+    .summary = "heavy hitters + recent tokens, evicting every step",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES,
+    .create = h2o_create,
+    .hooks = {.wants_probs = h2o_wants, .observe = h2o_observe, .after_prefill = h2o_after_prefill},
+    .expected_tokens = h2o_expected,
+    .describe = h2o_describe,
+    .destroy = h2o_destroy,
+    .adopt = h2o_adopt,
+};

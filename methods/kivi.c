@@ -113,6 +113,7 @@ static int flush(kivi *s, kvb_ctx *c, int l, char *err, size_t err_len) {
 
 static int kivi_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
     kivi *s = self;
+    if (s->bits == 16) return 0; /* no quantization: full attention */
     s->base.n_prompt = c->n_past;
     for (int l = 0; l < c->model->cfg.n_layer; l++)
         if (flush(s, c, l, err, err_len)) return -1;
@@ -121,7 +122,7 @@ static int kivi_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
 
 static int kivi_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     kivi *s = self;
-    if (c->in_prefill) return 0;
+    if (c->in_prefill || s->bits == 16) return 0;
     if (flush(s, c, layer, err, err_len)) return -1;
     kvb_src_from_store(c, layer, src); /* the store may have moved */
     return 0;
@@ -129,7 +130,7 @@ static int kivi_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t 
 
 static int kivi_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len) {
     kivi *s = self;
-    if (c->in_prefill || s->n_quant[layer] == 0) return 0;
+    if (c->in_prefill || s->bits == 16 || s->n_quant[layer] == 0) return 0;
     kvb_backend *be = c->be;
     const int H = c->model->cfg.n_head, HK = c->model->cfg.n_head_kv;
     if (a->n_q > s->lse_rows) {
@@ -197,7 +198,7 @@ static int read_opts(kivi *s, const kvb_config *cfg, kvb_opts *o, char *err, siz
     return 0;
 }
 
-kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     kivi *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -215,19 +216,8 @@ kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *
     s->vp = calloc((size_t)cfg->n_head_kv, sizeof *s->vp);
     s->idx = kvb_method_alloc(c, (size_t)(s->residual + s->group) * sizeof(int32_t));
     if (!s->kq || !s->vq || !s->n_quant || !s->kp || !s->vp || !s->idx) { ERR("out of memory"); goto fail; }
-    s->base.name = "kivi";
     s->base.budget = *b;
     s->base.imposes_budget = 0;
-    if (s->bits != 16) { /* bits=16: no hooks, exactly full attention */
-        s->base.hooks.after_prefill = kivi_after_prefill;
-        s->base.hooks.select = kivi_select;
-        s->base.hooks.attend = kivi_attend;
-    }
-    s->base.expected_tokens = kivi_expected;
-    s->base.formula_frac = kivi_formula;
-    s->base.read_outside = kivi_read_outside;
-    s->base.describe = kivi_describe;
-    s->base.destroy = kivi_destroy;
     snprintf(s->base.note, sizeof s->base.note, "KV in %lld bits (no token budget): Mem%% is the measured size",
              (long long)s->bits);
     return &s->base;
@@ -235,3 +225,16 @@ fail:
     kivi_destroy(&s->base);
     return NULL;
 }
+
+const kvb_method_def kvb_method_kivi = {
+    .name = "kivi",
+    .summary = "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full",
+    .traits = KVB_SHARES_PREFILL,
+    .create = kivi_create,
+    .hooks = {.select = kivi_select, .attend = kivi_attend, .after_prefill = kivi_after_prefill},
+    .expected_tokens = kivi_expected,
+    .formula_frac = kivi_formula,
+    .read_outside = kivi_read_outside,
+    .describe = kivi_describe,
+    .destroy = kivi_destroy,
+};

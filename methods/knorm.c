@@ -61,18 +61,24 @@ static void knorm_describe(kvb_method *m, char *buf, size_t cap) {
 
 static void knorm_destroy(kvb_method *m) { free(m); }
 
-kvb_method *kvb_knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     knorm *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     if (kvb_opts_int(o, "window", &s->window, err, err_len) < 0) { free(s); return NULL; }
     if (s->window < 0) { ERR("knorm: window must be >= 0"); free(s); return NULL; }
-    s->base.name = "knorm";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.after_prefill = knorm_after_prefill;
-    s->base.expected_tokens = knorm_expected;
-    s->base.describe = knorm_describe;
-    s->base.destroy = knorm_destroy;
     return &s->base;
 }
+
+const kvb_method_def kvb_method_knorm = {
+    .name = "knorm",
+    .summary = "keeps the tokens whose keys have the lowest L2 norm, once after prefill",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .create = knorm_create,
+    .hooks = {.after_prefill = knorm_after_prefill},
+    .expected_tokens = knorm_expected,
+    .describe = knorm_describe,
+    .destroy = knorm_destroy,
+};

@@ -1,17 +1,21 @@
 /* method.h — the KV-cache method plugin interface (DESIGN.md "Method interface", "Budgets").
  *
- * A method is a set of engine hooks (engine/model.h kvb_hooks) plus its parameters. It is created per
- * sample on a context, before prefill; kvb_ctx_end_prefill runs its compression; decode calls its select /
- * observe / attend hooks. Methods never call a backend's kernels directly: they use the backend op table and
- * the KV store, so the same method runs on every backend (host-side helpers such as top-k aside).
+ * A method is one kvb_method_def, declared once at the end of its file (methods/<name>.c) and named in the
+ * registry's list (registry.c KVB_METHODS): its name, aliases and summary; its traits and what it reads from
+ * the options (observation window, calibration profile): what it needs from the session; its engine hooks;
+ * and the functions the run calls on it (claim, describe, destroy, own prefill, adoption of a shared
+ * prefill). Its create parses the options into a per-sample kvb_method (budget and state); the registry then
+ * binds the def to it (name, hooks, observation window) and installs the hooks on the context. The end of
+ * prefill (compression, then the budget check) is the engine session's (engine/session.h kvb_end_prefill);
+ * decode calls the select / observe / attend hooks. Methods never call a backend's kernels directly: they use
+ * the backend op table and the KV store, so the same method runs on every backend.
  *
  * Budgets (methods/budget.h): a method declares the device-tier tokens it means to hold per layer
  * (expected_tokens); the run measures what the store really holds and kvb_method_verify fails when they
  * disagree by more than 1%.
  *
- * The registry (registry.c) is the only place that knows methods by name: what each needs from the session
- * that runs it (kvb_method_needs) is data there, so callers ask instead of testing names. Adding a method is
- * its file plus one registry line. */
+ * The registry (registry.c) is the only place that knows methods by name: callers ask it what a method needs
+ * (kvb_method_needs_of) instead of testing names. docs/adding-a-method.md walks through adding one. */
 #ifndef KVB_METHOD_H
 #define KVB_METHOD_H
 
@@ -24,13 +28,25 @@
 #include "methods/opts.h"
 
 typedef struct kvb_method kvb_method;
+typedef struct kvb_method_def kvb_method_def;
 typedef struct kvb_share kvb_share;
-struct kvb_method {
+
+/* One method, declared once (see above). Every function may be NULL unless it says otherwise. */
+struct kvb_method_def {
     const char *name;
-    kvb_hooks hooks;     /* hooks.self = this struct */
-    kvb_budget budget;
-    int imposes_budget;  /* 0: the budget is reported, not imposed (full, round) */
-    kvc_store *vis;      /* optional device-tier store of packed/selected tokens the method attends to */
+    const char *aliases; /* other names of the same method, comma-separated, or NULL */
+    const char *summary; /* one line, for --help */
+    int traits;          /* KVB_NEEDS_BUDGET | ... (below) */
+    /* Observation-window rows it reads, from its options (NULL: none); -1 + err on a malformed option. The
+     * registry sets the instance's hooks.obs_window from it: the window is stated here only. */
+    int (*obs_window)(kvb_opts *o, int *rows, char *err, size_t err_len);
+    /* The calibration profile section it reads with these options (kvb_method_needs.profile; NULL: none). */
+    const char *(*profile)(kvb_opts *o);
+    /* Required: parse the options into a new instance (state, budget, imposes_budget, note) on context c;
+     * NULL + one-line error for a bad option or an impossible budget. */
+    kvb_method *(*create)(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
+    /* The engine's per-layer hooks (self and obs_window are the registry's to set). */
+    kvb_hooks hooks;
     /* Device-tier tokens per KV head the method means to hold in a layer now (store + vis); -1 = no claim. */
     int64_t (*expected_tokens)(kvb_method *m, kvb_ctx *c, int layer);
     /* The device share of the full KV the paper's memory formula gives for the current state (Round
@@ -41,19 +57,31 @@ struct kvb_method {
     int64_t (*read_outside)(kvb_method *m, kvb_ctx *c, int layer);
     /* Resolved parameters, "key=value ..." (for results and --help output). */
     void (*describe)(kvb_method *m, char *buf, size_t cap);
+    /* Required: free the instance. */
     void (*destroy)(kvb_method *m);
     /* Prefill a single prompt (NULL = kvb_forward); Round Attention cuts it into rounds. */
     int (*prefill)(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
     /* Take over statistics of a shared prefill (kvb_share) instead of having observed the prefill itself;
      * NULL for methods that need none. */
     int (*adopt)(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len);
+};
+
+/* One method on one context (a sample): what its create made, bound to its def by the registry. Method files
+ * embed it as the first member of their state. */
+struct kvb_method {
+    const kvb_method_def *def; /* set by the registry */
+    const char *name;          /* def->name (set by the registry) */
+    kvb_hooks hooks;           /* def->hooks; self = this struct, obs_window from def->obs_window (the registry's) */
+    kvb_budget budget;
+    int imposes_budget;  /* 0: the budget is reported, not imposed (full, round) */
+    kvc_store *vis;      /* optional device-tier store of packed/selected tokens the method attends to */
     int64_t extra_device_bytes; /* device KV the method holds outside the stores (PoD's V-only rows) */
     int64_t n_prompt;    /* tokens at the end of prefill (set by after_prefill) */
     char note[160];      /* what the results should say (e.g. "rounds = 512-token chunks") */
 };
 
-/* What a method needs from the session that runs it (engine/session.h): resolved from the registry and the
- * options, before any context exists. */
+/* What a method needs from the session that runs it (engine/session.h): its def's traits and option readers
+ * resolved for given options, before any context exists (derived, never declared by a method). */
 typedef struct {
     const char *name;     /* canonical name, aliases resolved ("flash" -> "full") */
     int needs_budget;     /* 1: a budget is required and imposed; 0: takes no budget (full) or reports it (round) */
@@ -68,7 +96,7 @@ typedef struct {
                              "round" without lw=, "pod" without block=, "omnikv" with layers=profile), or NULL */
 } kvb_method_needs;
 
-/* Method traits, the registry's data behind kvb_method_needs. */
+/* Method traits (kvb_method_def.traits), the data behind kvb_method_needs. */
 enum {
     KVB_NEEDS_BUDGET = 1 << 0,
     KVB_NO_BUDGET = 1 << 1,
@@ -77,22 +105,10 @@ enum {
     KVB_SHARES_PREFILL = 1 << 4,
 };
 
-typedef struct {
-    const char *name;
-    const char *aliases; /* other names of the same method, comma-separated, or NULL */
-    int traits;          /* KVB_NEEDS_BUDGET | ... */
-    /* Observation-window rows it reads, from its options (NULL: none); -1 + err on a malformed option. */
-    int (*obs_window)(kvb_opts *o, int *rows, char *err, size_t err_len);
-    kvb_method *(*create)(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-    const char *summary;
-    /* The profile section it reads with these options (kvb_method_needs.profile); NULL: reads none. */
-    const char *(*profile)(kvb_opts *o);
-} kvb_method_info;
-
 /* Registered method by name or alias (NULL = unknown). */
-const kvb_method_info *kvb_method_find(const char *name);
+const kvb_method_def *kvb_method_find(const char *name);
 int kvb_method_count(void);
-const kvb_method_info *kvb_method_at(int i);
+const kvb_method_def *kvb_method_at(int i);
 /* "full (flash), streamingllm, ..." for help and error messages */
 void kvb_method_names(char *buf, size_t cap);
 /* What `--method all` means: every method but the baseline, comma-separated ("streamingllm,h2o,...") */
@@ -108,8 +124,8 @@ kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b,
 /* Uninstall the hooks from c and free. NULL is a no-op. */
 void kvb_method_free(kvb_method *m, kvb_ctx *c);
 
-/* Prefill a prompt with the method (its own prefill or kvb_forward), end prefill (the method compresses),
- * and verify the budget. */
+/* Prefill a prompt with the method outside a session (its own prefill or kvb_forward), then the end of prefill
+ * (engine/session.h kvb_end_prefill: the method compresses, its budget is verified). m may be NULL. */
 int kvb_method_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len);
 
 /* ---- shared prefill (DESIGN.md "Data flow") ----
@@ -123,14 +139,18 @@ kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *e
 /* Accumulated attention of every prefill query on slot j of (layer, KV head), summed over the group's heads. */
 const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n);
 int kvb_share_obs_window(const kvb_share *s);
+/* 0 when share s kept what method m needs to adopt it (H2O's scores, the observation window), else -1 + a line
+ * naming what is missing. s may be NULL (nothing kept). */
+int kvb_share_serves(const kvb_share *s, const kvb_method *m, char *err, size_t err_len);
 void kvb_share_free(kvb_share *s, kvb_ctx *c);
-/* Install a method on a forked context of a shared prefill: adopt the share's statistics, end prefill
- * (compression), verify. */
+/* Install a method on a forked context of a shared prefill outside a session: adopt the share's statistics
+ * (the seam's adopt: refused when the share kept less than the method needs), then kvb_end_prefill. */
 int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len);
 
 /* Measured KV of a context: store + the method's own device buffers. */
 void kvb_method_usage(const kvb_method *m, const kvb_ctx *c, kvb_kv_usage *u);
-/* The method as an engine session sees it (own prefill, verify, usage). m may be NULL (full attention). */
+/* The method as an engine session sees it (own prefill, adoption of a shared prefill, verify, usage), made from
+ * its def. m may be NULL (full attention). */
 kvb_session_method kvb_method_seam(kvb_method *m);
 
 /* Check measured device KV per layer against the method's claim, and (at the end of prefill) the total

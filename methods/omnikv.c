@@ -378,7 +378,7 @@ static int read_selector(kvb_opts *o, int *selector, int *window, char *err, siz
 
 /* Observation-window rows OmniKV reads: the current query (`last`) or its window (registry: what a shared
  * prefill must keep). */
-int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
+static int omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
     int selector = 0, window = 0;
     if (read_selector(o, &selector, &window, err, err_len)) return -1;
     *rows = selector == 0 ? 1 : window;
@@ -386,12 +386,12 @@ int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
 }
 
 /* The profile section OmniKV reads: its filter layers, only with layers=profile (registry). */
-const char *kvb_omnikv_profile(kvb_opts *o) {
+static const char *omnikv_profile(kvb_opts *o) {
     const char *layers = kvb_opts_get(o, "layers");
     return layers && !strcmp(layers, "profile") ? "omnikv" : NULL;
 }
 
-kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     omnikv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -429,24 +429,27 @@ kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
                                  err_len);
         if (!s->base.vis) goto fail;
     }
-    s->base.name = "omnikv";
     s->base.budget = *b;
     /* A fraction budget is the device share the offload keeps (the sparse layers' share set to match it); a
      * token budget is the paper's: T selected tokens per sparse layer while the full layers keep everything,
      * which its memory formula (checked every time) states, not T/n. */
     s->base.imposes_budget = s->offload && b->kind == KVB_BUDGET_FRACTION;
-    s->base.hooks.obs_window = s->selector == 0 ? 1 : s->window; /* = kvb_omnikv_obs_window */
-    s->base.hooks.after_prefill = omnikv_after_prefill;
-    s->base.hooks.pre_attend = omnikv_pre_attend;
-    s->base.hooks.wants_probs = omnikv_wants;
-    s->base.hooks.observe = omnikv_observe;
-    s->base.hooks.select = omnikv_select;
-    s->base.expected_tokens = omnikv_expected;
-    s->base.describe = omnikv_describe;
-    s->base.formula_frac = omnikv_formula;
-    s->base.destroy = omnikv_destroy;
     return &s->base;
 fail:
     omnikv_destroy(&s->base);
     return NULL;
 }
+
+const kvb_method_def kvb_method_omnikv = {
+    .name = "omnikv",
+    .summary = "filter layers pick the tokens the sparse layers attend to",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .obs_window = omnikv_obs_window,
+    .profile = omnikv_profile,
+    .create = omnikv_create,
+    .hooks = {.pre_attend = omnikv_pre_attend, .select = omnikv_select, .wants_probs = omnikv_wants, .observe = omnikv_observe, .after_prefill = omnikv_after_prefill},
+    .expected_tokens = omnikv_expected,
+    .formula_frac = omnikv_formula,
+    .describe = omnikv_describe,
+    .destroy = omnikv_destroy,
+};

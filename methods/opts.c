@@ -96,7 +96,7 @@ const char *kvb_opts_unused(const kvb_opts *o) {
 
 int kvb_opts_for_method(const char *name, const char *const *raw, int n_raw, kvb_opts *o, char *err, size_t err_len) {
     memset(o, 0, sizeof *o);
-    const kvb_method_info *info = kvb_method_find(name);
+    const kvb_method_def *info = kvb_method_find(name);
     int baseline = info && (info->traits & KVB_NO_BUDGET); /* takes no options: unprefixed ones skip it */
     for (int i = 0; i < n_raw; i++) {
         const char *colon = strchr(raw[i], ':'), *eq = strchr(raw[i], '=');

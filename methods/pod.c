@@ -233,9 +233,9 @@ static void pod_destroy(kvb_method *m) {
 }
 
 /* The profile section PoD reads: its layer blocks, unless block= is given (registry). */
-const char *kvb_pod_profile(kvb_opts *o) { return kvb_opts_get(o, "block") ? NULL : "pod"; }
+static const char *pod_profile(kvb_opts *o) { return kvb_opts_get(o, "block") ? NULL : "pod"; }
 
-kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     pod *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -271,17 +271,22 @@ kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *e
     if (r && s->recent_opt < 1) { ERR("pod: recent must be >= 1"); goto fail; }
     if (kvb_opts_double(o, "tau", &s->tau, err, err_len) < 0) goto fail;
     if (!(s->tau >= 0 && s->tau <= 1)) { ERR("pod: tau must be in [0, 1]"); goto fail; }
-    s->base.name = "pod";
     s->base.budget = *b;
     s->base.imposes_budget = 0;
-    s->base.hooks.after_prefill = pod_after_prefill;
-    s->base.hooks.select = pod_select;
-    s->base.hooks.attend = pod_attend;
-    s->base.describe = pod_describe;
-    s->base.formula_frac = pod_formula;
-    s->base.destroy = pod_destroy;
     return &s->base;
 fail:
     pod_destroy(&s->base);
     return NULL;
 }
+
+const kvb_method_def kvb_method_pod = {
+    .name = "pod",
+    .summary = "PoD: proximal tokens exact, distant ones share the block's base-layer scores",
+    .traits = KVB_SHARES_PREFILL,
+    .profile = pod_profile,
+    .create = pod_create,
+    .hooks = {.select = pod_select, .attend = pod_attend, .after_prefill = pod_after_prefill},
+    .formula_frac = pod_formula,
+    .describe = pod_describe,
+    .destroy = pod_destroy,
+};

@@ -106,7 +106,7 @@ static void pyramidkv_destroy(kvb_method *m) {
     free(m);
 }
 
-kvb_method *kvb_pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     pyramidkv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->beta = 20;
@@ -116,17 +116,23 @@ kvb_method *kvb_pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, c
     if (kvb_snap_opts_read(o, "pyramidkv", &s->p, err, err_len) || kvb_opts_double(o, "beta", &s->beta, err, err_len) < 0)
         goto fail;
     if (!(s->beta >= 1)) { ERR("pyramidkv: beta must be >= 1"); goto fail; }
-    s->base.name = "pyramidkv";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.obs_window = (int)s->p.window;
-    s->base.hooks.after_prefill = pyramidkv_after_prefill;
-    s->base.expected_tokens = pyramidkv_expected;
-    s->base.describe = pyramidkv_describe;
-    s->base.destroy = pyramidkv_destroy;
     return &s->base;
 fail:
     free(s->keep);
     free(s);
     return NULL;
 }
+
+const kvb_method_def kvb_method_pyramidkv = {
+    .name = "pyramidkv",
+    .summary = "SnapKV's scores, budgets falling linearly from the bottom layer to the top",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .obs_window = kvb_snapkv_obs_window,
+    .create = pyramidkv_create,
+    .hooks = {.after_prefill = pyramidkv_after_prefill},
+    .expected_tokens = pyramidkv_expected,
+    .describe = pyramidkv_describe,
+    .destroy = pyramidkv_destroy,
+};

@@ -49,14 +49,6 @@ typedef struct {
 static size_t at(const quest *s, int l, int g) { return (size_t)l * s->c->model->cfg.n_head_kv + (size_t)g; }
 static int64_t pages_of(const quest *s, int64_t n) { return (n + s->page - 1) / s->page; }
 
-static int64_t budget_at(quest *s, int64_t len) {
-    int64_t t;
-    char e[8];
-    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
-    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
-    return t < len ? t : len;
-}
-
 /* Bring layer l's page metadata up to n tokens: the pages from the first one holding a new token are rebuilt. */
 static int update_meta(quest *s, kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
     const int D = c->model->cfg.head_dim;
@@ -105,7 +97,7 @@ static int quest_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t
     if (update_meta(s, c, layer, n, err, err_len)) return -1;
     if (n_q != 1) return 0;
     /* the last page (r tokens) always; m of the n_pages - 1 others, by criticality */
-    int64_t n_pages = pages_of(s, n), r = n - (n_pages - 1) * P, b = budget_at(s, kvb_cur_len(c, n_q));
+    int64_t n_pages = pages_of(s, n), r = n - (n_pages - 1) * P, b = kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q));
     int64_t m = b > r ? (b - r + P / 2) / P : 0;
     if (m >= n_pages - 1) return 0; /* every page: full attention */
     if (fit_scratch(s, c, n_pages, m * P + r, err, err_len)) return -1;
@@ -152,7 +144,7 @@ static double quest_formula(kvb_method *m, kvb_ctx *c) {
 static void quest_describe(kvb_method *m, char *buf, size_t cap) {
     quest *s = (quest *)m;
     snprintf(buf, cap, "page=%lld skip=%d group=%s attend=%lld", (long long)s->page, s->skip,
-             s->group_max ? "max" : "sum", (long long)budget_at(s, m->n_prompt));
+             s->group_max ? "max" : "sum", (long long)kvb_budget_at(&s->base.budget, m->n_prompt));
 }
 
 static void quest_destroy(kvb_method *m) {
@@ -183,7 +175,7 @@ static int read_opts(quest *s, kvb_opts *o, int n_layer, char *err, size_t err_l
     return 0;
 }
 
-kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     quest *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -194,18 +186,23 @@ kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
     s->meta_n = calloc((size_t)cfg->n_layer, sizeof *s->meta_n);
     if (!s->kmin || !s->kmax || !s->meta_n) { ERR("out of memory"); quest_destroy(&s->base); return NULL; }
     if (read_opts(s, o, cfg->n_layer, err, err_len)) { quest_destroy(&s->base); return NULL; }
-    s->base.name = "quest";
     s->base.budget = *b;
     s->all_pages = b->kind == KVB_BUDGET_FRACTION && b->frac >= 1.0;
     s->base.imposes_budget = 0; /* the budget is what a step attends; the whole KV stays resident */
-    s->base.hooks.select = quest_select;
-    s->base.hooks.after_prefill = quest_after_prefill;
-    s->base.expected_tokens = quest_expected;
-    s->base.formula_frac = quest_formula;
-    s->base.describe = quest_describe;
-    s->base.destroy = quest_destroy;
     snprintf(s->base.note, sizeof s->base.note,
              "device KV = full + page min/max; a step attends ~budget tokens (pages of %lld; layers < %d dense)",
              (long long)s->page, s->skip);
     return &s->base;
 }
+
+const kvb_method_def kvb_method_quest = {
+    .name = "quest",
+    .summary = "Quest: all KV resident, each step attends the top pages by min/max key bounds",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .create = quest_create,
+    .hooks = {.select = quest_select, .after_prefill = quest_after_prefill},
+    .expected_tokens = quest_expected,
+    .formula_frac = quest_formula,
+    .describe = quest_describe,
+    .destroy = quest_destroy,
+};

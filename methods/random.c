@@ -79,7 +79,7 @@ static void random_describe(kvb_method *m, char *buf, size_t cap) {
 
 static void random_destroy(kvb_method *m) { free(m); }
 
-kvb_method *kvb_random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     rnd *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -90,15 +90,21 @@ kvb_method *kvb_random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
         kvb_opts_int(o, "window", &s->window, err, err_len) < 0)
         goto fail;
     if (s->sinks < 0 || s->window < 0) { ERR("random: sinks and window must be >= 0"); goto fail; }
-    s->base.name = "random";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.after_prefill = random_after_prefill;
-    s->base.expected_tokens = random_expected;
-    s->base.describe = random_describe;
-    s->base.destroy = random_destroy;
     return &s->base;
 fail:
     free(s);
     return NULL;
 }
+
+const kvb_method_def kvb_method_random = {
+    .name = "random",
+    .summary = "the control: a seeded random subset + sinks + window, once after prefill",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .create = random_create,
+    .hooks = {.after_prefill = random_after_prefill},
+    .expected_tokens = random_expected,
+    .describe = random_describe,
+    .destroy = random_destroy,
+};

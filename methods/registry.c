@@ -1,5 +1,6 @@
-/* registry.c — the registered methods, what each needs from the session, and a method's lifecycle (create,
- * prefill, free). The only file that knows methods by name: a new method is its file plus one line here. */
+/* registry.c — the registered methods, what each needs from the session, a method's lifecycle (create, bind
+ * its def, free) and the seam through which an engine session sees it. The only file that knows the methods:
+ * a new method is its file (ending with its kvb_method_def) plus one word in KVB_METHODS. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,50 +8,20 @@
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-kvb_method *kvb_full_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_streamingllm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_random_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_quest_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_kivi_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_pyramidkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-kvb_method *kvb_adakv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
-int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
-int kvb_omnikv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
-int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
-const char *kvb_omnikv_profile(kvb_opts *o);
-const char *kvb_round_profile(kvb_opts *o);
-const char *kvb_pod_profile(kvb_opts *o);
+/* Every method, in the order --help and `--method all` list them: one word per method, naming the def its file
+ * declares (kvb_method_<name>, methods/<name>.c). */
+#define KVB_METHODS(X) \
+    X(full) X(streamingllm) X(h2o) X(snapkv) X(omnikv) X(round) X(pod) X(random) X(pyramidkv) X(tova) X(knorm) \
+    X(adakv) X(quest) X(kivi)
 
-enum { BUDGET = KVB_NEEDS_BUDGET, SHARES = KVB_SHARES_PREFILL };
-
-static const kvb_method_info METHODS[] = {
-    /* name, aliases, traits, observation window, create, summary, profile section read */
-    {"full", "flash", KVB_NO_BUDGET | SHARES, NULL, kvb_full_create, "exact attention over the whole cache (the baseline)", NULL},
-    {"streamingllm", NULL, BUDGET | SHARES, NULL, kvb_streamingllm_create, "attention sinks + recent window, the rest evicted", NULL},
-    {"h2o", NULL, BUDGET | SHARES | KVB_PREFILL_SCORES, NULL, kvb_h2o_create, "heavy hitters + recent tokens, evicting every step", NULL},
-    {"snapkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_snapkv_create, "prefix voted by the last queries, pooled, top-k + window", NULL},
-    {"omnikv", NULL, BUDGET | SHARES, kvb_omnikv_obs_window, kvb_omnikv_create, "filter layers pick the tokens the sparse layers attend to", kvb_omnikv_profile},
-    {"round", NULL, KVB_OWN_PREFILL, NULL, kvb_round_create, "Round Attention: rounds picked at the watershed layer, deep layers' on host", kvb_round_profile},
-    {"pod", NULL, SHARES, NULL, kvb_pod_create, "PoD: proximal tokens exact, distant ones share the block's base-layer scores", kvb_pod_profile},
-    {"random", NULL, BUDGET | SHARES, NULL, kvb_random_create, "the control: a seeded random subset + sinks + window, once after prefill", NULL},
-    {"pyramidkv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_pyramidkv_create, "SnapKV's scores, budgets falling linearly from the bottom layer to the top", NULL},
-    {"tova", NULL, BUDGET | SHARES, kvb_tova_obs_window, kvb_tova_create, "TOVA: evicts the token the current query attends least (head mean), every step", NULL},
-    {"knorm", NULL, BUDGET | SHARES, NULL, kvb_knorm_create, "keeps the tokens whose keys have the lowest L2 norm, once after prefill", NULL},
-    {"adakv", NULL, BUDGET | SHARES, kvb_snapkv_obs_window, kvb_adakv_create, "a layer's budget shared among its KV heads by score (base=snapkv|pyramidkv)", NULL},
-    {"quest", NULL, BUDGET | SHARES, NULL, kvb_quest_create, "Quest: all KV resident, each step attends the top pages by min/max key bounds", NULL},
-    {"kivi", NULL, SHARES, NULL, kvb_kivi_create, "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full", NULL},
-};
+#define DECLARE(n) extern const kvb_method_def kvb_method_##n;
+KVB_METHODS(DECLARE)
+#define ROW(n) &kvb_method_##n,
+static const kvb_method_def *const METHODS[] = {KVB_METHODS(ROW)};
 #define N_METHODS ((int)(sizeof METHODS / sizeof METHODS[0]))
 
 int kvb_method_count(void) { return N_METHODS; }
-const kvb_method_info *kvb_method_at(int i) { return i >= 0 && i < N_METHODS ? &METHODS[i] : NULL; }
+const kvb_method_def *kvb_method_at(int i) { return i >= 0 && i < N_METHODS ? METHODS[i] : NULL; }
 
 /* 1 if name is one of the comma-separated names in list */
 static int in_list(const char *list, const char *name) {
@@ -64,9 +35,9 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
-const kvb_method_info *kvb_method_find(const char *name) {
+const kvb_method_def *kvb_method_find(const char *name) {
     for (int i = 0; i < N_METHODS; i++)
-        if (!strcmp(METHODS[i].name, name) || in_list(METHODS[i].aliases, name)) return &METHODS[i];
+        if (!strcmp(METHODS[i]->name, name) || in_list(METHODS[i]->aliases, name)) return METHODS[i];
     return NULL;
 }
 
@@ -74,16 +45,16 @@ void kvb_method_names(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < N_METHODS && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s%s%s%s", i ? ", " : "", METHODS[i].name,
-                               METHODS[i].aliases ? " (" : "", METHODS[i].aliases ? METHODS[i].aliases : "",
-                               METHODS[i].aliases ? ")" : "");
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s%s%s%s", i ? ", " : "", METHODS[i]->name,
+                               METHODS[i]->aliases ? " (" : "", METHODS[i]->aliases ? METHODS[i]->aliases : "",
+                               METHODS[i]->aliases ? ")" : "");
 }
 
 void kvb_method_names_all(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < N_METHODS && at < cap; i++)
-        if (!(METHODS[i].traits & KVB_NO_BUDGET)) at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", METHODS[i].name);
+        if (!(METHODS[i]->traits & KVB_NO_BUDGET)) at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", METHODS[i]->name);
 }
 
 static int unknown_method(const char *name, char *err, size_t err_len) {
@@ -93,7 +64,7 @@ static int unknown_method(const char *name, char *err, size_t err_len) {
 }
 
 int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *out, char *err, size_t err_len) {
-    const kvb_method_info *info = kvb_method_find(name);
+    const kvb_method_def *info = kvb_method_find(name);
     if (!info) return unknown_method(name, err, err_len);
     memset(out, 0, sizeof *out);
     out->name = info->name;
@@ -110,28 +81,34 @@ int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *o
 
 kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err,
                               size_t err_len) {
-    const kvb_method_info *info = kvb_method_find(name);
-    if (!info) {
+    const kvb_method_def *def = kvb_method_find(name);
+    if (!def) {
         unknown_method(name, err, err_len);
         return NULL;
     }
     kvb_budget full = {KVB_BUDGET_FRACTION, 1.0, 0};
     if (!b) b = &full;
-    if (b->kind == KVB_BUDGET_NONE && (info->traits & KVB_NEEDS_BUDGET)) {
-        ERR("method %s needs a budget (--budget 30%% or a token count)", info->name);
+    if (b->kind == KVB_BUDGET_NONE && (def->traits & KVB_NEEDS_BUDGET)) {
+        ERR("method %s needs a budget (--budget 30%% or a token count)", def->name);
         return NULL;
     }
-    kvb_method *m = info->create(c, b, o, err, err_len);
+    kvb_method_needs nd;
+    if (kvb_method_needs_of(def->name, o, &nd, err, err_len)) return NULL;
+    kvb_method *m = def->create(c, b, o, err, err_len);
     if (!m) return NULL;
+    m->def = def;
+    m->name = def->name;
+    m->hooks = def->hooks;
+    m->hooks.self = m;
+    m->hooks.obs_window = nd.obs_window;
     const char *unused = kvb_opts_unused(o);
     if (unused) {
         ERR("method %s has no option '%s'", m->name, unused);
-        m->destroy(m);
+        def->destroy(m);
         return NULL;
     }
-    m->hooks.self = m;
     if (kvb_ctx_set_hooks(c, &m->hooks, err, err_len)) {
-        m->destroy(m);
+        def->destroy(m);
         return NULL;
     }
     return m;
@@ -140,11 +117,49 @@ kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b,
 void kvb_method_free(kvb_method *m, kvb_ctx *c) {
     if (!m) return;
     if (c && c->hooks == &m->hooks) c->hooks = NULL;
-    m->destroy(m);
+    m->def->destroy(m);
 }
 
+/* ---- the method as an engine session sees it (engine/session.h kvb_session_method) ---- */
+
+static int seam_prefill(void *self, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    kvb_method *m = self;
+    return m->def->prefill(m, c, ids, n, err, err_len);
+}
+
+static int seam_adopt(void *self, kvb_ctx *c, const void *shared, char *err, size_t err_len) {
+    kvb_method *m = self;
+    if (kvb_share_serves(shared, m, err, err_len)) return -1;
+    return m->def->adopt ? m->def->adopt(m, c, shared, err, err_len) : 0;
+}
+
+static int seam_verify(void *self, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len) {
+    return kvb_method_verify(self, c, end_of_prefill, err, err_len);
+}
+
+static void seam_usage(const void *self, const kvb_ctx *c, kvb_kv_usage *u) { kvb_method_usage(self, c, u); }
+
+kvb_session_method kvb_method_seam(kvb_method *m) {
+    kvb_session_method s = {0};
+    if (!m) return s;
+    s.self = m;
+    s.prefill = m->def->prefill ? seam_prefill : NULL;
+    s.adopt = seam_adopt;
+    s.verify = seam_verify;
+    s.usage = seam_usage;
+    return s;
+}
+
+/* ---- outside a session (tests, tools): the same seam, the same end of prefill ---- */
+
 int kvb_method_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
-    int rc = m && m->prefill ? m->prefill(m, c, ids, n, err, err_len) : kvb_forward(c, ids, n, err, err_len);
-    if (rc || kvb_ctx_end_prefill(c, err, err_len)) return -1;
-    return kvb_method_verify(m, c, 1, err, err_len);
+    kvb_session_method s = kvb_method_seam(m);
+    int rc = s.prefill ? s.prefill(s.self, c, ids, n, err, err_len) : kvb_forward(c, ids, n, err, err_len);
+    return rc ? -1 : kvb_end_prefill(c, &s, err, err_len);
+}
+
+int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len) {
+    kvb_session_method s = kvb_method_seam(m);
+    if (s.adopt && s.adopt(s.self, c, share, err, err_len)) return -1;
+    return kvb_end_prefill(c, &s, err, err_len);
 }

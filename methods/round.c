@@ -248,9 +248,9 @@ static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t 
 }
 
 /* The profile section Round Attention reads: its watershed layer, unless lw= is given (registry). */
-const char *kvb_round_profile(kvb_opts *o) { return kvb_opts_get(o, "lw") ? NULL : "round"; }
+static const char *round_profile(kvb_opts *o) { return kvb_opts_get(o, "lw") ? NULL : "round"; }
 
-kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     round_m *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -291,21 +291,24 @@ kvb_method *kvb_round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char 
     s->base.vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, 0, c->be, &c->mem, err,
                              err_len);
     if (!s->base.vis) goto fail;
-    s->base.name = "round";
     s->base.budget = *b;
     s->base.imposes_budget = 0;
-    s->base.hooks.on_round = round_on_round;
-    s->base.hooks.wants_probs = round_wants;
-    s->base.hooks.observe = round_observe;
-    s->base.hooks.select = round_select;
-    s->base.hooks.after_prefill = round_after_prefill;
-    s->base.expected_tokens = round_expected;
-    s->base.describe = round_describe;
-    s->base.formula_frac = round_formula;
-    s->base.destroy = round_destroy;
-    s->base.prefill = round_prefill;
     return &s->base;
 fail:
     round_destroy(&s->base);
     return NULL;
 }
+
+const kvb_method_def kvb_method_round = {
+    .name = "round",
+    .summary = "Round Attention: rounds picked at the watershed layer, deep layers' on host",
+    .traits = KVB_OWN_PREFILL,
+    .profile = round_profile,
+    .create = round_create,
+    .hooks = {.select = round_select, .wants_probs = round_wants, .observe = round_observe, .after_prefill = round_after_prefill, .on_round = round_on_round},
+    .expected_tokens = round_expected,
+    .formula_frac = round_formula,
+    .describe = round_describe,
+    .destroy = round_destroy,
+    .prefill = round_prefill,
+};

@@ -78,14 +78,11 @@ void kvb_share_free(kvb_share *s, kvb_ctx *c) {
     free(s);
 }
 
-int kvb_method_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *s, char *err, size_t err_len) {
-    const kvb_method_info *info = kvb_method_find(m->name);
-    if (info && (info->traits & KVB_PREFILL_SCORES) && (!s || !s->want_scores))
+int kvb_share_serves(const kvb_share *s, const kvb_method *m, char *err, size_t err_len) {
+    if ((m->def->traits & KVB_PREFILL_SCORES) && (!s || !s->want_scores))
         return ERR("method %s needs prefill attention scores: the shared prefill did not record them", m->name);
     if (m->hooks.obs_window > 0 && (!s || s->obs_window < m->hooks.obs_window))
         return ERR("method %s needs a %d-token observation window, the shared prefill kept %d", m->name, m->hooks.obs_window,
                    s ? s->obs_window : 0);
-    if (m->adopt && m->adopt(m, c, s, err, err_len)) return -1;
-    if (kvb_ctx_end_prefill(c, err, err_len)) return -1;
-    return kvb_method_verify(m, c, 1, err, err_len);
+    return 0;
 }

@@ -144,7 +144,7 @@ int kvb_snap_opts_read(kvb_opts *o, const char *who, kvb_snap_opts *p, char *err
     return 0;
 }
 
-kvb_method *kvb_snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     snapkv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -152,13 +152,19 @@ kvb_method *kvb_snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
         free(s);
         return NULL;
     }
-    s->base.name = "snapkv";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.obs_window = (int)s->p.window;
-    s->base.hooks.after_prefill = snapkv_after_prefill;
-    s->base.expected_tokens = snapkv_expected;
-    s->base.describe = snapkv_describe;
-    s->base.destroy = snapkv_destroy;
     return &s->base;
 }
+
+const kvb_method_def kvb_method_snapkv = {
+    .name = "snapkv",
+    .summary = "prefix voted by the last queries, pooled, top-k + window",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .obs_window = kvb_snapkv_obs_window,
+    .create = snapkv_create,
+    .hooks = {.after_prefill = snapkv_after_prefill},
+    .expected_tokens = snapkv_expected,
+    .describe = snapkv_describe,
+    .destroy = snapkv_destroy,
+};

@@ -15,6 +15,9 @@ typedef struct {
 } kvb_snap_opts;
 
 /* ---- snapkv.c ---- */
+/* The observation window SnapKV and the methods on its scores read: the `window` option (32); their defs'
+ * obs_window. */
+int kvb_snapkv_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len);
 /* SnapKV's options window (32), kernel (7), pool (max|avg); who names the method in errors. */
 int kvb_snap_opts_read(kvb_opts *o, const char *who, kvb_snap_opts *p, char *err, size_t err_len);
 /* Observation rows there are: those observed, at most `window`. */

@@ -25,13 +25,9 @@ typedef struct {
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
 /* Tokens the head may hold at sequence length len. */
-static int64_t budget_at(sllm *s, int64_t len) {
+static int64_t keep_at(sllm *s, int64_t len) {
     if (s->window >= 0) return s->sinks + s->window < len ? s->sinks + s->window : len;
-    int64_t t;
-    char e[8];
-    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
-    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
-    return t < len ? t : len;
+    return kvb_budget_at(&s->base.budget, len);
 }
 
 /* Evict the oldest non-sink tokens of every head of a layer until it holds `keep` (on the backend: a head holds
@@ -52,7 +48,7 @@ static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
     s->sinks = s->sinks_opt >= 0 ? s->sinks_opt : (int64_t)ceil(0.01 * (double)n);
     if (s->sinks_opt < 0 && s->sinks < 4) s->sinks = 4;
-    int64_t keep = budget_at(s, n);
+    int64_t keep = keep_at(s, n);
     if (s->sinks > keep) s->sinks = keep;
     if (keep >= n) return 0;
     /* after prefill slots are in position order: keep [0, sinks) and the last keep - sinks */
@@ -70,25 +66,25 @@ static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
 static int sllm_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     sllm *s = self;
     if (c->in_prefill) return 0;
-    if (evict_to(s, c, layer, budget_at(s, kvb_cur_len(c, n_q)), err, err_len)) return -1;
+    if (evict_to(s, c, layer, keep_at(s, kvb_cur_len(c, n_q)), err, err_len)) return -1;
     kvb_src_from_store(c, layer, src);
     return 0;
 }
 
 static int64_t sllm_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
-    return c->in_prefill ? c->n_past : budget_at((sllm *)m, c->n_past);
+    return c->in_prefill ? c->n_past : keep_at((sllm *)m, c->n_past);
 }
 
 static void sllm_describe(kvb_method *m, char *buf, size_t cap) {
     sllm *s = (sllm *)m;
     snprintf(buf, cap, "sinks=%lld window=%lld", (long long)s->sinks,
-             (long long)(s->window >= 0 ? s->window : budget_at(s, m->n_prompt) - s->sinks));
+             (long long)(s->window >= 0 ? s->window : keep_at(s, m->n_prompt) - s->sinks));
 }
 
 static void sllm_destroy(kvb_method *m) { free(m); }
 
-kvb_method *kvb_streamingllm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *streamingllm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     (void)c;
     sllm *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
@@ -103,16 +99,21 @@ kvb_method *kvb_streamingllm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o
     if ((r = kvb_opts_int(o, "reposition", &v, err, err_len)) < 0) goto fail;
     if (r && v) { ERR("streamingllm: reposition=1 (in-cache positions) is not supported; original positions are kept"); goto fail; }
     if (s->window >= 0 && s->sinks_opt < 0) s->sinks_opt = 4;
-    s->base.name = "streamingllm";
     s->base.budget = *b;
     s->base.imposes_budget = s->window < 0;
-    s->base.hooks.after_prefill = sllm_after_prefill;
-    s->base.hooks.select = sllm_select;
-    s->base.expected_tokens = sllm_expected;
-    s->base.describe = sllm_describe;
-    s->base.destroy = sllm_destroy;
     return &s->base;
 fail:
     free(s);
     return NULL;
 }
+
+const kvb_method_def kvb_method_streamingllm = {
+    .name = "streamingllm",
+    .summary = "attention sinks + recent window, the rest evicted",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .create = streamingllm_create,
+    .hooks = {.select = sllm_select, .after_prefill = sllm_after_prefill},
+    .expected_tokens = sllm_expected,
+    .describe = sllm_describe,
+    .destroy = sllm_destroy,
+};

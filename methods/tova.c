@@ -32,14 +32,6 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-static int64_t budget_at(tova *s, int64_t len) {
-    int64_t t;
-    char e[8];
-    if (s->base.budget.kind == KVB_BUDGET_TOKENS) t = s->base.budget.tokens;
-    else if (kvb_budget_tokens(&s->base.budget, len, &t, e, sizeof e)) t = len;
-    return t < len ? t : len;
-}
-
 static int fit_score(tova *s, int64_t n, char *err, size_t err_len) {
     if (n <= s->score_cap) return 0;
     const int HK = s->c->model->cfg.n_head_kv;
@@ -72,7 +64,7 @@ static int score_row(tova *s, const float *probs, int64_t stride, int64_t rows, 
 
 static int tova_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
     tova *s = self;
-    return !c->in_prefill && kvc_n(c->kv, layer, 0) > budget_at(s, kvb_cur_len(c, n_q));
+    return !c->in_prefill && kvc_n(c->kv, layer, 0) > kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q));
 }
 
 /* decode: drop the lowest-scoring tokens down to the budget (normally one) */
@@ -80,7 +72,7 @@ static int tova_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, c
                         int64_t n_q, char *err, size_t err_len) {
     tova *s = self;
     const int HK = c->model->cfg.n_head_kv;
-    int64_t b = budget_at(s, kvb_cur_len(c, n_q)), n = src[0].n;
+    int64_t b = kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q)), n = src[0].n;
     if (fit_score(s, n, err, err_len) || score_row(s, probs, stride, n_q, n_q - 1, n, err, err_len)) return -1;
     for (int g = 0; g < HK; g++) {
         int64_t over = kvc_n(c->kv, layer, g) - b;
@@ -112,7 +104,7 @@ static int tova_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     int64_t n = c->n_past, b;
     s->base.n_prompt = n;
     if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
-    b = budget_at(s, n);
+    b = kvb_budget_at(&s->base.budget, n);
     if (b >= n) return 0;
     if (c->obs_n < 1) return ERR("tova: no query of the prompt was kept (observation window)");
     int32_t *idx = kvb_method_alloc(c, (size_t)b * sizeof(int32_t));
@@ -125,12 +117,12 @@ static int tova_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
 
 static int64_t tova_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
-    return c->in_prefill ? c->n_past : budget_at((tova *)m, c->n_past);
+    return c->in_prefill ? c->n_past : kvb_budget_at(&m->budget, c->n_past);
 }
 
 static void tova_describe(kvb_method *m, char *buf, size_t cap) {
     tova *s = (tova *)m;
-    snprintf(buf, cap, "per_head=%d keep=%lld", s->per_head, (long long)budget_at(s, m->n_prompt));
+    snprintf(buf, cap, "per_head=%d keep=%lld", s->per_head, (long long)kvb_budget_at(&s->base.budget, m->n_prompt));
 }
 
 static void tova_destroy(kvb_method *m) {
@@ -140,13 +132,13 @@ static void tova_destroy(kvb_method *m) {
 }
 
 /* Observation-window rows TOVA reads: the prompt's last query. */
-int kvb_tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
+static int tova_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
     (void)o; (void)err; (void)err_len;
     *rows = 1;
     return 0;
 }
 
-kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
+static kvb_method *tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     tova *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
@@ -154,15 +146,19 @@ kvb_method *kvb_tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *
     if (kvb_opts_int(o, "per_head", &per_head, err, err_len) < 0) { free(s); return NULL; }
     if (per_head != 0 && per_head != 1) { ERR("tova: per_head must be 0 or 1"); free(s); return NULL; }
     s->per_head = (int)per_head;
-    s->base.name = "tova";
     s->base.budget = *b;
     s->base.imposes_budget = 1;
-    s->base.hooks.obs_window = 1;
-    s->base.hooks.wants_probs = tova_wants;
-    s->base.hooks.observe = tova_observe;
-    s->base.hooks.after_prefill = tova_after_prefill;
-    s->base.expected_tokens = tova_expected;
-    s->base.describe = tova_describe;
-    s->base.destroy = tova_destroy;
     return &s->base;
 }
+
+const kvb_method_def kvb_method_tova = {
+    .name = "tova",
+    .summary = "TOVA: evicts the token the current query attends least (head mean), every step",
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .obs_window = tova_obs_window,
+    .create = tova_create,
+    .hooks = {.wants_probs = tova_wants, .observe = tova_observe, .after_prefill = tova_after_prefill},
+    .expected_tokens = tova_expected,
+    .describe = tova_describe,
+    .destroy = tova_destroy,
+};

@@ -1,5 +1,5 @@
 /* verify.c — measured KV of a method's context, the check that it matches the method's claim, its budget
- * and its memory formula, and the seam through which an engine session sees the method. */
+ * and its memory formula. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +28,8 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
     if (!m) return 0;
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
-    for (int l = 0; l < cfg->n_layer && m->expected_tokens; l++) {
-        int64_t want = m->expected_tokens(m, c, l);
+    for (int l = 0; l < cfg->n_layer && m->def->expected_tokens; l++) {
+        int64_t want = m->def->expected_tokens(m, c, l);
         if (want < 0) break;
         int64_t have = layer_device_tokens(m, c, l);
         int64_t want_all = want * HK;
@@ -38,7 +38,7 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
             return ERR("method %s: layer %d holds %lld device KV tokens, its budget says %lld (over %d KV heads)",
                        m->name, l, (long long)have, (long long)want_all, HK);
     }
-    if (end_of_prefill && m->imposes_budget && m->expected_tokens) {
+    if (end_of_prefill && m->imposes_budget && m->def->expected_tokens) {
         int64_t per_head = 0;
         if (kvb_budget_tokens(&m->budget, c->n_past, &per_head, err, err_len)) return -1;
         double target = m->budget.kind == KVB_BUDGET_TOKENS ? (double)per_head / (double)c->n_past
@@ -50,36 +50,13 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
             return ERR("method %s: device KV after prefill is %.2f%% of full, budget %.2f%%", m->name,
                        100.0 * u.device_frac, 100.0 * target);
     }
-    if (m->formula_frac) {
+    if (m->def->formula_frac) {
         kvb_kv_usage u;
         kvb_method_usage(m, c, &u);
-        double f = m->formula_frac(m, c);
+        double f = m->def->formula_frac(m, c);
         if (fabs(u.device_frac - f) > 0.02 * f)
             return ERR("method %s: device KV is %.2f%% of full, its memory formula says %.2f%%", m->name,
                        100.0 * u.device_frac, 100.0 * f);
     }
     return 0;
-}
-
-/* ---- the method as an engine session sees it (engine/session.h kvb_session_method) ---- */
-
-static int seam_prefill(void *self, kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
-    kvb_method *m = self;
-    return m->prefill(m, c, ids, n, err, err_len);
-}
-
-static int seam_verify(void *self, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len) {
-    return kvb_method_verify(self, c, end_of_prefill, err, err_len);
-}
-
-static void seam_usage(const void *self, const kvb_ctx *c, kvb_kv_usage *u) { kvb_method_usage(self, c, u); }
-
-kvb_session_method kvb_method_seam(kvb_method *m) {
-    kvb_session_method s = {0};
-    if (!m) return s;
-    s.self = m;
-    s.prefill = m->prefill ? seam_prefill : NULL;
-    s.verify = seam_verify;
-    s.usage = seam_usage;
-    return s;
 }

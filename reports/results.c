@@ -381,7 +381,7 @@ kvb_rbudget_kind kvb_rbudget_parse(const char *budget, double *value) {
 }
 
 int kvb_row_is_full(const kvb_row *row) {
-    const kvb_method_info *m = kvb_method_find(row->method); /* the baseline, by any of its names */
+    const kvb_method_def *m = kvb_method_find(row->method); /* the baseline, by any of its names */
     return m && (m->traits & KVB_NO_BUDGET);
 }
 

@@ -430,7 +430,7 @@ static void test_round_memory_matches_formula(void) {
     /* 5 past rounds of 50, top 20% = 1 round; current round = 50 + 6 tokens; T = 306 */
     double want = 3.0 / L + (50.0 + 56.0) / 306.0 * (1.0 - 3.0 / L);
     CU_ASSERT(fabs(u.device_frac - want) < 0.02 * want);
-    CU_ASSERT(fabs(m->formula_frac(m, c) - want) < 1e-9);
+    CU_ASSERT(fabs(m->def->formula_frac(m, c) - want) < 1e-9);
     CU_ASSERT(u.host_bytes == (int64_t)(L - 3) * NKV * 306 * kvc_slot_bytes(c->kv));
     CU_ASSERT(u.moved_h2d > 0);
     CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
@@ -714,7 +714,7 @@ static void test_random_middle_is_uniform(void) {
 /* ---- the method contract ---- */
 
 static void test_needs_come_from_the_registry_and_options(void) {
-    char err[256], all[256];
+    char err[256];
     kvb_method_needs nd;
     kvb_opts o = {0};
     CU_ASSERT_FATAL(kvb_method_needs_of("flash", NULL, &nd, err, sizeof err) == 0);
@@ -736,9 +736,25 @@ static void test_needs_come_from_the_registry_and_options(void) {
     kvb_opts bad = {0};
     CU_ASSERT_FATAL(kvb_opts_add(&bad, "window=wide", err, sizeof err) == 0);
     CU_ASSERT(kvb_method_needs_of("snapkv", &bad, &nd, err, sizeof err) == -1 && strstr(err, "window=wide"));
-    kvb_method_names_all(all, sizeof all);
-    CU_ASSERT_STRING_EQUAL(all, "streamingllm,h2o,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi");
     CU_ASSERT(kvb_method_find("flash") == kvb_method_find("full"));
+}
+
+/* `--method all` is every registered method but the baseline, in registry order; every def names itself, finds
+ * itself, has the functions the run calls and a budget trait that says what a budget means to it */
+static void test_method_all_and_defs_come_from_the_registry(void) {
+    char all[1024], want[1024] = "";
+    size_t at = 0;
+    for (int i = 0; i < kvb_method_count(); i++) {
+        const kvb_method_def *d = kvb_method_at(i);
+        CU_ASSERT(d->name && d->summary && d->create && d->destroy);
+        CU_ASSERT(kvb_method_find(d->name) == d);
+        CU_ASSERT(!((d->traits & KVB_NEEDS_BUDGET) && (d->traits & KVB_NO_BUDGET)));
+        CU_ASSERT(!((d->traits & KVB_OWN_PREFILL) && (d->traits & KVB_SHARES_PREFILL)));
+        if (!(d->traits & KVB_NO_BUDGET)) at += (size_t)snprintf(want + at, sizeof want - at, "%s%s", at ? "," : "", d->name);
+    }
+    kvb_method_names_all(all, sizeof all);
+    CU_ASSERT_STRING_EQUAL(all, want);
+    CU_ASSERT(kvb_method_at(kvb_method_count()) == NULL && kvb_method_at(-1) == NULL);
 }
 
 /* kvb_topk_ascending = the k largest (ties to the lower index), as indices ascending; brute force reference */
@@ -906,7 +922,7 @@ static void test_omnikv_default_layers_are_the_papers_scaled_profile_on_request(
     for (int k = 0; k < 2; k++) {
         kvb_ctx *c = new_ctx(KVB_F16);
         kvb_method *m = make("omnikv", c, "90%", opts[k]); /* above both layer sets' full share */
-        m->describe(m, desc, sizeof desc);
+        m->def->describe(m, desc, sizeof desc);
         CU_ASSERT(!strncmp(desc, want[k], strlen(want[k])));
         if (strncmp(desc, want[k], strlen(want[k]))) fprintf(stderr, "\n  got: %s\n", desc);
         kvb_method_free(m, c);
@@ -954,6 +970,7 @@ int main(void) {
     CU_add_test(s, "random keeps budget, sinks, window; same set per seed", test_random_keeps_budget_sinks_window_same_set_per_seed);
     CU_add_test(s, "random middle is uniform over seeds", test_random_middle_is_uniform);
     CU_add_test(s, "needs come from the registry and the options", test_needs_come_from_the_registry_and_options);
+    CU_add_test(s, "--method all and every def come from the registry", test_method_all_and_defs_come_from_the_registry);
     CU_add_test(s, "top-k ascending: k largest, ties to lower index", test_topk_ascending_is_the_k_largest_ties_to_lower_index);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);

@@ -155,7 +155,7 @@ static int add_case(const char *method, const char *opts) {
 
 static int collect_cases(void) {
     for (int i = 0; i < kvb_method_count(); i++) {
-        const kvb_method_info *mi = kvb_method_at(i);
+        const kvb_method_def *mi = kvb_method_at(i);
         if (mi->traits & KVB_NO_BUDGET) continue; /* full attention: the reference itself */
         int pinned = 0;
         for (size_t k = 0; k < sizeof PINNED / sizeof *PINNED; k++)

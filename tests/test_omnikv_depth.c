@@ -51,7 +51,7 @@ static void expect_default(int n_layer, const char *budget, const char *want_lay
     kvb_method *m = make(c, budget, NULL, err, sizeof err);
     if (!m) fprintf(stderr, "\n  %d layers at %s: %s\n", n_layer, budget, err);
     CU_ASSERT_FATAL(m != NULL);
-    m->describe(m, desc, sizeof desc);
+    m->def->describe(m, desc, sizeof desc);
     snprintf(want, sizeof want, "layers=%s ", want_layers);
     CU_ASSERT(!strncmp(desc, want, strlen(want)));
     if (strncmp(desc, want, strlen(want))) fprintf(stderr, "\n  %d layers at %s: %s\n", n_layer, budget, desc);
@@ -93,7 +93,7 @@ static void test_token_budget_keeps_the_scaled_layers(void) {
     kvb_ctx *c = new_ctx(model);
     kvb_method *m = make(c, "40", NULL, err, sizeof err);
     CU_ASSERT_FATAL(m != NULL);
-    m->describe(m, desc, sizeof desc);
+    m->def->describe(m, desc, sizeof desc);
     CU_ASSERT(!strncmp(desc, "layers=2;6;14 ", 14) && m->note[0] == 0);
     kvb_method_free(m, c);
     kvb_ctx_free(c);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/arch_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/guard.h"
 #include "kernels/cpu/kvops.h"
@@ -208,6 +209,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->kv_writer = cpu_kv_writer;
     cpu_install_data_ops(be);
     cpu_install_kvquant_ops(be);
+    cpu_install_arch_ops(be); /* rope_ext, geglu, scale, attention_window (arch_ops.c) */
     be->impl = im;
     be->allocator = &heap_allocator;
     return kvb_guard_wanted() ? kvb_guard_wrap(be, err, err_len) : be;

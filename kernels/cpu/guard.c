@@ -253,6 +253,11 @@ GUARDED_INT(attention, (kvb_backend *be, const kvb_attn_args *a, char *err, size
 GUARDED_VOID(rope_qk, (kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
                        int n_rot, const int32_t *pos, float freq_base, int neox),
              q, n_head, k, n_head_kv, n_tok, head_dim, n_rot, pos, freq_base, neox)
+GUARDED_VOID(rope_ext, (kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                        int neox, const kvb_rope_params *rp), x, n_tok, n_head, head_dim, n_rot, pos, neox, rp)
+GUARDED_VOID(geglu, (kvb_backend *be, float *out, const float *gate, const float *up, int64_t n), out, gate, up, n)
+GUARDED_VOID(scale, (kvb_backend *be, float *x, float s, int64_t n), x, s, n)
+GUARDED_INT(attention_window, (kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len), a, err, err_len)
 GUARDED_VOID(add_rmsnorm, (kvb_backend *be, float *x, const float *d, float *out, const float *w, int64_t n,
                            int64_t n_rows, float eps), x, d, out, w, n, n_rows, eps)
 
@@ -376,6 +381,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
 #define WRAP(op) be->op = in->op ? guarded_##op : NULL
     WRAP(matmul); WRAP(get_rows); WRAP(rmsnorm); WRAP(rope); WRAP(swiglu); WRAP(add); WRAP(add_bias);
     WRAP(attention); WRAP(matmul_n); WRAP(add_rmsnorm); WRAP(rope_qk);
+    WRAP(rope_ext); WRAP(geglu); WRAP(scale); WRAP(attention_window); /* arch_ops.c */
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */

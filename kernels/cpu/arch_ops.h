@@ -1,0 +1,24 @@
+/* arch_ops.h — CPU ops of the newer architectures: scaled RoPE, GeGLU, scale, sliding-window attention
+ * (kernels/backend.h rope_ext, geglu, scale, attention_window; arch_ops.c says how each follows ggml). */
+#ifndef KVB_CPU_ARCH_OPS_H
+#define KVB_CPU_ARCH_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/pool.h"
+
+/* rope in place on x[n_tok][n_head][head_dim] with llama.cpp's scaling (kvb_rope_params) */
+void cpu_rope_scaled(float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos, int neox,
+                     const kvb_rope_params *rp);
+/* out = gelu_tanh(gate) * up through ggml's f16 GELU table; out may alias gate or up */
+void cpu_geglu(float *out, const float *gate, const float *up, int64_t n);
+/* x *= s */
+void cpu_scale(float *x, float s, int64_t n);
+/* attention with a->window > 0 (backend.h kvb_attn_args): 0, or -1 + err */
+int cpu_attention_window(const kvb_attn_args *a, kvb_pool *pool, char *err, size_t err_len);
+/* Set be's rope_ext, geglu, scale and attention_window (attention_window runs on cpu_backend_pool(be)). */
+void cpu_install_arch_ops(kvb_backend *be);
+
+#endif
