@@ -10,6 +10,8 @@ CI compares the engine against the fixture, so it needs no llama.cpp. Two sets:
   qwen     Qwen2.5-Coder-0.5B, prompts of both folders (Chinese, code, emoji, its chat template)
            -> tests/fixtures/llamacpp_ref_qwen.json; also the token ids of TOKENIZE_ONLY strings
            (the qwen2 pre-tokenizer's corner cases), checked without a forward pass
+  q3_k_m   the same prompts on the second model requantized to Q3_K_M (scripts/requantize.py)
+           -> tests/fixtures/llamacpp_ref_q3_k_m.json; iq4_xs likewise -> llamacpp_ref_iq4_xs.json
 
   python3 scripts/llamacpp_ref.py [--set default|qwen] [--model PATH] [--out FILE]
   python3 scripts/llamacpp_ref.py [--set ...] --make-prompts   # (re)write the generated prompt files only
@@ -36,6 +38,9 @@ SETS = {
               "prompts_qwen/code_mixed.txt", "prompts_qwen/prose_mixed.txt", "prompts_qwen/chat_multiturn.txt",
               "prompts_qwen/chat_chinese_code.txt"]),
 }
+# the second model requantized here (scripts/requantize.py): Q3_K/IQ4_NL/Q5_K and IQ4_XS/IQ4_NL on the same prompts
+SETS["q3_k_m"] = ("Qwen2.5-Coder-0.5B-Instruct.Q3_K_M.gguf", "llamacpp_ref_q3_k_m.json", 16, SETS["qwen"][3])
+SETS["iq4_xs"] = ("Qwen2.5-Coder-0.5B-Instruct.IQ4_XS.gguf", "llamacpp_ref_iq4_xs.json", 16, SETS["qwen"][3])
 # Strings whose token ids alone are compared (the qwen2 pre-tokenizer's splits: contractions, digit runs,
 # whitespace runs, newlines, scripts without spaces, emoji sequences, special tokens in text).
 TOKENIZE_ONLY = [
