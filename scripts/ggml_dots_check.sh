@@ -3,6 +3,7 @@
 # x86 ggml-cpu quants file) from a checkout, link them beside kvbench's kernels library, and check that
 # kvbench's activation quantizers and dot products give the same bytes (scripts/ggml_dots_check.c).
 # Builds like llama.cpp does: -std=gnu11 (so its `a += b * c` contract to fmas) and -march=native.
+# --bench [ROWS COLS REPS] times the dots instead (one thread, kvbench beside llama.cpp).
 # --fixture also writes llama.cpp's dots of seeded random blocks for tests/test_kquant.c. Exit 0 when every type
 # matches. Needs ./build/libkvb_kernels.a (cmake --build build), or the one in
 # $KVB_BUILD_DIR.
@@ -36,4 +37,9 @@ C
 $cc -O2 -march=native -c "$tmp/ggml_stubs.c" -o "$tmp/ggml_stubs.o"
 $cc -O2 -march=native -std=c11 -I"$root" "$root/scripts/ggml_dots_check.c" "$tmp/cpu_quants.o" "$tmp/quants.o" \
     "$tmp/ggml_stubs.o" "${KVB_BUILD_DIR:-$root/build}/libkvb_kernels.a" -lm -lpthread -o "$tmp/ggml_dots_check"
+if [ "${2:-}" = --bench ]; then # the speed of the K-quant dots beside llama.cpp's (scripts/ggml_dots_bench.c)
+    $cc -O3 -march=native -std=c11 -D_POSIX_C_SOURCE=200809L -I"$root" "$root/scripts/ggml_dots_bench.c" "$tmp/cpu_quants.o" \
+        "$tmp/quants.o" "$tmp/ggml_stubs.o" "${KVB_BUILD_DIR:-$root/build}/libkvb_kernels.a" -lm -lpthread -o "$tmp/bench"
+    exec "$tmp/bench" "${@:3}"
+fi
 "$tmp/ggml_dots_check" "${@:2}"
