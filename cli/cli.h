@@ -92,9 +92,10 @@ int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size
 #define CLI_METHOD_OPTS(o)                                                                                         \
     CLI_FN("--method", &(o)->method, cli_fn_method), CLI_FN("--budget", &(o)->budget, cli_fn_budget),              \
         CLI_FN("--method-opt", &(o)->opts, cli_fn_method_opt)
+/* In a help text, where cli_parse prints the registered methods (kvb_method_names) */
+#define CLI_METHODS_HERE "@METHODS@"
 #define CLI_METHOD_HELP                                                                                  \
-    "  --method NAME          KV-cache method: full (flash), streamingllm, h2o, snapkv, omnikv, round, pod,\n"  \
-    "                         random, pyramidkv, tova, knorm, adakv, quest, kivi\n"                          \
+    "  --method NAME          KV-cache method: " CLI_METHODS_HERE "\n"                                      \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 

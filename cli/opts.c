@@ -5,6 +5,33 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "methods/method.h"
+
+/* Help text with CLI_METHODS_HERE replaced by the registry's methods, wrapped under the option column (so the help
+ * names every method without a list written twice). */
+static void print_help(const char *help) {
+    const char *at = strstr(help, CLI_METHODS_HERE);
+    if (!at) {
+        fputs(help, stdout);
+        return;
+    }
+    fwrite(help, 1, (size_t)(at - help), stdout);
+    const char *line = at;
+    while (line > help && line[-1] != '\n') line--;
+    int col = (int)(at - line);
+    char names[1024];
+    kvb_method_names(names, sizeof names);
+    for (const char *p = names; *p;) {
+        const char *end = strstr(p, ", ");
+        size_t n = end ? (size_t)(end - p) + 1 : strlen(p); /* the name and its comma */
+        if (p != names && col + 1 + (int)n > 110) printf("\n%25s", ""), col = 25;
+        else if (p != names) putchar(' '), col++;
+        fwrite(p, 1, n, stdout);
+        col += (int)n;
+        p += end ? n + 1 : n;
+    }
+    fputs(at + strlen(CLI_METHODS_HERE), stdout);
+}
 
 int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err,
                size_t err_len) {
@@ -46,7 +73,7 @@ int cli_parse(const char *cmd, const char *help, const cli_opt *opts, int max_po
     int n = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(help, stdout), 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return print_help(help), 0;
         if (a[0] != '-') {
             if (n == max_pos) return cli_fail("%s: unexpected argument '%s' (see --help)", cmd, a);
             argv[1 + n++] = argv[i]; /* a slot already read */
