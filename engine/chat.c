@@ -12,21 +12,24 @@ chat_kind chat_detect(const char *tmpl, const char *arch) {
         if (strstr(tmpl, "<|im_start|>")) return CHAT_CHATML;
         if (strstr(tmpl, "<|start_header_id|>")) return CHAT_LLAMA3;
         if (strstr(tmpl, "[INST]")) return CHAT_MISTRAL;
+        if (strstr(tmpl, "<start_of_turn>")) return CHAT_GEMMA;
     }
-    (void)arch; /* qwen2 and llama models without a template: chatml is the common default */
-    return CHAT_CHATML;
+    /* Gemma 3 GGUFs often carry no template (Gemma-3-270M's has none): its turns, as llama.cpp's "gemma" */
+    if (arch && !strcmp(arch, "gemma3")) return CHAT_GEMMA;
+    return CHAT_CHATML; /* qwen2 and llama models without a template: chatml is the common default */
 }
 
 int chat_kind_from_name(const char *name, chat_kind *out) {
     if (!strcmp(name, "chatml")) *out = CHAT_CHATML;
     else if (!strcmp(name, "llama3")) *out = CHAT_LLAMA3;
     else if (!strcmp(name, "mistral")) *out = CHAT_MISTRAL;
+    else if (!strcmp(name, "gemma")) *out = CHAT_GEMMA;
     else return -1;
     return 0;
 }
 
 const char *chat_kind_name(chat_kind k) {
-    return k == CHAT_CHATML ? "chatml" : k == CHAT_LLAMA3 ? "llama3" : "mistral";
+    return k == CHAT_CHATML ? "chatml" : k == CHAT_LLAMA3 ? "llama3" : k == CHAT_GEMMA ? "gemma" : "mistral";
 }
 
 char *chat_default_system(const char *tmpl) {
@@ -111,6 +114,22 @@ int chat_render(chat_kind k, const chat_msg *msgs, int n, int add_assistant_prom
         for (int i = 0; i < n; i++)
             put(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", msgs[i].role, msgs[i].content);
         if (add_assistant_prompt) put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    } else if (k == CHAT_GEMMA) {
+        /* Gemma 3's template: roles user and model, a system message folded into the first user turn ("S\n\nU"),
+         * every content trimmed of surrounding whitespace (Jinja's | trim) */
+        int first = 0;
+        const char *sys = NULL;
+        if (n > 0 && !strcmp(msgs[0].role, "system")) sys = msgs[0].content, first = 1;
+        for (int i = first; i < n; i++) {
+            const char *c = msgs[i].content;
+            size_t len = strlen(c);
+            while (len && strchr(" \t\n\r", c[len - 1])) len--;
+            while (len && strchr(" \t\n\r", *c)) c++, len--;
+            put(&b, "<start_of_turn>%s\n", strcmp(msgs[i].role, "assistant") ? "user" : "model");
+            if (sys && i == first) put(&b, "%s\n\n", sys);
+            put(&b, "%.*s<end_of_turn>\n", (int)len, c);
+        }
+        if (add_assistant_prompt) put(&b, "<start_of_turn>model\n");
     } else {
         const char *sys = NULL;
         for (int i = 0; i < n; i++) {

@@ -1,4 +1,4 @@
-/* chat.h — chat templates (chatml, llama3, mistral) rendered in C, multi-turn.
+/* chat.h — chat templates (chatml, llama3, mistral, gemma) rendered in C, multi-turn.
  * Picked from the GGUF tokenizer.chat_template text and arch, or by name. */
 #ifndef KVB_CHAT_H
 #define KVB_CHAT_H
@@ -7,16 +7,17 @@
 
 #include "engine/gguf.h"
 
-typedef enum { CHAT_CHATML = 0, CHAT_LLAMA3, CHAT_MISTRAL } chat_kind;
+typedef enum { CHAT_CHATML = 0, CHAT_LLAMA3, CHAT_MISTRAL, CHAT_GEMMA } chat_kind;
 
 typedef struct {
     const char *role; /* "system", "user" or "assistant" */
     const char *content;
 } chat_msg;
 
-/* Template kind from a Jinja template text (may be NULL or "") and arch; chatml when nothing matches. */
+/* Template kind from a Jinja template text (may be NULL or "") and arch (gemma3 without a template: gemma);
+ * chatml when nothing matches. */
 chat_kind chat_detect(const char *jinja_template, const char *arch);
-/* Kind by name ("chatml", "llama3", "mistral"); 0 = ok. */
+/* Kind by name ("chatml", "llama3", "mistral", "gemma"); 0 = ok. */
 int chat_kind_from_name(const char *name, chat_kind *out);
 const char *chat_kind_name(chat_kind k);
 /* The default system prompt a chatml template inserts when the first message is not a system message

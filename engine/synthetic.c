@@ -29,24 +29,27 @@ typedef struct {
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     float rope_freq_base, rms_eps;
     int tied_output;
+    int llama3_rope; /* Llama 3.1's rope_freqs (rope_type llama3: factor 8, low/high frequency factors 1 and 4, 8K) */
+    int n_swa;       /* attention.sliding_window (Mistral-7B-v0.1: 4096 on every layer) */
 } syn_shape;
 
 static const syn_shape SHAPES[] = {
     /* Meta-Llama-3-8B */
-    {"llama3-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, 0},
-    /* Meta-Llama-3.1-8B: the same shapes at 128K. Its rope scaling (rope_type llama3, factor 8) is not
-     * applied: that changes the numbers, not the cost, and synthetic weights have no numbers to keep. */
-    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, 0},
+    {"llama3-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    /* Meta-Llama-3.1-8B: the same shapes at 128K, with its rope scaling (rope_freqs as its GGUF carries them) */
+    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, 0, 1, 0},
+    /* Mistral-7B-v0.1: a 4096-token sliding window on every layer */
+    {"mistral-7b", "llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 10000.0f, 1e-5f, 0, 0, 4096},
     /* Qwen2.5-7B(-Instruct): QKV biases and NEOX rope come with arch qwen2 */
-    {"qwen2.5-7b", "qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0},
+    {"qwen2.5-7b", "qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0, 0, 0},
     /* SmolLM2-135M(-Instruct): output tied to the token embedding */
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, 1},
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, 1, 0, 0},
     /* tests: small enough for a float64 reference forward */
-    {"tiny", "llama", 2, 64, 4, 2, 16, 128, 256, 4096, 10000.0f, 1e-5f, 0},
+    {"tiny", "llama", 2, 64, 4, 2, 16, 128, 256, 4096, 10000.0f, 1e-5f, 0, 0, 0},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof *SHAPES };
 
-const char *syn_shape_names(void) { return "llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m, tiny"; }
+const char *syn_shape_names(void) { return "llama3-8b, llama3.1-8b, mistral-7b, qwen2.5-7b, smollm2-135m, tiny"; }
 
 int syn_is_name(const char *name) { return name && strncmp(name, SYN_PREFIX, strlen(SYN_PREFIX)) == 0; }
 
@@ -96,6 +99,10 @@ int syn_parse(const char *name, syn_spec *out, char *err, size_t err_len) {
     c->q_dim = sh->n_head * sh->head_dim;
     c->attn_scale = 1.0f / sqrtf((float)sh->head_dim);
     c->rope = (kvb_rope_params){sh->rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, sh->n_ctx_train, NULL};
+    c->ffn_act = KVB_FFN_SWIGLU;
+    c->n_swa = sh->n_swa;
+    for (int l = 0; l < KVB_MAX_LAYERS; l++) c->swa_layer[l] = sh->n_swa > 0;
+    out->llama3_rope = sh->llama3_rope;
     out->seed = 0;
     if (!q) return 0;
     const char *p = q + 1;
@@ -386,12 +393,34 @@ int syn_model_init(kvb_model *m, const char *name, char *err, size_t err_len) {
         }
     }
     free(job.ts);
+    if (s.llama3_rope) {
+        /* convert_hf_to_gguf.py's rope_freqs for rope_type llama3: 1 for wavelengths under 8192/4, the factor 8
+         * over 8192/1, a smooth blend between */
+        const int n_pairs = c->n_rot / 2;
+        float *ff = malloc((size_t)n_pairs * sizeof *ff);
+        if (!ff) return ERR("out of memory");
+        const double factor = 8, lo = 1, hi = 4, old_ctx = 8192, pi = 3.14159265358979323846;
+        for (int i = 0; i < n_pairs; i++) {
+            const double freq = 1.0 / pow(c->rope_freq_base, 2.0 * i / c->n_rot), wavelen = 2 * pi / freq;
+            if (wavelen < old_ctx / hi) ff[i] = 1.0f;
+            else if (wavelen > old_ctx / lo) ff[i] = (float)factor;
+            else {
+                const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+                ff[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+            }
+        }
+        m->rope_freqs = ff;
+    }
     return 0;
 }
 
 void syn_model_release(kvb_model *m) {
     free(m->syn_weights);
     m->syn_weights = NULL;
+    if (!m->gguf) { /* a synthetic model's rope_freqs are its own allocation */
+        free((void *)m->rope_freqs);
+        m->rope_freqs = NULL;
+    }
 }
 
 void syn_random_ids(uint64_t seed, int n_vocab, int32_t *ids, int64_t n) {

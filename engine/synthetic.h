@@ -19,6 +19,7 @@ typedef struct {
     char shape[32];  /* table name, e.g. "llama3-8b" */
     kvb_config cfg;  /* with overrides applied */
     uint64_t seed;
+    int llama3_rope; /* the model gets Llama 3.1's rope_freqs */
 } syn_spec;
 
 /* One tensor of a synthetic model, in the order and under the names a GGUF file of the architecture uses. */

