@@ -1,0 +1,249 @@
+/* test_keydiff.c — KeyDiff on a tiny random model and hand-built KV states, against a float64 restatement of
+ * kvpress's KeyDiffPress: per layer and KV head, anchor = mean_j k_j / ||k_j||, score_j = -cos(k_j, anchor), the
+ * top B by score kept (ties to the earlier token), on f32 and f16 stores; a zero key scores 0; through the engine
+ * the prefill ends at the budget and decode appends; budget 100% keeps everything. Device-tier memory is read and
+ * written only through the backend, so the suite also runs under KVB_GUARD=1 (test_keydiff_guard). */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "util_gguf_writer.h"
+#include "engine/model.h"
+#include "methods/method.h"
+
+enum { L = 4, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 48, V = 300, CTX = 512 };
+
+static kvb_model *model;
+static char model_path[256];
+static uint64_t rng = 11;
+
+static float frand(float s) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return s * ((float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+}
+
+static kvb_ctx *new_ctx(kvb_dtype dt) {
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = dt;
+    p.n_ctx = CTX;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+static kvb_method *make(kvb_ctx *c, const char *budget) {
+    char err[256];
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("keydiff", c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  keydiff: %s\n", err);
+    CU_ASSERT_FATAL(m != NULL);
+    return m;
+}
+
+/* Every layer gets n random tokens at positions 0..n-1, as if prefilled; keys get a common direction (as real
+ * keys have) so the anchor is not noise; key `zero` (if >= 0) is all zeros. */
+static void fill_store(kvb_ctx *c, int64_t n, int64_t zero) {
+    char err[256];
+    const int kvd = NKV * HD;
+    float *k = malloc((size_t)n * kvd * sizeof *k), *v = malloc((size_t)n * kvd * sizeof *v);
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    for (int l = 0; l < L; l++) {
+        for (int64_t i = 0; i < n * kvd; i++) k[i] = frand(1.0f) + (i % HD < 3 ? 1.5f : 0.0f), v[i] = frand(1.0f);
+        if (zero >= 0) memset(k + zero * kvd, 0, (size_t)kvd * sizeof *k);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+        CU_ASSERT_FATAL(kvc_append(c->kv, l, n, k, v, pos, NULL, err, sizeof err) == 0);
+    }
+    c->n_past = n;
+    free(k), free(v), free(pos);
+}
+
+static double elem(const void *rows, kvb_dtype dt, size_t at) {
+    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[at]) : ((const float *)rows)[at];
+}
+
+/* kvpress's score in float64 for the n keys of a head: -cos(k_j, mean_i k_i / ||k_i||) (0 for a zero key) */
+static void keydiff_ref(const void *k, kvb_dtype dt, int64_t n, double *score) {
+    double anchor[HD] = {0}, an = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int e = 0; e < HD; e++) s += elem(k, dt, (size_t)j * HD + e) * elem(k, dt, (size_t)j * HD + e);
+        for (int e = 0; e < HD; e++) anchor[e] += s > 0 ? elem(k, dt, (size_t)j * HD + e) / sqrt(s) / (double)n : 0;
+    }
+    for (int e = 0; e < HD; e++) an += anchor[e] * anchor[e];
+    for (int64_t j = 0; j < n; j++) {
+        double dot = 0, s = 0;
+        for (int e = 0; e < HD; e++) {
+            double x = elem(k, dt, (size_t)j * HD + e);
+            dot += x * anchor[e];
+            s += x * x;
+        }
+        score[j] = s > 0 ? -dot / (sqrt(s) * sqrt(an)) : 0;
+    }
+}
+
+/* The top k of x[0..n) as sorted positions (ties to the lower index); *margin = x's k-th largest minus its
+ * (k+1)-th, how far the reference is from a tie that float rounding could break either way. */
+static void topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin) {
+    char *taken = calloc((size_t)n, 1);
+    double last = 0;
+    for (int64_t i = 0; i <= k && i < n; i++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < n; j++)
+            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
+        if (i == k) { *margin = last - x[best]; break; }
+        taken[best] = 1;
+        last = x[best];
+    }
+    for (int64_t j = 0, m = 0; j < n; j++)
+        if (taken[j]) out[m++] = (int32_t)j;
+    free(taken);
+}
+
+static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
+    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
+    int64_t n = hc.n;
+    memcpy(out, hc.pos, (size_t)n * sizeof *out);
+    kvb_sort_i32(out, n);
+    util_kv_head_free(&hc);
+    return n;
+}
+
+static void check_keeps_least_like_the_mean(kvb_dtype dt, int64_t zero) {
+    char err[256];
+    kvb_ctx *c = new_ctx(dt);
+    enum { N = 120, B = 30 };
+    kvb_method *m = make(c, "25%");
+    fill_store(c, N, zero);
+    int32_t want[L][NKV][B];
+    int near_ties = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            util_kv_head hv = util_kv_head_copy(c->kv, l, g);
+            double score[N], margin = 1;
+            keydiff_ref(hv.k, dt, N, score);
+            topk_ref(score, N, B, want[l][g], &margin);
+            near_ties += margin < 1e-5;
+            if (zero >= 0) { /* scored 0 (F.normalize's epsilon), above the keys like the mean: kept */
+                CU_ASSERT(score[zero] == 0);
+                int kept = 0;
+                for (int i = 0; i < B; i++) kept |= want[l][g][i] == zero;
+                CU_ASSERT(kept);
+            }
+            util_kv_head_free(&hv);
+        }
+    CU_ASSERT_EQUAL(near_ties, 0); /* the seeded keys leave no boundary a float rounding could flip */
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    int mismatches = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), B);
+            mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_keeps_least_like_the_mean_f32(void) { check_keeps_least_like_the_mean(KVB_F32, -1); }
+static void test_keeps_least_like_the_mean_f16(void) { check_keeps_least_like_the_mean(KVB_F16, -1); }
+static void test_zero_key_scores_zero(void) { check_keeps_least_like_the_mean(KVB_F32, 17); }
+
+/* Through the engine: the prefill ends at the budget (verified), each decode step appends one token. */
+static void test_engine_prefill_holds_budget_decode_appends(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F16);
+    kvb_method *m = make(c, "40");
+    int32_t ids[150];
+    for (int i = 0; i < 150; i++) ids[i] = 3 + (i * 37) % 290;
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 150, err, sizeof err) == 0);
+    for (int s = 0; s < 4; s++) {
+        int32_t id = 9 + s;
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+        CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    }
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL(head_positions(c, l, g, pos), 44);
+            CU_ASSERT(pos[40] == 150 && pos[43] == 153); /* the decoded tokens, after the 40 kept */
+        }
+    char desc[64];
+    m->def->describe(m, desc, sizeof desc);
+    CU_ASSERT_STRING_EQUAL(desc, "keep=40");
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_full_budget_keeps_everything(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_method *m = make(c, "100%");
+    fill_store(c, 64, -1);
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++) CU_ASSERT_EQUAL(head_positions(c, l, 1, pos), 64);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_needs_and_options(void) {
+    char err[256];
+    kvb_method_needs nd;
+    CU_ASSERT(kvb_method_needs_of("keydiff", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget && nd.shares_prefill &&
+              !nd.obs_window && !nd.prefill_scores && !nd.own_prefill && !nd.profile);
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_budget b = {KVB_BUDGET_FRACTION, 0.3, 0};
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "window=4", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_create("keydiff", c, &b, &o, err, sizeof err) == NULL && strstr(err, "no option 'window'"));
+    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
+    kvb_opts o2 = {0};
+    CU_ASSERT(kvb_method_create("keydiff", c, &none, &o2, err, sizeof err) == NULL && strstr(err, "needs a budget"));
+    kvb_ctx_free(c);
+}
+
+static char dir[] = "/tmp/kvb_keydiff_XXXXXX";
+
+static int setup(void) {
+    if (!mkdtemp(dir)) return -1;
+    snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
+    gw_random r = {rng, 0.5f, NULL};
+    gw_tiny t = {"llama", L, E, NH, NKV, FF, V, CTX, 0, NULL, gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, model_path);
+    free(r.buf);
+    rng = r.state;
+    char err[256];
+    model = rc ? NULL : kvb_model_load(model_path, err, sizeof err);
+    return model ? 0 : -1;
+}
+
+static int teardown(void) {
+    kvb_model_free(model);
+    unlink(model_path);
+    rmdir(dir);
+    return 0;
+}
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("keydiff", setup, teardown);
+    CU_add_test(s, "keeps the keys least like the mean key, as float64 -cos (f32)", test_keeps_least_like_the_mean_f32);
+    CU_add_test(s, "keeps the keys least like the mean key, as float64 -cos (f16)", test_keeps_least_like_the_mean_f16);
+    CU_add_test(s, "a zero key scores 0 and is kept, as the reference keeps it", test_zero_key_scores_zero);
+    CU_add_test(s, "through the engine: prefill at the budget, decode appends", test_engine_prefill_holds_budget_decode_appends);
+    CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
+    CU_add_test(s, "needs and options", test_needs_and_options);
+    return util_run_suites();
+}
