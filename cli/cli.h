@@ -60,7 +60,7 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
     "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP CLI_CUDA_KERNELS_HELP
 #define CLI_CUDA_KERNELS_HELP                                                                            \
     "  --cuda-kernels SPEC    CUDA kernels, any of attn=1|2|3|4,prefill=tc|cuda,gemv=1|2|3|4,probs=1|2 (defaults:\n"  \
-    "                         attn=3,prefill=tc,gemv=1,probs=1, or $KVB_ATTN_KERNEL, $KVB_PREFILL_TC, ...);\n"    \
+    "                         attn=4,prefill=tc,gemv=1,probs=1, or $KVB_ATTN_KERNEL, $KVB_PREFILL_TC, ...);\n"    \
     "                         bench prints them, run.json and the record fingerprint name them\n"
 #define CLI_PREFILL_GEMM_HELP                                                                            \
     "  --prefill-gemm MODE    CPU prefill matmuls over 32+ tokens: f32 = the weights dequantized a panel at a\n"  \

@@ -23,7 +23,7 @@
 #   KVB_GPU_DRY=1       no GPU: every step's command resolved and written to its log, its program checked
 #   KVB_GPU_NEW         the candidate kernel set of the *-new, methods-8b and omnikv-128k steps and of the second
 #                       test_cuda_model (default "KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4
-#                       KVB_PROBS_KERNEL=2")
+#                       KVB_PROBS_KERNEL=2"; "none": the defaults, and no second test_cuda_model)
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
 #   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
 #                       out), KVB_METHODS_8B_BUDGETS its budgets (default "30% 2048")
@@ -38,6 +38,8 @@
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
 #                     GEMVs v1 and v4; decode attention v4's detailed sections
+#   ncu-decode        a decode step's kernels on the 8B shapes under Nsight Compute: GEMVs by shape (v1, v4), attention
+#   ncu-prefill       the tensor-core prefill attention and the prefill GEMMs under Nsight Compute (one launch each)
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
 #   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
@@ -169,6 +171,7 @@ steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
 new_kernels=(env "${new_set[@]}")
+[ "${new_set[*]}" = none ] && new_kernels=(env) # none: the defaults everywhere, no second test_cuda_model
 step_timeout=${KVB_STEP_TIMEOUT:-540}
 deadline=${KVB_GPU_DEADLINE:-540} # seconds from the start for all steps together (a lent GPU: 600 s a command)
 synth_ctx=${KVB_SYNTH_CTX:-32768}
@@ -261,8 +264,10 @@ step_tests() {
     step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
         step "test_cuda_model (every method, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
-        step "test_cuda_model, candidate kernels ${new_set[*]}" cuda_model_new.log \
-            "${new_kernels[@]}" "$bin/test_cuda_model"
+        if [ "${new_set[*]}" != none ]; then
+            step "test_cuda_model, candidate kernels ${new_set[*]}" cuda_model_new.log \
+                "${new_kernels[@]}" "$bin/test_cuda_model"
+        fi
     else
         skip test_cuda_model "default model not in $model_dir"
     fi
@@ -304,6 +309,41 @@ step_ncu() {
         done
     else
         skip ncu "ncu not on PATH"
+    fi
+}
+step_ncu_decode() { # a decode step's kernels on the 8B shapes at 32K, each alone: the GEMVs by shape (v1 and v4), the
+    # attention and its merge (the sum of their times against the step's wall time is the rest: small ops, launches)
+    if command -v ncu >/dev/null 2>&1; then
+        local syn=(bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --contexts 32768 --batch 8192 -n 2 --no-peer)
+        local metrics=dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum,launch__grid_size
+        for gv in 1 4; do
+            step "ncu: decode GEMVs v$gv by shape, 8B shapes, 32K (two steps)" "ncu_decode_gemv$gv.log" bash -c '
+                KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 258 --csv --page raw \
+                    --metrics "$5" "$1" "${@:6}" >"$2/ncu_decode_gemv$4.csv" || exit 1
+                python3 "$3/scripts/ncu_summary.py" --by-grid "$2/ncu_decode_gemv$4.csv"' _ "$bin/kvbench" "$outdir" "$root" \
+                "$gv" "$metrics" "${syn[@]}"
+        done
+        step "ncu: decode attention (default kernel) and merge, 8B shapes, 32K (two steps)" ncu_decode_attn.log bash -c '
+            ncu --clock-control none --kernel-name regex:"k_attn_dec|k_attn_merge|k_attn_tile" --launch-count 128 --csv \
+                --page raw --metrics "$4" "$1" "${@:5}" >"$2/ncu_decode_attn.csv" || exit 1
+            python3 "$3/scripts/ncu_summary.py" --by-grid "$2/ncu_decode_attn.csv"' _ "$bin/kvbench" "$outdir" "$root" \
+            "$metrics" "${syn[@]}"
+    else
+        skip ncu-decode "ncu not on PATH"
+    fi
+}
+step_ncu_prefill() { # where TTFT goes: the tensor-core prefill attention and the prefill GEMMs, one launch each
+    if command -v ncu >/dev/null 2>&1; then
+        step "ncu: prefill attention (tensor cores) in detail, 8B shapes, a chunk at ~16K" ncu_prefill.log \
+            "${new_kernels[@]}" ncu --clock-control none --kernel-name regex:k_attn_prefill_tc --launch-skip 1000 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section ComputeWorkloadAnalysis "$bin/kvbench" bench --backend cuda \
+            --model "synthetic:llama3-8b?ctx=33000" --contexts 32768 -n 1 --no-peer
+        step "ncu: prefill GEMMs (cuBLAS), 8B shapes, chunks of 512" ncu_prefill_gemm.log ncu --clock-control none \
+            --kernel-name regex:'nvjet|gemm|xmma|cutlass' --launch-skip 64 --launch-count 8 --section SpeedOfLight \
+            "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=8400" --contexts 8192 -n 1 --no-peer
+    else
+        skip ncu-prefill "ncu not on PATH"
     fi
 }
 step_model() {

@@ -4,6 +4,8 @@ and best achieved DRAM throughput (% of peak), DRAM bytes read and time. scripts
 attention kernels of `kvbench bench-attention`.
 
   python3 scripts/ncu_summary.py ncu.csv
+  python3 scripts/ncu_summary.py --by-grid ncu.csv   one row per kernel and grid size (needs the metric
+                                                       launch__grid_size): a decode step's GEMVs by shape
 
 Prints a Markdown table; exit 1 with a one-line message when the file has no kernel rows.
 """
@@ -14,6 +16,7 @@ from collections import OrderedDict
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 READ = "dram__bytes_read.sum"
 TIME = "gpu__time_duration.sum"
+GRID = "launch__grid_size"
 
 
 def number(s):
@@ -24,9 +27,14 @@ def number(s):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: ncu_summary.py NCU.csv")
-    with open(sys.argv[1], newline="") as f:
+    args = sys.argv[1:]
+    by_grid = bool(args) and args[0] == "--by-grid"
+    if by_grid:
+        args = args[1:]
+    if len(args) != 1:
+        sys.exit("usage: ncu_summary.py [--by-grid] NCU.csv")
+    path = args[0]
+    with open(path, newline="") as f:
         # ncu prints its own lines (==PROF== ...) before the table: start at the header row
         lines = [ln for ln in f if ln.startswith('"ID"') or (ln.startswith('"') and not ln.startswith('"=='))]
     rows = list(csv.DictReader(lines))
@@ -44,6 +52,8 @@ def main():
             units = r
             continue
         name = (r.get("Kernel Name") or r.get("Function Name") or "?").split("(")[0]
+        if by_grid:
+            name += f" (grid {r.get(GRID, '?')})"
         k = kernels.setdefault(name, {"n": 0, "dram": [], "read": 0.0, "time": 0.0})
         k["n"] += 1
         d, b, t = number(r.get(DRAM)), number(r.get(READ)), number(r.get(TIME))
@@ -52,14 +62,17 @@ def main():
         k["read"] += b or 0.0
         k["time"] += t or 0.0
     if not kernels:
-        sys.exit(f"ncu_summary: no kernel rows in {sys.argv[1]}")
+        sys.exit(f"ncu_summary: no kernel rows in {path}")
     read_unit, time_unit = units.get(READ, "?"), units.get(TIME, "?")
-    print(f"| kernel | launches | DRAM % of peak (mean) | DRAM % (best) | read ({read_unit}) | time ({time_unit}) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    # bytes over nanoseconds is GB/s; other units leave the column empty
+    rate = read_unit == "byte" and time_unit == "ns"
+    print(f"| kernel | launches | DRAM % of peak (mean) | DRAM % (best) | read ({read_unit}) | time ({time_unit}) | GB/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, k in kernels.items():
         mean = sum(k["dram"]) / len(k["dram"]) if k["dram"] else float("nan")
         best = max(k["dram"]) if k["dram"] else float("nan")
-        print(f"| {name} | {k['n']} | {mean:.1f} | {best:.1f} | {k['read']:.4g} | {k['time']:.4g} |")
+        gbs = f"{k['read'] / k['time']:.0f}" if rate and k["time"] > 0 else ""
+        print(f"| {name} | {k['n']} | {mean:.1f} | {best:.1f} | {k['read']:.4g} | {k['time']:.4g} | {gbs} |")
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ static void test_fused_ops_equal_the_separate_ops(void) {
         w[i] = (kvb_weight){wq[i], GGML_T_F16, rows[i], cols};
         keep(wq[i]);
     }
-    float *x = malloc(4 * cols * 4), *a = malloc(4 * 576 * 4), *b = malloc(4 * 576 * 4);
+    float *x = malloc(4 * cols * 4), *a = malloc(4 * 577 * 4), *b = malloc(4 * 577 * 4);
     fill(x, 4 * cols, 1.0);
     float *dx = dev_f32(4 * cols), *dsep[3], *dfused[3];
     put(dx, x, 4 * cols * 4);

@@ -667,28 +667,49 @@ template <int D, int RC, int U> static int dec_splits(int n_split, int blocks_pe
     return n < 1 ? 1 : n;
 }
 
-/* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L */
-__global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chunks, const float *part) {
+/* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L. A block per
+ * row: its threads take the splits in parallel for M and the weights e^{m_s - M} (kept in shared memory), then the
+ * output dimensions, each thread's loads over the splits independent of each other (plan() caps splits at 1024) */
+enum { MERGE_THREADS = 128, MERGE_MAX_SPLITS = 1024 };
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float *red) {
+    for (int o = 16; o; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < MERGE_THREADS / 32; w++) v = is_max ? fmaxf(v, red[w]) : v + red[w];
+    __syncthreads(); /* red is reused by the next reduction */
+    return v;
+}
+
+__global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chunks,
+                                                              const float *part) {
+    __shared__ float wgt[MERGE_MAX_SPLITS], red[MERGE_THREADS / 32];
     const int g = blockIdx.x, r = blockIdx.y;
     const int G = a.n_head / a.n_head_kv, D = a.head_dim, stride = D + 2;
     const int chunk = r / RMAX, i = r % RMAX;
     const float *src = part + (((int64_t)g * n_chunks + chunk) * RMAX + i) * (int64_t)n_split * stride;
     float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, src[(int64_t)s * stride]);
+    for (int s = threadIdx.x; s < n_split; s += MERGE_THREADS) M = fmaxf(M, src[(int64_t)s * stride]);
+    M = block_reduce(M, true, red);
     float L = 0.f;
-    for (int s = 0; s < n_split; s++) {
+    for (int s = threadIdx.x; s < n_split; s += MERGE_THREADS) {
         const float ms = src[(int64_t)s * stride];
-        if (ms != -INFINITY) L += src[(int64_t)s * stride + 1] * __expf(ms - M);
+        const float w = ms == -INFINITY ? 0.f : __expf(ms - M);
+        wgt[s] = w;
+        L += w * src[(int64_t)s * stride + 1];
     }
+    L = block_reduce(L, false, red); /* its barrier also publishes wgt */
     const int64_t t = r / G;
     const int h = g * G + r % G;
     float *out = a.out + (t * a.n_head + h) * (int64_t)D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int d = threadIdx.x; d < D; d += MERGE_THREADS) {
         float o = 0.f;
-        for (int s = 0; s < n_split; s++) {
-            const float ms = src[(int64_t)s * stride];
-            if (ms != -INFINITY) o += src[(int64_t)s * stride + 2 + d] * __expf(ms - M);
-        }
+#pragma unroll 4
+        for (int s = 0; s < n_split; s++) o += wgt[s] * src[(int64_t)s * stride + 2 + d];
         out[d] = L > 0.f ? o / L : 0.f;
     }
     if (threadIdx.x == 0 && a.lse) a.lse[(int64_t)h * a.n_q + t] = L > 0.f ? M + logf(L) : -INFINITY;
@@ -696,12 +717,12 @@ __global__ void k_attn_merge(kvb_cuda_attn a, int n_split, int n_rows, int n_chu
 
 static int g_kernel; /* 0 = not chosen yet */
 
-extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel >= 1 && kernel <= 4 ? kernel : 3; }
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel >= 1 && kernel <= 4 ? kernel : 4; }
 
-/* v3 by default since the H200 run of 2026-11-26 (bench-attention: 1.2-2.1x v1's GB/s, 1.6-2.1x at >= 32K; test_cuda_ops
- * and test_cuda_model green); KVB_ATTN_KERNEL=1 or 2 takes the older kernels, kept as references, 4 the tensor-core
- * candidate (attn_decode.cu) */
-extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 4, 3); }
+/* v4 by default since the H200 runs of 2026-11-26 (bench-attention: 1.2-1.8x v3's GB/s, 99-103% of the copy rate at
+ * batch 8 from 32K; float64 checks and test_cuda_model green); KVB_ATTN_KERNEL=1, 2 or 3 takes the older kernels,
+ * kept as references */
+extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 4, 4); }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {
@@ -718,7 +739,7 @@ static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunk
     int64_t cap = (a->max_len + 255) / 256;
     if (want > cap) want = cap;
     if (want < 1) want = 1;
-    if (want > 1024) want = 1024;
+    if (want > MERGE_MAX_SPLITS) want = MERGE_MAX_SPLITS;
     *n_split = (int)want;
 }
 
@@ -802,7 +823,7 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
         const int kern = a->kernel >= 1 && a->kernel <= 4 ? a->kernel : kvb_cuda_attention_kernel();
         if (kern == 4) { /* v4, tensor cores (attn_decode.cu): its own split count, the merge told so */
             const int ns = kvb_cuda_decode_tc(&c, n_split, n_rows, n_chunks, part, s);
-            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, ns, n_rows, n_chunks, part);
+            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), MERGE_THREADS, 0, s>>>(c, ns, n_rows, n_chunks, part);
             return probs_and_check(&c, s, err, err_len);
         }
         if (kern == 3) { /* v3: its own split count (one wave), the merge told so */
@@ -817,7 +838,7 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
             else if (n_rows <= 4) { DEC(64, 4, 8); }
             else { DEC(64, 8, 4); }
 #undef DEC
-            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, ns, n_rows, n_chunks, part);
+            k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), MERGE_THREADS, 0, s>>>(c, ns, n_rows, n_chunks, part);
             return probs_and_check(&c, s, err, err_len);
         }
         if (kern == 2 && D == 64) k_attn_tile2<2><<<grid, DWARPS * 32, tile2_smem<2>(), s>>>(c, n_split, n_rows, part);
@@ -840,6 +861,6 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
         if (a->kv_f16) k_attn_split<8, 1><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
         else k_attn_split<8, 0><<<grid, DWARPS * 32, shm, s>>>(c, n_split, n_rows, part);
     }
-    k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), 64, 0, s>>>(c, n_split, n_rows, n_chunks, part);
+    k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), MERGE_THREADS, 0, s>>>(c, n_split, n_rows, n_chunks, part);
     return probs_and_check(&c, s, err, err_len);
 }

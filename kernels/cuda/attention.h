@@ -38,12 +38,13 @@ typedef struct {
     int64_t probs_stride;        /* >= max_len when probs != NULL */
     float *lse;                  /* optional [n_head][n_q] */
     int kernel;                  /* f16 head_dim 64/128: 1 = the tiled kernel, 2 = v2 (double-buffered async copies),
-                                  * 3 = v3 (register-only: K/V rows straight to registers, one wave of blocks);
+                                  * 3 = v3 (register-only: K/V rows straight to registers, one wave of blocks),
+                                  * 4 = v4 (both products on tensor cores, K/V rows straight into the fragments);
                                   * 0 = kvb_cuda_attention_kernel(). Results equal to rounding (bench-attention times all) */
 } kvb_cuda_attn;
 
-/* The kernel a call with kernel = 0 takes: 3 by default (measured fastest on an H200, 2026-11-26: docs/gpu.md),
- * 1 or 2 where $KVB_ATTN_KERNEL says so before the first call, or as set here. */
+/* The kernel a call with kernel = 0 takes: 4 by default (measured fastest on an H200, 2026-11-26: docs/gpu.md),
+ * 1, 2 or 3 where $KVB_ATTN_KERNEL says so before the first call, or as set here. */
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
 /* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,
