@@ -15,7 +15,6 @@
 
 #include "benchmarks/cells.h"
 #include "benchmarks/fingerprint.h"
-#include "benchmarks/datahint.h"
 #include "benchmarks/hostload.h"
 #include "benchmarks/hidden.h"
 #include "benchmarks/judging.h"
@@ -23,9 +22,9 @@
 #include "benchmarks/progress.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/provenance.h"
+#include "benchmarks/registry.h"
 #include "benchmarks/runcal.h"
 #include "benchmarks/runopts.h"
-#include "benchmarks/synth_suite.h"
 #include "benchmarks/score.h"
 #include "benchmarks/shared_prefill.h"
 #include "benchmarks/suitecheck.h"
@@ -96,16 +95,6 @@ static int expand_path_fits(const char *in, char *out, size_t cap) {
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static void expand_path(const char *in, char *out, size_t cap) { expand_path_fits(in, out, cap); }
-
-/* A path that does not fit the runner's buffers is refused, never cut (a cut --out put results elsewhere). */
-#define EXPAND(in, out, what)                                                                                          \
-    do {                                                                                                               \
-        if (expand_path_fits((in), (out), sizeof(out)))                                                                \
-            return ERR("%s: %s \"%.40s...\" is longer than the %zu bytes a path may have here", st->o->suite_path,     \
-                       (what), (in), sizeof(out) - 1);                                                                 \
-    } while (0)
-
 static const char *jstr(const cJSON *o, const char *k, const char *def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : def;
@@ -125,129 +114,36 @@ static task *new_task(run_state *st, const char *name, const char *bench, char *
     return t;
 }
 
-static int file_exists(const char *p) { return access(p, R_OK) == 0; }
-
-static kvb_samples *add_task(void *ctx, const char *name, const char *bench, char *err, size_t err_len) {
+static kvb_samples *add_task(void *ctx, const char *name, const char *bench, kvb_judge_kind judge, char *err,
+                             size_t err_len) {
     task *t = new_task(ctx, name, bench, err, err_len);
+    if (t) t->judge = judge;
     return t ? &t->samples : NULL;
 }
 
+static int ready_judge(void *ctx, kvb_judge_kind kind, char *err, size_t err_len) {
+    run_state *st = ctx;
+    return kind == KVB_JK_LONGMEMEVAL ? kvb_runner_judge_need_lme(st->judge, err, err_len) : 0;
+}
+
+static void expand_path(const char *in, char *out, size_t cap) { expand_path_fits(in, out, cap); }
+
+/* A suite entry through its benchmark's loader (registry.h). */
 static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_len) {
     const char *type = jstr(b, "type", NULL);
-    int optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional"));
+    if (!type) return ERR("suite %s: every benchmark needs a \"type\"", st->o->suite_path);
+    const kvb_benchmark *bm = kvb_benchmark_find(type);
+    if (!bm) {
+        char known[256];
+        kvb_benchmark_names(known, sizeof known);
+        return ERR("suite %s: unknown benchmark type '%s' (known: %s)", st->o->suite_path, type, known);
+    }
     int limit = (int)jnum(b, "limit", 0);
     if (st->o->limit > 0 && (limit <= 0 || st->o->limit < limit)) limit = st->o->limit;
-    uint64_t seed = (uint64_t)jnum(st->suite, "seed", 1);
-    if (!type) return ERR("suite %s: every benchmark needs a \"type\"", st->o->suite_path);
-    if (!strcmp(type, "2stage")) {
-        task *t = new_task(st, "2stage", "2stage", err, err_len);
-        int n = (int)jnum(b, "samples", 40);
-        if (limit > 0 && limit < n) n = limit;
-        return t ? twostage_generate(seed, n, (int)jnum(b, "min_pairs", 40), (int)jnum(b, "max_pairs", 200),
-                                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "cot")), &t->samples, err, err_len)
-                 : -1;
-    }
-    if (!strcmp(type, "recall")) {
-        task *t = new_task(st, "recall", "recall", err, err_len);
-        int n = (int)jnum(b, "dialogues", 20);
-        if (limit > 0 && limit < n) n = limit;
-        return t ? recall_generate(seed, n, (int)jnum(b, "rounds", 12), &t->samples, err, err_len) : -1;
-    }
-    kvb_synth_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, seed, expand_path, kvb_count_tokens, st->model, add_task, st};
-    if (!strcmp(type, "ruler")) return kvb_synth_load_ruler(&env, b, err, err_len);
-    if (!strcmp(type, "infinitebench")) return kvb_synth_load_infbench(&env, b, err, err_len);
-    if (!strcmp(type, "niah")) {
-        /* every entry is a cell of the grid: as many as the suite lists, each a number, none dropped */
-        const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
-        int nl = cJSON_IsArray(L) ? cJSON_GetArraySize(L) : 0, nd = cJSON_IsArray(D) ? cJSON_GetArraySize(D) : 0;
-        if (!nl || !nd) return ERR("suite %s: niah needs non-empty \"lengths\" and \"depths\" arrays", st->o->suite_path);
-        for (int i = 0; i < nl; i++) {
-            const cJSON *x = cJSON_GetArrayItem(L, i);
-            if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
-                x->valuedouble > st->model->cfg.n_ctx_train)
-                return ERR("suite %s: niah \"lengths\"[%d] must be an integer in [1, %d] (tokens; the model's context)",
-                           st->o->suite_path, i, st->model->cfg.n_ctx_train);
-        }
-        for (int i = 0; i < nd; i++) {
-            const cJSON *x = cJSON_GetArrayItem(D, i);
-            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 100))
-                return ERR("suite %s: niah \"depths\"[%d] must be a number in [0, 100] (percent)", st->o->suite_path, i);
-        }
-        char hay[1024] = "";
-        const char *h = jstr(b, "haystack", NULL);
-        if (h) EXPAND(h, hay, "niah \"haystack\"");
-        int *lengths = malloc((size_t)nl * sizeof *lengths);
-        double *depths = malloc((size_t)nd * sizeof *depths);
-        if (!lengths || !depths) return free(lengths), free(depths), ERR("out of memory");
-        for (int i = 0; i < nl; i++) lengths[i] = cJSON_GetArrayItem(L, i)->valueint;
-        for (int i = 0; i < nd; i++) depths[i] = cJSON_GetArrayItem(D, i)->valuedouble;
-        task *t = new_task(st, "niah", "niah", err, err_len);
-        int rc = t ? niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, kvb_count_tokens, st->model,
-                                   &t->samples, err, err_len) : -1;
-        free(lengths), free(depths);
-        if (!t) return -1;
-        if (!rc && limit > 0 && t->samples.n > limit) kvb_samples_truncate(&t->samples, limit);
-        if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "judge"))) {
-            if (!st->judge) return ERR("niah: \"judge\": true needs a judge (--judge-url URL, e.g. of kvbench serve, or the suite's \"judge\")");
-            t->judge = KVB_JK_RUBRIC;
-        }
-        return rc;
-    }
-    char path[1024] = "";
-    if (!strcmp(type, "longbench")) {
-        char data_dir[1024], cfg_dir[1024];
-        EXPAND(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, "longbench \"data_dir\"");
-        EXPAND(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, "longbench \"config_dir\"");
-        const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
-        int e = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "e"));
-        /* "spread": the --limit / "limit" records spread over the file; hidden: context and question apart */
-        int flags = (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "spread")) ? LB_SPREAD : 0) |
-                    (!strcmp(jstr(b, "question", "visible"), "hidden") ? LB_HIDDEN : 0);
-        cJSON_ArrayForEach(x, tasks) {
-            if (!cJSON_IsString(x)) continue;
-            if (lb_data_path(data_dir, x->valuestring, e, path, sizeof path)) return ERR("path too long");
-            if (!file_exists(path)) {
-                char hint[1400];
-                kvb_data_hint("longbench", hint, sizeof hint);
-                if (optional) { fprintf(stderr, "skipping LongBench %s: %s not found (%s)\n", x->valuestring, path, hint); continue; }
-                return ERR("LongBench task %s: %s not found (%s)", x->valuestring, path, hint);
-            }
-            char msg[256];
-            if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
-                if (optional) { fprintf(stderr, "skipping LongBench %s: %s\n", x->valuestring, msg); continue; }
-                return ERR("%s", msg);
-            }
-            task *t = new_task(st, x->valuestring, "longbench", err, err_len);
-            if (!t || lb_load_ex(path, x->valuestring, cfg_dir, limit, flags, &t->samples, err, err_len)) return -1;
-        }
-        return 0;
-    }
-    if (!strcmp(type, "longmemeval") || !strcmp(type, "sharegpt")) {
-        EXPAND(jstr(b, "path", ""), path, "\"path\"");
-        if (!file_exists(path)) {
-            char hint[1400];
-            kvb_data_hint(type, hint, sizeof hint);
-            if (optional) { fprintf(stderr, "skipping %s: %s not found (%s)\n", type, path, hint); return 0; }
-            return ERR("%s: %s not found (%s)", type, path, hint);
-        }
-        if (!st->judge) {
-            if (optional) { fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (--judge-url)\n", type); return 0; }
-            return ERR("%s is scored by a judge: give --judge-url URL (an OpenAI-compatible server, e.g. kvbench serve) or the suite's \"judge\"", type);
-        }
-        int lme = !strcmp(type, "longmemeval");
-        if (lme && kvb_runner_judge_need_lme(st->judge, err, err_len)) return -1;
-        kvb_samples got = {0};
-        int rc = lme ? lme_load(path, jstr(b, "format", "json"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "cot")), limit, &got, err, err_len)
-                     : sharegpt_load(path, limit, &got, err, err_len);
-        if (rc) return -1;
-        const char *name = lme ? (got.n ? got.v[0].task : "longmemeval") : "sharegpt";
-        task *t = new_task(st, name, type, err, err_len);
-        if (!t) { kvb_samples_free(&got); return -1; }
-        t->samples = got;
-        t->judge = lme ? KVB_JK_LONGMEMEVAL : KVB_JK_QUALITY;
-        return 0;
-    }
-    return ERR("suite %s: unknown benchmark type '%s'", st->o->suite_path, type);
+    kvb_bench_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, (uint64_t)jnum(st->suite, "seed", 1),
+                         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional")), expand_path_fits,
+                         kvb_count_tokens, st->model, add_task, st, st->judge != NULL, ready_judge};
+    return bm->load(&env, b, err, err_len);
 }
 
 /* ---- records on disk ---- */
@@ -494,7 +390,8 @@ static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kv
     cJSON_AddStringToObject(r, "sample_id", s->id ? s->id : "");
     if (s->qtype) cJSON_AddStringToObject(r, "qtype", s->qtype);
     else cJSON_AddNullToObject(r, "qtype");
-    const char *bin = !strcmp(t->benchmark, "longbench") ? lb_e_bin(s->length) : NULL;
+    const kvb_benchmark *bm = kvb_benchmark_find(t->benchmark);
+    const char *bin = bm && bm->length_bin ? bm->length_bin(s) : NULL;
     if (bin) cJSON_AddStringToObject(r, "length_bin", bin);
     else cJSON_AddNullToObject(r, "length_bin");
     if (s->ctx_tokens > 0) {

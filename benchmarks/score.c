@@ -1,8 +1,9 @@
-/* score.c — dispatch from a benchmark sample to its metric (see score.h). */
+/* score.c — the benchmarks' scorers, and a sample's score through its benchmark's row (registry.h). */
 #include "benchmarks/score.h"
 
 #include "benchmarks/metrics.h"
 #include "benchmarks/infbench.h"
+#include "benchmarks/registry.h"
 #include "benchmarks/ruler.h"
 
 #include <ctype.h>
@@ -39,30 +40,41 @@ int kvb_score_check_task(const char *task, char *msg, size_t cap) {
     return -1;
 }
 
+int kvb_score_substring(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {
+    *score = any_substring(s, prediction);
+    snprintf(metric, metric_cap, "substring");
+    return 0;
+}
+
+int kvb_score_ruler(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {
+    if (!s->task || !ruler_metric_name(s->task) ||
+        ruler_score(s->task, prediction, (const char *const *)s->answers, s->n_answers, score))
+        return -1;
+    snprintf(metric, metric_cap, "%s", ruler_metric_name(s->task));
+    return 0;
+}
+
+int kvb_score_infbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {
+    if (!s->task || !infbench_has_scorer(s->task) ||
+        infbench_score_answers(s->task, prediction, (const char *const *)s->answers, s->n_answers, score))
+        return -1;
+    snprintf(metric, metric_cap, "infinitebench_%s", s->task);
+    return 0;
+}
+
+int kvb_score_longbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {
+    if (!s->task || !kvb_longbench_metric_name(s->task) ||
+        kvb_longbench_score(s->task, prediction, (const char *const *)s->answers, s->n_answers,
+                            (const char *const *)s->all_classes, s->n_classes, score))
+        return -1;
+    snprintf(metric, metric_cap, "%s", kvb_longbench_metric_name(s->task));
+    return 0;
+}
+
 int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *prediction, double *score, char *metric,
                      size_t metric_cap) {
-    if (!strcmp(benchmark, "2stage") || !strcmp(benchmark, "recall") || !strcmp(benchmark, "niah")) {
-        *score = any_substring(s, prediction);
-        snprintf(metric, metric_cap, "substring");
-        return 0;
-    }
-    if (!strcmp(benchmark, "ruler") && s->task && ruler_metric_name(s->task)) {
-        if (ruler_score(s->task, prediction, (const char *const *)s->answers, s->n_answers, score)) return -1;
-        snprintf(metric, metric_cap, "%s", ruler_metric_name(s->task));
-        return 0;
-    }
-    if (!strcmp(benchmark, "infinitebench") && s->task && infbench_has_scorer(s->task)) {
-        if (infbench_score_answers(s->task, prediction, (const char *const *)s->answers, s->n_answers, score)) return -1;
-        snprintf(metric, metric_cap, "infinitebench_%s", s->task);
-        return 0;
-    }
-    if (!strcmp(benchmark, "longbench") && s->task && kvb_longbench_metric_name(s->task)) {
-        if (kvb_longbench_score(s->task, prediction, (const char *const *)s->answers, s->n_answers,
-                                (const char *const *)s->all_classes, s->n_classes, score))
-            return -1;
-        snprintf(metric, metric_cap, "%s", kvb_longbench_metric_name(s->task));
-        return 0;
-    }
+    const kvb_benchmark *b = kvb_benchmark_find(benchmark);
+    if (b && b->score && b->score(s, prediction, score, metric, metric_cap) == 0) return 0;
     snprintf(metric, metric_cap, "none");
     return -1;
 }

@@ -15,11 +15,18 @@
 
 #include "benchmarks/sample.h"
 
-/* 0 = scored (*score, metric name), -1 = this sample has no automatic score. */
+/* 0 = scored (*score, metric name), -1 = this sample has no automatic score: its benchmark's scorer
+ * (registry.h), or none for a judged benchmark or an unknown one. */
 int kvb_score_sample(const char *benchmark, const kvb_sample *s, const char *prediction, double *score, char *metric,
                      size_t metric_cap);
 /* 0 when a LongBench task can be scored; -1 + a message saying why not (Chinese task, unknown task). */
 int kvb_score_check_task(const char *task, char *msg, size_t cap);
+/* The scorers of the benchmark table (registry.h), by metric family: 0 = scored, -1 = not scorable (a task
+ * without a metric). substring: 2stage, recall, niah; ruler, infbench, longbench: the official per-task metric. */
+int kvb_score_substring(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
+int kvb_score_ruler(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
+int kvb_score_infbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
+int kvb_score_longbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
 /* Case-insensitive (ASCII) substring test. */
 int kvb_contains_ci(const char *hay, const char *needle);
 

@@ -14,13 +14,13 @@ static const char *jstr(const cJSON *o, const char *k, const char *def) {
     return cJSON_IsString(v) ? v->valuestring : def;
 }
 
-static int n_samples(const kvb_synth_env *env, const cJSON *b, int def) {
+static int n_samples(const kvb_bench_env *env, const cJSON *b, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, "samples");
     int n = cJSON_IsNumber(v) ? v->valueint : def;
     return env->limit > 0 && env->limit < n ? env->limit : n;
 }
 
-int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
+int kvb_synth_load_ruler(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
     if (!cJSON_IsArray(L) || !cJSON_GetArraySize(L)) {
         kvb_seterr(err, err_len, "suite %s: ruler needs a \"lengths\" array", env->suite_path);
@@ -58,7 +58,7 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
             int per_query = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "per_query")) && !strcmp(name, "niah_multiquery");
             char tname[64];
             snprintf(tname, sizeof tname, "%s_%d%s", name, x->valueint, per_query ? "+per_query" : "");
-            kvb_samples *out = env->add_task(env->add_ctx, tname, "ruler", err, err_len);
+            kvb_samples *out = env->add_task(env->add_ctx, tname, "ruler", KVB_JK_NONE, err, err_len);
             ruler_opts ro = {name, x->valueint, n, env->seed, hay, words, qa, env->count_tokens, env->tok_ctx, per_query};
             if (!out || ruler_generate(&ro, out, err, err_len)) return -1;
         }
@@ -67,7 +67,7 @@ int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, si
 }
 
 /* {"data_dir": ...}: the official files, one task each; an absent file is an error, or one line when optional. */
-static int load_infbench_files(const kvb_synth_env *env, const cJSON *b, const cJSON *T, char *err, size_t err_len) {
+static int load_infbench_files(const kvb_bench_env *env, const cJSON *b, const cJSON *T, char *err, size_t err_len) {
     char dir[1024], path[1100];
     env->expand_path(jstr(b, "data_dir", ""), dir, sizeof dir);
     int optional = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional")), n = n_samples(env, b, 0);
@@ -87,13 +87,13 @@ static int load_infbench_files(const kvb_synth_env *env, const cJSON *b, const c
             kvb_seterr(err, err_len, "InfiniteBench task %s: %s not found (scripts/fetch-datasets.sh infinitebench)", y->valuestring, path);
             return -1;
         }
-        kvb_samples *out = env->add_task(env->add_ctx, y->valuestring, "infinitebench", err, err_len);
+        kvb_samples *out = env->add_task(env->add_ctx, y->valuestring, "infinitebench", KVB_JK_NONE, err, err_len);
         if (!out || infbench_load(path, y->valuestring, n, out, err, err_len)) return -1;
     }
     return 0;
 }
 
-int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len) {
+int kvb_synth_load_infbench(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
     if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "data_dir"))) {
         if (cJSON_IsArray(T)) return load_infbench_files(env, b, T, err, err_len);
@@ -118,7 +118,7 @@ int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err,
         }
         char tname[64];
         snprintf(tname, sizeof tname, "%s_%d", y->valuestring, x->valueint);
-        kvb_samples *out = env->add_task(env->add_ctx, tname, "infinitebench", err, err_len);
+        kvb_samples *out = env->add_task(env->add_ctx, tname, "infinitebench", KVB_JK_NONE, err, err_len);
         if (!out || infbench_generate(y->valuestring, x->valueint, n, Q ? Q->valueint : 1, env->seed, env->count_tokens, env->tok_ctx, out, err, err_len))
             return -1;
     }

@@ -1,6 +1,6 @@
 /* synth_suite.h — the suite runner's "ruler" and "infinitebench" benchmark entries (runner.h): their JSON
  * options turned into generated tasks, one per (task, length), named "<task>_<length>". Kept apart from
- * runner.c so the runner stays one concern; the runner passes what it owns through kvb_synth_env. */
+ * runner.c so the runner stays one concern; the runner passes what it owns through kvb_bench_env. */
 #ifndef KVB_SYNTH_SUITE_H
 #define KVB_SYNTH_SUITE_H
 
@@ -8,29 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "benchmarks/loaders.h"
+#include "benchmarks/registry.h" /* kvb_bench_env */
 
-typedef struct {
-    const char *suite_path;  /* for messages */
-    int n_ctx_train;         /* lengths above the model's context are refused */
-    int limit;               /* > 0: at most this many samples per task */
-    uint64_t seed;
-    void (*expand_path)(const char *in, char *out, size_t cap); /* "~/", "$KVB_DATA/" */
-    kvb_count_tokens_fn count_tokens;
-    void *tok_ctx;
-    /* a new task of the run: its sample set, or NULL + err */
-    kvb_samples *(*add_task)(void *ctx, const char *name, const char *benchmark, char *err, size_t err_len);
-    void *add_ctx;
-} kvb_synth_env;
 
 /* {"type": "ruler", "lengths": [...], "samples": N, "tasks": [...] (default all 13), "haystack", "words_dir",
  * "squad", "hotpotqa"}: a task whose data is absent is skipped with one line on stderr. 0 / -1 + err. */
-int kvb_synth_load_ruler(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len);
+int kvb_synth_load_ruler(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len);
 /* {"type": "infinitebench", "lengths": [...], "samples": N, "tasks": ["passkey", "number_string",
  * "kv_retrieval"]}: the generated synthetic tasks, one per (task, length); or {"type": "infinitebench",
  * "data_dir": DIR, "tasks": [...], "samples": N, "optional": true}: the official files DIR/<task>.jsonl (any of
  * infbench_has_loader's nine), tasks named as the files; an absent file is an error, or with "optional" one
  * line on stderr and the task skipped. 0 / -1 + err. */
-int kvb_synth_load_infbench(const kvb_synth_env *env, const cJSON *b, char *err, size_t err_len);
+int kvb_synth_load_infbench(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len);
 
 #endif

@@ -1,0 +1,185 @@
+/* registry.c — the benchmark table (registry.h) and the loaders of the suite entries that are not generated
+ * task families of their own file (ruler and infinitebench: synth_suite.c). */
+#include "benchmarks/registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "benchmarks/datahint.h"
+#include "benchmarks/score.h"
+#include "benchmarks/synth_suite.h"
+
+#define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
+
+static const char *jstr(const cJSON *o, const char *k, const char *def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+static double jnum(const cJSON *o, const char *k, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static int jtrue(const cJSON *o, const char *k) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k)); }
+
+/* A path that does not fit is refused, never cut (a cut path read or wrote elsewhere). */
+#define EXPAND(in, out, what)                                                                                          \
+    do {                                                                                                               \
+        if (e->expand_path((in), (out), sizeof(out)))                                                                  \
+            return ERR("%s: %s \"%.40s...\" is longer than the %zu bytes a path may have here", e->suite_path, (what), \
+                       (in), sizeof(out) - 1);                                                                         \
+    } while (0)
+
+static int file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+static int load_2stage(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    kvb_samples *out = e->add_task(e->add_ctx, "2stage", "2stage", KVB_JK_NONE, err, err_len);
+    int n = (int)jnum(b, "samples", 40);
+    if (e->limit > 0 && e->limit < n) n = e->limit;
+    return out ? twostage_generate(e->seed, n, (int)jnum(b, "min_pairs", 40), (int)jnum(b, "max_pairs", 200),
+                                   jtrue(b, "cot"), out, err, err_len)
+               : -1;
+}
+
+static int load_recall(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    kvb_samples *out = e->add_task(e->add_ctx, "recall", "recall", KVB_JK_NONE, err, err_len);
+    int n = (int)jnum(b, "dialogues", 20);
+    if (e->limit > 0 && e->limit < n) n = e->limit;
+    return out ? recall_generate(e->seed, n, (int)jnum(b, "rounds", 12), out, err, err_len) : -1;
+}
+
+static int load_niah(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    /* every entry is a cell of the grid: as many as the suite lists, each a number, none dropped */
+    const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *D = cJSON_GetObjectItemCaseSensitive(b, "depths");
+    int nl = cJSON_IsArray(L) ? cJSON_GetArraySize(L) : 0, nd = cJSON_IsArray(D) ? cJSON_GetArraySize(D) : 0;
+    if (!nl || !nd) return ERR("suite %s: niah needs non-empty \"lengths\" and \"depths\" arrays", e->suite_path);
+    for (int i = 0; i < nl; i++) {
+        const cJSON *x = cJSON_GetArrayItem(L, i);
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
+            x->valuedouble > e->n_ctx_train)
+            return ERR("suite %s: niah \"lengths\"[%d] must be an integer in [1, %d] (tokens; the model's context)",
+                       e->suite_path, i, e->n_ctx_train);
+    }
+    for (int i = 0; i < nd; i++) {
+        const cJSON *x = cJSON_GetArrayItem(D, i);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 100))
+            return ERR("suite %s: niah \"depths\"[%d] must be a number in [0, 100] (percent)", e->suite_path, i);
+    }
+    int judged = jtrue(b, "judge");
+    if (judged && !e->have_judge)
+        return ERR("niah: \"judge\": true needs a judge (--judge-url URL, e.g. of kvbench serve, or the suite's \"judge\")");
+    char hay[1024] = "";
+    const char *h = jstr(b, "haystack", NULL);
+    if (h) EXPAND(h, hay, "niah \"haystack\"");
+    int *lengths = malloc((size_t)nl * sizeof *lengths);
+    double *depths = malloc((size_t)nd * sizeof *depths);
+    if (!lengths || !depths) return free(lengths), free(depths), ERR("out of memory");
+    for (int i = 0; i < nl; i++) lengths[i] = cJSON_GetArrayItem(L, i)->valueint;
+    for (int i = 0; i < nd; i++) depths[i] = cJSON_GetArrayItem(D, i)->valuedouble;
+    kvb_samples *out = e->add_task(e->add_ctx, "niah", "niah", judged ? KVB_JK_RUBRIC : KVB_JK_NONE, err, err_len);
+    int rc = out ? niah_generate(h ? hay : NULL, lengths, nl, depths, nd, NULL, NULL, NULL, e->count_tokens, e->tok_ctx,
+                                 out, err, err_len)
+                 : -1;
+    free(lengths), free(depths);
+    if (!rc && e->limit > 0 && out->n > e->limit) kvb_samples_truncate(out, e->limit);
+    return rc;
+}
+
+static int load_longbench(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    char data_dir[1024], cfg_dir[1024], path[1024];
+    EXPAND(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, "longbench \"data_dir\"");
+    EXPAND(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, "longbench \"config_dir\"");
+    const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
+    int longbench_e = jtrue(b, "e");
+    /* "spread": the --limit / "limit" records spread over the file; hidden: context and question apart */
+    int flags = (jtrue(b, "spread") ? LB_SPREAD : 0) | (!strcmp(jstr(b, "question", "visible"), "hidden") ? LB_HIDDEN : 0);
+    cJSON_ArrayForEach(x, tasks) {
+        if (!cJSON_IsString(x)) continue;
+        if (lb_data_path(data_dir, x->valuestring, longbench_e, path, sizeof path)) return ERR("path too long");
+        if (!file_exists(path)) {
+            char hint[1400];
+            kvb_data_hint("longbench", hint, sizeof hint);
+            if (e->optional) { fprintf(stderr, "skipping LongBench %s: %s not found (%s)\n", x->valuestring, path, hint); continue; }
+            return ERR("LongBench task %s: %s not found (%s)", x->valuestring, path, hint);
+        }
+        char msg[256];
+        if (kvb_score_check_task(x->valuestring, msg, sizeof msg)) {
+            if (e->optional) { fprintf(stderr, "skipping LongBench %s: %s\n", x->valuestring, msg); continue; }
+            return ERR("%s", msg);
+        }
+        kvb_samples *out = e->add_task(e->add_ctx, x->valuestring, "longbench", KVB_JK_NONE, err, err_len);
+        if (!out || lb_load_ex(path, x->valuestring, cfg_dir, e->limit, flags, out, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+/* LongMemEval and ShareGPT: one file, every sample judged */
+static int load_judged(const kvb_bench_env *e, const cJSON *b, const char *type, kvb_judge_kind kind, char *err,
+                       size_t err_len) {
+    char path[1024];
+    EXPAND(jstr(b, "path", ""), path, "\"path\"");
+    if (!file_exists(path)) {
+        char hint[1400];
+        kvb_data_hint(type, hint, sizeof hint);
+        if (e->optional) { fprintf(stderr, "skipping %s: %s not found (%s)\n", type, path, hint); return 0; }
+        return ERR("%s: %s not found (%s)", type, path, hint);
+    }
+    if (!e->have_judge) {
+        if (e->optional) { fprintf(stderr, "skipping %s: it is scored by a judge and none is configured (--judge-url)\n", type); return 0; }
+        return ERR("%s is scored by a judge: give --judge-url URL (an OpenAI-compatible server, e.g. kvbench serve) or the suite's \"judge\"", type);
+    }
+    if (e->ready_judge && e->ready_judge(e->add_ctx, kind, err, err_len)) return -1;
+    int lme = kind == KVB_JK_LONGMEMEVAL;
+    kvb_samples got = {0};
+    int rc = lme ? lme_load(path, jstr(b, "format", "json"), jtrue(b, "cot"), e->limit, &got, err, err_len)
+                 : sharegpt_load(path, e->limit, &got, err, err_len);
+    if (rc) return -1;
+    const char *name = lme ? (got.n ? got.v[0].task : "longmemeval") : "sharegpt";
+    kvb_samples *out = e->add_task(e->add_ctx, name, type, kind, err, err_len);
+    if (!out) { kvb_samples_free(&got); return -1; }
+    *out = got;
+    return 0;
+}
+
+static int load_longmemeval(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    return load_judged(e, b, "longmemeval", KVB_JK_LONGMEMEVAL, err, err_len);
+}
+
+static int load_sharegpt(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    return load_judged(e, b, "sharegpt", KVB_JK_QUALITY, err, err_len);
+}
+
+static const char *longbench_bin(const kvb_sample *s) { return lb_e_bin(s->length); }
+
+static const kvb_benchmark BENCHMARKS[] = {
+    /* type, loader, scorer (NULL: judged), judge kind, length bin */
+    {"2stage", load_2stage, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"recall", load_recall, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"niah", load_niah, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"ruler", kvb_synth_load_ruler, kvb_score_ruler, KVB_JK_NONE, NULL},
+    {"infinitebench", kvb_synth_load_infbench, kvb_score_infbench, KVB_JK_NONE, NULL},
+    {"longbench", load_longbench, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
+    {"longmemeval", load_longmemeval, NULL, KVB_JK_LONGMEMEVAL, NULL},
+    {"sharegpt", load_sharegpt, NULL, KVB_JK_QUALITY, NULL},
+};
+#define N_BENCHMARKS ((int)(sizeof BENCHMARKS / sizeof BENCHMARKS[0]))
+
+const kvb_benchmark *kvb_benchmark_find(const char *type) {
+    for (int i = 0; type && i < N_BENCHMARKS; i++)
+        if (!strcmp(BENCHMARKS[i].type, type)) return &BENCHMARKS[i];
+    return NULL;
+}
+
+int kvb_benchmark_count(void) { return N_BENCHMARKS; }
+const kvb_benchmark *kvb_benchmark_at(int i) { return i >= 0 && i < N_BENCHMARKS ? &BENCHMARKS[i] : NULL; }
+
+void kvb_benchmark_names(char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_BENCHMARKS && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", BENCHMARKS[i].type);
+}
