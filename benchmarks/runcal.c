@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "benchmarks/calibration.h"
+#include "benchmarks/runopts.h"
 #include "methods/calibrate.h"
 #include "methods/profile.h"
 
@@ -30,16 +32,19 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-/* One missing section: made through o->calibrate, or an error naming the command that makes it. */
+/* One missing section: calibrated here (benchmarks/calibration.h, the run's engine settings), or with
+ * --no-calibrate an error naming the command that makes it. */
 static int make_section(const kvb_run_opts *o, kvb_model *m, kvb_cal_request *rq, FILE *log, char *err, size_t err_len) {
     const char *name = base_name(m->path);
-    if (o->no_calibrate || !o->calibrate)
+    if (o->no_calibrate)
         return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first%s", rq->kind, name, rq->kind,
                    m->path, o->no_calibrate ? " (or drop --no-calibrate)" : "");
     fprintf(log, "run: no %s calibration for %s: calibrating (%d dialogue%s of %d rounds) ...\n", rq->kind, name,
             rq->samples, rq->samples == 1 ? "" : "s", rq->rounds);
     double t0 = kvb_now_s();
-    if (o->calibrate(o->calibrate_user, m, rq, err, err_len)) return -1;
+    kvb_ctx_params cp = kvb_run_ctx_params(o);
+    char why[512];
+    if (kvb_calibrate_request(m, &cp, rq, why, sizeof why)) return ERR("%s calibration failed: %s", rq->kind, why);
     fprintf(log, "%s: %s; %.0f s, stored in the model's profile, tables in %s\n", rq->kind, rq->result, kvb_now_s() - t0,
             rq->out_dir);
     return 0;

@@ -1,4 +1,4 @@
-/* runcal.h — a run calibrates what its cells need (runner.h kvb_run_opts.calibrate).
+/* runcal.h — a run calibrates what its cells need (runner.h kvb_run_opts.no_calibrate, benchmarks/calibration.h).
  *
  * Round Attention without lw=, PoD without block= and OmniKV with layers=profile read the model's calibration
  * profile (methods/profile.h); a suite naming them on a model without that profile section would fail every

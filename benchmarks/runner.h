@@ -37,14 +37,6 @@
 #include "benchmarks/shard.h"
 #include "engine/model.h"
 
-/* One calibration the runner asks for (kvb_run_opts.calibrate, benchmarks/runcal.h). */
-typedef struct {
-    const char *kind;    /* the profile section to make: "round", "omnikv" or "pod" (methods/profile.h) */
-    const char *out_dir; /* where its curves and tables go (DIR/calibration) */
-    int samples, rounds; /* synthetic dialogues (the suite's "calibration", else KVB_CAL_SAMPLES, KVB_CAL_ROUNDS) */
-    char result[160];    /* out: the result in one line, e.g. "watershed layer 12 (lw = 13 of 30)" */
-} kvb_cal_request;
-
 typedef struct {
     const char *suite_path;
     const char *out_dir;   /* NULL = the suite's "output" */
@@ -70,11 +62,9 @@ typedef struct {
     kvb_prefill_gemm prefill_gemm;
     const char *dump_kept; /* append each cell's kept positions (engine/kept.h) to this JSONL file */
     /* Before the cells run, each profile section the cells' methods read (kvb_method_needs.profile) that the
-     * model lacks is made by calibrate (cmd_run: `kvbench calibrate KIND` in-process) and stored in the profile
-     * (benchmarks/runcal.h); with no_calibrate, or calibrate NULL, a missing section is an error naming the
-     * command that makes it. 0, or -1 + err. */
-    int (*calibrate)(void *user, kvb_model *m, kvb_cal_request *rq, char *err, size_t err_len);
-    void *calibrate_user;
+     * model lacks is calibrated as `kvbench calibrate KIND` does (benchmarks/calibration.h, with the run's engine
+     * settings) and stored in the profile (benchmarks/runcal.h); with no_calibrate, a missing section is an error
+     * naming the command that makes it. */
     int no_calibrate;
 } kvb_run_opts;
 

@@ -67,12 +67,6 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
     "                         time into an OpenBLAS sgemm; int8 = llama.cpp's integer order; auto (default) =\n"  \
     "                         f32 with an f16 KV cache, int8 with an f32 one (the llama.cpp-exact mode)\n"
 
-/* `kvbench calibrate rq->kind`'s analysis with its defaults (rq->samples / rq->rounds when > 0) on m, quietly:
- * the curves and tables go to rq->out_dir, the result is stored in m's profile (methods/profile.h) and
- * summarised in rq->result. 0, or 1 with the error printed (cli_fail). `kvbench run` calls it for the profile
- * sections its cells need (benchmarks/runcal.h). */
-int cli_calibrate(kvb_model *m, const cli_engine_opts *eo, kvb_cal_request *rq);
-
 /* Load the model named by o->model ("default" or a path); prints the error and returns NULL on failure. */
 kvb_model *cli_load_model(const cli_engine_opts *o);
 

@@ -73,12 +73,6 @@ static int method_opt_fn(void *dst, const char *opt, const char *v, char *err, s
     return 0;
 }
 
-/* kvb_run_opts.calibrate: `kvbench calibrate KIND` in-process, with the run's engine settings */
-static int calibrate_fn(void *user, kvb_model *m, kvb_cal_request *rq, char *err, size_t err_len) {
-    if (cli_calibrate(m, user, rq)) return snprintf(err, err_len, "%s calibration failed (the line above says why)", rq->kind), -1;
-    return 0;
-}
-
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
     kvb_dtype kv = KVB_F16;
@@ -106,9 +100,6 @@ int cmd_run(int argc, char **argv) {
     if (!n_pos) return cli_fail("run: give a suite file (e.g. configs/quick.json)");
     o.suite_path = argv[1];
     o.kv_f32 = kv == KVB_F32;
-    cli_engine_opts eo = {.ctx = kvb_run_ctx_params(&o)};
-    o.calibrate = calibrate_fn;
-    o.calibrate_user = &eo;
     char err[1024];
     if (kvb_run_suite(&o, stdout, err, sizeof err)) return cli_fail("run: %s", err);
     return 0;

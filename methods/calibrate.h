@@ -13,7 +13,8 @@
  *
  * The math is small pure functions over float arrays (accumulated in double), tested against naive float64
  * code; the kvb_cal_*_run functions drive the engine on one input with their own hooks and feed them. No
- * CLI here: `kvbench calibrate` (cli/cmd_calibrate.c) builds the inputs, averages, prints and stores. */
+ * CLI here: benchmarks/calibration.c (`kvbench calibrate`, and a run missing a profile section) builds the inputs,
+ * averages, prints and stores. */
 #ifndef KVB_CALIBRATE_H
 #define KVB_CALIBRATE_H
 

@@ -1,0 +1,500 @@
+/* calibration.c — the calibration of `kvbench calibrate` and of a run (calibration.h): the papers' analyses on calibration inputs
+ * (methods/calibrate.h), printed as a curve, saved as CSV for plotting, and stored in the model's profile
+ * (methods/profile.h) that Round Attention, OmniKV and PoD read by default.
+ *
+ * Inputs: --prompt-file texts (tokenized as is; rounds = --chunk-token chunks from the start, the last chunk
+ * is the question), or --samples synthetic multi-round recall dialogues (recall_generate, seed 1, --rounds
+ * rounds) rendered with the model's chat template one round per segment (benchmarks/prompt.h), the final
+ * question + assistant prompt being the question round. An input longer than --max-tokens drops its middle
+ * rounds (head and tail rounds are kept alternately while they fit; the question is always kept).
+ *
+ * Rules (the choices the papers leave to reading their figures):
+ *   round:  curve(l) = mean over l' > l of KL(P_q^l || P_q^l') (eps-smoothed), averaged over inputs; the
+ *           watershed layer w is the first layer from which the curve stays below --frac (0.5) x its maximum
+ *           (kvb_cal_watershed); stored lw = w + 1 (layers 0..w attend to every round, the selection uses
+ *           layer w's attention). "Stays below" reads the paper's "after reaching a certain layer, the
+ *           disparity suddenly diminishes substantially"; half the peak, not less, because the paper also
+ *           allows "occasional slight increases" after it: on the default model (recall dialogues, and the
+ *           README as 256-token rounds) the curve falls at layer 12 from 0.6-1.0 of its peak to at most 0.28
+ *           of it, so every frac in (0.3, 0.6) gives that layer, and 0.25 would not on the README.
+ *   omnikv: ability(l) = mean over the next --span layers of the attention mass (mean over heads) they put on
+ *           layer l's top --topk tokens of the last query (max over heads). The span defaults to L/4: the paper's
+ *           Figure 1a measures "similarity to successive n layers" with n = 8 of 32; averaging over all later
+ *           layers (--span 0) favours deep layers, which have only a few near neighbours left, and picks filter
+ *           layers so deep that OmniKV's full layers alone exceed the usual budgets. --n-filter layers are
+ *           picked greedily by ability among 1..L-3 (a filter layer must leave a sparse layer to serve), never
+ *           adjacent (kvb_cal_pick_filters).
+ *   pod:    sim_g(a, b) = 1 - mean JS (log base 2) over the group's query heads and the last --q queries:
+ *           the paper calls its averaged JS "similarity" with "similar when sim >= delta" and 0 <= sim <= 1;
+ *           we read it as 1 - JS so that similar layers score high. Blocks by Algorithm 1 with --delta. */
+#include "benchmarks/calibration.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "benchmarks/loaders.h"
+#include "benchmarks/prompt.h"
+#include "base/fsutil.h"
+#include "methods/calibrate.h"
+#include "methods/profile.h"
+
+typedef kvb_rounds cal_input; /* round r = [round_end[r-1], round_end[r]); the last round is the question */
+
+typedef kvb_cal_opts cal_opts;
+
+/* The error of an analysis step into o->err; 1 (the steps' failure value). */
+static int fail(const cal_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(const cal_opts *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->err, o->err_len, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+void kvb_cal_defaults(kvb_cal_opts *o) {
+    *o = (kvb_cal_opts){.out_dir = ".", .samples = KVB_CAL_SAMPLES, .rounds = KVB_CAL_ROUNDS, .chunk = 256,
+                    .max_tokens = 2500, .n_filter = 3, .span = -1, .q = 16, .frac = 0.5, .eps = 1e-6, .topk = 0.1,
+                    .delta = 0.5};
+}
+
+/* What the command prints (f: stdout for results, stderr for progress); nothing when quiet. */
+static void say(const cal_opts *o, FILE *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(const cal_opts *o, FILE *f, const char *fmt, ...) {
+    if (o->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+}
+
+static void set_result(const cal_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_result(const cal_opts *o, const char *fmt, ...) {
+    if (!o->result) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->result, o->result_cap, fmt, ap);
+    va_end(ap);
+}
+
+static void inputs_free(cal_input *in, int n) {
+    for (int i = 0; i < n; i++) kvb_rounds_free(&in[i]);
+    free(in);
+}
+
+/* Keep the question and alternately head and tail history rounds while they fit max_tokens. */
+static int cap_input(cal_input *in, int64_t max_tokens, char *err, size_t err_len) {
+    if (in->n <= max_tokens) return 0;
+    int R = in->n_rounds;
+    int64_t *len = malloc((size_t)R * sizeof *len);
+    char *keep = calloc((size_t)R, 1);
+    int32_t *ids = malloc((size_t)in->n * sizeof *ids);
+    int64_t *ends = malloc((size_t)R * sizeof *ends);
+    int rc = 0;
+    if (!len || !keep || !ids || !ends) { rc = snprintf(err, err_len, "out of memory"); goto done; }
+    for (int r = 0; r < R; r++) len[r] = in->round_end[r] - (r ? in->round_end[r - 1] : 0);
+    int64_t used = len[R - 1];
+    if (used > max_tokens) { rc = snprintf(err, err_len, "the question round alone has %lld tokens, more than --max-tokens %lld", (long long)used, (long long)max_tokens); goto done; }
+    keep[R - 1] = 1;
+    int i = 0, j = R - 2, head = 1, tail = 1;
+    while ((head || tail) && i <= j) {
+        if (head && (head = used + len[i] <= max_tokens)) used += len[i], keep[i++] = 1;
+        if (tail && i <= j && (tail = used + len[j] <= max_tokens)) used += len[j], keep[j--] = 1;
+    }
+    int64_t n = 0;
+    int nr = 0;
+    for (int r = 0; r < R; r++) {
+        if (!keep[r]) continue;
+        int64_t from = r ? in->round_end[r - 1] : 0;
+        memcpy(ids + n, in->ids + from, (size_t)len[r] * sizeof *ids);
+        n += len[r];
+        ends[nr++] = n;
+    }
+    free(in->ids);
+    free(in->round_end);
+    in->ids = ids, in->round_end = ends, in->n = n, in->n_rounds = nr, in->truncated = 1;
+    ids = NULL, ends = NULL;
+done:
+    free(len);
+    free(keep);
+    free(ids);
+    free(ends);
+    return rc ? -1 : 0;
+}
+
+static int file_input(kvb_model *m, const char *path, long chunk, cal_input *in, char *err, size_t err_len) {
+    size_t len = 0;
+    char *text = kvb_read_file(path, &len, err, err_len);
+    if (!text) return -1;
+    int n = 0;
+    int rc = tok_encode(m->tok, text, len, 1, 0, &in->ids, &n, err, err_len);
+    free(text);
+    if (rc) return -1;
+    if (n < 2) return snprintf(err, err_len, "%s: fewer than 2 tokens", path), -1;
+    in->n = n;
+    return kvb_rounds_chunk(in, chunk, err, err_len);
+}
+
+static int dialogue_input(kvb_model *m, const kvb_sample *s, cal_input *in, char *err, size_t err_len) {
+    return kvb_prompt_build(m, s, (int64_t)1 << 30, 0, in, err, err_len);
+}
+
+/* The calibration inputs, capped; NULL + o->err on failure. */
+static cal_input *build_inputs(kvb_model *m, const cal_opts *o, int *n_out) {
+    char err[512];
+    int n = o->n_files ? o->n_files : (int)o->samples;
+    cal_input *in = calloc((size_t)n, sizeof *in);
+    kvb_samples ss = {0};
+    if (!in) return fail(o, "calibrate: out of memory"), NULL;
+    if (!o->n_files && recall_generate(1, n, (int)o->rounds, &ss, err, sizeof err)) {
+        fail(o, "calibrate: %s", err);
+        inputs_free(in, n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = o->n_files ? file_input(m, o->files[i], o->chunk, &in[i], err, sizeof err)
+                            : dialogue_input(m, &ss.v[i], &in[i], err, sizeof err);
+        if (!rc) rc = cap_input(&in[i], o->max_tokens, err, sizeof err);
+        if (rc) {
+            fail(o, "calibrate: input %d: %s", i + 1, err);
+            kvb_samples_free(&ss);
+            inputs_free(in, n);
+            return NULL;
+        }
+    }
+    kvb_samples_free(&ss);
+    *n_out = n;
+    return in;
+}
+
+static FILE *open_csv(const cal_opts *o, const char *suffix, char *path, size_t cap) {
+    if (kvb_mkdirs(o->out_dir)) {
+        fail(o, "calibrate: cannot create %s: %s", o->out_dir, strerror(errno));
+        return NULL;
+    }
+    snprintf(path, cap, "%s/calibrate-%s%s.csv", o->out_dir, o->kind, suffix);
+    FILE *f = fopen(path, "w");
+    if (!f) fail(o, "calibrate: cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static int close_csv(const cal_opts *o, FILE *f, const char *path) {
+    if (fclose(f)) return fail(o, "calibrate: cannot write %s: %s", path, strerror(errno));
+    say(o, stderr, "calibrate: wrote %s\n", path);
+    return 0;
+}
+
+/* The per-layer table goes to DIR/calibrate-KIND.md, not stdout: ~30-90 lines would bury the result line. */
+static FILE *open_table(const cal_opts *o, char *path, size_t cap) {
+    snprintf(path, cap, "%s/calibrate-%s.md", o->out_dir, o->kind);
+    FILE *f = fopen(path, "w"); /* out_dir exists: open_csv made it */
+    if (!f) fail(o, "calibrate: cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static int close_table(const cal_opts *o, FILE *f, const char *path) {
+    if (fclose(f)) return fail(o, "calibrate: cannot write %s: %s", path, strerror(errno));
+    say(o, stdout, "per-layer table: %s\n", path);
+    return 0;
+}
+
+static int store(const kvb_model *m, const cal_opts *o, cJSON *section) {
+    char err[512], path[1024];
+    int rc = 0;
+    if (!section) rc = fail(o, "calibrate: out of memory");
+    else if (o->dry_run) say(o, stdout, "dry run: profile not written\n");
+    else if (kvb_profile_store(m, o->kind, section, err, sizeof err) || kvb_profile_path(m, path, sizeof path, err, sizeof err))
+        rc = fail(o, "calibrate: %s", err);
+    else say(o, stdout, "profile: %s (section \"%s\")\n", path, o->kind);
+    cJSON_Delete(section);
+    return rc;
+}
+
+static cJSON *doubles(const double *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round(v[i] * 1e6) / 1e6));
+    return a;
+}
+
+static cJSON *ints(const int *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+static cJSON *base_section(const cal_opts *o, int n_inputs) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "inputs", o->n_files ? "prompt files" : "recall dialogues (seed 1)");
+    cJSON_AddNumberToObject(s, "n_inputs", n_inputs);
+    cJSON_AddNumberToObject(s, "max_tokens", (double)o->max_tokens);
+    return s;
+}
+
+/* ---- round ---- */
+
+static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
+    const int L = m->cfg.n_layer;
+    char err[512];
+    double *curve = calloc((size_t)L, sizeof *curve), *one = calloc((size_t)L, sizeof *one);
+    float *P = NULL;
+    int rc = 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        say(o, stderr, "calibrate round: input %d/%d: %lld tokens, %d rounds%s\n", i + 1, n_in, (long long)in[i].n,
+            in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
+        free(P);
+        P = malloc((size_t)L * (in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1) * sizeof *P);
+        if (!curve || !one || !P) rc = fail(o, "calibrate: out of memory");
+        else if (kvb_cal_round_run(c, &in[i], P, err, sizeof err))
+            rc = fail(o, "calibrate: input %d: %s", i + 1, err);
+        else {
+            kvb_cal_round_curve(P, L, in[i].n_rounds - 1, o->eps, one);
+            for (int l = 0; l < L; l++) curve[l] += one[l] / n_in;
+        }
+    }
+    free(P);
+    free(one);
+    if (rc) { free(curve); return rc; }
+    int w = kvb_cal_watershed(curve, L - 1, o->frac);
+    double mx = 0;
+    for (int l = 0; l < L - 1; l++) mx = curve[l] > mx ? curve[l] : mx;
+    char path[1024];
+    FILE *f = open_csv(o, "", path, sizeof path);
+    if (!f) { free(curve); return 1; }
+    fprintf(f, "layer,mean_kl_to_later_layers\n");
+    char tpath[1024];
+    FILE *t = open_table(o, tpath, sizeof tpath);
+    if (!t) { fclose(f); free(curve); return 1; }
+    fprintf(t, "round attention: mean KL(P_q^l || P_q^l') over later layers l' (%d inputs)\n\n| layer | mean KL |\n|---|---|\n", n_in);
+    for (int l = 0; l < L - 1; l++) {
+        fprintf(f, "%d,%.6f\n", l, curve[l]);
+        fprintf(t, "| %d | %.4f%s |\n", l, curve[l], l == w ? " <- watershed" : "");
+    }
+    rc = close_csv(o, f, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    say(o, stdout, "\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers\n",
+        w, o->frac, mx, w + 1, L);
+    set_result(o, "watershed layer %d (lw = %d of %d layers)", w, w + 1, L);
+    cJSON *s = base_section(o, n_in);
+    cJSON_AddNumberToObject(s, "lw", w + 1);
+    cJSON_AddNumberToObject(s, "watershed_layer", w);
+    cJSON_AddStringToObject(s, "rule", "first layer from which mean KL to later layers stays below frac x its maximum; lw = that layer + 1");
+    cJSON_AddNumberToObject(s, "frac", o->frac);
+    cJSON_AddNumberToObject(s, "eps", o->eps);
+    cJSON_AddItemToObject(s, "curve", doubles(curve, L - 1));
+    free(curve);
+    return rc ? rc : store(m, o, s);
+}
+
+/* ---- omnikv ---- */
+
+static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
+    const int L = m->cfg.n_layer;
+    char err[512];
+    double *ab = calloc((size_t)L, sizeof *ab), *one = calloc((size_t)L, sizeof *one);
+    int rc = !ab || !one ? fail(o, "calibrate: out of memory") : 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        say(o, stderr, "calibrate omnikv: input %d/%d: %lld tokens%s\n", i + 1, n_in, (long long)in[i].n,
+            in[i].truncated ? " (middle rounds dropped)" : "");
+        if (kvb_cal_omnikv_run(c, in[i].ids, in[i].n, o->topk, (int)o->span, one, err, sizeof err))
+            rc = fail(o, "calibrate: input %d: %s", i + 1, err);
+        for (int l = 0; l < L && !rc; l++) ab[l] += one[l] / n_in;
+    }
+    free(one);
+    int layers[16], nf = 0;
+    if (!rc) nf = kvb_cal_pick_filters(ab, L, (int)o->n_filter, layers);
+    if (!rc && nf < 1) rc = fail(o, "calibrate: the model has too few layers for a filter layer");
+    char path[1024];
+    FILE *f = rc ? NULL : open_csv(o, "", path, sizeof path);
+    if (!f) { free(ab); return 1; }
+    fprintf(f, "layer,filter_ability\n");
+    char span[48] = "all later layers";
+    if (o->span > 0) snprintf(span, sizeof span, "the next %ld layers", o->span);
+    char tpath[1024];
+    FILE *t = open_table(o, tpath, sizeof tpath);
+    if (!t) { fclose(f); free(ab); return 1; }
+    fprintf(t, "filter ability: mean attention mass %s put on a layer's top %.0f%% tokens (%d inputs)\n\n"
+               "| layer | ability |\n|---|---|\n", span, 100 * o->topk, n_in);
+    for (int l = 0; l < L - 1; l++) {
+        int chosen = 0;
+        for (int k = 0; k < nf; k++) chosen |= layers[k] == l;
+        fprintf(f, "%d,%.6f\n", l, ab[l]);
+        fprintf(t, "| %d | %.4f%s |\n", l, ab[l], chosen ? " <- filter" : "");
+    }
+    rc = close_csv(o, f, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    char chosen[64] = "";
+    for (int k = 0, at = 0; k < nf; k++) at += snprintf(chosen + at, sizeof chosen - (size_t)at, "%s%d", k ? ";" : "", layers[k]);
+    say(o, stdout, "\nfilter layers: %s (highest ability among layers 1..%d, no two adjacent)\n", chosen, L - 3);
+    set_result(o, "filter layers %s (used with --method-opt layers=profile)", chosen);
+    cJSON *s = base_section(o, n_in);
+    cJSON_AddItemToObject(s, "layers", ints(layers, nf));
+    cJSON_AddStringToObject(s, "rule", "greedy by descending filter ability among layers 1..L-3, no two adjacent");
+    cJSON_AddNumberToObject(s, "topk_frac", o->topk);
+    cJSON_AddNumberToObject(s, "span", (double)o->span);
+    cJSON_AddItemToObject(s, "curve", doubles(ab, L - 1));
+    free(ab);
+    return rc ? rc : store(m, o, s);
+}
+
+/* ---- pod ---- */
+
+static int write_pod_csv(const cal_opts *o, const double *sim, int L, int HK) {
+    char path[1024];
+    FILE *f = open_csv(o, "", path, sizeof path);
+    if (!f) return 1;
+    fprintf(f, "layer");
+    for (int g = 0; g < HK; g++) fprintf(f, ",sim_prev_kv%d", g);
+    fputc('\n', f);
+    for (int l = 1; l < L; l++) {
+        fprintf(f, "%d", l);
+        for (int g = 0; g < HK; g++) fprintf(f, ",%.6f", sim[((int64_t)g * L + l) * L + l - 1]);
+        fputc('\n', f);
+    }
+    if (close_csv(o, f, path)) return 1;
+    if (!(f = open_csv(o, "-matrix", path, sizeof path))) return 1;
+    fprintf(f, "kv_head,layer_a,layer_b,similarity\n");
+    for (int g = 0; g < HK; g++)
+        for (int a = 0; a < L; a++)
+            for (int b = 0; b < L; b++) fprintf(f, "%d,%d,%d,%.6f\n", g, a, b, sim[((int64_t)g * L + a) * L + b]);
+    return close_csv(o, f, path);
+}
+
+static void print_blocks(const cal_opts *o, const int *base, int L, int g) {
+    say(o, stdout, "kv head %d:", g);
+    for (int l = 0; l < L; l++)
+        if (base[l] == l) {
+            int e = l;
+            while (e + 1 < L && base[e + 1] == l) e++;
+            say(o, stdout, e > l ? " [%d-%d]" : " [%d]", l, e);
+        }
+    int nb = 0;
+    for (int l = 0; l < L; l++) nb += base[l] == l;
+    say(o, stdout, "  (%d blocks, key saving %.1f%% of layers)\n", nb, 100.0 * (L - nb) / L);
+}
+
+static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
+    const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, G = m->cfg.n_head / HK;
+    char err[512];
+    double *sim = calloc((size_t)HK * L * L, sizeof *sim);
+    int *bases = calloc((size_t)HK * L, sizeof *bases);
+    int rc = !sim || !bases ? fail(o, "calibrate: out of memory") : 0;
+    for (int i = 0; i < n_in && !rc; i++) {
+        say(o, stderr, "calibrate pod: input %d/%d: %lld tokens, last %ld queries%s\n", i + 1, n_in,
+            (long long)in[i].n, o->q, in[i].truncated ? " (middle rounds dropped)" : "");
+        if (kvb_cal_pod_run(c, in[i].ids, in[i].n, (int)o->q, sim, err, sizeof err))
+            rc = fail(o, "calibrate: input %d: %s", i + 1, err);
+    }
+    if (!rc) { /* JS sums -> similarity 1 - mean JS */
+        double rows = (double)n_in * G * o->q;
+        for (int64_t k = 0; k < (int64_t)HK * L * L; k++) sim[k] = 1.0 - sim[k] / rows;
+        rc = write_pod_csv(o, sim, L, HK);
+    }
+    char tpath[1024];
+    FILE *t = rc ? NULL : open_table(o, tpath, sizeof tpath);
+    if (!t) { free(sim); free(bases); return 1; }
+    fprintf(t, "head-wise similarity of consecutive layers (1 - mean JS, %d inputs x %ld queries)\n\n| layer |", n_in, o->q);
+    for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
+    fprintf(t, "\n|---|");
+    for (int g = 0; g < HK; g++) fprintf(t, "---|");
+    for (int l = 1; l < L; l++) {
+        fprintf(t, "\n| %d-%d |", l - 1, l);
+        for (int g = 0; g < HK; g++) fprintf(t, " %.3f |", sim[((int64_t)g * L + l) * L + l - 1]);
+    }
+    fputc('\n', t);
+    if (close_table(o, t, tpath)) { free(sim); free(bases); return 1; }
+    say(o, stdout, "\nblocks (delta %.2f):\n", o->delta);
+    char savings[128] = "";
+    cJSON *b = cJSON_CreateArray(), *curve = cJSON_CreateArray(), *saving = cJSON_CreateArray();
+    double *cons = malloc((size_t)L * sizeof *cons);
+    for (int g = 0; g < HK && cons; g++) {
+        int nb = kvb_cal_group(sim + (int64_t)g * L * L, L, o->delta, bases + (int64_t)g * L);
+        print_blocks(o, bases + (int64_t)g * L, L, g);
+        size_t at = strlen(savings);
+        snprintf(savings + at, sizeof savings - at, "%s%.0f%%", g ? ", " : "", 100.0 * (L - nb) / L);
+        cJSON_AddItemToArray(b, ints(bases + (int64_t)g * L, L));
+        for (int l = 1; l < L; l++) cons[l - 1] = sim[((int64_t)g * L + l) * L + l - 1];
+        cJSON_AddItemToArray(curve, doubles(cons, L - 1));
+        cJSON_AddItemToArray(saving, cJSON_CreateNumber(round(1e6 * (L - nb) / L) / 1e6));
+    }
+    if (!cons) { fail(o, "calibrate: out of memory"); cJSON_Delete(b), cJSON_Delete(curve), cJSON_Delete(saving); free(sim); free(bases); return 1; }
+    free(cons);
+    free(sim);
+    free(bases);
+    set_result(o, "layer blocks of %d KV heads (delta %.2f): key saving %s of layers", HK, o->delta, savings);
+    cJSON *s = base_section(o, n_in);
+    cJSON_AddItemToObject(s, "bases", b);
+    cJSON_AddNumberToObject(s, "delta", o->delta);
+    cJSON_AddNumberToObject(s, "q", (double)o->q);
+    cJSON_AddStringToObject(s, "rule", "sim = 1 - mean JS (log2); Algorithm 1: a layer joins the block when sim >= delta with every layer in it");
+    cJSON_AddItemToObject(s, "key_saving", saving);
+    cJSON_AddItemToObject(s, "curve", curve);
+    return store(m, o, s);
+}
+
+/* ---- command ---- */
+
+/* What an analysis needs of every input, checked before any run (one-line errors). */
+static int check_inputs(const cal_opts *o, const cal_input *in, int n_in) {
+    for (int i = 0; i < n_in; i++) {
+        if (!strcmp(o->kind, "round") && in[i].n_rounds < 3)
+            return fail(o, "calibrate: input %d has %d rounds; round needs at least 2 history rounds and a question "
+                            "(a longer text, or a smaller --chunk)", i + 1, in[i].n_rounds);
+        if (!strcmp(o->kind, "pod") && in[i].n <= o->q)
+            return fail(o, "calibrate: input %d has %lld tokens, not more than --q %ld", i + 1, (long long)in[i].n, o->q);
+        if (in[i].n < 2) return fail(o, "calibrate: input %d has fewer than 2 tokens", i + 1);
+    }
+    return 0;
+}
+
+static int run_kind(kvb_model *m, const kvb_ctx_params *cp, const cal_opts *o) {
+    int n_in = 0, rc = 1;
+    cal_input *in = build_inputs(m, o, &n_in);
+    if (!in) return 1;
+    int64_t longest = 0;
+    for (int i = 0; i < n_in; i++) longest = in[i].n > longest ? in[i].n : longest;
+    if (check_inputs(o, in, n_in)) {
+        inputs_free(in, n_in);
+        return 1;
+    }
+    kvb_ctx_params p = *cp;
+    int n_ctx = p.n_ctx > 0 ? p.n_ctx : m->cfg.n_ctx_train;
+    if (longest > n_ctx) {
+        fail(o, "calibrate: an input of %lld tokens exceeds the context of %d tokens (use --max-tokens or --ctx)",
+                 (long long)longest, n_ctx);
+        inputs_free(in, n_in);
+        return 1;
+    }
+    p.n_ctx = (int)longest;
+    char err[512];
+    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    if (!c) fail(o, "calibrate: %s", err);
+    else if (!strcmp(o->kind, "round")) rc = run_round(m, c, o, in, n_in);
+    else if (!strcmp(o->kind, "omnikv")) rc = run_omnikv(m, c, o, in, n_in);
+    else rc = run_pod(m, c, o, in, n_in);
+    kvb_ctx_free(c);
+    inputs_free(in, n_in);
+    return rc;
+}
+
+int kvb_calibrate(kvb_model *m, const kvb_ctx_params *cp, kvb_cal_opts *o, char *err, size_t err_len) {
+    o->err = err, o->err_len = err_len;
+    if (strcmp(o->kind, "round") && strcmp(o->kind, "omnikv") && strcmp(o->kind, "pod"))
+        return fail(o, "calibrate: unknown kind '%s' (round, omnikv or pod)", o->kind), -1;
+    if (!m->tok) return fail(o, "calibrate: the model has no tokenizer (synthetic models cannot be calibrated)"), -1;
+    if (o->span < 0) o->span = (m->cfg.n_layer + 2) / 4; /* round(L / 4) */
+    return run_kind(m, cp, o) ? -1 : 0;
+}
+
+int kvb_calibrate_request(kvb_model *m, const kvb_ctx_params *cp, kvb_cal_request *rq, char *err, size_t err_len) {
+    kvb_cal_opts o;
+    kvb_cal_defaults(&o);
+    o.kind = rq->kind, o.out_dir = rq->out_dir, o.quiet = 1, o.result = rq->result, o.result_cap = sizeof rq->result;
+    if (rq->samples > 0) o.samples = rq->samples;
+    if (rq->rounds > 0) o.rounds = rq->rounds;
+    return kvb_calibrate(m, cp, &o, err, err_len);
+}
