@@ -757,6 +757,26 @@ static void test_method_all_and_defs_come_from_the_registry(void) {
     CU_ASSERT(kvb_method_at(kvb_method_count()) == NULL && kvb_method_at(-1) == NULL);
 }
 
+/* The quick suite says it runs every method, and test_quick_guard runs it under the guard: every registered method
+ * is in it (a new method missing from it fails here, in a fast test) */
+static void test_quick_suite_lists_every_registered_method(void) {
+    char *text = util_read_file("configs/quick.json", NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    cJSON *suite = cJSON_Parse(text), *m;
+    CU_ASSERT_FATAL(suite != NULL);
+    for (int i = 0; i < kvb_method_count(); i++) {
+        int found = 0;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(suite, "methods")) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
+            found |= cJSON_IsString(name) && kvb_method_find(name->valuestring) == kvb_method_at(i);
+        }
+        CU_ASSERT(found);
+        if (!found) fprintf(stderr, "\n  configs/quick.json does not list %s\n", kvb_method_at(i)->name);
+    }
+    cJSON_Delete(suite);
+    free(text);
+}
+
 /* kvb_topk_ascending = the k largest (ties to the lower index), as indices ascending; brute force reference */
 static void test_topk_ascending_is_the_k_largest_ties_to_lower_index(void) {
     float x[97];
@@ -789,15 +809,37 @@ static void greedy(kvb_ctx *c, int32_t *out, int n) {
     }
 }
 
+/* Every method that may share a prefill (the registry's KVB_SHARES_PREFILL): its own prefill and its adoption of a
+ * shared one hold the same KV and decode the same tokens. A method added to the registry is in this test. Pinned:
+ * the options some need on this tiny model (snapkv's windows, omnikv's layers, pod's block, kivi's groups), and
+ * extra option sets of quest and tova, which also run with their defaults. */
+static const struct { const char *method, *opts; } SHARE_PINNED[] = {
+    {"snapkv", "window=16"}, {"snapkv", "window=64"}, {"omnikv", "layers=1;4"}, {"pod", "block=2"},
+    {"quest", "page=8"},     {"tova", "per_head=1"},   {"kivi", "bits=2,group=8,residual=16"},
+};
+
 static void test_shared_prefill_equals_own_prefill(void) {
-    static const char *names[][2] = {{"streamingllm", NULL}, {"h2o", NULL}, {"snapkv", "window=16"}, {"snapkv", "window=64"},
-                                     {"omnikv", "layers=1;4"}, {"pod", "block=2"}, {"random", NULL}};
+    const char *names[64][2];
+    size_t n_names = 0;
+    for (int i = 0; i < kvb_method_count(); i++) {
+        const kvb_method_def *d = kvb_method_at(i);
+        if (!(d->traits & KVB_SHARES_PREFILL)) continue;
+        int pinned = 0;
+        for (size_t k = 0; k < sizeof SHARE_PINNED / sizeof *SHARE_PINNED; k++)
+            if (!strcmp(SHARE_PINNED[k].method, d->name)) {
+                names[n_names][0] = d->name, names[n_names++][1] = SHARE_PINNED[k].opts;
+                pinned = strcmp(d->name, "quest") && strcmp(d->name, "tova"); /* theirs are extra sets */
+            }
+        if (!pinned) names[n_names][0] = d->name, names[n_names++][1] = NULL;
+        CU_ASSERT_FATAL(n_names + 2 < sizeof names / sizeof *names);
+    }
     char err[256];
     int32_t ids[300];
     for (int i = 0; i < 300; i++) ids[i] = 3 + (i * 53) % 290;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    for (size_t k = 0; k < n_names; k++) {
+        const char *budget = kvb_method_find(names[k][0])->traits & KVB_NO_BUDGET ? "100%" : "70%";
         kvb_ctx *a = new_ctx(KVB_F16);
-        kvb_method *ma = make(names[k][0], a, "70%", names[k][1]);
+        kvb_method *ma = make(names[k][0], a, budget, names[k][1]);
         int prc = kvb_method_prefill(ma, a, ids, 300, err, sizeof err);
         if (prc) fprintf(stderr, "\n  %s: %s\n", names[k][0], err);
         CU_ASSERT_FATAL(prc == 0);
@@ -817,7 +859,7 @@ static void test_shared_prefill_equals_own_prefill(void) {
         CU_ASSERT_FATAL(kvb_forward(base, ids, 300, err, sizeof err) == 0);
         kvb_ctx *b = kvb_ctx_fork(base, nd.obs_window, err, sizeof err);
         CU_ASSERT_FATAL(b != NULL);
-        kvb_method *mb = make(names[k][0], b, "70%", names[k][1]);
+        kvb_method *mb = make(names[k][0], b, budget, names[k][1]);
         CU_ASSERT_FATAL(kvb_method_adopt(mb, b, sh, err, sizeof err) == 0);
         kvb_method_usage(mb, b, &ub);
         greedy(b, tb, 12);
@@ -971,6 +1013,7 @@ int main(void) {
     CU_add_test(s, "random middle is uniform over seeds", test_random_middle_is_uniform);
     CU_add_test(s, "needs come from the registry and the options", test_needs_come_from_the_registry_and_options);
     CU_add_test(s, "--method all and every def come from the registry", test_method_all_and_defs_come_from_the_registry);
+    CU_add_test(s, "the quick suite lists every registered method", test_quick_suite_lists_every_registered_method);
     CU_add_test(s, "top-k ascending: k largest, ties to lower index", test_topk_ascending_is_the_k_largest_ties_to_lower_index);
     CU_add_test(s, "shared prefill = own prefill", test_shared_prefill_equals_own_prefill);
     CU_add_test(s, "bad budgets, options, profiles", test_bad_budgets_and_options);
