@@ -129,7 +129,7 @@ static void test_fused_ops_equal_the_separate_ops(void) {
     put(dx, x, 4 * cols * 4);
     for (int i = 0; i < 3; i++) dsep[i] = dev_f32(4 * rows[i]), dfused[i] = dev_f32(4 * rows[i]);
     int same = 1;
-    for (int kern = 1; kern <= 4; kern++) {
+    for (int kern = 1; kern <= 5; kern++) {
         kvb_cuda_set_gemv_kernel(kern);
         for (int64_t n_tok = 1; n_tok <= 4; n_tok++)
             for (int k = 2; k <= 3; k++) {
@@ -236,6 +236,15 @@ static void check_gemv_equals_v1(int kern) {
 static void test_matmul_gemv3(void) { check_gemv_equals_v1(3); }
 
 static void test_matmul_gemv4(void) { check_gemv_equals_v1(4); }
+
+/* v5 (the default) takes v4 from 8192 rows: both sides of the threshold */
+static void test_matmul_gemv5(void) {
+    check_gemv_equals_v1(5);
+    kvb_cuda_set_gemv_kernel(5);
+    check_matmul(GGML_T_F16, 8192, 64, 1);
+    check_matmul(GGML_T_F16, 8191, 64, 2);
+    kvb_cuda_set_gemv_kernel(1);
+}
 
 static void test_get_rows(void) {
     const int64_t rows = 1001, cols = 576;
@@ -664,6 +673,7 @@ int main(void) {
     CU_add_test(s, "matmul through the candidate GEMV (KVB_GEMV_KERNEL=2)", test_matmul_gemv2);
     CU_add_test(s, "matmul through GEMV v3 (KVB_GEMV_KERNEL=3), equal to v1", test_matmul_gemv3);
     CU_add_test(s, "matmul through GEMV v4 (KVB_GEMV_KERNEL=4), equal to v1", test_matmul_gemv4);
+    CU_add_test(s, "matmul through GEMV v5 (v4 from 8192 rows, the default), equal to v1", test_matmul_gemv5);
     CU_add_test(s, "fused matmul_n, add_rmsnorm and rope_qk equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
