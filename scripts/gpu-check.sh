@@ -127,12 +127,13 @@ fi
 
 # Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
 # neighbours), and the three groups of steps, each sized to one call (<= 480 s with a 20% margin)
-declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=16 [ncu]=~50 [model]=~25 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=135 [synthetic-profile]=10 [synthetic-batch]=~25 [methods-8b]=320 [omnikv-128k]=~150 [nsys]=~20)
-groups=("tests bench-attention sanitize ncu model methods methods-profile loads synthetic-profile"
+declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
+    [ncu-decode]=50 [ncu-prefill]=24 [nsys]=~20)
+groups=("tests bench-attention sanitize ncu ncu-decode ncu-prefill model methods methods-profile loads synthetic-profile"
     "synthetic-new synthetic-batch synthetic omnikv-128k"
     "methods-8b")
-group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi")
+group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
 if [ "${1:-}" = "--plan" ]; then
     echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 (docs/gpu.md), ~ = estimated;"
     echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
