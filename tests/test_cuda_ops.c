@@ -25,7 +25,7 @@
 #include "engine/mem.h"
 #include "kernels/cpu/quant.h"
 
-static kvb_backend *be;
+static kvb_backend *be, *cpu; /* cpu: the reference for the architectures' ops */
 static kvb_mem mem;
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -371,6 +371,92 @@ static void test_rope(void) {
     check_rope(0, 80, 32, 10000.0f);
 }
 
+/* rope_ext (issue 31) against the CPU backend's op, which follows ggml: the per-pair constants are the CPU's own
+ * float code, the angles the same float products; sin and cos may differ in the last bit, and the angle too where
+ * the CPU build contracts what the GPU file does not, an error of pos * 2^-23 rad: bound 4e-6 + 3e-7 pos. Cases:
+ * Llama 3.1's rope_freqs divisors, linear scaling, YaRN (ramp between the correction dims, magnitude, attn_factor),
+ * partial rotation, head_dim 256, both pairings, shuffled positions up to 131071. */
+static void check_rope_ext(int neox, int head_dim, int n_rot, kvb_rope_params rp, int with_factors) {
+    const int n_tok = 6, n_head = 3;
+    const int64_t n = (int64_t)n_tok * n_head * head_dim;
+    int32_t ps[6] = {4095, 0, 131071, 17, 1, 700};
+    float *x0 = malloc(n * 4), *xc = malloc(n * 4), *xg = malloc(n * 4), *ff = malloc(head_dim / 2 * 4);
+    for (int i = 0; i < head_dim / 2; i++) ff[i] = i < head_dim / 8 ? 1.0f : (float)(1.0 + 7.0 * (urand() + 1) / 2);
+    rp.freq_factors = with_factors ? ff : NULL;
+    fill(x0, n, 1.0);
+    memcpy(xc, x0, n * 4);
+    cpu->rope_ext(cpu, xc, n_tok, n_head, head_dim, n_rot, ps, neox, &rp);
+    float *dx = dev_f32(n);
+    int32_t *dpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, sizeof ps);
+    put(dx, x0, n * 4);
+    put(dpos, ps, sizeof ps);
+    be->rope_ext(be, dx, n_tok, n_head, head_dim, n_rot, dpos, neox, &rp);
+    get(xg, dx, n * 4);
+    CU_ASSERT(be->sync(be) == 0);
+    double worst = 0; /* of |error| / bound */
+    int64_t same = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < (int64_t)n_head * head_dim; i++) {
+            const int64_t k = (int64_t)t * n_head * head_dim + i;
+            const double e = fabs((double)xg[k] - xc[k]) / (4e-6 + 3e-7 * ps[t]);
+            same += xg[k] == xc[k];
+            if (e > worst) worst = e;
+        }
+    printf("\n    rope_ext neox=%d d=%d rot=%d scale %.3g ext %.0f attn %.3g%s: %lld of %lld equal, max error %.2f of "
+           "the bound", neox, head_dim, n_rot, rp.freq_scale, rp.ext_factor, rp.attn_factor,
+           with_factors ? " rope_freqs" : "", (long long)same, (long long)n, worst);
+    CU_ASSERT(worst <= 1.0);
+    dev_free(dx, n * 4);
+    kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, dpos, sizeof ps);
+    free(x0), free(xc), free(xg), free(ff);
+}
+
+static void test_rope_ext_equals_the_cpu_op(void) {
+    const kvb_rope_params plain = {500000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 8192, NULL};
+    check_rope_ext(0, 128, 128, plain, 1); /* Llama 3.1: rope_freqs only */
+    kvb_rope_params lin = plain;
+    lin.freq_base = 10000.0f, lin.freq_scale = 0.25f;
+    check_rope_ext(1, 64, 64, lin, 0);     /* linear */
+    check_rope_ext(1, 256, 256, lin, 0);   /* gemma3's global layers: head_dim 256, linear */
+    kvb_rope_params yarn = {1000000.0f, 0.25f, 1.0f, 1.0f, 32.0f, 1.0f, 4096, NULL};
+    check_rope_ext(1, 128, 128, yarn, 0);  /* YaRN */
+    yarn.attn_factor = 0.8f;
+    check_rope_ext(0, 128, 128, yarn, 1);  /* YaRN with divisors and an attention factor */
+    check_rope_ext(1, 80, 32, yarn, 0);    /* partial rotation */
+}
+
+/* geglu and scale against the CPU backend's ops, bit for bit: gates across GELU's range, the |x| >= 10 short-cuts
+ * on both sides of them, zero, tiny and f16-subnormal gates, in place (out = gate) as the forward pass calls it */
+static void test_geglu_and_scale_equal_the_cpu_ops(void) {
+    const int64_t n = 70001;
+    float *g = malloc(n * 4), *u = malloc(n * 4), *oc = malloc(n * 4), *og = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) g[i] = (float)(urand() * 12.0), u[i] = (float)(urand() * 2.0);
+    const float edge[] = {10.0f, -10.0f, 9.999999f, -9.999999f, 10.000001f, -10.000001f, 0.0f, -0.0f, 1e-7f, -3e-6f,
+                          6e-8f, 1e-30f, 65504.0f, -1e6f, 0.5f, -0.5f, 3.0f, -3.0f};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) g[i] = edge[i];
+    for (int64_t i = 18; i < 18 + 4096; i++) g[i] = (float)((i - 18) / 4096.0 * 20.0 - 10.0); /* a sweep */
+    float *dg = dev_f32(n), *du = dev_f32(n);
+    put(dg, g, n * 4);
+    put(du, u, n * 4);
+    be->geglu(be, dg, dg, du, n);
+    get(og, dg, n * 4);
+    cpu->geglu(cpu, oc, g, u, n);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++) diff += memcmp(&og[i], &oc[i], 4) != 0;
+    printf("\n    geglu: %lld of %lld differ from the CPU op's bits", (long long)diff, (long long)n);
+    CU_ASSERT(diff == 0);
+    const float s = sqrtf(640.0f); /* gemma3's embedding scale */
+    put(dg, g, n * 4);
+    be->scale(be, dg, s, n);
+    get(og, dg, n * 4);
+    memcpy(oc, g, n * 4);
+    cpu->scale(cpu, oc, s, n);
+    CU_ASSERT(memcmp(og, oc, n * 4) == 0);
+    CU_ASSERT(be->sync(be) == 0);
+    dev_free(dg, n * 4), dev_free(du, n * 4);
+    free(g), free(u), free(oc), free(og);
+}
+
 /* attention through the op table vs float64: KV rows, index lists and outputs in device memory, the per-head
  * arrays on the host, shuffled positions with a causal mask, probabilities and lse. One case per path:
  * the tiled f16 path (head_dim 64, 128), the generic path (odd head_dim, f32 KV), decode (1 query, split keys)
@@ -380,6 +466,8 @@ static double tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
 /* 1: key positions in slot order (pos = slot) instead of shuffled, so a block of early queries masks whole key
  * tiles: the tensor-core prefill's tile skip is taken */
 static int ordered_pos;
+/* > 0: the cases run through attention_window with this window (visible iff q_pos - window < k_pos <= q_pos) */
+static int attn_window;
 
 static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
     const int n_head = HK * G;
@@ -444,14 +532,16 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     a.k = (const void *const *)k; a.v = (const void *const *)v; a.k_pos = (const int32_t *const *)kpos; a.n_kv = nk;
     a.idx = use_idx ? (const int32_t *const *)didx : NULL; a.n_idx = use_idx ? ni : NULL;
     a.scale = 1.0f / sqrtf((float)D); a.out = dout; a.probs = dprobs; a.probs_stride = longest; a.lse = dlse;
+    a.window = attn_window;
     char err[256];
-    int rc = be->attention(be, &a, err, sizeof err);
+    int rc = attn_window ? be->attention_window(be, &a, err, sizeof err) : be->attention(be, &a, err, sizeof err);
     if (rc) printf("\n    attention: %s", err);
     CU_ASSERT_FATAL(rc == 0);
     get(out, dout, nqe * 4);
     get(probs, dprobs, probs_bytes);
     get(lse, dlse, lse_bytes);
     double we = 0, wp = 0, wl = 0;
+    int blind = 0; /* rows that see no key (lse must be -inf, out 0) */
     double *sc = malloc(longest * sizeof(double)), *o = malloc(D * sizeof(double));
     for (int t = 0; t < n_q; t++)
         for (int h = 0; h < n_head; h++) {
@@ -460,7 +550,8 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
             double m = -INFINITY, l = 0;
             for (int64_t j = 0; j < len; j++) {
                 int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
-                if (hpos[g * n_kv + sl] > qpos[t]) { sc[j] = -INFINITY; continue; }
+                const int32_t kp = hpos[g * n_kv + sl];
+                if (kp > qpos[t] || (attn_window && (int64_t)qpos[t] - kp >= attn_window)) { sc[j] = -INFINITY; continue; }
                 double d = 0;
                 for (int i = 0; i < D; i++) d += (double)q[((int64_t)t * n_head + h) * D + i] * kd[((size_t)g * n_kv + sl) * D + i];
                 sc[j] = d * a.scale;
@@ -479,12 +570,14 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
                 double e = fabs(out[((int64_t)t * n_head + h) * D + i] - o[i]);
                 if (e > we) we = e;
             }
-            double e = fabs(lse[h * n_q + t] - (m + log(l)));
+            blind += m == -INFINITY;
+            double e = m == -INFINITY ? (lse[h * n_q + t] == -INFINITY ? 0 : INFINITY) : fabs(lse[h * n_q + t] - (m + log(l)));
             if (e > wl) wl = e;
         }
     /* f32 accumulation over up to 20K keys of values in [-1, 1]: errors of a few 1e-6 */
     printf("\n    attention d=%d kv_heads=%d group=%d n_q=%d n_kv=%lld %s%s: out %.2e, probs %.2e, lse %.2e", D, HK, G,
            n_q, (long long)n_kv, f16 ? "f16" : "f32", use_idx ? " idx" : "", we, wp, wl);
+    if (attn_window) printf(" (window %d: %d of %d rows see no key)", attn_window, blind, n_q * n_head);
     CU_ASSERT(we <= tol_out);
     CU_ASSERT(wp <= tol_probs);
     CU_ASSERT(wl <= tol_lse);
@@ -510,6 +603,72 @@ static void test_attention(void) {
     check_attention(64, 3, 3, 1, 4097, 0, 1);    /* f32 KV */
     check_attention(7, 1, 1, 2, 1, 1, 0);        /* one slot, head_dim 7 */
     check_attention(64, 3, 3, 130, 600, 1, 0);   /* a prefill-sized block of queries */
+    check_attention(256, 1, 4, 3, 500, 1, 1);    /* head_dim 256 (gemma3): the generic path */
+    check_attention(256, 2, 2, 1, 3000, 0, 0);
+}
+
+/* attention_window (issue 31: gemma3's local layers, Mistral) vs float64 with the window in the mask, on every
+ * kernel path: windows far smaller than the lists (down to 1: only the key at the query's own position, which index
+ * lists may leave out: rows that see nothing, lse -inf), index lists, shuffled and ordered positions, decode and
+ * prefill-sized blocks, head_dim 256; each path pinned as the other attention tests pin it */
+static void check_window_paths(void) {
+    attn_window = 50;   check_attention(64, 2, 3, 3, 1000, 1, 1);
+    attn_window = 4096; check_attention(128, 2, 4, 1, 20000, 1, 1);
+    attn_window = 10;   check_attention(128, 8, 4, 1, 65, 1, 1);
+    attn_window = 300;  check_attention(64, 4, 1, 1, 5000, 1, 1);
+    attn_window = 64;   check_attention(64, 3, 3, 130, 600, 1, 0);
+    ordered_pos = 1;
+    attn_window = 500;  check_attention(128, 2, 4, 3, 2000, 1, 1);
+    ordered_pos = 0;
+    attn_window = 0;
+}
+
+static void test_attention_window(void) {
+    check_window_paths();                        /* v1 (tiled), pinned in main */
+    attn_window = 100;  check_attention(80, 2, 2, 5, 777, 1, 1);   /* generic path */
+    attn_window = 1;    check_attention(64, 3, 3, 1, 4097, 0, 1);  /* f32 KV, window 1 */
+    attn_window = 128;  check_attention(256, 1, 4, 3, 500, 1, 1);  /* head_dim 256 */
+    attn_window = 0;
+    const int was = kvb_cuda_attention_kernel();
+    for (int kern = 2; kern <= 4; kern++) { /* v2 (double-buffered), v3 (registers), v4 (tensor-core decode) */
+        kvb_cuda_attention_set_kernel(kern);
+        check_window_paths();
+    }
+    kvb_cuda_attention_set_kernel(was);
+    kvb_cuda_attention_set_probs_kernel(2);      /* the candidate probabilities pass */
+    attn_window = 2000; check_attention(128, 2, 4, 1, 20000, 1, 1);
+    attn_window = 64;   check_attention(64, 3, 3, 130, 600, 1, 0);
+    attn_window = 0;
+    kvb_cuda_attention_set_probs_kernel(1);
+    /* prefill on tensor cores: with positions in slot order, tiles a window or more before a whole block of queries
+     * are skipped (the skip from below), as are tiles after it */
+    const int tc = kvb_cuda_attention_prefill_tc();
+    kvb_cuda_attention_set_prefill_tc(1);
+    tol_out = tol_probs = tol_lse = 3e-3;
+    attn_window = 64;   check_attention(64, 3, 3, 130, 600, 1, 0);
+    attn_window = 100;  check_attention(128, 2, 4, 200, 1000, 1, 1);
+    ordered_pos = 1;
+    attn_window = 256;  check_attention(128, 2, 4, 200, 4000, 1, 0);
+    attn_window = 50;   check_attention(64, 2, 3, 150, 3000, 1, 1);
+    attn_window = 1;    check_attention(128, 1, 4, 64, 640, 1, 0);
+    ordered_pos = 0;
+    attn_window = 0;
+    tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    kvb_cuda_attention_set_prefill_tc(tc);
+    /* refused: no window, or no positions for the window to narrow */
+    char err[256];
+    float *dq = dev_f32(64), *dout = dev_f32(64);
+    const int64_t one = 1;
+    const void *kv[1] = {dq};
+    kvb_attn_args a = {0};
+    a.n_q = 1, a.n_head = 1, a.n_head_kv = 1, a.head_dim = 64, a.q = dq, a.kv_dtype = KVB_F32, a.k = kv, a.v = kv;
+    a.n_kv = &one, a.scale = 0.125f, a.out = dout;
+    CU_ASSERT(be->attention_window(be, &a, err, sizeof err) == -1); /* window 0 */
+    a.window = 8;
+    CU_ASSERT(be->attention_window(be, &a, err, sizeof err) == -1); /* no positions */
+    printf("\n    attention_window without positions: %s", err);
+    CU_ASSERT(be->sync(be) == 0); /* refusals leave the backend usable */
+    dev_free(dq, 64 * 4), dev_free(dout, 64 * 4);
 }
 
 /* the double-buffered tiled kernel (v2) on the tiled cases: the same float64 bounds */
@@ -658,6 +817,11 @@ int main(void) {
         fprintf(stderr, "test_cuda_ops: %s\n", err);
         return 1;
     }
+    cpu = kvb_backend_cpu_create(1, err, sizeof err);
+    if (!cpu) {
+        fprintf(stderr, "test_cuda_ops: %s\n", err);
+        return 1;
+    }
     kvb_mem_init(&mem);
     kvb_mem_set_allocator(&mem, be->allocator);
     /* every kernel switch pinned to the reference kernels, whatever the environment says (KVB_ATTN_KERNEL,
@@ -678,15 +842,19 @@ int main(void) {
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);
     CU_add_test(s, "rope (llama pairs, neox, partial rotation)", test_rope);
+    CU_add_test(s, "rope_ext (rope_freqs, linear, YaRN) equals the CPU op", test_rope_ext_equals_the_cpu_op);
+    CU_add_test(s, "geglu and scale equal the CPU ops bit for bit", test_geglu_and_scale_equal_the_cpu_ops);
     CU_add_test(s, "attention through the op table", test_attention);
     CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
     CU_add_test(s, "attention v3 (register-only) through the op table", test_attention_v3);
     CU_add_test(s, "attention v4 (tensor-core decode) through the op table", test_attention_v4);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
     CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
+    CU_add_test(s, "attention_window (sliding window) on every kernel path", test_attention_window);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);
     int rc = util_run_suites();
     kvb_backend_free(be);
+    kvb_backend_free(cpu);
     kvb_mem_destroy(&mem);
     for (int i = 0; i < n_kept; i++) free(kept[i]);
     return rc;

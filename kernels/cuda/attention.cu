@@ -53,7 +53,7 @@ __global__ void k_probs_simple(kvb_cuda_attn a, const float *lse) {
     float *pr = a.probs + ((int64_t)h * a.n_q + t) * a.probs_stride;
     for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
         const int64_t slot = ix ? ix[j] : j;
-        if ((a.q_pos && kp && kp[slot] > qp) || L == -INFINITY) { pr[j] = 0.f; continue; }
+        if ((a.q_pos && kp && key_hidden(kp[slot], qp, a.window)) || L == -INFINITY) { pr[j] = 0.f; continue; }
         float s = 0.f;
         for (int d = 0; d < D; d++) s += q[d] * load_kv(K, a.kv_f16, slot * D + d);
         pr[j] = expf(s * a.scale - L);
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(PROBS_WARPS * 32) k_probs_warp(kvb_cuda_attn a
         bool my_masked = true;
         if (lane < n) {
             my_slot = ix ? ix[base + lane] : base + lane;
-            my_masked = kp && kp[my_slot] > qp;
+            my_masked = kp && key_hidden(kp[my_slot], qp, a.window);
         }
         for (int i = 0; i < n; i++) {
             const int64_t slot = __shfl_sync(0xffffffffu, my_slot, i);
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_split(kvb_cuda_attn a, int
                 for (int e = 0; e < E; e++) s += qv[i][e] * kf[u][e];
 #pragma unroll
                 for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (kp && pos[u] > qp[i]) continue;
+                if (kp && key_hidden(pos[u], qp[i], a.window)) continue;
                 const float mn = fmaxf(m[i], s), c = __expf(m[i] - mn), p = __expf(s - mn);
                 l[i] = l[i] * c + p;
 #pragma unroll
@@ -274,7 +274,7 @@ __device__ __forceinline__ void stage_q(float *qs, const kvb_cuda_attn &a, int g
 template <int E>
 __device__ __forceinline__ void fold_tile(const __half *Kw, const __half *Vw, float *Pw, const float *qs, int n, int R,
                                           int lane, const int32_t *kp, int32_t my_pos, const int32_t (&qp)[RMAX],
-                                          float (&m)[RMAX], float (&l)[RMAX], float (&acc)[RMAX][E]) {
+                                          int32_t window, float (&m)[RMAX], float (&l)[RMAX], float (&acc)[RMAX][E]) {
     constexpr int D = 32 * E, KS = D + 8, CH = D / 8;
     float s[RMAX];
 #pragma unroll
@@ -296,7 +296,7 @@ __device__ __forceinline__ void fold_tile(const __half *Kw, const __half *Vw, fl
 #pragma unroll
     for (int i = 0; i < RMAX; i++) {
         if (i >= R) break;
-        const bool vis = lane < n && !(kp && my_pos > qp[i]);
+        const bool vis = lane < n && !(kp && key_hidden(my_pos, qp[i], window));
         const float si = vis ? s[i] : -INFINITY;
         float tm = si;
 #pragma unroll
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile(kvb_cuda_attn a, int 
             *(uint4 *)(Vw + r * KS + cc * 8) = vb[c];
         }
         __syncwarp();
-        fold_tile<E>(Kw, Vw, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, m, l, acc);
+        fold_tile<E>(Kw, Vw, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, a.window, m, l, acc);
     }
     write_partials<E>(smem, sp, g, split, n_split, part, warp, lane, m, l, acc);
 }
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(DWARPS * 32) k_attn_tile2(kvb_cuda_attn a, int
         }
         __syncwarp();
         const __half *Kw = Tw + buf * 2 * TILE;
-        fold_tile<E>(Kw, Kw + TILE, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, m, l, acc); /* ends with a syncwarp */
+        fold_tile<E>(Kw, Kw + TILE, Pw, qs, n, sp.R, lane, sp.kp, my_pos, qp, a.window, m, l, acc); /* ends with a syncwarp */
         tb = tn;
         n = n_next;
         my_pos = pos_next;
@@ -527,7 +527,9 @@ template <int E> static size_t tile_smem(void) {
 enum { V3_WARPS = 4 };
 static int g_sms; /* the GPU's multiprocessors (plan() reads them once) */
 
-template <int D, int RC, int U>
+/* WIN: a sliding-window layer's mask (a.window > 0); a template switch so that the causal instantiations keep their
+ * registers (a runtime test reshuffled them: 244 -> 168 for d = 128, 4 rows) */
+template <int D, int RC, int U, bool WIN>
 __global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
     constexpr int LPK = D / 8, KPW = 32 / LPK;
     __shared__ float sm[V3_WARPS][RC], sl[V3_WARPS][RC], sacc[V3_WARPS][RC][D];
@@ -598,7 +600,7 @@ __global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int
             float mx = m[i];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const bool vis = slot[u] >= 0 && !(sp.kp && kpos[u] > qp[i]);
+                const bool vis = slot[u] >= 0 && !(sp.kp && (WIN ? key_hidden_win(kpos[u], qp[i], a.window) : kpos[u] > qp[i]));
                 s[u][i] = vis ? s[u][i] : -INFINITY;
                 mx = fmaxf(mx, s[u][i]);
             }
@@ -653,11 +655,11 @@ __global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int
 
 /* v3's splits: at most the plan's (the workspace is sized for those) and no more blocks than fit on the GPU at
  * once, so every split runs in the one wave */
-template <int D, int RC, int U> static int dec_splits(int n_split, int blocks_per_split) {
+template <int D, int RC, int U, bool WIN> static int dec_splits(int n_split, int blocks_per_split) {
     static int resident; /* blocks of this instantiation the whole GPU holds at once */
     if (!resident) {
         int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec<D, RC, U>, V3_WARPS * 32, 0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec<D, RC, U, WIN>, V3_WARPS * 32, 0) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         resident = per_sm * g_sms;
@@ -829,14 +831,15 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
         if (kern == 3) { /* v3: its own split count (one wave), the merge told so */
             const int bps = (int)a->n_head_kv * n_chunks;
             int ns;
-#define DEC(DD, RR, UU)                                                                                          \
-    ns = dec_splits<DD, RR, UU>(n_split, bps);                                                                   \
-    k_attn_dec<DD, RR, UU><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V3_WARPS * 32, 0, s>>>( \
+#define DEC(DD, RR, UU, WW)                                                                                          \
+    ns = dec_splits<DD, RR, UU, WW>(n_split, bps);                                                                   \
+    k_attn_dec<DD, RR, UU, WW><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V3_WARPS * 32, 0, s>>>( \
         c, ns, n_rows, part)
-            if (D == 128 && n_rows <= 4) { DEC(128, 4, 8); }
-            else if (D == 128) { DEC(128, 8, 4); }
-            else if (n_rows <= 4) { DEC(64, 4, 8); }
-            else { DEC(64, 8, 4); }
+            const bool win = c.window > 0 && c.q_pos && c.k_pos;
+            if (D == 128 && n_rows <= 4) { if (win) { DEC(128, 4, 8, true); } else { DEC(128, 4, 8, false); } }
+            else if (D == 128) { if (win) { DEC(128, 8, 4, true); } else { DEC(128, 8, 4, false); } }
+            else if (n_rows <= 4) { if (win) { DEC(64, 4, 8, true); } else { DEC(64, 4, 8, false); } }
+            else { if (win) { DEC(64, 8, 4, true); } else { DEC(64, 8, 4, false); } }
 #undef DEC
             k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), MERGE_THREADS, 0, s>>>(c, ns, n_rows, n_chunks, part);
             return probs_and_check(&c, s, err, err_len);

@@ -2,7 +2,8 @@
  * and split-KV decode (flash-decoding), GQA, over all slots or a per-KV-head index list.
  *
  * Same semantics as the CPU op (kernels/backend.h, kvb_attn_args): query head h reads KV head
- * h / (n_head / n_head_kv); a slot is visible iff q_pos == NULL, k_pos[g] == NULL or k_pos[g][slot] <= q_pos[t];
+ * h / (n_head / n_head_kv); a slot is visible iff q_pos == NULL, k_pos[g] == NULL or k_pos[g][slot] <= q_pos[t]
+ * (and, in a sliding-window layer, window > 0, also k_pos[g][slot] > q_pos[t] - window);
  * probs (optional) are softmax probabilities over each head's list in list order, masked entries 0;
  * lse (optional) is the log-sum-exp of the scaled logits over the visible keys (-INFINITY when none is
  * visible, and then the output row is 0).
@@ -41,6 +42,9 @@ typedef struct {
                                   * 3 = v3 (register-only: K/V rows straight to registers, one wave of blocks),
                                   * 4 = v4 (both products on tensor cores, K/V rows straight into the fragments);
                                   * 0 = kvb_cuda_attention_kernel(). Results equal to rounding (bench-attention times all) */
+    int32_t window;              /* > 0: a sliding-window layer, where the mask applies (q_pos and k_pos given) a key is
+                                  * visible iff q_pos - window < k_pos <= q_pos; 0 = no window. Every kernel path
+                                  * takes it in its mask test (attn_split.cuh: key_hidden) */
 } kvb_cuda_attn;
 
 /* The kernel a call with kernel = 0 takes: 4 by default (measured fastest on an H200, 2026-11-26: docs/gpu.md),

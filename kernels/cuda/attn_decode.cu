@@ -53,7 +53,10 @@ __device__ __forceinline__ int k_dim(int s, int c, int h) { return 8 * (4 * (s >
  * pieces 8 j + g, j < D/64: the eight lanes of a key read its row in 128 contiguous bytes a load) */
 __device__ __forceinline__ int v_dim(int g, int hh) { return 8 * (8 * (hh >> 3) + g) + (hh & 7); }
 
-template <int D>
+/* WIN: a sliding-window layer's mask (a.window > 0), a template switch: at 168 registers (three blocks a
+ * multiprocessor) the runtime test makes d = 128 spill, so the causal instantiation stays as it was and the window's
+ * takes the one-compare test (key_hidden_win) */
+template <int D, bool WIN>
 __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
     constexpr int KS = D / 16; /* k-steps of S = Q K^T, and m-tiles (16 dims) of O^T */
     constexpr int KJ = D / 32; /* 16-byte pieces of a K row per lane */
@@ -128,7 +131,8 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
         float sv[4], mx = -INFINITY;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const bool vis = row_ok && vs[u] >= 0 && !(sp.kp && kpos[u] > qp);
+            const bool vis = row_ok && vs[u] >= 0 &&
+                             !(sp.kp && (WIN ? key_hidden_win(kpos[u], qp, a.window) : kpos[u] > qp));
             sv[u] = vis ? s[u >> 1][u & 1] : -INFINITY;
             mx = fmaxf(mx, sv[u]);
         }
@@ -177,13 +181,13 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
 }
 
 /* at most n_split splits, and no more blocks than the GPU holds at once (one wave) */
-template <int D> static int v4_splits(int n_split, int blocks_per_split) {
+template <int D, bool WIN> static int v4_splits(int n_split, int blocks_per_split) {
     static int resident;
     if (!resident) {
         int dev = 0, sms = 1, per_sm = 0;
         cudaGetDevice(&dev);
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 1;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec_tc<D>, V4_WARPS * 32, 0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec_tc<D, WIN>, V4_WARPS * 32, 0) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         resident = per_sm * sms;
@@ -197,14 +201,15 @@ int kvb_cuda_decode_tc(const kvb_cuda_attn *a, int n_split, int n_rows, int n_ch
     if (!a->kv_f16 || (a->head_dim != 64 && a->head_dim != 128)) return 0;
     const int bps = a->n_head_kv * n_chunks;
     int ns;
-    if (a->head_dim == 128) {
-        ns = v4_splits<128>(n_split, bps);
-        k_attn_dec_tc<128><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V4_WARPS * 32, 0, s>>>(
-            *a, ns, n_rows, part);
-    } else {
-        ns = v4_splits<64>(n_split, bps);
-        k_attn_dec_tc<64><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V4_WARPS * 32, 0, s>>>(
-            *a, ns, n_rows, part);
-    }
+#define V4(DD, WW)                                                                                                  \
+    ns = v4_splits<DD, WW>(n_split, bps);                                                                           \
+    k_attn_dec_tc<DD, WW><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V4_WARPS * 32, 0, s>>>( \
+        *a, ns, n_rows, part)
+    const bool win = a->window > 0;
+    if (a->head_dim == 128 && win) { V4(128, true); }
+    else if (a->head_dim == 128) { V4(128, false); }
+    else if (win) { V4(64, true); }
+    else { V4(64, false); }
+#undef V4
     return ns;
 }

@@ -3,10 +3,12 @@
  * head's key list in tiles of 64 staged in shared memory, and keeps each row's online softmax in registers:
  * S = Q K^T on the tensor cores (Q rounded to f16, the scores scaled in f32), masked by position, then P (f16)
  * times V on the tensor cores. A key tile every row of the block masks out is skipped before its K/V rows are
- * read, so causal prefill over position-ordered slots does about half the work.
+ * read, so causal prefill over position-ordered slots does about half the work; in a sliding-window layer so is a
+ * tile whose every key lies a window or more before every row's query.
  *
  * Semantics as the other attention kernels (kernels/cuda/attention.h): a slot is visible to query t iff there
- * is no mask or k_pos[slot] <= q_pos[t]; out = 0 and lse = -inf for a row that sees nothing. Rounding differs
+ * is no mask or k_pos[slot] <= q_pos[t] (and q_pos[t] - window < k_pos[slot] in a sliding-window layer: window > 0,
+ * key_hidden); out = 0 and lse = -inf for a row that sees nothing. Rounding differs
  * from the f32 kernels (Q and P in f16): |error| ~1e-3 of the output's scale (test_cuda_ops checks 2e-3).
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16 .f16 .f32; g = lane / 4, c = lane % 4):
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/attn_prefill.h"
+#include "kernels/cuda/attn_split.cuh"
 #include "kernels/cuda/candidate.h"
 
 enum { PQ = 64, PK = 64, PWARPS = 4 };
@@ -50,7 +53,7 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
     extern __shared__ __align__(16) unsigned char smem[];
     __half *Ks = (__half *)smem, *Vs = Ks + PK * KS;
     int32_t *kpos = (int32_t *)(Vs + PK * KS);
-    __shared__ int32_t s_qmax, s_kmin;
+    __shared__ int32_t s_qmax, s_kmin, s_qmin, s_kmax;
     const int h = blockIdx.x, G = a.n_head / a.n_head_kv, kvh = h / G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, ci = lane & 3;
     const int64_t t0 = (int64_t)blockIdx.y * PQ, tw = t0 + warp * 16; /* this warp's first query */
@@ -58,6 +61,7 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
     const int32_t *kp = (a.q_pos && a.k_pos) ? a.k_pos[kvh] : NULL;
     const int32_t *ix = a.idx ? a.idx[kvh] : NULL;
     const int64_t len = ix ? a.n_idx[kvh] : a.n_kv[kvh];
+    const int32_t wnd = kp ? a.window : 0; /* the window applies with the mask only */
 
     /* this thread's two query rows (g and g + 8 of the warp's 16), their positions, Q as A fragments */
     const int64_t r0 = tw + gi, r1 = r0 + 8;
@@ -75,11 +79,14 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
             qa[kk][3] = r1 < a.n_q ? pack_half2(q1[d1], q1[d1 + 1]) : 0u;
         }
     }
-    /* the block's latest query position: a key tile whose every position is later is skipped */
-    if (threadIdx.x == 0) s_qmax = INT_MIN;
+    /* the block's latest query position: a key tile whose every position is later is skipped; with a window, its
+     * earliest too: a tile whose every key is a window or more before it is skipped as well */
+    if (threadIdx.x == 0) s_qmax = INT_MIN, s_qmin = INT_MAX;
     __syncthreads();
-    if (threadIdx.x < PQ && t0 + threadIdx.x < a.n_q)
+    if (threadIdx.x < PQ && t0 + threadIdx.x < a.n_q) {
         atomicMax(&s_qmax, kp ? a.q_pos[t0 + threadIdx.x] : INT_MAX - 1);
+        if (wnd > 0) atomicMin(&s_qmin, a.q_pos[t0 + threadIdx.x]);
+    }
     float o[DN][4];
 #pragma unroll
     for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
@@ -87,7 +94,7 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
 
     for (int64_t kb = 0; kb < len; kb += PK) {
         __syncthreads(); /* the previous tile is consumed (and s_qmax is final) */
-        if (threadIdx.x == 0) s_kmin = INT_MAX;
+        if (threadIdx.x == 0) s_kmin = INT_MAX, s_kmax = INT_MIN;
         __syncthreads();
         if (threadIdx.x < PK) { /* slot positions; past the list: never visible */
             const int64_t j = kb + threadIdx.x;
@@ -95,9 +102,12 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
             if (j < len) p = kp ? kp[ix ? ix[j] : j] : INT_MIN;
             kpos[threadIdx.x] = p;
             atomicMin(&s_kmin, p);
+            if (wnd > 0 && j < len) atomicMax(&s_kmax, p); /* the tile's latest real key */
         }
         __syncthreads();
         if (s_kmin > s_qmax) continue; /* no row of the block sees any key of this tile */
+        /* every real key a window or more before every row's query (qp - p >= qmin - kmax >= window): none visible */
+        if (wnd > 0 && (int64_t)s_kmax + wnd <= (int64_t)s_qmin) continue;
         /* K and V rows of the tile, 16 bytes a thread at a time */
         for (int x = threadIdx.x; x < PK * (D / 8); x += blockDim.x) {
             const int r = x / (D / 8), cc = x % (D / 8);
@@ -128,10 +138,10 @@ __global__ void __launch_bounds__(PWARPS * 32) k_attn_prefill_tc(kvb_cuda_attn a
         for (int nt = 0; nt < PK / 8; nt++) {
             const int k0 = nt * 8 + 2 * ci;
             const int32_t p0 = kpos[k0], p1 = kpos[k0 + 1];
-            s[nt][0] = p0 <= qp0 ? s[nt][0] * a.scale : -INFINITY;
-            s[nt][1] = p1 <= qp0 ? s[nt][1] * a.scale : -INFINITY;
-            s[nt][2] = p0 <= qp1 ? s[nt][2] * a.scale : -INFINITY;
-            s[nt][3] = p1 <= qp1 ? s[nt][3] * a.scale : -INFINITY;
+            s[nt][0] = !key_hidden(p0, qp0, wnd) ? s[nt][0] * a.scale : -INFINITY;
+            s[nt][1] = !key_hidden(p1, qp0, wnd) ? s[nt][1] * a.scale : -INFINITY;
+            s[nt][2] = !key_hidden(p0, qp1, wnd) ? s[nt][2] * a.scale : -INFINITY;
+            s[nt][3] = !key_hidden(p1, qp1, wnd) ? s[nt][3] * a.scale : -INFINITY;
             mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
             mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
         }

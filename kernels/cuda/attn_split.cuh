@@ -32,6 +32,18 @@ __device__ __forceinline__ block_span span_of(const kvb_cuda_attn &a, int g, int
     return sp;
 }
 
+/* The mask: a key at position kp is hidden from a query at qp when it comes later, or, in a sliding-window layer
+ * (window > 0), window or more positions earlier. The distance is taken in unsigned arithmetic, exact for any int32
+ * pair once kp <= qp; window = 0 leaves the causal test alone. */
+__device__ __forceinline__ bool key_hidden(int32_t kp, int32_t qp, int32_t window) {
+    return kp > qp || (window > 0 && (uint32_t)qp - (uint32_t)kp >= (uint32_t)window);
+}
+/* key_hidden for window > 0 in one compare (a later key's distance wraps past any window), where registers are
+ * tight: the same answer for positions in [0, 2^31), which positions are */
+__device__ __forceinline__ bool key_hidden_win(int32_t kp, int32_t qp, int32_t window) {
+    return (uint32_t)qp - (uint32_t)kp >= (uint32_t)window;
+}
+
 /* a split's partial for row i of (KV head g, chunk): [0] the row's max logit m, [1] sum of e^(s - m), [2..2+D) the
  * unnormalised output; rows of a chunk, then splits, D + 2 floats each */
 __device__ __forceinline__ float *partial_of(float *part, int g, int n_chunks, int chunk, int i, int n_split,

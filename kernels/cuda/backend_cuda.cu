@@ -823,8 +823,8 @@ static void cuda_add_bias(kvb_backend *be, float *x, const float *bias, int64_t 
 
 /* Parameter block layout in one ring slot: k[H] v[H] k_pos[H] n_kv[H] idx[H] n_idx[H] (8 bytes each). The
  * host arrays of per-head pointers and counts go to the device in one copy; everything they point to, and q,
- * q_pos, out, probs and lse, is device memory already (backend.h). */
-static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
+ * q_pos, out, probs and lse, is device memory already (backend.h). window > 0: a sliding-window layer's mask. */
+static int attend(kvb_backend *be, const kvb_attn_args *a, int32_t window, char *err, size_t err_len) {
     cuda_impl *im = IM(be);
     const int H = a->n_head_kv;
     if (be->error[0]) return failed(im, err, err_len);
@@ -873,12 +873,29 @@ static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, si
     c.probs = a->probs;
     c.probs_stride = a->probs_stride;
     c.lse = a->lse;
+    c.window = window;
 
     size_t ws = kvb_cuda_attention_ws(&c);
     if (grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
     int rc = kvb_cuda_attention(&c, im->attn_ws, im->attn_ws_bytes, im->stream, err, err_len);
     if (CK(cudaEventRecord(im->param_ev[slot], im->stream))) return failed(im, err, err_len); /* the slot's reuse */
     return rc;
+}
+
+/* `attention` ignores a->window (backend.h): the engine sends window layers to attention_window */
+static int cuda_attention(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
+    return attend(be, a, 0, err, err_len);
+}
+
+/* A sliding-window layer: the window narrows the causal mask, so it needs the mask's positions (the CPU op would
+ * attend over every key without them) */
+static int cuda_attention_window(kvb_backend *be, const kvb_attn_args *a, char *err, size_t err_len) {
+    if (a->window <= 0) return kvb_errf(err, err_len, "cuda attention_window: window %d is not positive", a->window);
+    if (!a->q_pos || !a->k_pos)
+        return kvb_errf(err, err_len, "cuda attention_window: a window of %d needs query and key positions", a->window);
+    for (int g = 0; g < a->n_head_kv && g < KVB_MAX_KV_HEADS; g++)
+        if (!a->k_pos[g]) return kvb_errf(err, err_len, "cuda attention_window: KV head %d has no key positions", g);
+    return attend(be, a, a->window, err, err_len);
 }
 
 /* One backend per process, shared by every context (weights are uploaded once): created on first use and
@@ -978,6 +995,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         return NULL;
     }
     cuda_install_kvquant_ops(be);
+    cuda_install_arch_ops(be);
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
     im->alloc.copy = cuda_copy;
@@ -996,6 +1014,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->add = cuda_add;
     be->add_bias = cuda_add_bias;
     be->attention = cuda_attention;
+    be->attention_window = cuda_attention_window;
     be->free = cuda_be_free;
     be->sync = cuda_sync;
     be->allocator = &im->alloc;

@@ -875,6 +875,7 @@ void cuda_kvops_release(cuda_kvops *o) {
     cudaFreeHost(o->param);
     cudaFree(o->param_dev);
     cudaFree(o->scratch);
+    cudaFree(o->gelu_table);
     if (o->stage_done) cudaEventDestroy(o->stage_done);
     if (o->param_done) cudaEventDestroy(o->param_done);
     memset(o, 0, sizeof *o);

@@ -19,6 +19,7 @@ typedef struct {
     uint8_t *param; size_t param_bytes; cudaEvent_t param_done; /* small host parameters (weights, flags) */
     void *param_dev; size_t param_dev_bytes;                    /* their device copy */
     void *scratch; size_t scratch_bytes;                        /* device scratch: top-k flags, overlapping copies */
+    void *gelu_table;                                           /* geglu's f16 GELU table (arch_ops.cu), on first use */
 } cuda_kvops;
 
 /* Set up ops for be on stream and install be's data ops (be->impl must begin with *ops). 0, or -1 with the
@@ -32,5 +33,7 @@ int cuda_kvops_check(cuda_kvops *o, cudaError_t e, const char *call, const char 
 int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len);
 /* KIVI's quantized-KV ops (kvquant.cu): install be's quant_groups and attention_quant. */
 void cuda_install_kvquant_ops(kvb_backend *be);
+/* The newer architectures' elementwise ops (arch_ops.cu): install be's rope_ext, geglu and scale. */
+void cuda_install_arch_ops(kvb_backend *be);
 
 #endif
