@@ -281,10 +281,6 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
         return ERR("method needs an observation window of %d rows, the shared prefill kept %d", h->obs_window, c->obs_cap);
     if (!c->obs_q && c->n_past && h && h->obs_window > 0)
         return ERR("method needs an observation window, but the context was prefilled without one");
-    /* methods read a window row's heads at n_embd floats a row (methods/snapkv.c, tova.c, omnikv.c) */
-    if (h && h->obs_window > 0 && cfg->q_dim != cfg->n_embd)
-        return ERR("the method reads the observation window at n_embd (%d) floats a query row, but this %s model's "
-                   "queries are %d wide: not implemented yet", cfg->n_embd, cfg->arch, cfg->q_dim);
     c->hooks = h;
     if (h && h->obs_window > 0 && !c->obs_q) {
         size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->q_dim * sizeof(float);

@@ -90,7 +90,7 @@ int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, 
     a.n_kv = n;
     a.idx = any_idx ? idx : NULL;
     a.n_idx = any_idx ? nidx : NULL;
-    a.scale = 1.0f / sqrtf((float)cfg->head_dim);
+    a.scale = cfg->attn_scale; /* the model's own (gemma3 27B: not 1/sqrt(head_dim)) */
     a.out = out;
     a.probs = *probs;
     a.probs_stride = longest;

@@ -153,7 +153,7 @@ static int filter_scores(omnikv *s, kvb_ctx *c, int l, const float *given, int64
                          int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     int w = s->selector == 0 ? 1 : (c->obs_n < s->window ? c->obs_n : s->window);
-    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - w)) * cfg->n_embd;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (c->obs_n - w)) * cfg->q_dim;
     const int32_t *qpos = c->obs_pos + (c->obs_n - w);
     float *probs = NULL;
     const float *pr = given;

@@ -33,7 +33,7 @@ int kvb_snap_score(kvb_ctx *c, int l, int64_t n, int64_t w, const kvb_snap_opts 
                    char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
-    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * cfg->n_embd;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - w)) * cfg->q_dim;
     float *probs = NULL;
     int64_t stride = 0;
     if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - w), w, NULL, &probs, &stride, NULL, err, err_len)) return -1;

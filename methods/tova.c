@@ -86,7 +86,7 @@ static int tova_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, c
 /* One layer after prefill: the last query's attention over the prompt; keep the top b - 1 earlier tokens + the last. */
 static int compress_layer(tova *s, kvb_ctx *c, int l, int64_t n, int64_t b, int32_t *idx, char *err, size_t err_len) {
     kvb_backend *be = c->be;
-    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - 1)) * c->model->cfg.n_embd;
+    const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - 1)) * c->model->cfg.q_dim;
     float *probs = NULL;
     int64_t stride = 0;
     if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - 1), 1, NULL, &probs, &stride, NULL, err, err_len)) return -1;
