@@ -153,6 +153,7 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
 static int load_done(run_state *st, char *err, size_t err_len) {
     kvb_results_reader rd;
     if (kvb_results_open(&rd, st->results_path, err, err_len)) return errno == ENOENT ? (err[0] = 0, 0) : -1;
+    rd.lean = 1; /* the index keeps what it needs of the line itself */
     kvb_record rec;
     cJSON *r;
     int rc;
@@ -379,68 +380,77 @@ static cJSON *phase_obj(const double *ms) {
     return o;
 }
 
-static cJSON *make_record(run_state *st, const task *t, const cell *cl, const kvb_sample *s, const shared_prefill *sp,
-                          const cell_result *res, const char *error) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "method", cl->method);
-    cJSON_AddStringToObject(r, "budget", cl->budget_str);
-    cJSON_AddStringToObject(r, "method_params", res->params);
-    cJSON_AddStringToObject(r, "benchmark", t->benchmark);
-    cJSON_AddStringToObject(r, "task", t->name);
-    cJSON_AddStringToObject(r, "sample_id", s->id ? s->id : "");
-    if (s->qtype) cJSON_AddStringToObject(r, "qtype", s->qtype);
-    else cJSON_AddNullToObject(r, "qtype");
+/* A copy of s into *dst (NULL stays NULL); *oom set when the copy fails. */
+static void set_str(char **dst, const char *s, int *oom) {
+    *dst = s ? strdup(s) : NULL;
+    *oom |= s && !*dst;
+}
+
+/* The record of cell cl on sample s (reports/record.h: every field it has is a row of its table); -1 when out of
+ * memory (*r is freed then). */
+static int make_record(run_state *st, const task *t, const cell *cl, const kvb_sample *s, const shared_prefill *sp,
+                       const cell_result *res, const char *error, kvb_record *r) {
+    int oom = 0;
+    kvb_record_init(r);
+    set_str(&r->method, cl->method, &oom);
+    set_str(&r->budget, cl->budget_str, &oom);
+    set_str(&r->method_params, res->params, &oom);
+    set_str(&r->benchmark, t->benchmark, &oom);
+    set_str(&r->task, t->name, &oom);
+    set_str(&r->sample_id, s->id ? s->id : "", &oom);
+    set_str(&r->qtype, s->qtype, &oom);
     const kvb_benchmark *bm = kvb_benchmark_find(t->benchmark);
-    const char *bin = bm && bm->length_bin ? bm->length_bin(s) : NULL;
-    if (bin) cJSON_AddStringToObject(r, "length_bin", bin);
-    else cJSON_AddNullToObject(r, "length_bin");
-    if (s->ctx_tokens > 0) {
-        cJSON_AddNumberToObject(r, "ctx_len", s->ctx_tokens);
-        cJSON_AddNumberToObject(r, "depth", s->depth);
-    }
-    cJSON_AddBoolToObject(r, "abstention", s->abstention);
-    cJSON_AddNumberToObject(r, "prompt_tokens", (double)sp->p.n);
-    cJSON_AddStringToObject(r, "question", t->hidden ? "hidden" : "visible");
+    set_str(&r->length_bin, bm && bm->length_bin ? bm->length_bin(s) : NULL, &oom);
+    if (s->ctx_tokens > 0) r->ctx_len = s->ctx_tokens, r->depth = s->depth;
+    r->abstention = s->abstention;
+    r->prompt_tokens = (double)sp->p.n;
+    set_str(&r->question, t->hidden ? "hidden" : "visible", &oom);
     /* several questions over one context, question hidden: the context's prefill runs once, and its cost is in
      * the record of the group's first question ("first"); a later one ("reused") counts its question only */
     if (s->group && t->hidden) {
-        cJSON_AddStringToObject(r, "context_group", s->group);
-        cJSON_AddStringToObject(r, "shared_prefill", sp->reused ? "reused" : "first");
-    } else cJSON_AddNullToObject(r, "context_group"), cJSON_AddNullToObject(r, "shared_prefill");
-    cJSON_AddNumberToObject(r, "prefill_tokens", (double)kvb_shared_prefill_tokens(sp));
-    cJSON_AddNumberToObject(r, "prompt_rounds", sp->p.n_rounds);
-    cJSON_AddBoolToObject(r, "prompt_truncated", sp->p.truncated);
-    cJSON_AddNumberToObject(r, "generated_tokens", res->ses.n_gen);
-    cJSON_AddStringToObject(r, "prediction", res->ses.text ? res->ses.text : "");
-    cJSON *ans = cJSON_AddArrayToObject(r, "answers");
-    for (int i = 0; i < s->n_answers; i++) cJSON_AddItemToArray(ans, cJSON_CreateString(s->answers[i]));
+        set_str(&r->context_group, s->group, &oom);
+        set_str(&r->shared_prefill, sp->reused ? "reused" : "first", &oom);
+    }
+    r->prefill_tokens = (double)kvb_shared_prefill_tokens(sp);
+    r->prompt_rounds = sp->p.n_rounds;
+    r->prompt_truncated = sp->p.truncated;
+    r->generated_tokens = res->ses.n_gen;
+    set_str(&r->prediction, res->ses.text ? res->ses.text : "", &oom);
+    if (s->n_answers > 0 && !(r->answers.v = calloc((size_t)s->n_answers, sizeof *r->answers.v))) oom = 1;
+    for (int i = 0; r->answers.v && i < s->n_answers; i++) set_str(&r->answers.v[r->answers.n++], s->answers[i], &oom);
     char metric[48] = "";
     double score = 0;
     int scored = !error && kvb_score_sample(t->benchmark, s, res->ses.text ? res->ses.text : "", &score, metric, sizeof metric) == 0;
-    cJSON_AddStringToObject(r, "metric", metric);
-    if (scored) cJSON_AddNumberToObject(r, "score", score);
-    else cJSON_AddNullToObject(r, "score");
-    cJSON_AddNullToObject(r, "judge");
-    if (error) cJSON_AddStringToObject(r, "error", error);
-    else cJSON_AddNullToObject(r, "error");
-    cJSON_AddNumberToObject(r, "ttft_ms", res->ses.prefill_ms);
-    cJSON_AddNumberToObject(r, "prefill_ms", res->ses.prefill_ms);
-    cJSON_AddNumberToObject(r, "decode_ms_per_token", kvb_session_ms_per_token(&res->ses));
-    cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
+    set_str(&r->metric, metric, &oom);
+    if (scored) r->score = score;
+    set_str(&r->error, error, &oom);
+    r->ttft_ms = r->prefill_ms = res->ses.prefill_ms;
+    r->decode_ms_per_token = kvb_session_ms_per_token(&res->ses);
     double pre[PROF_PHASE_COUNT];
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = (sp->reused ? 0 : sp->pre_phase_ms[ph]) + res->ses.pre_phase_ms[ph];
-    cJSON_AddItemToObject(bd, "prefill", phase_obj(pre));
-    cJSON_AddItemToObject(bd, "decode", phase_obj(res->ses.dec_phase_ms));
-    cJSON_AddNumberToObject(r, "kv_device_bytes", (double)res->ses.kv_prefill.device_bytes);
-    cJSON_AddNumberToObject(r, "kv_device_bytes_end", (double)res->ses.kv_end.device_bytes);
-    cJSON_AddNumberToObject(r, "kv_host_bytes", (double)res->ses.kv_end.host_bytes);
-    cJSON_AddNumberToObject(r, "kv_full_bytes", (double)res->ses.kv_prefill.full_bytes);
-    cJSON_AddNumberToObject(r, "moved_bytes", (double)(res->ses.kv_end.moved_h2d + res->ses.kv_end.moved_d2h));
-    cJSON_AddNumberToObject(r, "attended_per_layer", res->ses.attended);
-    cJSON_AddStringToObject(r, "note", res->note);
-    cJSON_AddNumberToObject(r, "seed", jnum(st->suite, "seed", 1));
-    cJSON_AddStringToObject(r, "model_sha256", st->model_sha);
-    return r;
+    if ((r->breakdown = cJSON_CreateObject())) {
+        cJSON_AddItemToObject(r->breakdown, "prefill", phase_obj(pre));
+        cJSON_AddItemToObject(r->breakdown, "decode", phase_obj(res->ses.dec_phase_ms));
+    } else oom = 1;
+    r->kv_device_bytes = (double)res->ses.kv_prefill.device_bytes;
+    r->kv_device_bytes_end = (double)res->ses.kv_end.device_bytes;
+    r->kv_host_bytes = (double)res->ses.kv_end.host_bytes;
+    r->kv_full_bytes = (double)res->ses.kv_prefill.full_bytes;
+    r->moved_bytes = (double)(res->ses.kv_end.moved_h2d + res->ses.kv_end.moved_d2h);
+    r->attended_per_layer = res->ses.attended;
+    set_str(&r->note, res->note, &oom);
+    r->seed = jnum(st->suite, "seed", 1);
+    set_str(&r->model_sha256, st->model_sha, &oom);
+    if (oom) kvb_record_free(r);
+    return oom ? -1 : 0;
+}
+
+/* The record as its line's JSON (the writer of reports/record.h); NULL + err. */
+static cJSON *record_json(const kvb_record *r, char *err, size_t err_len) {
+    char why[256];
+    cJSON *j = kvb_record_to_json(r, why, sizeof why);
+    if (!j) ERR("record of %s@%s %s: %s", r->method ? r->method : "?", r->budget ? r->budget : "?", r->task ? r->task : "?", why);
+    return j;
 }
 
 /* Progress on stderr (benchmarks/progress.h): the runner's counts, then the event. */
@@ -507,21 +517,26 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         cell_result res = {0};
         char cerr[512] = "";
         int crc = prc ? -1 : run_cell(st, cl, s, sp, max_new, &res, cerr, sizeof cerr);
-        cJSON *rec = make_record(st, t, cl, s, sp, &res, prc ? perr : (crc ? cerr : NULL));
+        kvb_record r;
+        int mrc = make_record(st, t, cl, s, sp, &res, prc ? perr : (crc ? cerr : NULL), &r);
         kvb_session_free(&res.ses);
-        cJSON_AddItemToObject(rec, "fingerprint", fps[todo[i]]);
+        if (mrc) { rc = ERR("out of memory"); break; }
+        r.fingerprint = fps[todo[i]];
         fps[todo[i]] = NULL;
-        if (rerun[todo[i]]) cJSON_AddBoolToObject(rec, "rerun", 1); /* the report keeps it without a warning */
-        if (t->judge != KVB_JK_NONE && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(rec, "error"))) {
+        r.rerun = rerun[todo[i]]; /* the report keeps it without a warning */
+        cJSON *rec = NULL;
+        if (t->judge != KVB_JK_NONE && !r.error) {
             /* written now, completed by a second record when the verdict arrives: a crash loses no generation */
-            cJSON *pend = cJSON_CreateObject();
-            cJSON_AddBoolToObject(pend, "pending", 1);
-            cJSON_ReplaceItemInObjectCaseSensitive(rec, "judge", pend);
-            rc = append_record(st, rec, err, err_len);
-            cJSON_DeleteItemFromObjectCaseSensitive(rec, "rerun");
-            held[n_held++] = rec;
-            continue;
+            if (!(r.judge = cJSON_CreateObject()) || !cJSON_AddBoolToObject(r.judge, "pending", 1)) rc = ERR("out of memory");
+            cJSON *pend = rc ? NULL : record_json(&r, err, err_len);
+            if (!rc) rc = pend ? append_record(st, pend, err, err_len) : -1;
+            cJSON_Delete(pend);
+            cJSON_Delete(r.judge);
+            r.judge = NULL, r.rerun = 0; /* the verdict's record: judging.c fills "judge" */
         }
+        if (!rc && !(rec = record_json(&r, err, err_len))) rc = -1;
+        kvb_record_free(&r);
+        if (rc) break;
         if (t->judge != KVB_JK_NONE) { held[n_held++] = rec; continue; }
         rc = append_record(st, rec, err, err_len);
         cJSON_Delete(rec);

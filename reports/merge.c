@@ -20,8 +20,12 @@
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define SEP "\x1f"
 
-/* Fields that measure time: they differ between two runs of the same cell and are not compared. */
-static const char *const VOLATILE[] = {"ttft_ms", "prefill_ms", "decode_ms_per_token", "breakdown"};
+/* Fields that measure time (KVB_RF_TIMING in reports/record.h): they differ between two runs of the same cell
+ * and are not compared. */
+static int is_timing(const char *key) {
+    const kvb_record_field *f = kvb_record_field_find(key);
+    return f && (f->flags & KVB_RF_TIMING);
+}
 
 typedef struct {
     char *key;
@@ -104,6 +108,7 @@ static int load_results(mstate *st, int d, const char *dir, char *err, size_t er
     kvb_results_reader rd;
     if (!path) return ERR("out of memory");
     int rc = kvb_results_open(&rd, path, err, err_len);
+    rd.lean = 1; /* the line itself (j) is what is merged */
     kvb_record r;
     cJSON *j = NULL;
     while (!rc && (rc = kvb_results_next(&rd, &r, &j, err, err_len)) == 1) {
@@ -191,17 +196,12 @@ static int load_plan(mstate *st, const char *dir, char *err, size_t err_len) {
 static const char *differs(const cJSON *a, const cJSON *b) {
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
-        int vol = 0;
-        for (size_t i = 0; i < sizeof VOLATILE / sizeof *VOLATILE; i++) vol |= !strcmp(x->string, VOLATILE[i]);
-        if (vol) continue;
+        if (is_timing(x->string)) continue;
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
         if (!y || !cJSON_Compare(x, y, 1)) return x->string;
     }
-    cJSON_ArrayForEach(x, b) {
-        int vol = 0;
-        for (size_t i = 0; i < sizeof VOLATILE / sizeof *VOLATILE; i++) vol |= !strcmp(x->string, VOLATILE[i]);
-        if (!vol && !cJSON_GetObjectItemCaseSensitive(a, x->string)) return x->string;
-    }
+    cJSON_ArrayForEach(x, b)
+        if (!is_timing(x->string) && !cJSON_GetObjectItemCaseSensitive(a, x->string)) return x->string;
     return NULL;
 }
 

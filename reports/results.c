@@ -34,80 +34,6 @@ static int bad(const where *w, const char *what, const char *key) {
     return -1;
 }
 
-/* Optional string: NULL when absent or null; an error when of another type. */
-static int opt_str(const cJSON *o, const char *key, char **out, const where *w) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    *out = NULL;
-    if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsString(v)) return bad(w, "\" is not a string", key);
-    *out = strdup(v->valuestring);
-    return *out ? 0 : bad(w, "out of memory", NULL);
-}
-
-static int req_str(const cJSON *o, const char *key, char **out, const where *w) {
-    if (opt_str(o, key, out, w)) return -1;
-    return *out ? 0 : bad(w, "\" is missing (a kvbench result record needs method, budget and task)", key);
-}
-
-/* Optional number: NAN when absent or null; an error when of another type or not finite. */
-static int opt_num(const cJSON *o, const char *key, double *out, const where *w) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    *out = NAN;
-    if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad(w, "\" is not a number", key);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int parse_judge(const cJSON *o, kvb_record *r, const where *w) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "judge");
-    if (!j || cJSON_IsNull(j)) return 0;
-    if (!cJSON_IsObject(j)) return bad(w, "\" is neither null nor an object", "judge");
-    if (opt_str(j, "error", &r->judge_error, w)) return -1;
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "pending"))) r->superseded_ok = 1;
-    if (r->judge_error && !r->judge_error[0]) free(r->judge_error), r->judge_error = NULL;
-    return 0;
-}
-
-static int parse_flags(const cJSON *o, kvb_record *r, const where *w) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "abstention");
-    if (a && !cJSON_IsNull(a) && !cJSON_IsBool(a)) return bad(w, "\" is not a boolean", "abstention");
-    r->abstention = cJSON_IsTrue(a);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "rerun"))) r->superseded_ok = 1;
-    if (r->error && !r->error[0]) free(r->error), r->error = NULL;
-    if (!isnan(r->score) && (r->score < 0 || r->score > 1)) {
-        char what[96];
-        snprintf(what, sizeof what, "\" = %g is outside [0, 1]", r->score);
-        return bad(w, what, "score");
-    }
-    if (!r->benchmark && !(r->benchmark = strdup("other"))) return bad(w, "out of memory", NULL);
-    return 0;
-}
-
-static int parse_record(const cJSON *o, kvb_record *r, const where *w) {
-    static const char *const num_keys[] = {"score", "ctx_len", "depth", "prompt_tokens", "generated_tokens", "ttft_ms",
-                                           "prefill_ms", "decode_ms_per_token", "kv_device_bytes", "kv_device_bytes_end",
-                                           "kv_host_bytes", "kv_full_bytes", "moved_bytes", "attended_per_layer"};
-    double *num_out[] = {&r->score, &r->ctx_len, &r->depth, &r->prompt_tokens, &r->generated_tokens, &r->ttft_ms,
-                         &r->prefill_ms, &r->decode_ms_per_token, &r->kv_device_bytes, &r->kv_device_bytes_end,
-                         &r->kv_host_bytes, &r->kv_full_bytes, &r->moved_bytes, &r->attended_per_layer};
-    if (!cJSON_IsObject(o)) return bad(w, "not a JSON object", NULL);
-    if (req_str(o, "method", &r->method, w) || req_str(o, "budget", &r->budget, w) || req_str(o, "task", &r->task, w) ||
-        opt_str(o, "benchmark", &r->benchmark, w) || opt_str(o, "sample_id", &r->sample_id, w) ||
-        opt_str(o, "qtype", &r->qtype, w) || opt_str(o, "length_bin", &r->length_bin, w) ||
-        opt_str(o, "metric", &r->metric, w) || opt_str(o, "error", &r->error, w))
-        return -1;
-    for (size_t i = 0; i < sizeof num_keys / sizeof *num_keys; i++)
-        if (opt_num(o, num_keys[i], num_out[i], w)) return -1;
-    return parse_judge(o, r, w) || parse_flags(o, r, w) ? -1 : 0;
-}
-
-void kvb_record_free(kvb_record *r) {
-    free(r->method), free(r->budget), free(r->benchmark), free(r->task), free(r->sample_id);
-    free(r->qtype), free(r->length_bin), free(r->metric), free(r->error), free(r->judge_error);
-    memset(r, 0, sizeof *r);
-}
-
 /* A number anywhere in the record that is not finite (1e999 parses as infinity): no command may read it as a
  * value, and a rewrite (merge) would print it as null. The top-level key it is under, or NULL. */
 static const char *non_finite(const cJSON *o) {
@@ -133,7 +59,7 @@ static int blank_n(const char *s, size_t n) {
 }
 
 int kvb_results_next(kvb_results_reader *r, kvb_record *rec, cJSON **json, char *err, size_t err_len) {
-    memset(rec, 0, sizeof *rec);
+    kvb_record_init(rec);
     if (json) *json = NULL;
     for (;;) {
         errno = 0;
@@ -170,9 +96,11 @@ int kvb_results_next(kvb_results_reader *r, kvb_record *rec, cJSON **json, char 
             snprintf(what, sizeof what, "not valid JSON (near column %ld)", col);
             return bad(&w, what, NULL);
         }
-        rec->line = r->line_no;
         const char *nf = cJSON_IsObject(o) ? non_finite(o) : NULL;
-        int rc = nf ? bad(&w, "\" holds a number that is not finite", nf) : parse_record(o, rec, &w);
+        char why[400];
+        int rc = nf ? bad(&w, "\" holds a number that is not finite", nf)
+                    : kvb_record_from_json(o, rec, r->lean, why, sizeof why) ? bad(&w, why, NULL) : 0;
+        rec->line = r->line_no;
         if (rc) kvb_record_free(rec);
         if (rc || !json) cJSON_Delete(o);
         else *json = o;
@@ -240,6 +168,7 @@ static int load_meta(kvb_run *run, const char *path, char *err, size_t err_len) 
 static int load_records(kvb_run *run, const char *path, char *err, size_t err_len) {
     kvb_results_reader rd;
     if (kvb_results_open(&rd, path, err, err_len)) return -1;
+    rd.lean = 1; /* a report needs no predictions: a long run's records stay small */
     size_t cap = 0;
     int rc;
     kvb_record r;

@@ -7,7 +7,8 @@
  * One reader (kvb_results_open/next) reads results.jsonl for every command: the runner's resume, report,
  * compare, history and merge, so a file one of them accepts is accepted by all, record for record. Its rules:
  * the file is a regular file (a FIFO is refused, not waited on); each line is one JSON object, a kvb_record
- * (required fields present, every field of its type, every number in it finite, a score in [0, 1]); a NUL
+ * as reports/record.h reads it (its fields only, each once and of its type, the required ones present, a score
+ * in [0, 1]), every number in it, nested ones too, finite; a NUL
  * byte anywhere in a line is an error (it used to end the file early for some readers); a line of only
  * whitespace is skipped; a last line without its '\n' is torn: not a record, counted. Every error is one line
  * "PATH:LINE: why". */
@@ -18,29 +19,9 @@
 #include <stdio.h>
 
 #include "base/text.h" /* kvb_str_shown, for the names a report prints */
+#include "reports/record.h" /* kvb_record: the fields of a line, written and read from one table */
 
 struct cJSON;
-
-/* One results.jsonl record. Strings are owned by the run: NULL when absent or null, except method, budget
- * and task (required) and benchmark ("other" when absent); "" error texts count as none. Numbers are NAN
- * when absent or null. A present field of the wrong type, or a score outside [0, 1], makes the line
- * malformed. Blank lines are skipped. */
-typedef struct {
-    char *method, *budget, *benchmark, *task, *sample_id, *qtype, *length_bin, *metric;
-    char *error;       /* per-sample failure text, NULL when the sample ran */
-    char *judge_error; /* the judge's error text, NULL when there was no judge or it answered */
-    int abstention;    /* LongMemEval abstention question */
-    int superseded_ok; /* judge.pending (a verdict record follows) or "rerun": its key repeating is no duplicate */
-    double score;      /* in [0, 1]; NAN when unscored */
-    double ctx_len, depth, prompt_tokens, generated_tokens;
-    double ttft_ms, prefill_ms, decode_ms_per_token;
-    double kv_device_bytes, kv_device_bytes_end, kv_host_bytes, kv_full_bytes, moved_bytes, attended_per_layer;
-    long line; /* 1-based line in results.jsonl */
-} kvb_record;
-
-
-/* Release what a record owns and zero it. */
-void kvb_record_free(kvb_record *r);
 
 /* An open results.jsonl (see the rules above). */
 typedef struct {
@@ -51,13 +32,15 @@ typedef struct {
     long line_no;  /* 1-based number of the line last read */
     long good_end; /* byte offset just past the last whole line read */
     int n_torn;    /* 1 when the file ends in a line without its '\n' (not a record) */
+    int lean;      /* leave out the BULK fields (prediction, answers, ...: record.h) */
 } kvb_results_reader;
 
 /* Open path; 0, or -1 + "PATH: cannot open: why" (errno ENOENT when it does not exist) or "PATH: is a FIFO,
  * not a regular file". */
 int kvb_results_open(kvb_results_reader *r, const char *path, char *err, size_t err_len);
 /* The next record: 1 = *rec filled (kvb_record_free it) and, when json is not NULL, *json = the line parsed
- * (caller deletes); 0 = end of file (n_torn, good_end final); -1 = error "PATH:LINE: why". */
+ * (caller deletes); 0 = end of file (n_torn, good_end final); -1 = error "PATH:LINE: why". The record has every
+ * field unless r->lean (set after open), which keeps the fields a report needs and checks the others. */
 int kvb_results_next(kvb_results_reader *r, kvb_record *rec, struct cJSON **json, char *err, size_t err_len);
 void kvb_results_close(kvb_results_reader *r);
 
