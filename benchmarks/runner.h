@@ -3,7 +3,8 @@
  *
  * Suite JSON (files in configs/):
  *   {"name": "quick", "model": "default", "output": "runs/quick", "seed": 1, "round_chunk": 512,
- *    "methods": [{"name": "full"}, {"name": "round", "opts": {"lw": 10}}, ...],
+ *    "methods": [{"name": "full"}, {"name": "round", "opts": {"lw": 10}}, ...] (or "all": every registered method,
+ *    default options; "all" in the list: those it does not name otherwise; benchmarks/suitecheck.h),
  *    "budgets": ["30%"],
  *    "benchmarks": [
  *      {"type": "2stage", "samples": 40, "min_pairs": 40, "max_pairs": 200, "cot": false},

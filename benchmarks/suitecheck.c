@@ -48,6 +48,46 @@ static const char *repeated_key(const cJSON *v, int *oom) {
     return NULL;
 }
 
+/* "methods": "all", or "all" as one entry of the array: every registered method (methods/registry.c's order) the
+ * array does not name otherwise (by name or alias), with its default options, written in place as {"name": ...}
+ * entries where "all" stood. 0, or -1 + one line ("all" twice, another string). */
+static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t err_len) {
+    cJSON *methods = cJSON_GetObjectItemCaseSensitive(suite, "methods"), *m;
+    int is_all = cJSON_IsString(methods) && !strcmp(methods->valuestring, "all"), n_all = is_all;
+    if (!is_all && !cJSON_IsArray(methods)) return 0; /* the cells name what is wrong (benchmarks/cells.h) */
+    cJSON *list = is_all ? NULL : methods; /* the entries besides "all" */
+    cJSON_ArrayForEach(m, list) {
+        if (!cJSON_IsString(m)) continue;
+        if (strcmp(m->valuestring, "all"))
+            return ERR("suite %s: an entry of \"methods\" is {\"name\": ...} or \"all\", not \"%.40s\"", path, m->valuestring);
+        n_all++;
+    }
+    if (n_all > 1) return ERR("suite %s: \"all\" comes twice in \"methods\"", path);
+    if (!n_all) return 0;
+    cJSON *out = cJSON_CreateArray();
+    int oom = !out;
+    for (const cJSON *e = list ? list->child : NULL;; e = e->next) {
+        if (e && !cJSON_IsString(e)) { /* an entry of its own */
+            cJSON *d = cJSON_Duplicate(e, 1);
+            if (!d || !cJSON_AddItemToArray(out, d)) cJSON_Delete(d), oom = 1;
+        } else
+            for (int i = 0; !oom && i < kvb_method_count(); i++) { /* "all" */
+                const kvb_method_def *def = kvb_method_at(i);
+                int named = 0;
+                cJSON_ArrayForEach(m, list) {
+                    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "name"));
+                    named |= name && kvb_method_find(name) == def;
+                }
+                cJSON *row = named ? NULL : cJSON_CreateObject();
+                if (!named && (!row || !cJSON_AddStringToObject(row, "name", def->name) || !cJSON_AddItemToArray(out, row)))
+                    cJSON_Delete(row), oom = 1;
+            }
+        if (oom || !e || !e->next) break;
+    }
+    if (oom || !cJSON_ReplaceItemInObjectCaseSensitive(suite, "methods", out)) return cJSON_Delete(out), ERR("out of memory");
+    return 0;
+}
+
 cJSON *kvb_suite_parse(const char *path, char *err, size_t err_len) {
     char e2[512];
     size_t len = 0;
@@ -67,7 +107,7 @@ cJSON *kvb_suite_parse(const char *path, char *err, size_t err_len) {
         const char *dup = repeated_key(suite, &oom);
         if (oom) ERR("out of memory");
         else if (dup) ERR("suite %s: key \"%.60s\" appears twice in one object (which one counts is not defined)", path, dup);
-        else {
+        else if (!expand_all_methods(suite, path, err, err_len)) {
             free(buf);
             return suite;
         }

@@ -3,6 +3,10 @@
  * the key (and the benchmark, by its index) and what is accepted:
  * - the file is one JSON object and nothing else (text after it, a NUL byte included, is refused with its line);
  * - no object repeats a key (cJSON would keep the first silently; Python's json the last): named;
+ * - "methods": "all" is every registered method (methods/registry.c's order) with its default options, and "all" as
+ *   one entry of the list the registered methods the list does not name otherwise (by name or alias), at its place:
+ *   kvb_suite_parse writes them in as {"name": ...} entries (so run.json's suite_config lists what ran); "all" twice
+ *   or another string entry is refused;
  * - typed keys have their type and range: "name", "model", "output" strings; "seed" an integer in [0, 2^53];
  *   "round_chunk" an integer in [1, 2^20]; per benchmark "type" a string, the counts ("samples", "dialogues",
  *   "min_pairs", "max_pairs", "rounds") integers in [1, 10^6], "limit" an integer in [0, 10^9], the switches
@@ -19,7 +23,8 @@
 #include "benchmarks/cells.h"
 #include "engine/model.h"
 
-/* Read and parse the suite file at path (a regular file): its JSON object (caller deletes), or NULL + one line. */
+/* Read and parse the suite file at path (a regular file), "all" methods expanded: its JSON object (caller deletes),
+ * or NULL + one line. */
 cJSON *kvb_suite_parse(const char *path, char *err, size_t err_len);
 /* Check the typed keys above. n_ctx: the model's context, max_new_tokens's bound (0: max_new_tokens is left for
  * a later call that knows the model). 0, or -1 + one line. */

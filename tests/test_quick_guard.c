@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/suitecheck.h"
 #include "util_common.h"
 #include "engine/model.h"
 
@@ -55,9 +56,8 @@ static void test_the_guard_is_on_in_this_environment(void) {
 
 /* Methods named by the suite file, as a JSON array of names (caller frees). */
 static cJSON *suite_methods(void) {
-    char *text = util_read_file(suite_path, NULL);
-    cJSON *suite = text ? cJSON_Parse(text) : NULL, *names = cJSON_CreateArray(), *m;
-    free(text);
+    char err[256];
+    cJSON *suite = kvb_suite_parse(suite_path, err, sizeof err), *names = cJSON_CreateArray(), *m; /* "all" expanded */
     cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(suite, "methods")) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
         if (cJSON_IsString(name)) cJSON_AddItemToArray(names, cJSON_CreateString(name->valuestring));

@@ -1,0 +1,133 @@
+/* test_suite_methods.c — a suite's "methods": "all" (benchmarks/suitecheck.h, kvb_suite_parse): every registered
+ * method in the registry's order with its default options; "all" inside the array stands for the registered methods
+ * the array does not name otherwise (by name or alias), where it stands; "all" twice or another string is a one-line
+ * error; the suites shipped to run every method (quick, standard, ruler, sample-data) run every registered method,
+ * each once, and every suite in configs/ expands into cells. */
+#include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "benchmarks/cells.h"
+#include "benchmarks/suitecheck.h"
+#include "methods/method.h"
+
+static char dir[64] = "/tmp/kvb_suite_methods_XXXXXX";
+static char err[512];
+
+/* The suite {"name": "t", "methods": <methods>, "budgets": ["30%"], "benchmarks": []} read by kvb_suite_parse. */
+static cJSON *parse_with(const char *methods) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/suite.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"name\": \"t\", \"methods\": %s, \"budgets\": [\"30%%\"], \"benchmarks\": []}", methods);
+    fclose(f);
+    err[0] = 0;
+    return kvb_suite_parse(path, err, sizeof err);
+}
+
+/* The i-th entry's name and options. */
+static const char *name_at(const cJSON *suite, int i) {
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(suite, "methods"), i), "name"));
+}
+static const cJSON *opts_at(const cJSON *suite, int i) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(suite, "methods"), i), "opts");
+}
+
+static void test_all_is_every_registered_method_in_registry_order(void) {
+    cJSON *s = parse_with("\"all\"");
+    CU_ASSERT_FATAL(s != NULL);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "methods")), kvb_method_count());
+    for (int i = 0; i < kvb_method_count(); i++) {
+        CU_ASSERT(name_at(s, i) && !strcmp(name_at(s, i), kvb_method_at(i)->name));
+        CU_ASSERT(opts_at(s, i) == NULL); /* default options */
+    }
+    kvb_cells cs;
+    kvb_cells_args a = {"suite.json", NULL, NULL, NULL, 0};
+    CU_ASSERT_FATAL(kvb_cells_expand(s, &a, &cs, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(cs.n, kvb_method_count()); /* one budget: a cell per method, the baseline's at "full" */
+    kvb_cells_free(&cs);
+    cJSON_Delete(s);
+}
+
+static void test_all_in_the_array_is_the_methods_not_named_otherwise(void) {
+    cJSON *s = parse_with("[{\"name\": \"flash\"}, \"all\", {\"name\": \"snapkv\", \"opts\": {\"window\": 8}}]");
+    CU_ASSERT_FATAL(s != NULL);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "methods"));
+    CU_ASSERT_EQUAL(n, kvb_method_count()); /* full by its alias and snapkv are not repeated */
+    CU_ASSERT_STRING_EQUAL(name_at(s, 0), "flash");
+    CU_ASSERT_STRING_EQUAL(name_at(s, n - 1), "snapkv");
+    CU_ASSERT(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(opts_at(s, n - 1), "window")) == 8);
+    for (int i = 0, k = 1; i < kvb_method_count(); i++) { /* between them, the rest in registry order */
+        const char *m = kvb_method_at(i)->name;
+        if (!strcmp(m, "full") || !strcmp(m, "snapkv")) continue;
+        CU_ASSERT(name_at(s, k) && !strcmp(name_at(s, k), m));
+        k++;
+    }
+    cJSON_Delete(s);
+    s = parse_with("[{\"name\": \"h2o\"}]"); /* no "all": as written */
+    CU_ASSERT(s && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "methods")) == 1);
+    cJSON_Delete(s);
+}
+
+static void test_all_twice_or_another_string_is_a_one_line_error(void) {
+    CU_ASSERT(parse_with("[\"all\", \"all\"]") == NULL);
+    CU_ASSERT(strstr(err, "\"all\" comes twice in \"methods\"") && !strchr(err, '\n'));
+    CU_ASSERT(parse_with("[\"all\", \"snapkv\"]") == NULL);
+    CU_ASSERT(strstr(err, "an entry of \"methods\" is {\"name\": ...} or \"all\", not \"snapkv\"") && !strchr(err, '\n'));
+    cJSON *s = parse_with("\"some\""); /* not "all": the cells say what "methods" must be */
+    kvb_cells cs;
+    kvb_cells_args a = {"suite.json", NULL, NULL, NULL, 0};
+    CU_ASSERT(s && kvb_cells_expand(s, &a, &cs, err, sizeof err) == -1 && strstr(err, "\"methods\""));
+    kvb_cells_free(&cs);
+    cJSON_Delete(s);
+}
+
+/* A suite that says it runs every method does (a new method needs no edit of it), and every suite expands. */
+static void test_shipped_suites_expand_and_every_method_suites_have_every_method(void) {
+    static const char *const every[] = {"configs/quick.json", "configs/standard.json", "configs/ruler.json",
+                                        "configs/sample-data.json"};
+    glob_t g;
+    CU_ASSERT_FATAL(glob("configs/*.json", 0, NULL, &g) == 0);
+    glob("configs/paper/*.json", GLOB_APPEND, NULL, &g);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        cJSON *s = kvb_suite_parse(g.gl_pathv[i], err, sizeof err);
+        kvb_cells cs = {0};
+        kvb_cells_args a = {g.gl_pathv[i], NULL, NULL, NULL, 0};
+        int ok = s && kvb_cells_expand(s, &a, &cs, err, sizeof err) == 0;
+        CU_ASSERT(ok);
+        if (!ok) fprintf(stderr, "\n  %s: %s\n", g.gl_pathv[i], err);
+        for (size_t k = 0; ok && k < sizeof every / sizeof *every; k++) {
+            if (strcmp(g.gl_pathv[i], every[k])) continue;
+            for (int m = 0; m < kvb_method_count(); m++) {
+                int found = 0;
+                for (int c = 0; c < cs.n; c++) found += kvb_method_find(cs.v[c].method) == kvb_method_at(m);
+                CU_ASSERT(found >= 1);
+                if (!found) fprintf(stderr, "\n  %s does not run %s\n", g.gl_pathv[i], kvb_method_at(m)->name);
+            }
+        }
+        kvb_cells_free(&cs);
+        cJSON_Delete(s);
+    }
+    globfree(&g);
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("suite_methods", NULL, NULL);
+    CU_add_test(s, "\"all\" is every registered method in registry order", test_all_is_every_registered_method_in_registry_order);
+    CU_add_test(s, "\"all\" in the array is the methods not named otherwise", test_all_in_the_array_is_the_methods_not_named_otherwise);
+    CU_add_test(s, "\"all\" twice or another string is a one-line error", test_all_twice_or_another_string_is_a_one_line_error);
+    CU_add_test(s, "shipped suites expand; every-method suites have every method",
+                test_shipped_suites_expand_and_every_method_suites_have_every_method);
+    int rc = util_run_suites();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) rc = 1;
+    return rc;
+}
