@@ -67,16 +67,41 @@ static int merged_opts(kvb_cells *cs, const char *name, const cJSON *suite_opts,
     return 0;
 }
 
-/* The budgets as given: --budgets's comma list, else the suite's "budgets" strings; *n = 0 when none. The
- * strings point into list_copy (caller frees) or the suite. */
+/* A suite's "compression_ratios" (kvpress's: [0.25, 0.5] removes that share of the prompt's KV) as the budgets
+ * they mean, "75%,50%", into buf. */
+static int ratio_budgets(const cJSON *ratios, const char *path, char *buf, size_t cap, char *err, size_t err_len) {
+    const cJSON *r;
+    size_t at = 0;
+    if (!cJSON_IsArray(ratios) || !cJSON_GetArraySize(ratios))
+        return ERR("suite %s: \"compression_ratios\" must be a non-empty array of numbers like 0.5", path);
+    cJSON_ArrayForEach(r, ratios) {
+        char num[32], pct[32];
+        if (!cJSON_IsNumber(r)) return ERR("suite %s: compression_ratios must be numbers like 0.5", path);
+        snprintf(num, sizeof num, "%.17g", r->valuedouble);
+        if (kvb_budget_ratio_str(num, pct, sizeof pct, err, err_len)) return -1;
+        at += (size_t)snprintf(buf + at, at < cap ? cap - at : 0, "%s%s", at ? "," : "", pct);
+    }
+    return at < cap ? 0 : ERR("suite %s: too many compression_ratios", path);
+}
+
+/* The budgets as given: --budgets's comma list, else the suite's "budgets" strings or "compression_ratios"; *n = 0
+ * when none. The strings point into list_copy (caller frees) or the suite. */
 static int budget_list(const cJSON *suite, const kvb_cells_args *a, const char ***out, int *n, char **list_copy, char *err,
                        size_t err_len) {
     const cJSON *budgets = cJSON_GetObjectItemCaseSensitive(suite, "budgets"), *b;
+    const cJSON *ratios = cJSON_GetObjectItemCaseSensitive(suite, "compression_ratios");
     *out = NULL, *n = 0, *list_copy = NULL;
     int cap = 0;
-    if (a->budgets) {
-        if (!(*list_copy = strdup(a->budgets))) return ERR("out of memory");
-        for (const char *p = a->budgets; *p; p++) cap += *p == ',';
+    char from_ratios[1024];
+    if (ratios && budgets) return ERR("suite %s: give \"budgets\" or \"compression_ratios\", not both", a->suite_path);
+    const char *given = a->budgets;
+    if (!given && ratios) {
+        if (ratio_budgets(ratios, a->suite_path, from_ratios, sizeof from_ratios, err, err_len)) return -1;
+        given = from_ratios;
+    }
+    if (given) {
+        if (!(*list_copy = strdup(given))) return ERR("out of memory");
+        for (const char *p = given; *p; p++) cap += *p == ',';
         if (!(*out = malloc((size_t)(cap + 1) * sizeof **out))) return ERR("out of memory");
         for (char *save, *t = strtok_r(*list_copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) (*out)[(*n)++] = t;
         return 0;

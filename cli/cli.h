@@ -84,14 +84,19 @@ void cli_method_defaults(cli_method_opts *o);
 int cli_fn_method(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 int cli_fn_budget(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+/* --compression-ratio R (kvpress's: remove R of the prompt's KV) into a kvb_budget: --budget (1 - R) x 100%. Given
+ * with --budget, the later one wins, as any option given twice. */
+int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 #define CLI_METHOD_OPTS(o)                                                                                         \
     CLI_FN("--method", &(o)->method, cli_fn_method), CLI_FN("--budget", &(o)->budget, cli_fn_budget),              \
+        CLI_FN("--compression-ratio", &(o)->budget, cli_fn_compression_ratio),                                     \
         CLI_FN("--method-opt", &(o)->opts, cli_fn_method_opt)
 /* In a help text, where cli_parse prints the registered methods (kvb_method_names) */
 #define CLI_METHODS_HERE "@METHODS@"
 #define CLI_METHOD_HELP                                                                                  \
     "  --method NAME          KV-cache method: " CLI_METHODS_HERE "\n"                                      \
     "  --budget B             KV budget: 30% (share of the full cache's bytes) or N tokens per layer and head\n" \
+    "  --compression-ratio R  kvpress's: remove R of the prompt's KV, = --budget (1-R)x100% (0.75 = 25%)\n"       \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */

@@ -25,6 +25,12 @@ int cli_fn_budget(void *dst, const char *opt, const char *v, char *err, size_t e
     return kvb_budget_parse(v, dst, err, err_len);
 }
 
+int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    (void)opt;
+    char pct[32];
+    return kvb_budget_ratio_str(v, pct, sizeof pct, err, err_len) ? -1 : kvb_budget_parse(pct, dst, err, err_len);
+}
+
 int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     return kvb_opts_add(dst, v, err, err_len);
 }

@@ -112,7 +112,8 @@ int cmd_bench_methods(int argc, char **argv) {
     int bound = 0, profile = 0;
     char err[512];
     cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
-                      CLI_FN("--budget", &budget, cli_fn_budget), CLI_LIST("--method-opt", &raw),
+                      CLI_FN("--budget", &budget, cli_fn_budget),
+                      CLI_FN("--compression-ratio", &budget, cli_fn_compression_ratio), CLI_LIST("--method-opt", &raw),
                       CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
                       CLI_STR("--json", &json), CLI_FLAG("--bound", &bound), CLI_FLAG("--profile", &profile),
                       CLI_ENGINE_OPTS(&eo), CLI_END};

@@ -28,6 +28,7 @@ static const char *HELP =
     "  --prompt-file F        a text prompt (repeatable, up to 16), tokenized with BOS, no chat template\n"
     "  --methods LIST         comma list of methods, or all\n"
     "  --budget B             30% (share of the full KV bytes) or N tokens per layer and head (default 30%)\n"
+    "  --compression-ratio R  kvpress's: remove R of the prompt's KV, = --budget (1-R)x100%\n"
     "  -n N                   positions compared per prompt (default 32)\n"
     "  --max-tokens T         keep the first T tokens of each prompt (default: all)\n"
     "  --method-opt [M:]K=V   a method parameter (repeatable)\n"
@@ -123,6 +124,7 @@ int cmd_fidelity(int argc, char **argv) {
     long n_gen = 32, max_tokens = 0;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods),
                       CLI_LIST("--prompt-file", &prompt_list), CLI_FN("--budget", &budget, cli_fn_budget),
+                      CLI_FN("--compression-ratio", &budget, cli_fn_compression_ratio),
                       CLI_LIST("--method-opt", &raw), CLI_LONG("-n", &n_gen, 1, 1 << 16),
                       CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo),
                       CLI_END};

@@ -32,6 +32,8 @@ static const char *HELP =
     "  --limit N              at most N samples per task\n"
     "  --methods LIST         only these methods of the suite\n"
     "  --budgets LIST         replace the suite's budgets\n"
+    "  --compression-ratios L kvpress's ratios instead (remove R of the prompt's KV): 0.25,0.5 = --budgets\n"
+    "                         75%,50% (--compression-ratio R likewise); a suite may say \"compression_ratios\"\n"
     "  --model M              replace the suite's model (GGUF path or default)\n"
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
@@ -73,6 +75,21 @@ static int method_opt_fn(void *dst, const char *opt, const char *v, char *err, s
     return 0;
 }
 
+/* --compression-ratios 0.25,0.5 (kvpress's ratios) as the --budgets they mean: "75%,50%" */
+static int ratios_fn(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
+    static char budgets[512];
+    char copy[512], pct[32];
+    size_t at = 0;
+    if (snprintf(copy, sizeof copy, "%s", v) >= (int)sizeof copy) return snprintf(err, err_len, "%s: list too long", opt), -1;
+    for (char *save, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (kvb_budget_ratio_str(t, pct, sizeof pct, err, err_len)) return -1;
+        at += (size_t)snprintf(budgets + at, at < sizeof budgets ? sizeof budgets - at : 0, "%s%s", at ? "," : "", pct);
+    }
+    if (!at || at >= sizeof budgets) return snprintf(err, err_len, "%s: expected a list like 0.25,0.5", opt), -1;
+    *(const char **)dst = budgets;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     kvb_run_opts o = {0};
     kvb_dtype kv = KVB_F16;
@@ -90,7 +107,8 @@ int cmd_run(int argc, char **argv) {
                       CLI_STR("--judge-key-env", &o.judge_key_env), CLI_FN("--shard", &o.shard, shard_fn),
                       CLI_INT("--limit", &o.limit, 1, 1 << 30), CLI_INT("--threads", &o.n_threads, 0, 1024),
                       CLI_FN("--method-opt", &o, method_opt_fn), CLI_STR("--method", &o.methods),
-                      CLI_STR("--budget", &o.budgets), CLI_FN("--kv-type", &kv, cli_fn_kv_type),
+                      CLI_STR("--budget", &o.budgets), CLI_FN("--compression-ratios", &o.budgets, ratios_fn),
+                      CLI_FN("--compression-ratio", &o.budgets, ratios_fn), CLI_FN("--kv-type", &kv, cli_fn_kv_type),
                       CLI_FN("--backend", &o.backend, cli_fn_backend), CLI_INT("--batch", &o.n_batch, 1, 65536),
                       CLI_FN("--prefill-gemm", &o.prefill_gemm, cli_fn_prefill_gemm),
                       CLI_INT("--ctx", &o.n_ctx, 64, 1 << 24), CLI_STR("--dump-kept", &o.dump_kept), CLI_END};

@@ -37,6 +37,18 @@ int kvb_budget_parse(const char *s, kvb_budget *b, char *err, size_t err_len) {
     return 0;
 }
 
+int kvb_budget_ratio_str(const char *r, char *pct, size_t cap, char *err, size_t err_len) {
+    char *end = NULL;
+    errno = 0;
+    double v = r && *r ? strtod(r, &end) : NAN;
+    if (!r || !*r || *end || errno || !(v >= 0 && v < 1))
+        return ERR("compression ratio '%s' must be a number in [0, 1) (kvpress's: the share of the prompt's KV removed; "
+                   "0.75 = budget 25%%)", r ? r : "");
+    if (v == 0) snprintf(pct, cap, "full");
+    else snprintf(pct, cap, "%g%%", (1.0 - v) * 100.0);
+    return 0;
+}
+
 void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap) {
     if (b->kind == KVB_BUDGET_TOKENS) snprintf(buf, cap, "%lld", (long long)b->tokens);
     else if (b->kind == KVB_BUDGET_FRACTION && b->frac < 1.0) snprintf(buf, cap, "%g%%", b->frac * 100.0);

@@ -16,6 +16,10 @@ typedef struct {
 
 /* "30%", "0.3" is rejected (ambiguous), "1024" tokens, "full"/"100%"/"" = fraction 1. One-line error. */
 int kvb_budget_parse(const char *s, kvb_budget *b, char *err, size_t err_len);
+/* kvpress's compression ratio R (remove R of the prompt's KV) as the budget string it means, into pct: "25%" for
+ * 0.75, "full" for 0 (the fraction 1 - R through "%g%%", so ratio 0.7 and "30%" are the same budget, down to the
+ * records' "budget" string); -1 + one-line error unless r is a plain number in [0, 1). */
+int kvb_budget_ratio_str(const char *r, char *pct, size_t cap, char *err, size_t err_len);
 /* "30%", "1024", "full" */
 void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap);
 /* Tokens per layer and KV head the budget allows for a cache of n tokens (fraction: rounded to nearest, at
