@@ -1,0 +1,263 @@
+/* test_observed.c — ObservedAttention on a tiny random model, against a float64 restatement of kvpress's
+ * ObservedAttentionPress: per KV head, score_j = mean over the group's heads of the attention the prompt's queries
+ * gave key j, divided by the n - j queries that could see it; the top B kept (ties to the earlier token), on f32 and
+ * f16 stores, with the probabilities observed chunk by chunk as a chunked prefill hands them over; the set differs
+ * from the undivided (H2O) sum; through the engine the prefill ends at the budget and decode appends; budget 100%
+ * keeps everything. Device-tier memory is touched only through the backend (test_observed_guard). */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "util_gguf_writer.h"
+#include "engine/model.h"
+#include "methods/method.h"
+
+enum { L = 4, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 48, V = 300, CTX = 512 };
+
+static kvb_model *model;
+static char model_path[256];
+static uint64_t rng = 11;
+
+static float frand(float s) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return s * ((float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+}
+
+static kvb_ctx *new_ctx(kvb_dtype dt) {
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = dt;
+    p.n_ctx = CTX;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+static kvb_method *make(kvb_ctx *c, const char *budget) {
+    char err[256];
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("observed", c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  observed: %s\n", err);
+    CU_ASSERT_FATAL(m != NULL);
+    return m;
+}
+
+/* Append tokens from..to-1 (positions = slots) to every layer, random K/V. */
+static void append_tokens(kvb_ctx *c, int64_t from, int64_t to) {
+    char err[256];
+    const int kvd = NKV * HD;
+    int64_t n = to - from;
+    float *k = malloc((size_t)n * kvd * sizeof *k), *v = malloc((size_t)n * kvd * sizeof *v);
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    for (int l = 0; l < L; l++) {
+        for (int64_t i = 0; i < n * kvd; i++) k[i] = frand(1.0f), v[i] = frand(1.0f);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)(from + i);
+        CU_ASSERT_FATAL(kvc_append(c->kv, l, n, k, v, pos, NULL, err, sizeof err) == 0);
+    }
+    c->n_past = to;
+    free(k), free(v), free(pos);
+}
+
+/* Causal attention rows of queries from..to-1 over slots 0..to-1 for every head, as the engine hands them to
+ * observe ([NH][n_q][stride = to]): positive, summing to 1, with a few heavy keys per head so scores spread. */
+static float *causal_probs(int64_t from, int64_t to) {
+    int64_t nq = to - from;
+    float *p = calloc((size_t)NH * nq * to, sizeof *p);
+    for (int h = 0; h < NH; h++)
+        for (int64_t t = 0; t < nq; t++) {
+            float *row = p + ((size_t)h * nq + t) * to;
+            int64_t i = from + t;
+            double sum = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                float x = 0.05f + fabsf(frand(1.0f)) + ((j * 7 + h) % 11 == 0 ? 3.0f : 0.0f);
+                row[j] = x, sum += x;
+            }
+            for (int64_t j = 0; j <= i; j++) row[j] = (float)(row[j] / sum);
+        }
+    return p;
+}
+
+/* kvpress's ObservedAttentionPress score in float64 for KV head g: mean over the group's heads of the attention
+ * every query gave key j, divided by the n - j queries that could see it; probs given as chunks */
+static void observed_ref(float *const *chunk, const int64_t *bounds, int n_chunks, int g, int64_t n, double *score) {
+    const int G = NH / NKV;
+    for (int64_t j = 0; j < n; j++) score[j] = 0;
+    for (int k = 0; k < n_chunks; k++) {
+        int64_t from = bounds[k], to = bounds[k + 1], nq = to - from;
+        for (int r = 0; r < G; r++)
+            for (int64_t t = 0; t < nq; t++)
+                for (int64_t j = 0; j < to; j++) score[j] += chunk[k][((size_t)(g * G + r) * nq + t) * to + j];
+    }
+    for (int64_t j = 0; j < n; j++) score[j] /= (double)G * (double)(n - j);
+}
+
+/* The top k of x[0..n) as sorted positions (ties to the lower index); *margin = the k-th largest minus the
+ * (k+1)-th, how far the reference is from a tie that float rounding could break either way. */
+static void topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin) {
+    char *taken = calloc((size_t)n, 1);
+    double last = 0;
+    for (int64_t i = 0; i <= k && i < n; i++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < n; j++)
+            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
+        if (i == k) { *margin = (last - x[best]) / last; break; }
+        taken[best] = 1;
+        last = x[best];
+    }
+    for (int64_t j = 0, m = 0; j < n; j++)
+        if (taken[j]) out[m++] = (int32_t)j;
+    free(taken);
+}
+
+static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
+    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
+    int64_t n = hc.n;
+    memcpy(out, hc.pos, (size_t)n * sizeof *out);
+    kvb_sort_i32(out, n);
+    util_kv_head_free(&hc);
+    return n;
+}
+
+/* Prefill in chunks through the observe hook (the slots grow chunk by chunk, as in a chunked prefill), then the
+ * kept set of every layer and KV head against the float64 restatement. */
+static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t B) {
+    char err[256];
+    kvb_ctx *c = new_ctx(dt);
+    enum { N = 150, MAXB = 150 };
+    kvb_method *m = make(c, budget);
+    const int64_t bounds[] = {0, 64, 128, N};
+    const int n_chunks = 3;
+    float *chunk[3];
+    kvb_src src[NKV];
+    for (int k = 0; k < n_chunks; k++) {
+        append_tokens(c, bounds[k], bounds[k + 1]);
+        chunk[k] = causal_probs(bounds[k], bounds[k + 1]);
+        CU_ASSERT(m->hooks.wants_probs(m, c, 0, bounds[k + 1] - bounds[k]) == 1);
+        for (int l = 0; l < L; l++) {
+            kvb_src_from_store(c, l, src);
+            CU_ASSERT_FATAL(m->hooks.observe(m, c, l, src, chunk[k], bounds[k + 1], bounds[k + 1] - bounds[k], err,
+                                             sizeof err) == 0);
+        }
+    }
+    int32_t want[NKV][MAXB];
+    int near_ties = 0;
+    for (int g = 0; g < NKV; g++) {
+        double score[N], margin = 1;
+        observed_ref(chunk, bounds, n_chunks, g, N, score);
+        topk_ref(score, N, B, want[g], &margin);
+        near_ties += B < N && margin < 1e-5;
+    }
+    CU_ASSERT_EQUAL(near_ties, 0); /* the seeded rows leave no boundary a float rounding could flip */
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    int mismatches = 0;
+    for (int l = 0; l < L; l++) /* every layer saw the same rows: the same kept set */
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), B);
+            mismatches += memcmp(pos, want[g], (size_t)B * sizeof *pos) != 0;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    /* not H2O: the plain sum favours early keys (more voters); dividing by the voters must change the set */
+    if (B < N) {
+        double sum[N];
+        int32_t h2o[MAXB];
+        double margin;
+        observed_ref(chunk, bounds, n_chunks, 0, N, sum);
+        for (int64_t j = 0; j < N; j++) sum[j] *= (double)(N - j);
+        topk_ref(sum, N, B, h2o, &margin);
+        CU_ASSERT(memcmp(h2o, want[0], (size_t)B * sizeof *h2o) != 0);
+    }
+    for (int k = 0; k < n_chunks; k++) free(chunk[k]);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_keeps_most_attended_per_voter_f32(void) { check_keeps_most_attended(KVB_F32, "25%", 38); }
+static void test_keeps_most_attended_per_voter_f16(void) { check_keeps_most_attended(KVB_F16, "30", 30); }
+static void test_full_budget_keeps_everything(void) { check_keeps_most_attended(KVB_F32, "100%", 150); }
+
+/* Through the engine: the prefill's own attention is observed, the prefill ends at the budget (verified), decode
+ * appends and asks for no probabilities. */
+static void test_engine_prefill_holds_budget_decode_appends(void) {
+    char err[256];
+    kvb_ctx *c = new_ctx(KVB_F16);
+    kvb_method *m = make(c, "40");
+    int32_t ids[150];
+    for (int i = 0; i < 150; i++) ids[i] = 3 + (i * 37) % 290;
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 150, err, sizeof err) == 0);
+    CU_ASSERT(m->hooks.wants_probs(m, c, 0, 1) == 0);
+    for (int s = 0; s < 4; s++) {
+        int32_t id = 9 + s;
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+        CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    }
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL(head_positions(c, l, g, pos), 44);
+            CU_ASSERT(pos[40] == 150 && pos[43] == 153); /* the decoded tokens, after the 40 kept */
+        }
+    char desc[64];
+    m->def->describe(m, desc, sizeof desc);
+    CU_ASSERT_STRING_EQUAL(desc, "keep=40");
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_needs_and_options(void) {
+    char err[256];
+    kvb_method_needs nd;
+    CU_ASSERT(kvb_method_needs_of("observed", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget &&
+              nd.shares_prefill && nd.prefill_scores && !nd.obs_window && !nd.own_prefill && !nd.profile);
+    kvb_ctx *c = new_ctx(KVB_F32);
+    kvb_budget b = {KVB_BUDGET_FRACTION, 0.3, 0};
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "window=4", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_create("observed", c, &b, &o, err, sizeof err) == NULL && strstr(err, "no option 'window'"));
+    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
+    kvb_opts o2 = {0};
+    CU_ASSERT(kvb_method_create("observed", c, &none, &o2, err, sizeof err) == NULL && strstr(err, "needs a budget"));
+    kvb_ctx_free(c);
+}
+
+static char dir[] = "/tmp/kvb_observed_XXXXXX";
+
+static int setup(void) {
+    if (!mkdtemp(dir)) return -1;
+    snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
+    gw_random r = {rng, 0.5f, NULL};
+    gw_tiny t = {"llama", L, E, NH, NKV, FF, V, CTX, 0, NULL, gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, model_path);
+    free(r.buf);
+    rng = r.state;
+    char err[256];
+    model = rc ? NULL : kvb_model_load(model_path, err, sizeof err);
+    return model ? 0 : -1;
+}
+
+static int teardown(void) {
+    kvb_model_free(model);
+    unlink(model_path);
+    rmdir(dir);
+    return 0;
+}
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("observed", setup, teardown);
+    CU_add_test(s, "keeps the keys most attended per voting query, as float64 kvpress (f32, chunked)", test_keeps_most_attended_per_voter_f32);
+    CU_add_test(s, "keeps the keys most attended per voting query, as float64 kvpress (f16, tokens)", test_keeps_most_attended_per_voter_f16);
+    CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
+    CU_add_test(s, "through the engine: prefill at the budget, decode appends without probabilities", test_engine_prefill_holds_budget_decode_appends);
+    CU_add_test(s, "needs and options", test_needs_and_options);
+    return util_run_suites();
+}
