@@ -12,6 +12,10 @@ many elements differ at all, in graph order, so the first op that is not bit-ide
 arithmetic order changes (flash attention on, the prompt one token at a time, other batch and thread
 counts), which is why matching it to 2e-2 takes bit-exactness.
 
+llama.cpp runs its K-quant matmuls on the ggml_vec_dot_* path that kvbench follows (no repacked weights,
+GGML_CPU_TILED_MM=0). Bit-identical ops need an AVX2 build of llama.cpp: an AVX-512 one (pip's default build on
+an AVX-512 machine) sums in 16 lanes, and attention and every op after it part in the last bit.
+
 Needs `pip install llama-cpp-python numpy` and a built ./build/kvbench (or --kvbench PATH).
 """
 import argparse
@@ -27,8 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(os.environ.get("KVB_MODEL_DIR") or os.path.expanduser("~/.cache/kvbench/models"),
                              "SmolLM2-135M-Instruct.Q4_1.gguf")
 # graph order within a layer; llama.cpp's kq/kq_soft_max/kqv have no counterpart in the engine's fused op
-OPS = ["attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up",
-       "ffn_swiglu", "ffn_out", "l_out"]
+# (gemma3 adds Qcur_normed/Kcur_normed, attn_post_norm, ffn_geglu, ffn_post_norm; its ffn_inp is llama.cpp's sa_out)
+OPS = ["attn_norm", "Qcur_normed", "Kcur_normed", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "attn_post_norm",
+       "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu", "ffn_geglu", "ffn_out", "ffn_post_norm", "l_out"]
+ALIAS = {"ffn_inp": ["sa_out"]}  # kvbench's name -> llama.cpp's other names for it
 FINAL = ["result_norm", "result_output"]
 
 
@@ -43,7 +49,7 @@ class GgmlTensor(ctypes.Structure):  # ggml.h's struct ggml_tensor (GGML_MAX_DIM
 def llama_activations(model, text, n_threads):
     import llama_cpp as L
     got = {}
-    wanted = set(OPS) | set(FINAL)
+    wanted = set(OPS) | set(FINAL) | {n for names in ALIAS.values() for n in names}
 
     @L.ggml_backend_sched_eval_callback
     def cb(ptr, ask, _user):
@@ -70,6 +76,9 @@ def llama_activations(model, text, n_threads):
     L.llama_log_set(quiet, None)
     L.llama_backend_init()
     mp = L.llama_model_default_params()
+    # K-quant matmuls on llama.cpp's ggml_vec_dot_* path, as kvbench and scripts/llamacpp_ref.py's gemma set:
+    # no repacked Q4_K panels, no tiled GEMM (GGML_CPU_TILED_MM=0, set in main before the first matmul)
+    mp.use_extra_bufts = False
     m = L.llama_model_load_from_file(model.encode(), mp)
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = 8192, 512, 512
@@ -144,6 +153,7 @@ def main():
     ap.add_argument("--layers", default="all", help="e.g. 0-3 (default all)")
     ap.add_argument("--variance", action="store_true", help="llama.cpp against itself under other orders")
     a = ap.parse_args()
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
     if a.variance:
         return llama_variance(a.model, a.prompt_file, a.threads)
     with open(a.prompt_file, "rb") as f:
@@ -157,10 +167,18 @@ def main():
     print("%d tokens; max |kvbench - llama.cpp| and elements that differ, per op" % len(ids_l))
     keys = ["%s-%d" % (op, l) for l in range(lo, hi + 1) for op in OPS] + FINAL
     for k in keys:
+        base, _, layer = k.rpartition("-")
+        for other in ALIAS.get(base, []):
+            if k not in ref and "%s-%s" % (other, layer) in ref:
+                ref[k] = ref["%s-%s" % (other, layer)]
+        if k not in ref and k not in ours:
+            continue  # an op of another architecture
         if k not in ref or k not in ours:
             print("  %-16s missing on %s" % (k, "llama.cpp" if k not in ref else "kvbench"))
             continue
         r, o = ref[k], ours[k]
+        if r.shape != o.shape and r.size == o.size:  # per head (llama.cpp's Qcur_normed) vs per token
+            o = o.reshape(r.shape)
         if r.shape != o.shape:  # the last layer keeps only the output row after attention in llama.cpp
             o = o[-r.shape[0]:] if o.shape[1] == r.shape[1] else o
         if r.shape != o.shape:

@@ -38,7 +38,8 @@ SETS = {
              ["prompts/short_question.txt", "prompts/unicode.txt", "prompts/code_python.py.txt", "prompts_qwen/chinese.txt", "prompts_qwen/emoji.txt",
               "prompts_qwen/code_mixed.txt", "prompts_qwen/prose_mixed.txt", "prompts_qwen/chat_multiturn.txt",
               "prompts_qwen/chat_chinese_code.txt"]),
-    # Gemma-3-270M (gemma3): prompts shorter (<= 452 tokens) and longer (1.9K, 3.8K) than its 512-token window
+    # Gemma-3-270M (gemma3): prompts shorter (<= 452 tokens) and longer (1.9K, 3.8K) than its 512-token window;
+    # made with llama.cpp's K-quant dot products for prefill too (VEC_DOT_SETS, below)
     "gemma": ("gemma-3-270m-q4_k_m.gguf", "llamacpp_ref_gemma.json", 16,
               ["prompts/short_question.txt", "prompts/unicode.txt", "prompts/code_python.py.txt", "prompts/digits.txt",
                "prompts/prose_300.txt", "prompts/prose_2000.txt", "prompts/prose_4000.txt", "prompts_qwen/chinese.txt"]),
@@ -46,6 +47,12 @@ SETS = {
 # the second model requantized here (scripts/requantize.py): Q3_K/IQ4_NL/Q5_K and IQ4_XS/IQ4_NL on the same prompts
 SETS["q3_k_m"] = ("Qwen2.5-Coder-0.5B-Instruct.Q3_K_M.gguf", "llamacpp_ref_q3_k_m.json", 16, SETS["qwen"][3])
 SETS["iq4_xs"] = ("Qwen2.5-Coder-0.5B-Instruct.IQ4_XS.gguf", "llamacpp_ref_iq4_xs.json", 16, SETS["qwen"][3])
+# Sets made with llama.cpp's K-quant matmuls on its ggml_vec_dot_* path, which kvbench follows, for prompt chunks
+# as for single tokens: its CPU backend otherwise repacks Q4_K weights into 8-row panels (repack.cpp, the weight
+# loader's "extra buffer types") and takes batches of 8+ rows of Q6_K/Q5_K/Q4_K/... through its tiled GEMM
+# (tiled/tiled.cpp, GGML_CPU_TILED_MM); both sum in other orders, which alone moves Gemma-3-270M's logits by
+# 0.9-1.0 (llama.cpp against itself). The fixture's settings record it.
+VEC_DOT_SETS = {"gemma"}
 # Strings whose token ids alone are compared (the qwen2 pre-tokenizer's splits: contractions, digit runs,
 # whitespace runs, newlines, scripts without spaces, emoji sequences, special tokens in text).
 TOKENIZE_ONLY = [
@@ -211,12 +218,28 @@ def main():
     if args.make_prompts:
         make_prompts(args.set, model)
         return 0
+    vec_dot = args.set in VEC_DOT_SETS
+    if vec_dot:
+        os.environ["GGML_CPU_TILED_MM"] = "0"  # read once, at ggml-cpu's first matmul
     try:
         import llama_cpp
         import numpy as np
     except ImportError as e:
         print(f"llamacpp_ref: {e} (pip install llama-cpp-python numpy)", file=sys.stderr)
         return 3
+    build = llama_cpp.llama_print_system_info().decode().strip()
+    if "AVX512 = 1" in build:
+        print("llamacpp_ref: warning: this llama.cpp build uses AVX-512, whose 16-lane sums kvbench does not follow "
+              "(its logits move by 0.3-1.0); build it with CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON "
+              "-DGGML_F16C=ON -DGGML_AVX512=OFF'", file=sys.stderr)
+    if vec_dot:  # Llama() takes its model params from llama_cpp.llama_cpp's defaults: no repacked weights
+        default_params = llama_cpp.llama_cpp.llama_model_default_params
+
+        def no_repack():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+        llama_cpp.llama_cpp.llama_model_default_params = no_repack
     llm = llama_cpp.Llama(model, n_ctx=8192, n_batch=512, n_threads=2, type_k=0, type_v=0,
                           flash_attn=False, logits_all=True, verbose=False)
     names = files or sorted(os.listdir(PROMPTS))
@@ -231,10 +254,11 @@ def main():
         "engine": "llama.cpp",
         "llama_cpp_python": llama_cpp.__version__,
         "cpu": cpu_summary(),
+        "build": build,
         "model": os.path.basename(model),
         "model_sha256": sha256(model),
         "settings": {"kv": "f32", "flash_attn": False, "n_batch": 512, "threads": 2, "add_special": True,
-                     "parse_special": True},
+                     "parse_special": True, **({"repack": False, "tiled_mm": False} if vec_dot else {})},
         "sample_stride": SAMPLE_STRIDE,
         "n_greedy": n_greedy,
         "prompts": records,

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --sanitize || exit 1
 # the second model, for its llama.cpp fixture test (test_model_llamacpp_qwen); fetched once into the model cache
 bash scripts/fetch-model.sh qwen2.5-coder-0.5b || exit 1
+# Gemma-3-270M, for test_model_llamacpp_gemma (253 MB)
+bash scripts/fetch-model.sh gemma-3-270m || exit 1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 jobs=$(nproc 2>/dev/null || echo 2)
