@@ -20,20 +20,13 @@
  * - Queries for SnapKV: the engine's observation window, the last `window` query rows (post-RoPE) of the layer,
  *   decode steps included: kvpress recomputes them from its buffer of recent hidden states.
  * - Sizes: `target` tokens per KV head exactly (kvpress searches for the ratio whose int() gives target). */
+#include "methods/keydiff.h"
 #include "methods/snapkv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* keydiff's rmsnorm weights: constant vectors, so the CUDA backend caches two */
-#define DC_MAX_DIM 512
-#define R4(x) x, x, x, x
-#define R16(x) R4(x), R4(x), R4(x), R4(x)
-#define R64(x) R16(x), R16(x), R16(x), R16(x)
-#define R512(x) R64(x), R64(x), R64(x), R64(x), R64(x), R64(x), R64(x), R64(x)
-static const float ONES[DC_MAX_DIM] = {R512(1.0f)}, MINUS_ONES[DC_MAX_DIM] = {R512(-1.0f)};
-#define NORM_EPS 1e-12f
 
 typedef enum { BASE_SNAPKV, BASE_KNORM, BASE_KEYDIFF } base_kind;
 static const char *const BASE_NAMES[] = {"snapkv", "knorm", "keydiff"};
@@ -52,19 +45,6 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* KeyDiff's score of one head's n slots (score_j = -d cos(k_j, mean_i k_i / ||k_i||), as methods/keydiff.c composes
- * it); kf, kn: [n][d] scratch, a, an: [d] scratch */
-static int keydiff_scores(kvb_ctx *c, int l, int g, int64_t n, float *kf, float *kn, float *a, float *an, float *score,
-                          char *err, size_t err_len) {
-    kvb_backend *be = c->be;
-    const int d = c->model->cfg.head_dim;
-    kvc_view v = kvc_head_view(c->kv, l, g);
-    if (be->block_minmax(be, kf, kn, v.k, v.dtype, d, 1, 0, n, err, err_len)) return -1;
-    be->rmsnorm(be, kn, kf, ONES, d, n, NORM_EPS);
-    if (be->probs_reduce(be, a, d, kn, d, 1, 1, n, d, NULL, KVB_REDUCE_GROUP_SUM, 0, err, err_len)) return -1;
-    be->rmsnorm(be, an, a, MINUS_ONES, d, 1, NORM_EPS);
-    return be->block_scores(be, score, an, kn, kn, 1, d, n, 0, err, err_len);
-}
 
 /* Cut layer l's n slots per KV head (position order) to `keep` by the scorer. */
 static int cut_layer(decoding *s, kvb_ctx *c, int l, int64_t n, int64_t keep, char *err, size_t err_len) {
@@ -89,7 +69,7 @@ static int cut_layer(decoding *s, kvb_ctx *c, int l, int64_t n, int64_t keep, ch
             kvc_view v = kvc_head_view(c->kv, l, g);
             rc = be->row_norms(be, row, v.k, v.dtype, (int)d, n, 1, err, err_len);
         } else if (s->kind == BASE_KEYDIFF)
-            rc = keydiff_scores(c, l, g, n, kf, kn, a, an, row, err, err_len);
+            rc = kvb_keydiff_scores(c, l, g, n, kf, kn, a, an, row, err, err_len);
         rc = rc || be->topk_idx(be, idx, row, n_score, k, err, err_len) ||
              (w && be->iota(be, idx + k, (int32_t)n_score, w, err, err_len)) ||
              kvc_retain_dev(c->kv, l, g, idx, keep, err, err_len);
@@ -191,8 +171,8 @@ static kvb_method *decoding_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
              (s->kind == BASE_SNAPKV && kvb_snap_opts_read(o, "decoding", &s->snap, err, err_len));
     if (!rc && s->interval < 1) rc = ERR("decoding: interval must be >= 1");
     if (!rc && s->target < 1) rc = ERR("decoding: target must be >= 1");
-    if (!rc && s->kind == BASE_KEYDIFF && c->model->cfg.head_dim > DC_MAX_DIM)
-        rc = ERR("decoding: head_dim %d is over %d", c->model->cfg.head_dim, DC_MAX_DIM);
+    if (!rc && s->kind == BASE_KEYDIFF && c->model->cfg.head_dim > KD_MAX_DIM)
+        rc = ERR("decoding: head_dim %d is over %d", c->model->cfg.head_dim, KD_MAX_DIM);
     if (rc) {
         decoding_destroy(&s->base);
         return NULL;

@@ -14,13 +14,12 @@
  *   probs_reduce's column sum (d^(1/2) x the anchor x n), rmsnorm with weights -1 (the anchor, normalized and
  *   negated), block_scores with kmin = kmax = the normalized keys (their dot with it): score_j = -d cos(k_j, a),
  *   a positive multiple of kvpress's, so the same top-k. A zero key scores 0, as with F.normalize's epsilon. */
-#include "methods/method.h"
+#include "methods/keydiff.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 /* rmsnorm's weights are host vectors; constant ones keep the CUDA backend's cache of them (by address) at two */
-#define KD_MAX_DIM 512
 #define R4(x) x, x, x, x
 #define R16(x) R4(x), R4(x), R4(x), R4(x)
 #define R64(x) R16(x), R16(x), R16(x), R16(x)
@@ -35,8 +34,7 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* score[j] = -d cos(k_j, anchor) for the n rows of head (l, g); kf, kn: [n][d] scratch, a, an: [d] scratch */
-static int head_scores(kvb_ctx *c, int l, int g, int64_t n, float *kf, float *kn, float *a, float *an, float *score,
+int kvb_keydiff_scores(kvb_ctx *c, int l, int g, int64_t n, float *kf, float *kn, float *a, float *an, float *score,
                        char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const int d = c->model->cfg.head_dim;
@@ -65,7 +63,7 @@ static int keydiff_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     int rc = kf && kn && a && an && score && idx ? 0 : ERR("keydiff: out of memory");
     for (int l = 0; l < cfg->n_layer && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc; g++)
-            rc = head_scores(c, l, g, n, kf, kn, a, an, score, err, err_len) ||
+            rc = kvb_keydiff_scores(c, l, g, n, kf, kn, a, an, score, err, err_len) ||
                  be->topk_idx(be, idx, score, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
     kvb_method_release(c, kf, rows_bytes);
