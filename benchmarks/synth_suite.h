@@ -16,8 +16,10 @@
 int kvb_synth_load_ruler(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len);
 /* {"type": "infinitebench", "lengths": [...], "samples": N, "tasks": ["passkey", "number_string",
  * "kv_retrieval"]}: the generated synthetic tasks, one per (task, length); or {"type": "infinitebench",
- * "data_dir": DIR, "tasks": [...], "samples": N, "optional": true}: the official files DIR/<task>.jsonl (any of
- * infbench_has_loader's nine), tasks named as the files; an absent file is an error, or with "optional" one
+ * "path": FILE or DIR, "tasks": [...], "samples": N, "optional": true}: the official files, tasks named as the
+ * files (any of infbench_has_loader's nine): a directory holds DIR/<task>.jsonl for each task named ("data_dir":
+ * DIR says the same), a file is one task (the one "tasks" names, else its name <task>.jsonl says); "lengths" is
+ * refused there (the records are cut to the model's context). An absent file is an error, or with "optional" one
  * line on stderr and the task skipped. 0 / -1 + err. */
 int kvb_synth_load_infbench(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len);
 
