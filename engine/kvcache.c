@@ -8,6 +8,7 @@ typedef struct {
     uint8_t *k, *v;
     int32_t *pos, *round;
     int64_t n, cap;
+    int64_t off;     /* dropped slots before k..round (kvc_drop_front): the allocation starts off slots earlier */
     kvb_tier tier;
     kvb_mem_cat cat; /* KVB_MEM_KV; the append staging rows are workspace */
 } kv_head;
@@ -38,14 +39,14 @@ static int check_head(const kvc_store *kv, int layer, int h, char *err, size_t e
 
 static void release(kvc_store *kv, kv_head *hd) {
     if (!hd->cap) return;
-    size_t rb = kv->row_bytes, c = (size_t)hd->cap;
-    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->k, c * rb);
-    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->v, c * rb);
-    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->pos, c * sizeof(int32_t));
-    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->round, c * sizeof(int32_t));
+    size_t rb = kv->row_bytes, c = (size_t)hd->cap, o = (size_t)hd->off;
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->k - o * rb, c * rb);
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->v - o * rb, c * rb);
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->pos - o, c * sizeof(int32_t));
+    kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->round - o, c * sizeof(int32_t));
     hd->k = hd->v = NULL;
     hd->pos = hd->round = NULL;
-    hd->cap = 0;
+    hd->cap = hd->off = 0;
 }
 
 /* Host code is about to read or write host-tier rows: on a GPU backend the device's KV writer may still be
@@ -107,10 +108,15 @@ static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier, char *
 }
 
 /* Room for `more` slots after the head's n (grow by a quarter: a compacted head stays close to its budget while
- * decode appends). */
+ * decode appends). A head with dropped slots at its front (a sliding window) is compacted into storage with a
+ * quarter of its rows spare, so it copies its window once per n/4 steps, not every step. */
 static int reserve(kvc_store *kv, kv_head *hd, int64_t more, char *err, size_t err_len) {
-    if (hd->n + more <= hd->cap) return 0;
+    if (hd->off + hd->n + more <= hd->cap) return 0;
     int64_t cap = hd->cap ? hd->cap + hd->cap / 4 + 16 : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
+    if (hd->off > 0) {
+        int64_t need = hd->n + more + (hd->n + more) / 4 + 16;
+        cap = hd->cap > need ? hd->cap : need;
+    }
     if (cap < hd->n + more) cap = hd->n + more;
     return resize(kv, hd, cap, hd->tier, err, err_len);
 }
@@ -270,6 +276,28 @@ int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t
     if (hd->tier != KVB_TIER_DEVICE) return ERR("kv store: eviction from a host-tier head (layer %d)", layer);
     kvb_kv_head x = ops_head(hd);
     if (kv->be->kv_evict(kv->be, &x, hd->n, kv->row_bytes, score, lo, hi, count, spill_v, err, err_len)) return -1;
+    hd->n -= count;
+    return 0;
+}
+
+int kvc_drop_front(kvc_store *kv, int layer, int h, int64_t count, char *err, size_t err_len) {
+    if (check_head(kv, layer, h, err, err_len)) return -1;
+    kv_head *hd = head_at(kv, layer, h);
+    if (count < 0 || count > hd->n) return ERR("kv store: drop %lld of %lld slots", (long long)count, (long long)hd->n);
+    if (count == 0) return 0;
+    if (count == hd->n) { /* nothing left: start the storage over */
+        hd->n = 0;
+        hd->k -= (size_t)hd->off * kv->row_bytes, hd->v -= (size_t)hd->off * kv->row_bytes;
+        hd->pos -= hd->off, hd->round -= hd->off;
+        hd->off = 0;
+        return 0;
+    }
+    /* the rows stay where they are (no copy, slot order kept): the head's view starts count slots later */
+    hd->k += (size_t)count * kv->row_bytes;
+    hd->v += (size_t)count * kv->row_bytes;
+    hd->pos += count;
+    hd->round += count;
+    hd->off += count;
     hd->n -= count;
     return 0;
 }

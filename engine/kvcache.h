@@ -63,6 +63,10 @@ int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl
                     int64_t n, int count_move, char *err, size_t err_len);
 /* Occupied bytes of one layer in a tier (KVB_TIER_COUNT = both). */
 int64_t kvc_layer_used_bytes(const kvc_store *kv, int layer, kvb_tier tier);
+/* Drop slots 0..count) of one head, keeping the others in order (a sliding-window layer forgets its oldest
+ * tokens: appended in position order, they are its first slots). No copy: the storage is compacted by a later
+ * append that needs room; the occupied bytes (kvc_used_bytes) drop at once. */
+int kvc_drop_front(kvc_store *kv, int layer, int h, int64_t count, char *err, size_t err_len);
 /* Drop slots n.. of one head. */
 int kvc_truncate(kvc_store *kv, int layer, int h, int64_t n, char *err, size_t err_len);
 /* Empty every head (storage released). */

@@ -4,7 +4,10 @@
  * token ids and logits agree with it. The phases carry the names of Round Attention's latency decomposition
  * (calc_qkv_and_rope, update_cache, attn_forward, attn_output, mlp), which are also the profiler's and NVTX's
  * names. Sliding-window layers (Gemma 3's local layers, Mistral) attend over their window through the
- * attention_window op; their KV store still holds every token (the window is a mask, not yet an eviction). */
+ * attention_window op, and their KV store holds only the window: after each step (a prefill chunk or a decode
+ * token) a local layer drops the slots older than the newest query's window (trim_window), so its bytes are W
+ * tokens per KV head however long the context. Method hooks do not run on local layers (a method works on the
+ * global layers; docs/methods.md "Hybrid models"). */
 #include "engine/model.h"
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +18,26 @@
 
 /* 1 when layer l attends over the sliding window only */
 static int is_local(const kvb_config *cfg, int l) { return cfg->n_swa > 0 && cfg->swa_layer[l]; }
+
+int kvb_layer_window(const kvb_config *cfg, int l) { return is_local(cfg, l) ? cfg->n_swa : 0; }
+
+int64_t kvb_full_tokens_at(const kvb_config *cfg, int l, int64_t n_past) {
+    return is_local(cfg, l) && n_past > cfg->n_swa ? cfg->n_swa : n_past;
+}
+
+int64_t kvb_ctx_full_tokens(const kvb_ctx *c, int l) { return kvb_full_tokens_at(&c->model->cfg, l, c->n_past); }
+
+/* After a step whose newest query is at position p, a local layer keeps positions p-W+1..p: the next step's
+ * queries (p+1..) need p-W+2.. of them, and the one older slot keeps the held count at W. Its slots are in
+ * position order (appended, and no method touches a local layer), so the oldest are its first slots. */
+static int trim_window(kvb_ctx *c, int l, int64_t newest_pos, char *err, size_t err_len) {
+    const int64_t W = c->model->cfg.n_swa, keep = newest_pos + 1 < W ? newest_pos + 1 : W;
+    for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
+        int64_t n = kvc_n(c->kv, l, h);
+        if (n > keep && kvc_drop_front(c->kv, l, h, n - keep, err, err_len)) return -1;
+    }
+    return 0;
+}
 
 /* Layer l's RoPE: the model's (scaled where its GGUF says so, with the rope_freqs divisors), or on a Gemma 3 local
  * layer its own base and no interpolation (llama.cpp's get_rope_freq_base/scale for SWA layers). */
@@ -356,7 +379,12 @@ static int ensure_probs(kvb_ctx *c, size_t bytes) {
 /* One layer's attention: sources from the store, the method's hooks, the op (over the window on a local layer). */
 static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    const kvb_hooks *H = c->hooks;
+    /* a method's own attention (PoD, KIVI) knows no window: it would attend past it */
+    if (c->hooks && c->hooks->attend && is_local(cfg, l))
+        return ERR("the method replaces attention and does not implement sliding-window layers (layer %d, window %d)", l,
+                   cfg->n_swa);
+    /* a local layer keeps its window: the method works on the global layers */
+    const kvb_hooks *H = is_local(cfg, l) ? NULL : c->hooks;
     kvb_backend *be = c->be;
     prof *P = c->prof;
     const int HK = cfg->n_head_kv;
@@ -425,8 +453,6 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     }
     int handled = 0;
     if (H && H->attend) {
-        /* a method's own attention (PoD) knows no window: it would attend past it */
-        if (a.window) return ERR("the method replaces attention and does not implement sliding-window layers (layer %d, window %d)", l, a.window);
         handled = H->attend(H->self, c, l, &a, err, err_len);
         if (handled < 0) return -1;
     }
@@ -544,6 +570,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         prof_end(P, PROF_UPDATE_CACHE, l, n, 0);
 
         if (attention_layer(c, l, n, err, err_len)) return -1;
+        if (is_local(cfg, l) && trim_window(c, l, c->n_past + n - 1, err, err_len)) return -1;
         tap(c, "kqv_out", l, c->att, n, QD);
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);

@@ -185,6 +185,14 @@ struct kvb_ctx {
     int64_t dec_calls;
 };
 
+/* Layer l's sliding window in tokens, 0 on a global layer. */
+int kvb_layer_window(const kvb_config *cfg, int l);
+/* Tokens per KV head full attention holds in layer l after n_past tokens: a local layer its window (it drops
+ * older slots after each step), a global layer every token. */
+int64_t kvb_full_tokens_at(const kvb_config *cfg, int l, int64_t n_past);
+/* The same for a context now (its n_past). */
+int64_t kvb_ctx_full_tokens(const kvb_ctx *c, int l);
+
 kvb_ctx_params kvb_ctx_default_params(void);
 kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len);
 /* The backend's matmul setting for p (prefill_gemm with AUTO resolved by the KV type). */

@@ -41,7 +41,9 @@ void kvb_ctx_kv_usage(const kvb_ctx *c, kvb_kv_usage *u) {
     u->device_bytes = kvc_used_bytes(c->kv, KVB_TIER_DEVICE);
     u->host_bytes = kvc_used_bytes(c->kv, KVB_TIER_HOST);
     const kvb_config *cfg = &c->model->cfg;
-    u->full_bytes = (int64_t)cfg->n_layer * cfg->n_head_kv * c->n_past * kvc_slot_bytes(c->kv);
+    int64_t full_tokens = 0; /* per KV head, over layers: a local layer holds only its window */
+    for (int l = 0; l < cfg->n_layer; l++) full_tokens += kvb_ctx_full_tokens(c, l);
+    u->full_bytes = full_tokens * cfg->n_head_kv * kvc_slot_bytes(c->kv);
     u->moved_h2d = c->mem.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE];
     u->moved_d2h = c->mem.moved_bytes[KVB_TIER_DEVICE][KVB_TIER_HOST];
     u->device_frac = u->full_bytes > 0 ? (double)u->device_bytes / (double)u->full_bytes : 0.0;

@@ -46,7 +46,7 @@ void kvb_rounds_free(kvb_rounds *r);
 
 /* Measured KV of a context: device / host bytes of occupied slots (store + what the method holds). */
 typedef struct {
-    int64_t device_bytes, host_bytes, full_bytes; /* full = what full attention would hold now */
+    int64_t device_bytes, host_bytes, full_bytes; /* full = what full attention would hold now (a local layer: its window) */
     int64_t moved_h2d, moved_d2h;
     double device_frac;                            /* device / full */
 } kvb_kv_usage;

@@ -109,7 +109,7 @@ static int adakv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const int HK = c->model->cfg.n_head_kv;
     int64_t budget = 0;
     a->base.n_prompt = n;
-    if (kvb_budget_tokens(&a->base.budget, n, &budget, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&a->base, n, &budget, err, err_len)) return -1;
     if (HK > KVB_MAX_KV_HEADS) return ERR("adakv: %d KV heads (at most %d)", HK, KVB_MAX_KV_HEADS);
     if (a->pyramid) kvb_pyramid_budgets(a->n_layer, n, budget, kvb_snap_rows(c, &a->p), a->beta, a->keep);
     else
@@ -124,7 +124,7 @@ static int adakv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     b.flat = kvb_method_alloc(c, b.bytes);
     b.counts = kvb_method_alloc(c, (size_t)HK * sizeof(int32_t));
     int rc = !b.score || !b.pooled || !b.out || !b.flat || !b.counts ? ERR("out of memory") : 0;
-    for (int l = 0; l < a->n_layer && !rc; l++) rc = adakv_layer(a, c, l, n, &b, err, err_len);
+    for (int l = 0; l < a->n_layer && !rc; l++) rc = kvb_layer_window(&c->model->cfg, l) ? 0 : adakv_layer(a, c, l, n, &b, err, err_len);
     kvb_method_release(c, b.score, b.bytes);
     kvb_method_release(c, b.pooled, b.bytes);
     kvb_method_release(c, b.out, b.bytes);

@@ -55,6 +55,48 @@ void kvb_budget_format(const kvb_budget *b, char *buf, size_t cap) {
     else snprintf(buf, cap, "full");
 }
 
+/* kvb_budget_tokens on a model of n_global global and n_local local layers of window `window` (method.h
+ * kvb_method_budget_tokens); n_local = 0: every layer global. */
+static int budget_tokens_hybrid(const kvb_budget *b, int n_global, int n_local, int64_t window, int64_t n, int64_t *out,
+                                char *err, size_t err_len) {
+    double f = b->kind == KVB_BUDGET_FRACTION ? b->frac : 1.0; /* NONE: everything */
+    if (b->kind == KVB_BUDGET_TOKENS || n_local == 0 || f >= 1.0) return kvb_budget_tokens(b, n, out, err, err_len);
+    const int64_t w = n < window ? n : window;
+    const double local = (double)n_local * (double)w, all = (double)n_global * (double)n + local;
+    const double t = n_global > 0 ? (f * all - local) / n_global : -1;
+    if (t < 0.5) {
+        *out = 1;
+        if (!err) return -1;
+        return ERR("budget %g%% is below the share the %d sliding-window layers' windows hold (%.1f%% of the cache at "
+                   "%lld tokens): the method works on the global layers only", 100 * f, n_local, 100.0 * local / all,
+                   (long long)n);
+    }
+    int64_t ti = (int64_t)llround(t);
+    *out = ti > n ? n : ti;
+    return 0;
+}
+
+void kvb_method_bind_layers(kvb_method *m, const kvb_config *cfg) {
+    m->n_global = m->n_local = 0;
+    m->window = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        int w = kvb_layer_window(cfg, l);
+        if (w) m->n_local++, m->window = w;
+        else m->n_global++;
+    }
+}
+
+int kvb_method_budget_tokens(const kvb_method *m, int64_t n, int64_t *out, char *err, size_t err_len) {
+    return budget_tokens_hybrid(&m->budget, m->n_global, m->n_local, m->window, n, out, err, err_len);
+}
+
+int64_t kvb_method_budget_at(const kvb_method *m, int64_t len) {
+    if (m->budget.kind == KVB_BUDGET_TOKENS || !m->n_local) return kvb_budget_at(&m->budget, len);
+    int64_t t = len;
+    budget_tokens_hybrid(&m->budget, m->n_global, m->n_local, m->window, len, &t, NULL, 0);
+    return t < len ? t : len;
+}
+
 int kvb_budget_tokens(const kvb_budget *b, int64_t n, int64_t *out, char *err, size_t err_len) {
     if (b->kind == KVB_BUDGET_TOKENS) {
         if (b->tokens > n)

@@ -87,8 +87,9 @@ static int decoding_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     decoding *s = self;
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     for (int l = 0; l < c->model->cfg.n_layer; l++) {
+        if (kvb_layer_window(&c->model->cfg, l)) continue; /* a local layer keeps its window */
         if (cut_layer(s, c, l, n, s->keep, err, err_len)) return -1;
         s->held[l] = s->keep, s->held_len[l] = n;
     }

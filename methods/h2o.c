@@ -43,7 +43,7 @@ static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
     }
     if (c->in_prefill) return 0;
     /* decode: evict the lowest-scoring non-recent tokens down to the budget (ties: the lowest slot) */
-    int64_t len = kvb_cur_len(c, n_q), b = kvb_budget_at(&s->base.budget, len), recent = recent_of(s, b);
+    int64_t len = kvb_cur_len(c, n_q), b = kvb_method_budget_at(&s->base, len), recent = recent_of(s, b);
     for (int g = 0; g < cfg->n_head_kv; g++) {
         kvb_score_row *a = acc_at(s, layer, g);
         int64_t over = kvc_n(c->kv, layer, g) - b;
@@ -60,8 +60,8 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     int64_t n = c->n_past;
     s->base.n_prompt = n;
     int64_t b;
-    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
-    b = kvb_budget_at(&s->base.budget, n);
+    if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
+    b = kvb_method_budget_at(&s->base, n);
     if (b >= n) return 0;
     int64_t recent = recent_of(s, b), heavy = b - recent, cand = n - recent;
     size_t idx_bytes = (size_t)b * sizeof(int32_t), tmp_bytes = (size_t)(b > 0 ? b : 1) * sizeof(float);
@@ -69,7 +69,7 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     float *tmp = kvb_method_alloc(c, tmp_bytes);
     int rc = idx && tmp ? 0 : ERR("h2o: out of memory");
     for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
-        for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) {
+        for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ {
             kvb_score_row *a = acc_at(s, l, h);
             /* slots are in position order after prefill: candidates are [0, cand), recent [cand, n) */
             rc = be->topk_idx(be, idx, a->v, cand, heavy, err, err_len) ||
@@ -87,7 +87,7 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
 static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len) {
     h2o *s = (h2o *)m;
     for (int l = 0; l < c->model->cfg.n_layer; l++)
-        for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
+        for (int h = 0; h < c->model->cfg.n_head_kv && !kvb_layer_window(&c->model->cfg, l); h++) {
             int64_t n = 0;
             const float *src = kvb_share_scores(share, l, h, &n);
             kvb_score_row *a = acc_at(s, l, h);
@@ -102,12 +102,12 @@ static int h2o_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *er
 
 static int64_t h2o_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
-    return c->in_prefill ? c->n_past : kvb_budget_at(&m->budget, c->n_past);
+    return c->in_prefill ? c->n_past : kvb_method_budget_at(m, c->n_past);
 }
 
 static void h2o_describe(kvb_method *m, char *buf, size_t cap) {
     h2o *s = (h2o *)m;
-    int64_t b = kvb_budget_at(&s->base.budget, m->n_prompt);
+    int64_t b = kvb_method_budget_at(&s->base, m->n_prompt);
     snprintf(buf, cap, "heavy=%lld recent=%lld", (long long)(b - recent_of(s, b)), (long long)recent_of(s, b));
 }
 

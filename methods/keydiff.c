@@ -52,7 +52,7 @@ static int keydiff_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     const kvb_config *cfg = &c->model->cfg;
     const int64_t n = c->n_past, d = cfg->head_dim;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
     const size_t rows_bytes = (size_t)n * d * sizeof(float), vec_bytes = (size_t)d * sizeof(float),
                  score_bytes = (size_t)n * sizeof(float), idx_bytes = (size_t)s->keep * sizeof(int32_t);
@@ -62,7 +62,7 @@ static int keydiff_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     int rc = kf && kn && a && an && score && idx ? 0 : ERR("keydiff: out of memory");
     for (int l = 0; l < cfg->n_layer && !rc; l++)
-        for (int g = 0; g < cfg->n_head_kv && !rc; g++)
+        for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = kvb_keydiff_scores(c, l, g, n, kf, kn, a, an, score, err, err_len) ||
                  be->topk_idx(be, idx, score, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);

@@ -27,7 +27,7 @@ static int knorm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const kvb_config *cfg = &c->model->cfg;
     int64_t n = c->n_past;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
     int64_t w = s->window < s->keep ? s->window : s->keep, cand = n - w;
     size_t idx_bytes = (size_t)s->keep * sizeof(int32_t), score_bytes = (size_t)n * sizeof(float);
@@ -35,7 +35,7 @@ static int knorm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     float *score = kvb_method_alloc(c, score_bytes);
     int rc = idx && score ? 0 : ERR("knorm: out of memory");
     for (int l = 0; l < cfg->n_layer && !rc; l++)
-        for (int g = 0; g < cfg->n_head_kv && !rc; g++) {
+        for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */ {
             kvc_view v = kvc_head_view(c->kv, l, g); /* slots in position order after prefill */
             rc = be->row_norms(be, score, v.k, v.dtype, cfg->head_dim, cand, 1, err, err_len) ||
                  be->topk_idx(be, idx, score, cand, s->keep - w, err, err_len) ||

@@ -78,6 +78,8 @@ struct kvb_method {
     int64_t extra_device_bytes; /* device KV the method holds outside the stores (PoD's V-only rows) */
     int64_t n_prompt;    /* tokens at the end of prefill (set by after_prefill) */
     char note[160];      /* what the results should say (e.g. "rounds = 512-token chunks") */
+    int n_global, n_local; /* the model's layers (kvb_method_bind_layers): local = sliding-window, kept whole */
+    int64_t window;        /* the local layers' window in tokens */
 };
 
 /* What a method needs from the session that runs it (engine/session.h): its def's traits and option readers
@@ -104,6 +106,16 @@ enum {
     KVB_OWN_PREFILL = 1 << 3,
     KVB_SHARES_PREFILL = 1 << 4,
 };
+
+/* A method's budget on its model (kvb_budget_tokens, kvb_budget_at) per global layer. On a hybrid model (Gemma 3's
+ * sliding-window local layers, which keep their window and are no method's to touch) a fraction f is of the
+ * cache the model really holds: each of G global layers keeps (f (G n + L w) - L w) / G tokens for L local
+ * layers of w = min(n, window), so the whole cache is f of full's; -1 + a line naming the windows' share when
+ * that is under one token. Every layer global: the plain budget. */
+int kvb_method_budget_tokens(const kvb_method *m, int64_t n, int64_t *out, char *err, size_t err_len);
+int64_t kvb_method_budget_at(const kvb_method *m, int64_t len);
+/* Count the model's global and local layers into m (the registry, after create). */
+void kvb_method_bind_layers(kvb_method *m, const kvb_config *cfg);
 
 /* Registered method by name or alias (NULL = unknown). */
 const kvb_method_def *kvb_method_find(const char *name);

@@ -70,7 +70,7 @@ static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     const kvb_config *cfg = &c->model->cfg;
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
     if (n > KVB_OBS_MAX) return ERR("observed: a prompt of %lld tokens is over %lld", (long long)n, (long long)KVB_OBS_MAX);
     pthread_once(&INV_ONCE, inv_count_init);
@@ -83,7 +83,7 @@ static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     int rc = row && norm && idx ? 0 : ERR("observed: out of memory");
     for (int l = 0; l < cfg->n_layer && !rc; l++)
-        for (int g = 0; g < cfg->n_head_kv && !rc; g++) {
+        for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */ {
             kvb_score_row *a = acc_at(s, l, g);
             if (a->n != n) {
                 rc = ERR("observed: layer %d head %d scored %lld slots of %lld", l, g, (long long)a->n, (long long)n);
@@ -105,7 +105,7 @@ static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
 static int observed_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, char *err, size_t err_len) {
     observed *s = (observed *)m;
     for (int l = 0; l < c->model->cfg.n_layer; l++)
-        for (int g = 0; g < c->model->cfg.n_head_kv; g++) {
+        for (int g = 0; g < c->model->cfg.n_head_kv && !kvb_layer_window(&c->model->cfg, l); g++) {
             int64_t n = 0;
             const float *src = kvb_share_scores(share, l, g, &n);
             kvb_score_row *a = acc_at(s, l, g);

@@ -393,6 +393,13 @@ static const char *omnikv_profile(kvb_opts *o) {
 
 static kvb_method *omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
+    /* its layer roles and placement (host tier, packed loads) assume every layer holds the whole sequence */
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (kvb_layer_window(cfg, l)) {
+            ERR("omnikv does not implement sliding-window layers yet (layer %d, window %d): a hybrid model's local "
+                "layers hold only their window", l, kvb_layer_window(cfg, l));
+            return NULL;
+        }
     omnikv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;

@@ -59,7 +59,7 @@ static int64_t prox_at(pod *s, int64_t len) {
     char e[8];
     if (s->recent_opt >= 0) b = s->sinks + s->recent_opt;
     else if (s->base.budget.kind == KVB_BUDGET_NONE) b = 4096; /* the paper's 4K proximal tokens */
-    else if (kvb_budget_tokens(&s->base.budget, len, &b, e, sizeof e)) b = len;
+    else if (kvb_method_budget_tokens(&s->base, len, &b, e, sizeof e)) b = len;
     if (b < s->sinks + 1) b = s->sinks + 1;
     return b < len ? b : len;
 }
@@ -101,7 +101,7 @@ static int pod_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     const kvb_config *cfg = &c->model->cfg;
     s->base.n_prompt = c->n_past;
     int64_t b;
-    if (kvb_budget_tokens(&s->base.budget, c->n_past, &b, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, c->n_past, &b, err, err_len)) return -1;
     int64_t prox = prox_at(s, c->n_past);
     for (int l = 0; l < cfg->n_layer; l++)
         for (int g = 0; g < cfg->n_head_kv; g++)

@@ -80,8 +80,13 @@ static int pyramidkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     pyramidkv *s = self;
     int64_t n = c->n_past, budget = 0;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &budget, err, err_len)) return -1;
-    kvb_pyramid_budgets(s->n_layer, n, budget, kvb_snap_rows(c, &s->p), s->beta, s->keep);
+    if (kvb_method_budget_tokens(&s->base, n, &budget, err, err_len)) return -1;
+    /* the pyramid spans the global layers (a hybrid model's local layers keep their window: keep = n) */
+    int64_t *g = malloc((size_t)(s->base.n_global > 0 ? s->base.n_global : 1) * sizeof *g);
+    if (!g) return ERR("out of memory");
+    kvb_pyramid_budgets(s->base.n_global, n, budget, kvb_snap_rows(c, &s->p), s->beta, g);
+    for (int l = 0, j = 0; l < s->n_layer; l++) s->keep[l] = kvb_layer_window(&c->model->cfg, l) ? n : g[j++];
+    free(g);
     snprintf(s->base.note, sizeof s->base.note, "tokens per KV head: layer 0 %lld .. layer %d %lld",
              (long long)s->keep[0], s->n_layer - 1, (long long)s->keep[s->n_layer - 1]);
     return kvb_snap_compress(c, &s->p, s->keep, err, err_len);

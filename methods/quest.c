@@ -97,7 +97,7 @@ static int quest_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t
     if (update_meta(s, c, layer, n, err, err_len)) return -1;
     if (n_q != 1) return 0;
     /* the last page (r tokens) always; m of the n_pages - 1 others, by criticality */
-    int64_t n_pages = pages_of(s, n), r = n - (n_pages - 1) * P, b = kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q));
+    int64_t n_pages = pages_of(s, n), r = n - (n_pages - 1) * P, b = kvb_method_budget_at(&s->base, kvb_cur_len(c, n_q));
     int64_t m = b > r ? (b - r + P / 2) / P : 0;
     if (m >= n_pages - 1) return 0; /* every page: full attention */
     if (fit_scratch(s, c, n_pages, m * P + r, err, err_len)) return -1;
@@ -121,9 +121,9 @@ static int quest_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     quest *s = self;
     int64_t n = c->n_past, b;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
     for (int l = s->skip; l < c->model->cfg.n_layer && !s->all_pages; l++)
-        if (update_meta(s, c, l, n, err, err_len)) return -1;
+        if (!kvb_layer_window(&c->model->cfg, l) && update_meta(s, c, l, n, err, err_len)) return -1; /* local: window */
     return 0;
 }
 
@@ -137,14 +137,20 @@ static double quest_formula(kvb_method *m, kvb_ctx *c) {
     quest *s = (quest *)m;
     const kvb_config *cfg = &c->model->cfg;
     if (c->n_past <= 0 || c->in_prefill || s->all_pages) return 1.0;
-    double meta = (double)(cfg->n_layer - s->skip) * pages_of(s, c->n_past) * 2.0 * cfg->head_dim * sizeof(float);
-    return 1.0 + meta / ((double)cfg->n_layer * c->n_past * (double)kvc_slot_bytes(c->kv));
+    int meta_layers = 0; /* the global layers from skip on (a local layer keeps its window, no pages) */
+    int64_t full_tokens = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        meta_layers += l >= s->skip && !kvb_layer_window(cfg, l);
+        full_tokens += kvb_ctx_full_tokens(c, l);
+    }
+    double meta = (double)meta_layers * pages_of(s, c->n_past) * 2.0 * cfg->head_dim * sizeof(float);
+    return 1.0 + meta / ((double)full_tokens * (double)kvc_slot_bytes(c->kv));
 }
 
 static void quest_describe(kvb_method *m, char *buf, size_t cap) {
     quest *s = (quest *)m;
     snprintf(buf, cap, "page=%lld skip=%d group=%s attend=%lld", (long long)s->page, s->skip,
-             s->group_max ? "max" : "sum", (long long)kvb_budget_at(&s->base.budget, m->n_prompt));
+             s->group_max ? "max" : "sum", (long long)kvb_method_budget_at(&s->base, m->n_prompt));
 }
 
 static void quest_destroy(kvb_method *m) {

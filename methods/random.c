@@ -47,7 +47,7 @@ static int random_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     rnd *s = self;
     int64_t n = c->n_past;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
     int64_t sinks = s->sinks < s->keep ? s->sinks : s->keep;
     int64_t window = s->window < s->keep - sinks ? s->window : s->keep - sinks;
@@ -55,7 +55,7 @@ static int random_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     if (!idx) return ERR("out of memory");
     int rc = 0;
     for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
-        for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) {
+        for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ {
             /* slots are in position order after prefill; one stream per (layer, head) */
             choose(s, (uint64_t)l * (uint64_t)c->model->cfg.n_head_kv + (uint64_t)h, n, sinks, window, idx);
             rc = kvc_retain(c->kv, l, h, idx, s->keep, err, err_len);

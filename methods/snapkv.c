@@ -81,7 +81,7 @@ int kvb_snap_compress(kvb_ctx *c, const kvb_snap_opts *p, const int64_t *keep, c
     float *score = kvb_method_alloc(c, score_bytes), *pooled = kvb_method_alloc(c, score_bytes);
     int rc = !idx || !score || !pooled ? ERR("out of memory") : 0;
     for (int l = 0; l < L && !rc; l++) {
-        if (keep[l] >= n) continue;
+        if (keep[l] >= n || kvb_layer_window(&c->model->cfg, l)) continue; /* a local layer keeps its window */
         int64_t w = kvb_snap_window(c, p, keep[l]);
         rc = w ? compress_layer(c, p, l, n, w, keep[l], idx, score, pooled, err, err_len)
                : kvb_snap_keep_recent(c, l, n, keep[l], err, err_len);
@@ -96,7 +96,7 @@ static int snapkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     snapkv *s = self;
     int64_t n = c->n_past;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &s->keep, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
     const int L = c->model->cfg.n_layer;
     int64_t *keep = malloc((size_t)L * sizeof *keep);

@@ -27,7 +27,7 @@ typedef struct {
 /* Tokens the head may hold at sequence length len. */
 static int64_t keep_at(sllm *s, int64_t len) {
     if (s->window >= 0) return s->sinks + s->window < len ? s->sinks + s->window : len;
-    return kvb_budget_at(&s->base.budget, len);
+    return kvb_method_budget_at(&s->base, len);
 }
 
 /* Evict the oldest non-sink tokens of every head of a layer until it holds `keep` (on the backend: a head holds
@@ -45,7 +45,7 @@ static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     int64_t n = c->n_past;
     s->base.n_prompt = n;
     int64_t b;
-    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
+    if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
     s->sinks = s->sinks_opt >= 0 ? s->sinks_opt : (int64_t)ceil(0.01 * (double)n);
     if (s->sinks_opt < 0 && s->sinks < 4) s->sinks = 4;
     int64_t keep = keep_at(s, n);
@@ -58,7 +58,7 @@ static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     for (int64_t i = s->sinks; i < keep; i++) idx[i] = (int32_t)(n - keep + i);
     int rc = 0;
     for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
-        for (int h = 0; h < c->model->cfg.n_head_kv && !rc; h++) rc = kvc_retain(c->kv, l, h, idx, keep, err, err_len);
+        for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ rc = kvc_retain(c->kv, l, h, idx, keep, err, err_len);
     free(idx);
     return rc;
 }

@@ -64,7 +64,7 @@ static int score_row(tova *s, const float *probs, int64_t stride, int64_t rows, 
 
 static int tova_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
     tova *s = self;
-    return !c->in_prefill && kvc_n(c->kv, layer, 0) > kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q));
+    return !c->in_prefill && kvc_n(c->kv, layer, 0) > kvb_method_budget_at(&s->base, kvb_cur_len(c, n_q));
 }
 
 /* decode: drop the lowest-scoring tokens down to the budget (normally one) */
@@ -72,7 +72,7 @@ static int tova_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, c
                         int64_t n_q, char *err, size_t err_len) {
     tova *s = self;
     const int HK = c->model->cfg.n_head_kv;
-    int64_t b = kvb_budget_at(&s->base.budget, kvb_cur_len(c, n_q)), n = src[0].n;
+    int64_t b = kvb_method_budget_at(&s->base, kvb_cur_len(c, n_q)), n = src[0].n;
     if (fit_score(s, n, err, err_len) || score_row(s, probs, stride, n_q, n_q - 1, n, err, err_len)) return -1;
     for (int g = 0; g < HK; g++) {
         int64_t over = kvc_n(c->kv, layer, g) - b;
@@ -103,26 +103,26 @@ static int tova_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     tova *s = self;
     int64_t n = c->n_past, b;
     s->base.n_prompt = n;
-    if (kvb_budget_tokens(&s->base.budget, n, &b, err, err_len)) return -1;
-    b = kvb_budget_at(&s->base.budget, n);
+    if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
+    b = kvb_method_budget_at(&s->base, n);
     if (b >= n) return 0;
     if (c->obs_n < 1) return ERR("tova: no query of the prompt was kept (observation window)");
     int32_t *idx = kvb_method_alloc(c, (size_t)b * sizeof(int32_t));
     int rc = idx && !fit_score(s, n, err, err_len) ? 0 : -1;
     if (!idx) ERR("tova: out of memory");
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = compress_layer(s, c, l, n, b, idx, err, err_len);
+    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = kvb_layer_window(&c->model->cfg, l) ? 0 : compress_layer(s, c, l, n, b, idx, err, err_len);
     kvb_method_release(c, idx, (size_t)b * sizeof(int32_t));
     return rc;
 }
 
 static int64_t tova_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
-    return c->in_prefill ? c->n_past : kvb_budget_at(&m->budget, c->n_past);
+    return c->in_prefill ? c->n_past : kvb_method_budget_at(m, c->n_past);
 }
 
 static void tova_describe(kvb_method *m, char *buf, size_t cap) {
     tova *s = (tova *)m;
-    snprintf(buf, cap, "per_head=%d keep=%lld", s->per_head, (long long)kvb_budget_at(&s->base.budget, m->n_prompt));
+    snprintf(buf, cap, "per_head=%d keep=%lld", s->per_head, (long long)kvb_method_budget_at(&s->base, m->n_prompt));
 }
 
 static void tova_destroy(kvb_method *m) {

@@ -29,7 +29,8 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
     for (int l = 0; l < cfg->n_layer && m->def->expected_tokens; l++) {
-        int64_t want = m->def->expected_tokens(m, c, l);
+        /* a local layer keeps its window, whatever the method (the engine runs no hook there) */
+        int64_t want = kvb_layer_window(cfg, l) ? kvb_ctx_full_tokens(c, l) : m->def->expected_tokens(m, c, l);
         if (want < 0) break;
         int64_t have = layer_device_tokens(m, c, l);
         int64_t want_all = want * HK;
@@ -40,11 +41,15 @@ int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, 
     }
     if (end_of_prefill && m->imposes_budget && m->def->expected_tokens) {
         int64_t per_head = 0;
-        if (kvb_budget_tokens(&m->budget, c->n_past, &per_head, err, err_len)) return -1;
-        double target = m->budget.kind == KVB_BUDGET_TOKENS ? (double)per_head / (double)c->n_past
-                                                            : m->budget.frac;
+        if (kvb_method_budget_tokens(m, c->n_past, &per_head, err, err_len)) return -1;
         kvb_kv_usage u;
         kvb_method_usage(m, c, &u);
+        double target = m->budget.frac;
+        if (m->budget.kind == KVB_BUDGET_TOKENS) { /* per global layer; the local layers hold their windows */
+            int64_t held = 0;
+            for (int l = 0; l < cfg->n_layer; l++) held += kvb_layer_window(cfg, l) ? kvb_ctx_full_tokens(c, l) : per_head;
+            target = (double)held * HK * kvc_slot_bytes(c->kv) / (double)u.full_bytes;
+        }
         double slack = (double)(cfg->n_layer * HK) / (double)(u.full_bytes / kvc_slot_bytes(c->kv));
         if (fabs(u.device_frac - target) > 0.01 * target + slack)
             return ERR("method %s: device KV after prefill is %.2f%% of full, budget %.2f%%", m->name,

@@ -90,6 +90,40 @@ static void test_retain_keeps_exactly_the_index_set_and_frees_bytes(void) {
     kvb_mem_destroy(&m);
 }
 
+/* A sliding window: dropping the oldest slots keeps the rest in order, counts only the held bytes at once, and
+ * decode steps past the window (append one, drop one) keep the storage bounded with every row intact. */
+static void test_drop_front_keeps_the_window_in_order_and_bounded(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    kvc_store *kv = make(&m, KVB_F32, 10);
+    const int64_t slot = kvc_slot_bytes(kv);
+    CU_ASSERT(kvc_drop_front(kv, 1, 0, 4, err, sizeof err) == 0);
+    kvc_view v = kvc_head_view(kv, 1, 0);
+    CU_ASSERT(v.n == 6 && v.pos[0] == 104 && v.pos[5] == 109 && ((const float *)v.k)[0] == kval(4, 0, 0));
+    CU_ASSERT_EQUAL(kvc_layer_used_bytes(kv, 1, KVB_TIER_DEVICE), (int64_t)(H - 1) * 10 * slot + 6 * slot);
+    CU_ASSERT(kvc_drop_front(kv, 1, 0, 7, err, sizeof err) != 0);
+    float k[H * D], vv[H * D];
+    int64_t peak_cap = 0;
+    for (int t = 10; t < 200; t++) { /* window of 6 on every head of layer 1 */
+        int32_t pos = 100 + t, round = 0;
+        fill(k, vv, t, 1);
+        CU_ASSERT_FATAL(kvc_append(kv, 1, 1, k, vv, &pos, &round, err, sizeof err) == 0);
+        for (int h = 0; h < H; h++)
+            CU_ASSERT(kvc_drop_front(kv, 1, h, kvc_n(kv, 1, h) - 6, err, sizeof err) == 0);
+        int64_t cap = kvc_bytes(kv, KVB_TIER_DEVICE) / slot - (int64_t)(L - 1) * H * 10;
+        if (cap > peak_cap) peak_cap = cap;
+    }
+    for (int h = 0; h < H; h++) {
+        kvc_view w = kvc_head_view(kv, 1, h);
+        CU_ASSERT(w.n == 6 && w.pos[0] == 294 && w.pos[5] == 299 && ((const float *)w.k)[5 * D + 1] == kval(199, h, 1));
+    }
+    CU_ASSERT(peak_cap <= (int64_t)H * 32); /* compacted, not grown with the sequence */
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), kvc_bytes(kv, KVB_TIER_DEVICE));
+    kvc_free(kv);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), 0);
+    kvb_mem_destroy(&m);
+}
+
 static void test_tier_moves_and_packed_gathers_are_counted(void) {
     kvb_mem m;
     kvb_mem_init(&m);
@@ -233,6 +267,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("kvcache", NULL, NULL);
     CU_add_test(s, "append stores rows, positions and rounds", test_append_stores_rows_positions_and_rounds);
     CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
+    CU_add_test(s, "drop front keeps the window in order and bounded", test_drop_front_keeps_the_window_in_order_and_bounded);
     CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
     CU_add_test(s, "evict swaps the last slot into the victim", test_evict_swaps_the_last_slot_into_the_victim);
     CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
