@@ -51,8 +51,8 @@ static const char *HELP =
     "\n"
     "With --method M[,M...] it benchmarks KV-cache methods instead (see `kvbench bench --method all --help`).\n"
     "--model synthetic:SHAPE[?layers=N&seed=S&ctx=N] measures a model of that shape with seeded random F16\n"
-    "weights and random token ids, without a weights file (shapes: llama3-8b, llama3.1-8b, qwen2.5-7b,\n"
-    "smollm2-135m, tiny).\n"
+    "weights and random token ids, without a weights file (shapes: llama3-8b, llama3.1-8b, mistral-7b,\n"
+    "qwen2.5-7b, qwen3-8b, gemma3-4b, smollm2-135m, tiny).\n"
     CLI_ENGINE_HELP;
 
 enum { MAX_CTX = 16 };

@@ -30,26 +30,35 @@ typedef struct {
     float rope_freq_base, rms_eps;
     int tied_output;
     int llama3_rope; /* Llama 3.1's rope_freqs (rope_type llama3: factor 8, low/high frequency factors 1 and 4, 8K) */
-    int n_swa;       /* attention.sliding_window (Mistral-7B-v0.1: 4096 on every layer) */
+    int n_swa;       /* attention.sliding_window (Mistral-7B-v0.1: 4096 on every layer; gemma3: its local layers) */
+    int qk_norm;     /* qwen3, gemma3: per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm tensors) */
+    float rope_linear; /* linear RoPE scaling factor of the global layers (gemma3 4B+: 8), 0 = none */
 } syn_shape;
 
 static const syn_shape SHAPES[] = {
     /* Meta-Llama-3-8B */
-    {"llama3-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    {"llama3-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0, 0, 0.0f},
     /* Meta-Llama-3.1-8B: the same shapes at 128K, with its rope scaling (rope_freqs as its GGUF carries them) */
-    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, 0, 1, 0},
+    {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, 0, 1, 0, 0, 0.0f},
     /* Mistral-7B-v0.1: a 4096-token sliding window on every layer */
-    {"mistral-7b", "llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 10000.0f, 1e-5f, 0, 0, 4096},
+    {"mistral-7b", "llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 10000.0f, 1e-5f, 0, 0, 4096, 0, 0.0f},
     /* Qwen2.5-7B(-Instruct): QKV biases and NEOX rope come with arch qwen2 */
-    {"qwen2.5-7b", "qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0, 0, 0, 0, 0.0f},
+    /* Qwen3-8B: Q/K norms, no biases, NEOX rope (its config.json; 40960 positions) */
+    {"qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0f, 1e-6f, 0, 0, 0, 1, 0.0f},
+    /* Gemma-3-4B: 5 local layers (window 1024, RoPE base 10000) to each global one (base 1e6, linear x8), Q/K
+     * norms, post-norms, GeGLU, embeddings x sqrt(n_embd), output tied (its config.json, the GGUF's 262144 ids) */
+    {"gemma3-4b", "gemma3", 34, 2560, 8, 4, 256, 10240, 262144, 131072, 1000000.0f, 1e-6f, 1, 0, 1024, 1, 8.0f},
     /* SmolLM2-135M(-Instruct): output tied to the token embedding */
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, 1, 0, 0},
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, 1, 0, 0, 0, 0.0f},
     /* tests: small enough for a float64 reference forward */
-    {"tiny", "llama", 2, 64, 4, 2, 16, 128, 256, 4096, 10000.0f, 1e-5f, 0, 0, 0},
+    {"tiny", "llama", 2, 64, 4, 2, 16, 128, 256, 4096, 10000.0f, 1e-5f, 0, 0, 0, 0, 0.0f},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof *SHAPES };
 
-const char *syn_shape_names(void) { return "llama3-8b, llama3.1-8b, mistral-7b, qwen2.5-7b, smollm2-135m, tiny"; }
+const char *syn_shape_names(void) {
+    return "llama3-8b, llama3.1-8b, mistral-7b, qwen2.5-7b, qwen3-8b, gemma3-4b, smollm2-135m, tiny";
+}
 
 int syn_is_name(const char *name) { return name && strncmp(name, SYN_PREFIX, strlen(SYN_PREFIX)) == 0; }
 
@@ -93,15 +102,25 @@ int syn_parse(const char *name, syn_spec *out, char *err, size_t err_len) {
     c->n_ctx_train = sh->n_ctx_train;
     c->rms_eps = sh->rms_eps;
     c->rope_freq_base = sh->rope_freq_base;
-    c->rope_neox = strcmp(sh->arch, "qwen2") == 0;
+    const int gemma = strcmp(sh->arch, "gemma3") == 0;
+    c->rope_neox = strcmp(sh->arch, "llama") != 0;
     c->has_qkv_bias = strcmp(sh->arch, "qwen2") == 0;
     c->tied_output = sh->tied_output;
     c->q_dim = sh->n_head * sh->head_dim;
     c->attn_scale = 1.0f / sqrtf((float)sh->head_dim);
     c->rope = (kvb_rope_params){sh->rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, sh->n_ctx_train, NULL};
-    c->ffn_act = KVB_FFN_SWIGLU;
+    c->ffn_act = gemma ? KVB_FFN_GEGLU : KVB_FFN_SWIGLU;
+    c->qk_norm = sh->qk_norm;
+    c->post_norms = gemma;
+    c->embd_scale = gemma ? sqrtf((float)sh->n_embd) : 0.0f;
+    if (sh->rope_linear > 0.0f) { /* as engine/arch.c reads rope.scaling.type linear */
+        c->rope.freq_scale = 1.0f / sh->rope_linear;
+        c->rope_scaled = 1;
+    }
     c->n_swa = sh->n_swa;
-    for (int l = 0; l < KVB_MAX_LAYERS; l++) c->swa_layer[l] = sh->n_swa > 0;
+    c->rope_freq_base_swa = gemma ? 10000.0f : 0.0f;
+    /* every layer local where a window is declared (Mistral), gemma3's pattern of 6 (5 local, then 1 global) */
+    for (int l = 0; l < KVB_MAX_LAYERS; l++) c->swa_layer[l] = sh->n_swa > 0 && (!gemma || l % 6 < 5);
     out->llama3_rope = sh->llama3_rope;
     out->seed = 0;
     if (!q) return 0;
@@ -146,15 +165,36 @@ void syn_canonical_name(const syn_spec *s, char *out, size_t cap) {
 /* ---- tensor list ---- */
 
 enum { G_TOK_EMBD, G_OUTPUT_NORM, G_OUTPUT, N_GLOBAL };
-enum { L_ATTN_NORM, L_Q, L_K, L_V, L_O, L_FFN_NORM, L_GATE, L_UP, L_DOWN, L_BQ, L_BK, L_BV, N_PER_LAYER };
+enum {
+    L_ATTN_NORM, L_Q, L_K, L_V, L_O, L_FFN_NORM, L_GATE, L_UP, L_DOWN, /* every architecture */
+    L_BQ, L_BK, L_BV,                                                   /* qwen2's biases */
+    L_QN, L_KN,                                                         /* qk_norm */
+    L_APN, L_FPN,                                                       /* post_norms */
+    N_KINDS
+};
 enum { ID_LAYER_BASE = 16, ID_LAYER_STRIDE = 16 }; /* tensor id = base + layer * stride + kind */
 
-static const char *const LAYER_NAMES[N_PER_LAYER] = {
+static const char *const LAYER_NAMES[N_KINDS] = {
     "attn_norm.weight", "attn_q.weight",  "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
-    "ffn_gate.weight",  "ffn_up.weight",  "ffn_down.weight", "attn_q.bias", "attn_k.bias",        "attn_v.bias"};
+    "ffn_gate.weight",  "ffn_up.weight",  "ffn_down.weight", "attn_q.bias", "attn_k.bias",        "attn_v.bias",
+    "attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight", "post_ffw_norm.weight"};
 
 static int n_global(const syn_spec *s) { return s->cfg.tied_output ? N_GLOBAL - 1 : N_GLOBAL; }
-static int n_per_layer(const syn_spec *s) { return s->cfg.has_qkv_bias ? N_PER_LAYER : L_BQ; }
+
+/* the kinds of tensor a layer of this architecture has, in order; their count */
+static int layer_kinds(const syn_spec *s, int kinds[N_KINDS]) {
+    int n = 0;
+    for (int k = L_ATTN_NORM; k <= L_DOWN; k++) kinds[n++] = k;
+    if (s->cfg.has_qkv_bias) kinds[n++] = L_BQ, kinds[n++] = L_BK, kinds[n++] = L_BV;
+    if (s->cfg.qk_norm) kinds[n++] = L_QN, kinds[n++] = L_KN;
+    if (s->cfg.post_norms) kinds[n++] = L_APN, kinds[n++] = L_FPN;
+    return n;
+}
+
+static int n_per_layer(const syn_spec *s) {
+    int kinds[N_KINDS];
+    return layer_kinds(s, kinds);
+}
 
 int64_t syn_tensor_count(const syn_spec *s) { return n_global(s) + (int64_t)s->cfg.n_layer * n_per_layer(s); }
 
@@ -185,7 +225,9 @@ void syn_tensor_get(const syn_spec *s, int64_t i, syn_tensor *t) {
         return;
     }
     int64_t j = i - n_global(s);
-    int l = (int)(j / n_per_layer(s)), k = (int)(j % n_per_layer(s));
+    int kinds[N_KINDS];
+    const int per = layer_kinds(s, kinds);
+    int l = (int)(j / per), k = kinds[j % per];
     snprintf(t->name, sizeof t->name, "blk.%d.%s", l, LAYER_NAMES[k]);
     uint32_t id = (uint32_t)(ID_LAYER_BASE + l * ID_LAYER_STRIDE + k);
     switch (k) {
@@ -196,7 +238,9 @@ void syn_tensor_get(const syn_spec *s, int64_t i, syn_tensor *t) {
     case L_GATE: case L_UP: set_tensor(t, id, D, c->n_ff); break;
     case L_DOWN: set_tensor(t, id, c->n_ff, D); break;
     case L_BQ: set_tensor(t, id, q_dim, 0); break;
-    default: set_tensor(t, id, kv_dim, 0); break; /* L_BK, L_BV */
+    case L_BK: case L_BV: set_tensor(t, id, kv_dim, 0); break;
+    case L_QN: case L_KN: set_tensor(t, id, c->head_dim, 0); break;
+    default: set_tensor(t, id, D, 0); break; /* L_APN, L_FPN */
     }
 }
 
@@ -239,7 +283,8 @@ static init_kind tensor_init(const syn_tensor *t, float *scale) {
         *scale = sqrtf(3.0f / (float)t->ne[0]);
         return INIT_UNIFORM;
     }
-    int is_bias = t->id >= ID_LAYER_BASE && (t->id - ID_LAYER_BASE) % ID_LAYER_STRIDE >= L_BQ;
+    const uint32_t kind = (t->id - ID_LAYER_BASE) % ID_LAYER_STRIDE;
+    int is_bias = t->id >= ID_LAYER_BASE && kind >= L_BQ && kind <= L_BV; /* norms are ones */
     *scale = 0.1f;
     return is_bias ? INIT_UNIFORM : INIT_ONE;
 }
@@ -374,23 +419,29 @@ int syn_model_init(kvb_model *m, const char *name, char *err, size_t err_len) {
     m->output_norm = job.ts[G_OUTPUT_NORM].data;
     if (c->tied_output) m->output = m->tok_embd;
     else bind_weight(&m->output, &job.ts[G_OUTPUT]);
+    int kinds[N_KINDS];
+    const int per = layer_kinds(&s, kinds);
     for (int l = 0; l < c->n_layer; l++) {
-        const gen_tensor *g = &job.ts[n_global(&s) + (int64_t)l * n_per_layer(&s)];
+        const gen_tensor *first = &job.ts[n_global(&s) + (int64_t)l * per];
+        const gen_tensor *g[N_KINDS] = {0}; /* by kind */
+        for (int k = 0; k < per; k++) g[kinds[k]] = &first[k];
         kvb_layer *L = &m->layers[l];
-        L->attn_norm = g[L_ATTN_NORM].data;
-        L->ffn_norm = g[L_FFN_NORM].data;
-        bind_weight(&L->wq, &g[L_Q]);
-        bind_weight(&L->wk, &g[L_K]);
-        bind_weight(&L->wv, &g[L_V]);
-        bind_weight(&L->wo, &g[L_O]);
-        bind_weight(&L->w_gate, &g[L_GATE]);
-        bind_weight(&L->w_up, &g[L_UP]);
-        bind_weight(&L->w_down, &g[L_DOWN]);
+        L->attn_norm = g[L_ATTN_NORM]->data;
+        L->ffn_norm = g[L_FFN_NORM]->data;
+        bind_weight(&L->wq, g[L_Q]);
+        bind_weight(&L->wk, g[L_K]);
+        bind_weight(&L->wv, g[L_V]);
+        bind_weight(&L->wo, g[L_O]);
+        bind_weight(&L->w_gate, g[L_GATE]);
+        bind_weight(&L->w_up, g[L_UP]);
+        bind_weight(&L->w_down, g[L_DOWN]);
         if (c->has_qkv_bias) {
-            L->bq = g[L_BQ].data;
-            L->bk = g[L_BK].data;
-            L->bv = g[L_BV].data;
+            L->bq = g[L_BQ]->data;
+            L->bk = g[L_BK]->data;
+            L->bv = g[L_BV]->data;
         }
+        if (c->qk_norm) L->q_norm = g[L_QN]->data, L->k_norm = g[L_KN]->data;
+        if (c->post_norms) L->attn_post_norm = g[L_APN]->data, L->ffn_post_norm = g[L_FPN]->data;
     }
     free(job.ts);
     if (s.llama3_rope) {

@@ -27,6 +27,9 @@ static const want_shape WANT[] = {
     {"llama3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, 0, 0, 8030261248ull},
     {"qwen2.5-7b", "qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0, 1, 7615616512ull},
     {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, 1, 0, 134515008ull},
+    /* Qwen3-8B: 8.19B; Gemma-3-4B's language model: 3.88B (its vision tower is not a KV-cache matter) */
+    {"qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0f, 1e-6f, 0, 0, 8190735360ull},
+    {"gemma3-4b", "gemma3", 34, 2560, 8, 4, 256, 10240, 262144, 131072, 1000000.0f, 1e-6f, 1, 0, 3880099328ull},
 };
 
 static void test_shape_table_matches_the_real_models_config(void) {
@@ -51,7 +54,13 @@ static void test_shape_table_matches_the_real_models_config(void) {
         CU_ASSERT_EQUAL(c->rms_eps, w->rms_eps);
         CU_ASSERT_EQUAL(c->tied_output, w->tied_output);
         CU_ASSERT_EQUAL(c->has_qkv_bias, w->qkv_bias);
-        CU_ASSERT_EQUAL(c->rope_neox, w->qkv_bias); /* qwen2 */
+        CU_ASSERT_EQUAL(c->rope_neox, strcmp(w->arch, "llama") != 0); /* qwen2, qwen3, gemma3 */
+        CU_ASSERT_EQUAL(c->qk_norm, !strcmp(w->arch, "qwen3") || !strcmp(w->arch, "gemma3"));
+        if (!strcmp(w->arch, "gemma3")) { /* 5 local layers (window 1024, base 10000) to 1 global (linear x8) */
+            CU_ASSERT(c->post_norms && c->ffn_act == KVB_FFN_GEGLU && c->n_swa == 1024);
+            CU_ASSERT(c->swa_layer[0] && c->swa_layer[4] && !c->swa_layer[5] && c->swa_layer[6] && !c->swa_layer[11]);
+            CU_ASSERT(c->rope_freq_base_swa == 10000.0f && c->rope.freq_scale == 0.125f && c->rope_scaled);
+        }
         CU_ASSERT_EQUAL(s.seed, 0);
         uint64_t params = 0, bytes = 0;
         for (int64_t t = 0; t < syn_tensor_count(&s); t++) {
