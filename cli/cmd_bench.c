@@ -5,8 +5,8 @@
  * (synthetic:<shape>) gets seeded random ids and no llama.cpp run.
  *
  * On a GPU backend, and with --torch on a synthetic model, the peer is PyTorch on the model's shapes instead
- * (scripts/torch_synth_bench.py: transformers' Llama/Qwen2 built from the config with random weights, SDPA,
- * f16 on the GPU): TTFT and decode ms/token at the same contexts, in the same run. */
+ * (scripts/torch_synth_bench.py: transformers' Llama, Mistral, Qwen2, Qwen3 or Gemma-3 built from the config with
+ * random weights, SDPA, f16 on the GPU): TTFT and decode ms/token at the same contexts, in the same run. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,11 +122,21 @@ static void shape_args(char *out, size_t cap, const kvb_config *c, int on_gpu) {
         snprintf(where, sizeof where, "--device cuda:%d --dtype f16", dev && *dev ? atoi(dev) : 0);
     else
         snprintf(where, sizeof where, "--device cpu --dtype f32");
+    const char *arch = !strcmp(c->arch, "qwen2") || !strcmp(c->arch, "qwen3") || !strcmp(c->arch, "gemma3") ? c->arch
+                                                                                                             : "llama";
+    char extra[128] = "";
+    if (c->n_swa > 0)
+        snprintf(extra, sizeof extra, " --window %d --swa-base %.9g", c->n_swa,
+                 c->rope_freq_base_swa > 0 ? c->rope_freq_base_swa : c->rope_freq_base);
+    if (c->rope.freq_scale > 0.0f && c->rope.freq_scale != 1.0f) {
+        size_t l = strlen(extra);
+        snprintf(extra + l, sizeof extra - l, " --rope-linear %.9g", 1.0 / c->rope.freq_scale);
+    }
     snprintf(out, cap,
              "--arch %s --layers %d --embd %d --heads %d --kv-heads %d --head-dim %d --ff %d --vocab %d "
-             "--rope-base %.9g --rms-eps %.9g%s %s",
-             strcmp(c->arch, "qwen2") ? "llama" : "qwen2", c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim,
-             c->n_ff, c->n_vocab, c->rope_freq_base, c->rms_eps, c->tied_output ? " --tied" : "", where);
+             "--rope-base %.9g --rms-eps %.9g%s%s %s",
+             arch, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim, c->n_ff, c->n_vocab,
+             c->rope_freq_base, c->rms_eps, c->tied_output ? " --tied" : "", extra, where);
 }
 
 /* Run a peer on the same ids (or, the shape peer, the same shapes) and thread count; fills its figures.

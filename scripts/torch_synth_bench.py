@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's TTFT and decode speed for a model of given shapes (the peer of `kvbench bench` on synthetic:<shape>
-models and on the GPU): transformers builds the Llama (or Qwen2) model from a config of those shapes with random
+models and on the GPU): transformers builds the Llama (Mistral with a window), Qwen2, Qwen3 or Gemma-3 model from a
+config of those shapes with random
 weights (its own initialisation, seeded) in --dtype on --device, attn_implementation="sdpa", no weights file.
 Per context: one forward pass over the prompt ids 1000 + (i*7919) % 40000 (mod the vocabulary) with the KV cache
 on and only the last position's logits kept, then -n greedy decode steps through the cache, one token each.
@@ -36,14 +37,26 @@ def build_model(a, torch, transformers):
                   num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, rms_norm_eps=a.rms_eps,
                   rope_theta=a.rope_base, max_position_embeddings=max(a.ctx) + a.n + 8,
                   tie_word_embeddings=a.tied, use_cache=True)
-    if a.arch == "qwen2":
-        if a.embd != a.heads * a.head_dim:
-            sys.exit(f"torch_synth_bench: qwen2 needs embd = heads x head_dim ({a.embd} != {a.heads} x {a.head_dim})")
-        cfg = transformers.Qwen2Config(**common)
-        cls = transformers.Qwen2ForCausalLM
-    else:
-        cfg = transformers.LlamaConfig(head_dim=a.head_dim, **common)
-        cls = transformers.LlamaForCausalLM
+    try:
+        if a.arch == "qwen2":
+            if a.embd != a.heads * a.head_dim:
+                sys.exit(f"torch_synth_bench: qwen2 needs embd = heads x head_dim ({a.embd} != {a.heads} x {a.head_dim})")
+            cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+        elif a.arch == "qwen3":
+            cfg, cls = transformers.Qwen3Config(head_dim=a.head_dim, **common), transformers.Qwen3ForCausalLM
+        elif a.arch == "gemma3":  # local layers (sliding_window, their own RoPE base) and global ones (linear scaling)
+            extra = dict(head_dim=a.head_dim, sliding_window=a.window, query_pre_attn_scalar=a.head_dim,
+                         rope_local_base_freq=a.swa_base, hidden_activation="gelu_pytorch_tanh")
+            if a.rope_linear:
+                extra["rope_scaling"] = {"rope_type": "linear", "factor": a.rope_linear}
+            cfg, cls = transformers.Gemma3TextConfig(**extra, **common), transformers.Gemma3ForCausalLM
+        elif a.window:  # llama with a window on every layer: Mistral-7B-v0.1
+            cfg = transformers.MistralConfig(head_dim=a.head_dim, sliding_window=a.window, **common)
+            cls = transformers.MistralForCausalLM
+        else:
+            cfg, cls = transformers.LlamaConfig(head_dim=a.head_dim, **common), transformers.LlamaForCausalLM
+    except (AttributeError, TypeError, ValueError) as e:  # an older or newer transformers without that config
+        sys.exit(f"torch_synth_bench: transformers {transformers.__version__} cannot build a {a.arch} config: {e}")
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(a.seed)
     prev = torch.get_default_dtype()
@@ -59,7 +72,10 @@ def build_model(a, torch, transformers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "gemma3"], default="llama")
+    ap.add_argument("--window", type=int, default=0, help="sliding window (llama: every layer; gemma3: its local layers)")
+    ap.add_argument("--swa-base", type=float, default=10000.0, help="gemma3: the local layers' RoPE base")
+    ap.add_argument("--rope-linear", type=float, default=0.0, help="linear RoPE scaling factor (gemma3: global layers)")
     for name in ("layers", "embd", "heads", "kv-heads", "head-dim", "ff", "vocab"):
         ap.add_argument("--" + name, type=int, required=True)
     ap.add_argument("--rope-base", type=float, default=10000.0)
