@@ -8,7 +8,7 @@
 #                                               the shared libraries they need, for a GPU box without dev packages
 #   scripts/gpu-check.sh --check-bundle FILE    each bundled binary starts in a chroot holding only the bundle and
 #                                               what a CUDA box has (glibc, C++ runtime, cuBLAS), empty environment
-#   scripts/gpu-check.sh --plan                 the three groups of steps (KVB_GPU_GROUP=1|2|3), each one call,
+#   scripts/gpu-check.sh --plan                 the four groups of steps (KVB_GPU_GROUP=1..4), each one call,
 #                                               with each step's measured seconds
 #
 # A lent GPU box gives about 10 minutes a command, 64 MiB uploaded, no network and no dev packages: build the
@@ -46,6 +46,7 @@
 #   loads             Round Attention's and OmniKV's packed host->device loads vs the pinned copy rate
 #   synthetic         synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
 #   synthetic-new     the same on the candidate set at KVB_SYNTH_CTX_NEW
+#   synthetic-qwen3   synthetic:qwen3-8b (Q/K head norms) the same way, beside PyTorch's Qwen3
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
@@ -126,19 +127,20 @@ if [ "${1:-}" = "--check-bundle" ]; then
 fi
 
 # Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
-# neighbours), and the three groups of steps, each sized to one call (<= 480 s with a 20% margin)
+# neighbours), and the four groups of steps, each sized to one call (<= 480 s with a 20% margin)
 declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
-    [ncu-decode]=50 [ncu-prefill]=24 [nsys]=~20)
+    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20)
 groups=("tests bench-attention sanitize ncu ncu-decode ncu-prefill model methods methods-profile loads synthetic-profile"
     "synthetic-new synthetic-batch synthetic omnikv-128k"
+    "synthetic-qwen3"
     "methods-8b")
-group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
+group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
 if [ "${1:-}" = "--plan" ]; then
     echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 (docs/gpu.md), ~ = estimated;"
     echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
     total=0
-    for g in 1 2 3; do
+    for ((g = 1; g <= ${#groups[@]}; g++)); do
         sum=0
         for st in ${groups[g - 1]}; do sum=$((sum + ${est[$st]#\~})); done
         sum=$((sum * 12 / 10)); total=$((total + sum))
@@ -151,11 +153,12 @@ if [ "${1:-}" = "--plan" ]; then
     exit 0
 fi
 if [ -n "${KVB_GPU_GROUP:-}" ]; then
-    case "$KVB_GPU_GROUP" in
-    1 | 2 | 3) KVB_GPU_STEPS=${groups[KVB_GPU_GROUP - 1]}
-        [ -n "${group_env[KVB_GPU_GROUP - 1]}" ] && export "${group_env[KVB_GPU_GROUP - 1]}" ;;
-    *) echo "gpu-check: KVB_GPU_GROUP must be 1, 2 or 3 (see --plan)" >&2; exit 2 ;;
-    esac
+    if [[ "$KVB_GPU_GROUP" =~ ^[1-9]$ ]] && [ "$KVB_GPU_GROUP" -le ${#groups[@]} ]; then
+        KVB_GPU_STEPS=${groups[KVB_GPU_GROUP - 1]}
+        [ -n "${group_env[KVB_GPU_GROUP - 1]}" ] && export "${group_env[KVB_GPU_GROUP - 1]}"
+    else
+        echo "gpu-check: KVB_GPU_GROUP must be 1 to ${#groups[@]} (see --plan)" >&2; exit 2
+    fi
 fi
 
 bin=""
@@ -167,7 +170,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu model methods methods-profile loads synthetic synthetic-new synthetic-batch synthetic-profile methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-prefill model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
@@ -373,6 +376,11 @@ step_synthetic() {
 step_synthetic_new() {
     step "synthetic:llama3.1-8b full, ctx $synth_ctx_new, candidate kernels ${new_set[*]} (+ PyTorch)" bench_synth_new.md \
         "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts "$synth_ctx_new" -n 16
+}
+step_synthetic_qwen3() { # the issue's second 8B model, its real architecture (Q/K head norms), beside PyTorch's Qwen3
+    step "synthetic:qwen3-8b full, ctx $synth_ctx_new, candidate kernels ${new_set[*]} (+ PyTorch)" bench_synth_qwen3.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:qwen3-8b?ctx=131200" \
+        --contexts "$synth_ctx_new" -n 16
 }
 step_synthetic_batch() { # TTFT by prefill chunk: 64 chunks of 512 tokens at 32K run GEMMs of N = 512
     for b in 2048 8192; do
