@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "benchmarks/datahint.h"
+#include "benchmarks/longbench_v2.h"
 #include "benchmarks/score.h"
 #include "benchmarks/synth_suite.h"
 
@@ -153,7 +154,50 @@ static int load_sharegpt(const kvb_bench_env *e, const cJSON *b, char *err, size
     return load_judged(e, b, "sharegpt", KVB_JK_QUALITY, err, err_len);
 }
 
+/* A filter of a longbench_v2 entry: an array of strings, each one of allowed (NULL: any string); *n = its length. */
+static int string_list(const kvb_bench_env *e, const cJSON *b, const char *key, const char *const *allowed, int n_allowed,
+                       const char **out, int cap, int *n, char *err, size_t err_len) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, key), *x;
+    *n = 0;
+    if (!v) return 0;
+    if (!cJSON_IsArray(v) || !cJSON_GetArraySize(v) || cJSON_GetArraySize(v) > cap)
+        return ERR("suite %s: longbench_v2 \"%s\" must be a non-empty array of at most %d strings", e->suite_path, key, cap);
+    cJSON_ArrayForEach(x, v) {
+        int ok = cJSON_IsString(x) && n_allowed == 0;
+        for (int i = 0; cJSON_IsString(x) && i < n_allowed; i++) ok |= !strcmp(x->valuestring, allowed[i]);
+        if (!ok) return ERR("suite %s: longbench_v2 \"%s\" holds %s%s%s%s", e->suite_path, key,
+                            cJSON_IsString(x) ? "\"" : "", cJSON_IsString(x) ? x->valuestring : "a non-string",
+                            cJSON_IsString(x) ? "\"" : "", n_allowed ? ", not one of its values" : "");
+        out[(*n)++] = x->valuestring;
+    }
+    return 0;
+}
+
+/* {"type": "longbench_v2", "path": "$KVB_DATA/longbench-v2/data.json", "cot": false, "samples": N, "length": [...],
+ * "difficulty": [...], "domain": [...], "optional": true} */
+static int load_longbench_v2(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
+    static const char *const LEN[] = {"short", "medium", "long"}, *const DIFF[] = {"easy", "hard"};
+    const char *lens[3], *diffs[2], *doms[16];
+    lbv2_opts o = {.cot = jtrue(b, "cot"), .length = lens, .difficulty = diffs, .domain = doms};
+    if (string_list(e, b, "length", LEN, 3, lens, 3, &o.n_length, err, err_len) ||
+        string_list(e, b, "difficulty", DIFF, 2, diffs, 2, &o.n_difficulty, err, err_len) ||
+        string_list(e, b, "domain", NULL, 0, doms, 16, &o.n_domain, err, err_len))
+        return -1;
+    o.limit = (int)jnum(b, "samples", 0);
+    if (e->limit > 0 && (o.limit <= 0 || e->limit < o.limit)) o.limit = e->limit;
+    char path[1024];
+    EXPAND(jstr(b, "path", "$KVB_DATA/longbench-v2/data.json"), path, "longbench_v2 \"path\"");
+    if (!file_exists(path)) {
+        const char *hint = "the official data.json of THUDM/LongBench-v2 on the Hugging Face Hub";
+        if (e->optional) { fprintf(stderr, "skipping LongBench v2: %s not found (%s)\n", path, hint); return 0; }
+        return ERR("LongBench v2: %s not found (%s)", path, hint);
+    }
+    kvb_samples *out = e->add_task(e->add_ctx, o.cot ? "longbench_v2_cot" : "longbench_v2", "longbench_v2", KVB_JK_NONE, err, err_len);
+    return out ? lbv2_load(path, &o, out, err, err_len) : -1;
+}
+
 static const char *longbench_bin(const kvb_sample *s) { return lb_e_bin(s->length); }
+static const char *longbench_v2_bin(const kvb_sample *s) { return lbv2_length_bin(s->length); }
 
 static const kvb_benchmark BENCHMARKS[] = {
     /* type, loader, scorer (NULL: judged), judge kind, length bin */
@@ -163,6 +207,7 @@ static const kvb_benchmark BENCHMARKS[] = {
     {"ruler", kvb_synth_load_ruler, kvb_score_ruler, KVB_JK_NONE, NULL},
     {"infinitebench", kvb_synth_load_infbench, kvb_score_infbench, KVB_JK_NONE, NULL},
     {"longbench", load_longbench, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
+    {"longbench_v2", load_longbench_v2, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin},
     {"longmemeval", load_longmemeval, NULL, KVB_JK_LONGMEMEVAL, NULL},
     {"sharegpt", load_sharegpt, NULL, KVB_JK_QUALITY, NULL},
 };

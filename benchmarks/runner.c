@@ -399,6 +399,8 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
     set_str(&r->task, t->name, &oom);
     set_str(&r->sample_id, s->id ? s->id : "", &oom);
     set_str(&r->qtype, s->qtype, &oom);
+    set_str(&r->difficulty, s->difficulty, &oom);
+    set_str(&r->domain, s->domain, &oom);
     const kvb_benchmark *bm = kvb_benchmark_find(t->benchmark);
     set_str(&r->length_bin, bm && bm->length_bin ? bm->length_bin(s) : NULL, &oom);
     if (s->ctx_tokens > 0) r->ctx_len = s->ctx_tokens, r->depth = s->depth;

@@ -33,6 +33,8 @@ void kvb_sample_free(kvb_sample *s) {
     free(s->context);
     free(s->date);
     free(s->group);
+    free(s->difficulty);
+    free(s->domain);
     memset(s, 0, sizeof *s);
 }
 

@@ -52,6 +52,8 @@ typedef struct {
                                of `context`) and differ in the question (RULER niah_multiquery posed one query at a
                                time, InfiniteBench kv_retrieval with several queries per haystack); with the
                                question hidden the runner prefills the context once per group. NULL = its own */
+    char *difficulty;       /* LongBench v2: "easy" | "hard"; else NULL */
+    char *domain;           /* LongBench v2: the question's domain ("Single-Document QA", ...); else NULL */
 } kvb_sample;
 
 typedef struct { kvb_sample *v; int n, cap; } kvb_samples;

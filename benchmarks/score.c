@@ -3,6 +3,7 @@
 
 #include "benchmarks/metrics.h"
 #include "benchmarks/infbench.h"
+#include "benchmarks/longbench_v2.h"
 #include "benchmarks/registry.h"
 #include "benchmarks/ruler.h"
 
@@ -68,6 +69,13 @@ int kvb_score_longbench(const kvb_sample *s, const char *prediction, double *sco
                             (const char *const *)s->all_classes, s->n_classes, score))
         return -1;
     snprintf(metric, metric_cap, "%s", kvb_longbench_metric_name(s->task));
+    return 0;
+}
+
+int kvb_score_longbench_v2(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {
+    if (s->n_answers != 1) return -1;
+    *score = lbv2_judge(prediction, s->answers[0]);
+    snprintf(metric, metric_cap, "longbench_v2_acc");
     return 0;
 }
 

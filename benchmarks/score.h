@@ -27,6 +27,8 @@ int kvb_score_substring(const kvb_sample *s, const char *prediction, double *sco
 int kvb_score_ruler(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
 int kvb_score_infbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
 int kvb_score_longbench(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
+/* LongBench v2: 1 when pred.py's extract_answer finds the answer letter in the reply, else 0 ("longbench_v2_acc"). */
+int kvb_score_longbench_v2(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
 /* Case-insensitive (ASCII) substring test. */
 int kvb_contains_ci(const char *hay, const char *needle);
 

@@ -46,8 +46,10 @@ enum { KVB_RF_REQUIRED = 1 << 0, KVB_RF_OMIT = 1 << 1, KVB_RF_TIMING = 1 << 2, K
     X(STR, benchmark, 0)                   /* "other" on reading when absent */                                     \
     X(STR, task, KVB_RF_REQUIRED)                                                                                   \
     X(STR, sample_id, 0)                   /* a resume finds the record by it (the runner requires it) */           \
-    X(STR, qtype, 0)                       /* LongMemEval's question type */                                        \
-    X(STR, length_bin, 0)                  /* LongBench-E's 0-4k / 4-8k / 8k+ */                                    \
+    X(STR, qtype, 0)                       /* LongMemEval's question type; LongBench v2's sub-domain */             \
+    X(STR, length_bin, 0)                  /* LongBench-E's 0-4k / 4-8k / 8k+; LongBench v2's short / medium / long */ \
+    X(STR, difficulty, KVB_RF_OMIT)        /* LongBench v2's easy / hard */                                         \
+    X(STR, domain, KVB_RF_OMIT)            /* LongBench v2's domain */                                              \
     X(NUM, ctx_len, KVB_RF_OMIT)           /* a synthetic context's length in tokens (needle grid) */               \
     X(NUM, depth, KVB_RF_OMIT)             /* where its needle is */                                                \
     X(BOOL, abstention, 0)                 /* LongMemEval abstention question */                                    \

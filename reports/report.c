@@ -352,6 +352,45 @@ static void length_bin_section(const kvb_run *run, const kvb_summary *s, FILE *f
         }
 }
 
+/* result.py's table (Overall, Easy, Hard, Short, Medium, Long) and the same accuracy by domain, per task (zero-shot
+ * and CoT apart) and row */
+static void lbv2_section(const kvb_run *run, const kvb_summary *s, FILE *f) {
+    static const char *const diff_canon[] = {"easy", "hard"}, *const len_canon[] = {"short", "medium", "long"};
+    static const char *const dom_canon[] = {"Single-Document QA", "Multi-Document QA", "Long In-context Learning",
+                                            "Long-dialogue History Understanding", "Code Repository Understanding",
+                                            "Long Structured Data Understanding"};
+    const char *diffs[MAX_GROUPS], *lens[MAX_GROUPS], *doms[MAX_GROUPS];
+    size_t off_diff = offsetof(kvb_record, difficulty), off_len = offsetof(kvb_record, length_bin),
+           off_dom = offsetof(kvb_record, domain);
+    int nd = distinct(run, "longbench_v2", off_diff, diff_canon, 2, diffs);
+    int nl = distinct(run, "longbench_v2", off_len, len_canon, 3, lens);
+    int nm = distinct(run, "longbench_v2", off_dom, dom_canon, 6, doms);
+    if (!nd && !nl && !nm) return;
+    fputs("\n## LongBench v2 by difficulty, length and domain\n\nAccuracy x100 (samples), as result.py reports it, "
+          "and by domain.\n\n| task | method@budget | Overall |", f);
+    const char **groups[3] = {diffs, lens, doms};
+    int ns[3] = {nd, nl, nm};
+    size_t offs[3] = {off_diff, off_len, off_dom};
+    for (int k = 0; k < 3; k++)
+        for (int g = 0; g < ns[k]; g++) fputc(' ', f), md(f, groups[k][g]), fputs(" |", f);
+    fputs("\n|---|---|---:|", f);
+    for (int g = 0; g < nd + nl + nm; g++) fputs("---:|", f);
+    fputc('\n', f);
+    acc per[MAX_GROUPS], all, abst;
+    for (int j = 0; j < s->n_cols; j++)
+        for (int i = 0; i < s->n_rows; i++) {
+            group_scores(run, s, i, j, "longbench_v2", off_diff, diffs, nd, per, &all, &abst);
+            if (!all.n) continue;
+            fputs("| ", f), md(f, s->cols[j].task), fputs(" | ", f), row_name(f, &s->rows[i]), fputs(" |", f);
+            pct_cell(f, &all, 1);
+            for (int k = 0; k < 3; k++) {
+                group_scores(run, s, i, j, "longbench_v2", offs[k], groups[k], ns[k], per, &all, &abst);
+                for (int g = 0; g < ns[k]; g++) pct_cell(f, &per[g], 1);
+            }
+            fputc('\n', f);
+        }
+}
+
 /* ---- errors ---- */
 
 static void error_messages(const kvb_run *run, const kvb_summary *s, int row, FILE *f) {
@@ -628,6 +667,7 @@ static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160],
     kvb_report_efficiency_table(run, s, f);
     lme_section(run, s, f);
     length_bin_section(run, s, f);
+    lbv2_section(run, s, f);
     int niah = 0;
     for (int i = 0; i < s->n_rows; i++)
         if (names[i][0]) {
