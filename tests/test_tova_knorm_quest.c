@@ -15,43 +15,21 @@
 
 #include "util_common.h"
 #include "util_gguf_writer.h"
+#include "util_method.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "methods/method.h"
 
 enum { L = 8, E = 32, NH = 4, NKV = 2, HD = 8, FF = 48, V = 300, CTX = 512, G = NH / NKV };
 
-static kvb_model *model;
-static char model_path[256];
 static uint64_t rng = 7;
 
-static float frand(float s) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return s * ((float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
-}
+static float frand(float s) { return util_frand(&rng, s); }
 
-static kvb_ctx *new_ctx(kvb_dtype dt) {
-    char err[256];
-    kvb_ctx_params p = kvb_ctx_default_params();
-    p.kv_dtype = dt;
-    p.n_ctx = CTX;
-    p.n_threads = 2;
-    p.n_batch = 64;
-    kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
-    CU_ASSERT_FATAL(c != NULL);
-    return c;
-}
+static kvb_ctx *new_ctx(kvb_dtype dt) { return util_tiny_ctx(dt, CTX); }
 
 static kvb_method *make(const char *name, kvb_ctx *c, const char *budget, const char *opts) {
-    char err[256];
-    kvb_budget b;
-    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
-    kvb_opts o = {0};
-    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
-    kvb_method *m = kvb_method_create(name, c, &b, &o, err, sizeof err);
-    if (!m) fprintf(stderr, "\n  %s: %s\n", name, err);
-    CU_ASSERT_FATAL(m != NULL);
-    return m;
+    return util_make_method(name, c, budget, opts);
 }
 
 /* Every layer gets n random tokens at positions 0..n-1, as if prefilled. */
@@ -565,27 +543,12 @@ static void test_options_and_needs(void) {
     }
 }
 
-static char dir[] = "/tmp/kvb_tkq_XXXXXX";
-
 static int setup(void) {
-    if (!mkdtemp(dir)) return -1;
-    snprintf(model_path, sizeof model_path, "%s/tiny.gguf", dir);
-    gw_random r = {rng, 0.5f, NULL};
-    gw_tiny t = {"llama", L, E, NH, NKV, FF, V, CTX, 0, NULL, gw_random_tensor, &r};
-    int rc = gw_write_tiny(&t, model_path);
-    free(r.buf);
-    rng = r.state;
-    char err[256];
-    model = rc ? NULL : kvb_model_load(model_path, err, sizeof err);
-    return model ? 0 : -1;
+    const util_tiny_shape shape = {"tkq", L, E, NH, NKV, FF, V, CTX};
+    return util_tiny_setup(&shape, &rng);
 }
 
-static int teardown(void) {
-    kvb_model_free(model);
-    unlink(model_path);
-    rmdir(dir);
-    return 0;
-}
+static int teardown(void) { return util_tiny_teardown(); }
 
 int main(void) {
     CU_initialize_registry();

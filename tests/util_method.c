@@ -1,0 +1,66 @@
+/* util_method.c — the tiny-model fixture of the method tests (util_method.h). */
+#include "util_method.h"
+
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "util_gguf_writer.h"
+
+kvb_model *util_tiny;
+static char dir[128], path[256];
+
+int util_tiny_setup(const util_tiny_shape *s, uint64_t *rng) {
+    snprintf(dir, sizeof dir, "/tmp/kvb_%s_XXXXXX", s->tag);
+    if (!mkdtemp(dir)) return -1;
+    snprintf(path, sizeof path, "%s/tiny.gguf", dir);
+    gw_random r = {*rng, 0.5f, NULL};
+    gw_tiny t = {"llama", s->n_layer, s->n_embd, s->n_head, s->n_head_kv, s->n_ff, s->n_vocab, s->n_ctx,
+                 0, NULL, gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, path);
+    free(r.buf);
+    *rng = r.state;
+    char err[256];
+    util_tiny = rc ? NULL : kvb_model_load(path, err, sizeof err);
+    if (!util_tiny && !rc) fprintf(stderr, "util_tiny_setup: %s\n", err);
+    return util_tiny ? 0 : -1;
+}
+
+int util_tiny_teardown(void) {
+    kvb_model_free(util_tiny);
+    util_tiny = NULL;
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
+kvb_ctx *util_tiny_ctx(kvb_dtype dt, int n_ctx) {
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = dt;
+    p.n_ctx = n_ctx;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(util_tiny, &p, err, sizeof err);
+    if (!c) fprintf(stderr, "\n  ctx: %s\n", err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+kvb_method *util_make_method(const char *name, kvb_ctx *c, const char *budget, const char *opts) {
+    char err[256];
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_method *m = kvb_method_create(name, c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s: %s\n", name, err);
+    CU_ASSERT_FATAL(m != NULL);
+    return m;
+}
+
+float util_frand(uint64_t *rng, float s) {
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return s * ((float)((*rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+}
