@@ -26,57 +26,6 @@ static float frand(float s) { return util_frand(&rng, s); }
 
 static kvb_ctx *new_ctx(kvb_dtype dt) { return util_tiny_ctx(dt, CTX); }
 
-static double elem(const void *rows, kvb_dtype dt, size_t at) {
-    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[at]) : ((const float *)rows)[at];
-}
-
-/* kvpress's score in float64 for the n keys of a head: -cos(k_j, mean_i k_i / ||k_i||) (0 for a zero key) */
-static void keydiff_ref(const void *k, kvb_dtype dt, int64_t n, double *score) {
-    double anchor[HD] = {0}, an = 0;
-    for (int64_t j = 0; j < n; j++) {
-        double s = 0;
-        for (int e = 0; e < HD; e++) s += elem(k, dt, (size_t)j * HD + e) * elem(k, dt, (size_t)j * HD + e);
-        for (int e = 0; e < HD; e++) anchor[e] += s > 0 ? elem(k, dt, (size_t)j * HD + e) / sqrt(s) / (double)n : 0;
-    }
-    for (int e = 0; e < HD; e++) an += anchor[e] * anchor[e];
-    for (int64_t j = 0; j < n; j++) {
-        double dot = 0, s = 0;
-        for (int e = 0; e < HD; e++) {
-            double x = elem(k, dt, (size_t)j * HD + e);
-            dot += x * anchor[e];
-            s += x * x;
-        }
-        score[j] = s > 0 ? -dot / (sqrt(s) * sqrt(an)) : 0;
-    }
-}
-
-/* The top k of x[0..n) as sorted positions (ties to the lower index); *margin = x's k-th largest minus its
- * (k+1)-th, how far the reference is from a tie that float rounding could break either way. */
-static void topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin) {
-    char *taken = calloc((size_t)n, 1);
-    double last = 0;
-    for (int64_t i = 0; i <= k && i < n; i++) {
-        int64_t best = -1;
-        for (int64_t j = 0; j < n; j++)
-            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
-        if (i == k) { *margin = last - x[best]; break; }
-        taken[best] = 1;
-        last = x[best];
-    }
-    for (int64_t j = 0, m = 0; j < n; j++)
-        if (taken[j]) out[m++] = (int32_t)j;
-    free(taken);
-}
-
-static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
-    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
-    int64_t n = hc.n;
-    memcpy(out, hc.pos, (size_t)n * sizeof *out);
-    kvb_sort_i32(out, n);
-    util_kv_head_free(&hc);
-    return n;
-}
-
 static kvb_method *make(kvb_ctx *c, const char *budget, const char *opts) {
     return util_make_method("decoding", c, budget, opts);
 }
@@ -99,7 +48,7 @@ static void append_tokens(kvb_ctx *c, int64_t from, int64_t to) {
 static void knorm_ref(const void *k, kvb_dtype dt, int64_t n, double *score) {
     for (int64_t j = 0; j < n; j++) {
         double s = 0;
-        for (int e = 0; e < HD; e++) s += elem(k, dt, (size_t)j * HD + e) * elem(k, dt, (size_t)j * HD + e);
+        for (int e = 0; e < HD; e++) s += util_elem(k, dt, (size_t)j * HD + e) * util_elem(k, dt, (size_t)j * HD + e);
         score[j] = -sqrt(s);
     }
 }
@@ -124,9 +73,9 @@ static void check_decode_cut(kvb_dtype dt, const char *base, int keydiff) {
         for (int g = 0; g < NKV; g++) {
             util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             double score[N + STEP], margin = 1;
-            if (keydiff) keydiff_ref(hv.k, dt, N + STEP, score);
+            if (keydiff) util_keydiff_ref(hv.k, dt, N + STEP, HD, score);
             else knorm_ref(hv.k, dt, N + STEP, score);
-            topk_ref(score, N + STEP, T, want[l][g], &margin);
+            util_topk_ref(score, N + STEP, T, want[l][g], &margin, NULL);
             near_ties += margin < 1e-5;
             util_kv_head_free(&hv);
         }
@@ -138,7 +87,7 @@ static void check_decode_cut(kvb_dtype dt, const char *base, int keydiff) {
     int mismatches = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), T);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), T);
             mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -148,7 +97,7 @@ static void check_decode_cut(kvb_dtype dt, const char *base, int keydiff) {
     for (int l = 0; l < L; l++) CU_ASSERT_FATAL(m->hooks.pre_attend(m, c, l, NULL, 5, err, sizeof err) == 0);
     c->n_past = N + STEP + 5;
     CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
-    CU_ASSERT_EQUAL(head_positions(c, 1, 1, pos), T + 5);
+    CU_ASSERT_EQUAL(util_head_positions(c, 1, 1, pos), T + 5);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
 }
@@ -234,14 +183,14 @@ static void test_prompt_cut_at_budget_snapkv_window(void) {
     int32_t pos[CTX];
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), 60);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), 60);
             CU_ASSERT(pos[52] == 142 && pos[59] == 149); /* the window */
         }
     for (int s = 0; s < 70; s++) {
         int32_t id = 9 + s % 200;
         CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
         CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
-        int64_t n = head_positions(c, 2, 1, pos);
+        int64_t n = util_head_positions(c, 2, 1, pos);
         CU_ASSERT_EQUAL(n, s + 1 < 64 ? 60 + s + 1 : 100 + (s + 1 - 64));
         if (s + 1 == 64) CU_ASSERT(pos[92] == 150 + 56 && pos[99] == 150 + 63); /* the window: the last 8 queries' keys */
     }

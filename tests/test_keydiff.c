@@ -43,57 +43,6 @@ static void fill_store(kvb_ctx *c, int64_t n, int64_t zero) {
     free(k), free(v), free(pos);
 }
 
-static double elem(const void *rows, kvb_dtype dt, size_t at) {
-    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[at]) : ((const float *)rows)[at];
-}
-
-/* kvpress's score in float64 for the n keys of a head: -cos(k_j, mean_i k_i / ||k_i||) (0 for a zero key) */
-static void keydiff_ref(const void *k, kvb_dtype dt, int64_t n, double *score) {
-    double anchor[HD] = {0}, an = 0;
-    for (int64_t j = 0; j < n; j++) {
-        double s = 0;
-        for (int e = 0; e < HD; e++) s += elem(k, dt, (size_t)j * HD + e) * elem(k, dt, (size_t)j * HD + e);
-        for (int e = 0; e < HD; e++) anchor[e] += s > 0 ? elem(k, dt, (size_t)j * HD + e) / sqrt(s) / (double)n : 0;
-    }
-    for (int e = 0; e < HD; e++) an += anchor[e] * anchor[e];
-    for (int64_t j = 0; j < n; j++) {
-        double dot = 0, s = 0;
-        for (int e = 0; e < HD; e++) {
-            double x = elem(k, dt, (size_t)j * HD + e);
-            dot += x * anchor[e];
-            s += x * x;
-        }
-        score[j] = s > 0 ? -dot / (sqrt(s) * sqrt(an)) : 0;
-    }
-}
-
-/* The top k of x[0..n) as sorted positions (ties to the lower index); *margin = x's k-th largest minus its
- * (k+1)-th, how far the reference is from a tie that float rounding could break either way. */
-static void topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin) {
-    char *taken = calloc((size_t)n, 1);
-    double last = 0;
-    for (int64_t i = 0; i <= k && i < n; i++) {
-        int64_t best = -1;
-        for (int64_t j = 0; j < n; j++)
-            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
-        if (i == k) { *margin = last - x[best]; break; }
-        taken[best] = 1;
-        last = x[best];
-    }
-    for (int64_t j = 0, m = 0; j < n; j++)
-        if (taken[j]) out[m++] = (int32_t)j;
-    free(taken);
-}
-
-static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
-    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
-    int64_t n = hc.n;
-    memcpy(out, hc.pos, (size_t)n * sizeof *out);
-    kvb_sort_i32(out, n);
-    util_kv_head_free(&hc);
-    return n;
-}
-
 static void check_keeps_least_like_the_mean(kvb_dtype dt, int64_t zero) {
     char err[256];
     kvb_ctx *c = new_ctx(dt);
@@ -106,8 +55,8 @@ static void check_keeps_least_like_the_mean(kvb_dtype dt, int64_t zero) {
         for (int g = 0; g < NKV; g++) {
             util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             double score[N], margin = 1;
-            keydiff_ref(hv.k, dt, N, score);
-            topk_ref(score, N, B, want[l][g], &margin);
+            util_keydiff_ref(hv.k, dt, N, HD, score);
+            util_topk_ref(score, N, B, want[l][g], &margin, NULL);
             near_ties += margin < 1e-5;
             if (zero >= 0) { /* scored 0 (F.normalize's epsilon), above the keys like the mean: kept */
                 CU_ASSERT(score[zero] == 0);
@@ -124,7 +73,7 @@ static void check_keeps_least_like_the_mean(kvb_dtype dt, int64_t zero) {
     int mismatches = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), B);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), B);
             mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -152,7 +101,7 @@ static void test_engine_prefill_holds_budget_decode_appends(void) {
     int32_t pos[CTX];
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL(head_positions(c, l, g, pos), 44);
+            CU_ASSERT_EQUAL(util_head_positions(c, l, g, pos), 44);
             CU_ASSERT(pos[40] == 150 && pos[43] == 153); /* the decoded tokens, after the 40 kept */
         }
     char desc[64];
@@ -170,7 +119,7 @@ static void test_full_budget_keeps_everything(void) {
     CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
     CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
     int32_t pos[CTX];
-    for (int l = 0; l < L; l++) CU_ASSERT_EQUAL(head_positions(c, l, 1, pos), 64);
+    for (int l = 0; l < L; l++) CU_ASSERT_EQUAL(util_head_positions(c, l, 1, pos), 64);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
 }

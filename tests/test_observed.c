@@ -76,33 +76,6 @@ static void observed_ref(float *const *chunk, const int64_t *bounds, int n_chunk
     for (int64_t j = 0; j < n; j++) score[j] /= (double)G * (double)(n - j);
 }
 
-/* The top k of x[0..n) as sorted positions (ties to the lower index); *margin = the k-th largest minus the
- * (k+1)-th, how far the reference is from a tie that float rounding could break either way. */
-static void topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin) {
-    char *taken = calloc((size_t)n, 1);
-    double last = 0;
-    for (int64_t i = 0; i <= k && i < n; i++) {
-        int64_t best = -1;
-        for (int64_t j = 0; j < n; j++)
-            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
-        if (i == k) { *margin = (last - x[best]) / last; break; }
-        taken[best] = 1;
-        last = x[best];
-    }
-    for (int64_t j = 0, m = 0; j < n; j++)
-        if (taken[j]) out[m++] = (int32_t)j;
-    free(taken);
-}
-
-static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
-    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
-    int64_t n = hc.n;
-    memcpy(out, hc.pos, (size_t)n * sizeof *out);
-    kvb_sort_i32(out, n);
-    util_kv_head_free(&hc);
-    return n;
-}
-
 /* Prefill in chunks through the observe hook (the slots grow chunk by chunk, as in a chunked prefill), then the
  * kept set of every layer and KV head against the float64 restatement. */
 static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t B) {
@@ -129,7 +102,9 @@ static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t 
     for (int g = 0; g < NKV; g++) {
         double score[N], margin = 1;
         observed_ref(chunk, bounds, n_chunks, g, N, score);
-        topk_ref(score, N, B, want[g], &margin);
+        double kth;
+        util_topk_ref(score, N, B, want[g], &margin, &kth);
+        margin /= kth;
         near_ties += B < N && margin < 1e-5;
     }
     CU_ASSERT_EQUAL(near_ties, 0); /* the seeded rows leave no boundary a float rounding could flip */
@@ -139,7 +114,7 @@ static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t 
     int mismatches = 0;
     for (int l = 0; l < L; l++) /* every layer saw the same rows: the same kept set */
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), B);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), B);
             mismatches += memcmp(pos, want[g], (size_t)B * sizeof *pos) != 0;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -150,7 +125,9 @@ static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t 
         double margin;
         observed_ref(chunk, bounds, n_chunks, 0, N, sum);
         for (int64_t j = 0; j < N; j++) sum[j] *= (double)(N - j);
-        topk_ref(sum, N, B, h2o, &margin);
+        double kth2;
+        util_topk_ref(sum, N, B, h2o, &margin, &kth2);
+        margin /= kth2;
         CU_ASSERT(memcmp(h2o, want[0], (size_t)B * sizeof *h2o) != 0);
     }
     for (int k = 0; k < n_chunks; k++) free(chunk[k]);
@@ -180,7 +157,7 @@ static void test_engine_prefill_holds_budget_decode_appends(void) {
     int32_t pos[CTX];
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL(head_positions(c, l, g, pos), 44);
+            CU_ASSERT_EQUAL(util_head_positions(c, l, g, pos), 44);
             CU_ASSERT(pos[40] == 150 && pos[43] == 153); /* the decoded tokens, after the 40 kept */
         }
     char desc[64];

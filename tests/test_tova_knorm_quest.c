@@ -47,35 +47,6 @@ static void fill_store(kvb_ctx *c, int64_t n) {
     free(k), free(v), free(pos);
 }
 
-/* Sorted positions a head holds. */
-static int64_t head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
-    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
-    int64_t n = hc.n;
-    memcpy(out, hc.pos, (size_t)n * sizeof *out);
-    kvb_sort_i32(out, n);
-    util_kv_head_free(&hc);
-    return n;
-}
-
-static double elem(const void *rows, kvb_dtype dt, size_t at) {
-    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[at]) : ((const float *)rows)[at];
-}
-
-/* Indices of the k largest of x[0..n) (ties to the lower index), ascending. */
-static void topk_ref(const double *x, int n, int k, int32_t *out) {
-    char *taken = calloc((size_t)n, 1);
-    for (int i = 0; i < k; i++) {
-        int best = -1;
-        for (int j = 0; j < n; j++)
-            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
-        if (best < 0) break; /* k > n */
-        taken[best] = 1;
-    }
-    for (int j = 0, m = 0; j < n; j++)
-        if (taken[j]) out[m++] = j;
-    free(taken);
-}
-
 /* ---- the ops against float64 ---- */
 
 static void test_ops_match_float64(void) {
@@ -94,7 +65,7 @@ static void test_ops_match_float64(void) {
         int bad = 0;
         for (int i = 0; i < N; i++) {
             double s = 0;
-            for (int e = 0; e < HD; e++) s += elem(k, dt ? KVB_F16 : KVB_F32, (size_t)i * HD + e) * elem(k, dt ? KVB_F16 : KVB_F32, (size_t)i * HD + e);
+            for (int e = 0; e < HD; e++) s += util_elem(k, dt ? KVB_F16 : KVB_F32, (size_t)i * HD + e) * util_elem(k, dt ? KVB_F16 : KVB_F32, (size_t)i * HD + e);
             bad += out[i] != (float)(dt ? -sqrt(s) : sqrt(s));
         }
         CU_ASSERT_EQUAL(bad, 0);
@@ -178,7 +149,7 @@ static void check_tova_prefill(const char *opts, int per_head) {
             util_kv_head_free(&hv);
         }
         for (int g = 0; g < NKV; g++) {
-            topk_ref(score[g], n - 1, b - 1, want[l][g]);
+            util_topk_ref(score[g], n - 1, b - 1, want[l][g], NULL, NULL);
             want[l][g][b - 1] = n - 1;
         }
     }
@@ -189,7 +160,7 @@ static void check_tova_prefill(const char *opts, int per_head) {
     int mismatches = 0, heads_differ = 0;
     for (int l = 0; l < L; l++) {
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), b);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), b);
             mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
         }
         heads_differ += memcmp(want[l][0], want[l][1], sizeof want[l][0]) != 0;
@@ -245,7 +216,7 @@ static void check_tova_evicts_argmin(const char *opts, int per_head) {
     int32_t pos[CTX];
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), 10);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), 10);
             int gone = per_head ? (g ? 37 : 32) : 35, found = 0;
             for (int i = 0; i < 10; i++) found |= pos[i] == gone;
             CU_ASSERT(!found);
@@ -273,8 +244,8 @@ static void test_tova_engine_holds_budget(void) {
     }
     int32_t a[CTX], b[CTX];
     for (int l = 0; l < L; l++) { /* the head mean: every KV head holds the same tokens */
-        CU_ASSERT_EQUAL(head_positions(c, l, 0, a), 30);
-        CU_ASSERT_EQUAL(head_positions(c, l, 1, b), 30);
+        CU_ASSERT_EQUAL(util_head_positions(c, l, 0, a), 30);
+        CU_ASSERT_EQUAL(util_head_positions(c, l, 1, b), 30);
         CU_ASSERT(memcmp(a, b, 30 * sizeof *a) == 0);
     }
     kvb_method_free(m, c);
@@ -296,10 +267,10 @@ static void check_knorm(kvb_dtype dt, const char *opts, int window) {
             double neg[n];
             for (int j = 0; j < n; j++) {
                 double s = 0;
-                for (int e = 0; e < HD; e++) s += elem(hv.k, dt, (size_t)j * HD + e) * elem(hv.k, dt, (size_t)j * HD + e);
+                for (int e = 0; e < HD; e++) s += util_elem(hv.k, dt, (size_t)j * HD + e) * util_elem(hv.k, dt, (size_t)j * HD + e);
                 neg[j] = -sqrt(s);
             }
-            topk_ref(neg, n - window, b - window, want[l][g]);
+            util_topk_ref(neg, n - window, b - window, want[l][g], NULL, NULL);
             for (int i = 0; i < window; i++) want[l][g][b - window + i] = n - window + i;
             util_kv_head_free(&hv);
         }
@@ -309,7 +280,7 @@ static void check_knorm(kvb_dtype dt, const char *opts, int window) {
     int mismatches = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(head_positions(c, l, g, pos), b);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), b);
             mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
@@ -364,7 +335,7 @@ static int quest_reference(const util_kv_head *hv, const float *q, int64_t b, in
     int64_t m = b > r ? (b - r + page / 2) / page : 0;
     if (m > np - 1) m = np - 1;
     int32_t *top = calloc((size_t)np, sizeof *top);
-    topk_ref(u, (int)(np - 1), (int)m, top);
+    util_topk_ref(u, (int)(np - 1), (int)m, top, NULL, NULL);
     top[m] = (int32_t)(np - 1);
     int k = 0;
     for (int64_t i = 0; i <= m; i++)

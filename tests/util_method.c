@@ -2,11 +2,15 @@
 #include "util_method.h"
 
 #include <CUnit/CUnit.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "util_common.h"
 #include "util_gguf_writer.h"
+#include "kernels/dtype.h"
 
 kvb_model *util_tiny;
 static char dir[128], path[256];
@@ -63,4 +67,58 @@ kvb_method *util_make_method(const char *name, kvb_ctx *c, const char *budget, c
 float util_frand(uint64_t *rng, float s) {
     *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
     return s * ((float)((*rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);
+}
+
+double util_elem(const void *rows, kvb_dtype dt, size_t at) {
+    return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)rows)[at]) : ((const float *)rows)[at];
+}
+
+void util_topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin, double *kth) {
+    char *taken = calloc((size_t)(n > 0 ? n : 1), 1);
+    double last = 0;
+    if (margin) *margin = INFINITY;
+    for (int64_t i = 0; i <= k && i < n; i++) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < n; j++)
+            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
+        if (i == k) {
+            if (margin) *margin = last - x[best];
+            break;
+        }
+        taken[best] = 1;
+        last = x[best];
+    }
+    if (kth) *kth = last;
+    for (int64_t j = 0, m = 0; j < n; j++)
+        if (taken[j]) out[m++] = (int32_t)j;
+    free(taken);
+}
+
+void util_keydiff_ref(const void *k, kvb_dtype dt, int64_t n, int d, double *score) {
+    double *anchor = calloc((size_t)d, sizeof *anchor), an = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int e = 0; e < d; e++) s += util_elem(k, dt, (size_t)j * d + e) * util_elem(k, dt, (size_t)j * d + e);
+        for (int e = 0; e < d; e++) anchor[e] += s > 0 ? util_elem(k, dt, (size_t)j * d + e) / sqrt(s) / (double)n : 0;
+    }
+    for (int e = 0; e < d; e++) an += anchor[e] * anchor[e];
+    for (int64_t j = 0; j < n; j++) {
+        double dot = 0, s = 0;
+        for (int e = 0; e < d; e++) {
+            double x = util_elem(k, dt, (size_t)j * d + e);
+            dot += x * anchor[e];
+            s += x * x;
+        }
+        score[j] = s > 0 ? -dot / (sqrt(s) * sqrt(an)) : 0;
+    }
+    free(anchor);
+}
+
+int64_t util_head_positions(kvb_ctx *c, int l, int h, int32_t *out) {
+    util_kv_head hc = util_kv_head_copy(c->kv, l, h);
+    int64_t n = hc.n;
+    memcpy(out, hc.pos, (size_t)n * sizeof *out);
+    kvb_sort_i32(out, n);
+    util_kv_head_free(&hc);
+    return n;
 }

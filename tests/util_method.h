@@ -4,6 +4,7 @@
 #ifndef KVB_TEST_UTIL_METHOD_H
 #define KVB_TEST_UTIL_METHOD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/model.h"
@@ -27,5 +28,17 @@ kvb_ctx *util_tiny_ctx(kvb_dtype dt, int n_ctx);
 kvb_method *util_make_method(const char *name, kvb_ctx *c, const char *budget, const char *opts);
 /* uniform in [-s, s) from the LCG stream *rng */
 float util_frand(uint64_t *rng, float s);
+
+/* ---- float64 references ---- */
+/* element `at` of rows of type dt (f16 or f32) */
+double util_elem(const void *rows, kvb_dtype dt, size_t at);
+/* The k largest of x[0..n) as sorted positions (ties to the lower index) into out. margin (may be NULL): the k-th
+ * largest minus the (k+1)-th, how far the reference is from a tie that float rounding could break either way
+ * (INFINITY when k >= n); kth (may be NULL): the k-th largest. */
+void util_topk_ref(const double *x, int64_t n, int64_t k, int32_t *out, double *margin, double *kth);
+/* kvpress's KeyDiff score of the n keys (head_dim d) of a head: -cos(k_j, mean_i k_i / ||k_i||), 0 for a zero key */
+void util_keydiff_ref(const void *k, kvb_dtype dt, int64_t n, int d, double *score);
+/* layer l's KV head h's positions, sorted, into out; their count */
+int64_t util_head_positions(kvb_ctx *c, int l, int h, int32_t *out);
 
 #endif
