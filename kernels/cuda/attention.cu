@@ -653,20 +653,10 @@ __global__ void __launch_bounds__(V3_WARPS * 32) k_attn_dec(kvb_cuda_attn a, int
                                  (int64_t)n_split * (D + 2));
 }
 
-/* v3's splits: at most the plan's (the workspace is sized for those) and no more blocks than fit on the GPU at
- * once, so every split runs in the one wave */
+/* v3's splits: one wave (attn_split.cuh) */
 template <int D, int RC, int U, bool WIN> static int dec_splits(int n_split, int blocks_per_split) {
-    static int resident; /* blocks of this instantiation the whole GPU holds at once */
-    if (!resident) {
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec<D, RC, U, WIN>, V3_WARPS * 32, 0) != cudaSuccess ||
-            per_sm < 1)
-            per_sm = 1;
-        resident = per_sm * g_sms;
-    }
-    int n = resident / blocks_per_split;
-    if (n > n_split) n = n_split;
-    return n < 1 ? 1 : n;
+    static const int resident = resident_blocks(k_attn_dec<D, RC, U, WIN>, V3_WARPS * 32);
+    return one_wave_splits(resident, n_split, blocks_per_split);
 }
 
 /* merge the splits of each row: out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M}; lse = M + log L. A block per

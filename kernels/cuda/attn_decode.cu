@@ -180,21 +180,10 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
                                    (int64_t)n_split * (D + 2));
 }
 
-/* at most n_split splits, and no more blocks than the GPU holds at once (one wave) */
+/* v4's splits: one wave (attn_split.cuh) */
 template <int D, bool WIN> static int v4_splits(int n_split, int blocks_per_split) {
-    static int resident;
-    if (!resident) {
-        int dev = 0, sms = 1, per_sm = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 1;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_dec_tc<D, WIN>, V4_WARPS * 32, 0) != cudaSuccess ||
-            per_sm < 1)
-            per_sm = 1;
-        resident = per_sm * sms;
-    }
-    int n = resident / blocks_per_split;
-    if (n > n_split) n = n_split;
-    return n < 1 ? 1 : n;
+    static const int resident = resident_blocks(k_attn_dec_tc<D, WIN>, V4_WARPS * 32);
+    return one_wave_splits(resident, n_split, blocks_per_split);
 }
 
 int kvb_cuda_decode_tc(const kvb_cuda_attn *a, int n_split, int n_rows, int n_chunks, float *part, cudaStream_t s) {

@@ -3,6 +3,7 @@
 #ifndef KVB_CUDA_ATTN_SPLIT_CUH
 #define KVB_CUDA_ATTN_SPLIT_CUH
 
+#include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -72,6 +73,23 @@ __device__ __forceinline__ void merge_warps(const float (*sm)[RC], const float (
         row[2 + d] = o;
         if (d == 0) row[0] = M, row[1] = L;
     }
+}
+
+/* blocks of `kernel` (threads a block, no dynamic shared memory) the whole GPU holds at once */
+template <typename Kernel> static int resident_blocks(Kernel kernel, int threads) {
+    int dev = 0, sms = 1, per_sm = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) per_sm = 1;
+    return per_sm * sms;
+}
+
+/* splits of a one-wave decode kernel: at most n_split (the workspace is sized for those) and no more blocks than
+ * `resident` (resident_blocks), so every split runs in the one wave; at least 1 */
+static inline int one_wave_splits(int resident, int n_split, int blocks_per_split) {
+    int n = resident / blocks_per_split;
+    if (n > n_split) n = n_split;
+    return n < 1 ? 1 : n;
 }
 
 #endif
