@@ -173,13 +173,7 @@ static void test_needs_and_options(void) {
     CU_ASSERT(kvb_method_needs_of("observed", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget &&
               nd.shares_prefill && nd.prefill_scores && !nd.obs_window && !nd.own_prefill && !nd.profile);
     kvb_ctx *c = new_ctx(KVB_F32);
-    kvb_budget b = {KVB_BUDGET_FRACTION, 0.3, 0};
-    kvb_opts o = {0};
-    CU_ASSERT_FATAL(kvb_opts_add(&o, "window=4", err, sizeof err) == 0);
-    CU_ASSERT(kvb_method_create("observed", c, &b, &o, err, sizeof err) == NULL && strstr(err, "no option 'window'"));
-    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
-    kvb_opts o2 = {0};
-    CU_ASSERT(kvb_method_create("observed", c, &none, &o2, err, sizeof err) == NULL && strstr(err, "needs a budget"));
+    util_check_refusals("observed", c, "window=4", "no option 'window'");
     kvb_ctx_free(c);
 }
 

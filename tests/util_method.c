@@ -64,6 +64,17 @@ kvb_method *util_make_method(const char *name, kvb_ctx *c, const char *budget, c
     return m;
 }
 
+void util_check_refusals(const char *name, kvb_ctx *c, const char *opt, const char *opt_err) {
+    char err[256];
+    kvb_budget b = {KVB_BUDGET_FRACTION, 0.3, 0};
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, opt, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_create(name, c, &b, &o, err, sizeof err) == NULL && strstr(err, opt_err));
+    kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
+    kvb_opts o2 = {0};
+    CU_ASSERT(kvb_method_create(name, c, &none, &o2, err, sizeof err) == NULL && strstr(err, "needs a budget"));
+}
+
 float util_frand(uint64_t *rng, float s) {
     *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
     return s * ((float)((*rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f);

@@ -26,6 +26,9 @@ int util_tiny_teardown(void);
 kvb_ctx *util_tiny_ctx(kvb_dtype dt, int n_ctx);
 /* Method `name` on c at budget (kvb_budget_parse's syntax) with options "k=v,..." or NULL (asserts it exists). */
 kvb_method *util_make_method(const char *name, kvb_ctx *c, const char *budget, const char *opts);
+/* Method `name` on c refuses the option opt ("k=v") with an error holding opt_err, and a missing budget with
+ * "needs a budget": both creations must fail (asserted). */
+void util_check_refusals(const char *name, kvb_ctx *c, const char *opt, const char *opt_err);
 /* uniform in [-s, s) from the LCG stream *rng */
 float util_frand(uint64_t *rng, float s);
 
