@@ -56,8 +56,14 @@ static const syn_shape SHAPES[] = {
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof *SHAPES };
 
-const char *syn_shape_names(void) {
-    return "llama3-8b, llama3.1-8b, mistral-7b, qwen2.5-7b, qwen3-8b, gemma3-4b, smollm2-135m, tiny";
+const char *syn_shape_names(void) { /* the table's names, comma-separated (built once) */
+    static char names[256];
+    if (!names[0])
+        for (int i = 0; i < N_SHAPES; i++) {
+            size_t l = strlen(names);
+            snprintf(names + l, sizeof names - l, "%s%s", i ? ", " : "", SHAPES[i].name);
+        }
+    return names;
 }
 
 int syn_is_name(const char *name) { return name && strncmp(name, SYN_PREFIX, strlen(SYN_PREFIX)) == 0; }
