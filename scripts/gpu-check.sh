@@ -90,7 +90,8 @@ if [ "${1:-}" = "--bundle" ]; then
     else
         echo "gpu-check: no default model at $m: the bundle has none (test_cuda_model will be skipped)" >&2
     fi
-    tar -C "$stage" -cf - bin | xz -T0 -6 >"$out"
+    mkdir -p "$(dirname "$out")" || exit 1
+    tar -C "$stage" -cf - bin | xz -T0 -6 >"$out" || exit 1
     rm -rf "$stage"
     echo "gpu-check: bundle $out ($(du -h "$out" | cut -f1)): unpack it and run scripts/gpu-check.sh --bin DIR/bin OUTDIR"
     exit 0

@@ -93,12 +93,14 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(s * x * fmaf(a * x, x, 1.0f)));
 }
 
+float cpu_gelu_f16(kvb_f16 h) { return kvb_f16_to_f32(kvb_f32_to_f16(gelu_tanh(kvb_f16_to_f32(h)))); }
+
 void cpu_geglu(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float x = gate[i];
         if (x <= -10.0f) out[i] = 0.0f;
         else if (x >= 10.0f) out[i] = x * up[i];
-        else out[i] = kvb_f16_to_f32(kvb_f32_to_f16(gelu_tanh(kvb_f16_to_f32(kvb_f32_to_f16(x))))) * up[i];
+        else out[i] = cpu_gelu_f16(kvb_f32_to_f16(x)) * up[i];
     }
 }
 

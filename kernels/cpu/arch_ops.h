@@ -14,6 +14,10 @@ void cpu_rope_scaled(float *x, int64_t n_tok, int n_head, int head_dim, int n_ro
                      const kvb_rope_params *rp);
 /* out = gelu_tanh(gate) * up through ggml's f16 GELU table; out may alias gate or up */
 void cpu_geglu(float *out, const float *gate, const float *up, int64_t n);
+/* ggml's GELU table entry: gelu_tanh of the f16 value h, rounded to f16 (as a float). The table covers every h,
+ * the |x| >= 10 short-cuts included: a gate just inside (-10, 10) can round to f16 -10 or 10 and must then read
+ * gelu(-10) (a tiny negative), not the short-cut's 0 */
+float cpu_gelu_f16(kvb_f16 h);
 /* x *= s */
 void cpu_scale(float *x, float s, int64_t n);
 /* attention with a->window > 0 (backend.h kvb_attn_args): 0, or -1 + err */

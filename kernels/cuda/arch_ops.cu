@@ -10,9 +10,12 @@
  *    double rounded to float (glibc's sinf and cosf are correctly rounded), scales them and rotates with the CPU's
  *    fma. Equal to the CPU up to an angle's last bit where the CPU build contracts (-march=native) what this file
  *    does not: an error of pos * 2^-23 rad at most, as the float angle itself carries.
- *  - geglu: ggml's f16 GELU table itself, built once on first use by the CPU op (cpu_geglu over all 65536 f16 gates
- *    with up = 1: its results are f16 values) and uploaded; a thread rounds its gate to f16, looks it up and
- *    multiplies by up in float, with the CPU's |x| >= 10 short-cuts: the CPU's result bit for bit.
+ *  - geglu: ggml's f16 GELU table itself, built once on first use from the CPU's entry (cpu_gelu_f16 for each of the
+ *    65536 f16 gates, the ones at and past +-10 included: a gate in (-10, -9.996) rounds to f16 -10 and reads
+ *    gelu(-10), which the CPU's short-cut on the unrounded gate does not take) and uploaded; a thread rounds its
+ *    gate to f16, looks it up and multiplies by up in float, with the CPU's |x| >= 10 short-cuts on the unrounded
+ *    gate: the CPU's result bit for bit (the H200 run of 2026-11-26 found 12 of 70001 apart when the table was
+ *    built through cpu_geglu, short-cuts and all).
  *  - scale: x * s in float. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -140,14 +143,10 @@ __global__ void k_geglu(float *out, const float *gate, const float *up, const __
 static const __half *gelu_table(cuda_kvops *o) {
     if (o->gelu_table) return (const __half *)o->gelu_table;
     enum { N = 65536 };
-    float *gate = (float *)malloc(N * sizeof(float)), *up = (float *)malloc(N * sizeof(float));
-    float *val = (float *)malloc(N * sizeof(float));
     kvb_f16 *tab = (kvb_f16 *)malloc(N * sizeof(kvb_f16));
     void *dev = NULL;
-    if (gate && up && val && tab) {
-        for (int h = 0; h < N; h++) gate[h] = kvb_f16_to_f32((kvb_f16)h), up[h] = 1.0f;
-        cpu_geglu(val, gate, up, N);
-        for (int h = 0; h < N; h++) tab[h] = kvb_f32_to_f16(val[h]); /* exact: val[h] is an f16 value */
+    if (tab) {
+        for (int h = 0; h < N; h++) tab[h] = kvb_f32_to_f16(cpu_gelu_f16((kvb_f16)h)); /* exact: an f16 value */
         if (CK(cudaMalloc(&dev, N * sizeof(kvb_f16))) ||
             CK(cudaMemcpyAsync(dev, tab, N * sizeof(kvb_f16), cudaMemcpyHostToDevice, o->stream)) ||
             CK(cudaStreamSynchronize(o->stream))) {
@@ -157,7 +156,7 @@ static const __half *gelu_table(cuda_kvops *o) {
     } else {
         op_fail(o->be, "geglu: out of host memory for the GELU table");
     }
-    free(gate), free(up), free(val), free(tab);
+    free(tab);
     o->gelu_table = dev;
     return (const __half *)dev;
 }
