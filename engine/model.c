@@ -9,6 +9,7 @@
  * tokens per KV head however long the context. Method hooks do not run on local layers (a method works on the
  * global layers; docs/methods.md "Hybrid models"). */
 #include "engine/model.h"
+#include "engine/forward.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,29 +494,35 @@ static int64_t first_non_finite(const float *x, int64_t n) {
     return -1;
 }
 
-/* Q/K normalisation (qwen3, gemma3: per head, before RoPE) and RoPE of the chunk's q and k */
-static void qk_norm_and_rope(kvb_ctx *c, int l, int64_t n) {
-    const kvb_model *m = c->model;
+/* Q/K normalisation (qwen3, gemma3: per head, before RoPE) and RoPE of n rows of q and k at positions pos_d
+ * (device); tc, when not NULL, is the context whose activation observer sees the normalised rows. */
+static void qk_norm_rope_rows(const kvb_model *m, kvb_backend *be, kvb_ctx *tc, int l, float *q, float *k,
+                              const int32_t *pos_d, int64_t n) {
     const kvb_config *cfg = &m->cfg;
     const kvb_layer *L = &m->layers[l];
-    kvb_backend *be = c->be;
     const int HD = cfg->head_dim;
     if (cfg->qk_norm) {
-        be->rmsnorm(be, c->q, c->q, L->q_norm, HD, n * cfg->n_head, cfg->rms_eps);
-        be->rmsnorm(be, c->k, c->k, L->k_norm, HD, n * cfg->n_head_kv, cfg->rms_eps);
-        tap(c, "Qcur_normed", l, c->q, n, cfg->q_dim);
-        tap(c, "Kcur_normed", l, c->k, n, (int64_t)cfg->n_head_kv * HD);
+        be->rmsnorm(be, q, q, L->q_norm, HD, n * cfg->n_head, cfg->rms_eps);
+        be->rmsnorm(be, k, k, L->k_norm, HD, n * cfg->n_head_kv, cfg->rms_eps);
+        if (tc) {
+            tap(tc, "Qcur_normed", l, q, n, cfg->q_dim);
+            tap(tc, "Kcur_normed", l, k, n, (int64_t)cfg->n_head_kv * HD);
+        }
     }
     const kvb_rope_params r = layer_rope(m, l);
     if (!rope_is_plain(&r)) {
-        be->rope_ext(be, c->q, n, cfg->n_head, HD, cfg->n_rot, c->pos_d, cfg->rope_neox, &r);
-        be->rope_ext(be, c->k, n, cfg->n_head_kv, HD, cfg->n_rot, c->pos_d, cfg->rope_neox, &r);
+        be->rope_ext(be, q, n, cfg->n_head, HD, cfg->n_rot, pos_d, cfg->rope_neox, &r);
+        be->rope_ext(be, k, n, cfg->n_head_kv, HD, cfg->n_rot, pos_d, cfg->rope_neox, &r);
     } else if (be->rope_qk) {
-        be->rope_qk(be, c->q, cfg->n_head, c->k, cfg->n_head_kv, n, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
+        be->rope_qk(be, q, cfg->n_head, k, cfg->n_head_kv, n, HD, cfg->n_rot, pos_d, r.freq_base, cfg->rope_neox);
     } else {
-        be->rope(be, c->q, n, cfg->n_head, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
-        be->rope(be, c->k, n, cfg->n_head_kv, HD, cfg->n_rot, c->pos_d, r.freq_base, cfg->rope_neox);
+        be->rope(be, q, n, cfg->n_head, HD, cfg->n_rot, pos_d, r.freq_base, cfg->rope_neox);
+        be->rope(be, k, n, cfg->n_head_kv, HD, cfg->n_rot, pos_d, r.freq_base, cfg->rope_neox);
     }
+}
+
+static void qk_norm_and_rope(kvb_ctx *c, int l, int64_t n) {
+    qk_norm_rope_rows(c->model, c->be, c, l, c->q, c->k, c->pos_d, n);
 }
 
 /* One chunk of n tokens (n <= n_batch) at positions n_past..n_past+n-1: per layer (llama.cpp's graphs)
@@ -700,4 +707,60 @@ int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err
     }
     count_copies(c, &t0);
     return rc;
+}
+
+/* ---- one decode token of one context inside a batched step (engine/forward.h, engine/batch.c) ---- */
+
+void kvb_fwd_qk_norm_rope(const kvb_model *m, kvb_backend *be, int l, float *q, float *k, const int32_t *pos_d,
+                          int64_t n) {
+    qk_norm_rope_rows(m, be, NULL, l, q, k, pos_d, n);
+}
+
+int kvb_fwd_matmul_n(kvb_backend *be, int k, float *const *out, const kvb_weight *const *w, const float *x, int64_t n) {
+    return matmul_n(be, k, out, w, x, n);
+}
+
+int kvb_fwd_check(const kvb_ctx *c, int32_t id, char *err, size_t err_len) {
+    if (c->n_past + 1 > c->params.n_ctx)
+        return ERR("context overflow: %lld tokens past + 1 new > context size %d", (long long)c->n_past, c->params.n_ctx);
+    if (id < 0 || id >= c->model->cfg.n_vocab)
+        return ERR("token id %d out of range (vocabulary %d)", id, c->model->cfg.n_vocab);
+    return 0;
+}
+
+/* What forward_chunk does before its layers, for one token: its position and round up to the device, the
+ * observation window advanced. */
+int kvb_fwd_seq_begin(kvb_ctx *c, char *err, size_t err_len) {
+    prof_set_stage(c->prof, PROF_DECODE);
+    c->pos[0] = (int32_t)c->n_past;
+    c->rounds[0] = c->cur_round;
+    if (c->be->copy(c->be, c->pos_d, c->pos, sizeof(int32_t), KVB_COPY_H2D, err, err_len) ||
+        c->be->copy(c->be, c->rounds_d, c->rounds, sizeof(int32_t), KVB_COPY_H2D, err, err_len))
+        return -1;
+    return c->obs_q ? obs_begin(c, 1, err, err_len) : 0;
+}
+
+/* Layer l for one token whose q, k, v rows (after RoPE) sit in the batch's buffers: the context's activation
+ * pointers are pointed at those rows for the duration, so the cache update, the method's hooks (which read c->q,
+ * c->k, c->v) and the attention op see exactly what forward_chunk would give them for n = 1, and the output lands
+ * in the batch's att row. */
+int kvb_fwd_seq_attend(kvb_ctx *c, int l, float *q, float *k, float *v, float *att, char *err, size_t err_len) {
+    if (c->obs_q && obs_push(c, l, q, 1, err, err_len)) return -1;
+    prof_begin(c->prof, PROF_UPDATE_CACHE, l);
+    if (kvc_append(c->kv, l, 1, k, v, c->pos_d, c->rounds_d, err, err_len)) return -1;
+    prof_end(c->prof, PROF_UPDATE_CACHE, l, 1, 0);
+    float *q0 = c->q, *k0 = c->k, *v0 = c->v, *a0 = c->att;
+    c->q = q, c->k = k, c->v = v, c->att = att;
+    int rc = attention_layer(c, l, 1, err, err_len);
+    c->q = q0, c->k = k0, c->v = v0, c->att = a0;
+    if (!rc && is_local(&c->model->cfg, l) && trim_window(c, l, c->n_past, err, err_len)) rc = -1;
+    return rc;
+}
+
+/* After the batch's logits are in c->logits (host): the check forward_chunk makes, then the token counts. */
+int kvb_fwd_seq_end(kvb_ctx *c, int32_t id, char *err, size_t err_len) {
+    if (first_non_finite(c->logits, c->model->cfg.n_vocab) >= 0) return report_non_finite(c, &id, 1, err, err_len);
+    c->n_past += 1;
+    c->dec_calls++;
+    return 0;
 }

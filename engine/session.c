@@ -163,8 +163,11 @@ static int cut_stop(kvb_session *s, size_t from) {
     return 0;
 }
 
-int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, size_t err_len) {
-    *piece = "", *n = 0;
+/* The sampling half of a step: pick the next token and apply the stop rule. 1 = *next must go through the model
+ * (the step generated a token and generation goes on), 0 = no forward pass (finished, maybe with a last token),
+ * -1 = error. *ret: kvb_session_step's answer. */
+static int step_pick(kvb_session *s, int32_t *next, int *ret, const char **piece, size_t *n, char *err, size_t err_len) {
+    *piece = "", *n = 0, *ret = 0;
     if (s->finish) return 0;
     if (s->t_decode0 == 0) s->t_decode0 = now_ms();
     if (s->n_gen >= s->p.max_new) {
@@ -173,27 +176,62 @@ int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, s
     }
     kvb_ctx *c = s->c;
     prof_begin(c->prof, PROF_SAMPLE, -1);
-    int32_t next = s->p.pick ? s->p.pick(s->p.user, c->logits) : sampler_sample(&s->smp, c->logits);
+    *next = s->p.pick ? s->p.pick(s->p.user, c->logits) : sampler_sample(&s->smp, c->logits);
     prof_end(c->prof, PROF_SAMPLE, -1, 1, 0);
-    if (!s->p.ignore_eos && tok_is_eog(c->model->tok, next)) {
-        if (s->n_gen == 0) s->first_eog = next;
+    if (!s->p.ignore_eos && tok_is_eog(c->model->tok, *next)) {
+        if (s->n_gen == 0) s->first_eog = *next;
         s->finish = KVB_FINISH_EOS;
         return 0;
     }
-    s->gen[s->n_gen++] = next;
+    s->gen[s->n_gen++] = *next;
     size_t before = s->text_n;
     char buf[1024];
-    int np = c->model->tok ? tok_stream_push(&s->ts, c->model->tok, next, buf, sizeof buf) : 0;
+    int np = c->model->tok ? tok_stream_push(&s->ts, c->model->tok, *next, buf, sizeof buf) : 0;
     if (np > 0 && text_add(s, buf, (size_t)np)) return ERR("out of memory");
     if (cut_stop(s, before)) s->finish = KVB_FINISH_STOP;
     else if (s->n_gen == s->p.max_new) s->finish = KVB_FINISH_LENGTH;
     *piece = s->text ? s->text + before : "";
     *n = s->text_n > before ? s->text_n - before : 0;
-    if (s->finish) return 1;
-    if (kvb_forward(c, &next, 1, err, err_len)) return -1;
+    *ret = 1;
+    return s->finish ? 0 : 1;
+}
+
+/* The token went through the model. */
+static void step_done(kvb_session *s) {
     s->steps++;
     if (s->p.progress) s->p.progress(s->p.user, "decode", s->n_gen, s->p.max_new);
+}
+
+int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, size_t err_len) {
+    int32_t next = 0;
+    int ret, go = step_pick(s, &next, &ret, piece, n, err, err_len);
+    if (go <= 0) return go < 0 ? -1 : ret;
+    if (kvb_forward(s->c, &next, 1, err, err_len)) return -1;
+    step_done(s);
     return 1;
+}
+
+int kvb_session_step_batch(kvb_session *const *ss, int n, kvb_batch *b, int *ret, const char **piece, size_t *len,
+                           char *err, size_t err_len) {
+    if (n <= 0) return 0;
+    kvb_ctx **cs = malloc((size_t)n * sizeof *cs);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    int *who = malloc((size_t)n * sizeof *who);
+    int rc = cs && ids && who ? 0 : ERR("out of memory");
+    int k = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int32_t next = 0;
+        char sub[384];
+        int go = step_pick(ss[i], &next, &ret[i], &piece[i], &len[i], sub, sizeof sub);
+        if (go < 0) rc = ERR("sequence %d: %s", i, sub);
+        else if (go) cs[k] = ss[i]->c, ids[k] = next, who[k++] = i;
+    }
+    if (!rc && k > 0) rc = kvb_batch_decode(b, cs, ids, k, err, err_len);
+    for (int j = 0; j < k && !rc; j++) step_done(ss[who[j]]);
+    free(cs);
+    free(ids);
+    free(who);
+    return rc;
 }
 
 int kvb_session_finish(kvb_session *s, char *err, size_t err_len) {

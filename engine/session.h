@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/batch.h"
 #include "engine/model.h"
 #include "engine/profile.h"
 #include "engine/sampler.h"
@@ -135,6 +136,12 @@ int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, cons
 /* One step: sample, apply the stop rule, run the token through the model unless generation ends. 1 = a token
  * was generated (*piece: its new text, n bytes, may be 0), 0 = finished (s->finish says why), -1 = error. */
 int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, size_t err_len);
+/* One step of n sessions at once: each samples and applies its stop rule as kvb_session_step does, then the tokens
+ * of those that go on run through the model as one batched step (kvb_batch_decode: their contexts share b's model
+ * and backend). ret[i], piece[i], len[i]: what kvb_session_step would return and give for session i. 0, or -1 (the
+ * error names the sequence; the step's sessions are then unusable). */
+int kvb_session_step_batch(kvb_session *const *ss, int n, kvb_batch *b, int *ret, const char **piece, size_t *len,
+                           char *err, size_t err_len);
 /* Step until finished, then verify the method and measure the decode. */
 int kvb_session_decode(kvb_session *s, char *err, size_t err_len);
 /* After the last step: flush the text, verify the method's claim, measure KV, attention and decode phases. */
