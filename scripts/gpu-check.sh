@@ -22,7 +22,7 @@
 #   KVB_GPU_PACK        FILE.tgz: OUTDIR re-packed there (summary.md beside it) after every step
 #   KVB_GPU_DRY=1       no GPU: every step's command resolved and written to its log, its program checked
 #   KVB_GPU_NEW         the candidate kernel set of the *-new, methods-8b and omnikv-128k steps and of the second
-#                       test_cuda_model (default "KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4
+#                       test_cuda_model (default "KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4
 #                       KVB_PROBS_KERNEL=2"; "none": the defaults, and no second test_cuda_model)
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
 #   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
@@ -40,6 +40,7 @@
 #                     GEMVs v1 and v4; decode attention v4's detailed sections
 #   ncu-decode        a decode step's kernels on the 8B shapes under Nsight Compute: GEMVs by shape (v1, v4), attention
 #   ncu-prefill       the tensor-core prefill attention and the prefill GEMMs under Nsight Compute (one launch each)
+#   ncu-prefill-layer every kernel of two layers of a prefill chunk under Nsight Compute, summed by kernel and grid
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
 #   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
@@ -50,6 +51,7 @@
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
+#   omnikv-profile    OmniKV (2048 tokens, no offload) against full at 32K with --profile: the decode step by phase
 #   omnikv-128k       OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys              a decode timeline (where nsys exists)
 set -uo pipefail
@@ -131,9 +133,9 @@ fi
 # neighbours), and the four groups of steps, each sized to one call (<= 480 s with a 20% margin)
 declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
-    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20)
-groups=("tests bench-attention sanitize ncu ncu-decode ncu-prefill model methods methods-profile loads synthetic-profile"
-    "synthetic-new synthetic-batch synthetic omnikv-128k"
+    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30)
+groups=("tests bench-attention sanitize ncu ncu-decode ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic-profile"
+    "synthetic-new synthetic-batch synthetic omnikv-profile omnikv-128k"
     "synthetic-qwen3"
     "methods-8b")
 group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
@@ -171,10 +173,10 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-prefill model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
-read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=1 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
+read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
 new_kernels=(env "${new_set[@]}")
 [ "${new_set[*]}" = none ] && new_kernels=(env) # none: the defaults everywhere, no second test_cuda_model
 step_timeout=${KVB_STEP_TIMEOUT:-540}
@@ -350,6 +352,24 @@ step_ncu_prefill() { # where TTFT goes: the tensor-core prefill attention and th
     else
         skip ncu-prefill "ncu not on PATH"
     fi
+}
+step_ncu_prefill_layer() { # every kernel of two layers of one prefill chunk, by time: where the MLP phase's time goes
+    if command -v ncu >/dev/null 2>&1; then
+        step "ncu: every kernel of two prefill layers (8B shapes, a 512-token chunk at ~5K), by time" ncu_prefill_layer.log \
+            bash -c '"${@:4}" ncu --clock-control none --launch-skip 7000 --launch-count 44 --csv --page raw \
+                --metrics gpu__time_duration.sum,launch__grid_size,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+                "$1" bench --backend cuda --model "synthetic:llama3-8b?ctx=8400" --contexts 8192 -n 1 --no-peer \
+                >"$2/ncu_prefill_layer.csv" || exit 1
+            python3 "$3/scripts/ncu_summary.py" --by-grid "$2/ncu_prefill_layer.csv"' _ "$bin/kvbench" "$outdir" "$root" \
+            "${new_kernels[@]}"
+    else
+        skip ncu-prefill-layer "ncu not on PATH"
+    fi
+}
+step_omnikv_profile() { # OmniKV's decode step by phase beside full's, 8B shapes at 32K (omnikv-128k's cost, cheaper)
+    step "synthetic:llama3.1-8b, 32K, omnikv 2048 vs full, --profile, candidate kernels" bench_omnikv_profile.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" --method omnikv --budget 2048 \
+        --ctx-len 32768 -n 16 --profile --method-opt "omnikv:layers=2;8;18" --method-opt omnikv:offload=0
 }
 step_model() {
     # best of 2: the profiled repetition (phases wait for the device) is not the one kept

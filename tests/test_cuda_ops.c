@@ -643,17 +643,20 @@ static void test_attention_window(void) {
     /* prefill on tensor cores: with positions in slot order, tiles a window or more before a whole block of queries
      * are skipped (the skip from below), as are tiles after it */
     const int tc = kvb_cuda_attention_prefill_tc();
-    kvb_cuda_attention_set_prefill_tc(1);
-    tol_out = tol_probs = tol_lse = 3e-3;
-    attn_window = 64;   check_attention(64, 3, 3, 130, 600, 1, 0);
-    attn_window = 100;  check_attention(128, 2, 4, 200, 1000, 1, 1);
-    ordered_pos = 1;
-    attn_window = 256;  check_attention(128, 2, 4, 200, 4000, 1, 0);
-    attn_window = 50;   check_attention(64, 2, 3, 150, 3000, 1, 1);
-    attn_window = 1;    check_attention(128, 1, 4, 64, 640, 1, 0);
-    ordered_pos = 0;
-    attn_window = 0;
-    tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    for (int version = 1; version <= 2; version++) { /* v1 and v2 (KVB_PREFILL_TC=2) */
+        kvb_cuda_attention_set_prefill_tc(version);
+        tol_out = tol_probs = tol_lse = 3e-3;
+        attn_window = 64;   check_attention(64, 3, 3, 130, 600, 1, 0);
+        attn_window = 100;  check_attention(128, 2, 4, 200, 1000, 1, 1);
+        ordered_pos = 1;
+        attn_window = 256;  check_attention(128, 2, 4, 200, 4000, 1, 0);
+        attn_window = 50;   check_attention(64, 2, 3, 150, 3000, 1, 1);
+        attn_window = 1;    check_attention(128, 1, 4, 64, 640, 1, 0);
+        attn_window = 512;  check_attention(128, 2, 4, 512, 5000, 1, 0); /* a prefill chunk late in a long cache */
+        ordered_pos = 0;
+        attn_window = 0;
+        tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    }
     kvb_cuda_attention_set_prefill_tc(tc);
     /* refused: no window, or no positions for the window to narrow */
     char err[256];
@@ -724,17 +727,24 @@ static void test_attention_probs_v2(void) {
  * lists, a partial last block of queries, head_dim 64 and 128 */
 static void test_attention_prefill_tc(void) {
     const int was = kvb_cuda_attention_prefill_tc();
-    kvb_cuda_attention_set_prefill_tc(1);
-    tol_out = tol_probs = tol_lse = 3e-3;
-    check_attention(64, 3, 3, 130, 600, 1, 0);
-    check_attention(128, 2, 4, 200, 1000, 1, 1);
-    check_attention(128, 1, 4, 64, 64, 1, 0);
-    check_attention(128, 8, 4, 300, 5000, 1, 0);
-    ordered_pos = 1; /* positions in slot order: the blocks of early queries skip the key tiles they all mask */
-    check_attention(128, 2, 4, 200, 4000, 1, 0);
-    check_attention(64, 2, 3, 150, 3000, 1, 1);
-    ordered_pos = 0;
-    tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    for (int version = 1; version <= 2; version++) { /* v1, then v2 (KVB_PREFILL_TC=2: GQA rows, cp.async, ldmatrix) */
+        printf("\n    prefill tensor cores v%d:", version);
+        kvb_cuda_attention_set_prefill_tc(version);
+        tol_out = tol_probs = tol_lse = 3e-3;
+        check_attention(64, 3, 3, 130, 600, 1, 0);
+        check_attention(128, 2, 4, 200, 1000, 1, 1);
+        check_attention(128, 1, 4, 64, 64, 1, 0);
+        check_attention(128, 8, 4, 300, 5000, 1, 0);
+        check_attention(128, 4, 1, 100, 777, 1, 1);  /* no GQA: a block's rows are 128 queries */
+        check_attention(64, 1, 8, 70, 2000, 1, 0);   /* a group of 8: 16 queries a block */
+        check_attention(128, 2, 7, 90, 1500, 1, 0);  /* a group that does not divide a block's rows */
+        ordered_pos = 1; /* positions in slot order: the blocks of early queries skip the key tiles they all mask */
+        check_attention(128, 2, 4, 200, 4000, 1, 0);
+        check_attention(64, 2, 3, 150, 3000, 1, 1);
+        check_attention(128, 8, 4, 512, 8000, 1, 0); /* a prefill chunk at the end of a long cache: most tiles full */
+        ordered_pos = 0;
+        tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    }
     kvb_cuda_attention_set_prefill_tc(was);
 }
 

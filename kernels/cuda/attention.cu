@@ -740,7 +740,9 @@ extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
     int n_split, n_rows, n_chunks;
     plan(a, &n_split, &n_rows, &n_chunks);
     size_t part = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
-    return part + (size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 512;
+    const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
+    const size_t pre = kvb_cuda_prefill_tc_ws(a) + lse; /* the prefill path: its lse, then its tile bounds */
+    return (part + lse + 512 > pre ? part + lse + 512 : pre);
 }
 
 /* the probabilities' second pass (when asked for: against c->lse), then the launches' verdict */
@@ -784,7 +786,8 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     kvb_cuda_attn c = *a;
     if (kvb_cuda_prefill_tc_fits(a)) { /* prefill on tensor cores; probabilities from its lse, as below */
         if (a->probs && !a->lse) c.lse = (float *)ws;
-        if (kvb_cuda_prefill_tc(&c, s)) {
+        const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
+        if (kvb_cuda_prefill_tc(&c, (char *)ws + lse, s)) {
             snprintf(err, err_len, "cuda attention: prefill launch failed: %s", cudaGetErrorString(cudaGetLastError()));
             return -1;
         }

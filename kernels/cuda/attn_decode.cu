@@ -14,7 +14,7 @@
  *    in a permuted order, undone when the output is written); the A fragment pairs two keys' halves with one
  *    byte permute each.
  * Against v3 (CUDA cores, 16 lanes per key and their shuffle reductions) this issues about a tenth of the
- * instructions per key, so the kernel is bound by memory, not by issue. Fragment layouts: attn_prefill.cu. */
+ * instructions per key, so the kernel is bound by memory, not by issue. Fragment layouts: mma.cuh. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -22,16 +22,9 @@
 
 #include "kernels/cuda/attn_decode.h"
 #include "kernels/cuda/attn_split.cuh"
+#include "kernels/cuda/mma.cuh"
 
 enum { V4_WARPS = 4, V4_TILE = 16 };
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /* two floats as an f16 pair (lo in the low half) and the pair of their rounding residues */
 __device__ __forceinline__ void split_half2(float x0, float x1, uint32_t &hi, uint32_t &lo) {

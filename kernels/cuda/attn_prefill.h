@@ -11,7 +11,10 @@ enum { KVB_PREFILL_TC_MIN_Q = 64 }; /* fewer queries take the split kernels */
 /* 1 when a call of these shapes takes the tensor-core kernel: f16 K/V, head_dim 64 or 128, at least
  * KVB_PREFILL_TC_MIN_Q queries, and the kernel switched on (kvb_cuda_attention_prefill_tc). */
 int kvb_cuda_prefill_tc_fits(const kvb_cuda_attn *a);
-/* Enqueue it on s (out and lse; probabilities are attention.cu's second pass). 0, or -1 on a launch error. */
-int kvb_cuda_prefill_tc(const kvb_cuda_attn *a, cudaStream_t s);
+/* Device workspace bytes it needs (v2's per-tile position bounds) */
+size_t kvb_cuda_prefill_tc_ws(const kvb_cuda_attn *a);
+/* Enqueue it on s (out and lse; probabilities are attention.cu's second pass); ws: kvb_cuda_prefill_tc_ws(a) bytes
+ * of device memory. 0, or -1 on a launch error. */
+int kvb_cuda_prefill_tc(const kvb_cuda_attn *a, void *ws, cudaStream_t s);
 
 #endif

@@ -360,7 +360,8 @@ static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_
 extern "C" const char *kvb_cuda_kernels(void) {
     static char line[128];
     snprintf(line, sizeof line, "attention v%d, prefill %s, GEMV v%d%s, probabilities v%d", kvb_cuda_attention_kernel(),
-             kvb_cuda_attention_prefill_tc() ? "tensor cores" : "CUDA cores", gemv_kernel(),
+             kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores"
+                                                                                        : "CUDA cores", gemv_kernel(),
              gemv_kernel() == 5 ? " (v4 from 8192 rows, v1 below)" : "", kvb_cuda_attention_probs_kernel());
     return line;
 }
@@ -368,7 +369,8 @@ extern "C" const char *kvb_cuda_kernels(void) {
 extern "C" const char *kvb_cuda_kernels_tag(void) {
     static char tag[48];
     snprintf(tag, sizeof tag, "attn%d.%s.gemv%d.probs%d", kvb_cuda_attention_kernel(),
-             kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(), kvb_cuda_attention_probs_kernel());
+             kvb_cuda_attention_prefill_tc() == 2 ? "tc2" : kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(),
+             kvb_cuda_attention_probs_kernel());
     return tag;
 }
 
