@@ -40,6 +40,7 @@
 #                     GEMVs v1 and v4; decode attention v4's detailed sections
 #   ncu-decode        a decode step's kernels on the 8B shapes under Nsight Compute: GEMVs by shape (v1, v4), attention
 #   ncu-prefill       the tensor-core prefill attention and the prefill GEMMs under Nsight Compute (one launch each)
+#   ncu-decode-all    every kernel of two decode steps (2K context) under Nsight Compute, summed by kernel
 #   ncu-prefill-layer every kernel of two layers of a prefill chunk under Nsight Compute, summed by kernel and grid
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
@@ -133,8 +134,8 @@ fi
 # neighbours), and the four groups of steps, each sized to one call (<= 480 s with a 20% margin)
 declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
-    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30)
-groups=("tests bench-attention sanitize ncu ncu-decode ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic-profile"
+    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40)
+groups=("tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic-profile"
     "synthetic-new synthetic-batch synthetic omnikv-profile omnikv-128k"
     "synthetic-qwen3"
     "methods-8b")
@@ -173,7 +174,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
@@ -364,6 +365,21 @@ step_ncu_prefill_layer() { # every kernel of two layers of one prefill chunk, by
             "${new_kernels[@]}"
     else
         skip ncu-prefill-layer "ncu not on PATH"
+    fi
+}
+step_ncu_decode_all() { # every kernel of two decode steps (8B shapes, 2K context), by time: what a step spends on the
+    # small kernels (norms, RoPE, KV writes, adds, SwiGLU) against the GEMVs and attention; the step's wall time less
+    # their sum is the launch gaps
+    if command -v ncu >/dev/null 2>&1; then
+        step "ncu: every kernel of two decode steps (8B shapes, 2K context), by time" ncu_decode_all.log \
+            bash -c '"${@:4}" ncu --clock-control none --launch-skip 3000 --launch-count 1000 --csv --page raw \
+                --metrics gpu__time_duration.sum,launch__grid_size \
+                "$1" bench --backend cuda --model "synthetic:llama3-8b?ctx=2200" --contexts 2048 -n 8 --no-peer \
+                >"$2/ncu_decode_all.csv" || exit 1
+            python3 "$3/scripts/ncu_summary.py" "$2/ncu_decode_all.csv"' _ "$bin/kvbench" "$outdir" "$root" \
+            "${new_kernels[@]}"
+    else
+        skip ncu-decode-all "ncu not on PATH"
     fi
 }
 step_omnikv_profile() { # OmniKV's decode step by phase beside full's, 8B shapes at 32K (omnikv-128k's cost, cheaper)
