@@ -1,0 +1,313 @@
+/* sched.c — continuous batching on a fixed KV pool (sched.h has the policy). */
+#include "judge/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/batch.h"
+#include "engine/kvcache.h"
+
+#define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
+
+/* one request from submit to its end */
+typedef struct {
+    kvb_sched_req r;
+    int32_t *ids; /* owned copy of r.ids */
+    char method[64];
+    int has_method;
+    kvb_budget budget;
+    kvb_opts opts;
+    double t_arrive, t_admit, t_first, t_last;
+    int waited;
+    kvb_ctx *c;
+    kvb_method *m;
+    kvb_session s;
+    int session_live;
+    int64_t promised; /* pages */
+} seq;
+
+struct kvb_sched {
+    kvb_sched_opts o;
+    kvb_ctx *owner; /* owns the backend every sequence's context shares (it holds no sequence) */
+    kvb_batch *batch;
+    kvp_pool pool;
+    int unlimited;
+    double t0;
+    seq **wait;
+    int n_wait, cap_wait, wait_head_blocked;
+    seq **run;
+    int n_run;
+    kvb_sched_stats st;
+};
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double kvb_sched_now(const kvb_sched *s) { return mono_ms() - s->t0; }
+
+kvb_sched *kvb_sched_create(const kvb_sched_opts *o, char *err, size_t err_len) {
+    kvb_sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    if (s->o.max_batch <= 0) s->o.max_batch = 64;
+    if (s->o.ctx.n_ctx <= 0) s->o.ctx.n_ctx = o->model->cfg.n_ctx_train;
+    s->o.ctx.share_backend = NULL;
+    kvb_ctx_params op = s->o.ctx;
+    op.n_ctx = 16;
+    op.n_batch = 1;
+    if (!(s->owner = kvb_ctx_create(o->model, &op, err, err_len))) goto fail;
+    s->o.ctx.share_backend = s->owner->be;
+    if (!(s->batch = kvb_batch_create(o->model, s->owner->be, s->o.max_batch, err, err_len))) goto fail;
+    s->unlimited = o->pool_bytes <= 0;
+    if (kvp_init(&s->pool, s->unlimited ? INT64_MAX / 4 : o->pool_bytes, kvc_slot_bytes(s->owner->kv), o->page_tokens,
+                 err, err_len))
+        goto fail;
+    s->run = calloc((size_t)s->o.max_batch, sizeof *s->run);
+    if (!s->run) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    s->st.pool_pages = s->unlimited ? 0 : s->pool.n_pages;
+    s->st.page_bytes = s->pool.page_bytes;
+    s->t0 = mono_ms();
+    return s;
+fail:
+    kvb_sched_free(s);
+    return NULL;
+}
+
+static void seq_free(seq *q) {
+    if (!q) return;
+    if (q->session_live) kvb_session_free(&q->s);
+    if (q->c) {
+        kvb_method_free(q->m, q->c);
+        kvb_ctx_free(q->c);
+    }
+    free(q->ids);
+    free(q);
+}
+
+void kvb_sched_free(kvb_sched *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_wait; i++) seq_free(s->wait[i]);
+    for (int i = 0; i < s->n_run; i++) seq_free(s->run[i]);
+    free(s->wait);
+    free(s->run);
+    kvb_batch_free(s->batch);
+    kvb_ctx_free(s->owner);
+    free(s);
+}
+
+int kvb_sched_waiting(const kvb_sched *s) { return s->n_wait; }
+int kvb_sched_running(const kvb_sched *s) { return s->n_run; }
+
+void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st) {
+    *st = s->st;
+    st->peak_reserved = s->unlimited ? 0 : s->pool.peak_reserved;
+}
+
+int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err_len) {
+    if (!r->ids || r->n <= 0) return ERR("request %lld: no prompt tokens", (long long)r->id);
+    if (r->max_new < 1) return ERR("request %lld: max_new must be at least 1", (long long)r->id);
+    if ((int64_t)r->n + r->max_new > s->o.ctx.n_ctx)
+        return ERR("request %lld: %d prompt tokens + %d new > context %d", (long long)r->id, r->n, r->max_new,
+                   s->o.ctx.n_ctx);
+    for (int i = 0; i < r->n; i++)
+        if (r->ids[i] < 0 || r->ids[i] >= s->o.model->cfg.n_vocab)
+            return ERR("request %lld: token id %d out of range (vocabulary %d)", (long long)r->id, r->ids[i],
+                       s->o.model->cfg.n_vocab);
+    const char *name = r->method ? r->method : s->o.method;
+    if (name && !kvb_method_find(name)) return ERR("request %lld: unknown method '%s'", (long long)r->id, name);
+    if (s->n_wait == s->cap_wait) {
+        int cap = s->cap_wait ? 2 * s->cap_wait : 16;
+        seq **w = realloc(s->wait, (size_t)cap * sizeof *w);
+        if (!w) return ERR("out of memory");
+        s->wait = w;
+        s->cap_wait = cap;
+    }
+    seq *q = calloc(1, sizeof *q);
+    if (!q || !(q->ids = malloc((size_t)r->n * sizeof *q->ids))) {
+        free(q);
+        return ERR("out of memory");
+    }
+    q->r = *r;
+    memcpy(q->ids, r->ids, (size_t)r->n * sizeof *q->ids);
+    q->r.ids = q->ids;
+    q->has_method = name != NULL;
+    if (name) snprintf(q->method, sizeof q->method, "%s", name);
+    q->budget = r->method ? r->budget : s->o.budget;
+    if (!r->method) q->opts = s->o.opts;
+    else if (r->opts) q->opts = *r->opts;
+    q->t_arrive = kvb_sched_now(s);
+    s->wait[s->n_wait++] = q;
+    return 0;
+}
+
+/* The request ends: its result to the callback, its pages back to the pool, its memory freed. */
+static void end_seq(kvb_sched *s, seq *q, int ok, const char *why, kvb_sched_done_fn done, void *user) {
+    kvb_sched_result res;
+    memset(&res, 0, sizeof res);
+    res.id = q->r.id;
+    res.user = q->r.user;
+    res.ok = ok;
+    if (!ok) snprintf(res.err, sizeof res.err, "%s", why);
+    res.n_prompt = q->r.n;
+    if (q->session_live) {
+        res.finish = q->s.finish;
+        res.n_gen = q->s.n_gen;
+        res.gen = q->s.gen;
+        res.text = q->s.text ? q->s.text : "";
+        res.kv_device_bytes = q->s.kv_end.device_bytes;
+    }
+    res.t_arrive = q->t_arrive;
+    res.t_admit = q->t_admit;
+    res.t_first = q->t_first;
+    res.t_last = q->t_last;
+    res.t_done = kvb_sched_now(s);
+    res.waited = q->waited;
+    if (ok) s->st.finished++;
+    else s->st.failed++;
+    kvp_release(&s->pool, q->promised);
+    q->promised = 0;
+    if (done) done(user, &res);
+    seq_free(q);
+}
+
+/* Device pages q holds now (store heads and the method's own device buffers), its slots grown by grow tokens. */
+static int64_t held_pages(const kvb_sched *s, const seq *q, int64_t grow) {
+    kvb_kv_usage u;
+    if (q->m) kvb_method_usage(q->m, q->c, &u);
+    else kvb_ctx_kv_usage(q->c, &u);
+    int64_t extra = u.device_bytes - kvc_used_bytes(q->c->kv, KVB_TIER_DEVICE);
+    return kvp_ctx_pages(&s->pool, q->c, grow, extra > 0 ? extra : 0);
+}
+
+/* Move q's promise to `pages`: pages given back, or taken (an overdraft when the pool lacks them). */
+static void repromise(kvb_sched *s, seq *q, int64_t pages) {
+    if (pages < q->promised) kvp_release(&s->pool, q->promised - pages);
+    else if (pages > q->promised && kvp_reserve(&s->pool, pages - q->promised)) {
+        kvp_force(&s->pool, pages - q->promised);
+        s->st.overdrafts++;
+    }
+    q->promised = pages;
+}
+
+/* Context, method, session and prefill of an admitted request; -1 + why on failure. */
+static int start_seq(kvb_sched *s, seq *q, char *why, size_t why_len) {
+    if (!(q->c = kvb_ctx_create(s->o.model, &s->o.ctx, why, why_len))) return -1;
+    if (q->has_method) {
+        kvb_opts o = q->opts; /* a method marks what it reads: a fresh copy per request */
+        if (!(q->m = kvb_method_create(q->method, q->c, &q->budget, &o, why, why_len))) return -1;
+    }
+    kvb_session_method seam = kvb_method_seam(q->m);
+    kvb_gen_params gp = {0};
+    gp.max_new = q->r.max_new;
+    gp.ignore_eos = q->r.ignore_eos;
+    if (kvb_session_init(&q->s, q->c, &seam, &gp, why, why_len)) return -1;
+    q->session_live = 1;
+    int64_t end = q->r.n;
+    kvb_rounds rounds = {q->ids, q->r.n, &end, 1, 0, 0};
+    double t = mono_ms();
+    int rc = kvb_session_prefill(&q->s, &rounds, 0, why, why_len);
+    s->st.prefill_ms += mono_ms() - t;
+    s->st.busy_ms += mono_ms() - t;
+    s->st.prefills++;
+    return rc;
+}
+
+/* Admit the first waiting request when the batch and the pool have room (refusing those the pool can never hold). */
+static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
+    while (s->n_wait > 0 && s->n_run < s->o.max_batch) {
+        seq *q = s->wait[0];
+        const int64_t need = kvp_full_pages(&s->pool, &s->o.model->cfg, (int64_t)q->r.n + q->r.max_new);
+        if (need > s->pool.n_pages) {
+            char why[384];
+            snprintf(why, sizeof why,
+                     "request %lld needs %lld KV pages (%.1f MiB) at its peak; the pool holds %lld (%.1f MiB)",
+                     (long long)q->r.id, (long long)need, need * (double)s->pool.page_bytes / 1048576.0,
+                     (long long)s->pool.n_pages, s->pool.n_pages * (double)s->pool.page_bytes / 1048576.0);
+            memmove(s->wait, s->wait + 1, (size_t)--s->n_wait * sizeof *s->wait);
+            s->st.refused++;
+            end_seq(s, q, 0, why, done, user);
+            continue;
+        }
+        if (kvp_reserve(&s->pool, need)) {
+            if (!q->waited) s->st.waits++;
+            q->waited = 1;
+            return;
+        }
+        memmove(s->wait, s->wait + 1, (size_t)--s->n_wait * sizeof *s->wait);
+        q->promised = need;
+        q->t_admit = kvb_sched_now(s);
+        char why[384];
+        if (start_seq(s, q, why, sizeof why)) {
+            end_seq(s, q, 0, why, done, user);
+            return;
+        }
+        repromise(s, q, held_pages(s, q, q->r.max_new));
+        s->run[s->n_run++] = q;
+        if (s->n_run > s->st.max_running) s->st.max_running = s->n_run;
+        return;
+    }
+}
+
+int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, size_t err_len) {
+    (void)err, (void)err_len;
+    admit(s, done, user);
+    const int k = s->n_run;
+    if (k == 0) return 0;
+    kvb_session **ss = malloc((size_t)k * sizeof *ss);
+    int *ret = malloc((size_t)k * sizeof *ret);
+    const char **piece = malloc((size_t)k * sizeof *piece);
+    size_t *len = malloc((size_t)k * sizeof *len);
+    if (!ss || !ret || !piece || !len) {
+        free(ss), free(ret), free(piece), free(len);
+        return ERR("out of memory");
+    }
+    for (int i = 0; i < k; i++) ss[i] = &s->run[i]->s;
+    const double t_begin = mono_ms(), t_tok = kvb_sched_now(s);
+    char why[384];
+    const int rc = kvb_session_step_batch(ss, k, s->batch, ret, piece, len, why, sizeof why);
+    const double step_ms = mono_ms() - t_begin;
+    s->st.steps++;
+    s->st.decode_ms += step_ms;
+    s->st.busy_ms += step_ms;
+    s->st.running_ms += k * step_ms;
+    s->st.reserved_page_ms += (double)s->pool.reserved * step_ms;
+    int64_t held = 0;
+    int kept = 0;
+    for (int i = 0; i < k; i++) {
+        seq *q = s->run[i];
+        if (rc) { /* the step's sessions are unusable (session.h): each request ends with the step's error */
+            end_seq(s, q, 0, why, done, user);
+            continue;
+        }
+        if (ret[i] == 1) {
+            if (q->t_first == 0) q->t_first = t_tok;
+            q->t_last = t_tok;
+        }
+        if (q->s.finish) {
+            char ferr[384];
+            int ok = kvb_session_finish(&q->s, ferr, sizeof ferr) == 0;
+            end_seq(s, q, ok, ferr, done, user);
+            continue;
+        }
+        int64_t h = held_pages(s, q, 0);
+        held += h;
+        if (h > q->promised) repromise(s, q, h);
+        s->run[kept++] = q;
+    }
+    s->n_run = kept;
+    s->st.held_page_ms += (double)held * step_ms;
+    if (held > s->st.peak_held) s->st.peak_held = held;
+    free(ss), free(ret), free(piece), free(len);
+    return 0;
+}

@@ -1,0 +1,101 @@
+/* sched.h — continuous batching on a fixed KV pool: requests wait, are admitted when the pool has room, prefill,
+ * then decode together (one batched forward step for all running sequences: engine/batch.h) and leave when done.
+ * The policy (docs/serving.md):
+ *   - admission in arrival order (FIFO, no overtaking: a large request is not starved by small ones); a request
+ *     is admitted when the pool can promise its peak: full attention's pages for its prompt and its max_new
+ *     tokens (the prefill holds the whole prompt before the method compresses it);
+ *   - its prefill runs whole, as its own step between two decode steps, one admission per step;
+ *   - after the prefill the promise shrinks to what its method measurably holds plus room for max_new more tokens
+ *     per head (so a method that keeps 25% leaves the rest of the pool to others), and is released when it ends;
+ *   - a full pool makes new requests wait; nothing admitted is preempted, so no request is recomputed, dropped or
+ *     failed for lack of room. A request larger than the whole pool is refused with an error, never waited on;
+ *   - what each running sequence holds is measured at every step against its promise (an overdraft is counted,
+ *     never hidden).
+ * Each request may carry its own method and budget. Single-threaded: the caller drives kvb_sched_step. */
+#ifndef KVB_SCHED_H
+#define KVB_SCHED_H
+
+#include <stdint.h>
+
+#include "engine/kvpool.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "methods/method.h"
+
+typedef struct {
+    kvb_model *model;
+    kvb_ctx_params ctx;  /* each sequence's context (n_ctx, kv type, threads, backend, prefill chunk) */
+    int max_batch;       /* most running sequences (0 = 64) */
+    int64_t pool_bytes;  /* the KV pool; 0 = unlimited (admission by max_batch alone) */
+    int page_tokens;     /* tokens per page (0 = 16) */
+    /* the default method of requests that name none: NULL or "full" = full attention */
+    const char *method;
+    kvb_budget budget;
+    kvb_opts opts;
+} kvb_sched_opts;
+
+/* A request: prompt ids (copied at submit), generation limits, its method (NULL: the scheduler's). */
+typedef struct {
+    int64_t id;
+    const int32_t *ids;
+    int n;
+    int max_new;
+    int ignore_eos;
+    const char *method;  /* NULL: opts' method, budget and options */
+    kvb_budget budget;
+    const kvb_opts *opts;
+    void *user;
+} kvb_sched_req;
+
+/* What became of a request (handed to the done callback once, when it ends). Times in ms since the scheduler's
+ * creation: arrival (submit), admission, the first and the last token (taken when sampled, as a streaming server
+ * sends it), the end. */
+typedef struct {
+    int64_t id;
+    void *user;
+    int ok;               /* 0: err says why (refused, or the method failed) */
+    char err[384];
+    kvb_finish finish;
+    int n_prompt, n_gen;
+    const int32_t *gen;   /* the generated ids (valid during the callback) */
+    const char *text;     /* the generated text (valid during the callback) */
+    double t_arrive, t_admit, t_first, t_last, t_done;
+    int waited;           /* 1: the pool (not the batch size) made it wait at the head of the queue */
+    int64_t kv_device_bytes; /* its measured device KV at the end */
+} kvb_sched_result;
+
+typedef void (*kvb_sched_done_fn)(void *user, const kvb_sched_result *r);
+
+/* Over the scheduler's life. */
+typedef struct {
+    int64_t steps;                 /* batched decode steps */
+    int64_t prefills, finished, failed, refused, waits, overdrafts;
+    int max_running;
+    double running_ms;             /* sum over decode steps of (running sequences x step ms) */
+    double busy_ms;                /* time inside decode steps and prefills */
+    double decode_ms, prefill_ms;
+    int64_t pool_pages, page_bytes, peak_reserved;
+    double reserved_page_ms;       /* sum over steps of (promised pages x step ms) */
+    double held_page_ms;           /* sum over decode steps of (measured pages x step ms) */
+    int64_t peak_held;             /* most pages measured held at once */
+} kvb_sched_stats;
+
+typedef struct kvb_sched kvb_sched;
+
+kvb_sched *kvb_sched_create(const kvb_sched_opts *o, char *err, size_t err_len);
+void kvb_sched_free(kvb_sched *s);
+/* ms since the scheduler was created (the clock of kvb_sched_result). */
+double kvb_sched_now(const kvb_sched *s);
+/* Queue a request (arrival now). -1 + err for a malformed one (no tokens, max_new < 1, prompt + max_new over the
+ * context); a request the pool can never hold is accepted and ends refused (ok 0) at its turn. */
+int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err_len);
+/* One iteration: admit and prefill the first waiting request when it fits, then one batched decode step of every
+ * running sequence; requests that end go to done(user, result). 0, or -1 when the scheduler itself fails (its
+ * backend); a request's own failure is its result, not the scheduler's. */
+int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, size_t err_len);
+/* Requests waiting and running. */
+int kvb_sched_waiting(const kvb_sched *s);
+int kvb_sched_running(const kvb_sched *s);
+void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st);
+
+#endif

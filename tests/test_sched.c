@@ -1,0 +1,217 @@
+/* test_sched.c — continuous batching on a fixed KV pool (judge/sched.h), on a seeded random-weight model: every
+ * request completes with the tokens it gets decoded alone; a pool sized for two full-attention sequences never runs
+ * more than two of them (the rest wait, counted), and never promises more pages than it has; a method that keeps
+ * 25% runs more sequences at once in the same pool; a request larger than the pool is refused with an error while
+ * the others complete; the pages all come back; malformed requests are refused at submit. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "util_method.h"
+#include "engine/kvpool.h"
+#include "engine/session.h"
+#include "judge/sched.h"
+
+enum { L = 2, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 64, V = 200, CTX = 512, NREQ = 8, PROMPT = 96, NEW = 12 };
+
+static uint64_t rng = 0x5c4edull;
+static int32_t prompts[NREQ][PROMPT];
+
+typedef struct {
+    int n_done, n_ok;
+    int32_t gen[NREQ][NEW];
+    int n_gen[NREQ];
+    char err[NREQ][384];
+    int ok[NREQ];
+} outcome;
+
+static void on_done(void *user, const kvb_sched_result *r) {
+    outcome *o = user;
+    o->n_done++;
+    o->n_ok += r->ok;
+    o->ok[r->id] = r->ok;
+    snprintf(o->err[r->id], sizeof o->err[r->id], "%s", r->err);
+    o->n_gen[r->id] = r->n_gen;
+    if (r->ok) {
+        memcpy(o->gen[r->id], r->gen, (size_t)r->n_gen * sizeof(int32_t));
+        CU_ASSERT(r->t_arrive <= r->t_admit && r->t_admit <= r->t_first && r->t_first <= r->t_last &&
+                  r->t_last <= r->t_done);
+    }
+}
+
+/* Request i decoded alone (the reference), under method name at budget (NULL: full attention). */
+static void decode_alone(int i, const char *name, const char *budget, int32_t *gen) {
+    char err[384];
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *m = name ? util_make_method(name, c, budget, NULL) : NULL;
+    kvb_session_method seam = kvb_method_seam(m);
+    kvb_gen_params gp = {0};
+    gp.max_new = NEW;
+    gp.ignore_eos = 1;
+    kvb_session s;
+    CU_ASSERT_FATAL(kvb_session_init(&s, c, &seam, &gp, err, sizeof err) == 0);
+    int64_t end = PROMPT;
+    kvb_rounds r = {prompts[i], PROMPT, &end, 1, 0, 0};
+    CU_ASSERT_FATAL(kvb_session_prefill(&s, &r, 0, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_session_decode(&s, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(s.n_gen == NEW);
+    memcpy(gen, s.gen, NEW * sizeof(int32_t));
+    kvb_session_free(&s);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* The pool's bytes for n full-attention sequences of PROMPT + NEW tokens. */
+static int64_t pool_for(int n, kvb_ctx *probe) {
+    kvp_pool p;
+    char err[128];
+    CU_ASSERT_FATAL(kvp_init(&p, 1 << 30, kvc_slot_bytes(probe->kv), 16, err, sizeof err) == 0);
+    return n * kvp_full_pages(&p, &util_tiny->cfg, PROMPT + NEW) * p.page_bytes;
+}
+
+static kvb_sched *new_sched(const char *method, const char *budget, int64_t pool_bytes) {
+    char err[384];
+    kvb_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.model = util_tiny;
+    o.ctx = kvb_ctx_default_params();
+    o.ctx.n_ctx = CTX;
+    o.ctx.n_threads = 2;
+    o.ctx.n_batch = 64;
+    o.max_batch = 16;
+    o.pool_bytes = pool_bytes;
+    o.method = method;
+    if (budget) CU_ASSERT_FATAL(kvb_budget_parse(budget, &o.budget, err, sizeof err) == 0);
+    kvb_sched *s = kvb_sched_create(&o, err, sizeof err);
+    if (!s) fprintf(stderr, "\n  sched: %s\n", err);
+    CU_ASSERT_FATAL(s != NULL);
+    return s;
+}
+
+/* Submit every request at once (as NREQ closed-loop clients' first requests) and step until all have ended. */
+static void run_all(kvb_sched *s, outcome *o, int n_req) {
+    char err[384];
+    for (int i = 0; i < n_req; i++) {
+        kvb_sched_req r = {0};
+        r.id = i;
+        r.ids = prompts[i];
+        r.n = PROMPT;
+        r.max_new = NEW;
+        r.ignore_eos = 1;
+        CU_ASSERT_FATAL(kvb_sched_submit(s, &r, err, sizeof err) == 0);
+    }
+    for (int it = 0; o->n_done < n_req; it++) {
+        CU_ASSERT_FATAL(kvb_sched_step(s, on_done, o, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(it < 10000);
+    }
+    CU_ASSERT(kvb_sched_waiting(s) == 0 && kvb_sched_running(s) == 0);
+}
+
+static void check_case(const char *method, const char *budget, int pool_seqs, int *max_running) {
+    kvb_ctx *probe = util_tiny_ctx(KVB_F16, CTX);
+    kvb_sched *s = new_sched(method, budget, pool_for(pool_seqs, probe));
+    kvb_ctx_free(probe);
+    outcome *o = calloc(1, sizeof *o);
+    run_all(s, o, NREQ);
+    CU_ASSERT(o->n_ok == NREQ);
+    for (int i = 0; i < NREQ; i++) {
+        if (!o->ok[i]) fprintf(stderr, "\n  request %d: %s\n", i, o->err[i]);
+        int32_t ref[NEW];
+        decode_alone(i, method, budget, ref);
+        CU_ASSERT(o->n_gen[i] == NEW && memcmp(ref, o->gen[i], sizeof ref) == 0);
+    }
+    kvb_sched_stats st;
+    kvb_sched_get_stats(s, &st);
+    CU_ASSERT(st.finished == NREQ && st.failed == 0 && st.refused == 0 && st.overdrafts == 0);
+    CU_ASSERT(st.peak_reserved <= st.pool_pages && st.peak_held <= st.pool_pages);
+    CU_ASSERT(st.prefills == NREQ && st.steps > 0);
+    *max_running = st.max_running;
+    if (pool_seqs < NREQ) CU_ASSERT(st.waits > 0);
+    kvb_sched_free(s);
+    free(o);
+}
+
+static void test_full_attention_pool_of_two_runs_two_and_decodes_as_alone(void) {
+    int mr = 0;
+    check_case(NULL, NULL, 2, &mr);
+    CU_ASSERT(mr == 2);
+}
+
+static void test_snapkv_25_runs_more_in_the_same_pool(void) {
+    int mr_full = 0, mr_snap = 0;
+    check_case("full", NULL, 2, &mr_full);
+    check_case("snapkv", "25%", 2, &mr_snap);
+    printf("(max running: full %d, snapkv 25%% %d) ", mr_full, mr_snap);
+    CU_ASSERT(mr_full == 2 && mr_snap > 2);
+}
+
+static void test_request_larger_than_the_pool_is_refused_others_complete(void) {
+    kvb_ctx *probe = util_tiny_ctx(KVB_F16, CTX);
+    kvb_sched *s = new_sched(NULL, NULL, pool_for(1, probe));
+    kvb_ctx_free(probe);
+    char err[384];
+    outcome *o = calloc(1, sizeof *o);
+    static int32_t big[PROMPT * 2];
+    for (int i = 0; i < PROMPT * 2; i++) big[i] = prompts[i % NREQ][i % PROMPT];
+    kvb_sched_req r = {0};
+    r.id = 0, r.ids = big, r.n = PROMPT * 2, r.max_new = NEW, r.ignore_eos = 1;
+    CU_ASSERT_FATAL(kvb_sched_submit(s, &r, err, sizeof err) == 0);
+    for (int i = 1; i < 3; i++) {
+        r.id = i, r.ids = prompts[i], r.n = PROMPT;
+        CU_ASSERT_FATAL(kvb_sched_submit(s, &r, err, sizeof err) == 0);
+    }
+    for (int it = 0; o->n_done < 3 && it < 1000; it++) CU_ASSERT_FATAL(kvb_sched_step(s, on_done, o, err, sizeof err) == 0);
+    CU_ASSERT(o->n_done == 3 && o->n_ok == 2 && !o->ok[0] && strstr(o->err[0], "the pool holds"));
+    kvb_sched_stats st;
+    kvb_sched_get_stats(s, &st);
+    CU_ASSERT(st.refused == 1 && st.finished == 2 && st.max_running == 1);
+    kvb_sched_free(s);
+    free(o);
+}
+
+static void test_malformed_requests_refused_at_submit(void) {
+    kvb_sched *s = new_sched(NULL, NULL, 0);
+    char err[384];
+    int32_t bad[2] = {1, V};
+    kvb_sched_req r = {0};
+    r.ids = prompts[0], r.n = 0, r.max_new = 4;
+    CU_ASSERT(kvb_sched_submit(s, &r, err, sizeof err) == -1 && strstr(err, "no prompt"));
+    r.n = PROMPT, r.max_new = 0;
+    CU_ASSERT(kvb_sched_submit(s, &r, err, sizeof err) == -1 && strstr(err, "max_new"));
+    r.max_new = CTX;
+    CU_ASSERT(kvb_sched_submit(s, &r, err, sizeof err) == -1 && strstr(err, "context"));
+    r.ids = bad, r.n = 2, r.max_new = 4;
+    CU_ASSERT(kvb_sched_submit(s, &r, err, sizeof err) == -1 && strstr(err, "out of range"));
+    r.ids = prompts[0], r.method = "nosuch";
+    CU_ASSERT(kvb_sched_submit(s, &r, err, sizeof err) == -1 && strstr(err, "unknown method"));
+    CU_ASSERT(kvb_sched_waiting(s) == 0);
+    kvb_sched_free(s);
+}
+
+static int setup(void) {
+    const util_tiny_shape shape = {"sched", L, E, NH, NKV, FF, V, CTX};
+    if (util_tiny_setup(&shape, &rng)) return -1;
+    for (int i = 0; i < NREQ; i++)
+        for (int t = 0; t < PROMPT; t++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            prompts[i][t] = (int32_t)((rng >> 33) % V);
+        }
+    return 0;
+}
+
+static int teardown(void) { return util_tiny_teardown(); }
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("sched", setup, teardown);
+    CU_add_test(s, "full attention, a pool for two: two run, the rest wait, each decodes as alone",
+                test_full_attention_pool_of_two_runs_two_and_decodes_as_alone);
+    CU_add_test(s, "SnapKV at 25% runs more sequences than full in the same pool, each as alone",
+                test_snapkv_25_runs_more_in_the_same_pool);
+    CU_add_test(s, "a request larger than the pool is refused with an error; the others complete",
+                test_request_larger_than_the_pool_is_refused_others_complete);
+    CU_add_test(s, "malformed requests are refused at submit", test_malformed_requests_refused_at_submit);
+    return util_run_suites();
+}
