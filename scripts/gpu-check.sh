@@ -29,6 +29,7 @@
 #                       out), KVB_METHODS_8B_BUDGETS its budgets (default "30% 2048")
 #   KVB_MODEL_DIR       the default model's folder (an unpacked bundle's bin/model: its 4-layer copy, for
 #                       test_cuda_model; the bench steps then use the model's shapes, synthetic:smollm2-135m)
+#   KVB_NCU_GEMV        the GEMV versions ncu-decode profiles (default "1 4")
 #   KVB_PEER_PYTHON     the python3 with torch + transformers for the PyTorch peer (default python3)
 #
 # Steps (each one row of summary.md, its log beside it):
@@ -308,7 +309,7 @@ step_ncu() {
             --kernel-name regex:k_attn_dec_tc --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section Occupancy --section LaunchStats --section WarpStateStats \
             "$bin/kvbench" bench-attention --ctx 32768 --batch 1,8 --iters 1 --torch off
-        for gv in 1 4; do
+        for gv in ${KVB_NCU_GEMV:-1 4}; do
             step "ncu: decode GEMVs, kernel v$gv (default model's shapes, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \
                     --page raw --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
@@ -324,7 +325,7 @@ step_ncu_decode() { # a decode step's kernels on the 8B shapes at 32K, each alon
     if command -v ncu >/dev/null 2>&1; then
         local syn=(bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --contexts 32768 --batch 8192 -n 2 --no-peer)
         local metrics=dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum,launch__grid_size
-        for gv in 1 4; do
+        for gv in ${KVB_NCU_GEMV:-1 4}; do
             step "ncu: decode GEMVs v$gv by shape, 8B shapes, 32K (two steps)" "ncu_decode_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 258 --csv --page raw \
                     --metrics "$5" "$1" "${@:6}" >"$2/ncu_decode_gemv$4.csv" || exit 1
