@@ -219,6 +219,7 @@ __global__ void k_tile_bounds(kvb_cuda_attn a, int64_t n_tiles, int2 *bnd) {
     const int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= n_tiles) return;
     const int32_t *kp = a.k_pos[g], *ix = a.idx ? a.idx[g] : NULL;
+    if (!kp) return; /* a KV head without positions takes no mask: the kernel never reads its bounds */
     const int64_t len = ix ? a.n_idx[g] : a.n_kv[g];
     int32_t lo = INT_MAX, hi = INT_MIN;
     for (int64_t e = j * P2K; e < len && e < (j + 1) * P2K; e++) {
