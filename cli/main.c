@@ -10,6 +10,8 @@
 #include "benchmarks/provenance.h"
 #ifdef KVB_HAVE_CUDA
 #include "kernels/cuda/attention.h"
+
+int cmd_bench_serve(int argc, char **argv); /* cli/cmd_bench_serve.c */
 #endif
 
 #ifndef KVB_SOURCE_DIR
@@ -33,6 +35,7 @@ static const char *USAGE =
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
     "  bench-attention      decode attention GB/s on the GPU vs a device copy and PyTorch SDPA (CUDA builds)\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
+    "  bench-serve          requests/s and tokens/s per method on a fixed KV pool, continuous batching, N clients\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks)\n"
     "  fidelity             methods teacher-forced against full attention: top-1 agreement, KL, attention recall\n"
     "  help                 this text; `kvbench <command> --help` explains a command\n"
@@ -187,7 +190,8 @@ int main(int argc, char **argv) {
     } COMMANDS[] = {{"inspect", cmd_inspect}, {"generate", cmd_generate}, {"bench", cmd_bench}, {"run", cmd_run},
                     {"report", cmd_report}, {"compare", cmd_compare}, {"merge", cmd_merge}, {"history", cmd_history},
                     {"serve", cmd_serve}, {"bench-judge", cmd_bench_judge}, {"calibrate", cmd_calibrate},
-                    {"fidelity", cmd_fidelity}, {"bench-attention", cmd_bench_attn}};
+                    {"fidelity", cmd_fidelity}, {"bench-attention", cmd_bench_attn},
+                    {"bench-serve", cmd_bench_serve}};
     const char *cmd = argv[1];
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
         if (!strcmp(cmd, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);

@@ -278,6 +278,7 @@ int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, 
     const int rc = kvb_session_step_batch(ss, k, s->batch, ret, piece, len, why, sizeof why);
     const double step_ms = mono_ms() - t_begin;
     s->st.steps++;
+    s->st.step_seqs += k;
     s->st.decode_ms += step_ms;
     s->st.busy_ms += step_ms;
     s->st.running_ms += k * step_ms;

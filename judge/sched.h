@@ -69,6 +69,7 @@ typedef void (*kvb_sched_done_fn)(void *user, const kvb_sched_result *r);
 /* Over the scheduler's life. */
 typedef struct {
     int64_t steps;                 /* batched decode steps */
+    int64_t step_seqs;             /* sum over decode steps of the running sequences (tokens the steps sampled) */
     int64_t prefills, finished, failed, refused, waits, overdrafts;
     int max_running;
     double running_ms;             /* sum over decode steps of (running sequences x step ms) */

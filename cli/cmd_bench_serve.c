@@ -1,0 +1,328 @@
+/* cmd_bench_serve.c — `kvbench bench-serve`: what a method buys a server. An in-process load generator drives the
+ * continuous-batching scheduler (judge/sched.h) on a fixed KV pool: N closed-loop clients, each sending its next
+ * request when the last one ends, replay needle-in-a-haystack prompts until a fixed number of requests is done;
+ * one row per method@budget (docs/serving.md). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "benchmarks/loaders.h"
+#include "benchmarks/prompt.h"
+#include "cli/cli.h"
+#include "judge/sched.h"
+#include "methods/budget.h"
+
+int cmd_bench_serve(int argc, char **argv);
+
+static const char *HELP =
+    "usage: kvbench bench-serve [--methods full,snapkv@25%,...] [--clients 16] [--requests 64]\n"
+    "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N | --pool-seqs 4]\n"
+    "                           [--max-batch 64] [--prompts 8] [--stop-at-eos] [--csv FILE] [engine options]\n"
+    "\n"
+    "Throughput of the engine as a server, per KV-cache method, at a fixed KV memory. --clients closed-loop clients\n"
+    "replay --prompts needle-in-a-haystack prompts of about --prompt-len tokens (the needle at evenly spread\n"
+    "depths) until --requests requests have ended, each generating --max-new tokens (--stop-at-eos: or fewer).\n"
+    "Requests decode together, one batched forward step for all running sequences, on one KV pool of\n"
+    "--kv-pool-mib MiB (default: room for --pool-seqs full-attention sequences of prompt + max-new tokens);\n"
+    "a request waits until the pool can hold it (no preemption). One Markdown row per method@budget: requests/s,\n"
+    "output tokens/s, TTFT and TPOT p50/p99, mean and max running sequences, pool occupancy, waits, lost requests.\n"
+    "--csv FILE writes the same rows as CSV. Times are wall-clock on this machine (docs/serving.md).\n"
+    "\n"
+    "options:\n"
+    "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
+    "  --page-tokens N        tokens per pool page per KV head (default 16)\n" CLI_ENGINE_HELP;
+
+typedef struct {
+    char name[128];
+    char budget_str[32];
+    kvb_budget budget;
+} method_item;
+
+/* "full,snapkv@25%" -> items; -1 + err on an unknown method or a bad budget. */
+static int parse_methods(const char *list, method_item *out, int cap, int *n, char *err, size_t err_len) {
+    *n = 0;
+    const char *p = list;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[128];
+        if (len == 0 || len >= sizeof item) return snprintf(err, err_len, "--methods: empty or overlong item in '%s'", list), -1;
+        if (*n == cap) return snprintf(err, err_len, "--methods: more than %d items", cap), -1;
+        memcpy(item, p, len);
+        item[len] = 0;
+        method_item *m = &out[(*n)++];
+        memset(m, 0, sizeof *m);
+        char *at = strchr(item, '@');
+        if (at) *at = 0;
+        if (!kvb_method_find(item)) {
+            char names[1024];
+            kvb_method_names(names, sizeof names);
+            return snprintf(err, err_len, "--methods: unknown method '%s' (one of: %.300s)", item, names), -1;
+        }
+        snprintf(m->name, sizeof m->name, "%s", item);
+        if (at) {
+            if (kvb_budget_parse(at + 1, &m->budget, err, err_len)) return -1;
+            snprintf(m->budget_str, sizeof m->budget_str, "%s", at + 1);
+        } else {
+            snprintf(m->budget_str, sizeof m->budget_str, "-");
+        }
+        p = end ? end + 1 : p + len;
+    }
+    if (*n == 0) return snprintf(err, err_len, "--methods: no method given"), -1;
+    return 0;
+}
+
+/* what one run collects from its ended requests */
+typedef struct {
+    int n_done, n_ok, idle;
+    double *ttft, *tpot;
+    int n_ttft, n_tpot;
+    int64_t out_tokens;
+    double t_last_done;
+    char first_err[384];
+} collect;
+
+static void on_done(void *user, const kvb_sched_result *r) {
+    collect *c = user;
+    c->n_done++;
+    c->idle++;
+    if (r->t_done > c->t_last_done) c->t_last_done = r->t_done;
+    if (!r->ok) {
+        if (!c->first_err[0]) snprintf(c->first_err, sizeof c->first_err, "%s", r->err);
+        return;
+    }
+    c->n_ok++;
+    c->out_tokens += r->n_gen;
+    if (r->n_gen > 0) c->ttft[c->n_ttft++] = r->t_first - r->t_arrive;
+    if (r->n_gen > 1) c->tpot[c->n_tpot++] = (r->t_last - r->t_first) / (r->n_gen - 1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* nearest-rank percentile of v[0..n) (sorted here); NAN when empty */
+static double pct(double *v, int n, double p) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int k = (int)ceil(p / 100.0 * n);
+    return v[k < 1 ? 0 : k - 1];
+}
+
+typedef struct {
+    int clients, requests, max_new, ignore_eos, max_batch, page_tokens;
+    int64_t pool_bytes;
+} load_opts;
+
+typedef struct {
+    double wall_s, req_s, tok_s, step_tok_s, ttft50, ttft99, tpot50, tpot99, mean_seqs, pool_mean, pool_peak, held_mean;
+    int ok, failed, lost, max_seqs;
+    int64_t waits, overdrafts;
+    char first_err[384];
+} row;
+
+static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *mi, const load_opts *lo,
+                   kvb_prompt *prompts, int n_prompts, row *out, char *err, size_t err_len) {
+    kvb_sched_opts so;
+    memset(&so, 0, sizeof so);
+    so.model = m;
+    so.ctx = eo->ctx;
+    so.max_batch = lo->max_batch;
+    so.pool_bytes = lo->pool_bytes;
+    so.page_tokens = lo->page_tokens;
+    so.method = mi->name;
+    so.budget = mi->budget;
+    kvb_sched *s = kvb_sched_create(&so, err, err_len);
+    if (!s) return -1;
+    collect c;
+    memset(&c, 0, sizeof c);
+    c.idle = lo->clients;
+    c.ttft = calloc((size_t)lo->requests, sizeof *c.ttft);
+    c.tpot = calloc((size_t)lo->requests, sizeof *c.tpot);
+    int rc = c.ttft && c.tpot ? 0 : (snprintf(err, err_len, "out of memory"), -1);
+    int submitted = 0;
+    const double t_start = kvb_sched_now(s);
+    while (!rc && c.n_done < lo->requests) {
+        for (; c.idle > 0 && submitted < lo->requests; submitted++, c.idle--) {
+            const kvb_prompt *p = &prompts[submitted % n_prompts];
+            kvb_sched_req r;
+            memset(&r, 0, sizeof r);
+            r.id = submitted;
+            r.ids = p->ids;
+            r.n = (int)p->n;
+            r.max_new = lo->max_new;
+            r.ignore_eos = lo->ignore_eos;
+            if (kvb_sched_submit(s, &r, err, err_len)) rc = -1;
+            if (rc) break;
+        }
+        if (!rc) rc = kvb_sched_step(s, on_done, &c, err, err_len);
+    }
+    if (!rc) {
+        kvb_sched_stats st;
+        kvb_sched_get_stats(s, &st);
+        memset(out, 0, sizeof *out);
+        out->wall_s = (c.t_last_done - t_start) / 1e3;
+        out->ok = c.n_ok;
+        out->failed = c.n_done - c.n_ok;
+        out->lost = lo->requests - c.n_done;
+        out->req_s = out->wall_s > 0 ? c.n_ok / out->wall_s : 0;
+        out->tok_s = out->wall_s > 0 ? c.out_tokens / out->wall_s : 0;
+        /* the tokens the batched steps made per second of step time (prefills left out): batching's own gain */
+        out->step_tok_s = st.decode_ms > 0 ? st.step_seqs / (st.decode_ms / 1e3) : 0;
+        out->ttft50 = pct(c.ttft, c.n_ttft, 50);
+        out->ttft99 = pct(c.ttft, c.n_ttft, 99);
+        out->tpot50 = pct(c.tpot, c.n_tpot, 50);
+        out->tpot99 = pct(c.tpot, c.n_tpot, 99);
+        out->mean_seqs = st.decode_ms > 0 ? st.running_ms / st.decode_ms : 0;
+        out->max_seqs = st.max_running;
+        out->pool_mean = st.pool_pages && st.decode_ms > 0 ? 100.0 * st.reserved_page_ms / st.decode_ms / st.pool_pages : NAN;
+        out->held_mean = st.pool_pages && st.decode_ms > 0 ? 100.0 * st.held_page_ms / st.decode_ms / st.pool_pages : NAN;
+        out->pool_peak = st.pool_pages ? 100.0 * st.peak_reserved / st.pool_pages : NAN;
+        out->waits = st.waits;
+        out->overdrafts = st.overdrafts;
+        snprintf(out->first_err, sizeof out->first_err, "%s", c.first_err);
+    }
+    free(c.ttft);
+    free(c.tpot);
+    kvb_sched_free(s);
+    return rc;
+}
+
+/* The needle prompts: n depths spread over [0, 100] at one context length, built as the NIAH suite builds them
+ * (chat template, official layout). */
+static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, char *err, size_t err_len) {
+    double *depths = calloc((size_t)n, sizeof *depths);
+    if (!depths) return snprintf(err, err_len, "out of memory"), -1;
+    niah_linspace_round(0, 100, n, depths);
+    kvb_samples ss = {0};
+    int len = prompt_len + 200; /* the generator keeps 200 tokens of a length for the question and the answer */
+    int rc = niah_generate(NULL, &len, 1, depths, n, NULL, NULL, NULL, kvb_count_tokens, m, &ss, err, err_len);
+    free(depths);
+    for (int i = 0; i < ss.n && !rc; i++) rc = kvb_prompt_build(m, &ss.v[i], (int64_t)prompt_len + 512, 0, &out[i], err, err_len);
+    kvb_samples_free(&ss);
+    return rc;
+}
+
+static void print_cell(FILE *f, double v, const char *fmt) {
+    if (isnan(v)) fprintf(f, " - |");
+    else {
+        fputc(' ', f);
+        fprintf(f, fmt, v);
+        fputs(" |", f);
+    }
+}
+
+int cmd_bench_serve(int argc, char **argv) {
+    cli_engine_opts eo;
+    cli_engine_defaults(&eo);
+    const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL;
+    load_opts lo = {16, 64, 64, 1, 64, 16, 0};
+    int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
+    long pool_mib = 0;
+    cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_INT("--clients", &lo.clients, 1, 4096),
+                      CLI_INT("--requests", &lo.requests, 1, 1000000), CLI_INT("--prompt-len", &prompt_len, 16, 1 << 22),
+                      CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_LONG("--kv-pool-mib", &pool_mib, 1, 1L << 30),
+                      CLI_INT("--pool-seqs", &pool_seqs, 1, 1 << 20), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
+                      CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
+                      CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv), CLI_ENGINE_OPTS(&eo), CLI_END};
+    int stop = cli_parse("bench-serve", HELP, opts, 0, argc, argv, NULL);
+    if (stop >= 0) return stop;
+    lo.ignore_eos = !stop_at_eos;
+    char err[512];
+    method_item items[32];
+    int n_items = 0;
+    if (parse_methods(methods, items, 32, &n_items, err, sizeof err)) return cli_fail("bench-serve: %s", err);
+    kvb_model *m = cli_load_model(&eo);
+    if (!m) return 1;
+    if (!m->tok) {
+        kvb_model_free(m);
+        return cli_fail("bench-serve: the model has no tokenizer (a synthetic model): the prompts need one");
+    }
+    kvb_prompt *prompts = calloc((size_t)n_prompts, sizeof *prompts);
+    int rc = prompts ? make_prompts(m, prompt_len, n_prompts, prompts, err, sizeof err) : -1;
+    if (!prompts) snprintf(err, sizeof err, "out of memory");
+    int64_t longest = 0;
+    for (int i = 0; i < n_prompts && !rc; i++) longest = prompts[i].n > longest ? prompts[i].n : longest;
+    const int n_ctx = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train;
+    if (!rc && longest + lo.max_new > n_ctx)
+        rc = (snprintf(err, sizeof err, "the longest prompt (%lld tokens) + --max-new %d exceeds the context %d (--ctx)",
+                       (long long)longest, lo.max_new, n_ctx), -1);
+    /* the pool: --kv-pool-mib, or full attention's pages for --pool-seqs of the longest prompt + max-new */
+    kvb_ctx *probe = NULL;
+    if (!rc) {
+        kvb_ctx_params pp = eo.ctx;
+        pp.n_ctx = 16;
+        pp.n_batch = 1;
+        probe = kvb_ctx_create(m, &pp, err, sizeof err);
+        rc = probe ? 0 : -1;
+    }
+    kvp_pool pool;
+    if (!rc) rc = kvp_init(&pool, 1L << 40, kvc_slot_bytes(probe->kv), lo.page_tokens, err, sizeof err);
+    int64_t seq_bytes = 0;
+    if (!rc) {
+        seq_bytes = kvp_full_pages(&pool, &m->cfg, longest + lo.max_new) * pool.page_bytes;
+        lo.pool_bytes = pool_mib > 0 ? (int64_t)pool_mib << 20 : pool_seqs * seq_bytes;
+        /* admission promises full attention's pages for the prefill (judge/sched.h): a pool below one sequence
+         * would refuse every request */
+        if (lo.pool_bytes / pool.page_bytes * pool.page_bytes < seq_bytes)
+            rc = (snprintf(err, sizeof err,
+                           "--kv-pool-mib %ld cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
+                           "under full attention while they prefill)",
+                           pool_mib, (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
+    }
+    if (!rc) {
+        printf("bench-serve: %s, %d clients, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s, "
+               "KV pool %.1f MiB (%.2f full-attention sequences of %lld tokens; pages of %d tokens), max batch %d, "
+               "%d threads, backend %s\n\n",
+               m->path, lo.clients, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
+               lo.ignore_eos ? "" : " at most", lo.pool_bytes / 1048576.0, (double)lo.pool_bytes / seq_bytes,
+               (long long)(longest + lo.max_new), lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
+    }
+    kvb_ctx_free(probe);
+    FILE *cf = NULL;
+    if (!rc && csv && !(cf = fopen(csv, "w"))) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
+    if (cf)
+        fputs("method,budget,requests,ok,failed,lost,wall_s,requests_per_s,output_tokens_per_s,step_tokens_per_s,ttft_p50_ms,ttft_p99_ms,"
+              "tpot_p50_ms,tpot_p99_ms,mean_seqs,max_seqs,pool_promised_mean_pct,pool_promised_peak_pct,"
+              "pool_held_mean_pct,waits,overdrafts\n", cf);
+    if (!rc) {
+        puts("| method | budget | ok/requests | lost | req/s | out tok/s | step tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
+             "TPOT p99 ms | mean seqs | max seqs | pool promised mean / peak % | pool held mean % | waits |");
+        puts("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        fflush(stdout);
+    }
+    for (int i = 0; i < n_items && !rc; i++) {
+        row r;
+        rc = run_one(m, &eo, &items[i], &lo, prompts, n_prompts, &r, err, sizeof err);
+        if (rc) break;
+        printf("| %s | %s | %d/%d | %d |", items[i].name, items[i].budget_str, r.ok, lo.requests, r.lost);
+        print_cell(stdout, r.req_s, "%.2f");
+        print_cell(stdout, r.tok_s, "%.1f");
+        print_cell(stdout, r.step_tok_s, "%.1f");
+        print_cell(stdout, r.ttft50, "%.0f");
+        print_cell(stdout, r.ttft99, "%.0f");
+        print_cell(stdout, r.tpot50, "%.1f");
+        print_cell(stdout, r.tpot99, "%.1f");
+        print_cell(stdout, r.mean_seqs, "%.2f");
+        printf(" %d |", r.max_seqs);
+        if (isnan(r.pool_mean)) printf(" - |");
+        else printf(" %.0f / %.0f |", r.pool_mean, r.pool_peak);
+        print_cell(stdout, r.held_mean, "%.0f");
+        printf(" %lld |\n", (long long)r.waits);
+        fflush(stdout);
+        if (r.failed) fprintf(stderr, "bench-serve: %s: %d requests failed; the first: %s\n", items[i].name, r.failed, r.first_err);
+        if (r.overdrafts) fprintf(stderr, "bench-serve: %s: %lld sequences held more than promised\n", items[i].name, (long long)r.overdrafts);
+        if (cf)
+            fprintf(cf, "%s,%s,%d,%d,%d,%d,%.3f,%.4f,%.2f,%.2f,%.1f,%.1f,%.2f,%.2f,%.3f,%d,%.1f,%.1f,%.1f,%lld,%lld\n",
+                    items[i].name, items[i].budget_str, lo.requests, r.ok, r.failed, r.lost, r.wall_s, r.req_s, r.tok_s, r.step_tok_s,
+                    r.ttft50, r.ttft99, r.tpot50, r.tpot99, r.mean_seqs, r.max_seqs, r.pool_mean, r.pool_peak,
+                    r.held_mean, (long long)r.waits, (long long)r.overdrafts);
+    }
+    if (cf && fclose(cf) && !rc) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
+    for (int i = 0; prompts && i < n_prompts; i++) kvb_prompt_free(&prompts[i]);
+    free(prompts);
+    kvb_model_free(m);
+    return rc ? cli_fail("bench-serve: %s", err) : 0;
+}
