@@ -528,7 +528,8 @@ static void check_topk(kvb_backend *be, int64_t n, int64_t k) {
 }
 
 static void test_topk_idx_is_the_k_largest_in_slot_order_ties_to_lower_slot_nan_last(void) {
-    const int64_t ns[] = {0, 1, 5, 64, 1000, 3001};
+    /* 1024 and 1025: either side of the CUDA backend's switch from its shared-memory rank to its radix select */
+    const int64_t ns[] = {0, 1, 5, 64, 1000, 1024, 1025, 3001};
     EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) {
         const int64_t n = ns[ni], ks[] = {-1, 0, 1, n / 3, n - 1, n, n + 5};
         for (int ki = 0; ki < COUNT(ks); ki++) check_topk(be, n, ks[ki]);

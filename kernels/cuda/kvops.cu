@@ -5,7 +5,8 @@
  * file is compiled without fast math (CMakeLists.txt: -ftz=false -prec-div=true -fmad=false), so float and
  * double arithmetic rounds as on the CPU and those outputs match the CPU backend bit for bit. Only the double
  * exp and log of pod_share and pod_merge may differ from glibc in the last bit. top-k is a one-block radix
- * select (O(n)); round_scores still runs a thread per round over all probabilities.
+ * select (O(n)), or for n <= 1024 a one-block rank in shared memory; round_scores still runs a thread per round
+ * over all probabilities.
  *
  * Moves between tiers (be->traffic counts every array copied, as the CPU backend does):
  * - copy: one cudaMemcpyAsync (overlapping device ranges go through scratch: still one counted copy);
@@ -89,16 +90,20 @@ static uint8_t *host_buf(cuda_kvops *o, uint8_t **p, size_t *cap, cudaEvent_t do
     return *p;
 }
 
-/* A device copy of bytes (> 0) of host parameters for the kernels enqueued next; the next call reuses it
- * (stream order keeps the earlier kernels' copy intact). NULL on failure. */
+/* A device copy of bytes (> 0) of host parameters for the kernels enqueued next. It takes the next slot of a ring:
+ * the host waits only for that slot's previous copy up (made KVOPS_PARAM_RING calls ago, so normally long done),
+ * never for the work queued since, and the device copy stays intact for the kernels reading it (a later copy into
+ * the same slot is stream-ordered after them). NULL on failure. */
 static const void *params_in(cuda_kvops *o, const void *host, size_t bytes) {
-    uint8_t *h = host_buf(o, &o->param, &o->param_bytes, o->param_done, bytes);
-    if (!h || grow_dev(o, &o->param_dev, &o->param_dev_bytes, bytes)) return NULL;
+    const int i = o->param_next;
+    o->param_next = (i + 1) % KVOPS_PARAM_RING;
+    uint8_t *h = host_buf(o, &o->param[i], &o->param_bytes[i], o->param_done[i], bytes);
+    if (!h || grow_dev(o, &o->param_dev[i], &o->param_dev_bytes[i], bytes)) return NULL;
     memcpy(h, host, bytes);
-    if (CK(cudaMemcpyAsync(o->param_dev, h, bytes, cudaMemcpyHostToDevice, o->stream)) ||
-        CK(cudaEventRecord(o->param_done, o->stream)))
+    if (CK(cudaMemcpyAsync(o->param_dev[i], h, bytes, cudaMemcpyHostToDevice, o->stream)) ||
+        CK(cudaEventRecord(o->param_done[i], o->stream)))
         return NULL;
-    return o->param_dev;
+    return o->param_dev[i];
 }
 
 /* ---- copy, zero ---- */
@@ -246,9 +251,11 @@ static int cu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off
 typedef struct {
     kvb_kv_head dst, src;
     int64_t off, n, at; /* at: where the head's list starts in the list area; -1 = slots 0..n-1 */
+    int wide;           /* 1: K and V rows of both heads 16-byte aligned, row_bytes a multiple of 16 */
 } load_head;
 
-enum { LOAD_WARPS = 8, LOAD_MAX_X = 512 };
+/* LOAD_ROWS: rows a warp moves per turn; LOAD_U: 16-byte words a lane has in flight (loads first, then stores) */
+enum { LOAD_WARPS = 8, LOAD_MAX_X = 512, LOAD_ROWS = 8, LOAD_U = 8 };
 
 /* a warp copies one row: 16-byte words when both ends and the size allow it */
 __device__ void warp_copy_row(uint8_t *dst, const uint8_t *src, size_t rb, int lane) {
@@ -261,18 +268,60 @@ __device__ void warp_copy_row(uint8_t *dst, const uint8_t *src, size_t rb, int l
     }
 }
 
-/* blockIdx.y = head; each warp takes rows blockIdx.x * LOAD_WARPS + warp, striding over the grid */
+/* blockIdx.y = head. Aligned heads (wide): a warp takes LOAD_ROWS rows at a time and spreads their K and V words
+ * over all 32 lanes, each lane issuing up to LOAD_U 16-byte loads from the pinned host rows before it stores any,
+ * so many PCIe reads are in flight (one row per warp used 8 of 32 lanes for a 128-byte row and waited for each
+ * row). Other heads: a warp copies one row at a time. */
 __global__ void __launch_bounds__(LOAD_WARPS * 32) k_kv_load(const load_head *heads, const int32_t *lists, size_t rb) {
     const load_head h = heads[blockIdx.y];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int64_t i = (int64_t)blockIdx.x * LOAD_WARPS + warp; i < h.n; i += (int64_t)gridDim.x * LOAD_WARPS) {
-        const int64_t s = h.at >= 0 ? lists[h.at + i] : i, t = h.off + i;
-        warp_copy_row((uint8_t *)h.dst.k + t * rb, (const uint8_t *)h.src.k + s * rb, rb, lane);
-        warp_copy_row((uint8_t *)h.dst.v + t * rb, (const uint8_t *)h.src.v + s * rb, rb, lane);
-        if (lane == 0) {
+    if (!h.wide) {
+        for (int64_t i = (int64_t)blockIdx.x * LOAD_WARPS + warp; i < h.n; i += (int64_t)gridDim.x * LOAD_WARPS) {
+            const int64_t s = h.at >= 0 ? lists[h.at + i] : i, t = h.off + i;
+            warp_copy_row((uint8_t *)h.dst.k + t * rb, (const uint8_t *)h.src.k + s * rb, rb, lane);
+            warp_copy_row((uint8_t *)h.dst.v + t * rb, (const uint8_t *)h.src.v + s * rb, rb, lane);
+            if (lane == 0) {
+                h.dst.pos[t] = h.src.pos[s];
+                h.dst.round[t] = h.src.round[s];
+            }
+        }
+        return;
+    }
+    __shared__ int64_t slot[LOAD_WARPS][LOAD_ROWS];
+    const int wpr = (int)(rb / 16);
+    for (int64_t i0 = ((int64_t)blockIdx.x * LOAD_WARPS + warp) * LOAD_ROWS; i0 < h.n;
+         i0 += (int64_t)gridDim.x * LOAD_WARPS * LOAD_ROWS) {
+        const int rows = h.n - i0 < LOAD_ROWS ? (int)(h.n - i0) : LOAD_ROWS;
+        if (lane < rows) {
+            const int64_t s = h.at >= 0 ? lists[h.at + i0 + lane] : i0 + lane, t = h.off + i0 + lane;
+            slot[warp][lane] = s;
             h.dst.pos[t] = h.src.pos[s];
             h.dst.round[t] = h.src.round[s];
         }
+        __syncwarp();
+        const int items = rows * wpr, total = 2 * items; /* K words of the rows, then V words */
+        for (int f0 = 0; f0 < total; f0 += 32 * LOAD_U) {
+            uint4 w[LOAD_U];
+#pragma unroll
+            for (int u = 0; u < LOAD_U; u++) {
+                const int f = f0 + u * 32 + lane;
+                if (f < total) {
+                    const int g = f < items ? f : f - items, r = g / wpr;
+                    const uint8_t *src = (const uint8_t *)(f < items ? h.src.k : h.src.v) + (size_t)slot[warp][r] * rb;
+                    w[u] = ((const uint4 *)src)[g - r * wpr];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < LOAD_U; u++) {
+                const int f = f0 + u * 32 + lane;
+                if (f < total) {
+                    const int g = f < items ? f : f - items, r = g / wpr;
+                    uint8_t *dst = (uint8_t *)(f < items ? h.dst.k : h.dst.v) + (size_t)(h.off + i0 + r) * rb;
+                    ((uint4 *)dst)[g - r * wpr] = w[u];
+                }
+            }
+        }
+        __syncwarp(); /* every lane has read slot[] before the next turn writes it */
     }
 }
 
@@ -282,38 +331,56 @@ static int cu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, cons
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (n_heads < 0 || n_heads > 65535) return kvb_errf(err, err_len, "kv_load: %d heads", n_heads);
-    int64_t rows = 0, listed = 0, max_n = 0;
+    int64_t rows = 0, max_n = 0;
     for (int j = 0; j < n_heads; j++) {
         if (n[j] < 0 || dst_off[j] < 0)
             return kvb_errf(err, err_len, "kv_load: head %d: %lld rows at slot %lld", j, (long long)n[j],
                             (long long)dst_off[j]);
-        for (int64_t i = 0; idx && idx[j] && i < n[j]; i++)
-            if (idx[j][i] < 0)
-                return kvb_errf(err, err_len, "kv_load: index %d at %lld is negative", idx[j][i], (long long)i);
         rows += n[j];
-        listed += idx && idx[j] ? n[j] : 0;
         max_n = n[j] > max_n ? n[j] : max_n;
     }
     if (!rows) return 0;
-    /* the head table, then every list, in one parameter block (a host staging area first) */
+    /* The head table, then every distinct list once, in one parameter block (a host staging area first). Heads
+     * that share a list (OmniKV: one selection for every head of the layers a filter layer serves; Round
+     * Attention: one list of the selected rounds' slots) share its copy: at[] points at it. */
+    int64_t *at = (int64_t *)malloc((size_t)n_heads * (sizeof(int64_t) + 1));
+    if (!at) return kvb_errf(err, err_len, "kv_load: out of memory");
+    unsigned char *own = (unsigned char *)(at + n_heads); /* 1: head j's list is copied (the others share one) */
+    int64_t listed = 0;
+    for (int j = 0; j < n_heads; j++) {
+        at[j] = -1;
+        own[j] = 0;
+        if (!idx || !idx[j] || !n[j]) continue;
+        for (int i = 0; i < j && at[j] < 0; i++) /* an earlier head's list, at least as long: its copy serves */
+            if (idx[i] == idx[j] && n[i] >= n[j] && at[i] >= 0) at[j] = at[i];
+        if (at[j] >= 0) continue;
+        for (int64_t i = 0; i < n[j]; i++)
+            if (idx[j][i] < 0) {
+                free(at);
+                return kvb_errf(err, err_len, "kv_load: index %d at %lld is negative", idx[j][i], (long long)i);
+            }
+        at[j] = listed;
+        own[j] = 1;
+        listed += n[j];
+    }
     const size_t table = (size_t)n_heads * sizeof(load_head), bytes = table + (size_t)listed * sizeof(int32_t);
     uint8_t *p = (uint8_t *)malloc(bytes);
-    if (!p) return kvb_errf(err, err_len, "kv_load: out of memory");
+    if (!p) {
+        free(at);
+        return kvb_errf(err, err_len, "kv_load: out of memory");
+    }
     load_head *t = (load_head *)p;
     int32_t *lists = (int32_t *)(p + table);
-    int64_t at = 0;
     for (int j = 0; j < n_heads; j++) {
-        t[j].dst = dst[j], t[j].src = src[j], t[j].off = dst_off[j], t[j].n = n[j], t[j].at = -1;
-        if (idx && idx[j] && n[j]) {
-            memcpy(lists + at, idx[j], (size_t)n[j] * sizeof(int32_t));
-            t[j].at = at;
-            at += n[j];
-        }
+        t[j].dst = dst[j], t[j].src = src[j], t[j].off = dst_off[j], t[j].n = n[j], t[j].at = at[j];
+        t[j].wide = !(((uintptr_t)dst[j].k | (uintptr_t)dst[j].v | (uintptr_t)src[j].k | (uintptr_t)src[j].v | row_bytes) & 15);
+        if (at[j] >= 0 && own[j]) memcpy(lists + at[j], idx[j], (size_t)n[j] * sizeof(int32_t));
     }
+    free(at);
     const uint8_t *d = (const uint8_t *)params_in(o, p, bytes);
     free(p);
     if (!d) return failed(o, err, err_len);
-    int64_t gx = (max_n + LOAD_WARPS - 1) / LOAD_WARPS;
+    const int64_t per_block = (int64_t)LOAD_WARPS * LOAD_ROWS, gx = (max_n + per_block - 1) / per_block;
     dim3 grid((unsigned)(gx < 1 ? 1 : gx > LOAD_MAX_X ? LOAD_MAX_X : gx), (unsigned)n_heads);
     k_kv_load<<<grid, LOAD_WARPS * 32, 0, o->stream>>>((const load_head *)d, (const int32_t *)(d + table), row_bytes);
     if (CK_LAUNCH(k_kv_load)) return failed(o, err, err_len);
@@ -511,17 +578,27 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, const
         for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
         const uint32_t prefix = s_prefix, mask = s_mask;
-        for (int64_t i = tid; i < n; i += blockDim.x) {
-            const uint32_t key = order_key(x[i]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+        /* warp-aggregated: the lanes of a warp with the same digit add their count once (scores close together, as
+         * attention probabilities are, share the first digit: 32 conflicting atomics per warp became one) */
+        for (int64_t c = 0; c < n; c += blockDim.x) { /* uniform trip count: every lane reaches the match */
+            const int64_t i = c + tid;
+            const uint32_t key = i < n ? order_key(x[i]) : 0u;
+            const int digit = i < n && (key & mask) == prefix ? (int)((key >> shift) & 0xFFu) : -1;
+            const unsigned peers = __match_any_sync(0xffffffffu, digit);
+            if (digit >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[digit], (unsigned)__popc(peers));
         }
         __syncthreads();
-        if (tid == 0) { /* the digit holding the need-th largest of the matching keys */
-            long long above = 0;
-            int d = 255;
-            for (; d > 0 && above + (long long)hist[d] < s_need; d--) above += hist[d];
-            s_need -= above;
-            s_prefix = prefix | ((uint32_t)d << shift);
+        /* the digit holding the need-th largest of the matching keys: the digits from 255 down as a prefix sum
+         * over the block (thread t has digit 255 - t); the one thread whose sum first reaches `need` takes it
+         * (digit 0 when none does), as a serial walk from 255 down would (that walk was 256 dependent steps of
+         * one thread per pass) */
+        const long long want = s_need;
+        const int v = tid < 256 ? (int)hist[255 - tid] : 0;
+        int all;
+        const int incl = block_scan(v, ws, &all);
+        if (tid < 256 && (long long)(incl - v) < want && ((long long)incl >= want || tid == 255)) {
+            s_need = want - (incl - v);
+            s_prefix = prefix | ((uint32_t)(255 - tid) << shift);
             s_mask = mask | (0xFFu << shift);
         }
         __syncthreads();
@@ -543,12 +620,43 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, const
     }
 }
 
+/* Short lists (Quest's pages, n <= TOPK_SMALL): one block ranks every slot against all others in shared memory
+ * (rank = the slots with a larger key, or the same key and a lower slot) and takes those of rank < k in slot
+ * order: the same set and order as the radix select, in one read of the scores and a few syncs instead of four
+ * histogram passes with their syncs. */
+enum { TOPK_SMALL = 1024 };
+
+__global__ void __launch_bounds__(TOPK_THREADS) k_topk_rank(int32_t *idx, const float *x, int n, int k) {
+    __shared__ uint32_t keys[TOPK_SMALL];
+    __shared__ int ws[32];
+    const int i = threadIdx.x;
+    if (i < n) keys[i] = order_key(x[i]);
+    __syncthreads();
+    int take = 0;
+    if (i < n) {
+        const uint32_t ki = keys[i];
+        int rank = 0;
+        for (int j = 0; j < n; j++) {
+            const uint32_t kj = keys[j];
+            rank += kj > ki || (kj == ki && j < i);
+        }
+        take = rank < k;
+    }
+    int total;
+    const int at = block_scan(take, ws, &total) - take;
+    if (take) idx[at] = (int32_t)i;
+}
+
 static int cu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                        size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (k > n) k = n;
     if (k <= 0) return 0;
+    if (n <= TOPK_SMALL) {
+        k_topk_rank<<<1, TOPK_THREADS, 0, o->stream>>>(idx, score, (int)n, (int)k);
+        return CK_LAUNCH(k_topk_rank) ? failed(o, err, err_len) : 0;
+    }
     k_topk_radix<<<1, TOPK_THREADS, 0, o->stream>>>(idx, score, n, k);
     return CK_LAUNCH(k_topk_radix) ? failed(o, err, err_len) : 0;
 }
@@ -621,19 +729,36 @@ static int cu_round_scores(kvb_backend *be, double *out, int32_t *present, int n
     return CK_LAUNCH(k_round_scores) ? failed(o, err, err_len) : 0;
 }
 
-/* ---- PoD: pod_share (a block per base head), pod_merge (a block per query head) ---- */
+/* ---- PoD: pod_share (a block per base head), pod_merge (a block per query head) ----
+ *
+ * Both keep the header's serial orders (a double sum of the distant mass in slot order by one thread; per output
+ * channel a float sum over the distant rows in row order by one thread), but no longer wait on a global load per
+ * term: the block first stages a chunk of the terms in shared memory with every thread loading (coalesced, many
+ * loads in flight), then the owning threads add the chunk from shared memory. The sums are the same operations in
+ * the same order as before, so the results are unchanged bit for bit; a decode step of PoD on the default model's
+ * shapes spent ~60 ms in these two kernels' serial global loads. */
 
-__global__ void k_pod_share(float *pd, int64_t pd_stride, float *lse_d, const float *p, int64_t stride,
-                            const float *lse_p, const unsigned char *is_base, int64_t first, int64_t n_dist) {
+enum { POD_SHARE_THREADS = 256, POD_SHARE_CHUNK = 2048, POD_MERGE_FLOATS = 8192 };
+
+__global__ void __launch_bounds__(POD_SHARE_THREADS) k_pod_share(float *pd, int64_t pd_stride, float *lse_d,
+                                                                 const float *p, int64_t stride, const float *lse_p,
+                                                                 const unsigned char *is_base, int64_t first,
+                                                                 int64_t n_dist) {
     const int h = blockIdx.x;
     if (!is_base[h]) return;
     const float *ph = p + (int64_t)h * stride + first;
+    __shared__ float chunk[POD_SHARE_CHUNK];
     __shared__ double m;
-    if (threadIdx.x == 0) {
-        double s = 0;
-        for (int64_t i = 0; i < n_dist; i++) s += ph[i];
-        m = s;
+    double s = 0; /* thread 0's running sum, in slot order */
+    for (int64_t c0 = 0; c0 < n_dist; c0 += POD_SHARE_CHUNK) {
+        const int nc = n_dist - c0 < POD_SHARE_CHUNK ? (int)(n_dist - c0) : POD_SHARE_CHUNK;
+        for (int i = threadIdx.x; i < nc; i += blockDim.x) chunk[i] = ph[c0 + i];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < nc; i++) s += chunk[i];
+        __syncthreads(); /* the chunk is read before the next one overwrites it */
     }
+    if (threadIdx.x == 0) m = s;
     __syncthreads();
     const float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
     for (int64_t i = threadIdx.x; i < n_dist; i += blockDim.x) pd[(int64_t)h * pd_stride + i] = ph[i] * inv;
@@ -648,13 +773,25 @@ static int cu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *ls
     if (n_head <= 0) return 0;
     const unsigned char *d_base = (const unsigned char *)params_in(o, is_base, (size_t)n_head);
     if (!d_base) return failed(o, err, err_len);
-    k_pod_share<<<(unsigned)n_head, 128, 0, o->stream>>>(pd, pd_stride, lse_d, probs, stride, lse_p, d_base, first, n_dist);
+    k_pod_share<<<(unsigned)n_head, POD_SHARE_THREADS, 0, o->stream>>>(pd, pd_stride, lse_d, probs, stride, lse_p, d_base,
+                                                                       first, n_dist);
     return CK_LAUNCH(k_pod_share) ? failed(o, err, err_len) : 0;
 }
 
+/* rows of V a pod_merge chunk stages (as floats: at most POD_MERGE_FLOATS of them) */
+static int pod_merge_rows(int head_dim) {
+    const int r = POD_MERGE_FLOATS / head_dim;
+    return r < 1 ? 1 : r > 256 ? 256 : r;
+}
+
+/* a block per query head r, a thread per channel e (blockDim >= head_dim); dynamic shared memory: rows x head_dim
+ * floats of V, then rows weights */
 __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, const float *pd, int64_t pd_stride,
-                            const void *v, int f16, int head_dim, int64_t n_dist, double tau, unsigned long long *counts) {
-    const int r = blockIdx.x;
+                            const void *v, int f16, int head_dim, int64_t n_dist, double tau, unsigned long long *counts,
+                            int rows) {
+    extern __shared__ float pod_sm[];
+    float *vs = pod_sm, *ws = pod_sm + (size_t)rows * head_dim;
+    const int r = blockIdx.x, e = threadIdx.x;
     const double lp = lse_p[r], ld = lse_d[r];
     const double gate = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
     if (gate >= tau) {
@@ -663,12 +800,19 @@ __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, 
     }
     if (threadIdx.x == 0) atomicAdd(&counts[0], 1ull);
     const float *w = pd + (int64_t)r * pd_stride;
-    for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
-        float od = 0;
-        for (int64_t i = 0; i < n_dist; i++) {
-            const int64_t at = i * head_dim + e;
-            od += w[i] * (f16 ? __half2float(((const __half *)v)[at]) : ((const float *)v)[at]);
-        }
+    float od = 0;
+    for (int64_t i0 = 0; i0 < n_dist; i0 += rows) {
+        const int nr = n_dist - i0 < rows ? (int)(n_dist - i0) : rows;
+        const int64_t base = i0 * head_dim, cnt = (int64_t)nr * head_dim;
+        for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x)
+            vs[k] = f16 ? __half2float(((const __half *)v)[base + k]) : ((const float *)v)[base + k];
+        for (int k = threadIdx.x; k < nr; k += blockDim.x) ws[k] = w[i0 + k];
+        __syncthreads();
+        if (e < head_dim)
+            for (int j = 0; j < nr; j++) od += ws[j] * vs[(int64_t)j * head_dim + e];
+        __syncthreads(); /* the chunk is read before the next one overwrites it */
+    }
+    if (e < head_dim) {
         float *o = out + (int64_t)r * head_dim + e;
         *o = (float)(gate * *o + (1.0 - gate) * od);
     }
@@ -680,9 +824,13 @@ static int cu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const f
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (G <= 0 || head_dim <= 0) return 0;
-    k_pod_merge<<<(unsigned)G, head_dim < 128 ? 64 : 128, 0, o->stream>>>(out, lse_p, lse_d, pd, pd_stride, v,
-                                                                         dtype == KVB_F16, head_dim, n_dist, tau,
-                                                                         (unsigned long long *)counts);
+    if (head_dim > 1024) return kvb_errf(err, err_len, "pod_merge: head_dim %d over 1024", head_dim);
+    const int rows = pod_merge_rows(head_dim), threads = (head_dim + 31) / 32 * 32;
+    const size_t smem = ((size_t)rows * head_dim + (size_t)rows) * sizeof(float);
+    /* at most POD_MERGE_FLOATS + 256 floats (33 KB): under the 48 KB default */
+    k_pod_merge<<<(unsigned)G, (unsigned)threads, smem, o->stream>>>(out, lse_p, lse_d, pd, pd_stride, v, dtype == KVB_F16,
+                                                                     head_dim, n_dist, tau,
+                                                                     (unsigned long long *)counts, rows);
     return CK_LAUNCH(k_pod_merge) ? failed(o, err, err_len) : 0;
 }
 
@@ -844,9 +992,9 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     memset(o, 0, sizeof *o);
     o->be = be;
     o->stream = stream;
-    if (CK(cudaEventCreateWithFlags(&o->stage_done, cudaEventDisableTiming)) ||
-        CK(cudaEventCreateWithFlags(&o->param_done, cudaEventDisableTiming)))
-        return -1;
+    if (CK(cudaEventCreateWithFlags(&o->stage_done, cudaEventDisableTiming))) return -1;
+    for (int i = 0; i < KVOPS_PARAM_RING; i++)
+        if (CK(cudaEventCreateWithFlags(&o->param_done[i], cudaEventDisableTiming))) return -1;
     be->copy = cu_copy;
     be->zero = cu_zero;
     be->kv_gather = cu_kv_gather;
@@ -872,12 +1020,14 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
 void cuda_kvops_release(cuda_kvops *o) {
     if (o->stream) cudaStreamSynchronize(o->stream);
     cudaFreeHost(o->stage);
-    cudaFreeHost(o->param);
-    cudaFree(o->param_dev);
+    for (int i = 0; i < KVOPS_PARAM_RING; i++) {
+        cudaFreeHost(o->param[i]);
+        cudaFree(o->param_dev[i]);
+        if (o->param_done[i]) cudaEventDestroy(o->param_done[i]);
+    }
     cudaFree(o->scratch);
     cudaFree(o->gelu_table);
     if (o->stage_done) cudaEventDestroy(o->stage_done);
-    if (o->param_done) cudaEventDestroy(o->param_done);
     memset(o, 0, sizeof *o);
 }
 

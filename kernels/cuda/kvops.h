@@ -11,13 +11,19 @@ extern "C" {
 #include "kernels/backend.h"
 }
 
+enum { KVOPS_PARAM_RING = 8 };
+
 typedef struct {
     kvb_backend *be;     /* whose error[] keeps the first failure ("cuda: FILE:LINE: CALL: reason") */
     cudaStream_t stream; /* the backend's stream: every op enqueues on it */
     /* pinned host buffers, each reused once its event says the copies reading it are done */
     uint8_t *stage; size_t stage_bytes; cudaEvent_t stage_done; /* kv_gather's packed rows */
-    uint8_t *param; size_t param_bytes; cudaEvent_t param_done; /* small host parameters (weights, flags) */
-    void *param_dev; size_t param_dev_bytes;                    /* their device copy */
+    /* small host parameters (weights, flags, kv_load's head table and lists): a ring of KVOPS_PARAM_RING pinned
+     * buffers, each with its device copy and the event after its copy up, so that a call waits only for the copy
+     * made KVOPS_PARAM_RING calls earlier (long done), not for everything queued before the previous call */
+    uint8_t *param[KVOPS_PARAM_RING]; size_t param_bytes[KVOPS_PARAM_RING]; cudaEvent_t param_done[KVOPS_PARAM_RING];
+    void *param_dev[KVOPS_PARAM_RING]; size_t param_dev_bytes[KVOPS_PARAM_RING];
+    int param_next;
     void *scratch; size_t scratch_bytes;                        /* device scratch: top-k flags, overlapping copies */
     void *gelu_table;                                           /* geglu's f16 GELU table (arch_ops.cu), on first use */
 } cuda_kvops;
