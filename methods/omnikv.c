@@ -56,8 +56,11 @@ typedef struct {
     const int32_t **load_list;
     int64_t *load_n;
     float *score;     /* a filter layer's token scores (device, n_ctx entries) */
-    int32_t *idx_buf; /* offload=0: per sparse layer index lists [n_layer][idx_cap] (device) */
+    int32_t *idx_buf; /* offload=0: per filter layer, the index list its sparse layers attend by [MAX_FILTER][idx_cap]
+                         (device): the selection, then the current step's slots */
     int64_t idx_cap;
+    int64_t idx_len[MAX_FILTER]; /* the store length idx_buf[f] was built for (-1: rebuild), and its n_q */
+    int64_t idx_nq[MAX_FILTER];
     int64_t step_n;   /* tokens of the current step appended to the packed buffers */
 } omnikv;
 
@@ -184,6 +187,7 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
         be->topk_idx(be, s->sel[f], s->score, upto, k, err, err_len))
         return -1;
     s->n_sel[f] = k;
+    s->idx_len[f] = -1; /* a new selection: the sparse layers' list is rebuilt */
     if (!s->offload) return 0;
     prof_begin(c->prof, PROF_H2D, l);
     if (be->copy(be, s->sel_host, s->sel[f], (size_t)k * sizeof(int32_t), KVB_COPY_D2H, err, err_len) ||
@@ -251,6 +255,20 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
                 if (rc) return -1;
             }
     s->step_n = 0;
+    if (s->offload && kvc_bytes(s->base.vis, KVB_TIER_COUNT) == 0) {
+        /* The packed buffer's heads would be allocated at exactly the first selection's size, so the first decode
+         * step's append of its own row reallocated every sparse head (four allocations, a copy and four frees
+         * that wait for the device, per head). Start them with the room the store's growth rule would give them
+         * (a quarter more, plus 64): the first selection, its growth and the step's rows fit. */
+        int64_t k0 = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)n);
+        if (k0 < 1) k0 = 1;
+        if (k0 > n) k0 = n;
+        kvc_store *vis = kvc_create(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, c->params.kv_dtype, k0 + k0 / 4 + 64,
+                                    c->be, &c->mem, err, err_len);
+        if (!vis) return -1;
+        kvc_free(s->base.vis);
+        s->base.vis = vis;
+    }
     for (int f = 0; f < s->n_filter; f++)
         if (select_and_load(s, c, f, n, NULL, 0, err, err_len)) return -1;
     return 0;
@@ -297,17 +315,26 @@ static int omnikv_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_
         return kvb_vis_attend_packed(&s->base, c, layer, src, n_q, err, err_len);
     }
     int64_t need = s->n_sel[f] + n_q;
-    const size_t row = sizeof(int32_t) * (size_t)c->model->cfg.n_layer;
+    const size_t row = sizeof(int32_t) * MAX_FILTER;
     if (need > s->idx_cap) {
         kvb_method_release(c, s->idx_buf, (size_t)s->idx_cap * row);
-        s->idx_cap = need + 64;
+        /* room for the selection's growth (a Mem% budget's k grows with the sequence): no reallocation, which
+         * waits for the device, every few steps */
+        s->idx_cap = need + need / 4 + 64;
         s->idx_buf = kvb_method_alloc(c, (size_t)s->idx_cap * row);
         if (!s->idx_buf) return ERR("out of memory");
+        for (int i = 0; i < MAX_FILTER; i++) s->idx_len[i] = -1;
     }
-    int32_t *idx = s->idx_buf + (size_t)layer * s->idx_cap;
-    if (c->be->copy(c->be, idx, s->sel[f], (size_t)s->n_sel[f] * sizeof(int32_t), KVB_COPY_D2D, err, err_len) ||
-        c->be->iota(c->be, idx + s->n_sel[f], (int32_t)(len - n_q), n_q, err, err_len))
-        return -1;
+    /* Every sparse layer a filter layer serves attends to the same list: its selection, then the slots of the
+     * current step (the store of each layer holds the whole sequence, so the same slots). Built at the first of
+     * them in a step, reused by the others: two ops a filter layer and step instead of two a sparse layer. */
+    int32_t *idx = s->idx_buf + (size_t)f * s->idx_cap;
+    if (s->idx_len[f] != len || s->idx_nq[f] != n_q) {
+        if (c->be->copy(c->be, idx, s->sel[f], (size_t)s->n_sel[f] * sizeof(int32_t), KVB_COPY_D2D, err, err_len) ||
+            c->be->iota(c->be, idx + s->n_sel[f], (int32_t)(len - n_q), n_q, err, err_len))
+            return -1;
+        s->idx_len[f] = len, s->idx_nq[f] = n_q;
+    }
     for (int h = 0; h < HK; h++) {
         src[h].idx = idx;
         src[h].n_idx = need;
@@ -354,7 +381,7 @@ static void omnikv_destroy(kvb_method *m) {
     free(s->load_list);
     free(s->load_n);
     kvb_method_release(s->c, s->score, (size_t)s->c->params.n_ctx * sizeof(float));
-    kvb_method_release(s->c, s->idx_buf, (size_t)s->idx_cap * sizeof(int32_t) * (size_t)s->c->model->cfg.n_layer);
+    kvb_method_release(s->c, s->idx_buf, (size_t)s->idx_cap * sizeof(int32_t) * MAX_FILTER);
     kvc_free(s->base.vis);
     free(s);
 }
@@ -403,6 +430,7 @@ static kvb_method *omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, c
     omnikv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
+    for (int f = 0; f < MAX_FILTER; f++) s->idx_len[f] = -1;
     s->offload = 1;
     s->kind = calloc((size_t)cfg->n_layer, sizeof *s->kind);
     s->served_by = calloc((size_t)cfg->n_layer, sizeof *s->served_by);

@@ -113,20 +113,50 @@ static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
     int64_t *counts = malloc((size_t)(H > 0 ? H : 1) * sizeof *counts), at = 0;
     int rc = idx && lay && lists && counts ? 0 : ERR("out of memory");
     prof_begin(c->prof, PROF_H2D, s->lw);
+    /* Every head of every layer is appended the same rounds in the same slot order (the store writes a token's
+     * round to all heads; Round Attention evicts nothing), so the heads' lists are normally one list: a head whose
+     * round array equals the previous list's head's (memcmp, far cheaper than the per-slot test) shares that list,
+     * which kv_load then sends up once. Any head that differs gets its own list, as before. */
+    const int32_t *prev_round = NULL;
+    int64_t prev_n = -1, prev_at = 0, prev_m = 0, rows = 0;
     for (int l = s->lw, j = 0; l < L && !rc; l++)
         for (int h = 0; h < HK && !rc; h++, j++) {
             kvc_view v = kvc_head_view(c->kv, l, h); /* host tier (offloaded when the question began): host reads */
             if (v.tier != KVB_TIER_HOST) { rc = ERR("round: layer %d is not offloaded", l); break; }
             int64_t m = 0;
-            for (int64_t t = 0; t < v.n; t++)
-                if (v.round[t] != s->q_round && v.round[t] < s->mask_cap && s->sel_mask[v.round[t]])
-                    idx[at + m++] = (int32_t)t;
-            lay[j] = l, hd[j] = h, lists[j] = idx + at, counts[j] = m;
-            at += m;
+            if (prev_round && v.n == prev_n && !memcmp(v.round, prev_round, (size_t)v.n * sizeof(int32_t))) {
+                lists[j] = idx + prev_at, m = prev_m;
+            } else {
+                for (int64_t t = 0; t < v.n; t++)
+                    if (v.round[t] != s->q_round && v.round[t] < s->mask_cap && s->sel_mask[v.round[t]])
+                        idx[at + m++] = (int32_t)t;
+                lists[j] = idx + at;
+                prev_round = v.round, prev_n = v.n, prev_at = at, prev_m = m;
+                at += m;
+            }
+            lay[j] = l, hd[j] = h, counts[j] = m;
+            rows += m;
             if (l == s->lw && h == 0) s->sel_tokens = m;
         }
+    if (!rc && kvc_bytes(s->base.vis, KVB_TIER_COUNT) == 0) {
+        /* The first load: its heads would be allocated at exactly the selection's size, and the question's own
+         * rows (appended right after, then one a decode step) would reallocate every deep head twice, the second
+         * time in the first decode step (per head four allocations, a copy and four frees that wait for the
+         * device). Give them the room the store's growth rule would (a quarter more, plus 64) plus a prefill
+         * chunk. */
+        int64_t most = 0;
+        for (int j = 0; j < H; j++) most = counts[j] > most ? counts[j] : most;
+        const int64_t chunk = c->params.n_batch > 0 ? c->params.n_batch : 512;
+        kvc_store *vis = kvc_create(L, HK, c->model->cfg.head_dim, c->params.kv_dtype, most + most / 4 + 64 + chunk,
+                                    c->be, &c->mem, err, err_len);
+        if (!vis) rc = -1;
+        else {
+            kvc_free(s->base.vis);
+            s->base.vis = vis;
+        }
+    }
     if (!rc) rc = kvc_load(s->base.vis, c->kv, H, lay, hd, lists, counts, err, err_len);
-    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, rc ? 0 : at * kvc_slot_bytes(c->kv));
+    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, rc ? 0 : rows * kvc_slot_bytes(c->kv));
     free(idx);
     free(lay);
     free(lists);
