@@ -2,14 +2,16 @@
 # Download the benchmark datasets from their official homes into a cache (default ~/.cache/kvbench/datasets,
 # or $KVB_DATA), verifying a sha256 for each file. The loaders and configs/*.json read them from there.
 #
-#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler] [infinitebench]
+#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler] [infinitebench] [jieba]
 #   (default: the first four; infinitebench's nine files are ~2 GB and fetched only when named)
 #
 # Sources: LongBench data.zip and config from THUDM/LongBench on the Hugging Face Hub; LongMemEval
 # (oracle / s / m, cleaned) from xiaowu0162/longmemeval-cleaned; ShareGPT V3 cleaned split from
 # anon8231489123/ShareGPT_Vicuna_unfiltered; RULER: the wonderwords word lists (PyPI wheel, as RULER installs it), SQuAD v2 and
 # HotpotQA dev (RULER's download_qa_dataset.sh), Paul Graham essays (gkamradt/LLMTest_NeedleInAHaystack);
-# InfiniteBench: the official jsonl files of xinrongzhang2022/InfiniteBench on the Hub (into infinitebench/).
+# InfiniteBench: the official jsonl files of xinrongzhang2022/InfiniteBench on the Hub (into infinitebench/);
+# jieba: dict.txt and finalseg's prob_start/prob_trans/prob_emit.py of the PyPI package jieba==0.42.1 (its sdist,
+# sha256 pinned below), the data of LongBench's Chinese metrics (benchmarks/jieba.h), into jieba/.
 # A file whose sha256 is pinned in SUMS below must match it;
 # a file without a pinned sum is recorded in $DIR/SHA256SUMS on first download and checked against that
 # record on every later run (so a changed upstream file is noticed, never silently used).
@@ -118,13 +120,45 @@ infinitebench() {
     done
 }
 
+jieba() {
+    # jieba 0.42.1 ships as an sdist only (pip prepares its metadata); nothing of it is installed or run: the four
+    # data files are read out of the archive
+    local out=$DIR/jieba
+    if [ ! -s "$out/dict.txt" ] || [ ! -s "$out/prob_emit.py" ] || [ ! -s "$out/prob_start.py" ] || [ ! -s "$out/prob_trans.py" ]; then
+        local tmp; tmp=$(mktemp -d)
+        python3 -m pip download --quiet --no-deps -d "$tmp" jieba==0.42.1 >"$tmp/pip.log" 2>&1 ||
+            { echo "fetch-datasets: cannot download jieba==0.42.1 from PyPI: $(tail -n 1 "$tmp/pip.log")" >&2; rm -rf "$tmp"; exit 1; }
+        local sdist=$tmp/jieba-0.42.1.tar.gz
+        echo "055ca12f62674fafed09427f176506079bc135638a14e23e25be909131928db2  $sdist" | sha256sum -c --quiet - ||
+            { rm -rf "$tmp"; echo "fetch-datasets: jieba-0.42.1.tar.gz has an unexpected sha256" >&2; exit 1; }
+        mkdir -p "$out"
+        python3 - "$sdist" "$out" <<'PY'
+import os, sys, tarfile
+sdist, out = sys.argv[1:]
+members = {"jieba-0.42.1/jieba/dict.txt": "dict.txt", "jieba-0.42.1/jieba/finalseg/prob_start.py": "prob_start.py",
+           "jieba-0.42.1/jieba/finalseg/prob_trans.py": "prob_trans.py",
+           "jieba-0.42.1/jieba/finalseg/prob_emit.py": "prob_emit.py"}
+with tarfile.open(sdist) as t:
+    for m, name in members.items():
+        data = t.extractfile(m).read()
+        with open(os.path.join(out, name + ".part"), "wb") as f:
+            f.write(data)
+        os.replace(os.path.join(out, name + ".part"), os.path.join(out, name))
+with open(os.path.join(out, "VERSION"), "w") as f:
+    f.write("jieba 0.42.1 (PyPI sdist, sha256 055ca12f62674fafed09427f176506079bc135638a14e23e25be909131928db2)\n")
+PY
+        rm -rf "$tmp"
+    fi
+    echo "ok  jieba  $(sha256sum "$out/dict.txt" | cut -d' ' -f1)  (dict.txt)"
+}
+
 which=("$@")
 [ ${#which[@]} -gt 0 ] || which=(longbench longmemeval sharegpt ruler)
 for w in "${which[@]}"; do
     case "$w" in
-    longbench | longmemeval | sharegpt | ruler | infinitebench) "$w" ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench)" >&2; exit 2 ;;
+    longbench | longmemeval | sharegpt | ruler | infinitebench | jieba) "$w" ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench, jieba)" >&2; exit 2 ;;
     esac
 done
 echo "datasets in $DIR"

@@ -9,6 +9,8 @@ bash scripts/setup.sh --sanitize || exit 1
 bash scripts/fetch-model.sh qwen2.5-coder-0.5b || exit 1
 # Gemma-3-270M, for test_model_llamacpp_gemma (253 MB)
 bash scripts/fetch-model.sh gemma-3-270m || exit 1
+# jieba's dictionary and HMM (6 MB, from its PyPI package), for test_jieba and LongBench's Chinese metrics
+bash scripts/fetch-datasets.sh jieba >/dev/null || exit 1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 jobs=$(nproc 2>/dev/null || echo 2)
