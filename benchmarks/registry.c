@@ -10,6 +10,7 @@
 
 #include "benchmarks/datahint.h"
 #include "benchmarks/longbench_v2.h"
+#include "benchmarks/scbench.h"
 #include "benchmarks/score.h"
 #include "benchmarks/synth_suite.h"
 
@@ -208,6 +209,7 @@ static const kvb_benchmark BENCHMARKS[] = {
     {"infinitebench", kvb_synth_load_infbench, kvb_score_infbench, KVB_JK_NONE, NULL},
     {"longbench", load_longbench, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
     {"longbench_v2", load_longbench_v2, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin},
+    {"scbench", scb_bench_load, scb_score, KVB_JK_NONE, NULL},
     {"longmemeval", load_longmemeval, NULL, KVB_JK_LONGMEMEVAL, NULL},
     {"sharegpt", load_sharegpt, NULL, KVB_JK_QUALITY, NULL},
 };
