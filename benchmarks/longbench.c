@@ -6,7 +6,10 @@
  * Choices where the official code is silent: the "_e" suffix of a LongBench-E task name is stripped;
  * a record's "dataset" field, when a string, must name the task (or the task + "_e"); _id and length
  * may be null (MiniLongBench reconstructions): the id is then the 1-based line number, length -1;
- * template fields may be strings or integers (str.format would accept anything; nothing else is used). */
+ * template fields may be strings or integers (str.format would accept anything; nothing else is used).
+ * The Chinese tasks (multifieldqa_zh, dureader, vcsum, lsht, passage_retrieval_zh) load the same way; their
+ * metrics (benchmarks/metrics.h) need jieba's data for three of them (benchmarks/jieba.h), which the suite
+ * loader checks (kvb_score_check_task). */
 #include "benchmarks/loaders.h"
 
 #include <cjson/cJSON.h>

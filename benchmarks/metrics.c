@@ -1,7 +1,8 @@
-/* metrics.c — LongBench's official English metrics (metrics.h), written from the Python originals'
- * behaviour: same tokenisation, same set/multiset semantics, same float expressions. */
+/* metrics.c — LongBench's official metrics (metrics.h), written from the Python originals' behaviour: same
+ * tokenisation, same set/multiset semantics, same float expressions. */
 #include "benchmarks/metrics.h"
 
+#include "benchmarks/jieba.h"
 #include "benchmarks/loaders.h"
 
 #include <math.h>
@@ -297,9 +298,10 @@ done:
 /* ---- Rouge-L (the `rouge` package, summary level, exclusive) ---- */
 
 /* Python frames below the first _recon call when eval.py scores (module, scorer, rouge_score, get_scores,
- * _get_avg_scores, lambda, rouge_l_summary_level, _union_lcs, _recon_lcs) and the default recursion limit:
- * a reconstruction path of more calls raises RecursionError, which rouge_score turns into 0. */
-enum { PY_BASE_FRAMES = 9, PY_RECURSION_LIMIT = 1000 };
+ * _get_avg_scores, lambda, rouge_l_summary_level, _union_lcs, _recon_lcs; rouge_zh_score adds its own frame
+ * above rouge_score) and the default recursion limit: a reconstruction path of more calls raises RecursionError,
+ * which rouge_score turns into 0. */
+enum { PY_BASE_FRAMES = 9, PY_ZH_FRAMES = 10, PY_RECURSION_LIMIT = 1000 };
 
 typedef struct { tok *w; int n; } sentence;
 typedef struct { sentence *s; int n; tok *all; int n_all; } doc;
@@ -351,10 +353,11 @@ static int distinct(const tok *w, int n, tok *scratch) {
     return k;
 }
 
-/* _recon_lcs(x, y): the words of the reconstructed LCS (x's) into the union set. -1 = Python would raise. */
-static int recon_into(const sentence *x, const sentence *y, tok *uni, int *n_uni) {
+/* _recon_lcs(x, y): the words of the reconstructed LCS (x's) into the union set. -1 = Python would raise (frames:
+ * those below the first _recon call). */
+static int recon_into(const sentence *x, const sentence *y, tok *uni, int *n_uni, int frames) {
     int nx = x->n, ny = y->n;
-    if ((nx < ny ? nx : ny) + 1 + PY_BASE_FRAMES > PY_RECURSION_LIMIT) return -1;
+    if ((nx < ny ? nx : ny) + 1 + frames > PY_RECURSION_LIMIT) return -1;
     size_t W = (size_t)ny + 1;
     int32_t *t = calloc(((size_t)nx + 1) * W, sizeof *t);
     if (!t) return -1;
@@ -370,10 +373,10 @@ static int recon_into(const sentence *x, const sentence *y, tok *uni, int *n_uni
         else j--;
     }
     free(t);
-    return steps + 1 + PY_BASE_FRAMES > PY_RECURSION_LIMIT ? -1 : 0;
+    return steps + 1 + frames > PY_RECURSION_LIMIT ? -1 : 0;
 }
 
-double kvb_metric_rouge(const char *pred, const char *gold) {
+static double rouge_l(const char *pred, const char *gold, int frames) {
     cps h = decode(pred), r = decode(gold);
     doc hd = {0}, rd = {0};
     tok *scratch = NULL;
@@ -386,7 +389,7 @@ double kvb_metric_rouge(const char *pred, const char *gold) {
     int llcs = 0;
     for (int i = 0; i < rd.n; i++)
         for (int k = 0; k < hd.n; k++)
-            if (recon_into(&rd.s[i], &hd.s[k], scratch, &llcs)) goto done;
+            if (recon_into(&rd.s[i], &hd.s[k], scratch, &llcs, frames)) goto done;
     double r_lcs = (double)llcs / m, p_lcs = (double)llcs / n;
     f = 2.0 * ((p_lcs * r_lcs) / (p_lcs + r_lcs + 1e-8));
 done:
@@ -395,6 +398,8 @@ done:
     free(h.c), free(r.c);
     return f;
 }
+
+double kvb_metric_rouge(const char *pred, const char *gold) { return rouge_l(pred, gold, PY_BASE_FRAMES); }
 
 /* ---- classification, retrieval, count ---- */
 
@@ -435,20 +440,25 @@ static double number_share(const cps *pred, const uint32_t *want, int want_n) {
     return total ? (double)right / total : 0.0;
 }
 
-double kvb_metric_retrieval(const char *pred, const char *gold) {
-    static const char key[] = "Paragraph ";
-    cps p = decode(pred), g = decode(gold);
-    double share = 0.0; /* no "Paragraph N" in the gold: the official code raises IndexError */
-    for (int i = 0; p.n >= 0 && i + 10 < g.n; i++) { /* the first match of Paragraph (\d+) */
+/* retrieval_score and retrieval_zh_score: the share of pred's numbers equal to the first number after key
+ * (re.findall(key + r"(\d+)", gold)[0]). */
+static double retrieval_after(const char *pred, const char *gold, const char *key_utf8) {
+    cps p = decode(pred), g = decode(gold), key = decode(key_utf8);
+    double share = 0.0; /* no key + number in the gold: the official code raises IndexError */
+    int kn = key.n;
+    for (int i = 0; p.n >= 0 && key.n > 0 && i + kn < g.n; i++) { /* the first match */
         int k = 0;
-        while (k < 10 && g.c[i + k] == (uint32_t)key[k]) k++;
-        int e = i + 10;
-        while (k == 10 && e < g.n && is_digit(g.c[e])) e++;
-        if (e > i + 10) { share = number_share(&p, g.c + i + 10, e - i - 10); break; }
+        while (k < kn && g.c[i + k] == key.c[k]) k++;
+        int e = i + kn;
+        while (k == kn && e < g.n && is_digit(g.c[e])) e++;
+        if (e > i + kn) { share = number_share(&p, g.c + i + kn, e - i - kn); break; }
     }
-    free(p.c), free(g.c);
+    free(p.c), free(g.c), free(key.c);
     return share;
 }
+
+double kvb_metric_retrieval(const char *pred, const char *gold) { return retrieval_after(pred, gold, "Paragraph "); }
+double kvb_metric_retrieval_zh(const char *pred, const char *gold) { return retrieval_after(pred, gold, "段落"); }
 
 double kvb_metric_count(const char *pred, const char *gold) {
     cps p = decode(pred), g = decode(gold);
@@ -585,6 +595,115 @@ double kvb_metric_code_sim(const char *pred, const char *gold) {
     return s;
 }
 
+/* ---- Chinese: jieba tokens ---- */
+
+/* normalize_zh_answer's punctuation: string.punctuation and metrics.py's cn_punctuation, in its order (it has
+ * U+300B "》" but not U+300A "《"; its last character is the ASCII '.') */
+static int is_zh_punct(uint32_t c) {
+    static const uint16_t cn[] = {
+        0xFF01, 0xFF1F, 0xFF61, 0x3002, 0xFF02, 0xFF03, 0xFF04, 0xFF05, 0xFF06, 0xFF07, 0xFF08, 0xFF09, 0xFF0A, 0xFF0B,
+        0xFF0C, 0xFF0D, 0xFF0F, 0xFF1A, 0xFF1B, 0xFF1C, 0xFF1D, 0xFF1E, 0xFF20, 0xFF3B, 0xFF3C, 0xFF3D, 0xFF3E, 0xFF3F,
+        0xFF40, 0xFF5B, 0xFF5C, 0xFF5D, 0xFF5E, 0xFF5F, 0xFF60, 0xFF62, 0xFF63, 0xFF64, 0x3001, 0x3003, 0x300B, 0x300C,
+        0x300D, 0x300E, 0x300F, 0x3010, 0x3011, 0x3014, 0x3015, 0x3016, 0x3017, 0x3018, 0x3019, 0x301A, 0x301B, 0x301C,
+        0x301D, 0x301E, 0x301F, 0x3030, 0x303E, 0x303F, 0x2013, 0x2014, 0x2018, 0x2019, 0x201B, 0x201C, 0x201D, 0x201E,
+        0x201F, 0x2026, 0x2027, 0xFE4F, 0x002E};
+    if (is_ascii_punct(c)) return 1;
+    for (size_t i = 0; i < sizeof cn / sizeof *cn; i++)
+        if (cn[i] == c) return 1;
+    return 0;
+}
+
+/* jieba.cut(s, cut_all=False) (HMM on, jieba's default) as code point tokens: *toks index into *text. -1 when out
+ * of memory. */
+static int zh_tokens(const kvb_jieba *j, const char *s, cps *text, tok **toks, int *n) {
+    kvb_jieba_tok *t = NULL;
+    int64_t nt = 0;
+    *toks = NULL, *n = 0;
+    *text = (cps){0};
+    if (kvb_jieba_cut(j, s, 1, &t, &nt) || nt > INT32_MAX / 2) { free(t); return -1; }
+    size_t len = strlen(s);
+    text->c = malloc((len + 1) * sizeof(uint32_t));
+    *toks = malloc(((size_t)nt + 1) * sizeof **toks);
+    if (!text->c || !*toks) { free(t); return -1; }
+    for (int64_t i = 0; i < nt; i++) { /* each token decoded on its own: the byte spans are whole code points */
+        char *piece = strndup(s + t[i].off, (size_t)t[i].len);
+        cps d = piece ? decode(piece) : (cps){NULL, -1};
+        free(piece);
+        if (d.n < 0) { free(t); return -1; }
+        memcpy(text->c + text->n, d.c, (size_t)d.n * sizeof(uint32_t));
+        (*toks)[(*n)++] = (tok){text->c + text->n, d.n};
+        text->n += d.n;
+        free(d.c);
+    }
+    free(t);
+    return 0;
+}
+
+/* normalize_zh_answer of each token (lower, punctuation out, whitespace out), empty ones dropped: the tokens are
+ * rewritten into buf (room for twice the text). Returns the count kept. */
+static int zh_normalize(tok *toks, int n, uint32_t *buf) {
+    int kept = 0, used = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t *out = buf + used;
+        int m = lower(toks[i].c, toks[i].n, out), k = 0;
+        for (int q = 0; q < m; q++)
+            if (!is_zh_punct(out[q]) && !is_space(out[q])) out[k++] = out[q];
+        if (k) toks[kept++] = (tok){out, k}, used += k;
+    }
+    return kept;
+}
+
+double kvb_metric_qa_f1_zh(const kvb_jieba *j, const char *pred, const char *gold) {
+    cps pt = {0}, gt = {0};
+    tok *pk = NULL, *gk = NULL;
+    uint32_t *pb = NULL, *gb = NULL;
+    int np = 0, ng = 0;
+    double f1 = 0;
+    if (zh_tokens(j, pred, &pt, &pk, &np) || zh_tokens(j, gold, &gt, &gk, &ng)) goto done;
+    pb = malloc((2 * (size_t)pt.n + 1) * sizeof *pb), gb = malloc((2 * (size_t)gt.n + 1) * sizeof *gb);
+    if (!pb || !gb) goto done;
+    np = zh_normalize(pk, np, pb), ng = zh_normalize(gk, ng, gb);
+    if (np <= 0 || ng <= 0) goto done;
+    /* f1_score: Counter(pred) & Counter(gold) */
+    char *used = calloc((size_t)ng, 1);
+    int same = 0;
+    for (int i = 0; used && i < np; i++)
+        for (int k = 0; k < ng; k++)
+            if (!used[k] && tok_eq(pk[i], gk[k])) { used[k] = 1, same++; break; }
+    free(used);
+    if (same) {
+        double precision = 1.0 * same / np, recall = 1.0 * same / ng;
+        f1 = (2 * precision * recall) / (precision + recall);
+    }
+done:
+    free(pt.c), free(gt.c), free(pk), free(gk), free(pb), free(gb);
+    return f1;
+}
+
+/* " ".join(jieba.cut(s, cut_all=False)) */
+static char *zh_joined(const kvb_jieba *j, const char *s) {
+    kvb_jieba_tok *t = NULL;
+    int64_t nt = 0;
+    if (kvb_jieba_cut(j, s, 1, &t, &nt)) return NULL;
+    size_t len = strlen(s);
+    char *out = malloc(len + (size_t)nt + 1), *o = out;
+    for (int64_t i = 0; out && i < nt; i++) {
+        if (i) *o++ = ' ';
+        memcpy(o, s + t[i].off, (size_t)t[i].len);
+        o += t[i].len;
+    }
+    if (out) *o = 0;
+    free(t);
+    return out;
+}
+
+double kvb_metric_rouge_zh(const kvb_jieba *j, const char *pred, const char *gold) {
+    char *p = zh_joined(j, pred), *g = zh_joined(j, gold);
+    double f = p && g ? rouge_l(p, g, PY_ZH_FRAMES) : 0;
+    free(p), free(g);
+    return f;
+}
+
 /* ---- eval.py ---- */
 
 /* The task without LongBench-E's "_e" suffix, in buf. */
@@ -601,7 +720,8 @@ const char *kvb_longbench_metric_name(const char *task) {
         {"2wikimqa", "qa_f1"}, {"musique", "qa_f1"}, {"triviaqa", "qa_f1"}, {"gov_report", "rouge"},
         {"qmsum", "rouge"}, {"multi_news", "rouge"}, {"samsum", "rouge"}, {"trec", "classification"},
         {"passage_retrieval_en", "retrieval"}, {"passage_count", "count"}, {"lcc", "code_sim"},
-        {"repobench-p", "code_sim"}};
+        {"repobench-p", "code_sim"}, {"multifieldqa_zh", "qa_f1_zh"}, {"dureader", "rouge_zh"},
+        {"vcsum", "rouge_zh"}, {"lsht", "classification"}, {"passage_retrieval_zh", "retrieval_zh"}};
     char base[64];
     base_task(task, base, sizeof base);
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
@@ -613,6 +733,8 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
                         const char *const *all_classes, int n_classes, double *score) {
     const char *metric = kvb_longbench_metric_name(task);
     if (!metric) return -1;
+    const kvb_jieba *j = NULL;
+    if (kvb_longbench_metric_needs_jieba(metric) && !(j = kvb_jieba_shared(NULL, 0))) return -1;
     char base[64];
     char *cut = NULL;
     if (lb_task_first_line(base_task(task, base, sizeof base))) { /* pred.lstrip('\n').split('\n')[0] */
@@ -629,10 +751,17 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
                  : !strcmp(metric, "classification") ? kvb_metric_classification(pred, g, all_classes, n_classes)
                  : !strcmp(metric, "retrieval") ? kvb_metric_retrieval(pred, g)
                  : !strcmp(metric, "count") ? kvb_metric_count(pred, g)
+                 : !strcmp(metric, "qa_f1_zh") ? kvb_metric_qa_f1_zh(j, pred, g)
+                 : !strcmp(metric, "rouge_zh") ? kvb_metric_rouge_zh(j, pred, g)
+                 : !strcmp(metric, "retrieval_zh") ? kvb_metric_retrieval_zh(pred, g)
                  : kvb_metric_code_sim(pred, g);
         if (s > best) best = s;
     }
     free(cut);
     *score = best;
     return 0;
+}
+
+int kvb_longbench_metric_needs_jieba(const char *metric) {
+    return metric && (!strcmp(metric, "qa_f1_zh") || !strcmp(metric, "rouge_zh"));
 }

@@ -3,6 +3,7 @@
 
 #include "benchmarks/metrics.h"
 #include "benchmarks/infbench.h"
+#include "benchmarks/jieba.h"
 #include "benchmarks/longbench_v2.h"
 #include "benchmarks/registry.h"
 #include "benchmarks/ruler.h"
@@ -29,16 +30,18 @@ static double any_substring(const kvb_sample *s, const char *pred) {
 }
 
 int kvb_score_check_task(const char *task, char *msg, size_t cap) {
-    static const char *const zh[] = {"multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh"};
-    if (kvb_longbench_metric_name(task)) return 0;
-    for (size_t i = 0; i < sizeof zh / sizeof *zh; i++)
-        if (!strncmp(task, zh[i], strlen(zh[i]))) {
-            snprintf(msg, cap, "LongBench task '%s' is Chinese: its official metric needs jieba segmentation, which "
-                     "kvbench does not implement", task);
-            return -1;
-        }
-    snprintf(msg, cap, "unknown LongBench task '%s'", task);
-    return -1;
+    const char *metric = kvb_longbench_metric_name(task);
+    if (!metric) {
+        snprintf(msg, cap, "unknown LongBench task '%s'", task);
+        return -1;
+    }
+    char err[700];
+    if (kvb_longbench_metric_needs_jieba(metric) && !kvb_jieba_shared(err, sizeof err)) {
+        snprintf(msg, cap, "LongBench task '%s' is scored on jieba's segmentation (run %s): %s", task, KVB_JIEBA_FETCH,
+                 err);
+        return -1;
+    }
+    return 0;
 }
 
 int kvb_score_substring(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap) {

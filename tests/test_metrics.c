@@ -1,7 +1,8 @@
 /* test_metrics.c — LongBench's metrics in C against the official Python implementations: every case of
  * tests/fixtures/longbench_metrics.json (written by scripts/metrics_ref.py running LongBench/metrics.py as
  * eval.py scores a sample) must score the same within 1e-9; plus the dispatch rules (LongBench-E names,
- * Chinese tasks refused) and the runner-facing scorer. */
+ * Chinese tasks refused while jieba's data is missing) and the runner-facing scorer. The Chinese metrics' values:
+ * tests/test_metrics_zh.c. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -56,13 +57,17 @@ static void test_fixture_cases_match_python(void) {
 static void test_dispatch_and_refusals(void) {
     CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("hotpotqa_e"), "qa_f1");
     CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("repobench-p"), "code_sim");
-    CU_ASSERT(kvb_longbench_metric_name("dureader") == NULL && kvb_longbench_metric_name("lsht") == NULL &&
-              kvb_longbench_metric_name("nonsense") == NULL);
+    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("dureader"), "rouge_zh");
+    CU_ASSERT_STRING_EQUAL(kvb_longbench_metric_name("lsht"), "classification");
+    CU_ASSERT(kvb_longbench_metric_name("nonsense") == NULL);
     double s;
     const char *a[1] = {"x"};
+    /* main() points KVB_JIEBA_DIR at nothing: the jieba-scored tasks are refused, naming the fetch command */
     CU_ASSERT(kvb_longbench_score("multifieldqa_zh", "x", a, 1, NULL, 0, &s) == -1);
     char msg[256];
-    CU_ASSERT(kvb_score_check_task("vcsum", msg, sizeof msg) == -1 && strstr(msg, "jieba"));
+    CU_ASSERT(kvb_score_check_task("vcsum", msg, sizeof msg) == -1 && strstr(msg, "scripts/fetch-datasets.sh jieba"));
+    CU_ASSERT(kvb_score_check_task("lsht", msg, sizeof msg) == 0); /* classification: no jieba */
+    CU_ASSERT(kvb_score_check_task("passage_retrieval_zh", msg, sizeof msg) == 0);
     CU_ASSERT(kvb_score_check_task("frobnicate", msg, sizeof msg) == -1 && strstr(msg, "unknown"));
     CU_ASSERT(kvb_score_check_task("qasper", msg, sizeof msg) == 0);
     CU_ASSERT(kvb_longbench_score("trec_e", "City\nCountry", (const char *[]){"City"}, 1,
@@ -112,6 +117,7 @@ static void test_runner_scorer_uses_the_official_rules(void) {
 }
 
 int main(void) {
+    setenv("KVB_JIEBA_DIR", "/nonexistent/kvb-jieba", 1); /* before the first use: jieba's data absent */
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("metrics", NULL, NULL);
     CU_add_test(s, "fixture cases = official Python values", test_fixture_cases_match_python);
