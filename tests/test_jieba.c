@@ -154,6 +154,40 @@ static void test_shared_records_equal_python(void) {
     cJSON_Delete(root);
 }
 
+/* Any bytes, invalid UTF-8 included: the tokens cover the text in order, each byte once, in both modes. */
+static void test_tokens_partition_any_text(void) {
+    static const char *const pieces[] = {"中", "国", "人", "的", "长", "鿕", "鿖", "龘", "𠮷", "a", "Z", "7", ".", "%", "-",
+                                         "+", "#", "&", "_", " ", "\r", "\n", "\t", "\xe3\x80\x80", "\xc2\xa0", "。",
+                                         "，", "\xff", "\xe4\xb8", "\xc0\xae", "\xed\xa0\x80", "😊"};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    char buf[512];
+    int bad = 0;
+    for (int k = 0; k < 3000; k++) {
+        size_t len = 0;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int n = (int)(x % 60);
+        for (int i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *p = pieces[x % (sizeof pieces / sizeof *pieces)];
+            if (len + strlen(p) >= sizeof buf) break;
+            memcpy(buf + len, p, strlen(p)), len += strlen(p);
+        }
+        buf[len] = 0;
+        for (int hmm = 0; hmm < 2; hmm++) {
+            kvb_jieba_tok *t;
+            int64_t nt, at = 0;
+            CU_ASSERT_FATAL(kvb_jieba_cut(J, buf, hmm, &t, &nt) == 0);
+            for (int64_t i = 0; i < nt; i++) {
+                if (t[i].off != at || t[i].len <= 0) bad++;
+                at = t[i].off + t[i].len;
+            }
+            if (at != (int64_t)len) bad++;
+            free(t);
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* Loader errors: a missing folder names the fetch command; a malformed line is named by file:line. */
 static void test_load_errors_are_one_line(void) {
     char err[600];
@@ -214,6 +248,7 @@ int main(void) {
         CU_add_test(s, "dictionary: words, prefix entries, total as jieba's", test_dictionary_is_jiebas);
         CU_add_test(s, "fixture corpus: every sentence cut as jieba cuts it (HMM on and off)", test_corpus_equals_python);
         CU_add_test(s, "shared LongBench zh records: token counts and digests as jieba's", test_shared_records_equal_python);
+        CU_add_test(s, "any bytes: the tokens cover the text in order, each byte once", test_tokens_partition_any_text);
         if (!J) { CU_cleanup_registry(); return 1; }
     } else {
         const char *ci = getenv("CI");
