@@ -211,6 +211,11 @@ static int start_seq(kvb_sched *s, seq *q, char *why, size_t why_len) {
     kvb_gen_params gp = {0};
     gp.max_new = q->r.max_new;
     gp.ignore_eos = q->r.ignore_eos;
+    gp.temp = q->r.temp;
+    gp.top_p = q->r.top_p;
+    gp.seed = q->r.seed;
+    gp.stop = q->r.stop;
+    gp.n_stop = q->r.n_stop;
     if (kvb_session_init(&q->s, q->c, &seam, &gp, why, why_len)) return -1;
     q->session_live = 1;
     int64_t end = q->r.n;
@@ -259,8 +264,34 @@ static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
     }
 }
 
+/* Requests whose cancel says so end now, waiting or running. */
+static void reap_cancelled(kvb_sched *s, kvb_sched_done_fn done, void *user) {
+    int kept = 0;
+    for (int i = 0; i < s->n_wait; i++) {
+        seq *q = s->wait[i];
+        if (q->r.cancel && q->r.cancel(q->r.user)) {
+            s->st.cancelled++;
+            end_seq(s, q, 0, "cancelled", done, user);
+        } else {
+            s->wait[kept++] = q;
+        }
+    }
+    s->n_wait = kept;
+    kept = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        seq *q = s->run[i];
+        if (q->r.cancel && q->r.cancel(q->r.user)) {
+            s->st.cancelled++;
+            end_seq(s, q, 0, "cancelled", done, user);
+        } else {
+            s->run[kept++] = q;
+        }
+    }
+    s->n_run = kept;
+}
+
 int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, size_t err_len) {
-    (void)err, (void)err_len;
+    reap_cancelled(s, done, user);
     admit(s, done, user);
     const int k = s->n_run;
     if (k == 0) return 0;
@@ -294,6 +325,7 @@ int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, 
         if (ret[i] == 1) {
             if (q->t_first == 0) q->t_first = t_tok;
             q->t_last = t_tok;
+            if (q->r.on_token && len[i]) q->r.on_token(q->r.user, piece[i], len[i]);
         }
         if (q->s.finish) {
             char ferr[384];

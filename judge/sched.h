@@ -44,6 +44,15 @@ typedef struct {
     const char *method;  /* NULL: opts' method, budget and options */
     kvb_budget budget;
     const kvb_opts *opts;
+    /* sampling and stop rules as kvb_gen_params' (temp 0 = greedy); stop strings are borrowed until the end */
+    float temp, top_p;
+    uint64_t seed;
+    char *const *stop;
+    int n_stop;
+    /* each generated token's new text, as it is sampled (a streaming reply); NULL = none */
+    void (*on_token)(void *user, const char *piece, size_t n);
+    /* polled before each step: nonzero ends the request (ok 0, "cancelled"), its pages back to the pool */
+    int (*cancel)(void *user);
     void *user;
 } kvb_sched_req;
 
@@ -70,7 +79,7 @@ typedef void (*kvb_sched_done_fn)(void *user, const kvb_sched_result *r);
 typedef struct {
     int64_t steps;                 /* batched decode steps */
     int64_t step_seqs;             /* sum over decode steps of the running sequences (tokens the steps sampled) */
-    int64_t prefills, finished, failed, refused, waits, overdrafts;
+    int64_t prefills, finished, failed, refused, cancelled, waits, overdrafts;
     int max_running;
     double running_ms;             /* sum over decode steps of (running sequences x step ms) */
     double busy_ms;                /* time inside decode steps and prefills */

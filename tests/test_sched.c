@@ -190,6 +190,73 @@ static void test_malformed_requests_refused_at_submit(void) {
     kvb_sched_free(s);
 }
 
+/* ---- streaming, cancellation, sampling per request ---- */
+
+typedef struct {
+    char text[4096];
+    size_t n;
+    int tokens, cancel_after; /* cancel_after > 0: cancel once that many tokens were streamed */
+} stream_user;
+
+static void on_token(void *user, const char *piece, size_t n) {
+    stream_user *u = user;
+    if (u->n + n < sizeof u->text) memcpy(u->text + u->n, piece, n), u->n += n;
+    u->tokens++;
+}
+
+static int cancel_fn(void *user) {
+    stream_user *u = user;
+    return u->cancel_after > 0 && u->tokens >= u->cancel_after;
+}
+
+static char texts[NREQ][4096];
+
+static void on_done_text(void *user, const kvb_sched_result *r) {
+    on_done(user, r);
+    if (r->text) snprintf(texts[r->id], sizeof texts[r->id], "%s", r->text);
+}
+
+static void test_streaming_cancel_and_sampling_per_request(void) {
+    char err[384];
+    kvb_ctx *probe = util_tiny_ctx(KVB_F16, CTX);
+    kvb_sched *s = new_sched(NULL, NULL, pool_for(2, probe));
+    kvb_ctx_free(probe);
+    outcome *o = calloc(1, sizeof *o);
+    stream_user su[3];
+    memset(su, 0, sizeof su);
+    su[1].cancel_after = 3;
+    for (int i = 0; i < 3; i++) {
+        kvb_sched_req r = {0};
+        r.id = i, r.ids = prompts[i], r.n = PROMPT, r.max_new = NEW, r.ignore_eos = 1;
+        r.on_token = on_token, r.cancel = cancel_fn, r.user = &su[i];
+        if (i == 2) r.temp = 0.8f, r.top_p = 0.9f, r.seed = 7;
+        CU_ASSERT_FATAL(kvb_sched_submit(s, &r, err, sizeof err) == 0);
+    }
+    for (int it = 0; o->n_done < 3 && it < 1000; it++) CU_ASSERT_FATAL(kvb_sched_step(s, on_done_text, o, err, sizeof err) == 0);
+    CU_ASSERT(o->n_done == 3 && o->ok[0] && !o->ok[1] && o->ok[2] && strstr(o->err[1], "cancelled"));
+    CU_ASSERT(su[1].tokens == 3);
+    /* the streamed pieces are the reply's text */
+    CU_ASSERT(su[0].tokens == NEW && su[0].n == strlen(texts[0]) && memcmp(su[0].text, texts[0], su[0].n) == 0);
+    CU_ASSERT(su[2].n == strlen(texts[2]) && memcmp(su[2].text, texts[2], su[2].n) == 0);
+    kvb_sched_stats st;
+    kvb_sched_get_stats(s, &st);
+    CU_ASSERT(st.cancelled == 1 && st.finished == 2);
+    kvb_sched_free(s);
+    /* the sampled request decodes as alone with the same seed */
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    kvb_gen_params gp = {0};
+    gp.max_new = NEW, gp.ignore_eos = 1, gp.temp = 0.8f, gp.top_p = 0.9f, gp.seed = 7;
+    kvb_session ses;
+    CU_ASSERT_FATAL(kvb_session_init(&ses, c, NULL, &gp, err, sizeof err) == 0);
+    int64_t end = PROMPT;
+    kvb_rounds r = {prompts[2], PROMPT, &end, 1, 0, 0};
+    CU_ASSERT_FATAL(kvb_session_prefill(&ses, &r, 0, err, sizeof err) == 0 && kvb_session_decode(&ses, err, sizeof err) == 0);
+    CU_ASSERT(ses.n_gen == NEW && o->n_gen[2] == NEW && memcmp(ses.gen, o->gen[2], NEW * sizeof(int32_t)) == 0);
+    kvb_session_free(&ses);
+    kvb_ctx_free(c);
+    free(o);
+}
+
 static int setup(void) {
     const util_tiny_shape shape = {"sched", L, E, NH, NKV, FF, V, CTX};
     if (util_tiny_setup(&shape, &rng)) return -1;
@@ -213,5 +280,7 @@ int main(void) {
     CU_add_test(s, "a request larger than the pool is refused with an error; the others complete",
                 test_request_larger_than_the_pool_is_refused_others_complete);
     CU_add_test(s, "malformed requests are refused at submit", test_malformed_requests_refused_at_submit);
+    CU_add_test(s, "tokens stream as sampled, a cancel ends one request, a seeded sampler decodes as alone",
+                test_streaming_cancel_and_sampling_per_request);
     return util_run_suites();
 }
