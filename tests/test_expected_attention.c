@@ -5,14 +5,17 @@
  * the group, the sinks kept, the top B kept (ties to the earlier token) — on f32 and f16 stores, with a window that
  * covers the whole prompt (kvpress's statistics exactly) and one that does not; through the engine at 25/50/75% the
  * prefill ends at the verified budget and decode appends; budget 100% keeps everything. Device-tier memory is read and
- * written only through the backend, so the suite also runs under KVB_GUARD=1 (test_expected_attention_guard). */
+ * written only through the backend, so the suite also runs under KVB_GUARD=1 (test_expected_attention_guard). The
+ * reference checks run again on a qwen2 model (NEOX RoPE pairs). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util_common.h"
+#include "util_gguf_writer.h"
 #include "util_method.h"
 #include "engine/model.h"
 #include "methods/method.h"
@@ -240,6 +243,52 @@ static void test_needs_and_options(void) {
     kvb_ctx_free(c);
 }
 
+/* The same checks on a qwen2 model: NEOX pairs (i, i + d/2), its own RoPE base. */
+static void test_neox_pairs_match_reference(void) {
+    CU_ASSERT_FATAL(util_tiny->cfg.rope_neox);
+    check_matches_reference(KVB_F32, 60, 60, 64, 4, 512, 20);
+    check_matches_reference(KVB_F16, 120, 32, 32, 8, 100, 50);
+}
+
+static void test_neox_engine_budget_holds(void) {
+    char err[256];
+    int32_t ids[150];
+    for (int i = 0; i < 150; i++) ids[i] = 3 + (i * 37) % 290;
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *m = util_make_method("expected", c, "50%", NULL);
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 150, err, sizeof err) == 0);
+    int32_t id = 9, pos[CTX];
+    CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    for (int l = 0; l < L; l++) CU_ASSERT(util_head_positions(c, l, 1, pos) == 76 && pos[75] == 150);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static char qdir[64], qpath[128];
+
+static int setup_qwen2(void) {
+    snprintf(qdir, sizeof qdir, "/tmp/kvb_expected_qwen2_XXXXXX");
+    if (!mkdtemp(qdir)) return -1;
+    snprintf(qpath, sizeof qpath, "%s/tiny.gguf", qdir);
+    gw_random r = {rng, 0.5f, NULL};
+    gw_tiny t = {"qwen2", L, E, NH, NKV, FF, V, CTX, 0, NULL, gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, qpath);
+    free(r.buf);
+    rng = r.state;
+    char err[256];
+    util_tiny = rc ? NULL : kvb_model_load(qpath, err, sizeof err);
+    return util_tiny ? 0 : -1;
+}
+
+static int teardown_qwen2(void) {
+    kvb_model_free(util_tiny);
+    util_tiny = NULL;
+    unlink(qpath);
+    rmdir(qdir);
+    return 0;
+}
+
 static int setup(void) {
     const util_tiny_shape shape = {"expected", L, E, NH, NKV, FF, V, CTX};
     return util_tiny_setup(&shape, &rng);
@@ -259,5 +308,8 @@ int main(void) {
     CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
     CU_add_test(s, "a budget under the sinks keeps the first tokens", test_budget_under_the_sinks_keeps_the_first);
     CU_add_test(s, "needs and options", test_needs_and_options);
+    CU_pSuite q = CU_add_suite("expected on qwen2 (NEOX RoPE)", setup_qwen2, teardown_qwen2);
+    CU_add_test(q, "NEOX pairs: kvpress's float64 score, top B (f32, f16)", test_neox_pairs_match_reference);
+    CU_add_test(q, "NEOX: through the engine at 50%, budget held", test_neox_engine_budget_holds);
     return util_run_suites();
 }
