@@ -25,6 +25,11 @@
  *   (a positive multiple: the same top B). The sinks get a score above every other (kvpress: max + 1).
  * - Budget B per head = budget x prompt length rounded (kvb_budget_tokens; kvpress: int(n (1 - ratio))), ties to the
  *   earlier token; B < sinks keeps the first B tokens.
+ * - ada=1: kvpress's leaderboard row, AdaKVPress(ExpectedAttentionPress(epsilon=1e-2)): the layer's B x n_head_kv
+ *   tokens shared among its KV heads by these scores (kvb_adakv_allocate: each head's top floor(alpha B), alpha=0.2,
+ *   guaranteed, then the best of all heads together; heads hold different counts, the layer exactly B x n_head_kv;
+ *   the host reads the counts only). The group's softmaxes sum to G in every head, so heads compare. epsilon only
+ *   shifts scores before the value norms, which are not applied here: no effect on the ranking.
  * - How it is computed, all with existing ops, per layer: the window rows rotated by n - pos_t (rope, the layer's own
  *   RoPE: rope_ext where the model scales it), summed (probs_reduce), replicated F times (gather_f32 through
  *   block_expand's i % q_dim), rotated by u = 0..F-1 and summed again: sum_u R(u) R(n - pos_t) q_t = F w R̄ mu; scaled
@@ -33,6 +38,7 @@
  *   where kvpress divides by sqrt(d) too), the group summed (probs_reduce), the sinks filled (fill_idx_f32), top B
  *   (topk_idx) retained. The window rows are the prompt's last w tokens: the engine's positions are token indices. */
 #include "methods/expected_attention.h"
+#include "methods/snapkv.h" /* kvb_adakv_allocate */
 
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +61,10 @@ struct kvb_ea_scratch {
 typedef struct {
     kvb_method base;
     kvb_ea_opts p;
-    int64_t keep; /* tokens kept per head after prefill */
+    int ada;      /* 1: AdaKV's allocation of the layer's budget among its KV heads */
+    double alpha; /* AdaKV's safeguard share */
+    int64_t keep; /* tokens kept per head after prefill (with ada: the layer's mean) */
+    int64_t head_min, head_max; /* with ada: fewest and most tokens one head held after prefill */
 } expected;
 
 static kvb_rope_params layer_rope(const kvb_ctx *c) {
@@ -186,6 +195,26 @@ int kvb_ea_scores(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int l, f
     return 0;
 }
 
+/* AdaKV over the layer's scores (kvb_adakv_allocate): each head's top floor(alpha B) guaranteed, then the best
+ * B x n_head_kv of all heads together; out, flat: [HK][n] scratch, counts: [HK] (device). */
+static int ada_layer(expected *s, kvb_ctx *c, int l, int64_t n, float *score, int32_t *out, int32_t *flat,
+                     int32_t *counts_d, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const int HK = c->model->cfg.n_head_kv;
+    int32_t counts[KVB_MAX_KV_HEADS];
+    if (kvb_adakv_allocate(be, score, HK, n, s->keep, (int64_t)(s->alpha * (double)s->keep), out, n, counts_d, flat,
+                           err, err_len) ||
+        be->copy(be, counts, counts_d, (size_t)HK * sizeof *counts, KVB_COPY_D2H, err, err_len))
+        return -1;
+    if (be->sync && be->sync(be)) return ERR("%s", be->error);
+    for (int h = 0; h < HK; h++) {
+        if (kvc_retain_dev(c->kv, l, h, out + (size_t)h * n, counts[h], err, err_len)) return -1;
+        if (s->head_min < 0 || counts[h] < s->head_min) s->head_min = counts[h];
+        if (counts[h] > s->head_max) s->head_max = counts[h];
+    }
+    return 0;
+}
+
 static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
     expected *s = self;
     kvb_backend *be = c->be;
@@ -194,21 +223,35 @@ static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
     if (s->keep >= n) return 0;
-    const size_t score_bytes = (size_t)cfg->n_head_kv * n * sizeof(float), idx_bytes = (size_t)s->keep * sizeof(int32_t);
+    const int HK = cfg->n_head_kv;
+    if (s->ada && HK > KVB_MAX_KV_HEADS) return ERR("expected: %d KV heads (at most %d)", HK, KVB_MAX_KV_HEADS);
+    const size_t score_bytes = (size_t)HK * n * sizeof(float), idx_bytes = (size_t)s->keep * sizeof(int32_t);
+    const size_t ada_bytes = s->ada ? (size_t)HK * n * sizeof(int32_t) : 0, cnt_bytes = (size_t)HK * sizeof(int32_t);
     float *score = kvb_method_alloc(c, score_bytes);
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
-    kvb_ea_scratch *ws = score && idx ? kvb_ea_scratch_new(c, &s->p, n, err, err_len) : NULL;
-    int rc = ws ? 0 : (score && idx ? -1 : ERR("expected: out of memory"));
+    int32_t *out = s->ada ? kvb_method_alloc(c, ada_bytes) : NULL, *flat = s->ada ? kvb_method_alloc(c, ada_bytes) : NULL;
+    int32_t *counts = s->ada ? kvb_method_alloc(c, cnt_bytes) : NULL;
+    int have = score && idx && (!s->ada || (out && flat && counts));
+    kvb_ea_scratch *ws = have ? kvb_ea_scratch_new(c, &s->p, n, err, err_len) : NULL;
+    int rc = ws ? 0 : (have ? -1 : ERR("expected: out of memory"));
+    s->head_min = -1, s->head_max = 0;
     for (int l = 0; l < cfg->n_layer && !rc; l++) {
         if (kvb_layer_window(cfg, l)) continue; /* a local layer keeps its window */
         rc = kvb_ea_scores(c, &s->p, ws, l, score, err, err_len);
-        for (int g = 0; g < cfg->n_head_kv && !rc; g++)
+        if (!rc && s->ada) rc = ada_layer(s, c, l, n, score, out, flat, counts, err, err_len);
+        for (int g = 0; g < HK && !rc && !s->ada; g++)
             rc = be->topk_idx(be, idx, score + (size_t)g * n, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
     }
     kvb_ea_scratch_free(c, ws);
     kvb_method_release(c, score, score_bytes);
     kvb_method_release(c, idx, idx_bytes);
+    kvb_method_release(c, out, ada_bytes);
+    kvb_method_release(c, flat, ada_bytes);
+    kvb_method_release(c, counts, cnt_bytes);
+    if (!rc && s->ada)
+        snprintf(s->base.note, sizeof s->base.note, "tokens per KV head after prefill: %lld .. %lld (layer mean %lld)",
+                 (long long)s->head_min, (long long)s->head_max, (long long)s->keep);
     return rc ? -1 : 0;
 }
 
@@ -221,8 +264,10 @@ static int64_t expected_tokens(kvb_method *m, kvb_ctx *c, int layer) {
 
 static void expected_describe(kvb_method *m, char *buf, size_t cap) {
     expected *s = (expected *)m;
-    snprintf(buf, cap, "window=%lld sinks=%lld future=%lld keep=%lld", (long long)s->p.window, (long long)s->p.n_sink,
-             (long long)s->p.future, (long long)s->keep);
+    int at = snprintf(buf, cap, "window=%lld sinks=%lld future=%lld", (long long)s->p.window, (long long)s->p.n_sink,
+                      (long long)s->p.future);
+    if (at > 0 && (size_t)at < cap && s->ada) at += snprintf(buf + at, cap - (size_t)at, " ada=1 alpha=%g", s->alpha);
+    if (at > 0 && (size_t)at < cap) snprintf(buf + at, cap - (size_t)at, " keep=%lld", (long long)s->keep);
 }
 
 static void expected_destroy(kvb_method *m) { free(m); }
@@ -259,10 +304,17 @@ static kvb_method *expected_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
         ERR("out of memory");
         return NULL;
     }
-    if (kvb_ea_opts_read(o, "expected", &s->p, err, err_len)) {
+    int64_t ada = 0;
+    s->alpha = 0.2;
+    int rc = kvb_ea_opts_read(o, "expected", &s->p, err, err_len) || kvb_opts_int(o, "ada", &ada, err, err_len) < 0;
+    if (!rc && ada != 0 && ada != 1) rc = ERR("expected: ada must be 0 or 1");
+    if (!rc && ada && kvb_opts_double(o, "alpha", &s->alpha, err, err_len) < 0) rc = -1; /* read with ada=1 only */
+    if (!rc && !(s->alpha >= 0 && s->alpha <= 1)) rc = ERR("expected: alpha must be in [0, 1]");
+    if (rc) {
         free(s);
         return NULL;
     }
+    s->ada = (int)ada;
     s->base.budget = *b;
     s->base.imposes_budget = 1;
     return &s->base;

@@ -158,6 +158,64 @@ static void check_matches_reference(kvb_dtype dt, int64_t n, int obs, int window
     kvb_ctx_free(c);
 }
 
+/* ada=1 (kvpress's leaderboard row, AdaKV over ExpectedAttention): per layer, each head's top floor(alpha B) of the
+ * reference score guaranteed (+inf), then the top B x NKV of all heads together (ties: lower head, then lower slot). */
+static void check_ada_matches_reference(kvb_dtype dt, int64_t n, int obs, int sinks, int64_t B, double alpha) {
+    char err[256], opts[96], budget[16];
+    kvb_ctx *c = util_tiny_ctx(dt, CTX);
+    snprintf(opts, sizeof opts, "window=%d,sinks=%d,ada=1,alpha=%g", obs, sinks, alpha);
+    snprintf(budget, sizeof budget, "%lld", (long long)B);
+    kvb_method *m = util_make_method("expected", c, budget, opts);
+    fill_store(c, n);
+    float *rows = fill_window(c, n, obs);
+    const int w = obs < n - sinks ? obs : (int)(n - sinks);
+    const int64_t f = (int64_t)(alpha * (double)B);
+    double *all = malloc((size_t)NKV * n * sizeof *all);
+    int32_t *top = malloc((size_t)NKV * B * sizeof *top), *safe = malloc((size_t)(f ? f : 1) * sizeof *safe);
+    int32_t want[L][NKV][CTX], nwant[L][NKV];
+    int near_ties = 0, uneven = 0;
+    for (int l = 0; l < L; l++) {
+        for (int g = 0; g < NKV; g++) {
+            util_kv_head hv = util_kv_head_copy(c->kv, l, g);
+            double *row = all + (size_t)g * n;
+            reference(&c->model->cfg, rows + ((size_t)l * obs + (obs - w)) * E, w, n, g, hv.k, dt, sinks, 512, row);
+            if (f) util_topk_ref(row, n, f, safe, NULL, NULL);
+            for (int64_t i = 0; i < f; i++) row[safe[i]] = INFINITY;
+            util_kv_head_free(&hv);
+        }
+        double margin = 1, kth = 1;
+        util_topk_ref(all, NKV * n, NKV * B, top, &margin, &kth);
+        near_ties += isfinite(margin) && margin < 1e-4 * kth;
+        for (int g = 0; g < NKV; g++) nwant[l][g] = 0;
+        for (int64_t i = 0; i < NKV * B; i++) {
+            int g = (int)(top[i] / n);
+            want[l][g][nwant[l][g]++] = (int32_t)(top[i] % n);
+        }
+        uneven += nwant[l][0] != B;
+    }
+    CU_ASSERT_EQUAL(near_ties, 0);
+    CU_ASSERT(uneven > 0); /* the heads really hold different counts somewhere */
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(c, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    int mismatches = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            int64_t got = util_head_positions(c, l, g, pos);
+            mismatches += got != nwant[l][g] || memcmp(pos, want[l][g], (size_t)got * sizeof *pos) != 0;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    char desc[128];
+    m->def->describe(m, desc, sizeof desc);
+    CU_ASSERT(strstr(desc, "ada=1 alpha=") != NULL);
+    free(all), free(top), free(safe), free(rows);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_ada_shares_the_layer_budget_f32(void) { check_ada_matches_reference(KVB_F32, 120, 32, 4, 30, 0.2); }
+static void test_ada_shares_the_layer_budget_f16(void) { check_ada_matches_reference(KVB_F16, 100, 24, 0, 40, 0.5); }
+
 /* window 64 >= n - sinks (the option raised): the statistics of every query but the sinks, as kvpress takes them */
 static void test_whole_prompt_statistics_f32(void) { check_matches_reference(KVB_F32, 60, 60, 64, 4, 512, 20); }
 static void test_whole_prompt_statistics_f16(void) { check_matches_reference(KVB_F16, 60, 60, 64, 4, 512, 20); }
@@ -240,6 +298,8 @@ static void test_needs_and_options(void) {
     util_check_refusals("expected", c, "kernel=3", "no option 'kernel'");
     util_check_refusals("expected", c, "window=0", "window must be in");
     util_check_refusals("expected", c, "future=0", "future must be in");
+    util_check_refusals("expected", c, "alpha=0.3", "no option 'alpha'"); /* alpha goes with ada=1 */
+    util_check_refusals("expected", c, "ada=2", "ada must be 0 or 1");
     kvb_ctx_free(c);
 }
 
@@ -307,6 +367,8 @@ int main(void) {
                 test_engine_budgets_hold_decode_appends);
     CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
     CU_add_test(s, "a budget under the sinks keeps the first tokens", test_budget_under_the_sinks_keeps_the_first);
+    CU_add_test(s, "ada=1: AdaKV's allocation of the float64 scores among the heads (f32)", test_ada_shares_the_layer_budget_f32);
+    CU_add_test(s, "ada=1: AdaKV's allocation of the float64 scores among the heads (f16)", test_ada_shares_the_layer_budget_f16);
     CU_add_test(s, "needs and options", test_needs_and_options);
     CU_pSuite q = CU_add_suite("expected on qwen2 (NEOX RoPE)", setup_qwen2, teardown_qwen2);
     CU_add_test(q, "NEOX pairs: kvpress's float64 score, top B (f32, f16)", test_neox_pairs_match_reference);
