@@ -43,7 +43,7 @@ static int use_gemm(const kvb_backend *be, int64_t n_tok) {
     return n_tok >= CPU_GEMM_MIN_TOK && kvb_backend_cpu_gemm_f32(be->gemm);
 }
 
-const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm) { return kvb_backend_cpu_gemm_f32(gemm) ? "OpenBLAS f32" : "integer"; }
+const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm) { return kvb_backend_cpu_gemm_f32(gemm) ? cpu_gemm_name() : "integer"; }
 
 static int cpu_be_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cpu_impl *im = be->impl;
