@@ -16,6 +16,9 @@ static const char *HELP =
     "Replies carry the measured KV bytes in a \"kvbench\" object. --parallel N requests run at once (default 1,\n"
     "each with its own context and a share of --threads), --max-queue more wait, beyond that 503. --api-key-env VAR requires \"Authorization: Bearer $VAR\". Binds 127.0.0.1 unless\n"
     "--host says otherwise. --port 0 picks a free port. Stops on SIGINT / SIGTERM.\n"
+    "--batching: continuous batching: up to --parallel generations decode together, one forward step for all,\n"
+    "each prefill between two steps; --kv-pool-mib N: admission waits until the KV pool can hold the request\n"
+    "(docs/serving.md).\n"
     "Slow clients: a connection silent for --read-timeout S (10) while its request is read is closed; one address\n"
     "holds at most --max-per-ip N (32) connections, all addresses --max-connections N (256); a request not whole\n"
     "--request-timeout S (30) after it began is cut off however slowly it trickles. Message content over\n"
@@ -46,7 +49,7 @@ int cmd_serve(int argc, char **argv) {
     o.host = "127.0.0.1";
     o.port = 8080;
     o.max_queue = 8;
-    long max_body = 4L << 20, max_prompt = 0;
+    long max_body = 4L << 20, max_prompt = 0, pool_mib = 0;
     cli_opt opts[] = {CLI_FLAG("--verbose", &o.verbose), CLI_STR("--host", &o.host),
                       CLI_INT("--port", &o.port, 0, 65535), CLI_STR("--api-key-env", &o.api_key_env),
                       CLI_INT("--read-timeout", &o.read_timeout_s, 1, 3600),
@@ -56,9 +59,12 @@ int cmd_serve(int argc, char **argv) {
                       CLI_LONG("--max-prompt-bytes", &max_prompt, 1, 1L << 30),
                       CLI_INT("--max-queue", &o.max_queue, 0, 4096), CLI_LONG("--max-body", &max_body, 1024, 1L << 30),
                       CLI_STR("--name", &o.model_name), CLI_INT("--parallel", &o.parallel, 1, 64), CLI_METHOD_OPTS(&mo),
+                      CLI_FLAG("--batching", &o.batching), CLI_LONG("--kv-pool-mib", &pool_mib, 1, 1L << 30),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
+    if (pool_mib && !o.batching) return cli_fail("serve: --kv-pool-mib needs --batching (the pool is the batch's)");
+    o.kv_pool_bytes = (int64_t)pool_mib << 20;
     o.max_body = (size_t)max_body;
     o.max_prompt_bytes = (size_t)max_prompt; /* 0: the default, from the context */
     char path[1024], err[512];

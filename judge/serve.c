@@ -1,5 +1,7 @@
 /* serve.c — the OpenAI-compatible server (see serve.h). One connection thread per client (libmicrohttpd);
- * an engine semaphore runs `parallel` generations at a time; a counter bounds the waiting ones.
+ * an engine semaphore runs `parallel` generations at a time; a counter bounds the waiting ones. With batching,
+ * the engine thread of serve_batch.h decodes the running generations together instead, and a connection thread
+ * admits and prefills its request, then waits for the engine's tokens.
  *
  * Hostile clients: the bearer token and the framing headers are checked when the headers are in, before any
  * body is read; every connection is tracked from its start (socket context) so a request that is not read
@@ -27,6 +29,7 @@
 #include "engine/chat.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
+#include "judge/serve_batch.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define PREFILL_CHUNK 512 /* tokens per prefill step: a gone client or a stop is noticed between steps */
@@ -50,6 +53,7 @@ typedef struct {
     char name[256];
     char *token;           /* bearer token, or NULL */
     sem_t engine;          /* `parallel` generations at a time */
+    sb_engine *eng;        /* --batching: the engine thread that decodes every generation in one step; NULL = none */
     int threads_per;
     atomic_int in_flight;  /* running + waiting */
     atomic_long next_id;
@@ -139,16 +143,22 @@ typedef struct {
     size_t pend_n, pend_off;
     struct MHD_Connection *conn;
     int gone;              /* the client was seen gone */
+    sb_job job;            /* --batching: the generation in the engine's running set */
+    int admitted;          /* --batching: it holds an admission (sb_start ran) */
 } gen;
 
 static void gen_free(gen *g) {
     if (!g) return;
+    sb_engine *e = g->s->eng;
+    if (e) sb_lock(e); /* the engine must not step it while it goes; its pages go back to the pool */
+    if (e && g->admitted) sb_forget(e, &g->job);
     kvb_method_free(g->m, g->c);
     kvb_session_free(&g->ses);
     kvb_ctx_free(g->c);
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->stop);
     free(g->pending);
+    if (e) sb_unlock(e);
     if (g->locked) sem_post(&g->s->engine);
     atomic_fetch_sub(&g->s->in_flight, 1);
     free(g);
@@ -440,6 +450,8 @@ done:
 }
 
 /* Build the generation: validates the request (4xx on error) and prefills. */
+static void sse_token(sb_job *j, const char *piece, size_t n);
+
 static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, unsigned *status, char *err, size_t err_len) {
     *status = 400;
     req_params p;
@@ -484,8 +496,22 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         return NULL;
     }
     g->prompt_tokens = n_ids;
+    /* --batching: wait for room in the batch and the pool; the prefill then runs under the engine's lock, between
+     * two decode steps */
+    sb_engine *eng = s->eng;
+    int64_t promised = 0;
+    if (eng) {
+        int a = sb_admit(eng, (int64_t)n_ids + max_tokens + 1, &promised, client_left, g, err, err_len);
+        if (a) {
+            *status = a < 0 ? 400 : *s->stop ? 503 : 499;
+            if (a > 0) ERR("server stopping");
+            gen_free(g);
+            free(ids);
+            return NULL;
+        }
+    }
     /* the engine: `parallel` generations at a time; a stop ends the wait */
-    for (;;) {
+    for (; !eng;) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 100 * 1000 * 1000;
@@ -499,11 +525,11 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
             return NULL;
         }
     }
-    g->locked = 1;
+    g->locked = !eng;
     *status = 500;
-    kvb_ctx_params cp = kvb_ctx_default_params();
+    kvb_ctx_params cp = eng ? sb_ctx_params(eng) : kvb_ctx_default_params();
     cp.n_ctx = n_ids + max_tokens + 1;
-    cp.n_threads = s->threads_per;
+    if (!eng) cp.n_threads = s->threads_per;
     g->c = kvb_ctx_create(s->model, &cp, err, err_len);
     if (g->c) {
         *status = 400;
@@ -531,8 +557,17 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     kvb_rounds_free(&prompt);
     if (rc) {
         if (!err[0]) ERR("out of memory");
+        if (eng) sb_abandon(eng, promised);
         gen_free(g);
         return NULL;
+    }
+    if (eng) {
+        g->job.ses = &g->ses;
+        g->job.on_token = g->stream ? sse_token : NULL;
+        g->job.user = g;
+        g->job.promised = promised;
+        g->admitted = 1;
+        sb_start(eng, &g->job, g->m, g->c, max_tokens);
     }
     *status = 200;
     return g;
@@ -567,14 +602,27 @@ static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
     const char *piece;
     size_t n;
     int r = 0;
+    sb_engine *eng = g->s->eng;
+    if (eng) { /* the engine steps it with the others; a look between steps: a gone client cancels it */
+        (void)piece, (void)n;
+        sb_lock(eng);
+        while (!g->job.done) {
+            if (client_left(g)) g->job.cancelled = 1;
+            sb_wait(eng, 100);
+        }
+        if (g->job.err[0] && !g->gone && !*g->s->stop) snprintf(err, sizeof err, "%s", g->job.err), r = -1;
+        /* held until the reply is built: finishing measures the method's KV through the shared backend */
+    }
     /* kvb_session_decode, with a look between steps: a stopping server or a gone client ends it */
-    while (!client_left(g) && (r = kvb_session_step(&g->ses, &piece, &n, err, sizeof err)) > 0) {
+    while (!eng && !client_left(g) && (r = kvb_session_step(&g->ses, &piece, &n, err, sizeof err)) > 0) {
     }
     if (g->gone || *g->s->stop) {
+        if (eng) sb_unlock(eng);
         gen_free(g);
         return MHD_NO; /* nobody to answer, or the server is going: close */
     }
     if (r < 0 || kvb_session_finish(&g->ses, err, sizeof err)) {
+        if (eng) sb_unlock(eng);
         gen_free(g);
         return send_error(conn, 500, "server_error", NULL, "%s", err);
     }
@@ -592,6 +640,7 @@ static enum MHD_Result reply_whole(struct MHD_Connection *conn, gen *g) {
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddItemToObject(j, "usage", usage_obj(g));
     cJSON_AddItemToObject(j, "kvbench", kv_obj(g));
+    if (eng) sb_unlock(eng);
     gen_free(g);
     return send_json(conn, 200, j);
 }
@@ -631,10 +680,65 @@ static void sse_chunk(gen *g, const char *role, const char *content, size_t cont
     free(text);
 }
 
+/* --batching: a token's event, appended by the engine thread (its lock held) for stream_reader to send */
+static void sse_token(sb_job *j, const char *piece, size_t n) {
+    gen *g = j->user;
+    if (g->pend_off == g->pend_n) g->pend_n = g->pend_off = 0;
+    if (!g->sent_role) { /* the role's event first, as the unbatched stream sends it */
+        sse_chunk(g, "assistant", NULL, 0, NULL);
+        g->sent_role = 1;
+    }
+    sse_chunk(g, NULL, piece, n, NULL);
+}
+
+/* --batching: what stream_reader sends, from the events the engine appended; waits for the next one. */
+static ssize_t stream_reader_batched(gen *g, char *buf, size_t max) {
+    sb_engine *eng = g->s->eng;
+    sb_lock(eng);
+    ssize_t out = 0;
+    for (;;) {
+        if (g->pend_off < g->pend_n) {
+            size_t n = g->pend_n - g->pend_off < max ? g->pend_n - g->pend_off : max;
+            memcpy(buf, g->pending + g->pend_off, n);
+            g->pend_off += n;
+            out = (ssize_t)n;
+            break;
+        }
+        g->pend_n = g->pend_off = 0;
+        if (*g->s->stop || (g->job.done && g->job.err[0])) {
+            out = MHD_CONTENT_READER_END_WITH_ERROR;
+            break;
+        }
+        if (!g->sent_role) {
+            sse_chunk(g, "assistant", NULL, 0, NULL);
+            g->sent_role = 1;
+        } else if (!g->job.done) {
+            if (client_left(g)) g->job.cancelled = 1;
+            sb_wait(eng, 100);
+        } else if (!g->finished_sent) {
+            sse_chunk(g, NULL, NULL, 0, finish_reason(g));
+            const char *done = "data: [DONE]\n\n";
+            char *p = realloc(g->pending, g->pend_n + strlen(done));
+            if (p) {
+                g->pending = p;
+                memcpy(p + g->pend_n, done, strlen(done));
+                g->pend_n += strlen(done);
+            }
+            g->finished_sent = 1;
+        } else {
+            out = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
+        }
+    }
+    sb_unlock(eng);
+    return out;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     gen *g = cls;
     if (*g->s->stop) return MHD_CONTENT_READER_END_WITH_ERROR; /* the server is going */
+    if (g->s->eng) return stream_reader_batched(g, buf, max);
     while (g->pend_off == g->pend_n) {
         g->pend_n = g->pend_off = 0;
         if (!g->sent_role) {
@@ -1005,6 +1109,18 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = info ? info->port : o->port;
+    if (o->batching) { /* every generation's context shares the engine's backend and all the threads */
+        kvb_ctx_params cp = kvb_ctx_default_params();
+        cp.n_threads = total;
+        s.eng = sb_create(s.model, &cp, parallel, o->kv_pool_bytes, stop, err, err_len);
+        if (!s.eng) {
+            MHD_stop_daemon(d);
+            kvb_model_free(s.model);
+            free(s.token);
+            pthread_mutex_destroy(&s.conns_mu);
+            return -1;
+        }
+    }
     if (port_out) *port_out = port;
     if (ready) ready(user, port);
     while (!*stop) {
@@ -1013,6 +1129,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     }
     /* generations see *stop between steps and end; then the connection threads can be joined */
     MHD_stop_daemon(d);
+    sb_free(s.eng);
     pthread_mutex_destroy(&s.conns_mu);
     sem_destroy(&s.engine);
     kvb_model_free(s.model);

@@ -49,6 +49,9 @@ typedef struct {
     int max_connections;      /* connections at once in all (default 256; a waiting socket costs a thread) */
     int request_timeout_s;    /* a request (headers + body) not whole this long after it began is cut off (default 30) */
     size_t max_prompt_bytes;  /* message content in all, bytes (default 6 per token of the model's context) */
+    int batching;             /* continuous batching (judge/serve_batch.h): `parallel` = the most generations decoded
+                               * together in one step, all threads on one backend */
+    int64_t kv_pool_bytes;    /* with batching: the KV pool admission waits on (0 = none; docs/serving.md) */
 } kvb_serve_opts;
 
 /* Serve until *stop becomes non-zero. Writes the bound port to *port_out (may be NULL) once listening and
