@@ -391,6 +391,56 @@ static void lbv2_section(const kvb_run *run, const kvb_summary *s, FILE *f) {
         }
 }
 
+/* SCBench (benchmarks/scbench.h): each task's score per turn (compute_scores' per-turn figures; records carry the
+ * turn as qtype "turn=<k>"), and each row's score by capability group (the records' domain) over its SCBench tasks */
+static void scbench_section(const kvb_run *run, const kvb_summary *s, FILE *f) {
+    static const char *const turn_canon[] = {"turn=1", "turn=2", "turn=3", "turn=4", "turn=5"},
+                             *const grp_canon[] = {"String Retrieval", "Semantic Retrieval", "Global Information", "Multi-tasking"};
+    const char *turns[MAX_GROUPS], *grps[MAX_GROUPS];
+    size_t off_t = offsetof(kvb_record, qtype), off_g = offsetof(kvb_record, domain);
+    int nt = distinct(run, "scbench", off_t, turn_canon, 5, turns), ng = distinct(run, "scbench", off_g, grp_canon, 4, grps);
+    if (!nt) return;
+    acc per[MAX_GROUPS], all, abst;
+    fputs("\n## SCBench by turn and capability group\n\nScore x100 (samples) of each turn, as compute_scores gives it per "
+          "turn, and over all turns. Prefill: the tokens and seconds the task's records prefilled, summed: a multi-request "
+          "task with the question hidden counts each record's shared context once (its first query), every other record "
+          "its whole prompt.\n\n| task | method@budget | prefill tokens | prefill s | all |", f);
+    for (int g = 0; g < nt; g++) fputc(' ', f), md(f, turns[g]), fputs(" |", f);
+    fputs("\n|---|---|---:|---:|---:|", f);
+    for (int g = 0; g < nt; g++) fputs("---:|", f);
+    fputc('\n', f);
+    for (int j = 0; j < s->n_cols; j++)
+        for (int i = 0; i < s->n_rows; i++) {
+            group_scores(run, s, i, j, "scbench", off_t, turns, nt, per, &all, &abst);
+            if (!all.n) continue;
+            double tok = 0, ms = 0;
+            const kvb_cell *c = kvb_summary_at(s, i, j);
+            for (size_t k = 0; c && k < c->n; k++) {
+                const kvb_record *r = &run->rec[c->rec[k]];
+                if (isfinite(r->prefill_tokens)) tok += r->prefill_tokens;
+                if (isfinite(r->prefill_ms)) ms += r->prefill_ms;
+            }
+            fputs("| ", f), md(f, s->cols[j].task), fputs(" | ", f), row_name(f, &s->rows[i]);
+            fprintf(f, " | %.0f | %.1f |", tok, ms / 1e3);
+            pct_cell(f, &all, 1);
+            for (int g = 0; g < nt; g++) pct_cell(f, &per[g], 1);
+            fputc('\n', f);
+        }
+    fputs("\nBy capability group (every SCBench task of the row, every turn):\n\n| method@budget | all |", f);
+    for (int g = 0; g < ng; g++) fputc(' ', f), md(f, grps[g]), fputs(" |", f);
+    fputs("\n|---|---:|", f);
+    for (int g = 0; g < ng; g++) fputs("---:|", f);
+    fputc('\n', f);
+    for (int i = 0; i < s->n_rows; i++) {
+        group_scores(run, s, i, -1, "scbench", off_g, grps, ng, per, &all, &abst);
+        if (!all.n) continue;
+        fputs("| ", f), row_name(f, &s->rows[i]), fputs(" |", f);
+        pct_cell(f, &all, 1);
+        for (int g = 0; g < ng; g++) pct_cell(f, &per[g], 1);
+        fputc('\n', f);
+    }
+}
+
 /* ---- errors ---- */
 
 static void error_messages(const kvb_run *run, const kvb_summary *s, int row, FILE *f) {
@@ -668,6 +718,7 @@ static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160],
     lme_section(run, s, f);
     length_bin_section(run, s, f);
     lbv2_section(run, s, f);
+    scbench_section(run, s, f);
     int niah = 0;
     for (int i = 0; i < s->n_rows; i++)
         if (names[i][0]) {

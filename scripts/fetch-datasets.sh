@@ -157,6 +157,13 @@ which=("$@")
 for w in "${which[@]}"; do
     case "$w" in
     longbench | longmemeval | sharegpt | ruler | infinitebench | jieba) "$w" ;;
+    scbench) # microsoft/SCBench's data/<task>.jsonl, its twelve tasks (~680 MB), into scbench/ (benchmarks/scbench.h)
+        b=$HF/datasets/microsoft/SCBench/resolve/main/data
+        curl -fsS -o /dev/null -r 0-0 --max-time 30 "$b/scbench_kv.jsonl" 2>/dev/null ||
+            { echo "fetch-datasets: cannot reach $b (SCBench's official files); the scbench suite skips them (\"optional\")" >&2; exit 1; }
+        for t in kv prefix_suffix vt repoqa qa_eng qa_chn choice_eng many_shot mf summary summary_with_needles repoqa_and_kv; do
+            fetch "$b/scbench_$t.jsonl" "scbench/scbench_$t.jsonl"
+        done ;;
     -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench, jieba)" >&2; exit 2 ;;
     esac

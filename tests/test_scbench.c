@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util_common.h"
 #include "benchmarks/registry.h"
 #include "benchmarks/scbench.h"
 #include "benchmarks/score.h"
+#include "reports/report.h"
 
 #define FIX "tests/fixtures/scbench"
 
@@ -301,6 +303,69 @@ static void test_suite_entry_loads_tasks_of_a_folder_or_file(void) {
     for (int i = 0; i < k.n; i++) kvb_samples_free(&k.sets[i]);
 }
 
+/* The records a run would write for the first prediction of every turn of qa_chn (multi-turn) and of kv asked as
+ * multi-request with the question hidden (its first query holding the context's prefill): the report's SCBench
+ * table gives compute_scores' per-turn figures, the prefill tokens summed (the context once), and the groups. */
+static void test_report_gives_turn_scores_prefill_once_and_groups(void) {
+    cJSON *e = expected(), *c;
+    CU_ASSERT_FATAL(e != NULL);
+    char dir[] = "/tmp/kvb_scb_run_XXXXXX", p[128];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(p, sizeof p, "%s/run.json", dir);
+    FILE *f = fopen(p, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"suite\":\"scb\",\"model\":\"m.gguf\",\"model_sha256\":\"s\",\"git_commit\":\"c\",\"host\":\"h\",\"backend\":\"cpu\","
+          "\"flags\":\"\",\"created\":\"2026-01-01T00:00:00Z\"}\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/results.jsonl", dir);
+    CU_ASSERT_FATAL((f = fopen(p, "w")) != NULL);
+    static const char *const TASKS[2] = {"scbench_qa_chn", "scbench_kv"};
+    for (int t = 0; t < 2; t++) {
+        kvb_samples v = {0};
+        CU_ASSERT_FATAL(load_task(TASKS[t], t, &v) == 0);
+        int last_r = -1, last_k = -1;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(e, "scores")) {
+            if (strcmp(cJSON_GetObjectItem(c, "task")->valuestring, TASKS[t])) continue;
+            int r = cJSON_GetObjectItem(c, "record")->valueint, k = cJSON_GetObjectItem(c, "turn")->valueint;
+            if (r == last_r && k == last_k) continue;
+            last_r = r, last_k = k;
+            const kvb_sample *s = NULL;
+            for (int i = 0, rr = -1; i < v.n && !s; i++) { /* the scdq samples of a record follow each other too */
+                if (!strcmp(v.v[i].qtype, "turn=1")) rr++;
+                char q[16];
+                snprintf(q, sizeof q, "turn=%d", k);
+                if (rr == r && !strcmp(v.v[i].qtype, q)) s = &v.v[i];
+            }
+            CU_ASSERT_FATAL(s != NULL);
+            double sc;
+            char m[64];
+            CU_ASSERT_FATAL(scb_score(s, cJSON_GetObjectItem(c, "prediction")->valuestring, &sc, m, sizeof m) == 0);
+            fprintf(f, "{\"method\":\"full\",\"budget\":\"full\",\"benchmark\":\"scbench\",\"task\":\"%s%s\",\"sample_id\":\"%s\","
+                       "\"score\":%.17g,\"metric\":\"%s\",\"qtype\":\"%s\",\"domain\":\"%s\",\"prefill_tokens\":%d",
+                    s->task, t ? "+hidden" : "", s->id, sc, m, s->qtype, s->domain, t && k > 1 ? 10 : 100);
+            if (t) fprintf(f, ",\"context_group\":\"%s\",\"shared_prefill\":\"%s\"", s->group, k > 1 ? "reused" : "first");
+            fputs("}\n", f);
+        }
+        kvb_samples_free(&v);
+    }
+    fclose(f);
+    CU_ASSERT_FATAL(kvb_report_write(dir, err, sizeof err) == 0);
+    snprintf(p, sizeof p, "%s/report.md", dir);
+    char *md = util_read_file(p, NULL);
+    CU_ASSERT_FATAL(md != NULL);
+    CU_ASSERT(strstr(md, "| task | method@budget | prefill tokens | prefill s | all | turn=1 | turn=2 | turn=3 |") != NULL);
+    /* compute_scores: qa_chn "66.667,40.000"; kv "100.000,100.000,100.000"; 3 turns of qa_chn prefilled whole */
+    CU_ASSERT(strstr(md, "| scbench_qa_chn | full@full | 300 | 0.0 | 57.8 (3) | 66.7 (2) | 40.0 (1) |") != NULL);
+    /* kv: 2 records, 5 queries: each context once (100) and the later queries alone (10 each) */
+    CU_ASSERT(strstr(md, "| scbench_kv_scdq+hidden | full@full | 230 | 0.0 | 100.0 (5) | 100.0 (2) | 100.0 (2) | 100.0 (1) |") != NULL);
+    CU_ASSERT(strstr(md, "| full@full | 84.2 (8) | 100.0 (5) | 57.8 (3) |") != NULL);
+    if (!strstr(md, "| scbench_qa_chn | full@full | 300")) fprintf(stderr, "\n%s\n", strstr(md, "## SCBench") ? strstr(md, "## SCBench") : md);
+    free(md);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CU_ASSERT(system(cmd) == 0);
+}
+
 /* real SCBench files in ../shared/data/scbench: every task present loads in both modes (CI: they must be there) */
 static void test_shared_samples_load(void) {
     char dir[512];
@@ -342,6 +407,7 @@ int main(void) {
     CU_add_test(s, "max turns and the middle cut", test_max_turns_and_the_middle_cut);
     CU_add_test(s, "context cut keeps head and tail within the tokens", test_context_cut_keeps_head_and_tail_within_the_tokens);
     CU_add_test(s, "suite entry loads tasks of a folder or file", test_suite_entry_loads_tasks_of_a_folder_or_file);
+    CU_add_test(s, "report gives turn scores, the prefill once and the groups", test_report_gives_turn_scores_prefill_once_and_groups);
     CU_add_test(s, "shared samples load", test_shared_samples_load);
     int rc = util_run_suites();
     cJSON_Delete(exp_json);
