@@ -322,7 +322,6 @@ static kvb_method *expected_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
 
 const kvb_method_def kvb_method_expected = {
     .name = "expected",
-    .aliases = "expected_attention",
     .summary = "keeps the tokens the expected future query (recent queries' mean, RoPE-averaged) attends most",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
     .obs_window = kvb_ea_obs_window,

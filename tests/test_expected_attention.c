@@ -292,8 +292,7 @@ static void test_needs_and_options(void) {
               nd.obs_window == 32 && !nd.prefill_scores && !nd.own_prefill && !nd.profile);
     kvb_opts o = {0};
     CU_ASSERT_FATAL(kvb_opts_add(&o, "window=16", err, sizeof err) == 0);
-    CU_ASSERT(kvb_method_needs_of("expected_attention", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 16 &&
-              !strcmp(nd.name, "expected"));
+    CU_ASSERT(kvb_method_needs_of("expected", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 16);
     kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
     util_check_refusals("expected", c, "kernel=3", "no option 'kernel'");
     util_check_refusals("expected", c, "window=0", "window must be in");
