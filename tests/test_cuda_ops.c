@@ -22,6 +22,8 @@
 #include "kernels/dtype.h"
 #include "engine/kvcache.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/flashinfer.h"
+#include "kernels/cuda/flashinfer_layout.h"
 #include "engine/mem.h"
 #include "kernels/cpu/quant.h"
 
@@ -468,6 +470,14 @@ static double tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
 static int ordered_pos;
 /* > 0: the cases run through attention_window with this window (visible iff q_pos - window < k_pos <= q_pos) */
 static int attn_window;
+/* 1: query positions past every key's (q_pos[t] = n_kv + t), so the mask hides nothing: FlashInfer's decode applies */
+static int qpos_past_all;
+/* 1 (with ordered_pos): the queries are the last n_q keys (q_pos[t] = n_kv - n_q + t), as a prefill chunk appended
+ * before its attention: FlashInfer's causal prefill applies */
+static int qpos_causal_tail;
+/* 1: every head's K and V rows in one device block (K of head g, then its V, head after head), as a per-layer slab
+ * would hold them: FlashInfer's layout rule (V at one distance from K) holds whatever the allocator does */
+static int kv_slab;
 
 static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
     const int n_head = HK * G;
@@ -480,9 +490,10 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     int32_t *hpos = malloc((size_t)HK * n_kv * 4);
     double *kd = malloc((size_t)HK * n_kv * D * sizeof(double)), *vd = malloc((size_t)HK * n_kv * D * sizeof(double));
     int64_t longest = 0;
+    uint8_t *slab = kv_slab ? kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, 2 * HK * n_kv * D * es) : NULL;
     for (int g = 0; g < HK; g++) {
-        k[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
-        v[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
+        k[g] = slab ? slab + (size_t)(2 * g) * n_kv * D * es : kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
+        v[g] = slab ? slab + (size_t)(2 * g + 1) * n_kv * D * es : kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * D * es);
         kpos[g] = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, n_kv * 4);
         nk[g] = n_kv;
         for (int64_t sl = 0; sl < n_kv; sl++) {
@@ -522,6 +533,31 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     int32_t *qpos = malloc(n_q * 4);
     fill(q, nqe, 1.0);
     for (int t = 0; t < n_q; t++) qpos[t] = (int32_t)(t == 0 ? n_kv / 10 : (int64_t)t * n_kv / n_q + 3);
+    if (qpos_past_all)
+        for (int t = 0; t < n_q; t++) qpos[t] = (int32_t)(n_kv + t);
+    if (qpos_causal_tail)
+        for (int t = 0; t < n_q; t++) qpos[t] = (int32_t)(n_kv - n_q + t);
+    /* kernel 5: FlashInfer must serve exactly the calls its rule and layout allow (flashinfer_layout.h) */
+    int fi_expect = 0;
+    long long fi_served0 = 0;
+    if (kvb_cuda_attention_kernel() == 5) {
+        uintptr_t *ku = calloc(HK, sizeof *ku), *vu = calloc(HK, sizeof *vu);
+        int64_t *len = calloc(HK, sizeof *len);
+        int32_t *row = calloc(HK, 4), *ptr = calloc(HK + 1, 4);
+        for (int g = 0; g < HK; g++) {
+            ku[g] = (uintptr_t)k[g], vu[g] = (uintptr_t)v[g];
+            len[g] = use_idx && idx[g] ? ni[g] : n_kv;
+        }
+        kvb_fi_layout lay;
+        char why[160];
+        const int decode_ok = n_q == 1 && qpos_past_all && kvb_fi_decode_shape_ok(G, D, f16);
+        const int prefill_ok = n_q > 1 && qpos_causal_tail && ordered_pos && !use_idx && f16 && (D == 64 || D == 128) &&
+                               !attn_window && n_kv >= n_q && (int64_t)n_q * G > 16;
+        fi_expect = kvb_fi_compiled() && (decode_ok || prefill_ok) &&
+                    kvb_fi_layout_plan(HK, ku, vu, nk, len, (size_t)D * es, &lay, row, ptr, why, sizeof why) == 0;
+        kvb_fi_counts(&fi_served0, NULL);
+        free(ku), free(vu), free(len), free(row), free(ptr);
+    }
     float *dq = dev_f32(nqe), *dout = dev_f32(nqe), *dprobs = dev_f32(probs_bytes / 4), *dlse = dev_f32(lse_bytes / 4);
     int32_t *dqpos = kvb_mem_alloc(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, n_q * 4);
     put(dq, q, nqe * 4);
@@ -537,6 +573,13 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     int rc = attn_window ? be->attention_window(be, &a, err, sizeof err) : be->attention(be, &a, err, sizeof err);
     if (rc) printf("\n    attention: %s", err);
     CU_ASSERT_FATAL(rc == 0);
+    if (kvb_cuda_attention_kernel() == 5) {
+        long long fi_served1;
+        kvb_fi_counts(&fi_served1, NULL);
+        printf("\n    kernel 5: %s", fi_served1 > fi_served0 ? "FlashInfer" : "fell back");
+        if (fi_served1 == fi_served0) printf(" (%s)", kvb_fi_last_refusal());
+        CU_ASSERT((fi_served1 > fi_served0) == fi_expect);
+    }
     get(out, dout, nqe * 4);
     get(probs, dprobs, probs_bytes);
     get(lse, dlse, lse_bytes);
@@ -582,14 +625,15 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     CU_ASSERT(wp <= tol_probs);
     CU_ASSERT(wl <= tol_lse);
     for (int g = 0; g < HK; g++) {
-        kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, k[g], n_kv * D * es);
-        kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, v[g], n_kv * D * es);
+        if (!slab) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, k[g], n_kv * D * es);
+        if (!slab) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, v[g], n_kv * D * es);
         kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, kpos[g], n_kv * 4);
         if (didx[g]) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, didx[g], ni[g] * 4);
         free(idx[g]);
     }
     dev_free(dq, nqe * 4); dev_free(dout, nqe * 4); dev_free(dprobs, probs_bytes); dev_free(dlse, lse_bytes);
     kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, dqpos, n_q * 4);
+    if (slab) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, slab, 2 * HK * n_kv * D * es);
     free(k); free(v); free(kpos); free(idx); free(didx); free(nk); free(ni); free(kd); free(vd);
     free(hk); free(hv); free(hpos); free(q); free(qpos);
     free(out); free(probs); free(lse); free(sc); free(o);
@@ -721,6 +765,69 @@ static void test_attention_probs_v2(void) {
     check_attention(64, 3, 3, 130, 600, 1, 0);
     check_attention(80, 2, 2, 5, 777, 1, 1); /* odd head_dim: the v1 pass still */
     kvb_cuda_attention_set_probs_kernel(1);
+}
+
+/* kernel 5 (KVB_ATTN_KERNEL=5): FlashInfer's paged decode, page size 1, each KV head its own request, where every
+ * listed key is visible (queries past every key): dense and with index lists (some heads whole), GQA groups 1 to 8,
+ * head_dim 64, 128 and 256, a long list over many splits; its f16 output held to 2e-3, its converted lse to 1e-3;
+ * prefill chunks appended at the end of the cache (FA2, causal), head_dim 64/128, 3e-3 like the tensor-core
+ * prefill; then the calls it must refuse (keys the mask hides, shuffled prefill positions, index lists in prefill,
+ * f32 K/V, a group or head_dim it has no instantiation for, a 16-row prefill), which kvbench's kernels answer to
+ * their own bounds. Each case runs with K/V allocated per head, then in one slab. Whether each call was
+ * FlashInfer's is checked against the layout rule computed here on the same pointers (check_attention). */
+static void test_attention_flashinfer(void) {
+    if (!kvb_fi_compiled()) {
+        printf("\n    FlashInfer is not in this build (KVB_FLASHINFER off): kernel 5 falls back, checked below");
+    }
+    const int was = kvb_cuda_attention_kernel();
+    long long served0, refused0, served1, refused1;
+    kvb_fi_counts(&served0, &refused0);
+    kvb_cuda_attention_set_kernel(5);
+    for (kv_slab = 0; kv_slab <= 1; kv_slab++) { /* the allocator's layout (FlashInfer where it fits), then slabs */
+        printf("\n    K/V %s:", kv_slab ? "in one slab a call" : "allocated per head");
+        qpos_past_all = 1;
+        tol_out = 2e-3, tol_probs = 1e-4, tol_lse = 1e-3;
+        check_attention(128, 2, 4, 1, 20000, 1, 0);  /* dense decode, Llama-3 group */
+        check_attention(128, 2, 4, 1, 20000, 1, 1);  /* index lists on even heads, odd heads whole */
+        check_attention(64, 3, 3, 1, 1000, 1, 1);
+        check_attention(64, 4, 1, 1, 5000, 1, 1);
+        check_attention(128, 1, 8, 1, 70001, 1, 0);  /* many splits */
+        check_attention(256, 2, 2, 1, 3000, 1, 1);   /* head_dim 256 */
+        check_attention(128, 8, 4, 1, 65, 1, 1);
+        ordered_pos = 1;
+        check_attention(128, 2, 6, 1, 2000, 1, 1);
+        ordered_pos = 0;
+        tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+        check_attention(128, 2, 7, 1, 3000, 1, 1);   /* refused: group 7 */
+        check_attention(80, 2, 2, 1, 777, 1, 1);     /* refused: head_dim 80 */
+        check_attention(64, 3, 3, 1, 4097, 0, 1);    /* refused: f32 K/V */
+        check_attention(64, 3, 3, 130, 600, 1, 0);   /* refused: prefill positions shuffled */
+        qpos_past_all = 0;
+        /* prefill (FA2, causal): the queries are the last keys, positions in slot order; f16 Q and P */
+        ordered_pos = 1, qpos_causal_tail = 1;
+        tol_out = tol_probs = tol_lse = 3e-3;
+        check_attention(128, 2, 4, 200, 1000, 1, 0);
+        check_attention(64, 3, 3, 130, 600, 1, 0);
+        check_attention(128, 8, 4, 512, 8000, 1, 0);
+        check_attention(64, 1, 8, 70, 2000, 1, 0);
+        check_attention(128, 2, 7, 90, 1500, 1, 0);  /* a group FlashInfer's decode has no instantiation for */
+        check_attention(128, 4, 1, 64, 64, 1, 0);    /* as many keys as queries; a 64-row tile */
+        check_attention(128, 1, 4, 4, 9, 1, 0);      /* refused: 16 packed rows */
+        check_attention(128, 2, 4, 200, 1000, 1, 1); /* refused: index lists */
+        check_attention(256, 1, 4, 30, 500, 1, 0);   /* refused: head_dim 256 */
+        ordered_pos = 0, qpos_causal_tail = 0;
+        tol_out = 1e-4, tol_probs = 1e-5, tol_lse = 1e-4;
+    }
+    kv_slab = 0;
+    check_attention(128, 2, 4, 1, 20000, 1, 1);  /* refused: the mask hides keys */
+    attn_window = 2000; check_attention(128, 2, 4, 1, 20000, 1, 1);
+    attn_window = 0;
+    kvb_cuda_attention_set_kernel(was);
+    kvb_fi_counts(&served1, &refused1);
+    /* the layout rule decides each call (asserted in check_attention): with per-head allocations FlashInfer serves
+     * where the allocator happened to place every V at one distance from its K; the slab pass always fits */
+    printf("\n    kernel 5: FlashInfer served %lld calls, refused %lld", served1 - served0, refused1 - refused0);
+    CU_ASSERT(!kvb_fi_compiled() || served1 - served0 >= 14); /* at least the slab pass's 8 decodes and 6 prefills */
 }
 
 /* prefill on tensor cores (KVB_PREFILL_TC): prefill-sized query blocks, masks by shuffled positions, index
@@ -860,6 +967,7 @@ int main(void) {
     CU_add_test(s, "attention v4 (tensor-core decode) through the op table", test_attention_v4);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
     CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
+    CU_add_test(s, "attention kernel 5 (FlashInfer decode) through the op table, and its refusals", test_attention_flashinfer);
     CU_add_test(s, "attention_window (sliding window) on every kernel path", test_attention_window);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);
     int rc = util_run_suites();

@@ -19,6 +19,7 @@
 #include "kernels/cuda/attn_prefill.h"
 #include "kernels/cuda/attn_split.cuh"
 #include "kernels/cuda/candidate.h"
+#include "kernels/cuda/flashinfer.h"
 
 
 __device__ __forceinline__ float load_kv(const void *base, int f16, int64_t i) {
@@ -727,12 +728,15 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(kvb_cuda_attn a, i
 
 static int g_kernel; /* 0 = not chosen yet */
 
-extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel >= 1 && kernel <= 4 ? kernel : 4; }
+extern "C" void kvb_cuda_attention_set_kernel(int kernel) { g_kernel = kernel >= 1 && kernel <= 5 ? kernel : 4; }
 
 /* v4 by default since the H200 runs of 2026-11-26 (bench-attention: 1.2-1.8x v3's GB/s, 99-103% of the copy rate at
  * batch 8 from 32K; float64 checks and test_cuda_model green); KVB_ATTN_KERNEL=1, 2 or 3 takes the older kernels,
- * kept as references */
-extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 4, 4); }
+ * kept as references; 5 FlashInfer's decode and prefill where they apply (flashinfer.cu), kvbench's kernels elsewhere */
+extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kernel, "KVB_ATTN_KERNEL", 5, 4); }
+
+/* the kernel this call asks for: its own, else the switch */
+static int kernel_of(const kvb_cuda_attn *a) { return a->kernel >= 1 && a->kernel <= 5 ? a->kernel : kvb_cuda_attention_kernel(); }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
     if (!g_sms) {
@@ -760,7 +764,9 @@ extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
     size_t part = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
     const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
     const size_t pre = kvb_cuda_prefill_tc_ws(a) + lse; /* the prefill path: its lse, then its tile bounds */
-    return (part + lse + 512 > pre ? part + lse + 512 : pre);
+    size_t ws = part + lse + 512 > pre ? part + lse + 512 : pre;
+    if (kernel_of(a) == 5 && kvb_fi_ws(a) > ws) ws = kvb_fi_ws(a); /* FlashInfer's, or the fallback's */
+    return ws;
 }
 
 /* the probabilities' second pass (when asked for: against c->lse), then the launches' verdict */
@@ -802,6 +808,12 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     if (a->n_q <= 0) return 0;
     cudaStream_t s = (cudaStream_t)stream;
     kvb_cuda_attn c = *a;
+    if (kernel_of(a) == 5) { /* FlashInfer where its semantics are kvbench's (flashinfer_layout.h), else on below */
+        const int fi = kvb_fi_attention(&c, ws, ws_bytes, s, err, err_len);
+        if (fi < 0) return -1;
+        if (fi == 1) return probs_and_check(&c, s, err, err_len);
+        c = *a; /* refused: nothing was written; kvbench's kernels, v4 where the switch decides */
+    }
     if (kvb_cuda_prefill_tc_fits(a)) { /* prefill on tensor cores; probabilities from its lse, as below */
         if (a->probs && !a->lse) c.lse = (float *)ws;
         const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
@@ -833,7 +845,7 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
             cudaFuncSetAttribute(k_attn_tile2<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile2_smem<4>());
             raised_tile = 1;
         }
-        const int kern = a->kernel >= 1 && a->kernel <= 4 ? a->kernel : kvb_cuda_attention_kernel();
+        const int kern = kernel_of(a) == 5 ? 4 : kernel_of(a); /* 5 refused above: v4 */
         if (kern == 4) { /* v4, tensor cores (attn_decode.cu): its own split count, the merge told so */
             const int ns = kvb_cuda_decode_tc(&c, n_split, n_rows, n_chunks, part, s);
             k_attn_merge<<<dim3((unsigned)a->n_head_kv, (unsigned)n_rows), MERGE_THREADS, 0, s>>>(c, ns, n_rows, n_chunks, part);

@@ -41,14 +41,19 @@ typedef struct {
     int kernel;                  /* f16 head_dim 64/128: 1 = the tiled kernel, 2 = v2 (double-buffered async copies),
                                   * 3 = v3 (register-only: K/V rows straight to registers, one wave of blocks),
                                   * 4 = v4 (both products on tensor cores, K/V rows straight into the fragments);
+                                  * 5 = FlashInfer's paged decode / causal prefill where they give kvbench's
+                                  * answer, kvbench's kernels (v4) elsewhere (flashinfer.h; f16 output);
                                   * 0 = kvb_cuda_attention_kernel(). Results equal to rounding (bench-attention times all) */
     int32_t window;              /* > 0: a sliding-window layer, where the mask applies (q_pos and k_pos given) a key is
                                   * visible iff q_pos - window < k_pos <= q_pos; 0 = no window. Every kernel path
                                   * takes it in its mask test (attn_split.cuh: key_hidden) */
+    const uint64_t *host_heads;  /* optional, HOST memory: the per-KV-head words k[H] v[H] k_pos[H] n_kv[H] idx[H]
+                                  * n_idx[H] (backend_cuda.cu's parameter block; 0 for a NULL entry), so kernel 5
+                                  * plans without reading them back from the device; NULL = read back (a wait) */
 } kvb_cuda_attn;
 
 /* The kernel a call with kernel = 0 takes: 4 by default (measured fastest on an H200, 2026-11-26: docs/gpu.md),
- * 1, 2 or 3 where $KVB_ATTN_KERNEL says so before the first call, or as set here. */
+ * 1, 2, 3 or 5 (FlashInfer, flashinfer.h) where $KVB_ATTN_KERNEL says so before the first call, or as set here. */
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
 /* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,

@@ -35,6 +35,7 @@ void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 }
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/candidate.h"
+#include "kernels/cuda/flashinfer.h"
 #include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
@@ -358,8 +359,13 @@ extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k >= 1 && k <=
 static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 5, 5); }
 
 extern "C" const char *kvb_cuda_kernels(void) {
-    static char line[128];
-    snprintf(line, sizeof line, "attention v%d, prefill %s, GEMV v%d%s, probabilities v%d", kvb_cuda_attention_kernel(),
+    static char line[160];
+    char attn[64]; /* kernel 5 is FlashInfer's decode where it applies, v4 elsewhere (flashinfer.h) */
+    if (kvb_cuda_attention_kernel() == 5)
+        snprintf(attn, sizeof attn, "FlashInfer%s (v4 where it does not apply)", kvb_fi_compiled() ? "" : " [not built]");
+    else
+        snprintf(attn, sizeof attn, "v%d", kvb_cuda_attention_kernel());
+    snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d", attn,
              kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores"
                                                                                         : "CUDA cores", gemv_kernel(),
              gemv_kernel() == 5 ? " (v4 from 8192 rows, v1 below)" : "", kvb_cuda_attention_probs_kernel());

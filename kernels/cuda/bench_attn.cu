@@ -15,8 +15,20 @@
 #include <string.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/flashinfer.h"
 
-enum { BENCH_KERNELS = 4 }; /* decode kernels v1..v4, each timed and checked */
+/* decode kernels v1..v4, each timed and checked, and 5 = FlashInfer (flashinfer.h) where this build has it */
+enum { BENCH_KERNELS = 5 };
+static int n_kernels(void) { return kvb_fi_compiled() ? 5 : 4; }
+/* a kernel's case name: full, full_v2 .. full_v4, full_fi */
+static void case_name(char *kase, size_t n, int sparse, int kv) {
+    const char *c = sparse ? "sparse" : "full";
+    if (kv == 1) snprintf(kase, n, "%s", c);
+    else if (kv == 5) snprintf(kase, n, "%s_fi", c);
+    else snprintf(kase, n, "%s_v%d", c, kv);
+}
+/* the bound of the float64 check and of the agreement with v1: FlashInfer writes f16 outputs (2^-11 relative) */
+static double agree_tol(int kv) { return kv == 5 ? 1e-3 : 1e-5; }
 
 #define CKB(call)                                                                                        \
     do {                                                                                                 \
@@ -226,13 +238,38 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             sp.n_idx = (const int64_t *)(darr + 4 * HK);
             a.max_len = ctx;
             sp.max_len = n_sp;
-            size_t wsb = kvb_cuda_attention_ws(&a);
-            if (kvb_cuda_attention_ws(&sp) > wsb) wsb = kvb_cuda_attention_ws(&sp);
+            /* the same words on the host, in attention.h's host_heads order, so FlashInfer plans without a read-back */
+            uint64_t *hh = (uint64_t *)calloc((size_t)HK * 12, 8);
+            for (int g = 0; g < HK; g++)
+                for (int c = 0; c < 2; c++) {
+                    uint64_t *w = hh + (size_t)c * 6 * HK;
+                    w[0 * HK + g] = (uint64_t)(uintptr_t)((char *)K + head_bytes * g);
+                    w[1 * HK + g] = (uint64_t)(uintptr_t)((char *)V + head_bytes * g);
+                    w[3 * HK + g] = (uint64_t)ctx;
+                    w[4 * HK + g] = c ? (uint64_t)(uintptr_t)(idx_all + (size_t)g * n_sp) : 0;
+                    w[5 * HK + g] = c ? (uint64_t)n_sp : 0;
+                }
+            a.host_heads = hh;
+            sp.host_heads = hh + 6 * HK;
+            size_t wsb = 0;
+            for (int kv = 0; kv <= 5; kv += 5) { /* the switch's kernel, and FlashInfer's workspace */
+                kvb_cuda_attn x = a, y = sp;
+                x.kernel = y.kernel = kv;
+                if (kvb_cuda_attention_ws(&x) > wsb) wsb = kvb_cuda_attention_ws(&x);
+                if (kvb_cuda_attention_ws(&y) > wsb) wsb = kvb_cuda_attention_ws(&y);
+            }
             CKB(cudaMalloc((void **)&ws, wsb));
             char err[256];
-            for (int kv = 1; kv <= BENCH_KERNELS && !checked; kv++) { /* head 0 .. group against float64, each kernel */
+            for (int kv = 1; kv <= n_kernels() && !checked; kv++) { /* head 0 .. group against float64, each kernel */
                 a.kernel = kv;
+                long long served0, served1;
+                kvb_fi_counts(&served0, NULL);
                 if (kvb_cuda_attention(&a, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
+                kvb_fi_counts(&served1, NULL);
+                if (kv == 5 && served1 == served0) { /* FlashInfer refused: the row would time v4 */
+                    printf("check: FlashInfer refused this layout: %s\n", kvb_fi_last_refusal());
+                    rc = 1;
+                }
                 CKB(cudaStreamSynchronize(st));
                 const int G = o.heads / o.kv_heads;
                 __half *hk = (__half *)malloc(head_bytes), *hv = (__half *)malloc(head_bytes);
@@ -259,10 +296,12 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                     }
                 }
                 free(s); free(hk); free(hv); free(hq); free(ho);
-                printf("check: kernel v%d, KV head 0 at %ld tokens vs float64: max |error| %.2e %s\n", kv, ctx, worst,
+                char kname[16];
+                snprintf(kname, sizeof kname, kv == 5 ? "FlashInfer" : "v%d", kv);
+                printf("check: kernel %s, KV head 0 at %ld tokens vs float64: max |error| %.2e %s\n", kname, ctx, worst,
                        worst < 1e-3 ? "(ok)" : "(WRONG)");
                 if (worst >= 1e-3) rc = 1;
-                if (kv == BENCH_KERNELS) checked = 1;
+                if (kv == n_kernels()) checked = 1;
             }
             a.kernel = 0;
             if (rc) break;
@@ -277,13 +316,13 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
             const double copy_gbps = 2.0 * head_bytes * HK / (ms / o.iters * 1e-3) / 1e9;
             printf("| %ld | %ld | copy (read+write) | %.1f | %.0f | 100 | | |\n", ctx, B, ms / o.iters * 1e3, copy_gbps);
             if (csv) fprintf(csv, "%ld,%ld,copy,%.3f,%.1f,%.1f,100,,\n", ctx, B, ms / o.iters * 1e3, copy_gbps, copy_gbps);
-            for (int cv = 0; cv < 2 * BENCH_KERNELS; cv++) { /* full, full_v2, ..., sparse, sparse_v2, ... */
-                const int c = cv / BENCH_KERNELS, kv = 1 + cv % BENCH_KERNELS;
+            for (int cv = 0; cv < 2 * n_kernels(); cv++) { /* full, full_v2, ..., full_fi, sparse, sparse_v2, ... */
+                const int c = cv / n_kernels(), kv = 1 + cv % n_kernels();
                 kvb_cuda_attn xk = c ? sp : a;
                 xk.kernel = kv;
                 const kvb_cuda_attn *x = &xk;
                 char kase[16];
-                snprintf(kase, sizeof kase, kv > 1 ? "%s_v%d" : "%s", c ? "sparse" : "full", kv);
+                case_name(kase, sizeof kase, c, kv);
                 for (int w = 0; w < 3; w++)
                     if (kvb_cuda_attention(x, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
                 CKB(cudaEventRecord(e0, st));
@@ -308,7 +347,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                 float *o1 = (float *)malloc(on * 4), *ok = (float *)malloc(on * 4);
                 double worst[2][BENCH_KERNELS] = {{0}};
                 for (int c = 0; c < 2 && o1 && ok; c++)
-                    for (int kv = 1; kv <= BENCH_KERNELS; kv++) {
+                    for (int kv = 1; kv <= n_kernels(); kv++) {
                         kvb_cuda_attn xk = c ? sp : a;
                         xk.kernel = kv;
                         if (kvb_cuda_attention(&xk, ws, wsb, st, err, sizeof err)) { fprintf(stderr, "kvbench: bench-attention: %s\n", err); return 1; }
@@ -322,21 +361,24 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
                     }
                 int agree = 1;
                 printf("agree at %ld x %ld: max |vK - v1|, dense / 10%% list:", ctx, B);
-                for (int kv = 2; kv <= BENCH_KERNELS; kv++) {
-                    printf(" v%d %.1e / %.1e", kv, worst[0][kv - 2], worst[1][kv - 2]);
-                    agree &= worst[0][kv - 2] < 1e-5 && worst[1][kv - 2] < 1e-5;
+                for (int kv = 2; kv <= n_kernels(); kv++) {
+                    if (kv == 5) printf(" FlashInfer %.1e / %.1e", worst[0][kv - 2], worst[1][kv - 2]);
+                    else printf(" v%d %.1e / %.1e", kv, worst[0][kv - 2], worst[1][kv - 2]);
+                    agree &= worst[0][kv - 2] < agree_tol(kv) && worst[1][kv - 2] < agree_tol(kv);
                 }
                 printf("%s\n", agree ? "" : " (DIFFER)");
                 if (!agree) rc = 1;
                 free(o1), free(ok);
             }
             cudaFree(K); cudaFree(V); cudaFree(scratch); cudaFree(q); cudaFree(out); cudaFree(ws); cudaFree(darr);
+            free(hh);
             cudaFree(idx_all);
         }
     if (csv) fclose(csv);
     printf("\nGB/s counts the K and V bytes each call reads (visible tokens x head_dim x 2 bytes x 2); the copy's\n"
            "counts bytes read + written. One run; each point is the mean of --iters back-to-back calls. _v2 rows: the\n"
            "double-buffered tiled kernel (KVB_ATTN_KERNEL=2); _v3 rows: the register-only kernel (KVB_ATTN_KERNEL=3);\n"
-           "_v4 rows: the tensor-core decode kernel (KVB_ATTN_KERNEL=4).\n");
+           "_v4 rows: the tensor-core decode kernel (KVB_ATTN_KERNEL=4); _fi rows: FlashInfer's paged decode\n"
+           "(KVB_ATTN_KERNEL=5, page size 1, f16 output; its agreement with v1 is held to 1e-3, the others' to 1e-5).\n");
     return rc;
 }
