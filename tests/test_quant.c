@@ -53,6 +53,36 @@ static void test_q4_0_q5_0_q8_0_blocks_dequantize_by_their_formulas(void) {
     for (int j = 0; j < 32; j++) CU_ASSERT(y[j] == 0.125f * (j * 8 - 128));
 }
 
+/* the SIMD dequantization (Q4_0, Q5_0, Q8_0 in AVX2 builds; the prefill GEMM's every weight) gives the scalar
+ * loops' floats bit for bit, on random quant bytes with random f16 scales, every type the loader reads */
+static void test_simd_and_scalar_dequantization_are_bitwise_equal(void) {
+    const ggml_type types[] = {GGML_T_Q4_0, GGML_T_Q4_1, GGML_T_Q5_0, GGML_T_Q5_1, GGML_T_Q8_0, GGML_T_Q4_K,
+                               GGML_T_Q5_K, GGML_T_Q6_K, GGML_T_F16};
+    enum { N = 1024 };
+    unsigned s = 5;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const size_t rb = ggml_row_bytes(types[ti], N);
+        uint8_t *w = malloc(rb);
+        float a[N], b[N];
+        for (int trial = 0; trial < 20; trial++) {
+            float x[N];
+            for (int i = 0; i < N; i++) x[i] = frand(&s) * (1 + trial);
+            CU_ASSERT_FATAL(quant_quantize_row(types[ti], x, w, N) == 0);
+            /* then the quant bytes scrambled (the scales stay finite): every bit pattern of the quants */
+            const size_t be = ggml_block_elems(types[ti]) == 1 ? 0 : ggml_row_bytes(types[ti], ggml_block_elems(types[ti]));
+            for (size_t i = 0; be && i < rb; i++)
+                if (i % be >= sizeof(kvb_f16) * 2 && (types[ti] != GGML_T_Q6_K || i % be < be - sizeof(kvb_f16) - 16))
+                    w[i] = (uint8_t)(frand(&s) * 128 + 128);
+            quant_dequant_row(types[ti], w, a, N);
+            quant_force_scalar(1);
+            quant_dequant_row(types[ti], w, b, N);
+            quant_force_scalar(0);
+            CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+        }
+        free(w);
+    }
+}
+
 static void test_q4_k_and_q6_k_blocks_follow_their_scale_layout(void) {
     /* Q4_K: sub-block s (32 values) has 6-bit scale sc[s] and min mn[s]; y = d*sc*q - dmin*mn */
     block_q4_K b;
@@ -435,6 +465,7 @@ int main(void) {
     CU_add_test(s, "Q4_1 block dequantizes to d*q+m", test_q4_1_block_dequantizes_to_d_times_q_plus_m);
     CU_add_test(s, "Q4_0, Q5_0, Q8_0 blocks dequantize by their formulas", test_q4_0_q5_0_q8_0_blocks_dequantize_by_their_formulas);
     CU_add_test(s, "Q4_K and Q6_K blocks follow their scale layout", test_q4_k_and_q6_k_blocks_follow_their_scale_layout);
+    CU_add_test(s, "SIMD and scalar dequantization are bitwise equal", test_simd_and_scalar_dequantization_are_bitwise_equal);
     CU_add_test(s, "Q5_1 block dequantizes to d*q+m", test_q5_1_block_dequantizes_to_d_times_q_plus_m);
     CU_add_test(s, "Q5_K block takes the fifth bit from qh", test_q5_k_block_takes_the_fifth_bit_from_qh);
     CU_add_test(s, "Q8_K maps the extreme to -127 and sums groups of 16",

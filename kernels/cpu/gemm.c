@@ -92,19 +92,33 @@ typedef struct {
     float *panels; /* per thread (panel_floats apart): the panel, [c][NR] over a pass, then KC floats of row */
 } gemm_job;
 
-/* token tiles [lo, hi) of x into xp; the last tile's missing tokens are zeros. The writes run contiguous, the
- * reads are MT sequential streams. */
+/* token tiles [lo, hi) of x into xp; the last tile's missing tokens are zeros. Four tokens x four columns at a
+ * time, transposed in registers. */
 static void pack_x(void *arg, int ith, int nth) {
     const gemm_job *j = arg;
+    const int64_t cols = j->cols, c4 = cols / 4 * 4;
     long lo, hi;
     kvb_split((long)ceil_div(j->n_tok, MT), ith, nth, &lo, &hi);
     for (long i = lo; i < hi; i++) {
-        float *dst = j->xp + (size_t)i * MT * (size_t)j->cols;
+        float *dst = j->xp + (size_t)i * MT * (size_t)cols;
         const int n_t = j->n_tok - i * MT < MT ? (int)(j->n_tok - i * MT) : MT;
-        const float *src = j->x + i * MT * j->cols;
-        if (n_t < MT) memset(dst, 0, sizeof(float) * MT * (size_t)j->cols);
-        for (int64_t c = 0; c < j->cols; c++, dst += MT)
-            for (int t = 0; t < n_t; t++) dst[t] = src[t * j->cols + c];
+        const float *src = j->x + i * MT * cols;
+        if (n_t < MT) memset(dst, 0, sizeof(float) * MT * (size_t)cols);
+        int t0 = 0;
+        for (; t0 + 4 <= n_t; t0 += 4) {
+            const float *s0 = src + t0 * cols, *s1 = s0 + cols, *s2 = s1 + cols, *s3 = s2 + cols;
+            for (int64_t c = 0; c < c4; c += 4) {
+                __m128 r0 = _mm_loadu_ps(s0 + c), r1 = _mm_loadu_ps(s1 + c), r2 = _mm_loadu_ps(s2 + c),
+                       r3 = _mm_loadu_ps(s3 + c);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(dst + c * MT + t0, r0);
+                _mm_storeu_ps(dst + (c + 1) * MT + t0, r1);
+                _mm_storeu_ps(dst + (c + 2) * MT + t0, r2);
+                _mm_storeu_ps(dst + (c + 3) * MT + t0, r3);
+            }
+        }
+        for (int64_t c = 0; c < cols; c++) /* the rest: the last tokens, and every token's last columns */
+            for (int t = c < c4 ? t0 : 0; t < n_t; t++) dst[c * MT + t] = src[t * cols + c];
     }
 }
 

@@ -19,7 +19,39 @@ static inline float F(kvb_f16 h) { return kvb_f16_to_f32(h); }
 
 /* ---------- dequantization ---------- */
 
+#if KVB_HAVE_AVX2
+/* Q4_0, Q5_0, Q8_0 in AVX2: the same signed quants times the same d, so the same floats as the scalar loops
+ * below; 0 = done, -1 = another type */
+static int dequant_row_avx2(ggml_type t, const void *src, float *y, int64_t n) {
+    switch (t) {
+    case GGML_T_Q4_0:
+        for (int64_t i = 0; i < n / QK; i++, y += QK) {
+            const block_q4_0 *b = (const block_q4_0 *)src + i;
+            qs_dequant_i8x32(y, _mm256_sub_epi8(qs_unpack_nibbles(b->qs), _mm256_set1_epi8(8)), _mm256_set1_ps(F(b->d)));
+        }
+        return 0;
+    case GGML_T_Q5_0:
+        for (int64_t i = 0; i < n / QK; i++, y += QK) {
+            const block_q5_0 *b = (const block_q5_0 *)src + i;
+            const __m256i q = _mm256_or_si256(qs_unpack_nibbles(b->qs), qs_fifth_bits(b->qh));
+            qs_dequant_i8x32(y, _mm256_sub_epi8(q, _mm256_set1_epi8(16)), _mm256_set1_ps(F(b->d)));
+        }
+        return 0;
+    case GGML_T_Q8_0:
+        for (int64_t i = 0; i < n / QK; i++, y += QK) {
+            const block_q8_0 *b = (const block_q8_0 *)src + i;
+            qs_dequant_i8x32(y, _mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_ps(F(b->d)));
+        }
+        return 0;
+    default: return -1;
+    }
+}
+#endif
+
 void quant_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
+#if KVB_HAVE_AVX2
+    if (!g_force_scalar && !dequant_row_avx2(t, src, y, n)) return;
+#endif
     switch (t) {
     case GGML_T_F32:
         memcpy(y, src, (size_t)n * sizeof(float));

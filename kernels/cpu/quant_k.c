@@ -90,11 +90,42 @@ static void dequant_k4(float d, float dmin, const uint8_t *scales, const int8_t 
     }
 }
 
+#if KVB_HAVE_AVX2
+/* Q6_K in AVX2: unpack_q6_K's quants, 32 at a time, times the scalar loop's (d * scale) per 16 values: the
+ * same floats */
+static void dequant_q6_K_avx2(const block_q6_K *b, float *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+    const float d = F(b->d);
+    for (int h = 0; h < 2; h++, y += 128) {
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+        };
+        for (int k = 0; k < 4; k++) {
+            const int g = 8 * h + 2 * k; /* the 16-value groups of values 128h + 32k .. +31 */
+            qs_dequant_i8x32_2(y + 32 * k, _mm256_sub_epi8(q[k], k32), _mm256_set1_ps(d * b->scales[g]),
+                               _mm256_set1_ps(d * b->scales[g + 1]));
+        }
+    }
+}
+#endif
+
 void quant_k_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
     if (quant_lowbit_has(t)) {
         quant_lowbit_dequant_row(t, src, y, n);
         return;
     }
+#if KVB_HAVE_AVX2
+    if (t == GGML_T_Q6_K && !quant_scalar_forced()) {
+        for (int64_t i = 0; i < n / QK_K; i++) dequant_q6_K_avx2((const block_q6_K *)src + i, y + i * QK_K);
+        return;
+    }
+#endif
     int8_t w[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         switch (t) {

@@ -66,6 +66,25 @@ static inline __m256i qs_scale_pair(__m128i sc, int c) {
     default: call_n(4); break;      \
     }
 
+/* y[0..31] = (float)q[j] * d for the 32 int8 of q: each int converted exactly and rounded once, as the scalar
+ * dequantization loops do (the prefill GEMM dequantizes every weight once per call) */
+static inline void qs_dequant_i8x32(float *y, __m256i q, __m256 d) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+    _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
+/* the same with d_lo for q's first 16 values and d_hi for the last 16 (Q6_K's 16-value groups) */
+static inline void qs_dequant_i8x32_2(float *y, __m256i q, __m256 d_lo, __m256 d_hi) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d_lo));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d_lo));
+    _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d_hi));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d_hi));
+}
+
 /* sum of i8 x i8 products as 8 floats: |a| times b with a's sign */
 static inline __m256 qs_dot_i8_i8(__m256i a, __m256i b) {
     return qs_dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
