@@ -706,6 +706,30 @@ double kvb_metric_rouge_zh(const kvb_jieba *j, const char *pred, const char *gol
 
 /* ---- eval.py ---- */
 
+/* bytes.decode("utf-8", "replace"), which is what pred.py's tokenizer.decode (Rust's from_utf8_lossy) makes of a
+ * generation cut inside a character: each maximal invalid subpart one U+FFFD (malloc'd; NULL when out of memory). */
+static char *utf8_lossy(const char *s) {
+    size_t n = strlen(s), o = 0;
+    unsigned char *out = malloc(3 * n + 1);
+    const unsigned char *u = (const unsigned char *)s;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        int k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        size_t j = i + 1;
+        for (int q = 1; k > 1 && q < k && j < n; q++, j++) {
+            unsigned lo = 0x80, hi = 0xBF; /* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
+            if (q == 1) lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+            if (u[j] < lo || u[j] > hi) break;
+        }
+        if (k && j - i == (size_t)k) memcpy(out + o, u + i, (size_t)k), o += (size_t)k;
+        else out[o++] = 0xEF, out[o++] = 0xBF, out[o++] = 0xBD;
+        i = j;
+    }
+    out[o] = 0;
+    return (char *)out;
+}
+
 /* The task without LongBench-E's "_e" suffix, in buf. */
 static const char *base_task(const char *task, char *buf, size_t cap) {
     size_t n = strlen(task);
@@ -736,11 +760,13 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
     const kvb_jieba *j = NULL;
     if (kvb_longbench_metric_needs_jieba(metric) && !(j = kvb_jieba_shared(NULL, 0))) return -1;
     char base[64];
-    char *cut = NULL;
+    char *text = utf8_lossy(pred), *cut = NULL; /* the prediction as pred.py's tokenizer.decode gives it */
+    if (!text) return -1;
+    pred = text;
     if (lb_task_first_line(base_task(task, base, sizeof base))) { /* pred.lstrip('\n').split('\n')[0] */
         while (*pred == '\n') pred++;
         cut = strndup(pred, strcspn(pred, "\n"));
-        if (!cut) return -1;
+        if (!cut) { free(text); return -1; }
         pred = cut;
     }
     double best = 0;
@@ -757,7 +783,7 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
                  : kvb_metric_code_sim(pred, g);
         if (s > best) best = s;
     }
-    free(cut);
+    free(cut), free(text);
     *score = best;
     return 0;
 }

@@ -188,6 +188,13 @@ static void test_direct_values(void) {
     CU_ASSERT(kvb_score_sample("longbench", &smp, "北京是中国的首都。", &s, metric, sizeof metric) == 0);
     CU_ASSERT_DOUBLE_EQUAL(s, 1.0, 1e-12); /* "。" is normalised away */
     CU_ASSERT_STRING_EQUAL(metric, "qa_f1_zh");
+    /* a generation cut inside a character is scored as pred.py's lossy decode gives it: one U+FFFD per maximal
+     * invalid subpart ("北京" + U+FFFD against "北京": F1 2/3, where a U+FFFD per byte would give 1/2) */
+    gold[0] = "北京";
+    CU_ASSERT(kvb_score_sample("longbench", &smp, "\xe5\x8c\x97\xe4\xba\xac\xe4\xba", &s, metric, sizeof metric) == 0);
+    CU_ASSERT_DOUBLE_EQUAL(s, 2.0 / 3.0, 1e-12);
+    CU_ASSERT(kvb_score_sample("longbench", &smp, "\xe5\x8c\x97\xe4\xba\xac\xf0\x9f\x98", &s, metric, sizeof metric) == 0);
+    CU_ASSERT_DOUBLE_EQUAL(s, 2.0 / 3.0, 1e-12);
     char msg[256];
     CU_ASSERT(kvb_score_check_task("vcsum", msg, sizeof msg) == 0); /* the data is here: no refusal */
 }
