@@ -751,6 +751,9 @@ int scb_bench_load(const kvb_bench_env *e, const cJSON *b, char *err, size_t err
     const char *mode = jstr(b, "mode", "multi_turn");
     if (strcmp(mode, "multi_turn") && strcmp(mode, "multi_request"))
         return ERR("suite %s: scbench \"mode\" must be \"multi_turn\" or \"multi_request\", not \"%s\"", e->suite_path, mode);
+    if (!strcmp(mode, "multi_turn") && !strcmp(jstr(b, "question", "visible"), "hidden"))
+        return ERR("suite %s: scbench \"question\": \"hidden\" needs \"mode\": \"multi_request\" (a multi-turn turn is a "
+                   "dialogue, prefilled whole)", e->suite_path);
     scb_opts o = {.multi_request = !strcmp(mode, "multi_request"), .max_turns = (int)jnum(b, "max_turns", 5),
                   .count_tokens = e->count_tokens, .tok_ctx = e->tok_ctx};
     o.limit = (int)jnum(b, "samples", 0);

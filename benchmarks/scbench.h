@@ -93,7 +93,8 @@ double scb_bleu_method4(const char *candidate, const char *reference);
 char *scb_code_block(const char *output);
 
 /* The suite entry {"type": "scbench", "path": <dir or .jsonl>, "tasks": [...], "mode": "multi_turn" |
- * "multi_request", "samples": records, "max_turns": N, "max_context_tokens": N, "optional": true} (registry.h). */
+ * "multi_request", "samples": records, "max_turns": N, "max_context_tokens": N, "optional": true} (registry.h);
+ * "question": "hidden" is refused with multi_turn (its turns are dialogues, which the runner prefills whole). */
 int scb_bench_load(const kvb_bench_env *env, const cJSON *entry, char *err, size_t err_len);
 
 #endif

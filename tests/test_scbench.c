@@ -296,6 +296,9 @@ static void test_suite_entry_loads_tasks_of_a_folder_or_file(void) {
     entry = cJSON_Parse("{\"type\": \"scbench\", \"path\": \"" FIX "\", \"tasks\": [\"scbench_kv\"], \"mode\": \"both\"}");
     CU_ASSERT(b->load(&env, entry, err, sizeof err) == -1 && strstr(err, "\"mode\"") != NULL);
     cJSON_Delete(entry);
+    entry = cJSON_Parse("{\"type\": \"scbench\", \"path\": \"" FIX "\", \"tasks\": [\"scbench_kv\"], \"question\": \"hidden\"}");
+    CU_ASSERT(b->load(&env, entry, err, sizeof err) == -1 && strstr(err, "multi_request") != NULL);
+    cJSON_Delete(entry);
     entry = cJSON_Parse("{\"type\": \"scbench\", \"path\": \"/nonexistent\", \"tasks\": [\"scbench_kv\"], \"optional\": true}");
     env.optional = 1;
     CU_ASSERT(b->load(&env, entry, err, sizeof err) == 0 && k.n == 3);
