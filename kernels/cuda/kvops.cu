@@ -752,9 +752,22 @@ __global__ void __launch_bounds__(POD_SHARE_THREADS) k_pod_share(float *pd, int6
     double s = 0; /* thread 0's running sum, in slot order */
     for (int64_t c0 = 0; c0 < n_dist; c0 += POD_SHARE_CHUNK) {
         const int nc = n_dist - c0 < POD_SHARE_CHUNK ? (int)(n_dist - c0) : POD_SHARE_CHUNK;
-        for (int i = threadIdx.x; i < nc; i += blockDim.x) chunk[i] = ph[c0 + i];
+        for (int i0 = 0; i0 < nc; i0 += POD_SHARE_THREADS * 8) { /* 8 loads in flight a thread */
+            float x[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + u * POD_SHARE_THREADS + threadIdx.x;
+                x[u] = i < nc ? ph[c0 + i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + u * POD_SHARE_THREADS + threadIdx.x;
+                if (i < nc) chunk[i] = x[u];
+            }
+        }
         __syncthreads();
         if (threadIdx.x == 0)
+#pragma unroll 8
             for (int i = 0; i < nc; i++) s += chunk[i];
         __syncthreads(); /* the chunk is read before the next one overwrites it */
     }
@@ -784,8 +797,12 @@ static int pod_merge_rows(int head_dim) {
     return r < 1 ? 1 : r > 256 ? 256 : r;
 }
 
-/* a block per query head r, a thread per channel e (blockDim >= head_dim); dynamic shared memory: rows x head_dim
- * floats of V, then rows weights */
+enum { POD_MERGE_THREADS = 512, POD_U = 8 };
+
+/* a block per query head r (POD_MERGE_THREADS threads, or head_dim rounded up to a warp when larger), thread e
+ * owns channel e; dynamic shared memory: rows x head_dim floats of V, then rows weights. The staging loop gives
+ * every thread POD_U loads in flight before it stores any (a thread with one load at a time, as before, left a
+ * block of two warps waiting on memory for each term: ~1 ms a launch at 5600 rows). */
 __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, const float *pd, int64_t pd_stride,
                             const void *v, int f16, int head_dim, int64_t n_dist, double tau, unsigned long long *counts,
                             int rows) {
@@ -800,16 +817,31 @@ __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, 
     }
     if (threadIdx.x == 0) atomicAdd(&counts[0], 1ull);
     const float *w = pd + (int64_t)r * pd_stride;
+    const __half *vh = (const __half *)v;
+    const float *vf = (const float *)v;
     float od = 0;
     for (int64_t i0 = 0; i0 < n_dist; i0 += rows) {
         const int nr = n_dist - i0 < rows ? (int)(n_dist - i0) : rows;
-        const int64_t base = i0 * head_dim, cnt = (int64_t)nr * head_dim;
-        for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x)
-            vs[k] = f16 ? __half2float(((const __half *)v)[base + k]) : ((const float *)v)[base + k];
+        const int64_t base = i0 * head_dim;
+        const int cnt = nr * head_dim;
+        for (int k0 = 0; k0 < cnt; k0 += (int)blockDim.x * POD_U) {
+            float x[POD_U];
+#pragma unroll
+            for (int u = 0; u < POD_U; u++) {
+                const int k = k0 + u * (int)blockDim.x + threadIdx.x;
+                x[u] = k < cnt ? (f16 ? __half2float(vh[base + k]) : vf[base + k]) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < POD_U; u++) {
+                const int k = k0 + u * (int)blockDim.x + threadIdx.x;
+                if (k < cnt) vs[k] = x[u];
+            }
+        }
         for (int k = threadIdx.x; k < nr; k += blockDim.x) ws[k] = w[i0 + k];
         __syncthreads();
         if (e < head_dim)
-            for (int j = 0; j < nr; j++) od += ws[j] * vs[(int64_t)j * head_dim + e];
+#pragma unroll 8
+            for (int j = 0; j < nr; j++) od += ws[j] * vs[j * head_dim + e];
         __syncthreads(); /* the chunk is read before the next one overwrites it */
     }
     if (e < head_dim) {
@@ -825,9 +857,10 @@ static int cu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const f
     if (be->error[0]) return failed(o, err, err_len);
     if (G <= 0 || head_dim <= 0) return 0;
     if (head_dim > 1024) return kvb_errf(err, err_len, "pod_merge: head_dim %d over 1024", head_dim);
-    const int rows = pod_merge_rows(head_dim), threads = (head_dim + 31) / 32 * 32;
-    const size_t smem = ((size_t)rows * head_dim + (size_t)rows) * sizeof(float);
+    const int rows = pod_merge_rows(head_dim), wide = (head_dim + 31) / 32 * 32;
+    const int threads = wide > POD_MERGE_THREADS ? wide : POD_MERGE_THREADS;
     /* at most POD_MERGE_FLOATS + 256 floats (33 KB): under the 48 KB default */
+    const size_t smem = ((size_t)rows * head_dim + (size_t)rows) * sizeof(float);
     k_pod_merge<<<(unsigned)G, (unsigned)threads, smem, o->stream>>>(out, lse_p, lse_d, pd, pd_stride, v, dtype == KVB_F16,
                                                                      head_dim, n_dist, tau,
                                                                      (unsigned long long *)counts, rows);

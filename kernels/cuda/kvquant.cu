@@ -3,11 +3,10 @@
  *
  * Numerics: compiled like kvops.cu (no fast math, no contraction), so the codes, scales and minima of
  * quant_groups equal the CPU's bit for bit (f16 directed rounding by __float2half_rd / _ru, IEEE division,
- * rintf). attention_quant keeps the header's orders: a thread's logit sums e ascending, one thread (the block's
- * last) adds the weights to L in token order and thread e accumulates channel e in token order, from values the
- * whole block dequantizes into shared memory a sub-chunk at a time (the same floats: dequant is one function); only
- * the double exp and log may differ from glibc in the last bit. The logits are computed twice (for the maximum,
- * then per chunk of CHUNK tokens for the weights) so the block's shared memory stays fixed. */
+ * rintf). attention_quant keeps the header's orders: a thread's logit sums e ascending, thread 0 adds the
+ * weights to L in token order and thread e accumulates channel e in token order; only the double exp and log
+ * may differ from glibc in the last bit. The logits are computed twice (for the maximum, then per chunk of
+ * CHUNK tokens for the weights) so the block's shared memory stays fixed. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -19,7 +18,7 @@
 
 #define CK_LAUNCH(kernel) cuda_kvops_check(o, cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
 
-enum { QUANT_THREADS = 128, ATTN_THREADS = 256, CHUNK = 512, MAX_DIM = 256, MAX_GROUP = 1024, SUB_FLOATS = 4096 };
+enum { QUANT_THREADS = 128, ATTN_THREADS = 256, CHUNK = 512, MAX_DIM = 256, MAX_GROUP = 1024 };
 
 static cuda_kvops *OPS(kvb_backend *be) { return (cuda_kvops *)be->impl; }
 
@@ -130,7 +129,6 @@ __global__ void __launch_bounds__(ATTN_THREADS) k_attention_quant(quant_args p, 
     const size_t rb = (size_t)(p.G * p.bits / 8 + 4);
     __shared__ float qs[MAX_DIM], red[ATTN_THREADS];
     __shared__ double w[CHUNK], l_sh;
-    __shared__ float vs[SUB_FLOATS]; /* a sub-chunk's dequantized values [rows][D] */
     for (int i = e; i < p.D; i += blockDim.x) qs[i] = p.q[(t * p.n_head + h) * p.D + i];
     __syncthreads();
     float m = -INFINITY;
@@ -145,8 +143,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) k_attention_quant(quant_args p, 
     const float lse0 = *lse, M = fmaxf(lse0, red[0]);
     if (M == -INFINITY) return; /* nothing visible: out and lse kept */
     float acc = 0;
-    const int sub = SUB_FLOATS / p.D, last = blockDim.x - 1;
-    if (e == last) l_sh = 0;
+    if (e == 0) l_sh = 0;
     for (int64_t c0 = 0; c0 < p.n; c0 += CHUNK) {
         const int nc = (int)(p.n - c0 < CHUNK ? p.n - c0 : CHUNK);
         __syncthreads();
@@ -154,23 +151,15 @@ __global__ void __launch_bounds__(ATTN_THREADS) k_attention_quant(quant_args p, 
             const float s = logit(p, k, qs, c0 + j, qpos);
             w[j] = s == -INFINITY ? 0.0 : exp((double)s - (double)M);
         }
-        /* The chunk's values, sub rows at a time: every thread dequantizes a share into shared memory (loads in
-         * flight together), then thread e adds channel e of the rows in token order from there, as it did from
-         * global memory one dependent load at a time; the last thread adds the weights to L in token order. */
-        for (int j0 = 0; j0 < nc; j0 += sub) {
-            const int ns = nc - j0 < sub ? nc - j0 : sub;
-            __syncthreads(); /* w written (first sub-chunk); the previous rows read (later ones) */
-            for (int x = e; x < ns * p.D; x += blockDim.x) {
-                const int j = x / p.D, ch = x - j * p.D;
-                const int64_t i = c0 + j0 + j;
-                vs[x] = dequant(v + (size_t)(i * (p.D / p.G) + ch / p.G) * rb, p.G, p.bits, ch % p.G);
+        __syncthreads();
+        if (e == 0)
+            for (int j = 0; j < nc; j++) l_sh += w[j];
+        if (e < p.D)
+            for (int j = 0; j < nc; j++) {
+                const int64_t i = c0 + j;
+                const float vi = dequant(v + (size_t)(i * (p.D / p.G) + e / p.G) * rb, p.G, p.bits, e % p.G);
+                acc = __fadd_rn(acc, __fmul_rn((float)w[j], vi));
             }
-            if (e == last)
-                for (int j = j0; j < j0 + ns; j++) l_sh += w[j];
-            __syncthreads();
-            if (e < p.D)
-                for (int j = 0; j < ns; j++) acc = __fadd_rn(acc, __fmul_rn((float)w[j0 + j], vs[j * p.D + e]));
-        }
     }
     __syncthreads();
     const double w0 = isfinite(lse0) ? exp((double)lse0 - (double)M) : 0.0, L = w0 + l_sh;
