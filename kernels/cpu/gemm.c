@@ -66,12 +66,12 @@ static int64_t pass_cols(int64_t cols) {
 }
 
 /* the workspace, in floats: the packed activations (every token tile, all columns), then per thread a panel over
- * one pass and one dequantized row's column block; each part a multiple of 64 bytes */
+ * one pass and eight dequantized rows' column block; each part a multiple of 64 bytes */
 static size_t xpack_floats(int64_t cols, int64_t n_tok) {
     return (size_t)(ceil_div(ceil_div(n_tok, MT) * MT * cols, 16) * 16);
 }
 
-static size_t panel_floats(int64_t cols) { return (size_t)ceil_div(NR * pass_cols(cols) + KC, 16) * 16; }
+static size_t panel_floats(int64_t cols) { return (size_t)ceil_div(NR * pass_cols(cols) + 8 * KC, 16) * 16; }
 
 size_t cpu_gemm_ws_bytes(int64_t cols, int64_t n_tok, int n_threads) {
     if (cols <= 0 || n_tok <= 0) return 0;
@@ -89,7 +89,7 @@ typedef struct {
     int64_t rows, cols, n_tok;
     const float *x;
     float *xp;     /* packed activations: tile i at i * MT * cols, column c's MT tokens at + c * MT */
-    float *panels; /* per thread (panel_floats apart): the panel, [c][NR] over a pass, then KC floats of row */
+    float *panels; /* per thread (panel_floats apart): the panel, [c][NR] over a pass, then 8 x KC floats of rows */
 } gemm_job;
 
 /* token tiles [lo, hi) of x into xp; the last tile's missing tokens are zeros. Four tokens x four columns at a
@@ -160,14 +160,38 @@ GEMM_INLINE void micro_12x32(const float *a, const float *b, int64_t kc, float *
 }
 
 /* rows [r0, r0 + n_rows) (n_rows <= NR), columns [k0, k0 + kc), dequantized into panel[c * NR + r]; rows past
- * n_rows are zero. k0 and kc are multiples of KC (or kc the rest of the row), so of every block size. */
+ * n_rows are zero. k0 and kc are multiples of KC (or kc the rest of the row), so of every block size. Eight rows
+ * at a time go into `rows` (8 x kc floats), then into the panel by 8 x 8 transposes in registers. */
 static void pack_panel(const gemm_job *j, int64_t r0, int64_t n_rows, int64_t k0, int64_t kc, float *panel,
-                       float *row) {
+                       float *rows) {
     const size_t rb = ggml_row_bytes(j->wt, (uint64_t)j->cols), off = ggml_row_bytes(j->wt, (uint64_t)k0);
-    for (int64_t r = 0; r < NR; r++) {
-        if (r < n_rows) quant_dequant_row(j->wt, j->w + (size_t)(r0 + r) * rb + off, row, kc);
-        else memset(row, 0, sizeof(float) * (size_t)kc);
-        for (int64_t c = 0; c < kc; c++) panel[c * NR + r] = row[c];
+    const int64_t c8 = kc / 8 * 8;
+    for (int64_t r8 = 0; r8 < NR; r8 += 8) {
+        for (int64_t r = 0; r < 8; r++) {
+            if (r8 + r < n_rows) quant_dequant_row(j->wt, j->w + (size_t)(r0 + r8 + r) * rb + off, rows + r * kc, kc);
+            else memset(rows + r * kc, 0, sizeof(float) * (size_t)kc);
+        }
+        for (int64_t c = 0; c < c8; c += 8) {
+            __m256 v[8], u[8];
+            for (int r = 0; r < 8; r++) v[r] = _mm256_loadu_ps(rows + r * kc + c);
+            for (int r = 0; r < 8; r += 2) {
+                u[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
+                u[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+            }
+            for (int r = 0; r < 8; r += 4) {
+                v[r] = _mm256_shuffle_ps(u[r], u[r + 2], 0x44);
+                v[r + 1] = _mm256_shuffle_ps(u[r], u[r + 2], 0xEE);
+                v[r + 2] = _mm256_shuffle_ps(u[r + 1], u[r + 3], 0x44);
+                v[r + 3] = _mm256_shuffle_ps(u[r + 1], u[r + 3], 0xEE);
+            }
+            /* v[q] (v[q + 4]): rows 0-3 (4-7) of column c + q in its low half, of column c + q + 4 in its high */
+            for (int q = 0; q < 4; q++) {
+                _mm256_storeu_ps(panel + (c + q) * NR + r8, _mm256_permute2f128_ps(v[q], v[q + 4], 0x20));
+                _mm256_storeu_ps(panel + (c + q + 4) * NR + r8, _mm256_permute2f128_ps(v[q], v[q + 4], 0x31));
+            }
+        }
+        for (int64_t c = c8; c < kc; c++)
+            for (int r = 0; r < 8; r++) panel[c * NR + r8 + r] = rows[r * kc + c];
     }
 }
 
