@@ -708,7 +708,7 @@ double kvb_metric_rouge_zh(const kvb_jieba *j, const char *pred, const char *gol
 
 /* bytes.decode("utf-8", "replace"), which is what pred.py's tokenizer.decode (Rust's from_utf8_lossy) makes of a
  * generation cut inside a character: each maximal invalid subpart one U+FFFD (malloc'd; NULL when out of memory). */
-static char *utf8_lossy(const char *s) {
+char *kvb_utf8_lossy(const char *s) {
     size_t n = strlen(s), o = 0;
     unsigned char *out = malloc(3 * n + 1);
     const unsigned char *u = (const unsigned char *)s;
@@ -760,7 +760,7 @@ int kvb_longbench_score(const char *task, const char *pred, const char *const *a
     const kvb_jieba *j = NULL;
     if (kvb_longbench_metric_needs_jieba(metric) && !(j = kvb_jieba_shared(NULL, 0))) return -1;
     char base[64];
-    char *text = utf8_lossy(pred), *cut = NULL; /* the prediction as pred.py's tokenizer.decode gives it */
+    char *text = kvb_utf8_lossy(pred), *cut = NULL; /* the prediction as pred.py's tokenizer.decode gives it */
     if (!text) return -1;
     pred = text;
     if (lb_task_first_line(base_task(task, base, sizeof base))) { /* pred.lstrip('\n').split('\n')[0] */

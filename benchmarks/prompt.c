@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchmarks/metrics.h"
 #include "engine/chat.h"
 #include "methods/method.h"
 
@@ -42,7 +43,16 @@ static char *middle_truncate(const kvb_model *m, const char *text, int64_t max_t
     } else {
         int64_t half = max_tokens / 2;
         char *a = NULL, *b = NULL;
-        if (tok_decode(m->tok, ids, (int)half, &a) == 0 && tok_decode(m->tok, ids + n - half, (int)half, &b) == 0) {
+        char *ra = NULL, *rb = NULL;
+        /* each half decoded as pred.py's tokenizer.decode does: a cut inside a character becomes U+FFFD (raw, the
+         * halves would be invalid UTF-8, which the tokenizer then refuses) */
+        if (tok_decode(m->tok, ids, (int)half, &ra) == 0 && tok_decode(m->tok, ids + n - half, (int)half, &rb) == 0) {
+            a = kvb_utf8_lossy(ra);
+            b = kvb_utf8_lossy(rb);
+        }
+        free(ra);
+        free(rb);
+        if (a && b) {
             size_t la = strlen(a), lb = strlen(b);
             out = malloc(la + lb + 1);
             if (out) {

@@ -87,6 +87,19 @@ static void test_raw_prompt_over_budget_keeps_first_and_last_halves_as_pred_py(v
     kvb_sample_free(&s);
 }
 
+/* A cut inside a character: each half decodes as pred.py's tokenizer.decode does (bytes.decode("utf-8", "replace")),
+ * the broken character one U+FFFD, so the kept text is valid UTF-8 the tokenizer takes (raw halves were refused) */
+static void test_middle_cut_inside_a_character_gives_replacement_characters(void) {
+    kvb_sample s;
+    single(&s, "\xce\xb1\xce\xb2\xce\xb3\xce\xb4\xce\xb5\xce\xb6", 0); /* alpha..zeta, 12 bytes = 12 tokens */
+    kvb_prompt p;
+    /* max_length 6: the first 3 bytes (alpha, then beta's lead byte) and the last 3 (epsilon's tail, zeta) */
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s, 10, 0, &p, err, sizeof err) == 0);
+    CU_ASSERT(ids_are(&p, "\xce\xb1\xef\xbf\xbd\xef\xbf\xbd\xce\xb6") && p.truncated == 1);
+    kvb_prompt_free(&p);
+    kvb_sample_free(&s);
+}
+
 /* With the chat template: the sample's system message, the user turn, the open assistant turn and the prefill,
  * each marker one token; without a system message the model's default one is inserted. */
 static void test_chat_prompt_wraps_system_user_and_prefill(void) {
@@ -292,6 +305,8 @@ int main(void) {
     CU_pSuite s = CU_add_suite("prompt", setup, teardown);
     CU_add_test(s, "raw prompt over budget keeps first and last halves as pred.py",
                 test_raw_prompt_over_budget_keeps_first_and_last_halves_as_pred_py);
+    CU_add_test(s, "a middle cut inside a character decodes as pred.py (U+FFFD)",
+                test_middle_cut_inside_a_character_gives_replacement_characters);
     CU_add_test(s, "chat prompt wraps system, user and prefill", test_chat_prompt_wraps_system_user_and_prefill);
     CU_add_test(s, "chat prompt is truncated before wrapping", test_chat_prompt_is_truncated_before_wrapping);
     CU_add_test(s, "budget below the template is an error, not an empty prompt",
