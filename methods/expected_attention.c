@@ -16,7 +16,9 @@
  *   of the layer (post-RoPE, derotated exactly: R(p) R(-pos_t) = R(p - pos_t)), never the sinks. kvpress takes every
  *   prompt query but the sinks; with window >= n - sinks the two are the same. The window lets the method adopt a
  *   shared prefill, which keeps those rows for every method; its default, 32, is SnapKV's, so a suite's shared
- *   prefill keeps no more rows for it.
+ *   prefill keeps no more rows for it. The whole prompt's statistics rank better: in one fidelity run (default model,
+ *   a 2048-token prose prompt, 30%, 32 positions) top-1 agreement with full was 62.5% at window=32 and 75.0% at
+ *   window=2048 (kvpress's statistics); a window costs n_layer x window x q_dim floats in every fork.
  * - The mean term only, without the value norms: kvpress's use_covariance=False, use_vnorm=False (its registry's
  *   critical_* presses run use_vnorm=False). Both the covariance term k^T S' k and the product with ||v_j|| are
  *   per-slot products of two device vectors (and the covariance an exp of them), which no op of kernels/backend.h
