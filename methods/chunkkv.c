@@ -11,8 +11,9 @@
  * Choices (the paper and the press leave them open, or kvbench differs):
  * - Base scorers (base=): snapkv (kvpress's registry: ChunkKVPress(SnapKVPress(), chunk_length=20)), knorm, keydiff,
  *   expected; each scores as its own method does, with its own options (snapkv's window, kernel, pool; expected's
- *   window, sinks, future). SnapKV's observation window and expected's sinks get a score above every other, as the
- *   presses pad them with max + 1: a chunk holding one of them is kept first.
+ *   window, sinks, future). SnapKV's observation window and expected's sinks get a score above every other, so a
+ *   chunk holding one of them is kept first; the presses pad them with max + 1, under which a chunk holding only a
+ *   few window tokens can rank below a strong chunk.
  * - Budget: exactly B tokens per head (kvb_budget_tokens), so the run can verify it: the top floor(B / L) chunks whole
  *   and the first B mod L tokens of the next best; ties to the earlier chunk. kvpress keeps max(1, int(C (1 - ratio)))
  *   whole chunks of C, which is not the budget in tokens. A prompt shorter than one chunk falls back to the base
