@@ -10,5 +10,9 @@
 char *kvb_str_shown_n(const char *s, size_t n, char *out, size_t cap);
 /* The same for a NUL-terminated s (NULL: ""). */
 char *kvb_str_shown(const char *s, char *out, size_t cap);
+/* s as bytes.decode("utf-8", "replace") gives it (Rust's from_utf8_lossy: what a Hugging Face tokenizer's decode
+ * makes of ids cut inside a character, so what the official scripts read): each maximal invalid subpart becomes one
+ * U+FFFD. malloc'd; NULL when out of memory. */
+char *kvb_utf8_lossy(const char *s);
 
 #endif

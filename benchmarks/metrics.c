@@ -2,6 +2,7 @@
  * tokenisation, same set/multiset semantics, same float expressions. */
 #include "benchmarks/metrics.h"
 
+#include "base/text.h"
 #include "benchmarks/jieba.h"
 #include "benchmarks/loaders.h"
 
@@ -706,29 +707,6 @@ double kvb_metric_rouge_zh(const kvb_jieba *j, const char *pred, const char *gol
 
 /* ---- eval.py ---- */
 
-/* bytes.decode("utf-8", "replace"), which is what pred.py's tokenizer.decode (Rust's from_utf8_lossy) makes of a
- * generation cut inside a character: each maximal invalid subpart one U+FFFD (malloc'd; NULL when out of memory). */
-char *kvb_utf8_lossy(const char *s) {
-    size_t n = strlen(s), o = 0;
-    unsigned char *out = malloc(3 * n + 1);
-    const unsigned char *u = (const unsigned char *)s;
-    if (!out) return NULL;
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        int k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        size_t j = i + 1;
-        for (int q = 1; k > 1 && q < k && j < n; q++, j++) {
-            unsigned lo = 0x80, hi = 0xBF; /* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
-            if (q == 1) lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-            if (u[j] < lo || u[j] > hi) break;
-        }
-        if (k && j - i == (size_t)k) memcpy(out + o, u + i, (size_t)k), o += (size_t)k;
-        else out[o++] = 0xEF, out[o++] = 0xBF, out[o++] = 0xBD;
-        i = j;
-    }
-    out[o] = 0;
-    return (char *)out;
-}
 
 /* The task without LongBench-E's "_e" suffix, in buf. */
 static const char *base_task(const char *task, char *buf, size_t cap) {

@@ -60,8 +60,4 @@ int kvb_longbench_metric_needs_jieba(const char *metric);
 int kvb_longbench_score(const char *task, const char *pred, const char *const *answers, int n_answers,
                         const char *const *all_classes, int n_classes, double *score);
 
-/* bytes.decode("utf-8", "replace") (Rust's from_utf8_lossy, what a Hugging Face tokenizer's decode gives for ids cut
- * inside a character): each maximal invalid subpart of s becomes one U+FFFD. malloc'd; NULL when out of memory. */
-char *kvb_utf8_lossy(const char *s);
-
 #endif

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "benchmarks/metrics.h"
+#include "base/text.h"
 #include "engine/chat.h"
 #include "methods/method.h"
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "benchmarks/cells.h"
 #include "benchmarks/fingerprint.h"
 #include "benchmarks/hostload.h"
@@ -417,7 +418,13 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
     r->prompt_rounds = sp->p.n_rounds;
     r->prompt_truncated = sp->p.truncated;
     r->generated_tokens = res->ses.n_gen;
-    set_str(&r->prediction, res->ses.text ? res->ses.text : "", &oom);
+    { /* the generation as the official scripts' tokenizer.decode gives it: a character cut in two (the last token
+       * at max_new_tokens) becomes U+FFFD, so the record is valid UTF-8 and JSON */
+        char *text = kvb_utf8_lossy(res->ses.text ? res->ses.text : "");
+        if (!text) oom = 1;
+        set_str(&r->prediction, text ? text : "", &oom);
+        free(text);
+    }
     if (s->n_answers > 0 && !(r->answers.v = calloc((size_t)s->n_answers, sizeof *r->answers.v))) oom = 1;
     for (int i = 0; r->answers.v && i < s->n_answers; i++) set_str(&r->answers.v[r->answers.n++], s->answers[i], &oom);
     char metric[48] = "";
