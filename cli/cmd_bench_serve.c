@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
 #include "cli/cli.h"
+#include "engine/batch.h"
 #include "judge/sched.h"
 #include "methods/budget.h"
 
@@ -31,7 +33,10 @@ static const char *HELP =
     "\n"
     "options:\n"
     "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
-    "  --page-tokens N        tokens per pool page per KV head (default 16)\n" CLI_ENGINE_HELP;
+    "  --page-tokens N        tokens per pool page per KV head (default 16)\n"
+    "  --decode-only B,...    batched decode alone: for each batch size B, B sequences of --prompt-len tokens,\n"
+    "                         then --n-decode (32) batched steps timed (scripts/llamacpp_batch_bench.py: llama.cpp's)\n"
+    CLI_ENGINE_HELP;
 
 typedef struct {
     char name[128];
@@ -205,6 +210,54 @@ static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, ch
     return rc;
 }
 
+/* --decode-only: batched decode alone, as scripts/llamacpp_batch_bench.py measures llama.cpp's: for each batch
+ * size B, B contexts prefilled with ctx_len ids 1000 + ((i + 131 b) * 7919) % 40000 (sequence b), then n_decode
+ * batched steps of one token each, timed. */
+static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes, int n_sizes, int ctx_len, int n_decode,
+                       char *err, size_t err_len) {
+    kvb_ctx_params p = eo->ctx;
+    p.n_ctx = ctx_len + n_decode + 8;
+    p.kv_reserve = p.n_ctx; /* no growth copy inside the timed steps */
+    kvb_ctx_params op = p;
+    op.n_ctx = 16, op.n_batch = 1, op.kv_reserve = 0;
+    kvb_ctx *owner = kvb_ctx_create(m, &op, err, err_len);
+    if (!owner) return -1;
+    p.share_backend = owner->be;
+    int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
+    int rc = ids ? 0 : (snprintf(err, err_len, "out of memory"), -1);
+    printf("| sequences | context | decode steps | ms/step | decode tok/s |\n|---|---|---|---|---|\n");
+    for (int k = 0; k < n_sizes && !rc; k++) {
+        const int B = sizes[k];
+        kvb_ctx **cs = calloc((size_t)B, sizeof *cs);
+        int32_t *next = calloc((size_t)B, sizeof *next);
+        kvb_batch *b = kvb_batch_create(m, owner->be, B, err, err_len);
+        rc = cs && next && b ? 0 : -1;
+        if (rc && !err[0]) snprintf(err, err_len, "out of memory");
+        for (int i = 0; i < B && !rc; i++) {
+            for (int t = 0; t < ctx_len; t++) ids[t] = (int32_t)(1000 + ((t + 131 * i) * 7919) % 40000 % m->cfg.n_vocab);
+            rc = (cs[i] = kvb_ctx_create(m, &p, err, err_len)) ? kvb_forward(cs[i], ids, ctx_len, err, err_len) : -1;
+            if (!rc) rc = kvb_ctx_end_prefill(cs[i], err, err_len);
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int s = 0; s < n_decode && !rc; s++) {
+            for (int i = 0; i < B; i++) next[i] = (int32_t)(1000 + ((ctx_len + s + 131 * i) * 7919) % 40000 % m->cfg.n_vocab);
+            rc = kvb_batch_decode(b, cs, next, B, err, err_len);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (!rc) printf("| %d | %d | %d | %.2f | %.1f |\n", B, ctx_len, n_decode, ms / n_decode, B * n_decode / (ms / 1e3));
+        fflush(stdout);
+        for (int i = 0; i < B && cs; i++) kvb_ctx_free(cs[i]);
+        kvb_batch_free(b);
+        free(cs);
+        free(next);
+    }
+    free(ids);
+    kvb_ctx_free(owner);
+    return rc;
+}
+
 static void print_cell(FILE *f, double v, const char *fmt) {
     if (isnan(v)) fprintf(f, " - |");
     else {
@@ -221,12 +274,16 @@ int cmd_bench_serve(int argc, char **argv) {
     load_opts lo = {16, 64, 64, 1, 64, 16, 0};
     int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
     long pool_mib = 0;
+    const char *decode_sizes = NULL;
+    int n_decode = 32;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_INT("--clients", &lo.clients, 1, 4096),
                       CLI_INT("--requests", &lo.requests, 1, 1000000), CLI_INT("--prompt-len", &prompt_len, 16, 1 << 22),
                       CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_LONG("--kv-pool-mib", &pool_mib, 1, 1L << 30),
                       CLI_INT("--pool-seqs", &pool_seqs, 1, 1 << 20), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
                       CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
-                      CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv), CLI_ENGINE_OPTS(&eo), CLI_END};
+                      CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv),
+                      CLI_STR("--decode-only", &decode_sizes), CLI_INT("--n-decode", &n_decode, 1, 1 << 20),
+                      CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench-serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     lo.ignore_eos = !stop_at_eos;
@@ -234,8 +291,25 @@ int cmd_bench_serve(int argc, char **argv) {
     method_item items[32];
     int n_items = 0;
     if (parse_methods(methods, items, 32, &n_items, err, sizeof err)) return cli_fail("bench-serve: %s", err);
+    int sizes[64], n_sizes = 0;
+    for (const char *q = decode_sizes; q && *q && n_sizes < 64;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q || v < 1 || v > 4096 || (*end && *end != ','))
+            return cli_fail("bench-serve: --decode-only expects batch sizes like 1,2,4,8, got '%s'", decode_sizes);
+        sizes[n_sizes++] = (int)v;
+        q = *end ? end + 1 : end;
+    }
+    if (decode_sizes && n_sizes == 0) return cli_fail("bench-serve: --decode-only expects batch sizes like 1,2,4,8");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
+    if (n_sizes) {
+        printf("bench-serve --decode-only: %s, %d threads requested (0 = all usable)\n\n", m->path, eo.ctx.n_threads);
+        err[0] = 0;
+        int drc = decode_only(m, &eo, sizes, n_sizes, prompt_len, n_decode, err, sizeof err);
+        kvb_model_free(m);
+        return drc ? cli_fail("bench-serve: %s", err) : 0;
+    }
     if (!m->tok) {
         kvb_model_free(m);
         return cli_fail("bench-serve: the model has no tokenizer (a synthetic model): the prompts need one");
