@@ -273,8 +273,8 @@ static int add_class(kvb_sample *s, const char *v) {
     return 0;
 }
 
-/* The labels, scoring task and needles of turn k (0-based) of a record. */
-static const char *turn_labels(const scb_task *t, const cJSON *turns, int k, kvb_sample *s) {
+/* The labels, scoring task and needles of turn k (0-based) of a record whose first n_used turns are asked. */
+static const char *turn_labels(const scb_task *t, const cJSON *turns, int k, int n_used, kvb_sample *s) {
     const cJSON *turn = cJSON_GetArrayItem(turns, k), *ans = kvb_json_get(turn, "answer");
     if (!ans || cJSON_IsNull(ans)) return "a turn's 'answer' is missing";
     const char *sub = t->name;
@@ -303,12 +303,12 @@ static const char *turn_labels(const scb_task *t, const cJSON *turns, int k, kvb
         rc = add_labels(s, ans, 0);
     }
     if (rc) return "out of memory";
-    if (!strcmp(sub, "scbench_repoqa")) { /* [1] = own name, then (name, code) of every repoqa turn */
-        const cJSON *nm = kvb_json_get(turn, "name"), *x;
+    if (!strcmp(sub, "scbench_repoqa")) { /* [1] = own name, then (name, code) of every repoqa turn asked */
+        const cJSON *nm = kvb_json_get(turn, "name");
         if (!cJSON_IsString(nm)) return "a repoqa turn's 'name' is missing or not a string";
         if (add_class(s, nm->valuestring)) return "out of memory";
-        cJSON_ArrayForEach(x, turns) {
-            const cJSON *xt = kvb_json_get(x, "task"), *xn = kvb_json_get(x, "name"), *xa = kvb_json_get(x, "answer");
+        for (int j = 0; j < n_used; j++) {
+            const cJSON *x = cJSON_GetArrayItem(turns, j), *xt = kvb_json_get(x, "task"), *xn = kvb_json_get(x, "name"), *xa = kvb_json_get(x, "answer");
             if (t->max_new == 0 && (!cJSON_IsString(xt) || strcmp(xt->valuestring, "scbench_repoqa"))) continue;
             if (!cJSON_IsString(xn) || !cJSON_IsString(xa)) return "a repoqa turn's 'name' or 'answer' is not a string";
             if (add_class(s, xn->valuestring) || add_class(s, xa->valuestring)) return "out of memory";
@@ -334,7 +334,7 @@ static char *after_context(const char *tmpl, const turn_vals *v) {
 }
 
 static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *rec, const char *rid, const char *ctx,
-                             int k, kvb_sample *s) {
+                             int k, int n_used, kvb_sample *s) {
     const cJSON *turns = kvb_json_get(rec, "multi_turns");
     char buf[256];
     snprintf(buf, sizeof buf, "%s/t%d", rid, k + 1);
@@ -347,7 +347,7 @@ static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *
     s->use_chat = 1;
     s->context = kvb_strdup(ctx);
     if (!s->id || !s->task || !s->qtype || !s->domain || !s->context) return "out of memory";
-    const char *bad = turn_labels(t, turns, k, s);
+    const char *bad = turn_labels(t, turns, k, n_used, s);
     if (bad) return bad;
     turn_vals v;
     if (o->multi_request) {
@@ -398,8 +398,9 @@ static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *
     return NULL;
 }
 
-/* One record into out (its first max_turns turns); NULL, or what is wrong. */
-static const char *take_record(const scb_task *t, const scb_opts *o, const cJSON *rec, long line, kvb_samples *out) {
+/* One record into out (its first max_turns turns), *repo its "repo" (malloc'd) or NULL; NULL, or what is wrong. */
+static const char *take_record(const scb_task *t, const scb_opts *o, const cJSON *rec, long line, kvb_samples *out,
+                               char **repo) {
     if (!cJSON_IsObject(rec)) return "the record is not a JSON object";
     const cJSON *turns = kvb_json_get(rec, "multi_turns"), *c = kvb_json_get(rec, "context"), *id = kvb_json_get(rec, "id");
     if (!c) c = kvb_json_get(rec, "input");
@@ -407,6 +408,8 @@ static const char *take_record(const scb_task *t, const scb_opts *o, const cJSON
     if (!cJSON_IsString(c) && !(t->kind == K_MF && cJSON_IsArray(c))) return "'context' is missing or not a string";
     for (int k = 0; k < cJSON_GetArraySize(turns); k++)
         if (!cJSON_IsObject(cJSON_GetArrayItem(turns, k))) return "a turn is not a JSON object";
+    const cJSON *rp = kvb_json_get(rec, "repo");
+    if (cJSON_IsString(rp) && !(*repo = strdup(rp->valuestring))) return "out of memory";
     char rid[96];
     if (cJSON_IsNumber(id)) snprintf(rid, sizeof rid, "%lld", (long long)id->valuedouble);
     else if (cJSON_IsString(id)) snprintf(rid, sizeof rid, "%.90s", id->valuestring);
@@ -420,7 +423,7 @@ static const char *take_record(const scb_task *t, const scb_opts *o, const cJSON
     for (int k = 0; k < n && !bad; k++) {
         kvb_sample s;
         kvb_sample_init(&s);
-        bad = make_turn(t, o, rec, rid, ctx, k, &s);
+        bad = make_turn(t, o, rec, rid, ctx, k, n, &s);
         if (bad) kvb_sample_free(&s);
         else if (kvb_samples_push(out, &s)) bad = "out of memory";
     }
@@ -428,25 +431,78 @@ static const char *take_record(const scb_task *t, const scb_opts *o, const cJSON
     return bad;
 }
 
+/* A loaded record: its repo (NULL: none) and its samples [first, end). */
+typedef struct { char *repo; int first, end; } rec_span;
+
+/* The needles of a repoqa sample of record i: compute_scores' needle_by_repo, every repoqa turn asked of every
+ * record of the same repo, in file order. Each sample holds its own record's needles (all_classes[2..]) on entry;
+ * the pooled lists are built from those first, then set. 0 / -1 (out of memory). */
+static int pool_needles(kvb_samples *out, const rec_span *rs, int n_rec) {
+    int rc = 0;
+    char ***pooled = calloc((size_t)n_rec + 1, sizeof *pooled);
+    int *n_pooled = calloc((size_t)n_rec + 1, sizeof *n_pooled);
+    if (!pooled || !n_pooled) rc = -1;
+    /* own[i]: a repoqa sample of record i (its needles are record i's own), or NULL */
+    for (int i = 0; !rc && i < n_rec; i++) {
+        if (!rs[i].repo) continue;
+        for (int j = 0; !rc && j < n_rec; j++) {
+            if (!rs[j].repo || strcmp(rs[i].repo, rs[j].repo)) continue;
+            const kvb_sample *own = NULL;
+            for (int k = rs[j].first; k < rs[j].end && !own; k++)
+                if (out->v[k].n_classes >= 2 && !strcmp(out->v[k].all_classes[0], "scbench_repoqa")) own = &out->v[k];
+            for (int c = 2; own && !rc && c < own->n_classes; c++) {
+                char **g = realloc(pooled[i], (size_t)(n_pooled[i] + 1) * sizeof *g);
+                if (!g || !(g[n_pooled[i]] = strdup(own->all_classes[c]))) { rc = -1; if (g) pooled[i] = g; break; }
+                pooled[i] = g, n_pooled[i]++;
+            }
+        }
+    }
+    for (int i = 0; !rc && i < n_rec; i++)
+        for (int k = rs[i].first; pooled[i] && !rc && k < rs[i].end; k++) {
+            kvb_sample *s = &out->v[k];
+            if (s->n_classes < 2 || strcmp(s->all_classes[0], "scbench_repoqa")) continue;
+            for (int c = 2; c < s->n_classes; c++) free(s->all_classes[c]);
+            s->n_classes = 2;
+            for (int c = 0; !rc && c < n_pooled[i]; c++) rc = add_class(s, pooled[i][c]);
+        }
+    for (int i = 0; pooled && i < n_rec; i++) {
+        for (int c = 0; c < n_pooled[i]; c++) free(pooled[i][c]);
+        free(pooled[i]);
+    }
+    free(pooled), free(n_pooled);
+    return rc;
+}
+
 int scb_load(const char *path, const char *task, const scb_opts *o, kvb_samples *out, char *err, size_t err_len) {
     const scb_task *t = find_task(task);
     if (!t) return ERR("SCBench: unknown task \"%s\"", task ? task : "");
     kvb_jsonl r;
     if (kvb_jsonl_open(&r, path, err, err_len)) return -1;
-    int n0 = out->n, rc = 0, got = 0;
+    int n0 = out->n, rc = 0, got = 0, cap = 0;
+    rec_span *rs = NULL;
     cJSON *rec;
     while (o->limit <= 0 || got < o->limit) {
         int k = kvb_jsonl_next(&r, &rec, err, err_len);
         if (k <= 0) { rc = k; break; }
-        const char *bad = take_record(t, o, rec, r.lineno, out);
+        if (got == cap) {
+            rec_span *g = realloc(rs, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *g);
+            if (!g) { cJSON_Delete(rec); rc = ERR("%s:%ld: out of memory", path, r.lineno); break; }
+            rs = g;
+        }
+        rs[got] = (rec_span){NULL, out->n, out->n};
+        const char *bad = take_record(t, o, rec, r.lineno, out, &rs[got].repo);
+        rs[got].end = out->n;
         cJSON_Delete(rec);
-        if (bad) { rc = ERR("%s:%ld: %s", path, r.lineno, bad); break; }
         got++;
+        if (bad) { rc = ERR("%s:%ld: %s", path, r.lineno, bad); break; }
     }
     kvb_jsonl_close(&r);
     int a, b;
     if (!rc && kvb_samples_find_dup_id(out, n0, &a, &b) == 1)
         rc = ERR("%s: two records share the id of sample %s", path, out->v[b].id);
+    if (!rc && pool_needles(out, rs, got)) rc = ERR("%s: out of memory", path);
+    for (int i = 0; i < got; i++) free(rs[i].repo);
+    free(rs);
     if (rc) kvb_samples_truncate(out, n0);
     return rc ? -1 : 0;
 }

@@ -34,7 +34,8 @@
  * official scorer iterates them (get_ground_truth's: a string label a scorer loops over is split into its
  * characters, as Python's `for x in label` does: many_shot, qa_chn, vt when a string); all_classes[0] = the turn's
  * scoring task (scbench_kv, scbench_passkey, ...), and for repoqa turns [1] = the function's name, then (name, code)
- * of every repoqa turn of the record: the needles the answer is matched against.
+ * of every repoqa turn asked of the loaded records of the same "repo", in file order (compute_scores'
+ * needle_by_repo): the needles the answer is matched against.
  *
  * Scores (compute_scores.py through Multiturnbench_to_Infinitebench): kv, prefix_suffix: the label is a substring
  * of the prediction; vt: string_match_all (the share of labels in the lower-cased prediction, rounded to 0.01);
@@ -45,8 +46,7 @@
  * block, or the output, stripped; nltk sentence_bleu with SmoothingFunction().method4 against every needle, split at
  * whitespace; 1 when the most similar needle is the turn's function and its BLEU >= 0.8). The per-turn score of a
  * task is the mean over records, as compute_scores groups by turn_idx.
- * Differences: repoqa's needles are the record's own (compute_scores pools the needles of every record of the same
- * repo in the file); tree-sitter is not run on the code block (sanitize_output returns the first function tree-sitter
+ * Differences: tree-sitter is not run on the code block (sanitize_output returns the first function tree-sitter
  * finds in it: the same text when the block holds the function alone); \s, str.lower/upper and str.strip are
  * ASCII here. */
 #ifndef KVB_SCBENCH_H

@@ -13,6 +13,8 @@ the per-task fields: options, name, task; lang and repo for repoqa) and expected
                  eval_utils.get_ground_truth makes, through Multiturnbench_to_Infinitebench (the multi-tasking sets
                  per turn task; repoqa through repo_qa_utils.compute_score's pass@1 at threshold 0.8, the needles
                  being every repoqa turn of the same repo, as compute_scores collects them)
+  scores_max_turns_2  the same for the repoqa sets run with --max_turns 2 (run_scbench.py cuts multi_turns to 2
+                 turns, so only those turns' functions are needles)
   turn_scores    compute_scores.compute_scores run as it is (multi-turn mode) on a predictions file holding each
                  turn's first prediction: its per-turn string (x100, "%.3f")
   bleu           nltk sentence_bleu(method4) on pairs, as repo_qa_utils.compute_function_similarity calls it
@@ -156,6 +158,12 @@ RECORDS = {
         {"id": 1, "lang": "python", "repo": "acme/other", "context": PY_CODE.replace("total", "acc"), "multi_turns": [
             turn("Function description: adds two numbers.", F_ADD.replace("total", "acc"), name="add_numbers"),
             turn("Function description: sorted paths of a folder.", F_LIST, name="list_files")]},
+        # the same repo as record 0: compute_scores pools its needles with record 0's; list_files_copy is list_files
+        # under another name, so a perfect copy matches record 0's function first (turns 1-2 only with max_turns 2)
+        {"id": 2, "lang": "python", "repo": "acme/tools", "context": PY_CODE, "multi_turns": [
+            turn("Function description: adds its two arguments.", F_ADD, name="add_numbers"),
+            turn("Function description: a copy of the folder listing.", F_LIST, name="list_files_copy"),
+            turn("Function description: reads a file.", F_READ, name="read_config")]},
     ],
     "scbench_qa_eng": [
         {"id": 0, "context": BOOK, "multi_turns": [
@@ -233,14 +241,50 @@ def predictions(task, t):
     return [str(a), f"The answer is {str(a).upper()}!", "I do not know.", "", str(a)[:3]]
 
 
+def score_all(eu, cs, task, recs, out):
+    """Each prediction of every turn alone, through compute_scores' own per-turn scorer, appended to out; returns
+    each turn's first prediction as a compute_scores input line."""
+    cs_name = cs.Multiturnbench_to_Infinitebench.get(task, task)
+    needle_by_repo = {}  # compute_scores: every repoqa prediction's ground truth, by repo, in file order
+    for r in recs:
+        for t in r["multi_turns"]:
+            if t.get("task", task) == "scbench_repoqa":
+                needle_by_repo.setdefault(r["repo"], []).append({"needle": t["answer"], "name": t["name"]})
+    first_preds = []
+    for ri, r in enumerate(recs):
+        gts = eu.get_ground_truth(r, task)
+        for k, (t, gt) in enumerate(zip(r["multi_turns"], gts)):
+            sub = t.get("task", task)
+            for pi, p in enumerate(predictions(task, t)):
+                case = {"id": ri, "turn_idx": k, "prediction": p, "ground_truth": gt}
+                if sub == "scbench_repoqa":
+                    case.update(lang=r["lang"], repo=r["repo"], func_name=t["name"])
+                if task in ("scbench_summary_with_needles", "scbench_repoqa_and_kv"):
+                    case["task"] = sub
+                if pi == 0:
+                    first_preds.append(case)
+                if sub == "scbench_repoqa":
+                    res = __import__("repo_qa_utils").compute_score("kvb", [case], [gt], needle_by_repo)
+                    score = float(res["kvb"]["scores"]["all"][0.8]["pass@1"])
+                elif task == "scbench_repoqa_and_kv":
+                    score = cs.get_score_one(p, gt, "kv_retrieval", "kvb")
+                elif task == "scbench_summary_with_needles":
+                    score = cs.get_score_one(p, gt, cs.Multiturnbench_to_Infinitebench.get(sub, sub), "kvb")
+                else:
+                    score = cs.get_score_one(p, gt, cs_name, "kvb")
+                out.append({"task": task, "record": ri, "turn": k + 1, "prediction": p, "score": score})
+    return first_preds
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scbench", required=True, help="MInference's scbench/ folder")
     ap.add_argument("--out", default="tests/fixtures/scbench")
     args = ap.parse_args()
     eu, cs = load_official(os.path.abspath(args.scbench))
+    import contextlib
+    import io
     import nltk
-    import rouge_score
     tok = ChatML()
     os.makedirs(args.out, exist_ok=True)
     exp = {"source": "microsoft/MInference scbench/ at 0ff346d; nltk " + nltk.__version__ + ", rouge-score 0.1.2",
@@ -255,41 +299,18 @@ def main():
             sd = eu.create_scdq_prompt(r, task, tok, True)
             te["records"].append({"multi_turn": mt["prompts"], "scdq": sd["prompts"]})
         exp["tasks"][task] = te
-        # scores: each prediction alone, through compute_scores' own per-turn branch
-        cs_name = cs.Multiturnbench_to_Infinitebench.get(task, task)
-        needle_by_repo = {}
-        for r in recs:
-            for t in r["multi_turns"]:
-                if t.get("task", task) == "scbench_repoqa":
-                    needle_by_repo.setdefault(r["repo"], []).append({"needle": t["answer"], "name": t["name"]})
-        first_preds = []
-        for ri, r in enumerate(recs):
-            gts = eu.get_ground_truth(r, task)
-            for k, (t, gt) in enumerate(zip(r["multi_turns"], gts)):
-                sub = t.get("task", task)
-                for pi, p in enumerate(predictions(task, t)):
-                    case = {"id": ri, "turn_idx": k, "prediction": p, "ground_truth": gt}
-                    if sub == "scbench_repoqa":
-                        case.update(lang=r["lang"], repo=r["repo"], func_name=t["name"])
-                    if task in ("scbench_summary_with_needles", "scbench_repoqa_and_kv"):
-                        case["task"] = sub
-                    if pi == 0:
-                        first_preds.append(case)
-                    if sub == "scbench_repoqa":
-                        res = __import__("repo_qa_utils").compute_score("kvb", [case], [gt], needle_by_repo)
-                        score = float(res["kvb"]["scores"]["all"][0.8]["pass@1"])
-                    else:
-                        name = cs.Multiturnbench_to_Infinitebench.get(sub, sub) if task != "scbench_repoqa_and_kv" else "kv_retrieval"
-                        if task not in ("scbench_summary_with_needles", "scbench_repoqa_and_kv"):
-                            name = cs_name
-                        score = cs.get_score_one(p, gt, name, "kvb")
-                    exp["scores"].append({"task": task, "record": ri, "turn": k + 1, "prediction": p, "score": score})
+        first_preds = score_all(eu, cs, task, recs, exp["scores"])
+        if task in ("scbench_repoqa", "scbench_repoqa_and_kv"):
+            cut = [{**r, "multi_turns": r["multi_turns"][:2]} for r in recs]
+            exp.setdefault("scores_max_turns_2", [])
+            score_all(eu, cs, task, cut, exp["scores_max_turns_2"])
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "preds.jsonl"
             with open(path, "w", encoding="utf-8") as f:
                 for c in first_preds:
                     f.write(json.dumps(c, ensure_ascii=False) + "\n")
-            exp["turn_scores"][task] = cs.compute_scores(path, task, "kvb")
+            with contextlib.redirect_stdout(io.StringIO()):  # its tables and progress lines
+                exp["turn_scores"][task] = cs.compute_scores(path, task, "kvb")
     sys.path.insert(0, os.path.abspath(args.scbench))
     import repo_qa_utils
     pairs = [(F_ADD, F_ADD), (F_ADD.replace("total", "t"), F_ADD), ("def f ( ) :", F_ADD), ("", F_ADD), ("x", "x"),

@@ -111,7 +111,8 @@ static void test_every_turn_renders_the_official_prompts_of_both_modes(void) {
             kvb_samples_free(&v);
         }
     }
-    CU_ASSERT(checked >= 40);
+    CU_ASSERT(checked >= 90);
+    printf("\n  %d turns rendered as the official prompts (both modes)\n", checked);
 }
 
 /* The sample of (task, record, turn) in a multi-turn load. */
@@ -126,19 +127,22 @@ static const kvb_sample *find_turn(const kvb_samples *v, int record, int turn) {
     return NULL;
 }
 
-static void test_predictions_score_as_the_official_scorers(void) {
-    cJSON *e = expected(), *c;
-    CU_ASSERT_FATAL(e != NULL);
-    int n = 0, bad = 0;
+/* Every prediction of a fixture array scored through the registry against its turn loaded with max_turns;
+ * returns how many differ from the official score (n = how many were scored). */
+static int score_array(const char *key, int max_turns, int *n) {
+    cJSON *c;
+    int bad = 0;
     const char *cur = "";
     kvb_samples v = {0};
-    const kvb_benchmark *b = kvb_benchmark_find("scbench");
-    CU_ASSERT_FATAL(b != NULL && b->score == scb_score);
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(e, "scores")) {
+    *n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(expected(), key)) {
         const char *task = cJSON_GetObjectItem(c, "task")->valuestring;
         if (strcmp(task, cur)) {
             kvb_samples_free(&v);
-            CU_ASSERT_FATAL(load_task(task, 0, &v) == 0);
+            char path[256];
+            snprintf(path, sizeof path, FIX "/%s.jsonl", task);
+            scb_opts o = {.max_turns = max_turns};
+            CU_ASSERT_FATAL(scb_load(path, task, &o, &v, err, sizeof err) == 0);
             cur = task;
         }
         const kvb_sample *s = find_turn(&v, cJSON_GetObjectItem(c, "record")->valueint, cJSON_GetObjectItem(c, "turn")->valueint);
@@ -151,12 +155,24 @@ static void test_predictions_score_as_the_official_scorers(void) {
             bad++;
             fprintf(stderr, "\n%s %s: %s -> %g, official %g\n", task, s->id, pred, got, want);
         }
-        n++;
+        (*n)++;
     }
     kvb_samples_free(&v);
+    return bad;
+}
+
+static void test_predictions_score_as_the_official_scorers(void) {
+    CU_ASSERT_FATAL(expected() != NULL);
+    const kvb_benchmark *b = kvb_benchmark_find("scbench");
+    CU_ASSERT_FATAL(b != NULL && b->score == scb_score);
+    int n = 0, bad = score_array("scores", 0, &n);
     CU_ASSERT(bad == 0);
-    CU_ASSERT(n >= 200);
-    printf("\n  %d predictions scored, %d apart from the official scorers\n", n, bad);
+    CU_ASSERT(n >= 220);
+    printf("\n  %d predictions scored, %d apart from the official scorers", n, bad);
+    /* --max_turns 2: repoqa's needles are the functions of the turns asked (of every record of the repo) */
+    bad = score_array("scores_max_turns_2", 2, &n);
+    CU_ASSERT(bad == 0 && n >= 50);
+    printf("; with max_turns 2, %d, %d apart\n", n, bad);
 }
 
 /* compute_scores' per-turn string ("%.3f" of the mean x100; the multi-tasking sets: two per turn, by subtask) */
