@@ -129,7 +129,11 @@ static int g_probs_kernel; /* 0 = not chosen yet */
 
 extern "C" void kvb_cuda_attention_set_probs_kernel(int k) { g_probs_kernel = k == 2 ? 2 : 1; }
 
-static int probs_kernel(void) { return kvb_switch_on(&g_probs_kernel, "KVB_PROBS_KERNEL", 2) ? 2 : 1; }
+/* v2 by default since the H200 run of 2026-11-26 that found v1 behind OmniKV's slow decode (synthetic:llama3.1-8b at
+ * 32K, budget 2048: 17.20 ms/token with v1, 10.56 with v2, full 10.50; v1 takes one block a query head over the
+ * whole list); test_cuda_ops holds both to float64. KVB_PROBS_KERNEL=1 takes v1 (kept as the reference, and the
+ * path where v2 does not apply: f32 K/V, head_dim other than 64/128, groups over 8) */
+static int probs_kernel(void) { return kvb_switch_pick(&g_probs_kernel, "KVB_PROBS_KERNEL", 2, 2); }
 
 extern "C" int kvb_cuda_attention_probs_kernel(void) { return probs_kernel(); }
 

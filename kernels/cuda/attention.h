@@ -61,9 +61,9 @@ int kvb_cuda_attention_kernel(void);
  * $KVB_PREFILL_TC is 0 before the first call, or as set here. */
 void kvb_cuda_attention_set_prefill_tc(int on);
 int kvb_cuda_attention_prefill_tc(void);
-/* The probabilities' pass: 1 (the default: a block per query and head) or 2, the candidate (a block per KV head,
- * query and chunk of the list, coalesced; f16, head_dim 64/128, groups up to 8); before any call:
- * $KVB_PROBS_KERNEL, else 1. */
+/* The probabilities' pass: 2 (the default since the H200 run of 2026-11-26: a block per KV head, query and chunk of
+ * the list, coalesced; f16, head_dim 64/128, groups up to 8, else 1) or 1 (a block per query and head); before any
+ * call: $KVB_PROBS_KERNEL, else 2. */
 void kvb_cuda_attention_set_probs_kernel(int k);
 int kvb_cuda_attention_probs_kernel(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
