@@ -211,7 +211,8 @@ static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, ch
 }
 
 /* --decode-only: batched decode alone, as scripts/llamacpp_batch_bench.py measures llama.cpp's: for each batch
- * size B, B contexts prefilled with ctx_len ids 1000 + ((i + 131 b) * 7919) % 40000 (sequence b), then n_decode
+ * size B, B contexts prefilled with ctx_len ids 1000 + ((i + 131 b) * 7919) % 40000 (sequence b; modulo a smaller
+ * vocabulary), then n_decode
  * batched steps of one token each, timed. */
 static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes, int n_sizes, int ctx_len, int n_decode,
                        char *err, size_t err_len) {
@@ -234,14 +235,14 @@ static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes
         rc = cs && next && b ? 0 : -1;
         if (rc && !err[0]) snprintf(err, err_len, "out of memory");
         for (int i = 0; i < B && !rc; i++) {
-            for (int t = 0; t < ctx_len; t++) ids[t] = (int32_t)(1000 + ((t + 131 * i) * 7919) % 40000 % m->cfg.n_vocab);
+            for (int t = 0; t < ctx_len; t++) ids[t] = (int32_t)((1000 + ((t + 131 * i) * 7919) % 40000) % m->cfg.n_vocab);
             rc = (cs[i] = kvb_ctx_create(m, &p, err, err_len)) ? kvb_forward(cs[i], ids, ctx_len, err, err_len) : -1;
             if (!rc) rc = kvb_ctx_end_prefill(cs[i], err, err_len);
         }
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int s = 0; s < n_decode && !rc; s++) {
-            for (int i = 0; i < B; i++) next[i] = (int32_t)(1000 + ((ctx_len + s + 131 * i) * 7919) % 40000 % m->cfg.n_vocab);
+            for (int i = 0; i < B; i++) next[i] = (int32_t)((1000 + ((ctx_len + s + 131 * i) * 7919) % 40000) % m->cfg.n_vocab);
             rc = kvb_batch_decode(b, cs, next, B, err, err_len);
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);

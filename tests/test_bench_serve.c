@@ -1,0 +1,107 @@
+/* test_bench_serve.c — `kvbench bench-serve` as a user runs it (the binary from KVB_BIN, set by CTest), on a tiny
+ * random-weight model with one token per byte: a run of two methods ends with every request completed and none
+ * lost, one Markdown row and one CSV row per method; --decode-only prints one row per batch size; bad input (an
+ * unknown method, an empty list, a bad budget, a pool below one request, a prompt over the context, bad batch
+ * sizes) is one line on stderr and exit 1. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util_common.h"
+#include "util_gguf_writer.h"
+
+static char tmpdir[64] = "/tmp/kvb_bserve_XXXXXX", model[128], out_path[160], err_path[160], csv_path[160];
+static const char *bin;
+
+/* Run bench-serve with args; its exit code; stdout and stderr in out_path and err_path. */
+static int run(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s bench-serve --model %s --threads 1 %s >%s 2>%s", bin, model, args, out_path, err_path);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int count(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+
+/* exit 1 with one line on stderr naming what */
+static void check_refused(const char *args, const char *what) {
+    CU_ASSERT(run(args) == 1);
+    char *e = util_read_file(err_path, NULL);
+    CU_ASSERT_FATAL(e != NULL);
+    CU_ASSERT(count(e, "\n") == 1 && strncmp(e, "kvbench: ", 9) == 0 && strstr(e, what) != NULL);
+    if (!strstr(e, what)) fprintf(stderr, "\n  %s -> %s", args, e);
+    free(e);
+}
+
+static void test_two_methods_complete_every_request(void) {
+    char args[512];
+    snprintf(args, sizeof args, "--methods full,snapkv@50%% --clients 3 --requests 5 --prompts 2 --prompt-len 160 "
+                                "--max-new 4 --pool-seqs 2 --csv %s", csv_path);
+    CU_ASSERT_FATAL(run(args) == 0);
+    char *o = util_read_file(out_path, NULL), *c = util_read_file(csv_path, NULL);
+    CU_ASSERT_FATAL(o != NULL && c != NULL);
+    CU_ASSERT(strstr(o, "| full | - | 5/5 | 0 |") != NULL);
+    CU_ASSERT(strstr(o, "| snapkv | 50% | 5/5 | 0 |") != NULL);
+    CU_ASSERT(count(c, "\n") == 3 && strstr(c, "\nfull,-,5,5,0,0,") && strstr(c, "\nsnapkv,50%,5,5,0,0,"));
+    free(o);
+    free(c);
+}
+
+static void test_decode_only_one_row_per_batch_size(void) {
+    int rc = run("--decode-only 1,3 --prompt-len 32 --n-decode 4");
+    char *o = util_read_file(out_path, NULL), *e = util_read_file(err_path, NULL);
+    if (rc) fprintf(stderr, "\n  %s", e ? e : "");
+    free(e);
+    CU_ASSERT_FATAL(rc == 0);
+    CU_ASSERT_FATAL(o != NULL);
+    CU_ASSERT(strstr(o, "\n| 1 | 32 | 4 | ") != NULL && strstr(o, "\n| 3 | 32 | 4 | ") != NULL);
+    free(o);
+}
+
+static void test_bad_input_is_one_line_and_exit_1(void) {
+    check_refused("--methods nosuch", "unknown method 'nosuch'");
+    check_refused("--methods ''", "no method");
+    check_refused("--methods snapkv@abc", "abc");
+    /* the tiny model's KV is small: pages of 8192 tokens make one request (4 pages) larger than a 1 MiB pool (3) */
+    check_refused("--kv-pool-mib 1 --page-tokens 8192 --prompt-len 100", "cannot hold one request");
+    check_refused("--prompt-len 2000 --max-new 64", "exceeds the context");
+    check_refused("--decode-only 1,x", "--decode-only");
+    check_refused("--clients 0", "--clients");
+}
+
+static int setup(void) {
+    bin = getenv("KVB_BIN");
+    if (!bin || !mkdtemp(tmpdir)) return -1;
+    snprintf(model, sizeof model, "%s/tiny.gguf", tmpdir);
+    snprintf(out_path, sizeof out_path, "%s/out.txt", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/err.txt", tmpdir);
+    snprintf(csv_path, sizeof csv_path, "%s/rows.csv", tmpdir);
+    gw_random r = {3, 0.5f, NULL};
+    gw_tiny t = {"llama", 2, 32, 4, 2, 48, GW_BYTE_VOCAB, 1024, 1,
+                 "<|im_start|>system\nYou are tiny.<|im_end|>\n{% for m in messages %}...{% endfor %}", gw_random_tensor, &r};
+    int rc = gw_write_tiny(&t, model);
+    free(r.buf);
+    return rc;
+}
+
+static int teardown(void) {
+    unlink(model), unlink(out_path), unlink(err_path), unlink(csv_path);
+    rmdir(tmpdir);
+    return 0;
+}
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("bench-serve", setup, teardown);
+    CU_add_test(s, "two methods: every request completes, none lost, a row each (Markdown and CSV)",
+                test_two_methods_complete_every_request);
+    CU_add_test(s, "--decode-only: one row per batch size", test_decode_only_one_row_per_batch_size);
+    CU_add_test(s, "bad input is one line on stderr and exit 1", test_bad_input_is_one_line_and_exit_1);
+    return util_run_suites();
+}
