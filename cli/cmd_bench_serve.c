@@ -212,8 +212,7 @@ static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, ch
 
 /* --decode-only: batched decode alone, as scripts/llamacpp_batch_bench.py measures llama.cpp's: for each batch
  * size B, B contexts prefilled with ctx_len ids 1000 + ((i + 131 b) * 7919) % 40000 (sequence b; modulo a smaller
- * vocabulary), then n_decode
- * batched steps of one token each, timed. */
+ * vocabulary), then n_decode batched steps of one token each, timed. */
 static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes, int n_sizes, int ctx_len, int n_decode,
                        char *err, size_t err_len) {
     kvb_ctx_params p = eo->ctx;

@@ -16,7 +16,7 @@ static const char *HELP =
     "Replies carry the measured KV bytes in a \"kvbench\" object. --parallel N requests run at once (default 1,\n"
     "each with its own context and a share of --threads), --max-queue more wait, beyond that 503. --api-key-env VAR requires \"Authorization: Bearer $VAR\". Binds 127.0.0.1 unless\n"
     "--host says otherwise. --port 0 picks a free port. Stops on SIGINT / SIGTERM.\n"
-    "--batching: continuous batching: up to --parallel generations decode together, one forward step for all,\n"
+    "--batching: continuous batching: up to --parallel (default 16) generations decode together in one step,\n"
     "each prefill between two steps; --kv-pool-mib N: admission waits until the KV pool can hold the request\n"
     "(docs/serving.md).\n"
     "Slow clients: a connection silent for --read-timeout S (10) while its request is read is closed; one address\n"
@@ -65,6 +65,7 @@ int cmd_serve(int argc, char **argv) {
     if (stop >= 0) return stop;
     if (pool_mib && !o.batching) return cli_fail("serve: --kv-pool-mib needs --batching (the pool is the batch's)");
     o.kv_pool_bytes = (int64_t)pool_mib << 20;
+    if (o.batching && o.parallel == 0) o.parallel = 16; /* batching one at a time would buy nothing */
     o.max_body = (size_t)max_body;
     o.max_prompt_bytes = (size_t)max_prompt; /* 0: the default, from the context */
     char path[1024], err[512];
