@@ -10,9 +10,9 @@
 #include "benchmarks/provenance.h"
 #ifdef KVB_HAVE_CUDA
 #include "kernels/cuda/attention.h"
+#endif
 
 int cmd_bench_serve(int argc, char **argv); /* cli/cmd_bench_serve.c */
-#endif
 
 #ifndef KVB_SOURCE_DIR
 #define KVB_SOURCE_DIR "."

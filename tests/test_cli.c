@@ -186,7 +186,7 @@ static void test_version_names_the_built_commit(void) {
  * (it sets process-wide switches; no GPU needed) and refused by name in a build without CUDA */
 static void test_cuda_kernels_option_is_checked(void) {
     run_result *r = malloc(sizeof *r);
-    run(r, "bench --cuda-kernels attn=5 --contexts 16");
+    run(r, "bench --cuda-kernels attn=9 --contexts 16");
     CU_ASSERT(r->exit_code != 0 && count_lines(r->err) == 1);
 #ifdef KVB_HAVE_CUDA
     CU_ASSERT(strstr(r->err, "--cuda-kernels") && strstr(r->err, "attn=1|2|3|4"));
