@@ -882,6 +882,7 @@ static int attend(kvb_backend *be, const kvb_attn_args *a, int32_t window, char 
     c.probs_stride = a->probs_stride;
     c.lse = a->lse;
     c.window = window;
+    c.host_heads = ph; /* the same words on the host: kernel 5 plans from them, without a read-back */
 
     size_t ws = kvb_cuda_attention_ws(&c);
     if (grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
