@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
@@ -30,6 +31,8 @@ static const char *HELP =
     "a request waits until the pool can hold it (no preemption). One Markdown row per method@budget: requests/s,\n"
     "output tokens/s, TTFT and TPOT p50/p99, mean and max running sequences, pool occupancy, waits, lost requests.\n"
     "--csv FILE writes the same rows as CSV. Times are wall-clock on this machine (docs/serving.md).\n"
+    "--rate R: open loop instead, Poisson arrivals at R requests/s (one seeded schedule for every method); TTFT\n"
+    "counts from each request's arrival.\n"
     "\n"
     "options:\n"
     "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
@@ -118,6 +121,7 @@ static double pct(double *v, int n, double p) {
 
 typedef struct {
     int clients, requests, max_new, ignore_eos, max_batch, page_tokens;
+    double rate; /* > 0: open loop, Poisson arrivals at this many requests/s (clients unused) */
     int64_t pool_bytes;
 } load_opts;
 
@@ -149,7 +153,27 @@ static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *m
     int rc = c.ttft && c.tpot ? 0 : (snprintf(err, err_len, "out of memory"), -1);
     int submitted = 0;
     const double t_start = kvb_sched_now(s);
+    /* open loop: arrival times from a seeded exponential stream, the same schedule for every method */
+    double *arrive = lo->rate > 0 ? calloc((size_t)lo->requests, sizeof *arrive) : NULL;
+    if (lo->rate > 0 && !arrive && !rc) rc = (snprintf(err, err_len, "out of memory"), -1);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; arrive && i < lo->requests; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const double u = ((double)(rng >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+        arrive[i] = (i ? arrive[i - 1] : t_start) - log(u) / lo->rate * 1e3;
+    }
+    if (arrive) c.idle = 0;
     while (!rc && c.n_done < lo->requests) {
+        if (arrive) { /* the requests due by now; idle until the next when there is nothing to do */
+            const double now = kvb_sched_now(s);
+            c.idle = 0; /* (on_done counts ends as free clients: none here) */
+            while (submitted + c.idle < lo->requests && arrive[submitted + c.idle] <= now) c.idle++;
+            if (c.idle == 0 && kvb_sched_waiting(s) == 0 && kvb_sched_running(s) == 0) {
+                if (submitted < lo->requests && arrive[submitted] > now)
+                    usleep((useconds_t)((arrive[submitted] - now) * 1e3));
+                continue;
+            }
+        }
         for (; c.idle > 0 && submitted < lo->requests; submitted++, c.idle--) {
             const kvb_prompt *p = &prompts[submitted % n_prompts];
             kvb_sched_req r;
@@ -159,6 +183,7 @@ static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *m
             r.n = (int)p->n;
             r.max_new = lo->max_new;
             r.ignore_eos = lo->ignore_eos;
+            if (arrive) r.arrive_ms = arrive[submitted]; /* TTFT from the arrival, not from when the loop got to it */
             if (kvb_sched_submit(s, &r, err, err_len)) rc = -1;
             if (rc) break;
         }
@@ -189,6 +214,7 @@ static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *m
         out->overdrafts = st.overdrafts;
         snprintf(out->first_err, sizeof out->first_err, "%s", c.first_err);
     }
+    free(arrive);
     free(c.ttft);
     free(c.tpot);
     kvb_sched_free(s);
@@ -271,7 +297,7 @@ int cmd_bench_serve(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL;
-    load_opts lo = {16, 64, 64, 1, 64, 16, 0};
+    load_opts lo = {16, 64, 64, 1, 64, 16, 0, 0};
     int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
     long pool_mib = 0;
     const char *decode_sizes = NULL;
@@ -282,7 +308,7 @@ int cmd_bench_serve(int argc, char **argv) {
                       CLI_INT("--pool-seqs", &pool_seqs, 1, 1 << 20), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
                       CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
                       CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv),
-                      CLI_STR("--decode-only", &decode_sizes), CLI_INT("--n-decode", &n_decode, 1, 1 << 20),
+                      CLI_STR("--decode-only", &decode_sizes), CLI_INT("--n-decode", &n_decode, 1, 1 << 20), CLI_FLOAT("--rate", &lo.rate, 0.001, 1e6),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench-serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
@@ -347,10 +373,13 @@ int cmd_bench_serve(int argc, char **argv) {
                            pool_mib, (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
     }
     if (!rc) {
-        printf("bench-serve: %s, %d clients, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s, "
+        char load[96];
+        if (lo.rate > 0) snprintf(load, sizeof load, "open loop at %.3g requests/s (Poisson, seeded)", lo.rate);
+        else snprintf(load, sizeof load, "%d closed-loop clients", lo.clients);
+        printf("bench-serve: %s, %s, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s, "
                "KV pool %.1f MiB (%.2f full-attention sequences of %lld tokens; pages of %d tokens), max batch %d, "
                "%d threads, backend %s\n\n",
-               m->path, lo.clients, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
+               m->path, load, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
                lo.ignore_eos ? "" : " at most", lo.pool_bytes / 1048576.0, (double)lo.pool_bytes / seq_bytes,
                (long long)(longest + lo.max_new), lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
     }

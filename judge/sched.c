@@ -146,7 +146,7 @@ int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err
     q->budget = r->method ? r->budget : s->o.budget;
     if (!r->method) q->opts = s->o.opts;
     else if (r->opts) q->opts = *r->opts;
-    q->t_arrive = kvb_sched_now(s);
+    q->t_arrive = r->arrive_ms > 0 ? r->arrive_ms : kvb_sched_now(s);
     s->wait[s->n_wait++] = q;
     return 0;
 }

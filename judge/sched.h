@@ -54,6 +54,7 @@ typedef struct {
     /* polled before each step: nonzero ends the request (ok 0, "cancelled"), its pages back to the pool */
     int (*cancel)(void *user);
     void *user;
+    double arrive_ms;    /* when it arrived on the scheduler's clock (an open-loop schedule); 0 = at submit */
 } kvb_sched_req;
 
 /* What became of a request (handed to the done callback once, when it ends). Times in ms since the scheduler's

@@ -1,6 +1,6 @@
 /* test_bench_serve.c — `kvbench bench-serve` as a user runs it (the binary from KVB_BIN, set by CTest), on a tiny
  * random-weight model with one token per byte: a run of two methods ends with every request completed and none
- * lost, one Markdown row and one CSV row per method; --decode-only prints one row per batch size; bad input (an
+ * lost, one Markdown row and one CSV row per method, closed loop or open (--rate); --decode-only prints one row per batch size; bad input (an
  * unknown method, an empty list, a bad budget, a pool below one request, a prompt over the context, bad batch
  * sizes) is one line on stderr and exit 1. */
 #include <CUnit/Basic.h>
@@ -53,6 +53,14 @@ static void test_two_methods_complete_every_request(void) {
     free(c);
 }
 
+static void test_open_loop_completes_every_request(void) {
+    CU_ASSERT_FATAL(run("--methods full --rate 40 --requests 6 --prompts 2 --prompt-len 120 --max-new 3") == 0);
+    char *o = util_read_file(out_path, NULL);
+    CU_ASSERT_FATAL(o != NULL);
+    CU_ASSERT(strstr(o, "open loop at 40 requests/s") && strstr(o, "| full | - | 6/6 | 0 |"));
+    free(o);
+}
+
 static void test_decode_only_one_row_per_batch_size(void) {
     int rc = run("--decode-only 1,3 --prompt-len 32 --n-decode 4");
     char *o = util_read_file(out_path, NULL), *e = util_read_file(err_path, NULL);
@@ -73,6 +81,7 @@ static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--prompt-len 2000 --max-new 64", "exceeds the context");
     check_refused("--decode-only 1,x", "--decode-only");
     check_refused("--clients 0", "--clients");
+    check_refused("--rate 0", "--rate");
 }
 
 static int setup(void) {
@@ -101,6 +110,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("bench-serve", setup, teardown);
     CU_add_test(s, "two methods: every request completes, none lost, a row each (Markdown and CSV)",
                 test_two_methods_complete_every_request);
+    CU_add_test(s, "--rate: open-loop arrivals, every request completes", test_open_loop_completes_every_request);
     CU_add_test(s, "--decode-only: one row per batch size", test_decode_only_one_row_per_batch_size);
     CU_add_test(s, "bad input is one line on stderr and exit 1", test_bad_input_is_one_line_and_exit_1);
     return util_run_suites();
