@@ -37,6 +37,7 @@ static const char *HELP =
     "options:\n"
     "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
     "  --page-tokens N        tokens per pool page per KV head (default 16)\n"
+    "  --prefill-chunk N      prefill N tokens between two decode steps (default: a prompt's whole prefill)\n"
     "  --decode-only B,...    batched decode alone: for each batch size B, B sequences of --prompt-len tokens,\n"
     "                         then --n-decode (32) batched steps timed (scripts/llamacpp_batch_bench.py: llama.cpp's)\n"
     CLI_ENGINE_HELP;
@@ -122,6 +123,7 @@ static double pct(double *v, int n, double p) {
 typedef struct {
     int clients, requests, max_new, ignore_eos, max_batch, page_tokens;
     double rate; /* > 0: open loop, Poisson arrivals at this many requests/s (clients unused) */
+    int prefill_chunk; /* prefill tokens between two decode steps (0 = the whole prompt) */
     int64_t pool_bytes;
 } load_opts;
 
@@ -141,6 +143,7 @@ static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *m
     so.max_batch = lo->max_batch;
     so.pool_bytes = lo->pool_bytes;
     so.page_tokens = lo->page_tokens;
+    so.prefill_chunk = lo->prefill_chunk;
     so.method = mi->name;
     so.budget = mi->budget;
     kvb_sched *s = kvb_sched_create(&so, err, err_len);
@@ -297,7 +300,7 @@ int cmd_bench_serve(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
     const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL;
-    load_opts lo = {16, 64, 64, 1, 64, 16, 0, 0};
+    load_opts lo = {16, 64, 64, 1, 64, 16, 0, 0, 0};
     int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
     long pool_mib = 0;
     const char *decode_sizes = NULL;
@@ -309,6 +312,7 @@ int cmd_bench_serve(int argc, char **argv) {
                       CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
                       CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv),
                       CLI_STR("--decode-only", &decode_sizes), CLI_INT("--n-decode", &n_decode, 1, 1 << 20), CLI_FLOAT("--rate", &lo.rate, 0.001, 1e6),
+                      CLI_INT("--prefill-chunk", &lo.prefill_chunk, 1, 1 << 24),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench-serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;

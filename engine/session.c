@@ -124,6 +124,27 @@ int kvb_session_prefill(kvb_session *s, const kvb_rounds *r, int r0, char *err, 
     return 0;
 }
 
+int kvb_session_prefill_part(kvb_session *s, const kvb_rounds *r, int64_t chunk, int64_t *done, char *err,
+                             size_t err_len) {
+    if (r->n_rounds != 1 || r->real_rounds || (s->m.prefill && *done == 0)) { /* whole, as kvb_session_prefill */
+        if (kvb_session_prefill(s, r, 0, err, err_len)) return -1;
+        *done = r->n;
+        return 0;
+    }
+    double t0 = now_ms();
+    if (*done == 0 && kvb_ctx_begin_round(s->c, 0, 1, err, err_len)) return -1;
+    int64_t n = chunk > 0 && r->n - *done > chunk ? chunk : r->n - *done;
+    if (n > 0 && kvb_forward(s->c, r->ids + *done, n, err, err_len)) return -1;
+    *done += n;
+    if (*done < r->n) {
+        s->prefill_ms += now_ms() - t0;
+        return 1;
+    }
+    if (kvb_end_prefill(s->c, &s->m, err, err_len)) return -1;
+    prefilled(s, now_ms() - t0);
+    return 0;
+}
+
 int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, const int32_t *tail, int64_t n_tail,
                       char *err, size_t err_len) {
     double t0 = now_ms();

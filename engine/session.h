@@ -127,6 +127,13 @@ int kvb_prefill_rounds(kvb_ctx *c, const kvb_rounds *r, int r0, int64_t end, con
  * history): the method's own prefill of a single prompt, or the rounds; then the end of prefill (the method
  * compresses) and its budget check. Adds the prefill's time to s->prefill_ms and measures what it left. */
 int kvb_session_prefill(kvb_session *s, const kvb_rounds *r, int r0, char *err, size_t err_len);
+/* The prefill of a single-round prompt in pieces (a server's prefill between decode steps): each call forwards at
+ * most chunk more tokens from *done (which it advances); 1 while tokens remain, 0 once the prefill has ended (the
+ * method compressed, its budget checked, as kvb_session_prefill), -1 on error. With chunk a multiple of the
+ * context's n_batch the engine's own chunks, so the results, are kvb_session_prefill's. A prompt of real or several
+ * rounds, or a method with its own prefill, is prefilled whole on the first call. */
+int kvb_session_prefill_part(kvb_session *s, const kvb_rounds *r, int64_t chunk, int64_t *done, char *err,
+                             size_t err_len);
 /* The prompt was prefilled once for many methods (a shared prefill, forked into c): the method adopts what it
  * recorded (shared; m.adopt), the prefill ends (kvb_end_prefill), then the n_tail tokens `tail` are forwarded (a
  * hidden question, reaching the compressed cache only now, so the method never saw it). The prefill time is

@@ -26,6 +26,8 @@ typedef struct {
     kvb_session s;
     int session_live;
     int64_t promised; /* pages */
+    kvb_rounds rounds; /* the prompt as one round (ids: the copy above) */
+    int64_t round_end, pre_done; /* tokens prefilled so far */
 } seq;
 
 struct kvb_sched {
@@ -39,6 +41,7 @@ struct kvb_sched {
     int n_wait, cap_wait, wait_head_blocked;
     seq **run;
     int n_run;
+    seq *pre; /* the admitted request whose prefill is under way (one at a time), or NULL */
     kvb_sched_stats st;
 };
 
@@ -99,6 +102,7 @@ void kvb_sched_free(kvb_sched *s) {
     if (!s) return;
     for (int i = 0; i < s->n_wait; i++) seq_free(s->wait[i]);
     for (int i = 0; i < s->n_run; i++) seq_free(s->run[i]);
+    seq_free(s->pre);
     free(s->wait);
     free(s->run);
     kvb_batch_free(s->batch);
@@ -107,7 +111,7 @@ void kvb_sched_free(kvb_sched *s) {
 }
 
 int kvb_sched_waiting(const kvb_sched *s) { return s->n_wait; }
-int kvb_sched_running(const kvb_sched *s) { return s->n_run; }
+int kvb_sched_running(const kvb_sched *s) { return s->n_run + (s->pre != NULL); }
 
 void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st) {
     *st = s->st;
@@ -218,19 +222,38 @@ static int start_seq(kvb_sched *s, seq *q, char *why, size_t why_len) {
     gp.n_stop = q->r.n_stop;
     if (kvb_session_init(&q->s, q->c, &seam, &gp, why, why_len)) return -1;
     q->session_live = 1;
-    int64_t end = q->r.n;
-    kvb_rounds rounds = {q->ids, q->r.n, &end, 1, 0, 0};
-    double t = mono_ms();
-    int rc = kvb_session_prefill(&q->s, &rounds, 0, why, why_len);
-    s->st.prefill_ms += mono_ms() - t;
-    s->st.busy_ms += mono_ms() - t;
-    s->st.prefills++;
-    return rc;
+    q->round_end = q->r.n;
+    kvb_rounds rounds = {q->ids, q->r.n, &q->round_end, 1, 0, 0};
+    q->rounds = rounds;
+    return 0;
 }
 
-/* Admit the first waiting request when the batch and the pool have room (refusing those the pool can never hold). */
+/* One piece of the prefill under way (opts.prefill_chunk tokens, or all): when it ends, the request joins the
+ * running set with its promise moved to what its method holds. */
+static void prefill_part(kvb_sched *s, kvb_sched_done_fn done, void *user) {
+    seq *q = s->pre;
+    char why[384];
+    const double t = mono_ms();
+    const int rc = kvb_session_prefill_part(&q->s, &q->rounds, s->o.prefill_chunk, &q->pre_done, why, sizeof why);
+    s->st.prefill_ms += mono_ms() - t;
+    s->st.busy_ms += mono_ms() - t;
+    s->st.prefill_parts++;
+    if (rc > 0) return;
+    s->pre = NULL;
+    if (rc < 0) {
+        end_seq(s, q, 0, why, done, user);
+        return;
+    }
+    s->st.prefills++;
+    repromise(s, q, held_pages(s, q, q->r.max_new));
+    s->run[s->n_run++] = q;
+    if (s->n_run > s->st.max_running) s->st.max_running = s->n_run;
+}
+
+/* Admit the first waiting request when the batch and the pool have room (refusing those the pool can never hold),
+ * unless a prefill is under way; then advance the prefill by one piece. */
 static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
-    while (s->n_wait > 0 && s->n_run < s->o.max_batch) {
+    while (!s->pre && s->n_wait > 0 && s->n_run < s->o.max_batch) {
         seq *q = s->wait[0];
         const int64_t need = kvp_full_pages(&s->pool, &s->o.model->cfg, (int64_t)q->r.n + q->r.max_new);
         if (need > s->pool.n_pages) {
@@ -257,11 +280,9 @@ static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
             end_seq(s, q, 0, why, done, user);
             return;
         }
-        repromise(s, q, held_pages(s, q, q->r.max_new));
-        s->run[s->n_run++] = q;
-        if (s->n_run > s->st.max_running) s->st.max_running = s->n_run;
-        return;
+        s->pre = q;
     }
+    if (s->pre) prefill_part(s, done, user);
 }
 
 /* Requests whose cancel says so end now, waiting or running. */
@@ -288,6 +309,12 @@ static void reap_cancelled(kvb_sched *s, kvb_sched_done_fn done, void *user) {
         }
     }
     s->n_run = kept;
+    if (s->pre && s->pre->r.cancel && s->pre->r.cancel(s->pre->r.user)) {
+        seq *q = s->pre;
+        s->pre = NULL;
+        s->st.cancelled++;
+        end_seq(s, q, 0, "cancelled", done, user);
+    }
 }
 
 int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, size_t err_len) {

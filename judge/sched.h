@@ -4,7 +4,8 @@
  *   - admission in arrival order (FIFO, no overtaking: a large request is not starved by small ones); a request
  *     is admitted when the pool can promise its peak: full attention's pages for its prompt and its max_new
  *     tokens (the prefill holds the whole prompt before the method compresses it);
- *   - its prefill runs whole, as its own step between two decode steps, one admission per step;
+ *   - its prefill runs between two decode steps, whole or (prefill_chunk) one piece per step, one request in
+ *     prefill at a time;
  *   - after the prefill the promise shrinks to what its method measurably holds plus room for max_new more tokens
  *     per head (so a method that keeps 25% leaves the rest of the pool to others), and is released when it ends;
  *   - a full pool makes new requests wait; nothing admitted is preempted, so no request is recomputed, dropped or
@@ -28,6 +29,8 @@ typedef struct {
     int max_batch;       /* most running sequences (0 = 64) */
     int64_t pool_bytes;  /* the KV pool; 0 = unlimited (admission by max_batch alone) */
     int page_tokens;     /* tokens per page (0 = 16) */
+    int64_t prefill_chunk; /* prefill tokens per iteration between decode steps (0 = the whole prompt at once); a
+                            * multiple of ctx.n_batch keeps every result as an unchunked prefill's */
     /* the default method of requests that name none: NULL or "full" = full attention */
     const char *method;
     kvb_budget budget;
@@ -81,6 +84,7 @@ typedef struct {
     int64_t steps;                 /* batched decode steps */
     int64_t step_seqs;             /* sum over decode steps of the running sequences (tokens the steps sampled) */
     int64_t prefills, finished, failed, refused, cancelled, waits, overdrafts;
+    int64_t prefill_parts;         /* prefill pieces run (prefills when unchunked) */
     int max_running;
     double running_ms;             /* sum over decode steps of (running sequences x step ms) */
     double busy_ms;                /* time inside decode steps and prefills */
@@ -100,7 +104,8 @@ double kvb_sched_now(const kvb_sched *s);
 /* Queue a request (arrival now). -1 + err for a malformed one (no tokens, max_new < 1, prompt + max_new over the
  * context); a request the pool can never hold is accepted and ends refused (ok 0) at its turn. */
 int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err_len);
-/* One iteration: admit and prefill the first waiting request when it fits, then one batched decode step of every
+/* One iteration: admit the first waiting request when it fits (or go on with the prefill under way) and prefill it
+ * (a piece of it), then one batched decode step of every
  * running sequence; requests that end go to done(user, result). 0, or -1 when the scheduler itself fails (its
  * backend); a request's own failure is its result, not the scheduler's. */
 int kvb_sched_step(kvb_sched *s, kvb_sched_done_fn done, void *user, char *err, size_t err_len);

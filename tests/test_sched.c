@@ -71,6 +71,8 @@ static int64_t pool_for(int n, kvb_ctx *probe) {
     return n * kvp_full_pages(&p, &util_tiny->cfg, PROMPT + NEW) * p.page_bytes;
 }
 
+static int64_t prefill_chunk; /* the scheduler's, for the next new_sched */
+
 static kvb_sched *new_sched(const char *method, const char *budget, int64_t pool_bytes) {
     char err[384];
     kvb_sched_opts o;
@@ -82,6 +84,7 @@ static kvb_sched *new_sched(const char *method, const char *budget, int64_t pool
     o.ctx.n_batch = 64;
     o.max_batch = 16;
     o.pool_bytes = pool_bytes;
+    o.prefill_chunk = prefill_chunk;
     o.method = method;
     if (budget) CU_ASSERT_FATAL(kvb_budget_parse(budget, &o.budget, err, sizeof err) == 0);
     kvb_sched *s = kvb_sched_create(&o, err, sizeof err);
@@ -127,6 +130,7 @@ static void check_case(const char *method, const char *budget, int pool_seqs, in
     CU_ASSERT(st.finished == NREQ && st.failed == 0 && st.refused == 0 && st.overdrafts == 0);
     CU_ASSERT(st.peak_reserved <= st.pool_pages && st.peak_held <= st.pool_pages);
     CU_ASSERT(st.prefills == NREQ && st.steps > 0);
+    CU_ASSERT(st.prefill_parts == (prefill_chunk ? (PROMPT + prefill_chunk - 1) / prefill_chunk : 1) * NREQ);
     *max_running = st.max_running;
     if (pool_seqs < NREQ) CU_ASSERT(st.waits > 0);
     kvb_sched_free(s);
@@ -145,6 +149,15 @@ static void test_snapkv_25_runs_more_in_the_same_pool(void) {
     check_case("snapkv", "25%", 2, &mr_snap);
     printf("(max running: full %d, snapkv 25%% %d) ", mr_full, mr_snap);
     CU_ASSERT(mr_full == 2 && mr_snap > 2);
+}
+
+static void test_chunked_prefill_between_steps_decodes_as_alone(void) {
+    int mr = 0;
+    prefill_chunk = 64; /* the contexts' n_batch: the 96-token prompts prefill in two steps */
+    check_case(NULL, NULL, 3, &mr);
+    check_case("snapkv", "50%", 3, &mr);
+    check_case("h2o", "40%", 3, &mr);
+    prefill_chunk = 0;
 }
 
 static void test_request_larger_than_the_pool_is_refused_others_complete(void) {
@@ -277,6 +290,8 @@ int main(void) {
                 test_full_attention_pool_of_two_runs_two_and_decodes_as_alone);
     CU_add_test(s, "SnapKV at 25% runs more sequences than full in the same pool, each as alone",
                 test_snapkv_25_runs_more_in_the_same_pool);
+    CU_add_test(s, "prefill in pieces between decode steps (full, SnapKV, H2O): each request decodes as alone",
+                test_chunked_prefill_between_steps_decodes_as_alone);
     CU_add_test(s, "a request larger than the pool is refused with an error; the others complete",
                 test_request_larger_than_the_pool_is_refused_others_complete);
     CU_add_test(s, "malformed requests are refused at submit", test_malformed_requests_refused_at_submit);
