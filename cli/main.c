@@ -13,6 +13,7 @@
 #endif
 
 int cmd_bench_serve(int argc, char **argv); /* cli/cmd_bench_serve.c */
+int cmd_export(int argc, char **argv);      /* cli/cmd_export.c */
 
 #ifndef KVB_SOURCE_DIR
 #define KVB_SOURCE_DIR "."
@@ -31,6 +32,7 @@ static const char *USAGE =
     "  report RUN_DIR       write summary.csv, report.md and charts of a run\n"
     "  compare BASE NEW     Markdown diff of two runs; exit 1 on a regression beyond the tolerances\n"
     "  merge OUT DIR...     join shard run directories (run --shard i/N) into one run and report it\n"
+    "  export --kvpress RUN_DIR OUT  a run in kvpress's evaluation layout (predictions, metrics, config per press/ratio)\n"
     "  history RUN_DIR...   history.md and an SVG trend per method@budget over runs' dates and commits\n"
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
     "  bench-attention      decode attention GB/s on the GPU vs a device copy and PyTorch SDPA (CUDA builds)\n"
@@ -191,7 +193,7 @@ int main(int argc, char **argv) {
                     {"report", cmd_report}, {"compare", cmd_compare}, {"merge", cmd_merge}, {"history", cmd_history},
                     {"serve", cmd_serve}, {"bench-judge", cmd_bench_judge}, {"calibrate", cmd_calibrate},
                     {"fidelity", cmd_fidelity}, {"bench-attention", cmd_bench_attn},
-                    {"bench-serve", cmd_bench_serve}};
+                    {"bench-serve", cmd_bench_serve}, {"export", cmd_export}};
     const char *cmd = argv[1];
     for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
         if (!strcmp(cmd, COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
