@@ -82,6 +82,12 @@ static int put(char *dst, size_t cap, const char *s, size_t n) {
 int kvb_kvpress_dataset(const char *benchmark, const char *task, char *dataset, size_t dataset_cap, char *data_dir,
                         size_t data_dir_cap, char *kv_task, size_t kv_task_cap) {
     if (!benchmark || !task) return -1;
+    char bare[256]; /* "+hidden": the runner's mark of a task run with the question hidden (the record says it too) */
+    size_t tl = strlen(task);
+    if (tl >= sizeof bare) return -1;
+    memcpy(bare, task, tl + 1);
+    if (tl > 7 && !strcmp(bare + tl - 7, "+hidden")) bare[tl - 7] = 0;
+    task = bare;
     if (!strcmp(benchmark, "ruler")) { /* kvbench's "<task>_<length>"; "+per_query" has no kvpress row */
         const char *us = strrchr(task, '_');
         if (!us || us == task || !us[1] || strspn(us + 1, "0123456789") != strlen(us + 1)) return -1;
@@ -310,19 +316,24 @@ static int write_dir(const char *out, const char *model_shown, const char *model
     /* metrics.json: ruler {task: {"string_match": x}}, the others one number (their scorers' shapes) */
     if (ruler) {
         sb_add(&met, "{");
-        for (size_t i = 0; i < d->n; i++) { /* tasks in first-appearance order, each averaged over its records */
-            const kvb_record *r = &recs[d->rec[i]];
-            size_t j = 0;
-            while (j < i && strcmp(recs[d->rec[j]].task, r->task)) j++;
-            if (j < i) continue;
+        /* tasks in sorted order, as pandas' groupby("task") visits them, each averaged over its records */
+        const char *prev = NULL;
+        for (int first = 1;; first = 0) {
+            const kvb_record *next = NULL;
+            for (size_t i = 0; i < d->n; i++) {
+                const kvb_record *r = &recs[d->rec[i]];
+                if ((!prev || strcmp(r->task, prev) > 0) && (!next || strcmp(r->task, next->task) < 0)) next = r;
+            }
+            if (!next) break;
+            prev = next->task;
             double sum = 0;
             size_t n = 0;
-            for (size_t k = i; k < d->n; k++)
-                if (!strcmp(recs[d->rec[k]].task, r->task)) sum += recs[d->rec[k]].score, n++;
+            for (size_t k = 0; k < d->n; k++)
+                if (!strcmp(recs[d->rec[k]].task, prev)) sum += recs[d->rec[k]].score, n++;
             char task[128], ds[32], dd[128], v[64];
-            kvb_kvpress_dataset(r->benchmark, r->task, ds, sizeof ds, dd, sizeof dd, task, sizeof task);
+            kvb_kvpress_dataset(next->benchmark, next->task, ds, sizeof ds, dd, sizeof dd, task, sizeof task);
             py_float(v, sizeof v, round2(100.0 * sum / (double)n));
-            sb_add(&met, i ? ",\n    " : "\n    "), json_str(&met, task);
+            sb_add(&met, first ? "\n    " : ",\n    "), json_str(&met, task);
             sb_addf(&met, ": {\n        \"string_match\": %s\n    }", v);
         }
         sb_add(&met, "\n}");
@@ -447,7 +458,8 @@ int kvb_export_kvpress(const char *run_dir, const char *out_dir, const kvb_kvpre
             continue;
         }
         const char *q = r0->question;
-        int query_aware = !(q && !strcmp(q, "hidden"));
+        size_t tl = strlen(cell->task);
+        int query_aware = !(q && !strcmp(q, "hidden")) && !(tl > 7 && !strcmp(cell->task + tl - 7, "+hidden"));
         size_t k = 0;
         for (; k < n_dirs; k++)
             if (!strcmp(dirs[k].dataset, ds) && !strcmp(dirs[k].data_dir, dd) && !strcmp(dirs[k].press_name, pn) &&

@@ -64,22 +64,23 @@ static void make_run(const char *dir) {
     f = fopen(path_of(dir, "results.jsonl"), "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     const char *snap = "window=32 kernel=7 pool=max";
-    rec(f, "full", "full", NULL, "ruler", "niah_single_1_4096", "0", "hidden", "1234", "1234", NULL, 1, NULL);
-    rec(f, "full", "full", NULL, "ruler", "niah_single_1_4096", "1", "hidden", "12", "1234", "99", 0.5, NULL);
-    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_1_4096", "0", "hidden", "1234", "1234", NULL, 1, NULL);
-    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_1_4096", "1", "hidden", "none", "1234", NULL, 0, NULL);
-    rec(f, "snapkv", "50%", snap, "ruler", "qa_1_4096", "q,1", "hidden", "He said \"Paris\", twice", "Paris", "it's", 1, NULL);
-    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_2_4096", "0", "hidden", "", "7", NULL, NAN, "out of memory");
-    rec(f, "snapkv", "25%", snap, "ruler", "niah_single_1_4096", "0", "hidden", "x", "1234", NULL, 0, NULL);
-    rec(f, "h2o", "50%", NULL, "ruler", "niah_single_1_4096", "0", "hidden", "1234", "1234", NULL, 1, NULL);
-    rec(f, "snapkv", "1024", snap, "ruler", "niah_single_1_4096", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    rec(f, "full", "full", NULL, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    rec(f, "full", "full", NULL, "ruler", "niah_single_1_4096+hidden", "1", "hidden", "12", "1234", "99", 0.5, NULL);
+    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_1_4096+hidden", "1", "hidden", "none", "1234", NULL, 0, NULL);
+    rec(f, "snapkv", "50%", snap, "ruler", "qa_1_4096+hidden", "q,1", "hidden", "He said \"Paris\", twice", "Paris", "it's", 1, NULL);
+    rec(f, "snapkv", "50%", snap, "ruler", "cwe_4096+hidden", "c", "hidden", "a b", "a", "b", 0.5, NULL); /* sorts first */
+    rec(f, "snapkv", "50%", snap, "ruler", "niah_single_2_4096+hidden", "0", "hidden", "", "7", NULL, NAN, "out of memory");
+    rec(f, "snapkv", "25%", snap, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "x", "1234", NULL, 0, NULL);
+    rec(f, "h2o", "50%", NULL, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    rec(f, "snapkv", "1024", snap, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
     rec(f, "snapkv", "50%", snap, "niah", "niah", "0", "visible", "1234", "1234", NULL, 1, NULL);
-    rec(f, "expected", "50%", "window=32 sinks=4 future=512 ada=1 alpha=0.2 keep=10", "ruler", "niah_single_1_4096", "0",
+    rec(f, "expected", "50%", "window=32 sinks=4 future=512 ada=1 alpha=0.2 keep=10", "ruler", "niah_single_1_4096+hidden", "0",
         "hidden", "1234", "1234", NULL, 1, NULL);
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "a", "visible", "x", "y", NULL, 0.25, NULL);
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "b", "visible", "x", "y", NULL, 0.75, NULL);
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "c", "visible", "x", "y", NULL, 0, NULL);
-    rec(f, "adakv", "50%", "base=pyramidkv window=32", "ruler", "niah_single_1_4096", "0", "hidden", "1", "1", NULL, 1, NULL);
+    rec(f, "adakv", "50%", "base=pyramidkv window=32", "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1", "1", NULL, 1, NULL);
     fclose(f);
 }
 
@@ -104,7 +105,7 @@ static void test_each_press_and_ratio_is_a_kvpress_directory_field_by_field(void
     if (rc) fprintf(stderr, "%s\n", err);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     CU_ASSERT_EQUAL(st.n_dirs, 5);
-    CU_ASSERT_EQUAL(st.n_exported, 10);
+    CU_ASSERT_EQUAL(st.n_exported, 11);
     CU_ASSERT_EQUAL(st.n_unrepresentable, 4); /* h2o, adakv over pyramidkv, a token budget, the niah grid */
     CU_ASSERT_EQUAL(st.n_failed, 1);
     if (strcmp(st.skipped, "4 records kvpress cannot represent (no press for adakv, h2o; no dataset for niah; token budgets), 1 failed or unscored sample")) fprintf(stderr, "\nskipped: %s\n", st.skipped);
@@ -114,11 +115,13 @@ static void test_each_press_and_ratio_is_a_kvpress_directory_field_by_field(void
     const char *snap = "out/ruler__4096__" M "__snapkv__0.50";
     expect_file(snap, "predictions.csv",
                 "task,answer,predicted_answer,compression_ratio,sample_id,score\n"
+                "cwe,\"['a', 'b']\",a b,0.5,c,0.5\n"
                 "niah_single_1,['1234'],1234,0.5,0,1.0\n"
                 "niah_single_1,['1234'],none,0.5,1,0.0\n"
                 "qa_1,\"['Paris', \"\"it's\"\"]\",\"He said \"\"Paris\"\", twice\",0.5,\"q,1\",1.0\n");
     expect_file(snap, "metrics.json",
-                "{\n    \"niah_single_1\": {\n        \"string_match\": 50.0\n    },\n"
+                "{\n    \"cwe\": {\n        \"string_match\": 50.0\n    },\n"
+                "    \"niah_single_1\": {\n        \"string_match\": 50.0\n    },\n"
                 "    \"qa_1\": {\n        \"string_match\": 100.0\n    }\n}");
 }
 
@@ -203,6 +206,9 @@ static void test_press_and_dataset_names(void) {
     CU_ASSERT_STRING_EQUAL(ds, "ruler");
     CU_ASSERT_STRING_EQUAL(dd, "8192");
     CU_ASSERT_STRING_EQUAL(t, "niah_multikey_3");
+    CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "vt_4096+hidden", ds, sizeof ds, dd, sizeof dd, t, sizeof t), 0);
+    CU_ASSERT_STRING_EQUAL(t, "vt"); /* the runner's mark of a hidden question is not part of kvpress's task */
+    CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "niah_multiquery_4096+per_query+hidden", ds, sizeof ds, dd, sizeof dd, t, sizeof t), -1);
     CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "niah_multiquery_4096+per_query", ds, sizeof ds, dd, sizeof dd, t, sizeof t), -1);
     CU_ASSERT_EQUAL(kvb_kvpress_dataset("infinitebench", "kv_retrieval", ds, sizeof ds, dd, sizeof dd, t, sizeof t), 0);
     CU_ASSERT_STRING_EQUAL(ds, "infinitebench");
@@ -228,7 +234,7 @@ static void test_refusals_are_one_line(void) {
     FILE *f = fopen(path_of("bad", "results.jsonl"), "a");
     fputs("{\"method\":\"snapkv\",\"budget\":\"50%\",\"task\":\"t\",\"nosuch\":1}\n", f);
     fclose(f);
-    expect_refused(path_of("bad", NULL), path_of("o2", NULL), 0, "results.jsonl:16:");
+    expect_refused(path_of("bad", NULL), path_of("o2", NULL), 0, "results.jsonl:17:");
     /* OUT not empty, then --force; OUT under a file */
     expect_refused(path_of("run", NULL), path_of("out", NULL), 0, "exists and is not empty (--force writes into it)");
     kvb_kvpress_stats st;
@@ -241,7 +247,7 @@ static void test_refusals_are_one_line(void) {
     fputs("{\"suite\":\"s\"}\n", f);
     fclose(f);
     f = fopen(path_of("none", "results.jsonl"), "w");
-    rec(f, "h2o", "50%", NULL, "ruler", "vt_4096", "0", "hidden", "a", "a", NULL, 1, NULL);
+    rec(f, "h2o", "50%", NULL, "ruler", "vt_4096+hidden", "0", "hidden", "a", "a", NULL, 1, NULL);
     fclose(f);
     expect_refused(path_of("none", NULL), path_of("o3", NULL), 0, "no record kvpress can represent");
     CU_ASSERT(!exists(path_of("o3", NULL)));
@@ -263,7 +269,7 @@ static void test_cli_exit_codes_and_lines(void) {
     CU_ASSERT_EQUAL(run_cli(args, "cli.err"), 0);
     char *out = util_read_file(path_of("cli.out", NULL), NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "exported 10 records into 5 kvpress directories under "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "exported 11 records into 5 kvpress directories under "));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "; skipped 4 records kvpress cannot represent"));
     free(out);
     CU_ASSERT_EQUAL(run_cli(args, "cli.err"), 1); /* o4 is not empty now */
