@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/fsutil.h"
+#include "reports/ratio_chart.h"
 #include "reports/stats.h"
 #include "reports/svg.h"
 
@@ -705,7 +706,8 @@ static void md_header(const kvb_run *run, const kvb_summary *s, FILE *f) {
     load_warning(run, f);
 }
 
-static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160], int have_budget, int have_latency, FILE *f) {
+static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160], int have_budget, int have_latency,
+                    int have_ratio, FILE *f) {
     md_header(run, s, f);
     fprintf(f, "\n## Scores\n\nScore x100: mean ± half-width of the 95%% bootstrap interval (%d resamples, fixed seed; "
                "bounds in summary.csv). (±d): difference to %s, before rounding. Avg: mean of the task means. Rows: method@budget asked for, "
@@ -725,8 +727,9 @@ static void md_body(const kvb_run *run, const kvb_summary *s, char names[][160],
             if (!niah++) fputs("\n## Needle in a haystack\n\nScore x100 over context length x needle depth.\n\n", f);
             fputs("- ", f), row_name(f, &s->rows[i]), fprintf(f, ": [%s](%s)\n\n  ![](%s)\n", names[i], names[i], names[i]);
         }
-    if (have_budget || have_latency) fputs("\n## Charts\n\n", f);
+    if (have_budget || have_latency || have_ratio) fputs("\n## Charts\n\n", f);
     if (have_budget) fputs("![accuracy vs budget](accuracy-vs-budget.svg)\n\n", f);
+    if (have_ratio) fputs("![score vs compression ratio](score-vs-compression-ratio.svg)\n\n", f);
     if (have_latency) fputs("![decode latency vs context](latency-vs-context.svg)\n", f);
     errors_section(run, s, f);
 }
@@ -741,13 +744,14 @@ static int write_all(const kvb_run *run, const kvb_summary *s, char *err, size_t
     if (!rc) rc = niah_write(run, s, names, err, err_len);
     int have_budget = rc ? -1 : budget_chart(run, s, err, err_len);
     int have_latency = have_budget < 0 ? -1 : latency_chart(run, s, err, err_len);
-    if (!rc && (have_budget < 0 || have_latency < 0)) rc = -1;
+    int have_ratio = have_latency < 0 ? -1 : kvb_ratio_chart_write(run->dir, s, err, err_len);
+    if (!rc && (have_budget < 0 || have_latency < 0 || have_ratio < 0)) rc = -1;
     char *text = NULL;
     size_t len = 0;
     FILE *f = rc ? NULL : open_memstream(&text, &len);
     if (!rc && !f) rc = ERR("%s: out of memory", run->dir);
     if (f) {
-        md_body(run, s, names, have_budget, have_latency, f);
+        md_body(run, s, names, have_budget, have_latency, have_ratio, f);
         if (!close_mem(f, &text)) rc = ERR("%s: out of memory", run->dir);
     }
     if (!rc) rc = (path = kvb_path_join(run->dir, "report.md")) ? kvb_write_file_atomic(path, text, err, err_len)

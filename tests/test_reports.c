@@ -298,6 +298,34 @@ static void test_accuracy_chart_plots_measured_kv_and_legends_only_what_is_drawn
     free(svg);
 }
 
+/* The leaderboard's plot: a method with two % budgets is a line over kvpress's compression ratio (1 - budget,
+ * as asked, not as measured), left to right; full is the dashed reference; report.md links it. A run without a
+ * sweep (the main run: one budget) has no such chart. */
+static void test_ratio_chart_plots_avg_score_vs_compression_ratio_per_method(void) {
+    char *svg = read_in("sections", "score-vs-compression-ratio.svg");
+    CU_ASSERT_FATAL(svg != NULL);
+    CU_ASSERT(well_formed_svg("sections", "score-vs-compression-ratio.svg"));
+    /* snapkv@50%: 50 at ratio 0.5; snapkv@30%: 51.4 at ratio 0.7 (the same Avg as report.md's) */
+    const char *p5 = strstr(svg, "<title>snapkv: (0.5, 50)</title>"), *p7 = strstr(svg, "<title>snapkv: (0.7, 51.4)</title>");
+    CU_ASSERT(p5 && p7 && p5 < p7);
+    CU_ASSERT(strstr(svg, "<title>h2o: (0.7, 10)</title>") != NULL);
+    CU_ASSERT(strstr(svg, "compression ratio") != NULL);
+    CU_ASSERT_EQUAL(count_of(svg, "<polyline"), 1); /* snapkv only: h2o has one point */
+    CU_ASSERT(strstr(svg, "full (reference)") != NULL);
+    free(svg);
+    char *md = read_in("sections", "report.md");
+    CU_ASSERT(md && strstr(md, "![score vs compression ratio](score-vs-compression-ratio.svg)"));
+    free(md);
+    make_main_run("noratio");
+    CU_ASSERT_FATAL(kvb_report_write(dir_of("noratio"), err, sizeof err) == 0);
+    char *none = read_in("noratio", "score-vs-compression-ratio.svg");
+    CU_ASSERT_PTR_NULL(none);
+    free(none);
+    md = read_in("noratio", "report.md");
+    CU_ASSERT(md && !strstr(md, "score-vs-compression-ratio"));
+    free(md);
+}
+
 /* A heatmap is as wide as its title needs, however long the method@budget in it. */
 static void test_heatmap_is_wide_enough_for_its_title(void) {
     double xs[2] = {1000, 2000}, ys[1] = {50}, v[2] = {1, 0};
@@ -589,6 +617,7 @@ int main(void) {
     CU_add_test(s, "report sections and SVG charts", test_report_sections_and_svg_charts);
     CU_add_test(s, "accuracy chart plots measured KV and legends only what is drawn",
                 test_accuracy_chart_plots_measured_kv_and_legends_only_what_is_drawn);
+    CU_add_test(s, "ratio chart plots Avg score vs compression ratio per method", test_ratio_chart_plots_avg_score_vs_compression_ratio_per_method);
     CU_add_test(s, "heatmap is wide enough for its title", test_heatmap_is_wide_enough_for_its_title);
     CU_add_test(s, "uninformative tasks and load beyond the cores are flagged", test_uninformative_tasks_and_load_beyond_the_cores_are_flagged);
     CU_add_test(s, "print main table to a stream", test_print_main_table_to_a_stream);
