@@ -2,14 +2,17 @@
 # Download the benchmark datasets from their official homes into a cache (default ~/.cache/kvbench/datasets,
 # or $KVB_DATA), verifying a sha256 for each file. The loaders and configs/*.json read them from there.
 #
-#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler] [infinitebench] [jieba]
-#   (default: the first four; infinitebench's nine files are ~2 GB and fetched only when named)
+#   scripts/fetch-datasets.sh [longbench] [longmemeval] [sharegpt] [ruler] [infinitebench] [longbench-v2] [scbench] [jieba]
+#   (default: the first four; infinitebench's nine files (~2 GB), longbench-v2 (one large data.json) and scbench are fetched
+#   only when named)
 #
 # Sources: LongBench data.zip and config from THUDM/LongBench on the Hugging Face Hub; LongMemEval
 # (oracle / s / m, cleaned) from xiaowu0162/longmemeval-cleaned; ShareGPT V3 cleaned split from
 # anon8231489123/ShareGPT_Vicuna_unfiltered; RULER: the wonderwords word lists (PyPI wheel, as RULER installs it), SQuAD v2 and
 # HotpotQA dev (RULER's download_qa_dataset.sh), Paul Graham essays (gkamradt/LLMTest_NeedleInAHaystack);
 # InfiniteBench: the official jsonl files of xinrongzhang2022/InfiniteBench on the Hub (into infinitebench/);
+# LongBench v2: data.json of THUDM/LongBench-v2 on the Hub (503 records; into longbench-v2/, where
+# configs/longbench-v2.json and the longbench_v2 loader's default "path" read it; sha256 recorded, not pinned);
 # jieba: dict.txt and finalseg's prob_start/prob_trans/prob_emit.py of the PyPI package jieba==0.42.1 (its sdist,
 # sha256 pinned below), the data of LongBench's Chinese metrics (benchmarks/jieba.h), into jieba/.
 # A file whose sha256 is pinned in SUMS below must match it;
@@ -120,6 +123,14 @@ infinitebench() {
     done
 }
 
+longbench_v2() {
+    # the Hub is probed first so an unreachable one is one line
+    local url=$HF/datasets/THUDM/LongBench-v2/resolve/main/data.json
+    curl -fsS -o /dev/null -r 0-0 --max-time 30 "$url" 2>/dev/null ||
+        { echo "fetch-datasets: cannot reach $url (LongBench v2's official data.json); the longbench-v2 suite skips it (\"optional\")" >&2; exit 1; }
+    fetch "$url" longbench-v2/data.json
+}
+
 jieba() {
     # jieba 0.42.1 ships as an sdist only (pip prepares its metadata); nothing of it is installed or run: the four
     # data files are read out of the archive
@@ -157,6 +168,7 @@ which=("$@")
 for w in "${which[@]}"; do
     case "$w" in
     longbench | longmemeval | sharegpt | ruler | infinitebench | jieba) "$w" ;;
+    longbench-v2) longbench_v2 ;;
     scbench) # microsoft/SCBench's data/<task>.jsonl, its twelve tasks (~680 MB), into scbench/ (benchmarks/scbench.h)
         b=$HF/datasets/microsoft/SCBench/resolve/main/data
         curl -fsS -o /dev/null -r 0-0 --max-time 30 "$b/scbench_kv.jsonl" 2>/dev/null ||
@@ -164,8 +176,8 @@ for w in "${which[@]}"; do
         for t in kv prefix_suffix vt repoqa qa_eng qa_chn choice_eng many_shot mf summary summary_with_needles repoqa_and_kv; do
             fetch "$b/scbench_$t.jsonl" "scbench/scbench_$t.jsonl"
         done ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
-    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench, jieba)" >&2; exit 2 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "fetch-datasets: unknown dataset '$w' (longbench, longmemeval, sharegpt, ruler, infinitebench, longbench-v2, scbench, jieba)" >&2; exit 2 ;;
     esac
 done
 echo "datasets in $DIR"
