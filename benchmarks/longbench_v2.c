@@ -17,58 +17,23 @@ static const char T_COT[] =
     "Please read the following text and answer the questions below.\n\n<text>\n$DOC$\n</text>\n\n"
     "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\n"
     "Let\xe2\x80\x99s think step by step:";
+/* prompts/0shot_cot_ans.txt, byte for byte: the second question after the chain of thought. It holds no $DOC$ (the
+ * text is "omitted here"), so get_pred's $DOC$ replacement leaves it as it is; $COT$ is replaced last. */
+static const char T_COT_ANS[] =
+    "Please read the following text and answer the questions below.\n\nThe text is too long and omitted here.\n\n"
+    "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\n"
+    "Let\xe2\x80\x99s think step by step: $COT$\n\nBased on the above, what is the single, most likely answer choice? "
+    "Format your response as follows: \"The correct answer is (insert answer here)\".";
 
 static const char *const LENGTHS[] = {"short", "medium", "long"};
 
 const char *lbv2_length_bin(long long code) { return code >= 0 && code < 3 ? LENGTHS[code] : NULL; }
 
-/* Bytes of a Python whitespace character (str.isspace) at s, or 0: ASCII \t\n\v\f\r, \x1c-\x1f and space,
- * U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. */
-static int py_space(const unsigned char *s, const unsigned char *end) {
-    if (s >= end) return 0;
-    if ((*s >= 9 && *s <= 13) || (*s >= 0x1c && *s <= 0x20)) return 1;
-    if (end - s >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0)) return 2;
-    if (end - s < 3) return 0;
-    if (s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) return 3;
-    if (s[0] == 0xe2 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf)) return 3;
-    if (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) return 3;
-    if (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80) return 3;
-    return 0;
-}
-
-/* Python's str.strip() on UTF-8 text: a malloc'd copy. */
-static char *py_strip(const char *text) {
-    const unsigned char *b = (const unsigned char *)text, *e = b + strlen(text);
-    for (int k; (k = py_space(b, e)) > 0;) b += k;
-    while (e > b) { /* the last character: step back over continuation bytes */
-        const unsigned char *c = e - 1;
-        while (c > b && (*c & 0xc0) == 0x80 && e - c < 4) c--;
-        int k = py_space(c, e);
-        if (k == 0 || c + k != e) break;
-        e = c;
-    }
-    return strndup((const char *)b, (size_t)(e - b));
-}
-
-/* str.replace(from, to): every occurrence, left to right, the inserted text not searched again; malloc'd. */
-static char *replace_all(const char *s, const char *from, const char *to) {
-    kvb_sb b = {0};
-    size_t fl = strlen(from);
-    for (const char *p = s;;) {
-        const char *q = strstr(p, from);
-        if (!q) { kvb_sb_adds(&b, p); break; }
-        kvb_sb_add(&b, p, (size_t)(q - p));
-        kvb_sb_adds(&b, to);
-        p = q + fl;
-    }
-    return kvb_sb_take(&b);
-}
-
 /* get_pred's chain after $DOC$: $Q$, $C_A$ .. $C_D$ replaced in turn over text (consumed); malloc'd or NULL. */
 static char *chain(char *text, char *const vals[5]) {
     static const char *const KEYS[5] = {"$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$"};
     for (int i = 0; text && i < 5; i++) {
-        char *next = replace_all(text, KEYS[i], vals[i]);
+        char *next = kvb_replace_all(text, KEYS[i], vals[i]);
         free(text);
         text = next;
     }
@@ -106,11 +71,17 @@ static const char *fill(const cJSON *rec, const lbv2_opts *o, kvb_sample *s, int
             one_of(f[1], o->domain, o->n_domain);
     if (!*keep) return NULL;
     const char *tmpl = o->cot ? T_COT : T_0SHOT, *doc = strstr(tmpl, "$DOC$");
-    char *vals[5] = {py_strip(f[5]), py_strip(f[6]), py_strip(f[7]), py_strip(f[8]), py_strip(f[9])};
+    char *vals[5] = {kvb_py_strip(f[5]), kvb_py_strip(f[6]), kvb_py_strip(f[7]), kvb_py_strip(f[8]), kvb_py_strip(f[9])};
     int ok = vals[0] && vals[1] && vals[2] && vals[3] && vals[4];
-    char *ctx = ok ? chain(py_strip(f[11]), vals) : NULL, *tail = ok ? chain(strdup(doc + 5), vals) : NULL;
+    char *ctx = ok ? chain(kvb_py_strip(f[11]), vals) : NULL, *tail = ok ? chain(strdup(doc + 5), vals) : NULL;
+    if (o->cot && ok) { /* the second question: filled now but for $COT$, which the runner fills with the reply */
+        s->followup = chain(strdup(T_COT_ANS), vals);
+        s->followup_slot = strdup("$COT$");
+        s->followup_max_new = 128;
+        if (!s->followup || !s->followup_slot) ok = 0;
+    }
     for (int i = 0; i < 5; i++) free(vals[i]);
-    if (!ctx || !tail) return free(ctx), free(tail), "out of memory";
+    if (!ok || !ctx || !tail) return free(ctx), free(tail), "out of memory";
     kvb_sb b = {0};
     kvb_sb_add(&b, tmpl, (size_t)(doc - tmpl));
     kvb_sb_adds(&b, ctx);

@@ -12,9 +12,12 @@
  * prompt builder). max_new_tokens 128, or 1024 with CoT.
  * Score: extract_answer on the reply (its '*' removed): the letter of the first "The correct answer is (X)", else
  * of the first "The correct answer is X", X in A-D; 1 when it is the answer, else 0 (no letter: 0).
- * CoT: pred.py asks a second question after the chain of thought (0shot_cot_ans.txt: the question, the choices and
- * the reasoning, the text itself omitted) and extracts the answer from that reply; kvbench asks once and extracts
- * from the chain of thought's own reply (the second query holds no context, so no KV method acts on it). */
+ * CoT: pred.py asks a second question after the chain of thought: prompts/0shot_cot_ans.txt (the question and
+ * the choices, "The text is too long and omitted here." in place of the text, and the reasoning), filled by the
+ * same chain with $COT$ <- the first reply, stripped, replaced last; 128 new tokens, the same middle cut; the
+ * answer is extracted from that second reply. The loader fills all but $COT$ into the sample's follow-up
+ * (kvb_sample.followup, slot "$COT$"); the runner asks it in the same cell, with the same method and budget, and
+ * records both replies (first_prediction: the reasoning; prediction: the scored answer). */
 #ifndef KVB_LONGBENCH_V2_H
 #define KVB_LONGBENCH_V2_H
 

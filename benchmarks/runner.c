@@ -374,6 +374,25 @@ done:
     return rc;
 }
 
+/* The sample's follow-up (kvb_sample.followup: LongBench v2's CoT answer question, as pred.py asks it) after the
+ * cell's first reply: its own prompt (cut in the middle like the first), prefilled for this cell alone, then the
+ * same method and budget generate the second reply. s2 and sp2 are the caller's to free. */
+static int run_followup(run_state *st, const cell *cl, const kvb_sample *s, const char *reply, kvb_sample *s2,
+                        shared_prefill *sp2, cell_result *res2, char *err, size_t err_len) {
+    kvb_sample_init(s2);
+    s2->id = kvb_strdup(s->id);
+    s2->task = kvb_strdup(s->task);
+    s2->prompt = kvb_sample_followup_prompt(s, reply);
+    s2->use_chat = s->use_chat;
+    s2->max_new_tokens = s->followup_max_new > 0 ? s->followup_max_new : 64;
+    if ((s->id && !s2->id) || (s->task && !s2->task) || !s2->prompt) return ERR("out of memory");
+    kvb_prefill_env e = {st->model, kvb_run_ctx_params(st->o), st->model->cfg.n_ctx_train, st->round_chunk,
+                         {.progress = on_progress, .user = st}};
+    if (st->o->n_ctx > 0 && st->o->n_ctx < e.n_ctx) e.n_ctx = st->o->n_ctx;
+    if (kvb_shared_prefill_run(&e, s2, 0, &cl->needs, s2->max_new_tokens, sp2, err, err_len)) return -1;
+    return run_cell(st, cl, s2, sp2, s2->max_new_tokens, res2, err, err_len);
+}
+
 static cJSON *phase_obj(const double *ms) {
     cJSON *o = cJSON_CreateObject();
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
@@ -390,7 +409,12 @@ static void set_str(char **dst, const char *s, int *oom) {
 /* The record of cell cl on sample s (reports/record.h: every field it has is a row of its table); -1 when out of
  * memory (*r is freed then). */
 static int make_record(run_state *st, const task *t, const cell *cl, const kvb_sample *s, const shared_prefill *sp,
-                       const cell_result *res, const char *error, kvb_record *r) {
+                       const cell_result *res, const shared_prefill *sp2, const cell_result *res2, const char *error,
+                       kvb_record *r) {
+    /* sp2, res2: the follow-up's prefill and reply (NULL without one): the second reply is the prediction and is
+     * scored, the first is kept as first_prediction; the costs are both generations' (KV held: the first's, the
+     * one over the context) */
+    const cell_result *last = res2 ? res2 : res;
     int oom = 0;
     kvb_record_init(r);
     set_str(&r->method, cl->method, &oom);
@@ -414,38 +438,47 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
         set_str(&r->context_group, s->group, &oom);
         set_str(&r->shared_prefill, sp->reused ? "reused" : "first", &oom);
     }
-    r->prefill_tokens = (double)kvb_shared_prefill_tokens(sp);
+    r->prefill_tokens = (double)(kvb_shared_prefill_tokens(sp) + (sp2 ? kvb_shared_prefill_tokens(sp2) : 0));
     r->prompt_rounds = sp->p.n_rounds;
-    r->prompt_truncated = sp->p.truncated;
-    r->generated_tokens = res->ses.n_gen;
+    r->prompt_truncated = sp->p.truncated || (sp2 && sp2->p.truncated);
+    r->generated_tokens = res->ses.n_gen + (res2 ? res2->ses.n_gen : 0);
     { /* the generation as the official scripts' tokenizer.decode gives it: a character cut in two (the last token
        * at max_new_tokens) becomes U+FFFD, so the record is valid UTF-8 and JSON */
-        char *text = kvb_utf8_lossy(res->ses.text ? res->ses.text : "");
+        char *text = kvb_utf8_lossy(last->ses.text ? last->ses.text : "");
         if (!text) oom = 1;
         set_str(&r->prediction, text ? text : "", &oom);
         free(text);
+        if (res2 && !(text = kvb_utf8_lossy(res->ses.text ? res->ses.text : ""))) oom = 1;
+        if (res2) set_str(&r->first_prediction, text ? text : "", &oom), free(text);
     }
     if (s->n_answers > 0 && !(r->answers.v = calloc((size_t)s->n_answers, sizeof *r->answers.v))) oom = 1;
     for (int i = 0; r->answers.v && i < s->n_answers; i++) set_str(&r->answers.v[r->answers.n++], s->answers[i], &oom);
     char metric[48] = "";
     double score = 0;
-    int scored = !error && kvb_score_sample(t->benchmark, s, res->ses.text ? res->ses.text : "", &score, metric, sizeof metric) == 0;
+    int scored = !error && kvb_score_sample(t->benchmark, s, last->ses.text ? last->ses.text : "", &score, metric, sizeof metric) == 0;
     set_str(&r->metric, metric, &oom);
     if (scored) r->score = score;
     set_str(&r->error, error, &oom);
-    r->ttft_ms = r->prefill_ms = res->ses.prefill_ms;
+    r->ttft_ms = r->prefill_ms = res->ses.prefill_ms + (res2 ? res2->ses.prefill_ms : 0);
     r->decode_ms_per_token = kvb_session_ms_per_token(&res->ses);
-    double pre[PROF_PHASE_COUNT];
-    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) pre[ph] = (sp->reused ? 0 : sp->pre_phase_ms[ph]) + res->ses.pre_phase_ms[ph];
+    if (res2 && res->ses.steps + res2->ses.steps > 0)
+        r->decode_ms_per_token = (res->ses.decode_ms + res2->ses.decode_ms) / (res->ses.steps + res2->ses.steps);
+    double pre[PROF_PHASE_COUNT], dec[PROF_PHASE_COUNT];
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) {
+        pre[ph] = (sp->reused ? 0 : sp->pre_phase_ms[ph]) + res->ses.pre_phase_ms[ph];
+        dec[ph] = res->ses.dec_phase_ms[ph];
+        if (res2) pre[ph] += sp2->pre_phase_ms[ph] + res2->ses.pre_phase_ms[ph], dec[ph] += res2->ses.dec_phase_ms[ph];
+    }
     if ((r->breakdown = cJSON_CreateObject())) {
         cJSON_AddItemToObject(r->breakdown, "prefill", phase_obj(pre));
-        cJSON_AddItemToObject(r->breakdown, "decode", phase_obj(res->ses.dec_phase_ms));
+        cJSON_AddItemToObject(r->breakdown, "decode", phase_obj(dec));
     } else oom = 1;
     r->kv_device_bytes = (double)res->ses.kv_prefill.device_bytes;
     r->kv_device_bytes_end = (double)res->ses.kv_end.device_bytes;
     r->kv_host_bytes = (double)res->ses.kv_end.host_bytes;
     r->kv_full_bytes = (double)res->ses.kv_prefill.full_bytes;
     r->moved_bytes = (double)(res->ses.kv_end.moved_h2d + res->ses.kv_end.moved_d2h);
+    if (res2) r->moved_bytes += (double)(res2->ses.kv_end.moved_h2d + res2->ses.kv_end.moved_d2h);
     r->attended_per_layer = res->ses.attended;
     set_str(&r->note, res->note, &oom);
     r->seed = jnum(st->suite, "seed", 1);
@@ -526,9 +559,24 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
         cell_result res = {0};
         char cerr[512] = "";
         int crc = prc ? -1 : run_cell(st, cl, s, sp, max_new, &res, cerr, sizeof cerr);
+        /* a follow-up question (kvb_sample.followup) asks again in this cell from the first reply */
+        cell_result res2 = {0};
+        kvb_sample s2 = {0};
+        shared_prefill sp2 = {0};
+        int two = !prc && !crc && s->followup;
+        if (two) {
+            char *reply = kvb_utf8_lossy(res.ses.text ? res.ses.text : "");
+            crc = reply ? run_followup(st, cl, s, reply, &s2, &sp2, &res2, cerr, sizeof cerr)
+                        : (kvb_seterr(cerr, sizeof cerr, "out of memory"), -1);
+            free(reply);
+        }
         kvb_record r;
-        int mrc = make_record(st, t, cl, s, sp, &res, prc ? perr : (crc ? cerr : NULL), &r);
+        int mrc = make_record(st, t, cl, s, sp, &res, two ? &sp2 : NULL, two ? &res2 : NULL,
+                              prc ? perr : (crc ? cerr : NULL), &r);
         kvb_session_free(&res.ses);
+        kvb_session_free(&res2.ses);
+        kvb_shared_prefill_free(&sp2);
+        kvb_sample_free(&s2);
         if (mrc) { rc = ERR("out of memory"); break; }
         r.fingerprint = fps[todo[i]];
         fps[todo[i]] = NULL;
@@ -661,7 +709,11 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
         }
         int cap = (int)jnum(b, "max_new_tokens", 0);
         for (int i = first; cap > 0 && i < st.n_tasks; i++)
-            for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].max_new_tokens = cap;
+            for (int k = 0; k < st.tasks[i].samples.n; k++) {
+                kvb_sample *x = &st.tasks[i].samples.v[k];
+                x->max_new_tokens = cap;
+                if (x->followup_max_new > cap) x->followup_max_new = cap; /* a follow-up's generation too */
+            }
     }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
     /* one run per folder: a second one would append the same cells again and rewrite run.json under the first */

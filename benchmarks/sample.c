@@ -35,6 +35,8 @@ void kvb_sample_free(kvb_sample *s) {
     free(s->group);
     free(s->difficulty);
     free(s->domain);
+    free(s->followup);
+    free(s->followup_slot);
     memset(s, 0, sizeof *s);
 }
 
@@ -250,4 +252,51 @@ uint64_t kvb_rng_below(uint64_t *state, uint64_t n) {
         uint64_t x = kvb_rng_next(state);
         if (x >= limit) return x % n;
     }
+}
+
+/* Bytes of a Python whitespace character (str.isspace) at s, or 0: ASCII \t\n\v\f\r, \x1c-\x1f and space,
+ * U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. */
+static int py_space(const unsigned char *s, const unsigned char *end) {
+    if (s >= end) return 0;
+    if ((*s >= 9 && *s <= 13) || (*s >= 0x1c && *s <= 0x20)) return 1;
+    if (end - s >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0)) return 2;
+    if (end - s < 3) return 0;
+    if (s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) return 3;
+    if (s[0] == 0xe2 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf)) return 3;
+    if (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) return 3;
+    if (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80) return 3;
+    return 0;
+}
+
+char *kvb_py_strip(const char *text) {
+    const unsigned char *b = (const unsigned char *)text, *e = b + strlen(text);
+    for (int k; (k = py_space(b, e)) > 0;) b += k;
+    while (e > b) { /* the last character: step back over continuation bytes */
+        const unsigned char *c = e - 1;
+        while (c > b && (*c & 0xc0) == 0x80 && e - c < 4) c--;
+        int k = py_space(c, e);
+        if (k == 0 || c + k != e) break;
+        e = c;
+    }
+    return strndup((const char *)b, (size_t)(e - b));
+}
+
+char *kvb_replace_all(const char *s, const char *from, const char *to) {
+    kvb_sb b = {0};
+    size_t fl = strlen(from);
+    for (const char *p = s;;) {
+        const char *q = strstr(p, from);
+        if (!q) { kvb_sb_adds(&b, p); break; }
+        kvb_sb_add(&b, p, (size_t)(q - p));
+        kvb_sb_adds(&b, to);
+        p = q + fl;
+    }
+    return kvb_sb_take(&b);
+}
+
+char *kvb_sample_followup_prompt(const kvb_sample *s, const char *reply) {
+    if (!s->followup || !s->followup_slot || !*s->followup_slot) return NULL;
+    char *r = kvb_py_strip(reply ? reply : ""), *out = r ? kvb_replace_all(s->followup, s->followup_slot, r) : NULL;
+    free(r);
+    return out;
 }

@@ -54,6 +54,13 @@ typedef struct {
                                question hidden the runner prefills the context once per group. NULL = its own */
     char *difficulty;       /* LongBench v2: "easy" | "hard"; else NULL */
     char *domain;           /* LongBench v2: the question's domain ("Single-Document QA", ...); else NULL */
+    /* a second question asked in the same cell after the first reply (LongBench v2 with CoT: 0shot_cot_ans.txt,
+       as pred.py asks it): the runner replaces every followup_slot in followup by the first reply (str.strip()
+       of it), generates again from that prompt (one user message, middle-cut like the first, same method and
+       budget, followup_max_new tokens) and scores the second reply; NULL = one generation */
+    char *followup;
+    char *followup_slot;    /* the placeholder the first reply fills ("$COT$") */
+    int followup_max_new;
 } kvb_sample;
 
 typedef struct { kvb_sample *v; int n, cap; } kvb_samples;
@@ -86,6 +93,16 @@ int kvb_sample_add_message(kvb_sample *s, const char *role, const char *content,
 int kvb_sample_close_rounds(kvb_sample *s);
 /* Number of complete (user, assistant) rounds in turns. */
 int kvb_sample_n_rounds(const kvb_sample *s);
+
+/* The follow-up's prompt after the first reply: s->followup with every s->followup_slot replaced by
+ * kvb_py_strip(reply), left to right, the inserted text not searched again (str.replace); malloc'd, NULL on OOM
+ * or when s has no follow-up. */
+char *kvb_sample_followup_prompt(const kvb_sample *s, const char *reply);
+/* Python's str.strip() on UTF-8 text (every str.isspace character at both ends); malloc'd, NULL on OOM. */
+char *kvb_py_strip(const char *text);
+/* Python's s.replace(from, to): every occurrence, left to right, the inserted text not searched again; from
+ * non-empty; malloc'd, NULL on OOM. */
+char *kvb_replace_all(const char *s, const char *from, const char *to);
 
 /* strdup that returns NULL for NULL. */
 char *kvb_strdup(const char *s);

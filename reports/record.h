@@ -62,6 +62,7 @@ enum { KVB_RF_REQUIRED = 1 << 0, KVB_RF_OMIT = 1 << 1, KVB_RF_TIMING = 1 << 2, K
     X(BOOL, prompt_truncated, 0)                                                                                    \
     X(NUM, generated_tokens, 0)                                                                                     \
     X(STR, prediction, KVB_RF_BULK)                                                                                 \
+    X(STR, first_prediction, KVB_RF_BULK | KVB_RF_OMIT) /* a follow-up's first reply (LongBench v2's CoT); scored: prediction */ \
     X(STRS, answers, KVB_RF_BULK)                                                                                   \
     X(STR, metric, 0)                                                                                               \
     X(NUM, score, KVB_RF_UNIT)             /* NAN when unscored */                                                  \

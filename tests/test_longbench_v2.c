@@ -3,7 +3,10 @@
  * prompts/ and result.py): the records load to get_pred's prompts (zero-shot and CoT), its max_new_tokens and the
  * answer letter; replies are scored as extract_answer and judge score them; the report's LongBench v2 table gives
  * result.py's Overall / Easy / Hard / Short / Medium / Long for those judgements, and accuracy by domain; a suite
- * entry's filters, JSONL, malformed records and the middle cut in the model's tokens. */
+ * entry's filters, JSONL, malformed records and the middle cut in the model's tokens. With CoT (cot_data.json and
+ * cot_expected.json, made by scripts/longbench_v2_fixtures.py running pred.py's get_pred with --cot on played-back
+ * outputs): the second question (0shot_cot_ans.txt) as get_pred builds it from the first output, its middle cut,
+ * the answer taken from the second output, and a run through the runner whose records hold both replies. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -17,8 +20,10 @@
 #include "benchmarks/longbench_v2.h"
 #include "benchmarks/prompt.h"
 #include "benchmarks/registry.h"
+#include "benchmarks/runner.h"
 #include "benchmarks/score.h"
 #include "engine/model.h"
+#include "reports/record.h"
 #include "reports/report.h"
 
 #define FIX "tests/fixtures/longbench_v2"
@@ -277,6 +282,143 @@ static void test_over_long_prompts_are_middle_cut_in_the_models_tokens(void) {
     kvb_samples_free(&v);
 }
 
+
+static cJSON *read_json(const char *path) {
+    char *text = util_read_file(path, NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+/* get_pred --cot: the first prompt and 1024 tokens, then 0shot_cot_ans.txt with $COT$ <- the first output stripped,
+ * 128 tokens, and extract_answer on the second output. */
+static void test_cot_asks_pred_pys_second_question_and_scores_its_reply(void) {
+    cJSON *e = read_json(FIX "/cot_expected.json"), *r;
+    CU_ASSERT_FATAL(e != NULL);
+    lbv2_opts o = {.cot = 1};
+    kvb_samples v = {0};
+    CU_ASSERT_FATAL(lbv2_load(FIX "/cot_data.json", &o, &v, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(v.n == cJSON_GetArraySize(cJSON_GetObjectItem(e, "records")) && v.n == 5);
+    int i = 0, same = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(e, "records")) {
+        const kvb_sample *s = &v.v[i++];
+        CU_ASSERT_STRING_EQUAL(s->id, jstr(r, "_id"));
+        CU_ASSERT_STRING_EQUAL(s->prompt, jstr(r, "prompt_cot"));
+        CU_ASSERT(s->max_new_tokens == cJSON_GetObjectItem(r, "max_new_cot")->valueint);
+        CU_ASSERT(s->followup_max_new == cJSON_GetObjectItem(r, "max_new_ans")->valueint);
+        CU_ASSERT_STRING_EQUAL(s->followup_slot, "$COT$");
+        char *second = kvb_sample_followup_prompt(s, jstr(r, "output_cot"));
+        CU_ASSERT_FATAL(second != NULL);
+        CU_ASSERT_STRING_EQUAL(second, jstr(r, "prompt_ans"));
+        if (strcmp(second, jstr(r, "prompt_ans"))) fprintf(stderr, "\n  got: %s\n", second);
+        same += !strcmp(second, jstr(r, "prompt_ans"));
+        char *strip = kvb_py_strip(jstr(r, "output_cot")), *resp = kvb_py_strip(jstr(r, "output_ans"));
+        CU_ASSERT(strip && !strcmp(strip, jstr(r, "response_cot")) && resp && !strcmp(resp, jstr(r, "response")));
+        const cJSON *pred = cJSON_GetObjectItem(r, "pred");
+        CU_ASSERT(lbv2_extract_answer(jstr(r, "output_ans")) == (cJSON_IsString(pred) ? pred->valuestring[0] : 0));
+        double score = -1;
+        char metric[48];
+        CU_ASSERT(kvb_score_sample("longbench_v2", s, jstr(r, "output_ans"), &score, metric, sizeof metric) == 0);
+        CU_ASSERT(score == (cJSON_IsTrue(cJSON_GetObjectItem(r, "judge")) ? 1.0 : 0.0));
+        free(second), free(strip), free(resp);
+    }
+    CU_ASSERT(same == 5);
+    /* zero-shot records ask once */
+    kvb_samples z = {0};
+    lbv2_opts o0 = {0};
+    CU_ASSERT(lbv2_load(FIX "/cot_data.json", &o0, &z, err, sizeof err) == 0 && z.n == 5 && !z.v[0].followup);
+    kvb_samples_free(&z);
+    kvb_samples_free(&v);
+    cJSON_Delete(e);
+}
+
+/* query_llm cuts the second prompt as it cuts the first: its first and last max/2 tokens. */
+static void test_an_over_long_second_question_is_middle_cut(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    lbv2_opts o = {.cot = 1};
+    kvb_samples v = {0};
+    CU_ASSERT_FATAL(lbv2_load(FIX "/cot_data.json", &o, &v, err, sizeof err) == 0);
+    kvb_sb b = {0};
+    for (int i = 0; i < 200; i++) kvb_sb_addf(&b, "Step %d: the abstract is weighed again. ", i);
+    char *cot = kvb_sb_take(&b);
+    kvb_sample s2;
+    kvb_sample_init(&s2);
+    s2.prompt = kvb_sample_followup_prompt(&v.v[0], cot);
+    s2.use_chat = 1;
+    CU_ASSERT_FATAL(s2.prompt != NULL);
+    kvb_prompt p = {0};
+    CU_ASSERT_FATAL(kvb_prompt_build(model, &s2, 400, 0, &p, err, sizeof err) == 0);
+    CU_ASSERT(p.truncated && p.n <= 400);
+    char *dec = NULL;
+    CU_ASSERT_FATAL(tok_decode(model->tok, p.ids, (int)p.n, &dec) == 0);
+    CU_ASSERT(strstr(dec, "The text is too long and omitted here.") && strstr(dec, "Step 0:") &&
+              strstr(dec, "Format your response as follows") && !strstr(dec, "Step 100:"));
+    free(dec), free(cot);
+    kvb_prompt_free(&p);
+    kvb_sample_free(&s2);
+    kvb_samples_free(&v);
+}
+
+/* The whole flow in the runner on the default model: each record keeps the reasoning (first_prediction) and the
+ * answer (prediction, scored), and its prefill counts both prompts: the second built from the recorded reasoning. */
+static void test_a_cot_run_records_both_replies_and_scores_the_second(void) {
+    CU_ASSERT_FATAL(model != NULL);
+    char suite[128], out[128], mpath[1024];
+    CU_ASSERT_FATAL(util_default_model(mpath, sizeof mpath));
+    snprintf(suite, sizeof suite, "%s/cot_suite.json", dir);
+    snprintf(out, sizeof out, "%s/cot_run", dir);
+    FILE *f = fopen(suite, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"name\": \"lbv2-cot\", \"model\": \"default\", \"seed\": 1, \"methods\": [{\"name\": \"full\"}, "
+               "{\"name\": \"streamingllm\"}], \"budgets\": [\"50%%\"], \"benchmarks\": [{\"type\": \"longbench_v2\", "
+               "\"path\": \"%s/cot_data.json\", \"cot\": true, \"samples\": 2, \"max_new_tokens\": 48}]}\n", FIX);
+    fclose(f);
+    kvb_run_opts ro = {.suite_path = suite, .out_dir = out, .n_threads = 2, .quiet = 1};
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = kvb_run_suite(&ro, devnull, err, sizeof err);
+    fclose(devnull);
+    CU_ASSERT_FATAL(rc == 0);
+    if (rc) fprintf(stderr, "\n  %s\n", err);
+    char res[192];
+    snprintf(res, sizeof res, "%s/results.jsonl", out);
+    char *text = util_read_file(res, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    lbv2_opts o = {.cot = 1};
+    kvb_samples v = {0};
+    CU_ASSERT_FATAL(lbv2_load(FIX "/cot_data.json", &o, &v, err, sizeof err) == 0);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        kvb_record r;
+        char why[256];
+        CU_ASSERT_FATAL(j && kvb_record_from_json(j, &r, 0, why, sizeof why) == 0);
+        const kvb_sample *s = !strcmp(r.sample_id, v.v[0].id) ? &v.v[0] : &v.v[1];
+        CU_ASSERT(!r.error && !strcmp(r.task, "longbench_v2_cot"));
+        CU_ASSERT_FATAL(r.first_prediction != NULL && r.prediction != NULL);
+        CU_ASSERT(r.score == lbv2_judge(r.prediction, s->answers[0]));
+        /* the second prompt, made from the recorded first reply, is the rest of the prefill */
+        kvb_sample s2;
+        kvb_sample_init(&s2);
+        s2.prompt = kvb_sample_followup_prompt(s, r.first_prediction);
+        s2.use_chat = 1;
+        kvb_prompt p1 = {0}, p2 = {0};
+        CU_ASSERT_FATAL(kvb_prompt_build(model, s, model->cfg.n_ctx_train, 0, &p1, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(kvb_prompt_build(model, &s2, model->cfg.n_ctx_train, 0, &p2, err, sizeof err) == 0);
+        CU_ASSERT(r.prompt_tokens == (double)p1.n && r.prefill_tokens == (double)(p1.n + p2.n));
+        if (r.prefill_tokens != (double)(p1.n + p2.n))
+            fprintf(stderr, "\n  prefill %g, prompts %lld + %lld\n", r.prefill_tokens, (long long)p1.n, (long long)p2.n);
+        CU_ASSERT(r.generated_tokens > 0 && r.generated_tokens <= 48 + 48);
+        kvb_prompt_free(&p1), kvb_prompt_free(&p2);
+        kvb_sample_free(&s2);
+        kvb_record_free(&r);
+        cJSON_Delete(j);
+        n++;
+    }
+    CU_ASSERT(n == 4); /* 2 records x (full, streamingllm@50%) */
+    free(text);
+    kvb_samples_free(&v);
+}
+
 int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
@@ -289,6 +431,9 @@ int main(void) {
     CU_add_test(s, "suite entries filter, and refuse in one line", test_suite_entries_filter_and_refuse_in_one_line);
     CU_add_test(s, "JSONL and malformed records", test_jsonl_and_malformed_records);
     CU_add_test(s, "over-long prompts are middle-cut in the model's tokens", test_over_long_prompts_are_middle_cut_in_the_models_tokens);
+    CU_add_test(s, "CoT asks pred.py's second question and scores its reply", test_cot_asks_pred_pys_second_question_and_scores_its_reply);
+    CU_add_test(s, "an over-long second question is middle-cut", test_an_over_long_second_question_is_middle_cut);
+    CU_add_test(s, "a CoT run records both replies and scores the second", test_a_cot_run_records_both_replies_and_scores_the_second);
     int rc = util_run_suites();
     kvb_model_free(model);
     char cmd[160];
