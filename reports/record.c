@@ -205,7 +205,7 @@ int kvb_record_from_json(const cJSON *o, kvb_record *r, int lean, char *why, siz
     for (int i = 0; i < N_FIELDS; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, FIELDS[i].key);
         if ((FIELDS[i].flags & KVB_RF_REQUIRED) && (!v || cJSON_IsNull(v))) {
-            char names[160], what[200];
+            char names[160], what[256]; /* the text around names is 46 bytes */
             required_names(names, sizeof names);
             snprintf(what, sizeof what, " is missing (a kvbench result record needs %s)", names);
             return fail(why, why_len, FIELDS[i].key, what);
