@@ -36,6 +36,9 @@ void kvb_fp_sample(const kvb_sample *s, char out[65]) {
     for (int i = 0; i < s->n_classes; i++) upd(c, s->all_classes[i]);
     updi(c, s->use_chat), updi(c, s->first_line), updi(c, s->length), updi(c, s->abstention), updi(c, s->ctx_tokens);
     updi(c, (long long)(s->depth * 1e6));
+    if (s->followup) /* a second question (LongBench v2's CoT): hashed only when there is one, so the fingerprints of
+                      * samples without one stay as they were and their records stay reusable */
+        upd(c, "followup"), upd(c, s->followup), upd(c, s->followup_slot), updi(c, s->followup_max_new);
     unsigned char md[32];
     unsigned int len = 0;
     EVP_DigestFinal_ex(c, md, &len);

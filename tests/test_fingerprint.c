@@ -127,6 +127,19 @@ static void test_sample_hash_covers_the_content(void) {
     CU_ASSERT(strcmp(h0, h1) != 0);
     kvb_sample_free(&a);
     kvb_sample_free(&b);
+    /* a follow-up question (LongBench v2's CoT) is content: a record of the one-question flow is not reused */
+    kvb_sample c = sample("P");
+    kvb_fp_sample(&c, h0);
+    c.followup = strdup("Answer from: $COT$");
+    c.followup_slot = strdup("$COT$");
+    c.followup_max_new = 128;
+    kvb_fp_sample(&c, h1);
+    CU_ASSERT(strcmp(h0, h1) != 0);
+    c.followup_max_new = 64;
+    char h2[65];
+    kvb_fp_sample(&c, h2);
+    CU_ASSERT(strcmp(h1, h2) != 0);
+    kvb_sample_free(&c);
 }
 
 /* The engine part of the fingerprint names the backend and, on CUDA, each kernel switch: a record of other
