@@ -41,13 +41,13 @@ static size_t slice_floats(int64_t cols, int64_t n_tok) { return (size_t)panel_r
 
 /* ---- the AVX-512 GEMM ----
  * OpenBLAS 0.3.21's runtime dispatch does not know Zen 4/5 and takes its AVX2 (Haswell) sgemm there: on this
- * project's AVX-512 EPYC, one thread, 4864 x 896 Q8_0 weights against 512 tokens ran at 122 GFLOP/s (CPU
- * time) in the OpenBLAS path, 211 with OPENBLAS_CORETYPE=SkylakeX. Here the weights are dequantized straight
- * into the micro-kernel's layout, the activations packed once per call (OpenBLAS packed them again for every
- * panel), and a 12-token x 32-row micro-kernel keeps its 24 accumulators in registers, one 16-row vector per
- * (token, half): per column, two weight loads and twelve broadcasts feed 24 FMAs (268 GFLOP/s with its data in
- * L2). Its results go straight into the token-major output, no transpose: 215 GFLOP/s on that matrix, 157 on
- * 896 x 4864 Q6_K. Each sum runs over the columns in order, one FMA each. */
+ * project's AVX-512 EPYC, one thread, 4864 x 896 Q5_0 weights against 512 tokens ran at 115 GFLOP/s (CPU time)
+ * in the OpenBLAS path, 195-204 with OPENBLAS_CORETYPE=SkylakeX. Here the weights are dequantized straight into
+ * the micro-kernel's layout, the activations packed once per call (OpenBLAS packed them again for every panel),
+ * and a 12-token x 32-row micro-kernel keeps its 24 accumulators in registers, one 16-row vector per (token,
+ * half): per column, two weight loads and twelve broadcasts feed 24 FMAs (268 GFLOP/s with its data in L2). Its
+ * results go straight into the token-major output, no transpose: 238 GFLOP/s on that matrix, 198-210 on 896 x
+ * 4864 Q6_K (docs/cpu-results.md). Each sum runs over the columns in order, one FMA each. */
 #include <immintrin.h>
 
 enum {
