@@ -329,8 +329,8 @@ struct kvb_backend {
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
 /* 1 when the CPU backend's prefill matmuls run the f32 GEMM under gemm (KVB_GEMM_F32 in a build with OpenBLAS) */
 int kvb_backend_cpu_gemm_f32(kvb_gemm gemm);
-/* What the CPU backend's prefill matmuls use under gemm: "OpenBLAS f32", or "integer" (KVB_GEMM_INT8, or a build
- * without OpenBLAS). */
+/* What the CPU backend's prefill matmuls use under gemm: "AVX-512 f32" (gemm.c's own kernel, AVX-512 builds),
+ * "OpenBLAS f32", or "integer" (KVB_GEMM_INT8, or a build without either). */
 const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
