@@ -279,3 +279,13 @@ void kvb_json_dumps_py(kvb_sb *b, const cJSON *v, const char *skip_key) {
         kvb_sb_adds(b, "null");
     }
 }
+
+const char *kvb_json_str(const cJSON *obj, const char *key, const char *def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+double kvb_json_num(const cJSON *obj, const char *key, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}

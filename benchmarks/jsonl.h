@@ -53,6 +53,10 @@ cJSON *kvb_json_parse(const char *path, long first_line, const char *text, size_
 
 /* Object member by exact key; the last one when the key repeats (what Python's json module keeps). */
 cJSON *kvb_json_get(const cJSON *obj, const char *key);
+/* A suite entry's optional member: the string (number) at key, def when absent or of another type (first member
+ * of that key, as cJSON_GetObjectItemCaseSensitive finds it) */
+const char *kvb_json_str(const cJSON *obj, const char *key, const char *def);
+double kvb_json_num(const cJSON *obj, const char *key, double def);
 
 /* Appends Python's json.dumps(v) (ensure_ascii=True, separators ", " and ": ", keys in file order),
  * leaving out the members named skip_key (may be NULL) of every object in v. */

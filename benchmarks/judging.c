@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchmarks/jsonl.h"
 #include "benchmarks/sample.h"
 #include "judge/client.h"
 #include "judge/judges.h"
@@ -21,11 +22,6 @@ struct kvb_runner_judge {
     char url[512], url_full[512], model[128], key_env[128], cache_dir[1024], templates_path[1024];
     kvb_lme_templates *lme;
 };
-
-static const char *jstr(const cJSON *o, const char *k, const char *def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
 
 static int jnum(const cJSON *o, const char *k, double lo, double hi, double *out, char *err, size_t err_len) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -45,18 +41,18 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
         return NULL;
     }
     const char *env = getenv("KVB_JUDGE_URL");
-    const char *url = fl && fl->url ? fl->url : env && *env ? env : jstr(sj, "base_url", NULL);
+    const char *url = fl && fl->url ? fl->url : env && *env ? env : kvb_json_str(sj, "base_url", NULL);
     if (!url) return NULL;
     kvb_runner_judge *j = calloc(1, sizeof *j);
     if (!j) { ERR("out of memory"); return NULL; }
     kvb_judge_cfg_defaults(&j->cfg);
     snprintf(j->url_full, sizeof j->url_full, "%s", url); /* what the client sends to (userinfo and all) */
     kvb_url_strip_userinfo(url, j->url, sizeof j->url, NULL, 0, NULL, 0); /* what is written anywhere */
-    snprintf(j->model, sizeof j->model, "%s", fl && fl->model ? fl->model : jstr(sj, "model", "default"));
-    const char *ke = fl && fl->key_env ? fl->key_env : jstr(sj, "api_key_env", NULL);
+    snprintf(j->model, sizeof j->model, "%s", fl && fl->model ? fl->model : kvb_json_str(sj, "model", "default"));
+    const char *ke = fl && fl->key_env ? fl->key_env : kvb_json_str(sj, "api_key_env", NULL);
     if (ke) snprintf(j->key_env, sizeof j->key_env, "%s", ke);
-    resolve(jstr(sj, "cache_dir", "~/.cache/kvbench/judge"), j->cache_dir, sizeof j->cache_dir);
-    resolve(jstr(sj, "templates", "$KVB_DATA/longmemeval/judge_templates.json"), j->templates_path, sizeof j->templates_path);
+    resolve(kvb_json_str(sj, "cache_dir", "~/.cache/kvbench/judge"), j->cache_dir, sizeof j->cache_dir);
+    resolve(kvb_json_str(sj, "templates", "$KVB_DATA/longmemeval/judge_templates.json"), j->templates_path, sizeof j->templates_path);
     double conc = j->cfg.concurrency, to = j->cfg.timeout_s, retries = j->cfg.max_retries, brk = j->cfg.breaker,
            n = j->cfg.n, ra_max = j->cfg.retry_after_max_s, deadline = j->cfg.deadline_s;
     if (jnum(sj, "concurrency", 1, 256, &conc, err, err_len) || jnum(sj, "timeout_s", 0.1, 3600, &to, err, err_len) ||

@@ -9,22 +9,13 @@
 #include <unistd.h>
 
 #include "benchmarks/datahint.h"
+#include "benchmarks/jsonl.h"
 #include "benchmarks/longbench_v2.h"
 #include "benchmarks/scbench.h"
 #include "benchmarks/score.h"
 #include "benchmarks/synth_suite.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
-
-static const char *jstr(const cJSON *o, const char *k, const char *def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
-
-static double jnum(const cJSON *o, const char *k, double def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
 
 static int jtrue(const cJSON *o, const char *k) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k)); }
 
@@ -40,18 +31,18 @@ static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
 static int load_2stage(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
     kvb_samples *out = e->add_task(e->add_ctx, "2stage", "2stage", KVB_JK_NONE, err, err_len);
-    int n = (int)jnum(b, "samples", 40);
+    int n = (int)kvb_json_num(b, "samples", 40);
     if (e->limit > 0 && e->limit < n) n = e->limit;
-    return out ? twostage_generate(e->seed, n, (int)jnum(b, "min_pairs", 40), (int)jnum(b, "max_pairs", 200),
+    return out ? twostage_generate(e->seed, n, (int)kvb_json_num(b, "min_pairs", 40), (int)kvb_json_num(b, "max_pairs", 200),
                                    jtrue(b, "cot"), out, err, err_len)
                : -1;
 }
 
 static int load_recall(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
     kvb_samples *out = e->add_task(e->add_ctx, "recall", "recall", KVB_JK_NONE, err, err_len);
-    int n = (int)jnum(b, "dialogues", 20);
+    int n = (int)kvb_json_num(b, "dialogues", 20);
     if (e->limit > 0 && e->limit < n) n = e->limit;
-    return out ? recall_generate(e->seed, n, (int)jnum(b, "rounds", 12), out, err, err_len) : -1;
+    return out ? recall_generate(e->seed, n, (int)kvb_json_num(b, "rounds", 12), out, err, err_len) : -1;
 }
 
 static int load_niah(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
@@ -75,7 +66,7 @@ static int load_niah(const kvb_bench_env *e, const cJSON *b, char *err, size_t e
     if (judged && !e->have_judge)
         return ERR("niah: \"judge\": true needs a judge (--judge-url URL, e.g. of kvbench serve, or the suite's \"judge\")");
     char hay[1024] = "";
-    const char *h = jstr(b, "haystack", NULL);
+    const char *h = kvb_json_str(b, "haystack", NULL);
     if (h) EXPAND(h, hay, "niah \"haystack\"");
     int *lengths = malloc((size_t)nl * sizeof *lengths);
     double *depths = malloc((size_t)nd * sizeof *depths);
@@ -93,12 +84,12 @@ static int load_niah(const kvb_bench_env *e, const cJSON *b, char *err, size_t e
 
 static int load_longbench(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
     char data_dir[1024], cfg_dir[1024], path[1024];
-    EXPAND(jstr(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, "longbench \"data_dir\"");
-    EXPAND(jstr(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, "longbench \"config_dir\"");
+    EXPAND(kvb_json_str(b, "data_dir", "$KVB_DATA/longbench/data"), data_dir, "longbench \"data_dir\"");
+    EXPAND(kvb_json_str(b, "config_dir", "$KVB_DATA/longbench/config"), cfg_dir, "longbench \"config_dir\"");
     const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
     int longbench_e = jtrue(b, "e");
     /* "spread": the --limit / "limit" records spread over the file; hidden: context and question apart */
-    int flags = (jtrue(b, "spread") ? LB_SPREAD : 0) | (!strcmp(jstr(b, "question", "visible"), "hidden") ? LB_HIDDEN : 0);
+    int flags = (jtrue(b, "spread") ? LB_SPREAD : 0) | (!strcmp(kvb_json_str(b, "question", "visible"), "hidden") ? LB_HIDDEN : 0);
     cJSON_ArrayForEach(x, tasks) {
         if (!cJSON_IsString(x)) continue;
         if (lb_data_path(data_dir, x->valuestring, longbench_e, path, sizeof path)) return ERR("path too long");
@@ -123,7 +114,7 @@ static int load_longbench(const kvb_bench_env *e, const cJSON *b, char *err, siz
 static int load_judged(const kvb_bench_env *e, const cJSON *b, const char *type, kvb_judge_kind kind, char *err,
                        size_t err_len) {
     char path[1024];
-    EXPAND(jstr(b, "path", ""), path, "\"path\"");
+    EXPAND(kvb_json_str(b, "path", ""), path, "\"path\"");
     if (!file_exists(path)) {
         char hint[1400];
         kvb_data_hint(type, hint, sizeof hint);
@@ -137,7 +128,7 @@ static int load_judged(const kvb_bench_env *e, const cJSON *b, const char *type,
     if (e->ready_judge && e->ready_judge(e->add_ctx, kind, err, err_len)) return -1;
     int lme = kind == KVB_JK_LONGMEMEVAL;
     kvb_samples got = {0};
-    int rc = lme ? lme_load(path, jstr(b, "format", "json"), jtrue(b, "cot"), e->limit, &got, err, err_len)
+    int rc = lme ? lme_load(path, kvb_json_str(b, "format", "json"), jtrue(b, "cot"), e->limit, &got, err, err_len)
                  : sharegpt_load(path, e->limit, &got, err, err_len);
     if (rc) return -1;
     const char *name = lme ? (got.n ? got.v[0].task : "longmemeval") : "sharegpt";
@@ -184,10 +175,10 @@ static int load_longbench_v2(const kvb_bench_env *e, const cJSON *b, char *err, 
         string_list(e, b, "difficulty", DIFF, 2, diffs, 2, &o.n_difficulty, err, err_len) ||
         string_list(e, b, "domain", NULL, 0, doms, 16, &o.n_domain, err, err_len))
         return -1;
-    o.limit = (int)jnum(b, "samples", 0);
+    o.limit = (int)kvb_json_num(b, "samples", 0);
     if (e->limit > 0 && (o.limit <= 0 || e->limit < o.limit)) o.limit = e->limit;
     char path[1024];
-    EXPAND(jstr(b, "path", "$KVB_DATA/longbench-v2/data.json"), path, "longbench_v2 \"path\"");
+    EXPAND(kvb_json_str(b, "path", "$KVB_DATA/longbench-v2/data.json"), path, "longbench_v2 \"path\"");
     if (!file_exists(path)) {
         const char *hint = "the official data.json of THUDM/LongBench-v2 on the Hugging Face Hub";
         if (e->optional) { fprintf(stderr, "skipping LongBench v2: %s not found (%s)\n", path, hint); return 0; }

@@ -18,6 +18,7 @@
 #include "benchmarks/fingerprint.h"
 #include "benchmarks/hostload.h"
 #include "benchmarks/hidden.h"
+#include "benchmarks/jsonl.h"
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
 #include "benchmarks/progress.h"
@@ -96,16 +97,6 @@ static int expand_path_fits(const char *in, char *out, size_t cap) {
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static const char *jstr(const cJSON *o, const char *k, const char *def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
-
-static double jnum(const cJSON *o, const char *k, double def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
 static task *new_task(run_state *st, const char *name, const char *bench, char *err, size_t err_len) {
     if (st->n_tasks == MAX_TASKS) { ERR("suite: more than %d tasks", MAX_TASKS); return NULL; }
     task *t = &st->tasks[st->n_tasks++];
@@ -131,7 +122,7 @@ static void expand_path(const char *in, char *out, size_t cap) { expand_path_fit
 
 /* A suite entry through its benchmark's loader (registry.h). */
 static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_len) {
-    const char *type = jstr(b, "type", NULL);
+    const char *type = kvb_json_str(b, "type", NULL);
     if (!type) return ERR("suite %s: every benchmark needs a \"type\"", st->o->suite_path);
     const kvb_benchmark *bm = kvb_benchmark_find(type);
     if (!bm) {
@@ -139,9 +130,9 @@ static int load_benchmark(run_state *st, const cJSON *b, char *err, size_t err_l
         kvb_benchmark_names(known, sizeof known);
         return ERR("suite %s: unknown benchmark type '%s' (known: %s)", st->o->suite_path, type, known);
     }
-    int limit = (int)jnum(b, "limit", 0);
+    int limit = (int)kvb_json_num(b, "limit", 0);
     if (st->o->limit > 0 && (limit <= 0 || st->o->limit < limit)) limit = st->o->limit;
-    kvb_bench_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, (uint64_t)jnum(st->suite, "seed", 1),
+    kvb_bench_env env = {st->o->suite_path, st->model->cfg.n_ctx_train, limit, (uint64_t)kvb_json_num(st->suite, "seed", 1),
                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "optional")), expand_path_fits,
                          kvb_count_tokens, st->model, add_task, st, st->judge != NULL, ready_judge};
     return bm->load(&env, b, err, err_len);
@@ -254,7 +245,7 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     if (buf) {
         cJSON *j = cJSON_Parse(buf);
         free(buf);
-        const char *s = jstr(j, "suite", NULL), *sha = jstr(j, "model_sha256", NULL);
+        const char *s = kvb_json_str(j, "suite", NULL), *sha = kvb_json_str(j, "model_sha256", NULL);
         int rc = 0;
         if (!j || !s) rc = ERR("%s is not a kvbench run.json", path);
         else if (strcmp(s, st->suite_name)) {
@@ -263,7 +254,7 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
                      st->suite_shown);
         }
         else if (!sha || strcmp(sha, st->model_sha)) rc = ERR("%s holds results of another model (sha256 %.12s...)", st->out_dir, sha ? sha : "?");
-        else if (strcmp(jstr(j, "shard", ""), shard)) rc = ERR("%s holds shard '%s', not '%s' (use another --out)", st->out_dir, jstr(j, "shard", ""), shard);
+        else if (strcmp(kvb_json_str(j, "shard", ""), shard)) rc = ERR("%s holds shard '%s', not '%s' (use another --out)", st->out_dir, kvb_json_str(j, "shard", ""), shard);
         cJSON_Delete(j);
         return rc;
     }
@@ -481,7 +472,7 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
     if (res2) r->moved_bytes += (double)(res2->ses.kv_end.moved_h2d + res2->ses.kv_end.moved_d2h);
     r->attended_per_layer = res->ses.attended;
     set_str(&r->note, res->note, &oom);
-    r->seed = jnum(st->suite, "seed", 1);
+    r->seed = kvb_json_num(st->suite, "seed", 1);
     set_str(&r->model_sha256, st->model_sha, &oom);
     if (oom) kvb_record_free(r);
     return oom ? -1 : 0;
@@ -504,7 +495,7 @@ static void progress(run_state *st, kvb_prog_kind kind, const char *what) {
 /* The fingerprint of cell cl on sample s (fingerprint.h). */
 static cJSON *fingerprint_of(const run_state *st, const task *t, const cell *cl, const kvb_sample *s, const char *sample_sha) {
     kvb_fp_in in = {st->model_sha, cl->method, cl->budget_str, cl->opts, t->bench, sample_sha,
-                    s->max_new_tokens > 0 ? s->max_new_tokens : 64, st->round_chunk, jnum(st->suite, "seed", 1), st->engine};
+                    s->max_new_tokens > 0 ? s->max_new_tokens : 64, st->round_chunk, kvb_json_num(st->suite, "seed", 1), st->engine};
     return kvb_fp_make(&in);
 }
 
@@ -639,9 +630,9 @@ static int load_suite(run_state *st, char *err, size_t err_len) {
     if (!(st->suite = kvb_suite_parse(st->o->suite_path, err, err_len)) ||
         kvb_suite_check(st->suite, st->o->suite_path, 0, err, err_len))
         return -1;
-    st->suite_name = jstr(st->suite, "name", "suite");
+    st->suite_name = kvb_json_str(st->suite, "name", "suite");
     kvb_str_shown(st->suite_name, st->suite_shown, sizeof st->suite_shown);
-    st->round_chunk = (int)jnum(st->suite, "round_chunk", 512);
+    st->round_chunk = (int)kvb_json_num(st->suite, "round_chunk", 512);
     return 0;
 }
 
@@ -656,7 +647,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     kvb_judge_flags jf = {o->judge_url, o->judge_model, o->judge_key_env, o->judge_refresh};
     st.judge = kvb_runner_judge_create(cJSON_GetObjectItemCaseSensitive(st.suite, "judge"), &jf, expand_path, err, err_len);
     if (!st.judge && err[0]) goto done;
-    const char *model = o->model ? o->model : jstr(st.suite, "model", "default");
+    const char *model = o->model ? o->model : kvb_json_str(st.suite, "model", "default");
     if (syn_is_name(model)) {
         ERR("synthetic models have no tokenizer: a suite needs text; use a GGUF model");
         goto done;
@@ -666,7 +657,7 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     if (kvb_model_sha256(st.model, st.model_sha, err, err_len)) goto done;
     int n_ctx = o->n_ctx > 0 && o->n_ctx < st.model->cfg.n_ctx_train ? o->n_ctx : st.model->cfg.n_ctx_train;
     if (kvb_suite_check(st.suite, o->suite_path, n_ctx, err, err_len)) goto done; /* max_new_tokens against the context */
-    const char *out_dir = o->out_dir ? o->out_dir : jstr(st.suite, "output", "runs/suite");
+    const char *out_dir = o->out_dir ? o->out_dir : kvb_json_str(st.suite, "output", "runs/suite");
     if (expand_path_fits(out_dir, st.out_dir, sizeof st.out_dir)) {
         ERR("the output folder \"%.40s...\" (%s) is longer than the %zu bytes kvbench takes; use a shorter --out",
             out_dir, o->out_dir ? "--out" : "the suite's \"output\"", sizeof st.out_dir - 1);
@@ -700,14 +691,14 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
         for (int i = first; i < st.n_tasks; i++) st.tasks[i].bench = b;
         /* "max_new_tokens" on a benchmark caps generation (cost control; the official lengths otherwise) */
         /* "question": "hidden" (kvpress's protocol) or "visible" (the default: the benchmarks' own code) */
-        const char *q = jstr(b, "question", "visible");
+        const char *q = kvb_json_str(b, "question", "visible");
         if (strcmp(q, "visible") && strcmp(q, "hidden")) { ERR("suite %s: \"question\" must be \"visible\" or \"hidden\", not \"%s\"", o->suite_path, q); goto done; }
         for (int i = first; !strcmp(q, "hidden") && i < st.n_tasks; i++) {
             st.tasks[i].hidden = 1;
             size_t l = strlen(st.tasks[i].name);
             snprintf(st.tasks[i].name + l, sizeof st.tasks[i].name - l, "+hidden");
         }
-        int cap = (int)jnum(b, "max_new_tokens", 0);
+        int cap = (int)kvb_json_num(b, "max_new_tokens", 0);
         for (int i = first; cap > 0 && i < st.n_tasks; i++)
             for (int k = 0; k < st.tasks[i].samples.n; k++) {
                 kvb_sample *x = &st.tasks[i].samples.v[k];

@@ -784,16 +784,6 @@ int scb_score(const kvb_sample *s, const char *pred, double *score, char *metric
 
 /* ---- the suite entry ---- */
 
-static const char *jstr(const cJSON *o, const char *k, const char *def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
-
-static double jnum(const cJSON *o, const char *k, double def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
 /* The task of a file named <task>.jsonl, or NULL. */
 static const char *task_of_file(const char *path) {
     const char *b = strrchr(path, '/');
@@ -807,17 +797,17 @@ static const char *task_of_file(const char *path) {
 
 int scb_bench_load(const kvb_bench_env *e, const cJSON *b, char *err, size_t err_len) {
     char base[1024], path[1100];
-    if (e->expand_path(jstr(b, "path", "$KVB_DATA/scbench"), base, sizeof base))
+    if (e->expand_path(kvb_json_str(b, "path", "$KVB_DATA/scbench"), base, sizeof base))
         return ERR("%s: scbench \"path\" is longer than the %zu bytes a path may have here", e->suite_path, sizeof base - 1);
-    const char *mode = jstr(b, "mode", "multi_turn");
+    const char *mode = kvb_json_str(b, "mode", "multi_turn");
     if (strcmp(mode, "multi_turn") && strcmp(mode, "multi_request"))
         return ERR("suite %s: scbench \"mode\" must be \"multi_turn\" or \"multi_request\", not \"%s\"", e->suite_path, mode);
-    if (!strcmp(mode, "multi_turn") && !strcmp(jstr(b, "question", "visible"), "hidden"))
+    if (!strcmp(mode, "multi_turn") && !strcmp(kvb_json_str(b, "question", "visible"), "hidden"))
         return ERR("suite %s: scbench \"question\": \"hidden\" needs \"mode\": \"multi_request\" (a multi-turn turn is a "
                    "dialogue, prefilled whole)", e->suite_path);
-    scb_opts o = {.multi_request = !strcmp(mode, "multi_request"), .max_turns = (int)jnum(b, "max_turns", 5),
+    scb_opts o = {.multi_request = !strcmp(mode, "multi_request"), .max_turns = (int)kvb_json_num(b, "max_turns", 5),
                   .count_tokens = e->count_tokens, .tok_ctx = e->tok_ctx};
-    o.limit = (int)jnum(b, "samples", 0);
+    o.limit = (int)kvb_json_num(b, "samples", 0);
     if (e->limit > 0 && (o.limit <= 0 || e->limit < o.limit)) o.limit = e->limit;
     const char *one = task_of_file(base);
     const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x;
@@ -842,7 +832,7 @@ int scb_bench_load(const kvb_bench_env *e, const cJSON *b, char *err, size_t err
                              : (scb_max_new_tokens(task, !strcmp(task, "scbench_repoqa_and_kv") ? "scbench_repoqa" : "scbench_summary") +
                                 scb_max_new_tokens(task, !strcmp(task, "scbench_repoqa_and_kv") ? "scbench_kv" : "scbench_passkey")) *
                                    o.max_turns / 2;
-        o.max_context_tokens = (long long)jnum(b, "max_context_tokens", (double)e->n_ctx_train - per - (o.multi_request ? 1000 : 0) - 64);
+        o.max_context_tokens = (long long)kvb_json_num(b, "max_context_tokens", (double)e->n_ctx_train - per - (o.multi_request ? 1000 : 0) - 64);
         char name[96];
         snprintf(name, sizeof name, "%s%s", task, o.multi_request ? "_scdq" : "");
         kvb_samples *out = e->add_task(e->add_ctx, name, "scbench", KVB_JK_NONE, err, err_len);

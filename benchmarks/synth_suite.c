@@ -7,13 +7,9 @@
 #include <unistd.h>
 
 #include "benchmarks/infbench.h"
+#include "benchmarks/jsonl.h"
 #include "benchmarks/ruler.h"
 #include "benchmarks/sample.h"
-
-static const char *jstr(const cJSON *o, const char *k, const char *def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : def;
-}
 
 static int n_samples(const kvb_bench_env *env, const cJSON *b, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, "samples");
@@ -28,10 +24,10 @@ int kvb_synth_load_ruler(const kvb_bench_env *env, const cJSON *b, char *err, si
         return -1;
     }
     char hay[1024], words[1024], squad[1024], hotpot[1024];
-    env->expand_path(jstr(b, "haystack", "$KVB_DATA/niah/PaulGrahamEssays"), hay, sizeof hay);
-    env->expand_path(jstr(b, "words_dir", "$KVB_DATA/ruler/wonderwords"), words, sizeof words);
-    env->expand_path(jstr(b, "squad", "$KVB_DATA/ruler/squad.json"), squad, sizeof squad);
-    env->expand_path(jstr(b, "hotpotqa", "$KVB_DATA/ruler/hotpotqa.json"), hotpot, sizeof hotpot);
+    env->expand_path(kvb_json_str(b, "haystack", "$KVB_DATA/niah/PaulGrahamEssays"), hay, sizeof hay);
+    env->expand_path(kvb_json_str(b, "words_dir", "$KVB_DATA/ruler/wonderwords"), words, sizeof words);
+    env->expand_path(kvb_json_str(b, "squad", "$KVB_DATA/ruler/squad.json"), squad, sizeof squad);
+    env->expand_path(kvb_json_str(b, "hotpotqa", "$KVB_DATA/ruler/hotpotqa.json"), hotpot, sizeof hotpot);
     int n = n_samples(env, b, 500);
     cJSON_ArrayForEach(x, L) {
         if (!cJSON_IsNumber(x) || x->valueint > env->n_ctx_train) {
@@ -144,7 +140,7 @@ static int load_infbench_files(const kvb_bench_env *env, const cJSON *b, const c
 
 int kvb_synth_load_infbench(const kvb_bench_env *env, const cJSON *b, char *err, size_t err_len) {
     const cJSON *L = cJSON_GetObjectItemCaseSensitive(b, "lengths"), *T = cJSON_GetObjectItemCaseSensitive(b, "tasks"), *x, *y;
-    const char *path = jstr(b, "path", NULL), *data_dir = jstr(b, "data_dir", NULL);
+    const char *path = kvb_json_str(b, "path", NULL), *data_dir = kvb_json_str(b, "data_dir", NULL);
     if (path && data_dir) {
         kvb_seterr(err, err_len, "suite %s: infinitebench takes \"path\" or \"data_dir\", not both", env->suite_path);
         return -1;
