@@ -147,10 +147,10 @@ static int niah_question(const niah_cfg *c, int singular, const char *query, rul
     char *t = NULL, *p = NULL, vname[16];
     snprintf(vname, sizeof vname, "%s", V_NAME[c->v_type]);
     if (singular) {
-        char *t1 = ruler_replace_all(NIAH_T, "Some", "A"), *t2 = t1 ? ruler_replace_all(t1, "are all", "is") : NULL;
-        t = t2 ? ruler_replace_all(t2, "are", "is") : NULL;
-        char *p1 = ruler_replace_all(NIAH_P, "are all", "is");
-        p = p1 ? ruler_replace_all(p1, "are", "is") : NULL;
+        char *t1 = kvb_replace_all(NIAH_T, "Some", "A"), *t2 = t1 ? kvb_replace_all(t1, "are all", "is") : NULL;
+        t = t2 ? kvb_replace_all(t2, "are", "is") : NULL;
+        char *p1 = kvb_replace_all(NIAH_P, "are all", "is");
+        p = p1 ? kvb_replace_all(p1, "are", "is") : NULL;
         free(t1), free(t2), free(p1);
         vname[strlen(vname) - 1] = 0;
     } else {
@@ -330,7 +330,7 @@ static int vt_core(ruler_gen *g, int n, uint64_t *rng, int icl, ruler_built *out
         kvb_sb_adds(&ctx, NOISE);
     }
     char *raw = kvb_sb_take(&ctx);
-    out->context = raw ? ruler_replace_all(raw, ". \n", ".\n") : NULL;
+    out->context = raw ? kvb_replace_all(raw, ". \n", ".\n") : NULL;
     free(raw);
     char nv[8];
     snprintf(nv, sizeof nv, "%d", NV);

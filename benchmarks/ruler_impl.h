@@ -32,8 +32,6 @@ typedef struct {
 /* Builds the sample for haystack size n from a copy of the stream rng; 0 / -1. */
 typedef int (*ruler_build_fn)(ruler_gen *g, int n, uint64_t rng, ruler_built *out);
 
-/* str.replace(from, to); malloc'd, NULL on OOM. */
-char *ruler_replace_all(const char *s, const char *from, const char *to);
 /* The wonderwords lists (nouns, adjectives, all = nouns + adjectives + verbs) and the essays; 0 / -1 + err. */
 int ruler_load_words(ruler_gen *g, char *err, size_t err_len);
 int ruler_load_essays(ruler_gen *g, char *err, size_t err_len);

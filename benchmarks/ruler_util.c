@@ -12,20 +12,6 @@
 
 /* ---- text helpers ---- */
 
-/* str.replace(from, to) on a NUL-terminated template; malloc'd. */
-char *ruler_replace_all(const char *s, const char *from, const char *to) {
-    kvb_sb b = {0};
-    size_t fl = strlen(from);
-    for (const char *p = s;;) {
-        const char *q = strstr(p, from);
-        if (!q) { kvb_sb_adds(&b, p); break; }
-        kvb_sb_add(&b, p, (size_t)(q - p));
-        kvb_sb_adds(&b, to);
-        p = q + fl;
-    }
-    return kvb_sb_take(&b);
-}
-
 void ruler_fmt(kvb_sb *b, const char *tmpl, const char *const *names, const char *const *values, int n) {
     for (const char *p = tmpl; *p;) {
         int hit = -1;
