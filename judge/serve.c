@@ -680,6 +680,19 @@ static void sse_chunk(gen *g, const char *role, const char *content, size_t cont
     free(text);
 }
 
+/* the stream's end: the event with the finish reason and usage, then "data: [DONE]" */
+static void sse_finish(gen *g) {
+    sse_chunk(g, NULL, NULL, 0, finish_reason(g));
+    static const char done[] = "data: [DONE]\n\n";
+    char *p = realloc(g->pending, g->pend_n + sizeof done - 1);
+    if (p) {
+        g->pending = p;
+        memcpy(p + g->pend_n, done, sizeof done - 1);
+        g->pend_n += sizeof done - 1;
+    }
+    g->finished_sent = 1;
+}
+
 /* --batching: a token's event, appended by the engine thread (its lock held) for stream_reader to send */
 static void sse_token(sb_job *j, const char *piece, size_t n) {
     gen *g = j->user;
@@ -716,15 +729,7 @@ static ssize_t stream_reader_batched(gen *g, char *buf, size_t max) {
             if (client_left(g)) g->job.cancelled = 1;
             sb_wait(eng, 100);
         } else if (!g->finished_sent) {
-            sse_chunk(g, NULL, NULL, 0, finish_reason(g));
-            const char *done = "data: [DONE]\n\n";
-            char *p = realloc(g->pending, g->pend_n + strlen(done));
-            if (p) {
-                g->pending = p;
-                memcpy(p + g->pend_n, done, strlen(done));
-                g->pend_n += strlen(done);
-            }
-            g->finished_sent = 1;
+            sse_finish(g);
         } else {
             out = MHD_CONTENT_READER_END_OF_STREAM;
             break;
@@ -751,15 +756,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             if (kvb_session_step(&g->ses, &piece, &n, err, sizeof err) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
             if (n > 0) sse_chunk(g, NULL, piece, n, NULL);
         } else if (!g->finished_sent) {
-            sse_chunk(g, NULL, NULL, 0, finish_reason(g));
-            const char *done = "data: [DONE]\n\n";
-            char *p = realloc(g->pending, g->pend_n + strlen(done));
-            if (p) {
-                g->pending = p;
-                memcpy(p + g->pend_n, done, strlen(done));
-                g->pend_n += strlen(done);
-            }
-            g->finished_sent = 1;
+            sse_finish(g);
         } else {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
