@@ -761,12 +761,18 @@ static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunk
     *n_split = (int)want;
 }
 
+/* the prefill path's workspace: its lse (when the caller wants probabilities without one) first, 256-byte
+ * aligned, then the tile bounds (kvb_cuda_prefill_tc_ws) */
+static size_t lse_bytes(const kvb_cuda_attn *a) {
+    return ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
+}
+
 extern "C" size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a) {
     if (a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->n_q < 1) return 256;
     int n_split, n_rows, n_chunks;
     plan(a, &n_split, &n_rows, &n_chunks);
     size_t part = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
-    const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
+    const size_t lse = lse_bytes(a);
     const size_t pre = kvb_cuda_prefill_tc_ws(a) + lse; /* the prefill path: its lse, then its tile bounds */
     size_t ws = part + lse + 512 > pre ? part + lse + 512 : pre;
     if (kernel_of(a) == 5 && kvb_fi_ws(a) > ws) ws = kvb_fi_ws(a); /* FlashInfer's, or the fallback's */
@@ -820,7 +826,7 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     }
     if (kvb_cuda_prefill_tc_fits(a)) { /* prefill on tensor cores; probabilities from its lse, as below */
         if (a->probs && !a->lse) c.lse = (float *)ws;
-        const size_t lse = ((size_t)a->n_head * (size_t)a->n_q * sizeof(float) + 255) & ~(size_t)255;
+        const size_t lse = lse_bytes(a);
         if (kvb_cuda_prefill_tc(&c, (char *)ws + lse, s)) {
             snprintf(err, err_len, "cuda attention: prefill launch failed: %s", cudaGetErrorString(cudaGetLastError()));
             return -1;
