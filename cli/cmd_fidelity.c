@@ -23,13 +23,17 @@ static const char *HELP =
     "            heads) on the positions the method let that layer read, averaged over decode steps.\n"
     "Results are summed over the prompts. `--methods all` = every compressing method; add full for a\n"
     "sanity row (top-1 100%, KL 0, recall 1). A --method-opt prefixed `M:` applies to that method only.\n"
+    "The table's `max KV/head` is the most slots any layer's KV head held, measured in the store after the\n"
+    "prefill and after every decode step, and the step it was reached at (a method compressing while decoding\n"
+    "must keep it bounded: `decoding` holds at most target + interval).\n"
     "\n"
     "options:\n"
     "  --prompt-file F        a text prompt (repeatable, up to 16), tokenized with BOS, no chat template\n"
     "  --methods LIST         comma list of methods, or all\n"
     "  --budget B             30% (share of the full KV bytes) or N tokens per layer and head (default 30%)\n"
     "  --compression-ratio R  kvpress's: remove R of the prompt's KV, = --budget (1-R)x100%\n"
-    "  -n N                   positions compared per prompt (default 32)\n"
+    "  -n N                   positions compared per prompt (default 32; fewer when full ends its answer)\n"
+    "  --ignore-eos           full attention keeps generating past its end of generation: exactly N positions\n"
     "  --max-tokens T         keep the first T tokens of each prompt (default: all)\n"
     "  --method-opt [M:]K=V   a method parameter (repeatable)\n"
     "  --json FILE            also write every figure (per prompt, per layer) as JSON\n" CLI_ENGINE_HELP;
@@ -69,23 +73,26 @@ static cJSON *result_json(const char *prompt, int64_t n_tokens, const char *meth
     cJSON_AddNumberToObject(o, "kv_device_frac", r->kv.device_frac);
     cJSON_AddNumberToObject(o, "kv_device_bytes", (double)r->kv.device_bytes);
     cJSON_AddNumberToObject(o, "kv_host_bytes", (double)r->kv.host_bytes);
+    cJSON_AddNumberToObject(o, "max_head_tokens", (double)r->max_head_tokens);
+    cJSON_AddNumberToObject(o, "max_head_step", r->max_head_step);
     return o;
 }
 
 static void print_tables(const method_total *t, int n_methods, int n_layer, int n_prompts, const char *budget) {
     printf("\nfidelity to full attention, budget %s, %d prompt(s)\n\n", budget, n_prompts);
-    printf("| method | positions | top-1 agreement %% | mean KL (nats) | max KL | mean recall | min layer recall | device KV %% of full | host KV MiB | parameters |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    printf("| method | positions | top-1 agreement %% | mean KL (nats) | max KL | mean recall | min layer recall | device KV %% of full | host KV MiB | max KV/head (step) | parameters |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (int k = 0; k < n_methods; k++) {
         const kvb_fid_result *r = &t[k].sum;
         double minr = INFINITY;
         int minl = -1;
         for (int l = 0; l < n_layer && r->recall_steps; l++)
             if (kvb_fid_layer_recall(r, l) < minr) minr = kvb_fid_layer_recall(r, l), minl = l;
-        printf("| %s | %d | %.1f | %.4f | %.3f | %.3f | %.3f (layer %d) | %.1f | %.2f | %s |\n", t[k].name, r->positions,
+        printf("| %s | %d | %.1f | %.4f | %.3f | %.3f | %.3f (layer %d) | %.1f | %.2f | %lld (%d) | %s |\n", t[k].name,
+               r->positions,
                r->positions ? 100.0 * r->agree / r->positions : 0, r->positions ? r->kl_sum / r->positions : 0, r->kl_max,
                kvb_fid_mean_recall(r), minl >= 0 ? minr : NAN, minl, 100 * t[k].device_frac_sum / n_prompts,
-               t[k].host_mib_sum / n_prompts, r->params);
+               t[k].host_mib_sum / n_prompts, (long long)r->max_head_tokens, r->max_head_step, r->params);
     }
     printf("\nattention-mass recall by layer\n\n| layer |");
     for (int k = 0; k < n_methods; k++) printf(" %s |", t[k].name);
@@ -122,11 +129,12 @@ int cmd_fidelity(int argc, char **argv) {
     cli_list prompt_list = {prompts, 0, MAX_PROMPTS}, raw = {raw_opts, 0, 32};
     char err[512];
     long n_gen = 32, max_tokens = 0;
+    int ignore_eos = 0;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods),
                       CLI_LIST("--prompt-file", &prompt_list), CLI_FN("--budget", &budget, cli_fn_budget),
                       CLI_FN("--compression-ratio", &budget, cli_fn_compression_ratio),
                       CLI_LIST("--method-opt", &raw), CLI_LONG("-n", &n_gen, 1, 1 << 16),
-                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_ENGINE_OPTS(&eo),
+                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_FLAG("--ignore-eos", &ignore_eos), CLI_ENGINE_OPTS(&eo),
                       CLI_END};
     int stop = cli_parse("fidelity", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
@@ -172,6 +180,7 @@ int cmd_fidelity(int argc, char **argv) {
         fprintf(stderr, "[prompt %d/%d] %s: %d tokens, full attention prefill ...\n", p + 1, n_prompts, prompts[p], n);
         kvb_fid_ref *ref = kvb_fid_ref_create(m, &eo.ctx, ids, n, (int)n_gen, err, sizeof err);
         if (!ref) { cli_fail("fidelity: %s: %s", prompts[p], err); goto done; }
+        kvb_fid_ref_ignore_eos(ref, ignore_eos);
         for (int k = 0; k < n_methods; k++) {
             kvb_opts o;
             kvb_fid_result r;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/kept.h"
+#include "engine/kvcache.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -19,6 +20,7 @@ struct kvb_fid_ref {
     const int32_t *ids;
     int64_t n;
     int n_gen;
+    int ignore_eos;
 };
 
 /* One lockstep run: the full fork records its attention (mass per position), the method's context is
@@ -123,6 +125,17 @@ kvb_fid_ref *kvb_fid_ref_create(kvb_model *m, const kvb_ctx_params *p, const int
     return r;
 }
 
+void kvb_fid_ref_ignore_eos(kvb_fid_ref *r, int on) { r->ignore_eos = on; }
+
+/* The most slots any layer's KV head of c holds now, into r's maximum (reached at decode step `step`). */
+static void note_max_tokens(const kvb_ctx *c, int step, kvb_fid_result *r) {
+    for (int l = 0; l < c->model->cfg.n_layer; l++)
+        for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
+            int64_t n = kvc_n(c->kv, l, h);
+            if (n > r->max_head_tokens) r->max_head_tokens = n, r->max_head_step = step;
+        }
+}
+
 void kvb_fid_ref_free(kvb_fid_ref *r) {
     if (!r) return;
     kvb_ctx_free(r->base);
@@ -149,6 +162,7 @@ void kvb_fid_result_add(kvb_fid_result *sum, const kvb_fid_result *r) {
     for (int l = 0; l < sum->n_layer; l++) sum->recall_sum[l] += r->recall_sum[l];
     sum->recall_steps += r->recall_steps;
     sum->kv = r->kv;
+    if (r->max_head_tokens > sum->max_head_tokens) sum->max_head_tokens = r->max_head_tokens, sum->max_head_step = r->max_head_step;
     snprintf(sum->params, sizeof sum->params, "%s", r->params);
 }
 
@@ -215,7 +229,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     kvb_budget none = {KVB_BUDGET_NONE, 0, 0};
     if (!(meth = kvb_method_create(method, L.meth, nd.takes_budget ? b : &none, o, err, err_len))) goto done;
     kvb_session_method seam = kvb_method_seam(meth);
-    kvb_gen_params gf = {.max_new = r->n_gen, .pick = pick_full, .user = &L}, gm = gf;
+    kvb_gen_params gf = {.max_new = r->n_gen, .ignore_eos = r->ignore_eos, .pick = pick_full, .user = &L}, gm = gf;
     gm.pick = pick_forced;
     if (kvb_session_init(&fs, L.full, NULL, &gf, err, err_len) || kvb_session_init(&ms, L.meth, &seam, &gm, err, err_len) ||
         kvb_rounds_chunk(&prompt, 0, err, err_len) || kvb_session_prefill(&ms, &prompt, 0, err, err_len))
@@ -223,6 +237,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     L.meth->on_visible = on_visible;
     L.meth->on_visible_user = &L;
     L.method = meth;
+    note_max_tokens(L.meth, 0, out);
     for (;;) {
         for (int l = 0; l < cfg->n_layer; l++) L.step_recall[l] = NAN;
         const char *piece;
@@ -231,6 +246,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
         if (f < 0) goto done;
         if (f == 0 || fs.finish) break; /* full attention's last token: nothing more to compare */
         if (kvb_session_step(&ms, &piece, &n, err, err_len) < 0) goto done;
+        note_max_tokens(L.meth, out->recall_steps + 1, out);
         for (int l = 0; l < cfg->n_layer; l++) {
             if (isnan(L.step_recall[l])) { ERR("fidelity: layer %d of %s reported no attention sources", l, method); goto done; }
             out->recall_sum[l] += L.step_recall[l];

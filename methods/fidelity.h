@@ -26,6 +26,9 @@ typedef struct {
     double *recall_sum;  /* [n_layer] sum over decode steps of the mean-over-KV-heads recall */
     int recall_steps;    /* decode steps with recall measured */
     kvb_kv_usage kv;     /* the method's measured KV after the run */
+    int64_t max_head_tokens; /* the most slots any layer's KV head held after the prefill or any decode step
+                              * (measured in the store: what a method compressing while decoding must bound) */
+    int max_head_step;       /* the decode step where it was reached (0: the end of the prefill) */
     char params[200];    /* the method's resolved parameters */
 } kvb_fid_result;
 
@@ -36,6 +39,8 @@ typedef struct kvb_fid_ref kvb_fid_ref;
 kvb_fid_ref *kvb_fid_ref_create(kvb_model *m, const kvb_ctx_params *p, const int32_t *ids, int64_t n, int n_gen,
                                 char *err, size_t err_len);
 void kvb_fid_ref_free(kvb_fid_ref *r);
+/* Keep generating past full attention's end of generation (n_gen positions exactly, `fidelity --ignore-eos`). */
+void kvb_fid_ref_ignore_eos(kvb_fid_ref *r, int on);
 
 /* Run one method (budget b, options o) against the reference for up to n_gen positions (fewer when full
  * ends its answer). out is zeroed and filled; free it with kvb_fid_result_free. 0 or -1 + err. */
@@ -44,7 +49,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
 /* A zeroed result with room for n_layer layers (what runs fill and sums add into); 0 or -1 (out of memory). */
 int kvb_fid_result_init(kvb_fid_result *r, int n_layer);
 void kvb_fid_result_free(kvb_fid_result *r);
-/* Add r's counts and sums into sum (same n_layer); kl_max is the larger, kv and params are r's. */
+/* Add r's counts and sums into sum (same n_layer); kl_max and max_head_tokens are the larger, kv and params r's. */
 void kvb_fid_result_add(kvb_fid_result *sum, const kvb_fid_result *r);
 
 /* A layer's recall averaged over decode steps, and its mean over layers (NAN without decode steps). */

@@ -574,6 +574,7 @@ static void test_fidelity_matches_float64_reference(void) {
     CU_ASSERT_FATAL(kvb_budget_parse("100%", &b, err, sizeof err) == 0);
     CU_ASSERT_FATAL(kvb_fidelity_run(ref, "full", &b, &o, &r, err, sizeof err) == 0);
     CU_ASSERT(r.positions == 2 && r.agree == 2 && r.kl_sum < 1e-12 && r.recall_steps == 1);
+    CU_ASSERT(r.max_head_tokens == N + 1 && r.max_head_step == 1); /* the prompt, then the one decoded token */
     for (int l = 0; l < L; l++) CU_ASSERT_DOUBLE_EQUAL(r.recall_sum[l], 1.0, 1e-5);
     kvb_fid_result_free(&r);
 
