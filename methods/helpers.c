@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/ops.h" /* cpu_topk */
+#include "base/topk.h"
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -20,7 +20,7 @@ void kvb_sort_i32(int32_t *v, int64_t n) { qsort(v, (size_t)n, sizeof *v, cmp_i3
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
     if (k > n) k = n;
     if (k <= 0) return 0;
-    cpu_topk(score, n, k, out);
+    kvb_topk(score, n, k, out);
     kvb_sort_i32(out, k);
     return 0;
 }

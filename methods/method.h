@@ -170,8 +170,9 @@ kvb_session_method kvb_method_seam(kvb_method *m);
 int kvb_method_verify(kvb_method *m, kvb_ctx *c, int end_of_prefill, char *err, size_t err_len);
 
 /* Shared helpers for method files. */
-/* Indices of the k largest scores (ties: lower index first, NaN below every number), written ascending into
- * out: kernels/cpu/ops.c's cpu_topk, the one top-k, sorted by index. Returns 0 (kept int for callers). */
+/* Indices of the k largest scores of a host array (ties: lower index first, NaN below every number), written
+ * ascending into out: base/topk.c's kvb_topk (the order of the backends' topk_idx), sorted by index. Data on the
+ * device goes through the backend's topk_idx instead. Returns 0 (kept int for callers). */
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out);
 /* Sort int32 ascending. */
 void kvb_sort_i32(int32_t *v, int64_t n);

@@ -1,4 +1,4 @@
-/* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax, top-k.
+/* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax, top-k (base/topk.c's).
  * Attention lives in attention.c. rmsnorm, rope and swiglu take llama.cpp's CPU float order exactly
  * (ggml_compat.h says why that matters), so the forward pass matches it bit for bit. */
 #include "kernels/cpu/ops.h"
@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/topk.h"
 #include "kernels/cpu/ggml_compat.h"
 #include "kernels/cpu/ops_vec.h"
 
@@ -136,46 +137,5 @@ void cpu_softmax(float *x, int64_t n) {
     for (; i < n; i++) x[i] *= inv;
 }
 
-/* total order for top-k: larger value first, NaN after every number, then lower index first */
-static int ranks_before(const float *x, int32_t a, int32_t b) {
-    const float va = x[a], vb = x[b];
-    const int na = isnan(va), nb = isnan(vb);
-    if (na != nb) return nb;
-    if (!na && va != vb) return va > vb;
-    return a < b;
-}
-
-/* heap whose root is the element that ranks last among those kept */
-static void heap_sift_down(const float *x, int32_t *h, int64_t n, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, worst = i;
-        if (l < n && ranks_before(x, h[worst], h[l])) worst = l;
-        if (r < n && ranks_before(x, h[worst], h[r])) worst = r;
-        if (worst == i) return;
-        int32_t t = h[i];
-        h[i] = h[worst];
-        h[worst] = t;
-        i = worst;
-    }
-}
-
-void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out) {
-    if (k > n) k = n;
-    if (k <= 0) return;
-    int32_t *h = idx_out; /* the heap is built in the output and sorted in place at the end */
-    for (int64_t i = 0; i < k; i++) h[i] = (int32_t)i;
-    for (int64_t i = k / 2; i-- > 0;) heap_sift_down(x, h, k, i);
-    for (int64_t i = k; i < n; i++) {
-        if (ranks_before(x, (int32_t)i, h[0])) {
-            h[0] = (int32_t)i;
-            heap_sift_down(x, h, k, 0);
-        }
-    }
-    /* heapsort: the root ranks last, so moving it to the end leaves the array in rank order */
-    for (int64_t m = k; m > 1; m--) {
-        int32_t t = h[0];
-        h[0] = h[m - 1];
-        h[m - 1] = t;
-        heap_sift_down(x, h, m - 1, 0);
-    }
-}
+/* the top-k of base/topk.c, which host-side method helpers share */
+void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out) { kvb_topk(x, n, k, idx_out); }
