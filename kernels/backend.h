@@ -306,6 +306,35 @@ struct kvb_backend {
      * out_stride >= every count. */
     int (*split_rows_idx)(kvb_backend *be, int32_t *out, int64_t out_stride, int32_t *counts, const int32_t *flat,
                           int64_t n, int64_t row_len, int rows, char *err, size_t err_len);
+    /* ---- elementwise ops on per-slot vectors (issue 38: LagKV, CUR, ExpectedAttention's value norms and
+     * covariance term); sums in the order given, so every backend gives the CPU's bits (softmax_rows: its exp
+     * within an ulp) ---- */
+    /* out[i] = a[i] * b[i] in float for i < n (out may be a or b) */
+    int (*mul_f32)(kvb_backend *be, float *out, const float *a, const float *b, int64_t n, char *err, size_t err_len);
+    /* out[i] = (float)((alpha a[i] + beta b[i]) + gamma) in double, each product rounded, for i < n; b NULL = no b
+     * term (out may be a or b) */
+    int (*axpby_f32)(kvb_backend *be, float *out, const float *a, double alpha, const float *b, double beta,
+                     double gamma, int64_t n, char *err, size_t err_len);
+    /* In place, rows r < rows of x (stride apart), columns 0..n-1: m = the row's float max, e_i = exp((double)x_i -
+     * m), s = sum of e_i (double, i ascending), x_i = (float)(e_i / s). A NaN, or a row of -inf, gives NaN. */
+    int (*softmax_rows)(kvb_backend *be, float *x, int64_t stride, int64_t rows, int64_t n, char *err, size_t err_len);
+    /* ||U x_j||^2: out[j] = (float) of the sum over r < m ascending of d_r^2, d_r = sum over e ascending of
+     * (double)u[r][e] x[j][e] (double), for rows j < n of x (dim elements of dtype); u: [m][dim] f32. */
+    int (*proj_sqnorms)(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                        const float *u, int m, char *err, size_t err_len);
+    /* For rows i < n of x (dim elements of dtype), b = i / block: y_e = ((double)x[i][e] - lo[b][e]) / ((double)
+     * hi[b][e] - lo[b][e]) (lo, hi: [.][dim] f32), out[i] = (float)sqrt(sum_e (y_e - mean y)^2 / (dim - 1)), mean and
+     * sum in double, e ascending: the sample standard deviation of the row scaled by its block's ranges (dim 1,
+     * or hi = lo: NaN or inf). */
+    int (*block_scaled_std)(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                            const float *lo, const float *hi, int64_t block, char *err, size_t err_len);
+    /* In place, x[i] = (float)((double)x[i] / s_b) for i < n, s_b = the double sum, ascending, of x over i's block
+     * of `block` slots (b*block .. min(n, (b+1)*block) - 1; 0/0: NaN). */
+    int (*block_normalize)(kvb_backend *be, float *x, int64_t n, int64_t block, char *err, size_t err_len);
+    /* out[i] = (float) the number of slots j of i's block (as block_normalize's) that sort before i: x[j] < x[i], or
+     * x[j] == x[i] and j < i; NaN after every number, NaNs by slot. A rank: 0 .. block - 1, distinct in a block. */
+    int (*block_ranks)(kvb_backend *be, float *out, const float *x, int64_t n, int64_t block, char *err,
+                       size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */

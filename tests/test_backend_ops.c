@@ -1190,6 +1190,231 @@ static void test_attention_quant_merges_the_quantized_softmax_into_the_stores_as
         }
 }
 
+
+/* ---- elementwise ops on per-slot vectors: mul_f32, axpby_f32, softmax_rows, proj_sqnorms, block_scaled_std,
+ * block_normalize, block_ranks ----
+ * The header fixes each one's precision and order (products of floats are exact in double; sums in one order), so
+ * the reference below, written from the header in double, is every backend's answer bit for bit; softmax_rows'
+ * exp alone may differ from glibc's in the last bit on other backends (held to 4 float ulps there). */
+
+static void fill_signed(float *x, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = rnd(9) == 0 ? 0.0f : (float)((unit() * 2 - 1) * scale);
+}
+
+static int same_bits(const float *a, const float *b, int64_t n) { return !memcmp(a, b, (size_t)n * 4); }
+
+static int within_ulps(const float *got, const float *ref, int64_t n, double ulps) {
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) ? !isnan(got[i]) : fabs((double)got[i] - ref[i]) > ulps * 0x1p-23 * fabs((double)ref[i]) + 1e-45)
+            return 0;
+    }
+    return 1;
+}
+
+static void check_mul_axpby(kvb_backend *be, int64_t n) {
+    char err[256];
+    const size_t bytes = (size_t)(n + 1) * 4;
+    float *a = malloc(bytes), *b = malloc(bytes), *ref = malloc(bytes), *got = malloc(bytes);
+    fill_signed(a, n + 1, 1e3), fill_signed(b, n + 1, 1e-2);
+    const double alpha = (unit() - 0.5) * 3, beta = unit() * 7, gamma = rnd(2) ? 0.0 : 1e-2;
+    for (int pass = 0; pass < 3; pass++) { /* mul; axpby with b; axpby without */
+        for (int64_t i = 0; i <= n; i++) ref[i] = got[i] = -777.0f; /* slot n: past the vector, left alone */
+        for (int64_t i = 0; i < n; i++)
+            ref[i] = pass == 0 ? a[i] * b[i]
+                               : (float)(alpha * (double)a[i] + (pass == 1 ? beta * (double)b[i] : 0.0) + gamma);
+        float *dout = up(be, got, bytes), *da = up(be, a, bytes), *db = up(be, b, bytes);
+        const int rc = pass == 0 ? be->mul_f32(be, dout, da, db, n, err, sizeof err)
+                                 : be->axpby_f32(be, dout, da, alpha, pass == 1 ? db : NULL, beta, gamma, n, err, sizeof err);
+        CU_ASSERT(rc == 0);
+        down(be, got, dout, bytes);
+        CU_ASSERT(same_bits(got, ref, n + 1));
+        if (pass == 0) { /* in place: out = a */
+            CU_ASSERT(be->mul_f32(be, da, da, db, n, err, sizeof err) == 0);
+            down(be, got, da, bytes);
+            CU_ASSERT(same_bits(got, ref, n));
+        }
+        release_all(be);
+    }
+    free(a), free(b), free(ref), free(got);
+}
+
+static void test_mul_f32_and_axpby_f32_are_the_float_product_and_the_double_combination(void) {
+    const int64_t ns[] = {0, 1, 17, 1000};
+    EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) for (int rep = 0; rep < 3; rep++) check_mul_axpby(be, ns[ni]);
+}
+
+static void check_softmax_rows(kvb_backend *be, int64_t rows, int64_t n, int64_t stride, int special) {
+    char err[256];
+    const int64_t total = rows * stride + 1;
+    float *x = malloc((size_t)total * 4), *ref = malloc((size_t)total * 4), *got = malloc((size_t)total * 4);
+    fill_signed(x, total, 30);
+    if (special == 1 && n) x[rnd(rows) * stride + rnd(n)] = NAN;      /* its row: NaN */
+    if (special == 2 && n) for (int64_t i = 0; i < n; i++) x[i] = -INFINITY; /* row 0: -inf throughout */
+    if (special == 3 && n > 1) x[stride * (rows - 1)] = -INFINITY;       /* one -inf: probability 0 */
+    memcpy(ref, x, (size_t)total * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = ref + r * stride;
+        double m = -INFINITY, s = 0;
+        int nan = 0;
+        for (int64_t i = 0; i < n; i++) nan |= isnan(row[i]), m = row[i] > m ? row[i] : m;
+        for (int64_t i = 0; i < n; i++) s += exp((double)row[i] - m);
+        for (int64_t i = 0; i < n; i++) row[i] = nan ? NAN : (float)(exp((double)row[i] - m) / s);
+    }
+    float *dx = up(be, x, (size_t)total * 4);
+    CU_ASSERT(be->softmax_rows(be, dx, stride, rows, n, err, sizeof err) == 0);
+    down(be, got, dx, (size_t)total * 4);
+    CU_ASSERT(is_cpu(be) ? same_bits(got, ref, total) : within_ulps(got, ref, total, 4));
+    for (int64_t r = 0; r < rows && special == 0 && n; r++) { /* and the rows are distributions */
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += got[r * stride + i];
+        CU_ASSERT(fabs(s - 1) < 1e-5);
+    }
+    free(x), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_softmax_rows_are_each_rows_double_softmax_in_place_nan_and_minus_inf_as_torch(void) {
+    const int64_t shapes[][3] = {{1, 0, 0}, {1, 1, 1}, {3, 17, 20}, {7, 300, 300}, {2, 5000, 5003}};
+    EACH_BACKEND(be) for (int si = 0; si < COUNT(shapes); si++) for (int sp = 0; sp < 4; sp++)
+        check_softmax_rows(be, shapes[si][0], shapes[si][1], shapes[si][2], sp);
+    char err[256];
+    EACH_BACKEND(be) { /* rows overlapping: refused with one line */
+        float *x = dev(be, 64);
+        CU_ASSERT(be->softmax_rows(be, x, 2, 2, 4, err, sizeof err) == -1 && strstr(err, "softmax_rows") != NULL);
+        release_all(be);
+    }
+}
+
+static void check_proj_sqnorms(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int m) {
+    char err[256];
+    const size_t es = elt(dt);
+    uint8_t *x = malloc((size_t)(n * dim) * es + 1);
+    float *u = malloc((size_t)(m * dim + 1) * 4), *ref = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+    fill_rows(x, n * dim, dt);
+    fill_signed(u, (int64_t)m * dim + 1, 0.5);
+    for (int64_t j = 0; j <= n; j++) ref[j] = got[j] = -777.0f;
+    for (int64_t j = 0; j < n; j++) {
+        double acc = 0;
+        for (int r = 0; r < m; r++) {
+            double d = 0;
+            for (int e = 0; e < dim; e++) d += (double)u[r * dim + e] * row_val(x, dt, j * dim + e);
+            acc += d * d;
+        }
+        ref[j] = (float)acc;
+    }
+    float *dout = up(be, got, (size_t)(n + 1) * 4);
+    CU_ASSERT(be->proj_sqnorms(be, dout, up(be, x, (size_t)(n * dim) * es), dt, dim, n,
+                               up(be, u, (size_t)(m * dim + 1) * 4), m, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)(n + 1) * 4);
+    CU_ASSERT(same_bits(got, ref, n + 1));
+    free(x), free(u), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_proj_sqnorms_are_the_double_sum_of_each_rows_squared_projections(void) {
+    const int64_t ns[] = {0, 1, 33, 200};
+    const int ms[] = {0, 1, 5, 32};
+    EACH_BACKEND(be) for (int hd = 0; hd < COUNT(head_dims); hd++) for (int ni = 0; ni < COUNT(ns); ni++)
+        for (int mi = 0; mi < COUNT(ms); mi++) check_proj_sqnorms(be, (kvb_dtype)rnd(2), head_dims[hd], ns[ni], ms[mi]);
+}
+
+static void check_block_scaled_std(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int64_t block) {
+    char err[256];
+    const size_t es = elt(dt);
+    const int64_t nb = n ? (n + block - 1) / block : 1;
+    uint8_t *x = malloc((size_t)(n * dim) * es + 1);
+    float *lo = malloc((size_t)(nb * dim) * 4), *hi = malloc((size_t)(nb * dim) * 4);
+    float *ref = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+    fill_rows(x, n * dim, dt);
+    for (int64_t i = 0; i < nb * dim; i++) { /* ranges of another block's rows: y outside [0, 1] too */
+        lo[i] = (float)(unit() * 2 - 1.5);
+        hi[i] = lo[i] + (float)(unit() * 3 + 0.01);
+    }
+    if (nb * dim > 1 && rnd(3) == 0) hi[1] = lo[1]; /* an empty range: inf or NaN as the division gives */
+    for (int64_t i = 0; i <= n; i++) ref[i] = got[i] = -777.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float *l = lo + i / block * dim, *h = hi + i / block * dim;
+        double mean = 0, ss = 0;
+        for (int e = 0; e < dim; e++) mean += (row_val(x, dt, i * dim + e) - (double)l[e]) / ((double)h[e] - l[e]);
+        mean /= dim;
+        for (int e = 0; e < dim; e++) {
+            const double y = (row_val(x, dt, i * dim + e) - (double)l[e]) / ((double)h[e] - l[e]) - mean;
+            ss += y * y;
+        }
+        ref[i] = (float)sqrt(ss / (dim - 1));
+    }
+    float *dout = up(be, got, (size_t)(n + 1) * 4);
+    CU_ASSERT(be->block_scaled_std(be, dout, up(be, x, (size_t)(n * dim) * es), dt, dim, n,
+                                   up(be, lo, (size_t)(nb * dim) * 4), up(be, hi, (size_t)(nb * dim) * 4), block, err,
+                                   sizeof err) == 0);
+    down(be, got, dout, (size_t)(n + 1) * 4);
+    int same = 1; /* NaN payloads aside */
+    for (int64_t i = 0; i <= n; i++) same &= isnan(ref[i]) ? isnan(got[i]) != 0 : got[i] == ref[i];
+    CU_ASSERT(same);
+    free(x), free(lo), free(hi), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_block_scaled_std_is_each_rows_sample_std_after_its_blocks_range_scaling(void) {
+    const int64_t ns[] = {0, 1, 16, 130};
+    const int64_t blocks[] = {1, 7, 128};
+    EACH_BACKEND(be) for (int hd = 0; hd < COUNT(head_dims); hd++) for (int ni = 0; ni < COUNT(ns); ni++)
+        for (int bi = 0; bi < COUNT(blocks); bi++)
+            check_block_scaled_std(be, (kvb_dtype)rnd(2), head_dims[hd], ns[ni], blocks[bi]);
+}
+
+static void check_block_normalize_ranks(kvb_backend *be, int64_t n, int64_t block) {
+    char err[256];
+    const size_t bytes = (size_t)(n + 1) * 4;
+    float *x = malloc(bytes), *ref = malloc(bytes), *got = malloc(bytes), *rank = malloc(bytes);
+    for (int64_t i = 0; i <= n; i++) x[i] = rnd(4) == 0 ? (float)rnd(3) : (float)(unit() * 5); /* ties: 0, 1, 2 */
+    if (n > 3 && rnd(2)) x[rnd(n)] = NAN, x[rnd(n)] = NAN;
+    if (n > 2 && rnd(2)) for (int64_t i = 0; i < block && i < n; i++) x[i] = 0.0f; /* a zero block: 0/0 */
+    /* ranks: count the slots of the block sorting before, NaN last, equal keys by slot */
+    for (int64_t i = 0; i <= n; i++) rank[i] = -777.0f;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = 0;
+        for (int64_t j = i / block * block; j < (i / block + 1) * block && j < n; j++) {
+            const int before = isnan(x[j]) ? isnan(x[i]) && j < i : isnan(x[i]) || x[j] < x[i] || (x[j] == x[i] && j < i);
+            c += before;
+        }
+        rank[i] = (float)c;
+    }
+    memcpy(ref, x, bytes);
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        double s = 0;
+        for (int64_t i = b0; i < b0 + block && i < n; i++) s += x[i];
+        for (int64_t i = b0; i < b0 + block && i < n; i++) ref[i] = (float)((double)x[i] / s);
+    }
+    float *dx = up(be, x, bytes), *dr = up(be, got, bytes);
+    for (int64_t i = 0; i <= n; i++) got[i] = -777.0f;
+    dr = up(be, got, bytes);
+    CU_ASSERT(be->block_ranks(be, dr, dx, n, block, err, sizeof err) == 0);
+    down(be, got, dr, bytes);
+    CU_ASSERT(same_bits(got, rank, n + 1));
+    CU_ASSERT(be->block_normalize(be, dx, n, block, err, sizeof err) == 0);
+    down(be, got, dx, bytes);
+    int same = 1;
+    for (int64_t i = 0; i <= n; i++) same &= isnan(ref[i]) ? isnan(got[i]) != 0 : got[i] == ref[i];
+    CU_ASSERT(same);
+    free(x), free(ref), free(got), free(rank);
+    release_all(be);
+}
+
+static void test_block_normalize_and_block_ranks_divide_by_and_rank_within_each_block(void) {
+    const int64_t ns[] = {0, 1, 16, 100, 513};
+    const int64_t blocks[] = {1, 16, 128};
+    EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) for (int bi = 0; bi < COUNT(blocks); bi++)
+        for (int rep = 0; rep < 2; rep++) check_block_normalize_ranks(be, ns[ni], blocks[bi]);
+    char err[256];
+    EACH_BACKEND(be) {
+        float *x = dev(be, 16);
+        CU_ASSERT(be->block_ranks(be, x, x, 4, 0, err, sizeof err) == -1 && strstr(err, "block_ranks") != NULL);
+        CU_ASSERT(be->block_normalize(be, x, 4, -1, err, sizeof err) == -1 && strstr(err, "block_normalize") != NULL);
+        release_all(be);
+    }
+}
+
 /* ---- the op table: every data op kernels/backend.h declares has a test here, and every backend has it ----
  *
  * The list is parsed from the header's source. struct kvb_backend opens its data ops with the comment
@@ -1260,7 +1485,8 @@ static const struct {
     OP(copy),         OP(zero),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
     OP(pool1d),       OP(topk_idx),     OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
-    OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx),
+    OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
+    OP(proj_sqnorms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
 };
 #undef OP
 
@@ -1358,6 +1584,11 @@ int main(void) {
     ADD(test_attention_quant_merges_the_quantized_softmax_into_the_stores_as_float64_says);
     ADD(test_fill_idx_f32_stores_the_value_at_every_listed_slot_and_nowhere_else);
     ADD(test_split_rows_idx_counts_every_row_and_lists_its_offsets_in_order);
+    ADD(test_mul_f32_and_axpby_f32_are_the_float_product_and_the_double_combination);
+    ADD(test_softmax_rows_are_each_rows_double_softmax_in_place_nan_and_minus_inf_as_torch);
+    ADD(test_proj_sqnorms_are_the_double_sum_of_each_rows_squared_projections);
+    ADD(test_block_scaled_std_is_each_rows_sample_std_after_its_blocks_range_scaling);
+    ADD(test_block_normalize_and_block_ranks_divide_by_and_rank_within_each_block);
     ADD(test_every_data_op_in_backend_h_has_a_test_here);
     return util_run_suites();
 }

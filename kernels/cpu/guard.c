@@ -331,6 +331,23 @@ GUARDED_INT(split_rows_idx, (kvb_backend *be, int32_t *out, int64_t out_stride, 
                              int64_t n, int64_t row_len, int rows, char *err, size_t err_len),
             out, out_stride, counts, flat, n, row_len, rows, err, err_len)
 
+/* elementwise ops (issue 38) */
+GUARDED_INT(mul_f32, (kvb_backend *be, float *out, const float *a, const float *b, int64_t n, char *err, size_t err_len),
+            out, a, b, n, err, err_len)
+GUARDED_INT(axpby_f32, (kvb_backend *be, float *out, const float *a, double alpha, const float *b, double beta,
+                        double gamma, int64_t n, char *err, size_t err_len), out, a, alpha, b, beta, gamma, n, err, err_len)
+GUARDED_INT(softmax_rows, (kvb_backend *be, float *x, int64_t stride, int64_t rows, int64_t n, char *err, size_t err_len),
+            x, stride, rows, n, err, err_len)
+GUARDED_INT(proj_sqnorms, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                           const float *u, int m, char *err, size_t err_len), out, x, dtype, dim, n, u, m, err, err_len)
+GUARDED_INT(block_scaled_std, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                               const float *lo, const float *hi, int64_t block, char *err, size_t err_len),
+            out, x, dtype, dim, n, lo, hi, block, err, err_len)
+GUARDED_INT(block_normalize, (kvb_backend *be, float *x, int64_t n, int64_t block, char *err, size_t err_len),
+            x, n, block, err, err_len)
+GUARDED_INT(block_ranks, (kvb_backend *be, float *out, const float *x, int64_t n, int64_t block, char *err,
+                          size_t err_len), out, x, n, block, err, err_len)
+
 static int guarded_sync(kvb_backend *be) {
     arena_open();
     int rc = IN(be)->sync(IN(be));
@@ -387,6 +404,8 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);
     WRAP(fill_idx_f32); WRAP(split_rows_idx);
+    WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(block_scaled_std);
+    WRAP(block_normalize); WRAP(block_ranks);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP
     return be;

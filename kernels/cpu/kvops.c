@@ -532,4 +532,5 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->block_expand = cpu_block_expand;
     be->fill_idx_f32 = cpu_fill_idx_f32;
     be->split_rows_idx = cpu_split_rows_idx;
+    cpu_install_elem_ops(be);
 }

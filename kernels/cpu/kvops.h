@@ -10,6 +10,8 @@
 /* Set be's data-op pointers (copy .. pod_merge) to the CPU implementations. They use no backend state
  * besides be->traffic and the thread pool (pod_merge). */
 void cpu_install_data_ops(kvb_backend *be);
+/* The elementwise ops on per-slot vectors (mul_f32 .. block_ranks; elemops.c), installed by the above. */
+void cpu_install_elem_ops(kvb_backend *be);
 /* The CPU backend's thread pool (backend_cpu.c). */
 kvb_pool *cpu_backend_pool(const kvb_backend *be);
 

@@ -1005,6 +1005,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     }
     cuda_install_kvquant_ops(be);
     cuda_install_arch_ops(be);
+    cuda_install_elem_ops(be);
     im->alloc.alloc = cuda_alloc;
     im->alloc.free = cuda_free;
     im->alloc.copy = cuda_copy;

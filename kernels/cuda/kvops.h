@@ -41,5 +41,7 @@ int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len);
 void cuda_install_kvquant_ops(kvb_backend *be);
 /* The newer architectures' elementwise ops (arch_ops.cu): install be's rope_ext, geglu and scale. */
 void cuda_install_arch_ops(kvb_backend *be);
+/* The elementwise ops on per-slot vectors (elemops.cu): install be's mul_f32 .. block_ranks. */
+void cuda_install_elem_ops(kvb_backend *be);
 
 #endif
