@@ -1,7 +1,9 @@
-/* cmd_bench_serve.c — `kvbench bench-serve`: what a method buys a server. An in-process load generator drives the
- * continuous-batching scheduler (judge/sched.h) on a fixed KV pool: N closed-loop clients, each sending its next
- * request when the last one ends, replay needle-in-a-haystack prompts until a fixed number of requests is done;
- * one row per method@budget (docs/serving.md). */
+/* cmd_bench_serve.c — `kvbench bench-serve`: what a method buys a server. A load generator (judge/loadgen.h) drives
+ * the continuous-batching scheduler in process on a fixed KV pool, or a running `kvbench serve --batching` over
+ * HTTP (--url): N closed-loop clients, each sending its next request when the last one ends, or open-loop Poisson
+ * arrivals, replay needle-in-a-haystack prompts until a fixed number of requests is done; one row per
+ * method@budget (and per pool size: several give the chart of throughput against the pool; docs/serving.md). */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +15,19 @@
 #include "benchmarks/prompt.h"
 #include "cli/cli.h"
 #include "engine/batch.h"
-#include "judge/sched.h"
+#include "engine/kvcache.h"
+#include "engine/kvpool.h"
+#include "judge/loadgen.h"
 #include "methods/budget.h"
+#include "reports/serve_chart.h"
 
 int cmd_bench_serve(int argc, char **argv);
 
 static const char *HELP =
     "usage: kvbench bench-serve [--methods full,snapkv@25%,...] [--clients 16] [--requests 64]\n"
-    "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N | --pool-seqs 4]\n"
-    "                           [--max-batch 64] [--prompts 8] [--stop-at-eos] [--csv FILE] [engine options]\n"
+    "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N[,N...] | --pool-seqs 4]\n"
+    "                           [--max-batch 64] [--prompts 8] [--stop-at-eos] [--csv FILE] [--json FILE]\n"
+    "                           [--chart FILE] [--url URL [--api-key-env VAR] [--server-model NAME]] [engine options]\n"
     "\n"
     "Throughput of the engine as a server, per KV-cache method, at a fixed KV memory. --clients closed-loop clients\n"
     "replay --prompts needle-in-a-haystack prompts of about --prompt-len tokens (the needle at evenly spread\n"
@@ -29,10 +35,16 @@ static const char *HELP =
     "Requests decode together, one batched forward step for all running sequences, on one KV pool of\n"
     "--kv-pool-mib MiB (default: room for --pool-seqs full-attention sequences of prompt + max-new tokens);\n"
     "a request waits until the pool can hold it (no preemption). One Markdown row per method@budget: requests/s,\n"
-    "output tokens/s, TTFT and TPOT p50/p99, mean and max running sequences, pool occupancy, waits, lost requests.\n"
-    "--csv FILE writes the same rows as CSV. Times are wall-clock on this machine (docs/serving.md).\n"
+    "output tokens/s, TTFT and TPOT p50/p90/p99, mean and max running sequences, pool occupancy, waits, failed and\n"
+    "lost requests. --csv FILE and --json FILE write the same rows. Several --kv-pool-mib sizes run every method at\n"
+    "each and write the chart of output tokens/s against the pool (--chart FILE, default throughput-vs-pool.svg).\n"
+    "Times are wall-clock on this machine (docs/serving.md). Exit 1 when a request failed (each row says why).\n"
     "--rate R: open loop instead, Poisson arrivals at R requests/s (one seeded schedule for every method); TTFT\n"
     "counts from each request's arrival.\n"
+    "--url URL: the same load against a running server (kvbench serve --batching, or any OpenAI-compatible server\n"
+    "honouring the \"kvbench\" method/budget field and \"ignore_eos\"), one connection per client, streamed\n"
+    "replies: TTFT and TPOT measured client-side from the stream; concurrency and pool occupancy read from the\n"
+    "server's /v1/kvbench/stats, '-' when it has none. The prompts are built with --model's tokenizer.\n"
     "\n"
     "options:\n"
     "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
@@ -40,6 +52,8 @@ static const char *HELP =
     "  --prefill-chunk N      prefill N tokens between two decode steps (default: a prompt's whole prefill)\n"
     "  --decode-only B,...    batched decode alone: for each batch size B, B sequences of --prompt-len tokens,\n"
     "                         then --n-decode (32) batched steps timed (scripts/llamacpp_batch_bench.py: llama.cpp's)\n"
+    "  --api-key-env VAR      with --url: the bearer token, read from this environment variable\n"
+    "  --server-model NAME    with --url: the request's \"model\" field (default: the first of /v1/models)\n"
     CLI_ENGINE_HELP;
 
 typedef struct {
@@ -82,151 +96,10 @@ static int parse_methods(const char *list, method_item *out, int cap, int *n, ch
     return 0;
 }
 
-/* what one run collects from its ended requests */
-typedef struct {
-    int n_done, n_ok, idle;
-    double *ttft, *tpot;
-    int n_ttft, n_tpot;
-    int64_t out_tokens;
-    double t_last_done;
-    char first_err[384];
-} collect;
-
-static void on_done(void *user, const kvb_sched_result *r) {
-    collect *c = user;
-    c->n_done++;
-    c->idle++;
-    if (r->t_done > c->t_last_done) c->t_last_done = r->t_done;
-    if (!r->ok) {
-        if (!c->first_err[0]) snprintf(c->first_err, sizeof c->first_err, "%s", r->err);
-        return;
-    }
-    c->n_ok++;
-    c->out_tokens += r->n_gen;
-    if (r->n_gen > 0) c->ttft[c->n_ttft++] = r->t_first - r->t_arrive;
-    if (r->n_gen > 1) c->tpot[c->n_tpot++] = (r->t_last - r->t_first) / (r->n_gen - 1);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* nearest-rank percentile of v[0..n) (sorted here); NAN when empty */
-static double pct(double *v, int n, double p) {
-    if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    int k = (int)ceil(p / 100.0 * n);
-    return v[k < 1 ? 0 : k - 1];
-}
-
-typedef struct {
-    int clients, requests, max_new, ignore_eos, max_batch, page_tokens;
-    double rate; /* > 0: open loop, Poisson arrivals at this many requests/s (clients unused) */
-    int prefill_chunk; /* prefill tokens between two decode steps (0 = the whole prompt) */
-    int64_t pool_bytes;
-} load_opts;
-
-typedef struct {
-    double wall_s, req_s, tok_s, step_tok_s, ttft50, ttft99, tpot50, tpot99, mean_seqs, pool_mean, pool_peak, held_mean;
-    int ok, failed, lost, max_seqs;
-    int64_t waits, overdrafts;
-    char first_err[384];
-} row;
-
-static int run_one(kvb_model *m, const cli_engine_opts *eo, const method_item *mi, const load_opts *lo,
-                   kvb_prompt *prompts, int n_prompts, row *out, char *err, size_t err_len) {
-    kvb_sched_opts so;
-    memset(&so, 0, sizeof so);
-    so.model = m;
-    so.ctx = eo->ctx;
-    so.max_batch = lo->max_batch;
-    so.pool_bytes = lo->pool_bytes;
-    so.page_tokens = lo->page_tokens;
-    so.prefill_chunk = lo->prefill_chunk;
-    so.method = mi->name;
-    so.budget = mi->budget;
-    kvb_sched *s = kvb_sched_create(&so, err, err_len);
-    if (!s) return -1;
-    collect c;
-    memset(&c, 0, sizeof c);
-    c.idle = lo->clients;
-    c.ttft = calloc((size_t)lo->requests, sizeof *c.ttft);
-    c.tpot = calloc((size_t)lo->requests, sizeof *c.tpot);
-    int rc = c.ttft && c.tpot ? 0 : (snprintf(err, err_len, "out of memory"), -1);
-    int submitted = 0;
-    const double t_start = kvb_sched_now(s);
-    /* open loop: arrival times from a seeded exponential stream, the same schedule for every method */
-    double *arrive = lo->rate > 0 ? calloc((size_t)lo->requests, sizeof *arrive) : NULL;
-    if (lo->rate > 0 && !arrive && !rc) rc = (snprintf(err, err_len, "out of memory"), -1);
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; arrive && i < lo->requests; i++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        const double u = ((double)(rng >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
-        arrive[i] = (i ? arrive[i - 1] : t_start) - log(u) / lo->rate * 1e3;
-    }
-    if (arrive) c.idle = 0;
-    while (!rc && c.n_done < lo->requests) {
-        if (arrive) { /* the requests due by now; idle until the next when there is nothing to do */
-            const double now = kvb_sched_now(s);
-            c.idle = 0; /* (on_done counts ends as free clients: none here) */
-            while (submitted + c.idle < lo->requests && arrive[submitted + c.idle] <= now) c.idle++;
-            if (c.idle == 0 && kvb_sched_waiting(s) == 0 && kvb_sched_running(s) == 0) {
-                if (submitted < lo->requests && arrive[submitted] > now)
-                    usleep((useconds_t)((arrive[submitted] - now) * 1e3));
-                continue;
-            }
-        }
-        for (; c.idle > 0 && submitted < lo->requests; submitted++, c.idle--) {
-            const kvb_prompt *p = &prompts[submitted % n_prompts];
-            kvb_sched_req r;
-            memset(&r, 0, sizeof r);
-            r.id = submitted;
-            r.ids = p->ids;
-            r.n = (int)p->n;
-            r.max_new = lo->max_new;
-            r.ignore_eos = lo->ignore_eos;
-            if (arrive) r.arrive_ms = arrive[submitted]; /* TTFT from the arrival, not from when the loop got to it */
-            if (kvb_sched_submit(s, &r, err, err_len)) rc = -1;
-            if (rc) break;
-        }
-        if (!rc) rc = kvb_sched_step(s, on_done, &c, err, err_len);
-    }
-    if (!rc) {
-        kvb_sched_stats st;
-        kvb_sched_get_stats(s, &st);
-        memset(out, 0, sizeof *out);
-        out->wall_s = (c.t_last_done - t_start) / 1e3;
-        out->ok = c.n_ok;
-        out->failed = c.n_done - c.n_ok;
-        out->lost = lo->requests - c.n_done;
-        out->req_s = out->wall_s > 0 ? c.n_ok / out->wall_s : 0;
-        out->tok_s = out->wall_s > 0 ? c.out_tokens / out->wall_s : 0;
-        /* the tokens the batched steps made per second of step time (prefills left out): batching's own gain */
-        out->step_tok_s = st.decode_ms > 0 ? st.step_seqs / (st.decode_ms / 1e3) : 0;
-        out->ttft50 = pct(c.ttft, c.n_ttft, 50);
-        out->ttft99 = pct(c.ttft, c.n_ttft, 99);
-        out->tpot50 = pct(c.tpot, c.n_tpot, 50);
-        out->tpot99 = pct(c.tpot, c.n_tpot, 99);
-        out->mean_seqs = st.decode_ms > 0 ? st.running_ms / st.decode_ms : 0;
-        out->max_seqs = st.max_running;
-        out->pool_mean = st.pool_pages && st.decode_ms > 0 ? 100.0 * st.reserved_page_ms / st.decode_ms / st.pool_pages : NAN;
-        out->held_mean = st.pool_pages && st.decode_ms > 0 ? 100.0 * st.held_page_ms / st.decode_ms / st.pool_pages : NAN;
-        out->pool_peak = st.pool_pages ? 100.0 * st.peak_reserved / st.pool_pages : NAN;
-        out->waits = st.waits;
-        out->overdrafts = st.overdrafts;
-        snprintf(out->first_err, sizeof out->first_err, "%s", c.first_err);
-    }
-    free(arrive);
-    free(c.ttft);
-    free(c.tpot);
-    kvb_sched_free(s);
-    return rc;
-}
-
 /* The needle prompts: n depths spread over [0, 100] at one context length, built as the NIAH suite builds them
- * (chat template, official layout). */
-static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, char *err, size_t err_len) {
+ * (chat template, official layout): the ids in out[], and (texts not NULL) the messages a server gets (strdup'd). */
+static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, kvb_load_text *texts, char *err,
+                        size_t err_len) {
     double *depths = calloc((size_t)n, sizeof *depths);
     if (!depths) return snprintf(err, err_len, "out of memory"), -1;
     niah_linspace_round(0, 100, n, depths);
@@ -234,7 +107,14 @@ static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, ch
     int len = prompt_len + 200; /* the generator keeps 200 tokens of a length for the question and the answer */
     int rc = niah_generate(NULL, &len, 1, depths, n, NULL, NULL, NULL, kvb_count_tokens, m, &ss, err, err_len);
     free(depths);
-    for (int i = 0; i < ss.n && !rc; i++) rc = kvb_prompt_build(m, &ss.v[i], (int64_t)prompt_len + 512, 0, &out[i], err, err_len);
+    for (int i = 0; i < ss.n && !rc; i++) {
+        rc = kvb_prompt_build(m, &ss.v[i], (int64_t)prompt_len + 512, 0, &out[i], err, err_len);
+        if (!rc && texts) {
+            texts[i].system = ss.v[i].system ? strdup(ss.v[i].system) : NULL;
+            texts[i].user = strdup(ss.v[i].prompt ? ss.v[i].prompt : "");
+            if (!texts[i].user || (ss.v[i].system && !texts[i].system)) rc = (snprintf(err, err_len, "out of memory"), -1);
+        }
+    }
     kvb_samples_free(&ss);
     return rc;
 }
@@ -287,30 +167,38 @@ static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes
     return rc;
 }
 
-static void print_cell(FILE *f, double v, const char *fmt) {
-    if (isnan(v)) fprintf(f, " - |");
-    else {
-        fputc(' ', f);
-        fprintf(f, fmt, v);
-        fputs(" |", f);
+/* "64" or "32,64,128" -> MiB values; -1 + err. */
+static int parse_pools(const char *list, long *out, int cap, int *n, char *err, size_t err_len) {
+    *n = 0;
+    for (const char *q = list; *q;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q || v < 1 || v > (1L << 30) || (*end && *end != ',') || *n == cap)
+            return snprintf(err, err_len, "--kv-pool-mib expects up to %d sizes in MiB like 64 or 32,64,128, got '%s'", cap, list), -1;
+        out[(*n)++] = v;
+        q = *end ? end + 1 : end;
     }
+    if (*n == 0) return snprintf(err, err_len, "--kv-pool-mib expects sizes in MiB like 64 or 32,64,128"), -1;
+    return 0;
 }
 
 int cmd_bench_serve(int argc, char **argv) {
     cli_engine_opts eo;
     cli_engine_defaults(&eo);
-    const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL;
-    load_opts lo = {16, 64, 64, 1, 64, 16, 0, 0, 0};
+    const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL, *json = NULL, *chart = NULL;
+    const char *url = NULL, *api_key_env = NULL, *server_model = NULL, *pool_list = NULL;
+    kvb_load_opts lo = {16, 64, 64, 1, 0, 0, 0, 0, 0};
     int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
-    long pool_mib = 0;
     const char *decode_sizes = NULL;
     int n_decode = 32;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_INT("--clients", &lo.clients, 1, 4096),
                       CLI_INT("--requests", &lo.requests, 1, 1000000), CLI_INT("--prompt-len", &prompt_len, 16, 1 << 22),
-                      CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_LONG("--kv-pool-mib", &pool_mib, 1, 1L << 30),
+                      CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_STR("--kv-pool-mib", &pool_list),
                       CLI_INT("--pool-seqs", &pool_seqs, 1, 1 << 20), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
                       CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
-                      CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv),
+                      CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv), CLI_STR("--json", &json),
+                      CLI_STR("--chart", &chart), CLI_STR("--url", &url), CLI_STR("--api-key-env", &api_key_env),
+                      CLI_STR("--server-model", &server_model),
                       CLI_STR("--decode-only", &decode_sizes), CLI_INT("--n-decode", &n_decode, 1, 1 << 20), CLI_FLOAT("--rate", &lo.rate, 0.001, 1e6),
                       CLI_INT("--prefill-chunk", &lo.prefill_chunk, 1, 1 << 24),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
@@ -321,6 +209,16 @@ int cmd_bench_serve(int argc, char **argv) {
     method_item items[32];
     int n_items = 0;
     if (parse_methods(methods, items, 32, &n_items, err, sizeof err)) return cli_fail("bench-serve: %s", err);
+    long pools[16];
+    int n_pools = 0;
+    if (pool_list && parse_pools(pool_list, pools, 16, &n_pools, err, sizeof err)) return cli_fail("bench-serve: %s", err);
+    if (url && (pool_list || lo.max_batch || lo.page_tokens || lo.prefill_chunk || decode_sizes))
+        return cli_fail("bench-serve: --url measures the server as it was started: --kv-pool-mib, --max-batch, "
+                        "--page-tokens, --prefill-chunk and --decode-only are the server's (kvbench serve) or in-process only");
+    if (!url && (api_key_env || server_model)) return cli_fail("bench-serve: --api-key-env and --server-model need --url");
+    if (chart && n_pools < 2) return cli_fail("bench-serve: --chart needs several --kv-pool-mib sizes (e.g. 32,64,128)");
+    if (!lo.max_batch) lo.max_batch = 64;
+    if (!lo.page_tokens) lo.page_tokens = 16;
     int sizes[64], n_sizes = 0;
     for (const char *q = decode_sizes; q && *q && n_sizes < 64;) {
         char *end;
@@ -345,17 +243,18 @@ int cmd_bench_serve(int argc, char **argv) {
         return cli_fail("bench-serve: the model has no tokenizer (a synthetic model): the prompts need one");
     }
     kvb_prompt *prompts = calloc((size_t)n_prompts, sizeof *prompts);
-    int rc = prompts ? make_prompts(m, prompt_len, n_prompts, prompts, err, sizeof err) : -1;
-    if (!prompts) snprintf(err, sizeof err, "out of memory");
+    kvb_load_text *texts = url ? calloc((size_t)n_prompts, sizeof *texts) : NULL;
+    int rc = prompts && (texts || !url) ? make_prompts(m, prompt_len, n_prompts, prompts, texts, err, sizeof err)
+                                        : (snprintf(err, sizeof err, "out of memory"), -1);
     int64_t longest = 0;
     for (int i = 0; i < n_prompts && !rc; i++) longest = prompts[i].n > longest ? prompts[i].n : longest;
     const int n_ctx = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train;
-    if (!rc && longest + lo.max_new > n_ctx)
+    if (!rc && !url && longest + lo.max_new > n_ctx)
         rc = (snprintf(err, sizeof err, "the longest prompt (%lld tokens) + --max-new %d exceeds the context %d (--ctx)",
                        (long long)longest, lo.max_new, n_ctx), -1);
-    /* the pool: --kv-pool-mib, or full attention's pages for --pool-seqs of the longest prompt + max-new */
+    /* the pools: --kv-pool-mib, or full attention's pages for --pool-seqs of the longest prompt + max-new */
     kvb_ctx *probe = NULL;
-    if (!rc) {
+    if (!rc && !url) {
         kvb_ctx_params pp = eo.ctx;
         pp.n_ctx = 16;
         pp.n_batch = 1;
@@ -363,73 +262,108 @@ int cmd_bench_serve(int argc, char **argv) {
         rc = probe ? 0 : -1;
     }
     kvp_pool pool;
-    if (!rc) rc = kvp_init(&pool, 1L << 40, kvc_slot_bytes(probe->kv), lo.page_tokens, err, sizeof err);
-    int64_t seq_bytes = 0;
-    if (!rc) {
+    int64_t seq_bytes = 0, pool_bytes[16];
+    if (!rc && !url) rc = kvp_init(&pool, 1L << 40, kvc_slot_bytes(probe->kv), lo.page_tokens, err, sizeof err);
+    if (!rc && !url) {
         seq_bytes = kvp_full_pages(&pool, &m->cfg, longest + lo.max_new) * pool.page_bytes;
-        lo.pool_bytes = pool_mib > 0 ? (int64_t)pool_mib << 20 : pool_seqs * seq_bytes;
+        if (n_pools == 0) pool_bytes[n_pools++] = pool_seqs * seq_bytes;
+        else
+            for (int k = 0; k < n_pools; k++) pool_bytes[k] = (int64_t)pools[k] << 20;
         /* admission promises full attention's pages for the prefill (judge/sched.h): a pool below one sequence
          * would refuse every request */
-        if (lo.pool_bytes / pool.page_bytes * pool.page_bytes < seq_bytes)
-            rc = (snprintf(err, sizeof err,
-                           "--kv-pool-mib %ld cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
-                           "under full attention while they prefill)",
-                           pool_mib, (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
+        for (int k = 0; k < n_pools && !rc; k++)
+            if (pool_bytes[k] / pool.page_bytes * pool.page_bytes < seq_bytes)
+                rc = (snprintf(err, sizeof err,
+                               "--kv-pool-mib %ld cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
+                               "under full attention while they prefill)",
+                               pools[k], (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
     }
+    if (url) n_pools = 1, pool_bytes[0] = 0;
     if (!rc) {
-        char load[96];
+        char load[96], where[1200];
         if (lo.rate > 0) snprintf(load, sizeof load, "open loop at %.3g requests/s (Poisson, seeded)", lo.rate);
         else snprintf(load, sizeof load, "%d closed-loop clients", lo.clients);
-        printf("bench-serve: %s, %s, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s, "
-               "KV pool %.1f MiB (%.2f full-attention sequences of %lld tokens; pages of %d tokens), max batch %d, "
-               "%d threads, backend %s\n\n",
-               m->path, load, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
-               lo.ignore_eos ? "" : " at most", lo.pool_bytes / 1048576.0, (double)lo.pool_bytes / seq_bytes,
-               (long long)(longest + lo.max_new), lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
+        if (url)
+            snprintf(where, sizeof where, "server %s (prompts by %s's tokenizer)", url, m->path);
+        else
+            snprintf(where, sizeof where, "%s, KV pool %.1f MiB%s (%.2f full-attention sequences of %lld tokens; pages of "
+                     "%d tokens), max batch %d, %d threads, backend %s", m->path, pool_bytes[0] / 1048576.0,
+                     n_pools > 1 ? " and more" : "", (double)pool_bytes[0] / seq_bytes, (long long)(longest + lo.max_new),
+                     lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
+        printf("bench-serve: %s, %s, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s\n\n", where,
+               load, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
+               lo.ignore_eos ? "" : " at most");
     }
     kvb_ctx_free(probe);
     FILE *cf = NULL;
     if (!rc && csv && !(cf = fopen(csv, "w"))) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
-    if (cf)
-        fputs("method,budget,requests,ok,failed,lost,wall_s,requests_per_s,output_tokens_per_s,step_tokens_per_s,ttft_p50_ms,ttft_p99_ms,"
-              "tpot_p50_ms,tpot_p99_ms,mean_seqs,max_seqs,pool_promised_mean_pct,pool_promised_peak_pct,"
-              "pool_held_mean_pct,waits,overdrafts\n", cf);
-    if (!rc) {
-        puts("| method | budget | ok/requests | lost | req/s | out tok/s | step tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
-             "TPOT p99 ms | mean seqs | max seqs | pool promised mean / peak % | pool held mean % | waits |");
-        puts("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    if (cf) kvb_load_csv_header(cf);
+    cJSON *jrows = json ? cJSON_CreateArray() : NULL;
+    double *tok_s = calloc((size_t)n_items * n_pools, sizeof *tok_s);
+    if (!rc && (!tok_s || (json && !jrows))) rc = (snprintf(err, sizeof err, "out of memory"), -1);
+    int any_failed = 0;
+    for (int k = 0; k < n_pools && !rc; k++) {
+        lo.pool_bytes = pool_bytes[k];
+        if (n_pools > 1) printf("KV pool %.1f MiB:\n\n", pool_bytes[k] / 1048576.0);
+        kvb_load_md_header(stdout);
         fflush(stdout);
-    }
-    for (int i = 0; i < n_items && !rc; i++) {
-        row r;
-        rc = run_one(m, &eo, &items[i], &lo, prompts, n_prompts, &r, err, sizeof err);
-        if (rc) break;
-        printf("| %s | %s | %d/%d | %d |", items[i].name, items[i].budget_str, r.ok, lo.requests, r.lost);
-        print_cell(stdout, r.req_s, "%.2f");
-        print_cell(stdout, r.tok_s, "%.1f");
-        print_cell(stdout, r.step_tok_s, "%.1f");
-        print_cell(stdout, r.ttft50, "%.0f");
-        print_cell(stdout, r.ttft99, "%.0f");
-        print_cell(stdout, r.tpot50, "%.1f");
-        print_cell(stdout, r.tpot99, "%.1f");
-        print_cell(stdout, r.mean_seqs, "%.2f");
-        printf(" %d |", r.max_seqs);
-        if (isnan(r.pool_mean)) printf(" - |");
-        else printf(" %.0f / %.0f |", r.pool_mean, r.pool_peak);
-        print_cell(stdout, r.held_mean, "%.0f");
-        printf(" %lld |\n", (long long)r.waits);
-        fflush(stdout);
-        if (r.failed) fprintf(stderr, "bench-serve: %s: %d requests failed; the first: %s\n", items[i].name, r.failed, r.first_err);
-        if (r.overdrafts) fprintf(stderr, "bench-serve: %s: %lld sequences held more than promised\n", items[i].name, (long long)r.overdrafts);
-        if (cf)
-            fprintf(cf, "%s,%s,%d,%d,%d,%d,%.3f,%.4f,%.2f,%.2f,%.1f,%.1f,%.2f,%.2f,%.3f,%d,%.1f,%.1f,%.1f,%lld,%lld\n",
-                    items[i].name, items[i].budget_str, lo.requests, r.ok, r.failed, r.lost, r.wall_s, r.req_s, r.tok_s, r.step_tok_s,
-                    r.ttft50, r.ttft99, r.tpot50, r.tpot99, r.mean_seqs, r.max_seqs, r.pool_mean, r.pool_peak,
-                    r.held_mean, (long long)r.waits, (long long)r.overdrafts);
+        for (int i = 0; i < n_items && !rc; i++) {
+            kvb_load_row r;
+            if (url)
+                rc = kvb_load_run_url(url, api_key_env, server_model, items[i].name, items[i].budget_str, &lo, texts,
+                                      n_prompts, &r, err, sizeof err);
+            else
+                rc = kvb_load_run_local(m, &eo.ctx, items[i].name, &items[i].budget, &lo, prompts, n_prompts, &r, err,
+                                        sizeof err);
+            if (rc) break;
+            tok_s[(size_t)i * n_pools + k] = r.tok_s;
+            kvb_load_md_row(stdout, items[i].name, items[i].budget_str, &r);
+            fflush(stdout);
+            if (r.failed || r.lost) {
+                any_failed = 1;
+                fprintf(stderr, "bench-serve: %s%s%s: %d of %d requests failed, %d lost; the first: %s\n", items[i].name,
+                        strcmp(items[i].budget_str, "-") ? "@" : "", strcmp(items[i].budget_str, "-") ? items[i].budget_str : "",
+                        r.failed, r.requests, r.lost, r.first_err);
+            }
+            if (r.overdrafts > 0) fprintf(stderr, "bench-serve: %s: %lld sequences held more than promised\n", items[i].name, (long long)r.overdrafts);
+            if (url && r.server_ok >= 0 && r.server_ok != r.ok)
+                fprintf(stderr, "bench-serve: %s@%s: the server counted %lld completions over the run, the clients %d "
+                        "(another client of the server?)\n", items[i].name, items[i].budget_str, (long long)r.server_ok, r.ok);
+            if (cf) kvb_load_csv_row(cf, items[i].name, items[i].budget_str, &r);
+            cJSON *jr = jrows ? kvb_load_row_json(items[i].name, items[i].budget_str, &r) : NULL;
+            if (jrows && (!jr || !cJSON_AddItemToArray(jrows, jr))) rc = (snprintf(err, sizeof err, "out of memory"), -1);
+        }
+        if (n_pools > 1) putchar('\n');
     }
     if (cf && fclose(cf) && !rc) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
+    if (!rc && jrows) {
+        char *text = cJSON_Print(jrows);
+        FILE *jf = text ? fopen(json, "w") : NULL;
+        if (!jf || fputs(text, jf) < 0 || fputc('\n', jf) < 0) rc = (snprintf(err, sizeof err, "cannot write %s", json), -1);
+        if (jf && fclose(jf) && !rc) rc = (snprintf(err, sizeof err, "cannot write %s", json), -1);
+        free(text);
+    }
+    if (!rc && n_pools > 1) {
+        const char *names[32];
+        char labels[32][170];
+        double mib[16];
+        for (int i = 0; i < n_items; i++) {
+            if (strcmp(items[i].budget_str, "-")) snprintf(labels[i], sizeof labels[i], "%.127s@%.31s", items[i].name, items[i].budget_str);
+            else snprintf(labels[i], sizeof labels[i], "%.127s", items[i].name);
+            names[i] = labels[i];
+        }
+        for (int k = 0; k < n_pools; k++) mib[k] = pool_bytes[k] / 1048576.0;
+        const char *path = chart ? chart : "throughput-vs-pool.svg";
+        rc = kvb_serve_chart_write(path, names, n_items, mib, n_pools, tok_s, err, sizeof err);
+        if (!rc) printf("chart: %s\n", path);
+    }
+    cJSON_Delete(jrows);
+    free(tok_s);
     for (int i = 0; prompts && i < n_prompts; i++) kvb_prompt_free(&prompts[i]);
+    for (int i = 0; texts && i < n_prompts; i++) free((char *)texts[i].system), free((char *)texts[i].user);
+    free(texts);
     free(prompts);
     kvb_model_free(m);
-    return rc ? cli_fail("bench-serve: %s", err) : 0;
+    if (rc) return cli_fail("bench-serve: %s", err);
+    return any_failed ? 1 : 0;
 }

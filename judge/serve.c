@@ -212,7 +212,7 @@ static int parse_method(server *s, const cJSON *req, const char **method, kvb_bu
 
 /* A request's fields, validated. */
 typedef struct {
-    int max_tokens, stream;
+    int max_tokens, stream, ignore_eos;
     double temp, top_p, seed;
     chat_msg *msgs; /* borrowed strings of the request */
     int n_msgs;
@@ -250,6 +250,10 @@ static int parse_request(server *s, const cJSON *req, req_params *p, char *err, 
         p->top_p = v->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "seed")) && cJSON_IsNumber(v)) p->seed = v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(req, "ignore_eos"))) { /* vLLM's and llama.cpp's extension */
+        if (!cJSON_IsBool(v)) return ERR("'ignore_eos' must be a boolean");
+        p->ignore_eos = cJSON_IsTrue(v);
+    }
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "n")) && (!cJSON_IsNumber(v) || v->valuedouble != 1.0))
         return ERR("'n': only n = 1 is supported");
     if ((v = cJSON_GetObjectItemCaseSensitive(req, "stream"))) {
@@ -463,7 +467,7 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         req_params_free(&p);
         return NULL;
     }
-    int max_tokens = p.max_tokens;
+    int max_tokens = p.max_tokens, ignore_eos = p.ignore_eos;
     double temp = p.temp, top_p = p.top_p, seed = p.seed;
     const char *method = p.method;
     kvb_budget budget = p.budget;
@@ -537,7 +541,7 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     }
     kvb_session_method seam = kvb_method_seam(g->m);
     kvb_gen_params gp = {.max_new = max_tokens, .stop = g->stop, .n_stop = g->n_stop, .temp = (float)temp, .top_p = (float)top_p,
-                         .seed = (uint64_t)seed, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = g};
+                         .seed = (uint64_t)seed, .ignore_eos = ignore_eos, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = g};
     kvb_rounds prompt = {.ids = ids, .n = n_ids};
     /* a token budget the prompt cannot fill is the request's error (400), found before the prefill, whose
      * budget check would make it a server error */
@@ -795,6 +799,28 @@ static enum MHD_Result handle_models(server *s, struct MHD_Connection *conn) {
     return send_json(conn, 200, j);
 }
 
+/* GET /v1/kvbench/stats: the batching engine's counters (serve_batch.h's sb_stats), for load generators such as
+ * `bench-serve --url`; {"batching": false} without --batching. */
+static enum MHD_Result handle_stats(server *s, struct MHD_Connection *conn) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "batching", s->eng != NULL);
+    if (s->eng) {
+        sb_stats st;
+        sb_get_stats(s->eng, &st);
+        const struct {
+            const char *k;
+            double v;
+        } f[] = {{"finished", (double)st.finished}, {"failed", (double)st.failed}, {"cancelled", (double)st.cancelled},
+                 {"waits", (double)st.waits}, {"steps", (double)st.steps}, {"step_seqs", (double)st.step_seqs},
+                 {"decode_ms", st.decode_ms}, {"running_ms", st.running_ms}, {"reserved_page_ms", st.reserved_page_ms},
+                 {"running", st.running}, {"admitted", st.admitted}, {"max_running", st.max_running},
+                 {"max_batch", st.max_batch}, {"pool_pages", (double)st.pool_pages}, {"page_bytes", (double)st.page_bytes},
+                 {"pool_reserved", (double)st.pool_reserved}, {"pool_peak_reserved", (double)st.peak_reserved}};
+        for (size_t i = 0; i < sizeof f / sizeof *f; i++) cJSON_AddNumberToObject(j, f[i].k, f[i].v);
+    }
+    return send_json(conn, 200, j);
+}
+
 /* 1 when the Authorization header value (value_n bytes: a NUL inside it counts) is exactly "Bearer <token>",
  * trailing spaces and tabs aside (HTTP's optional whitespace, which libmicrohttpd leaves in the value);
  * compared in time independent of where the first difference is. */
@@ -972,6 +998,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_unlock(&s->conns_mu);
     }
     if (!strcmp(url, "/v1/models") && !strcmp(method, "GET")) return handle_models(s, conn);
+    if (!strcmp(url, "/v1/kvbench/stats") && !strcmp(method, "GET")) return handle_stats(s, conn);
     if (!strcmp(url, "/v1/chat/completions") && !strcmp(method, "POST")) return handle_completion(s, conn, up);
     if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/v1/models"))
         return send_error(conn, 405, "invalid_request_error", NULL, "method %s not allowed on %s", method, url);

@@ -40,6 +40,7 @@ struct sb_engine {
     waiter *queue_head, *queue_tail;
     pthread_t thread;
     int thread_started;
+    sb_stats st;
 };
 
 static void deadline_in(struct timespec *t, int ms) {
@@ -63,9 +64,18 @@ void sb_wait(sb_engine *e, int timeout_ms) {
     pthread_cond_timedwait(&e->cv, &e->mu, &t);
 }
 
-/* Lock held: j leaves the running set (done, with err when not empty). */
+static double mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Lock held: j leaves the running set (done, with err when not empty: counted failed, or cancelled). */
 static void drop(sb_engine *e, int i, const char *err) {
     sb_job *j = e->run[i];
+    if (!err || !err[0]) e->st.finished++;
+    else if (!strcmp(err, "cancelled")) e->st.cancelled++;
+    else e->st.failed++;
     j->done = 1;
     j->in = 0;
     if (err && err[0]) snprintf(j->err, sizeof j->err, "%s", err);
@@ -85,7 +95,14 @@ static void step(sb_engine *e) {
     size_t len[k];
     for (int i = 0; i < k; i++) ss[i] = e->run[i]->ses;
     char why[256];
+    const double t0 = mono_ms();
     int rc = kvb_session_step_batch(ss, k, e->batch, ret, piece, len, why, sizeof why);
+    const double step_ms = mono_ms() - t0;
+    e->st.steps++;
+    e->st.step_seqs += k;
+    e->st.decode_ms += step_ms;
+    e->st.running_ms += k * step_ms;
+    if (e->pooled) e->st.reserved_page_ms += (double)e->pool.reserved * step_ms;
     for (int i = k - 1; i >= 0; i--) {
         sb_job *j = e->run[i];
         if (rc) {
@@ -195,12 +212,17 @@ int sb_admit(sb_engine *e, int64_t n_tokens, int64_t *promised, int (*give_up)(v
         return -1;
     }
     waiter w = {NULL};
+    int waited = 0;
     sb_lock(e);
     if (e->queue_tail) e->queue_tail->next = &w;
     else e->queue_head = &w;
     e->queue_tail = &w;
     for (;;) {
-        if (e->queue_head == &w && e->n_admitted < e->max_batch && !kvp_reserve(&e->pool, need)) break;
+        if (e->queue_head == &w && e->n_admitted < e->max_batch) {
+            if (!kvp_reserve(&e->pool, need)) break;
+            if (!waited) e->st.waits++; /* the pool, not the batch, holds the head of the queue */
+            waited = 1;
+        }
         if (give_up(user) || *e->stop || e->quit) {
             dequeue(e, &w);
             pthread_cond_broadcast(&e->cv);
@@ -228,12 +250,14 @@ void sb_start(sb_engine *e, sb_job *j, const kvb_method *m, const kvb_ctx *c, in
     j->done = 0;
     j->in = 1;
     e->run[e->n_run++] = j;
+    if (e->n_run > e->st.max_running) e->st.max_running = e->n_run;
     pthread_cond_broadcast(&e->cv);
     sb_unlock(e);
 }
 
 void sb_abandon(sb_engine *e, int64_t promised) {
     kvp_release(&e->pool, promised);
+    e->st.failed++;
     e->n_admitted--;
     pthread_cond_broadcast(&e->cv);
     sb_unlock(e);
@@ -242,11 +266,24 @@ void sb_abandon(sb_engine *e, int64_t promised) {
 void sb_forget(sb_engine *e, sb_job *j) {
     for (int i = 0; i < e->n_run; i++)
         if (e->run[i] == j) {
-            drop(e, i, NULL);
+            drop(e, i, "cancelled");
             break;
         }
     kvp_release(&e->pool, j->promised);
     j->promised = 0;
     e->n_admitted--;
     pthread_cond_broadcast(&e->cv);
+}
+
+void sb_get_stats(sb_engine *e, sb_stats *st) {
+    sb_lock(e);
+    *st = e->st;
+    st->running = e->n_run;
+    st->admitted = e->n_admitted;
+    st->max_batch = e->max_batch;
+    st->pool_pages = e->pooled ? e->pool.n_pages : 0;
+    st->page_bytes = e->pool.page_bytes;
+    st->pool_reserved = e->pooled ? e->pool.reserved : 0;
+    st->peak_reserved = e->pooled ? e->pool.peak_reserved : 0;
+    sb_unlock(e);
 }

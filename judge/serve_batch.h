@@ -51,7 +51,23 @@ void sb_lock(sb_engine *e);
 void sb_unlock(sb_engine *e);
 /* Lock held: wait until the engine changes something (a step, an end) or timeout_ms passes. */
 void sb_wait(sb_engine *e, int timeout_ms);
-/* Lock held: take j out of the running set if it is in, and give its pages back. */
+/* Lock held: take j out of the running set if it is in (a generation left unfinished: cancelled), and give its
+ * pages back. */
 void sb_forget(sb_engine *e, sb_job *j);
+
+/* The engine's counters since it started (GET /v1/kvbench/stats): generations that finished, failed (an error, the
+ * server stopping, a prefill that failed after admission) or were cancelled (the client left); admissions that
+ * waited for the pool; decode steps, the sequences they advanced, their time, and the time-weighted sums of
+ * running sequences and promised pages (a client takes differences of two reads for the means over its run). */
+typedef struct {
+    int64_t finished, failed, cancelled, waits, steps, step_seqs;
+    double decode_ms, running_ms, reserved_page_ms;
+    int running, admitted, max_running, max_batch;
+    int64_t pool_pages; /* 0 = no pool */
+    int64_t page_bytes, pool_reserved, peak_reserved;
+} sb_stats;
+
+/* A copy of the counters (takes the lock). */
+void sb_get_stats(sb_engine *e, sb_stats *st);
 
 #endif
