@@ -2,8 +2,11 @@
  * random-weight model with one token per byte: a run of two methods ends with every request completed and none
  * lost, one Markdown row and one CSV row per method, closed loop or open (--rate); --decode-only prints one row per batch size; bad input (an
  * unknown method, an empty list, a bad budget, a pool below one request, a prompt over the context, bad batch
- * sizes) is one line on stderr and exit 1. */
+ * sizes) is one line on stderr and exit 1; several --kv-pool-mib sizes write a well-formed SVG chart of output
+ * tokens/s against the pool with a line per method, and a JSON row per method and pool. */
+#include <cjson/cJSON.h>
 #include <CUnit/Basic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +15,8 @@
 #include "util_common.h"
 #include "util_gguf_writer.h"
 
-static char tmpdir[64] = "/tmp/kvb_bserve_XXXXXX", model[128], out_path[160], err_path[160], csv_path[160];
+static char tmpdir[64] = "/tmp/kvb_bserve_XXXXXX", model[128], out_path[160], err_path[160], csv_path[160],
+            svg_path[160], json_path[160];
 static const char *bin;
 
 /* Run bench-serve with args; its exit code; stdout and stderr in out_path and err_path. */
@@ -72,6 +76,56 @@ static void test_decode_only_one_row_per_batch_size(void) {
     free(o);
 }
 
+/* 1 when the XML text is well formed as far as elements go: every start tag closed by its own end tag, in order,
+ * one root; declarations, comments and self-closing tags skipped. */
+static int xml_balanced(const char *x) {
+    char stack[64][32];
+    int depth = 0, roots = 0;
+    for (const char *p = strchr(x, '<'); p; p = strchr(p + 1, '<')) {
+        if (p[1] == '?' || p[1] == '!') continue;
+        const char *end = strchr(p, '>');
+        if (!end) return 0;
+        if (p[1] == '/') {
+            size_t n = strcspn(p + 2, " >");
+            if (depth == 0 || n != strlen(stack[depth - 1]) || strncmp(p + 2, stack[depth - 1], n)) return 0;
+            depth--;
+            continue;
+        }
+        if (end[-1] == '/') continue; /* <line ... /> */
+        size_t n = strcspn(p + 1, " >/\n");
+        if (depth == 64 || n == 0 || n >= sizeof stack[0]) return 0;
+        if (depth == 0) roots++;
+        memcpy(stack[depth], p + 1, n);
+        stack[depth++][n] = 0;
+    }
+    return depth == 0 && roots == 1;
+}
+
+static void test_several_pools_write_the_chart(void) {
+    char args[512];
+    snprintf(args, sizeof args, "--methods full,snapkv@50%% --kv-pool-mib 1,2 --clients 2 --requests 3 --prompts 1 "
+                                "--prompt-len 120 --max-new 3 --chart %s --json %s", svg_path, json_path);
+    CU_ASSERT_FATAL(run(args) == 0);
+    char *o = util_read_file(out_path, NULL), *svg = util_read_file(svg_path, NULL), *js = util_read_file(json_path, NULL);
+    CU_ASSERT_FATAL(o && svg && js);
+    CU_ASSERT(strstr(o, "KV pool 1.0 MiB:") && strstr(o, "KV pool 2.0 MiB:") && count(o, "| full | - | 3/3 | 0 | 0 |") == 2);
+    CU_ASSERT(strncmp(svg, "<svg", 4) == 0 || strncmp(svg, "<?xml", 5) == 0);
+    CU_ASSERT(xml_balanced(svg));
+    CU_ASSERT(strstr(svg, "KV pool (MiB)") && strstr(svg, "output tokens/s") && strstr(svg, ">full<") &&
+              strstr(svg, ">snapkv@50%<"));
+    /* a row per method and pool, each at its pool */
+    cJSON *rows = cJSON_Parse(js);
+    CU_ASSERT_FATAL(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 4);
+    const double want[4] = {1, 1, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        CU_ASSERT(fabs(cJSON_GetObjectItem(r, "pool_mib")->valuedouble - want[i]) < 0.05);
+        CU_ASSERT(cJSON_GetObjectItem(r, "ok")->valueint == 3 && cJSON_GetObjectItem(r, "output_tokens")->valueint == 9);
+    }
+    cJSON_Delete(rows);
+    free(o), free(svg), free(js);
+}
+
 static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--methods nosuch", "unknown method 'nosuch'");
     check_refused("--methods ''", "no method");
@@ -82,6 +136,9 @@ static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--decode-only 1,x", "--decode-only");
     check_refused("--clients 0", "--clients");
     check_refused("--rate 0", "--rate");
+    check_refused("--kv-pool-mib 1,x", "--kv-pool-mib");
+    check_refused("--kv-pool-mib 2 --chart c.svg", "--chart needs several");
+    check_refused("--api-key-env X", "need --url");
 }
 
 static int setup(void) {
@@ -91,6 +148,8 @@ static int setup(void) {
     snprintf(out_path, sizeof out_path, "%s/out.txt", tmpdir);
     snprintf(err_path, sizeof err_path, "%s/err.txt", tmpdir);
     snprintf(csv_path, sizeof csv_path, "%s/rows.csv", tmpdir);
+    snprintf(svg_path, sizeof svg_path, "%s/chart.svg", tmpdir);
+    snprintf(json_path, sizeof json_path, "%s/rows.json", tmpdir);
     gw_random r = {3, 0.5f, NULL};
     gw_tiny t = {"llama", 2, 32, 4, 2, 48, GW_BYTE_VOCAB, 1024, 1,
                  "<|im_start|>system\nYou are tiny.<|im_end|>\n{% for m in messages %}...{% endfor %}", gw_random_tensor, &r};
@@ -100,7 +159,7 @@ static int setup(void) {
 }
 
 static int teardown(void) {
-    unlink(model), unlink(out_path), unlink(err_path), unlink(csv_path);
+    unlink(model), unlink(out_path), unlink(err_path), unlink(csv_path), unlink(svg_path), unlink(json_path);
     rmdir(tmpdir);
     return 0;
 }
@@ -112,6 +171,8 @@ int main(void) {
                 test_two_methods_complete_every_request);
     CU_add_test(s, "--rate: open-loop arrivals, every request completes", test_open_loop_completes_every_request);
     CU_add_test(s, "--decode-only: one row per batch size", test_decode_only_one_row_per_batch_size);
+    CU_add_test(s, "several --kv-pool-mib sizes: a well-formed chart, a row per method and pool",
+                test_several_pools_write_the_chart);
     CU_add_test(s, "bad input is one line on stderr and exit 1", test_bad_input_is_one_line_and_exit_1);
     return util_run_suites();
 }
