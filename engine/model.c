@@ -232,6 +232,7 @@ void kvb_ctx_free(kvb_ctx *c) {
     free(c->hnidx);
     free(c->src);
     free(c->dec_attended);
+    free(c->tokens);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
     if (c->obs_q) {
         int W = c->obs_cap;
@@ -248,11 +249,27 @@ void kvb_ctx_free(kvb_ctx *c) {
 void kvb_ctx_reset(kvb_ctx *c) {
     kvc_clear(c->kv);
     c->n_past = 0;
+    c->tokens_n = 0;
     c->cur_round = 0;
     c->in_prefill = 1;
     c->obs_n = 0;
     c->dec_calls = 0;
     memset(c->dec_attended, 0, (size_t)c->model->cfg.n_layer * sizeof *c->dec_attended);
+}
+
+/* Record ids[0..n) as the tokens at positions n_past.. (before n_past advances). */
+static int remember_tokens(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    if (c->n_past + n > c->tokens_cap) {
+        int64_t cap = (c->n_past + n) * 2;
+        int32_t *t = realloc(c->tokens, (size_t)cap * sizeof *t);
+        if (!t) return ERR("out of memory recording %lld tokens", (long long)(c->n_past + n));
+        c->tokens = t;
+        c->tokens_cap = cap;
+    }
+    for (int64_t i = c->tokens_n; i < c->n_past; i++) c->tokens[i] = -1; /* positions not read by the forward pass */
+    memcpy(c->tokens + c->n_past, ids, (size_t)n * sizeof *ids);
+    c->tokens_n = c->n_past + n;
+    return 0;
 }
 
 kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_len) {
@@ -291,6 +308,10 @@ kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_le
             return NULL;
         }
         d->obs_n = keep;
+    }
+    if (c->tokens_n > 0 && remember_tokens(d, c->tokens, c->tokens_n, err, err_len)) {
+        kvb_ctx_free(d);
+        return NULL;
     }
     d->n_past = c->n_past;
     d->cur_round = c->cur_round;
@@ -636,6 +657,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     /* a NaN weight or activation makes every logit NaN, which sampling would read as some token (often end of
      * generation): stop here instead; kvb_forward says where it began */
     if (first_non_finite(c->logits, cfg->n_vocab) >= 0) return FORWARD_NON_FINITE;
+    if (remember_tokens(c, ids, n, err, err_len)) return -1;
     c->n_past += n;
     if (!c->in_prefill) c->dec_calls++;
     return 0;
@@ -760,6 +782,7 @@ int kvb_fwd_seq_attend(kvb_ctx *c, int l, float *q, float *k, float *v, float *a
 /* After the batch's logits are in c->logits (host): the check forward_chunk makes, then the token counts. */
 int kvb_fwd_seq_end(kvb_ctx *c, int32_t id, char *err, size_t err_len) {
     if (first_non_finite(c->logits, c->model->cfg.n_vocab) >= 0) return report_non_finite(c, &id, 1, err, err_len);
+    if (remember_tokens(c, &id, 1, err, err_len)) return -1;
     c->n_past += 1;
     c->dec_calls++;
     return 0;

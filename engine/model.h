@@ -148,6 +148,11 @@ struct kvb_ctx {
     kvc_store *kv;
     prof *prof;
     int64_t n_past;       /* tokens processed so far (next absolute position) */
+    /* host memory: the token read at each position 0..tokens_n-1 (forks copy it; -1 where the KV was not made by
+     * the forward pass, as tests build it), for methods that feed the prompt through the model again (KVzip's
+     * reconstruction) after a shared prefill they never saw */
+    int32_t *tokens;
+    int64_t tokens_n, tokens_cap;
     /* activations for one chunk of up to n_batch tokens (device tier: for backend ops only) */
     float *x, *xn, *q, *k, *v, *att, *ffn_g, *ffn_u, *logits_d;
     int32_t *pos_d, *rounds_d; /* device copies of pos and rounds */

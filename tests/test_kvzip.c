@@ -1,0 +1,259 @@
+/* test_kvzip.c — KVzip on a tiny random model against a float64 restatement of kvpress's KVzipPress: the prompt is
+ * prefilled, the reconstruction prompts are rebuilt here from kvpress's construction (repeat instruction, the previous
+ * chunk's last 8 tokens after the first chunk, the chat template's assistant opening, the chunk), fed through a fork
+ * whose hook captures each layer's queries and keys, and each prompt slot's score is the float64 max over the KV
+ * head's query heads and the reconstruction's rows of the softmax over sinks + the chunk's slots + the
+ * reconstruction so far (the first 4 slots score 1); the method must keep the top B of that score in every layer and
+ * KV head. Also: the extra prefill it reports is the reconstruction's token count; decode appends after it; budget
+ * 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is read only through
+ * the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "util_method.h"
+#include "engine/chat.h"
+#include "engine/model.h"
+#include "methods/method.h"
+
+enum { L = 4, NH = 4, NKV = 2, G = NH / NKV, HD = 16, E = NH * HD, FF = 48, V = 300, CTX = 1024 };
+enum { N = 150, CHUNK = 64, SINKS = 4, B = 75 };
+
+static uint64_t rng = 29;
+
+static void prompt_ids(int32_t *ids) {
+    for (int i = 0; i < N; i++) ids[i] = 3 + (int32_t)((i * 53 + (i * i) % 17) % 290);
+}
+
+/* kvpress's prepare: the reconstruction of chunk [start, end) of prompt ids; its length */
+static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *out) {
+    char err[256];
+    const kvb_tokenizer *t = util_tiny->tok;
+    CU_ASSERT_FATAL(t != NULL);
+    int k = 0, nt = 0;
+    int32_t *tk = NULL;
+    const char *say = start == 0 ? "\n\nRepeat the previous context exactly."
+                                 : "\n\nRepeat the part of the previous context exactly, starting with";
+    CU_ASSERT_FATAL(tok_encode(t, say, strlen(say), 0, 1, &tk, &nt, err, sizeof err) == 0);
+    memcpy(out, tk, (size_t)nt * sizeof *tk), k = nt;
+    free(tk);
+    if (start > 0)
+        for (int64_t i = start - 8; i < start; i++) out[k++] = ids[i];
+    /* the assistant opening: the template's text after a user turn's content */
+    chat_msg msg = {"user", "dummy context\n#############"};
+    char *text = NULL;
+    CU_ASSERT_FATAL(chat_render(chat_model_kind(util_tiny->gguf, util_tiny->cfg.arch, NULL), &msg, 1, 1, NULL, &text,
+                                err, sizeof err) == 0);
+    const char *suffix = strstr(text, "\n#############") + 14;
+    CU_ASSERT_FATAL(tok_encode(t, suffix, strlen(suffix), 0, 1, &tk, &nt, err, sizeof err) == 0);
+    memcpy(out + k, tk, (size_t)nt * sizeof *tk), k += nt;
+    free(tk);
+    free(text);
+    for (int64_t i = start; i < end; i++) out[k++] = ids[i];
+    return k;
+}
+
+/* the reference's state while a reconstruction chunk runs through the capture fork */
+static double ref[L][NKV][N];
+static int64_t ref_start, ref_end;
+static kvb_dtype ref_dt;
+
+static int capture(void *self, kvb_ctx *d, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
+    (void)self, (void)err, (void)err_len;
+    const int64_t sink = ref_start < SINKS ? ref_start : SINKS;
+    float *qh = malloc((size_t)n_q * NH * HD * sizeof *qh);
+    util_dev_read(d->be, qh, q, (size_t)n_q * NH * HD * sizeof *qh);
+    const double scale = d->model->cfg.attn_scale;
+    for (int g = 0; g < NKV; g++) {
+        util_kv_head hv = util_kv_head_copy(d->kv, layer, g);
+        double *p = malloc((size_t)hv.n * sizeof *p);
+        for (int r = g * G; r < (g + 1) * G; r++)
+            for (int64_t t = 0; t < n_q; t++) {
+                const float *qr = qh + ((size_t)t * NH + r) * HD;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < hv.n; j++) {
+                    int in = j < sink || (j >= ref_start && j < ref_end) || (j >= N && hv.pos[j] <= d->pos[t]);
+                    p[j] = NAN;
+                    if (!in) continue;
+                    double s = 0;
+                    for (int e = 0; e < HD; e++) s += (double)qr[e] * util_elem(hv.k, ref_dt, (size_t)j * HD + e);
+                    p[j] = s * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int64_t j = 0; j < hv.n; j++)
+                    if (!isnan(p[j])) sum += exp(p[j] - mx);
+                for (int64_t j = ref_start; j < ref_end; j++) {
+                    double pj = exp(p[j] - mx) / sum;
+                    if (pj > ref[layer][g][j]) ref[layer][g][j] = pj;
+                }
+            }
+        free(p);
+        util_kv_head_free(&hv);
+    }
+    free(qh);
+    return 0;
+}
+
+/* The float64 scores of the prompt's slots, by the reconstruction rebuilt here; the tokens it fed. */
+static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
+    char err[256];
+    kvb_ctx *c = util_tiny_ctx(dt, CTX);
+    ref_dt = dt;
+    CU_ASSERT_FATAL(kvb_forward(c, ids, N, err, sizeof err) == 0);
+    memset(ref, 0, sizeof ref);
+    int64_t fed = 0;
+    int32_t rec[CHUNK + 256];
+    for (ref_start = 0; ref_start < N; ref_start = ref_end) {
+        ref_end = ref_start + CHUNK < N ? ref_start + CHUNK : N;
+        int k = recon_ids(ids, ref_start, ref_end, rec);
+        kvb_ctx *d = kvb_ctx_fork(c, 0, err, sizeof err);
+        CU_ASSERT_FATAL(d != NULL);
+        kvb_hooks h = {.pre_attend = capture};
+        CU_ASSERT_FATAL(kvb_ctx_set_hooks(d, &h, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(kvb_forward(d, rec, k, err, sizeof err) == 0);
+        kvb_ctx_free(d);
+        fed += k;
+    }
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++)
+            for (int j = 0; j < SINKS; j++) ref[l][g][j] = 1.0;
+    kvb_ctx_free(c);
+    return fed;
+}
+
+static int64_t described(kvb_method *m, const char *key) {
+    char desc[256];
+    m->def->describe(m, desc, sizeof desc);
+    const char *at = strstr(desc, key);
+    CU_ASSERT_FATAL(at != NULL);
+    return atoll(at + strlen(key));
+}
+
+static void check_keeps_the_most_attended(kvb_dtype dt) {
+    char err[256];
+    int32_t ids[N];
+    prompt_ids(ids);
+    const int64_t fed = reference_scores(ids, dt);
+    int32_t want[L][NKV][B];
+    int near_ties = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            double margin = 1;
+            util_topk_ref(ref[l][g], N, B, want[l][g], &margin, NULL);
+            near_ties += margin < 1e-5;
+        }
+    CU_ASSERT_EQUAL(near_ties, 0); /* no boundary a float rounding could flip */
+    kvb_ctx *c = util_tiny_ctx(dt, CTX);
+    kvb_method *m = util_make_method("kvzip", c, "50%", "chunk=64");
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0); /* verified at the end of prefill */
+    int32_t pos[CTX];
+    int mismatches = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), B);
+            mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), fed); /* the cost it reports is what it fed */
+    CU_ASSERT(fed > N);
+    CU_ASSERT(described(m, "recon_kv_peak_bytes=") > 0);
+    CU_ASSERT_EQUAL(c->n_past, N); /* the reconstruction left the context as the prefill did */
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_keeps_the_most_attended_f32(void) { check_keeps_the_most_attended(KVB_F32); }
+
+/* an f16 store: the reference reads the same f16 keys */
+static void test_keeps_the_most_attended_f16(void) { check_keeps_the_most_attended(KVB_F16); }
+
+/* Through the engine: the prefill ends at the budget (verified), decode appends after the kept tokens. */
+static void test_decode_appends_after_the_kept(void) {
+    char err[256];
+    int32_t ids[N];
+    prompt_ids(ids);
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *m = util_make_method("kvzip", c, "40", NULL); /* one chunk: the default 2048 covers the prompt */
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
+    for (int s = 0; s < 4; s++) {
+        int32_t id = 9 + s;
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+        CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    }
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL(util_head_positions(c, l, g, pos), 44);
+            CU_ASSERT(pos[0] == 0 && pos[3] == 3);        /* the sinks */
+            CU_ASSERT(pos[40] == N && pos[43] == N + 3); /* the decoded tokens, after the 40 kept */
+        }
+    int32_t rec[N + 256];
+    CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), recon_ids(ids, 0, N, rec)); /* one chunk */
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_full_budget_keeps_everything_reconstructs_nothing(void) {
+    char err[256];
+    int32_t ids[N];
+    prompt_ids(ids);
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    kvb_method *m = util_make_method("kvzip", c, "100%", NULL);
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++) CU_ASSERT_EQUAL(util_head_positions(c, l, 1, pos), N);
+    CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* A KV store not made by the forward pass has no tokens to repeat: one line, no crash. */
+static void test_unknown_tokens_refused(void) {
+    char err[256];
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    kvb_method *m = util_make_method("kvzip", c, "50%", NULL);
+    float *k = calloc((size_t)20 * NKV * HD, sizeof *k);
+    int32_t p[20];
+    for (int i = 0; i < 20; i++) p[i] = i;
+    for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(c->kv, l, 20, k, k, p, NULL, err, sizeof err) == 0);
+    c->n_past = 20;
+    CU_ASSERT(kvb_ctx_end_prefill(c, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "kvzip:") != NULL);
+    free(k);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_needs_and_options(void) {
+    char err[256];
+    kvb_method_needs nd;
+    CU_ASSERT(kvb_method_needs_of("kvzip", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget && nd.shares_prefill &&
+              !nd.obs_window && !nd.prefill_scores && !nd.own_prefill && !nd.profile);
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    util_check_refusals("kvzip", c, "chunk=0", "chunk=0");
+    util_check_refusals("kvzip", c, "sinks=-1", "sinks=-1");
+    util_check_refusals("kvzip", c, "window=4", "no option 'window'");
+    kvb_ctx_free(c);
+}
+
+static int setup(void) {
+    const util_tiny_shape shape = {"kvzip", L, E, NH, NKV, FF, V, CTX};
+    return util_tiny_setup(&shape, &rng);
+}
+
+static int teardown(void) { return util_tiny_teardown(); }
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("kvzip", setup, teardown);
+    CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f32)", test_keeps_the_most_attended_f32);
+    CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f16)", test_keeps_the_most_attended_f16);
+    CU_add_test(s, "through the engine: prefill at the budget, decode appends", test_decode_appends_after_the_kept);
+    CU_add_test(s, "budget 100% keeps everything and reconstructs nothing", test_full_budget_keeps_everything_reconstructs_nothing);
+    CU_add_test(s, "a store without its tokens is refused with one line", test_unknown_tokens_refused);
+    CU_add_test(s, "needs and options", test_needs_and_options);
+    return util_run_suites();
+}
