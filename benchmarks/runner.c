@@ -325,7 +325,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     kvb_opts o;
     if (cell_opts(cl, &o, err, err_len)) return -1;
     if (nd->own_prefill && sp->split)
-        return ERR("%s: question hidden is not supported (the method prefills the question round itself)", cl->method);
+        return ERR("%s: question hidden and carried turns are not supported (the method prefills the question round itself)", cl->method);
     const kvb_ctx *from = nd->own_prefill && sp->hist ? sp->hist : sp->base;
     double t0 = kvb_now_s();
     kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : sp->obs_window, err, err_len);
@@ -347,8 +347,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
          * hidden: the question reaches the compressed cache only after the end of prefill, so the method never saw
          * it; a question reusing its group's context prefill counts only its own part (the first one holds it) */
         double shared_ms = (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3;
-        int64_t tail = sp->split ? sp->p.n - sp->split : 0;
-        if (kvb_session_adopt(&res->ses, sp->share, shared_ms, sp->p.ids + sp->split, tail, err, err_len)) goto done;
+        if (kvb_shared_prefill_adopt(&res->ses, sp, shared_ms, err, err_len)) goto done;
     }
     if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
         kvb_session_decode(&res->ses, err, err_len) ||
@@ -425,7 +424,7 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
     set_str(&r->question, t->hidden ? "hidden" : "visible", &oom);
     /* several questions over one context, question hidden: the context's prefill runs once, and its cost is in
      * the record of the group's first question ("first"); a later one ("reused") counts its question only */
-    if (s->group && t->hidden) {
+    if (s->group && (t->hidden || s->carried)) {
         set_str(&r->context_group, s->group, &oom);
         set_str(&r->shared_prefill, sp->reused ? "reused" : "first", &oom);
     }

@@ -52,6 +52,9 @@ typedef struct {
                                of `context`) and differ in the question (RULER niah_multiquery posed one query at a
                                time, InfiniteBench kv_retrieval with several queries per haystack); with the
                                question hidden the runner prefills the context once per group. NULL = its own */
+    int carried;            /* 1: a turn of a conversation whose KV cache is kept from turn to turn (SCBench's
+                               multi-turn KV cache reuse): the samples of its group are its turns in order, and the
+                               runner prefills each turn on the cache the earlier ones left (shared_prefill.h) */
     char *difficulty;       /* LongBench v2: "easy" | "hard"; else NULL */
     char *domain;           /* LongBench v2: the question's domain ("Single-Document QA", ...); else NULL */
     /* a second question asked in the same cell after the first reply (LongBench v2 with CoT: 0shot_cot_ans.txt,

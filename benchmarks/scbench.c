@@ -333,13 +333,16 @@ static char *after_context(const char *tmpl, const turn_vals *v) {
     return format(c ? c + 9 : tmpl, v->keys, v->vals, 7);
 }
 
+/* The task-name suffix of a mode: "_scdq" (multi-request), "_reuse" (multi-turn with KV cache reuse), or "". */
+static const char *mode_suffix(const scb_opts *o) { return o->multi_request ? "_scdq" : o->kv_reuse ? "_reuse" : ""; }
+
 static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *rec, const char *rid, const char *ctx,
                              int k, int n_used, kvb_sample *s) {
     const cJSON *turns = kvb_json_get(rec, "multi_turns");
     char buf[256];
     snprintf(buf, sizeof buf, "%s/t%d", rid, k + 1);
     s->id = kvb_strdup(buf);
-    snprintf(buf, sizeof buf, "%s%s", t->name, o->multi_request ? "_scdq" : "");
+    snprintf(buf, sizeof buf, "%s%s", t->name, mode_suffix(o));
     s->task = kvb_strdup(buf);
     snprintf(buf, sizeof buf, "turn=%d", k + 1);
     s->qtype = kvb_strdup(buf);
@@ -369,6 +372,11 @@ static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *
         s->prompt = kvb_sb_take(&b);
         s->question = kvb_sb_take(&q);
         return s->prompt && s->question ? NULL : "out of memory";
+    }
+    if (o->kv_reuse) { /* the record's turns carry one cache (shared_prefill.h) */
+        snprintf(buf, sizeof buf, "%s/%s", t->name, rid);
+        if (!(s->group = kvb_strdup(buf))) return "out of memory";
+        s->carried = 1;
     }
     if ((bad = turn_fill(t, cJSON_GetArrayItem(turns, 0), &v))) return turn_vals_free(&v), bad;
     char *first = fill(t->first, ctx, &v);
@@ -803,10 +811,17 @@ int scb_bench_load(const kvb_bench_env *e, const cJSON *b, char *err, size_t err
     if (strcmp(mode, "multi_turn") && strcmp(mode, "multi_request"))
         return ERR("suite %s: scbench \"mode\" must be \"multi_turn\" or \"multi_request\", not \"%s\"", e->suite_path, mode);
     if (!strcmp(mode, "multi_turn") && !strcmp(kvb_json_str(b, "question", "visible"), "hidden"))
-        return ERR("suite %s: scbench \"question\": \"hidden\" needs \"mode\": \"multi_request\" (a multi-turn turn is a "
-                   "dialogue, prefilled whole)", e->suite_path);
+        return ERR("suite %s: scbench \"question\": \"hidden\" needs \"mode\": \"multi_request\" (a multi-turn record's "
+                   "first question is seen by the compression, as in the official code)", e->suite_path);
+    const cJSON *reuse = cJSON_GetObjectItemCaseSensitive(b, "kv_reuse");
+    if (reuse && !cJSON_IsBool(reuse))
+        return ERR("suite %s: scbench \"kv_reuse\" must be true or false", e->suite_path);
+    if (reuse && strcmp(mode, "multi_turn"))
+        return ERR("suite %s: scbench \"kv_reuse\" is for \"mode\": \"multi_turn\" (multi_request reuses the context with "
+                   "\"question\": \"hidden\")", e->suite_path);
     scb_opts o = {.multi_request = !strcmp(mode, "multi_request"), .max_turns = (int)kvb_json_num(b, "max_turns", 5),
                   .count_tokens = e->count_tokens, .tok_ctx = e->tok_ctx};
+    o.kv_reuse = !o.multi_request && (!reuse || cJSON_IsTrue(reuse));
     o.limit = (int)kvb_json_num(b, "samples", 0);
     if (e->limit > 0 && (o.limit <= 0 || e->limit < o.limit)) o.limit = e->limit;
     const char *one = task_of_file(base);
@@ -834,7 +849,7 @@ int scb_bench_load(const kvb_bench_env *e, const cJSON *b, char *err, size_t err
                                    o.max_turns / 2;
         o.max_context_tokens = (long long)kvb_json_num(b, "max_context_tokens", (double)e->n_ctx_train - per - (o.multi_request ? 1000 : 0) - 64);
         char name[96];
-        snprintf(name, sizeof name, "%s%s", task, o.multi_request ? "_scdq" : "");
+        snprintf(name, sizeof name, "%s%s", task, mode_suffix(&o));
         kvb_samples *out = e->add_task(e->add_ctx, name, "scbench", KVB_JK_NONE, err, err_len);
         if (!out || scb_load(path, task, &o, out, err, err_len)) return -1;
     }

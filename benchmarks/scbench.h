@@ -19,6 +19,13 @@
  *     answer str(answer_j) and the next user message multiturn_follow_up_templates_in_chat_tempate[task] (the model's
  *     own earlier replies are discarded, as GreedySearch.test does), ending with turn k's; scbench_summary's later
  *     turns open the assistant reply with "This paper". Sample: prompt (turn 1) or turns + question (k > 1).
+ *   multi-turn with KV cache reuse ("kv_reuse", the default; task "<task>_reuse"): the same turns, each a carried
+ *     sample of group "<task>/<id>" (kvb_sample.carried), so the runner prefills and compresses the first turn's
+ *     prompt once and appends each later turn's piece to that cache, as GreedySearch.test does with any KV cache
+ *     method (kvcompression.py compresses the first prefill only and appends follow-up turns; the tokens generated
+ *     in a turn go to a temporary cache cleared after it, so the cache holds the reference answers, not the
+ *     model's): hidden.h kvb_carried_build builds the official pieces. "kv_reuse": false keeps the whole prompt
+ *     per turn (GreedySearch_vLLM.test, the official vLLM path: every turn's full token list generated anew).
  *   multi-request ("scdq"): one user message, multiturn_templates_scdq[task] filled with the context, immediately
  *     followed by the turn's query (choice / QA: the template's second part filled; else the turn's input), as
  *     test_scdq prefills the context once and each query after it. Samples of a record share group "<task>/<id>", so
@@ -61,6 +68,7 @@
 
 typedef struct {
     int multi_request;          /* 0: multi-turn with the reference answers in the history; 1: multi-request */
+    int kv_reuse;               /* multi-turn: the turns of a record carry one KV cache (kvb_sample.carried) */
     int limit;                  /* > 0: at most this many records */
     int max_turns;              /* > 0: the first max_turns turns of each record (0: 5, run_scbench.py's default) */
     long long max_context_tokens; /* > 0 (with count_tokens): cut the context in the middle to this many tokens */
@@ -93,8 +101,9 @@ double scb_bleu_method4(const char *candidate, const char *reference);
 char *scb_code_block(const char *output);
 
 /* The suite entry {"type": "scbench", "path": <dir or .jsonl>, "tasks": [...], "mode": "multi_turn" |
- * "multi_request", "samples": records, "max_turns": N, "max_context_tokens": N, "optional": true} (registry.h);
- * "question": "hidden" is refused with multi_turn (its turns are dialogues, which the runner prefills whole). */
+ * "multi_request", "kv_reuse": true | false (multi_turn only; default true), "samples": records, "max_turns": N,
+ * "max_context_tokens": N, "optional": true} (registry.h); "question": "hidden" is refused with multi_turn (its
+ * first question is seen by the compression, as the official code's). */
 int scb_bench_load(const kvb_bench_env *env, const cJSON *entry, char *err, size_t err_len);
 
 #endif

@@ -22,7 +22,22 @@ void kvb_shared_prefill_free(kvb_shared_prefill *sp) {
     memset(sp, 0, sizeof *sp);
 }
 
-int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp) { return sp->reused ? sp->p.n - sp->split : sp->p.n; }
+int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp) {
+    return sp->reused ? sp->p.n - (sp->own > sp->split ? sp->own : sp->split) : sp->p.n;
+}
+
+int kvb_shared_prefill_adopt(kvb_session *ses, const kvb_shared_prefill *sp, double shared_ms, char *err, size_t err_len) {
+    int64_t own = sp->own > sp->split ? sp->own : sp->split;
+    if (own == sp->split) /* the whole prompt (no split), a hidden question, or a carried first turn */
+        return kvb_session_adopt(ses, sp->share, shared_ms, sp->p.ids + sp->split, sp->split ? sp->p.n - sp->split : 0,
+                                 err, err_len);
+    if (kvb_session_adopt(ses, sp->share, shared_ms, sp->p.ids + sp->split, own - sp->split, err, err_len)) return -1;
+    if (sp->reused) { /* the cache as the group's earlier turns left it: theirs to count */
+        ses->prefill_ms = 0;
+        memset(ses->pre_phase_ms, 0, sizeof ses->pre_phase_ms);
+    }
+    return kvb_session_append(ses, sp->p.ids + own, sp->p.n - own, err, err_len);
+}
 
 /* Whether the prefill kept in sp serves sample s, whose prompt p splits at split: same group, same context ids,
  * a share recording what u needs, and room for the question and answer. */
@@ -58,12 +73,15 @@ static int prefill(const kvb_prefill_env *e, const kvb_method_needs *u, int64_t 
 int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hidden, const kvb_method_needs *u,
                            int max_new, kvb_shared_prefill *sp, char *err, size_t err_len) {
     kvb_prompt p;
-    int64_t split = 0, max_prompt = e->n_ctx - max_new - 1;
-    if (kvb_prompt_build(e->model, s, max_prompt, e->round_chunk, &p, err, err_len)) {
+    int64_t split = 0, own = 0, max_prompt = e->n_ctx - max_new - 1;
+    int carried = s->carried && s->group;
+    if (carried ? kvb_carried_build(e->model, s, max_prompt, &p, &split, &own, err, err_len)
+                : kvb_prompt_build(e->model, s, max_prompt, e->round_chunk, &p, err, err_len)) {
         kvb_shared_prefill_free(sp);
         return -1;
     }
-    if (hidden && kvb_hidden_split(e->model, s, &p, &split, err, err_len)) {
+    hidden |= carried;
+    if (hidden && !carried && kvb_hidden_split(e->model, s, &p, &split, err, err_len)) {
         kvb_prompt_free(&p);
         kvb_shared_prefill_free(sp);
         return -1;
@@ -71,6 +89,7 @@ int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hi
     if (hidden && can_reuse(sp, s, &p, split, u, max_new)) { /* the question alone is new */
         kvb_prompt_free(&sp->p);
         sp->p = p;
+        sp->own = own;
         sp->reused = 1;
         return 0;
     }
@@ -78,10 +97,12 @@ int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hi
     sp->p = p;
     sp->hidden = hidden;
     sp->split = split;
+    sp->own = own;
     kvb_ctx_params cp = e->cp;
     int64_t n_ctx = p.n + max_new + 1;
-    if (hidden && s->group) { /* the group's later questions fork this context: room for a longer one */
-        n_ctx += QUESTION_SLACK_TOKENS;
+    if (hidden && s->group) { /* the group's later questions fork this context: room for a longer one (a carried
+                               * conversation's later turns: the whole context) */
+        n_ctx += carried ? e->n_ctx : QUESTION_SLACK_TOKENS;
         if (n_ctx > e->n_ctx) n_ctx = e->n_ctx;
         if (n_ctx < p.n + max_new + 1) n_ctx = p.n + max_new + 1;
         if (!(sp->group = strdup(s->group))) return ERR("out of memory");

@@ -3,7 +3,10 @@
  * every question of a context group (kvb_sample.group: RULER niah_multiquery posed one query at a time,
  * InfiniteBench kv_retrieval with several queries per haystack), as kvpress's pipeline and SCBench do: the
  * context is prefilled once and each question starts from the same cache, so the adoption, which sees only the
- * context, gives every question the same kept set.
+ * context, gives every question the same kept set. The turns of a carried conversation (SCBench's multi-turn KV
+ * cache reuse) share the first turn's prefill the same way: each turn's cell adopts it (the method compresses the
+ * first turn's prompt, its question seen), then the later turns' pieces are appended uncompressed, as SCBench's
+ * cache appends follow-up turns, and the turn decodes on that cache.
  *
  * Why the exact prefill and not a compressed snapshot: kvb_ctx_fork copies the KV store but not a method's hooks
  * or state, so a snapshot after compression would lose what stateful methods keep after prefill (H2O's scores,
@@ -26,7 +29,9 @@ typedef struct {
     int obs_window, prefill_scores; /* what the share records (the union of the cells' needs) */
     double prefill_ms, hist_ms;     /* the shared forward's time (of its first sample) */
     double pre_phase_ms[PROF_PHASE_COUNT];
-    char *group;          /* hidden: the context group the prefill belongs to (kvb_sample.group), else NULL */
+    int64_t own;          /* a carried turn (kvb_sample.carried) after the first: where its own piece starts; the
+                           * pieces [split, own) of the earlier turns rebuild the cache they left (0 otherwise) */
+    char *group;          /* hidden or carried: the group the prefill belongs to (kvb_sample.group), else NULL */
     int reused;           /* out: this sample reuses the prefill of an earlier question of its group */
 } kvb_shared_prefill;
 
@@ -39,16 +44,26 @@ typedef struct {
     kvb_gen_params gp;
 } kvb_prefill_env;
 
-/* The prefill of sample s for cells needing u (their union), leaving sp->p the sample's prompt. With hidden set,
+/* The prefill of sample s for cells needing u (their union), leaving sp->p the sample's prompt. A carried turn
+ * (kvb_sample.carried) is built as its conversation's pieces (hidden.h kvb_carried_build) and split after the first
+ * turn's piece, so every turn of a group reuses the first turn's prefill, as hidden questions do. With hidden set,
  * a prefill kept in sp from an earlier sample is reused (sp->reused = 1) when both samples are of the same group
  * with identical context ids, it records what u needs, and its context holds the new question and answer;
  * otherwise sp is freed and the prompt (its context only when hidden) prefilled. 0, or -1 + err (sp is then
  * still freed by kvb_shared_prefill_free). */
 int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hidden, const kvb_method_needs *u,
                            int max_new, kvb_shared_prefill *sp, char *err, size_t err_len);
-/* The forward tokens the sample's records count as prefilled: the whole prompt, or only the question when the
- * context's prefill was reused. */
+/* The forward tokens the sample's records count as prefilled: the whole prompt, or only the question (a carried
+ * turn: its own piece) when the context's prefill was reused. */
 int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp);
+/* A cell's session (its context forked from sp->base, its method installed) takes the shared prefill over: the
+ * method adopts it and the prefill ends (compression, budget check), then the rest of the prompt after sp->split
+ * is forwarded on the compressed cache, which the method never saw (a hidden question; a carried turn's pieces).
+ * shared_ms: the shared forward's share of this sample (kvb_session_adopt). A carried turn whose group's prefill
+ * was reused counts only its own piece's forward as its prefill: the compression and the earlier turns' pieces
+ * rebuild the cache those turns' records already paid for (SCBench keeps that cache between turns; kvbench
+ * rebuilds it, as a fork cannot copy a method's state). 0, or -1 + err. */
+int kvb_shared_prefill_adopt(kvb_session *ses, const kvb_shared_prefill *sp, double shared_ms, char *err, size_t err_len);
 /* Frees everything sp holds and zeroes it. */
 void kvb_shared_prefill_free(kvb_shared_prefill *sp);
 

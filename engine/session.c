@@ -155,6 +155,17 @@ int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, cons
     return 0;
 }
 
+int kvb_session_append(kvb_session *s, const int32_t *ids, int64_t n, char *err, size_t err_len) {
+    double before[PROF_PHASE_COUNT], after[PROF_PHASE_COUNT], t0 = now_ms();
+    phases(s->c, PROF_PREFILL, before);
+    if (n > 0 && kvb_forward(s->c, ids, n, err, err_len)) return -1;
+    s->prefill_ms += now_ms() - t0;
+    phases(s->c, PROF_PREFILL, after);
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) s->pre_phase_ms[ph] += after[ph] - before[ph];
+    usage(s, &s->kv_prefill);
+    return 0;
+}
+
 /* Append bytes to the text; 0 or -1 when out of memory. */
 static int text_add(kvb_session *s, const char *p, size_t n) {
     if (s->text_n + n + 1 > s->text_cap) {

@@ -140,6 +140,10 @@ int kvb_session_prefill_part(kvb_session *s, const kvb_rounds *r, int64_t chunk,
  * shared_ms (the shared forward's share of this sample; 0 when it was reused) plus this call's. */
 int kvb_session_adopt(kvb_session *s, const void *shared, double shared_ms, const int32_t *tail, int64_t n_tail,
                       char *err, size_t err_len);
+/* n more prompt tokens after the end of prefill (a later turn of a conversation whose cache is kept): forwarded on
+ * the method's cache as decode-time tokens are (the method compresses nothing more); their forward time and phases
+ * are added to the prefill's, and the KV left is measured again. 0, or -1 + err. */
+int kvb_session_append(kvb_session *s, const int32_t *ids, int64_t n, char *err, size_t err_len);
 /* One step: sample, apply the stop rule, run the token through the model unless generation ends. 1 = a token
  * was generated (*piece: its new text, n bytes, may be 0), 0 = finished (s->finish says why), -1 = error. */
 int kvb_session_step(kvb_session *s, const char **piece, size_t *n, char *err, size_t err_len);

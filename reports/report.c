@@ -404,8 +404,9 @@ static void scbench_section(const kvb_run *run, const kvb_summary *s, FILE *f) {
     acc per[MAX_GROUPS], all, abst;
     fputs("\n## SCBench by turn and capability group\n\nScore x100 (samples) of each turn, as compute_scores gives it per "
           "turn, and over all turns. Prefill: the tokens and seconds the task's records prefilled, summed: a multi-request "
-          "task with the question hidden counts each record's shared context once (its first query), every other record "
-          "its whole prompt.\n\n| task | method@budget | prefill tokens | prefill s | all |", f);
+          "task with the question hidden counts each record's shared context once (its first query), a multi-turn task "
+          "with KV cache reuse (_reuse) its first turn's prompt once (its first turn) and each later turn's own part, "
+          "every other record its whole prompt.\n\n| task | method@budget | prefill tokens | prefill s | all |", f);
     for (int g = 0; g < nt; g++) fputc(' ', f), md(f, turns[g]), fputs(" |", f);
     fputs("\n|---|---|---:|---:|---:|", f);
     for (int g = 0; g < nt; g++) fputs("---:|", f);
