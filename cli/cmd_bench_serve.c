@@ -13,6 +13,7 @@
 
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
+#include "benchmarks/serve_suite.h"
 #include "cli/cli.h"
 #include "engine/batch.h"
 #include "engine/kvcache.h"
@@ -94,29 +95,6 @@ static int parse_methods(const char *list, method_item *out, int cap, int *n, ch
     }
     if (*n == 0) return snprintf(err, err_len, "--methods: no method given"), -1;
     return 0;
-}
-
-/* The needle prompts: n depths spread over [0, 100] at one context length, built as the NIAH suite builds them
- * (chat template, official layout): the ids in out[], and (texts not NULL) the messages a server gets (strdup'd). */
-static int make_prompts(kvb_model *m, int prompt_len, int n, kvb_prompt *out, kvb_load_text *texts, char *err,
-                        size_t err_len) {
-    double *depths = calloc((size_t)n, sizeof *depths);
-    if (!depths) return snprintf(err, err_len, "out of memory"), -1;
-    niah_linspace_round(0, 100, n, depths);
-    kvb_samples ss = {0};
-    int len = prompt_len + 200; /* the generator keeps 200 tokens of a length for the question and the answer */
-    int rc = niah_generate(NULL, &len, 1, depths, n, NULL, NULL, NULL, kvb_count_tokens, m, &ss, err, err_len);
-    free(depths);
-    for (int i = 0; i < ss.n && !rc; i++) {
-        rc = kvb_prompt_build(m, &ss.v[i], (int64_t)prompt_len + 512, 0, &out[i], err, err_len);
-        if (!rc && texts) {
-            texts[i].system = ss.v[i].system ? strdup(ss.v[i].system) : NULL;
-            texts[i].user = strdup(ss.v[i].prompt ? ss.v[i].prompt : "");
-            if (!texts[i].user || (ss.v[i].system && !texts[i].system)) rc = (snprintf(err, err_len, "out of memory"), -1);
-        }
-    }
-    kvb_samples_free(&ss);
-    return rc;
 }
 
 /* --decode-only: batched decode alone, as scripts/llamacpp_batch_bench.py measures llama.cpp's: for each batch
@@ -244,7 +222,7 @@ int cmd_bench_serve(int argc, char **argv) {
     }
     kvb_prompt *prompts = calloc((size_t)n_prompts, sizeof *prompts);
     kvb_load_text *texts = url ? calloc((size_t)n_prompts, sizeof *texts) : NULL;
-    int rc = prompts && (texts || !url) ? make_prompts(m, prompt_len, n_prompts, prompts, texts, err, sizeof err)
+    int rc = prompts && (texts || !url) ? kvb_serve_needle_prompts(m, prompt_len, n_prompts, prompts, texts, err, sizeof err)
                                         : (snprintf(err, sizeof err, "out of memory"), -1);
     int64_t longest = 0;
     for (int i = 0; i < n_prompts && !rc; i++) longest = prompts[i].n > longest ? prompts[i].n : longest;
@@ -313,7 +291,7 @@ int cmd_bench_serve(int argc, char **argv) {
                 rc = kvb_load_run_url(url, api_key_env, server_model, items[i].name, items[i].budget_str, &lo, texts,
                                       n_prompts, &r, err, sizeof err);
             else
-                rc = kvb_load_run_local(m, &eo.ctx, items[i].name, &items[i].budget, &lo, prompts, n_prompts, &r, err,
+                rc = kvb_load_run_local(m, &eo.ctx, items[i].name, &items[i].budget, NULL, &lo, prompts, n_prompts, &r, err,
                                         sizeof err);
             if (rc) break;
             tok_s[(size_t)i * n_pools + k] = r.tok_s;
@@ -360,7 +338,7 @@ int cmd_bench_serve(int argc, char **argv) {
     cJSON_Delete(jrows);
     free(tok_s);
     for (int i = 0; prompts && i < n_prompts; i++) kvb_prompt_free(&prompts[i]);
-    for (int i = 0; texts && i < n_prompts; i++) free((char *)texts[i].system), free((char *)texts[i].user);
+    kvb_serve_texts_free(texts, n_prompts);
     free(texts);
     free(prompts);
     kvb_model_free(m);

@@ -122,7 +122,7 @@ static void on_done(void *user, const kvb_sched_result *r) {
 }
 
 int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
-                       const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
+                       const kvb_opts *o, const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
                        size_t err_len) {
     kvb_sched_opts so;
     memset(&so, 0, sizeof so);
@@ -134,6 +134,7 @@ int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *metho
     so.prefill_chunk = lo->prefill_chunk;
     so.method = method;
     if (b) so.budget = *b;
+    if (o) so.opts = *o;
     kvb_sched *s = kvb_sched_create(&so, err, err_len);
     if (!s) return -1;
     local_run l;

@@ -49,10 +49,11 @@ typedef struct {
     const char *system, *user;
 } kvb_load_text;
 
-/* The workload in process on model m: contexts from cp, the method by name (NULL = full attention) at budget b,
- * prompts[i % n] as the requests' ids. 0, or -1 + err when the scheduler itself fails. */
+/* The workload in process on model m: contexts from cp, the method by name (NULL = full attention) at budget b with
+ * options o (NULL = its defaults), prompts[i % n] as the requests' ids. 0, or -1 + err when the scheduler itself
+ * fails. */
 int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
-                       const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
+                       const kvb_opts *o, const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
                        size_t err_len);
 
 /* The workload against base_url (http[s]://host:port[/v1]; "/v1" is added to a URL without a path), the method and

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "reports/results.h"
+#include "reports/serve_rows.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
 
@@ -117,6 +118,10 @@ int kvb_compare(const char *base_dir, const char *new_dir, double max_score_drop
     if (!rc) rc = kvb_summary_build(&rb, &b, err, err_len);
     tolerances t = {max_score_drop, max_slowdown_pct, max_mem_growth_pct};
     if (!rc) rc = diff(&ra, &a, &rb, &b, &t, out);
+    if (rc >= 0) { /* a suite's "serve" rows (serve_rows.h): output tokens/s gated by the decode slowdown tolerance */
+        int serve_bad = kvb_serve_rows_compare(base_dir, new_dir, max_slowdown_pct, out, err, err_len);
+        rc = serve_bad < 0 ? -1 : serve_bad > 0 ? 1 : rc;
+    }
     kvb_summary_free(&a), kvb_summary_free(&b);
     kvb_run_free(&ra), kvb_run_free(&rb);
     return rc;

@@ -11,6 +11,7 @@
 
 #include "base/fsutil.h"
 #include "reports/ratio_chart.h"
+#include "reports/serve_rows.h"
 #include "reports/stats.h"
 #include "reports/svg.h"
 
@@ -751,10 +752,18 @@ static int write_all(const kvb_run *run, const kvb_summary *s, char *err, size_t
     size_t len = 0;
     FILE *f = rc ? NULL : open_memstream(&text, &len);
     if (!rc && !f) rc = ERR("%s: out of memory", run->dir);
+    kvb_serve_rec *serve = NULL; /* a suite's "serve" block: its throughput rows (serve_rows.h) */
+    int n_serve = 0, have_serve_chart = 0;
+    if (!rc && kvb_serve_rows_load(run->dir, &serve, &n_serve, err, err_len)) rc = -1;
+    if (!rc && (have_serve_chart = kvb_serve_rows_write(run->dir, serve, n_serve, err, err_len)) < 0) rc = -1;
+    if (f && rc) fclose(f), f = NULL;
     if (f) {
         md_body(run, s, names, have_budget, have_latency, have_ratio, f);
+        kvb_serve_rows_md(serve, n_serve, f);
+        if (have_serve_chart > 0) fputs("\n![output tokens/s vs KV pool size](throughput-vs-pool.svg)\n", f);
         if (!close_mem(f, &text)) rc = ERR("%s: out of memory", run->dir);
     }
+    free(serve);
     if (!rc) rc = (path = kvb_path_join(run->dir, "report.md")) ? kvb_write_file_atomic(path, text, err, err_len)
                                                                  : ERR("%s: out of memory", run->dir);
     free(text), free(names), free(path);
@@ -790,6 +799,10 @@ int kvb_report_print_main(const char *run_dir, FILE *out, char *err, size_t err_
     kvb_report_main_table(&s, out);
     fputc('\n', out);
     kvb_report_efficiency_table(&run, &s, out);
+    kvb_serve_rec *serve = NULL;
+    int n_serve = 0;
+    if (kvb_serve_rows_load(run_dir, &serve, &n_serve, err, err_len) == 0) kvb_serve_rows_md(serve, n_serve, out);
+    free(serve);
     load_warning(&run, out);
     if (run.n_torn) fprintf(out, "\nwarning: %s/results.jsonl: a torn last line (cut by a crash) was ignored\n", run_dir);
     if (s.n_duplicates) fprintf(out, "\nwarning: %zu duplicate records, the last of each kept\n", s.n_duplicates);
