@@ -29,6 +29,7 @@
 #include "benchmarks/runopts.h"
 #include "benchmarks/score.h"
 #include "benchmarks/shared_prefill.h"
+#include "benchmarks/serve_suite.h"
 #include "benchmarks/suitecheck.h"
 #include "base/clock.h"
 #include "base/fsutil.h"
@@ -627,7 +628,8 @@ static void free_state(run_state *st) {
 /* The suite read strictly (benchmarks/suitecheck.h); what needs the model is checked once it is loaded. */
 static int load_suite(run_state *st, char *err, size_t err_len) {
     if (!(st->suite = kvb_suite_parse(st->o->suite_path, err, err_len)) ||
-        kvb_suite_check(st->suite, st->o->suite_path, 0, err, err_len))
+        kvb_suite_check(st->suite, st->o->suite_path, 0, err, err_len) ||
+        kvb_serve_suite_check(st->suite, st->o->suite_path, err, err_len))
         return -1;
     st->suite_name = kvb_json_str(st->suite, "name", "suite");
     kvb_str_shown(st->suite_name, st->suite_shown, sizeof st->suite_shown);
@@ -735,6 +737,10 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
         for (int k = 0; k < st.tasks[i].samples.n; k++)
             if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;
     progress(&st, KVB_PROG_DONE, "done");
+    /* the suite's "serve" block: throughput rows beside the accuracy ones (a sharded run: shard 0 only) */
+    if (o->shard.index == 0 &&
+        kvb_serve_suite_run(st.suite, o->suite_path, st.model, &cp, &st.cs, st.out_dir, stderr, err, err_len))
+        goto done;
     if (kvb_hostload_end(&st.load, run_json, err, err_len)) goto done;
     close(st.fd);
     st.fd = -1;
