@@ -26,7 +26,7 @@ int cmd_bench_serve(int argc, char **argv);
 
 static const char *HELP =
     "usage: kvbench bench-serve [--methods full,snapkv@25%,...] [--clients 16] [--requests 64]\n"
-    "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N[,N...] | --pool-seqs 4]\n"
+    "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N[,N...] | --pool-seqs 4[,N...]]\n"
     "                           [--max-batch 64] [--prompts 8] [--stop-at-eos] [--csv FILE] [--json FILE]\n"
     "                           [--chart FILE] [--url URL [--api-key-env VAR] [--server-model NAME]] [engine options]\n"
     "\n"
@@ -37,8 +37,9 @@ static const char *HELP =
     "--kv-pool-mib MiB (default: room for --pool-seqs full-attention sequences of prompt + max-new tokens);\n"
     "a request waits until the pool can hold it (no preemption). One Markdown row per method@budget: requests/s,\n"
     "output tokens/s, TTFT and TPOT p50/p90/p99, mean and max running sequences, pool occupancy, waits, failed and\n"
-    "lost requests. --csv FILE and --json FILE write the same rows. Several --kv-pool-mib sizes run every method at\n"
-    "each and write the chart of output tokens/s against the pool (--chart FILE, default throughput-vs-pool.svg).\n"
+    "lost requests. --csv FILE and --json FILE write the same rows. Several pool sizes (--kv-pool-mib 64,128 or\n"
+    "--pool-seqs 2,4,8) run every method at each and write the chart of output tokens/s against the pool (--chart\n"
+    "FILE, default throughput-vs-pool.svg).\n"
     "Times are wall-clock on this machine (docs/serving.md). Exit 1 when a request failed (each row says why).\n"
     "--rate R: open loop instead, Poisson arrivals at R requests/s (one seeded schedule for every method); TTFT\n"
     "counts from each request's arrival.\n"
@@ -99,7 +100,7 @@ static int parse_methods(const char *list, method_item *out, int cap, int *n, ch
 
 /* --decode-only: batched decode alone, as scripts/llamacpp_batch_bench.py measures llama.cpp's: for each batch
  * size B, B contexts prefilled with ctx_len ids 1000 + ((i + 131 b) * 7919) % 40000 (sequence b; modulo a smaller
- * vocabulary), then n_decode batched steps of one token each, timed. */
+ * vocabulary), one untimed batched step, then n_decode batched steps of one token each, timed. */
 static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes, int n_sizes, int ctx_len, int n_decode,
                        char *err, size_t err_len) {
     kvb_ctx_params p = eo->ctx;
@@ -126,8 +127,11 @@ static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes
             if (!rc) rc = kvb_ctx_end_prefill(cs[i], err, err_len);
         }
         struct timespec t0, t1;
+        /* step 0 untimed (the script's llama.cpp run takes one too: llama.cpp reserves its graph there), then the
+         * timed steps at positions ctx_len + 1 .. ctx_len + n_decode, as the script's */
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int s = 0; s < n_decode && !rc; s++) {
+        for (int s = 0; s <= n_decode && !rc; s++) {
+            if (s == 1) clock_gettime(CLOCK_MONOTONIC, &t0);
             for (int i = 0; i < B; i++) next[i] = (int32_t)((1000 + ((ctx_len + s + 131 * i) * 7919) % 40000) % m->cfg.n_vocab);
             rc = kvb_batch_decode(b, cs, next, B, err, err_len);
         }
@@ -145,18 +149,18 @@ static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes
     return rc;
 }
 
-/* "64" or "32,64,128" -> MiB values; -1 + err. */
-static int parse_pools(const char *list, long *out, int cap, int *n, char *err, size_t err_len) {
+/* "64" or "32,64,128" -> values (MiB, or sequences) of option opt; -1 + err. */
+static int parse_pools(const char *opt, const char *list, long *out, int cap, int *n, char *err, size_t err_len) {
     *n = 0;
     for (const char *q = list; *q;) {
         char *end;
         long v = strtol(q, &end, 10);
         if (end == q || v < 1 || v > (1L << 30) || (*end && *end != ',') || *n == cap)
-            return snprintf(err, err_len, "--kv-pool-mib expects up to %d sizes in MiB like 64 or 32,64,128, got '%s'", cap, list), -1;
+            return snprintf(err, err_len, "%s expects up to %d positive sizes like 64 or 32,64,128, got '%s'", opt, cap, list), -1;
         out[(*n)++] = v;
         q = *end ? end + 1 : end;
     }
-    if (*n == 0) return snprintf(err, err_len, "--kv-pool-mib expects sizes in MiB like 64 or 32,64,128"), -1;
+    if (*n == 0) return snprintf(err, err_len, "%s expects positive sizes like 64 or 32,64,128", opt), -1;
     return 0;
 }
 
@@ -166,13 +170,14 @@ int cmd_bench_serve(int argc, char **argv) {
     const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL, *json = NULL, *chart = NULL;
     const char *url = NULL, *api_key_env = NULL, *server_model = NULL, *pool_list = NULL;
     kvb_load_opts lo = {16, 64, 64, 1, 0, 0, 0, 0, 0};
-    int prompt_len = 1024, n_prompts = 8, pool_seqs = 4, stop_at_eos = 0;
+    int prompt_len = 1024, n_prompts = 8, stop_at_eos = 0;
+    const char *seqs_list = NULL;
     const char *decode_sizes = NULL;
     int n_decode = 32;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_INT("--clients", &lo.clients, 1, 4096),
                       CLI_INT("--requests", &lo.requests, 1, 1000000), CLI_INT("--prompt-len", &prompt_len, 16, 1 << 22),
                       CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_STR("--kv-pool-mib", &pool_list),
-                      CLI_INT("--pool-seqs", &pool_seqs, 1, 1 << 20), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
+                      CLI_STR("--pool-seqs", &seqs_list), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
                       CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
                       CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv), CLI_STR("--json", &json),
                       CLI_STR("--chart", &chart), CLI_STR("--url", &url), CLI_STR("--api-key-env", &api_key_env),
@@ -189,12 +194,18 @@ int cmd_bench_serve(int argc, char **argv) {
     if (parse_methods(methods, items, 32, &n_items, err, sizeof err)) return cli_fail("bench-serve: %s", err);
     long pools[16];
     int n_pools = 0;
-    if (pool_list && parse_pools(pool_list, pools, 16, &n_pools, err, sizeof err)) return cli_fail("bench-serve: %s", err);
-    if (url && (pool_list || lo.max_batch || lo.page_tokens || lo.prefill_chunk || decode_sizes))
+    if (pool_list && parse_pools("--kv-pool-mib", pool_list, pools, 16, &n_pools, err, sizeof err))
+        return cli_fail("bench-serve: %s", err);
+    long seqs[16] = {4};
+    int n_seqs = 1;
+    if (seqs_list && parse_pools("--pool-seqs", seqs_list, seqs, 16, &n_seqs, err, sizeof err)) return cli_fail("bench-serve: %s", err);
+    if (seqs_list && pool_list) return cli_fail("bench-serve: --kv-pool-mib and --pool-seqs both given; the pool is one or the other");
+    if (url && (pool_list || seqs_list || lo.max_batch || lo.page_tokens || lo.prefill_chunk || decode_sizes))
         return cli_fail("bench-serve: --url measures the server as it was started: --kv-pool-mib, --max-batch, "
                         "--page-tokens, --prefill-chunk and --decode-only are the server's (kvbench serve) or in-process only");
     if (!url && (api_key_env || server_model)) return cli_fail("bench-serve: --api-key-env and --server-model need --url");
-    if (chart && n_pools < 2) return cli_fail("bench-serve: --chart needs several --kv-pool-mib sizes (e.g. 32,64,128)");
+    if (chart && n_pools < 2 && n_seqs < 2)
+        return cli_fail("bench-serve: --chart needs several --kv-pool-mib or --pool-seqs sizes (e.g. 32,64,128 or 2,4,8)");
     if (!lo.max_batch) lo.max_batch = 64;
     if (!lo.page_tokens) lo.page_tokens = 16;
     int sizes[64], n_sizes = 0;
@@ -244,7 +255,8 @@ int cmd_bench_serve(int argc, char **argv) {
     if (!rc && !url) rc = kvp_init(&pool, 1L << 40, kvc_slot_bytes(probe->kv), lo.page_tokens, err, sizeof err);
     if (!rc && !url) {
         seq_bytes = kvp_full_pages(&pool, &m->cfg, longest + lo.max_new) * pool.page_bytes;
-        if (n_pools == 0) pool_bytes[n_pools++] = pool_seqs * seq_bytes;
+        if (n_pools == 0)
+            for (int k = 0; k < n_seqs; k++) pool_bytes[n_pools++] = seqs[k] * seq_bytes;
         else
             for (int k = 0; k < n_pools; k++) pool_bytes[k] = (int64_t)pools[k] << 20;
         /* admission promises full attention's pages for the prefill (judge/sched.h): a pool below one sequence
@@ -252,9 +264,9 @@ int cmd_bench_serve(int argc, char **argv) {
         for (int k = 0; k < n_pools && !rc; k++)
             if (pool_bytes[k] / pool.page_bytes * pool.page_bytes < seq_bytes)
                 rc = (snprintf(err, sizeof err,
-                               "--kv-pool-mib %ld cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
+                               "--kv-pool-mib %.1f cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
                                "under full attention while they prefill)",
-                               pools[k], (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
+                               pool_bytes[k] / 1048576.0, (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
     }
     if (url) n_pools = 1, pool_bytes[0] = 0;
     if (!rc) {

@@ -7,9 +7,15 @@ The KV cache type as kvbench's (--kv, default f16), flash attention off, the thr
 
   python3 scripts/llamacpp_batch_bench.py --model M --batches 1,8 --ctx 512 --n-decode 32 --threads 2
 
+--kvbench BIN runs `BIN bench-serve --decode-only` on the same model, batches, context, steps and threads first
+(kvbench also takes one untimed step first), one engine after the other, and ends with both in one table and
+kvbench's tokens/s over llama.cpp's per batch size (docs/serving.md).
+
 Exit 3 with a one-line message when llama_cpp is not importable.
 """
 import argparse
+import re
+import subprocess
 import sys
 import time
 
@@ -22,7 +28,21 @@ def main():
     ap.add_argument("--n-decode", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--kvbench", metavar="BIN", help="also run BIN bench-serve --decode-only with the same settings")
     args = ap.parse_args()
+    ours = {}
+    if args.kvbench:
+        cmd = [args.kvbench, "bench-serve", "--decode-only", args.batches, "--prompt-len", str(args.ctx),
+               "--n-decode", str(args.n_decode), "--threads", str(args.threads), "--model", args.model, "--kv-type", args.kv]
+        print("$ " + " ".join(cmd))
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        sys.stdout.write(r.stdout)
+        if r.returncode != 0:
+            print(f"llamacpp_batch_bench: kvbench failed: {r.stderr.strip()}", file=sys.stderr)
+            return 1
+        for m in re.finditer(r"^\| (\d+) \| \d+ \| \d+ \| ([\d.]+) \| ([\d.]+) \|$", r.stdout, re.M):
+            ours[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+        print()
     try:
         import llama_cpp as L
     except ImportError as e:
@@ -36,6 +56,7 @@ def main():
     kv_type = 1 if args.kv == "f16" else 0
     print(f"llama.cpp (llama-cpp-python {L.__version__}), {args.threads} threads, KV {args.kv}\n")
     print("| sequences | context | decode steps | ms/step | decode tok/s |\n|---|---|---|---|---|")
+    theirs = {}
     for B in [int(b) for b in args.batches.split(",")]:
         cp = L.llama_context_default_params()
         cp.n_ctx = B * (args.ctx + args.n_decode + 16)
@@ -80,10 +101,22 @@ def main():
             run([(1000 + ((args.ctx + s + 131 * b) * 7919) % 40000, args.ctx + s, b, True) for b in range(B)])
         dt = time.perf_counter() - t0
         print(f"| {B} | {args.ctx} | {args.n_decode} | {dt * 1e3 / args.n_decode:.2f} | {B * args.n_decode / dt:.1f} |")
+        theirs[B] = (dt * 1e3 / args.n_decode, B * args.n_decode / dt)
         sys.stdout.flush()
         L.llama_batch_free(batch)
         L.llama_free(ctx)
     L.llama_model_free(model)
+    if ours:
+        print(f"\nbatched decode, {args.ctx}-token contexts, {args.n_decode} steps, {args.threads} threads, KV {args.kv}:\n")
+        print("| engine | sequences | ms/step | decode tok/s |\n|---|---|---|---|")
+        for B in sorted(theirs):
+            for name, rows in (("kvbench", ours), (f"llama.cpp {L.__version__}", theirs)):
+                if B in rows:
+                    print(f"| {name} | {B} | {rows[B][0]:.2f} | {rows[B][1]:.1f} |")
+        print("\n| sequences | kvbench tok/s / llama.cpp tok/s |\n|---|---|")
+        for B in sorted(theirs):
+            if B in ours and theirs[B][1] > 0:
+                print(f"| {B} | {ours[B][1] / theirs[B][1]:.2f} |")
     return 0
 
 

@@ -124,6 +124,19 @@ static void test_several_pools_write_the_chart(void) {
     }
     cJSON_Delete(rows);
     free(o), free(svg), free(js);
+    /* --pool-seqs 1,3: pools of one and three full-attention sequences, the second three times the first */
+    snprintf(args, sizeof args, "--methods full --pool-seqs 1,3 --clients 2 --requests 2 --prompts 1 --prompt-len 120 "
+                                "--max-new 3 --chart %s --json %s", svg_path, json_path);
+    CU_ASSERT_FATAL(run(args) == 0);
+    js = util_read_file(json_path, NULL);
+    rows = cJSON_Parse(js);
+    CU_ASSERT_FATAL(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 2);
+    const double p1 = cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "pool_mib")->valuedouble,
+                 p3 = cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "pool_mib")->valuedouble;
+    CU_ASSERT(p1 > 0 && fabs(p3 / p1 - 3) < 1e-9);
+    CU_ASSERT(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "max_seqs")->valueint == 1); /* one sequence fits */
+    cJSON_Delete(rows);
+    free(js);
 }
 
 static void test_bad_input_is_one_line_and_exit_1(void) {
@@ -139,6 +152,8 @@ static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--kv-pool-mib 1,x", "--kv-pool-mib");
     check_refused("--kv-pool-mib 2 --chart c.svg", "--chart needs several");
     check_refused("--api-key-env X", "need --url");
+    check_refused("--pool-seqs 2 --kv-pool-mib 4", "both given");
+    check_refused("--pool-seqs 0", "--pool-seqs");
 }
 
 static int setup(void) {
