@@ -9,7 +9,7 @@
 
 #include "methods/method.h"
 
-#define KVB_MAX_CELLS 64
+#define KVB_MAX_CELLS 256 /* every method (about 30) at the leaderboard's four ratios, with room */
 
 typedef struct {
     char method[32], budget_str[32]; /* budget_str: canonical (kvb_budget_format), the records' "budget" */

@@ -107,14 +107,17 @@ static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier, char *
     return 0;
 }
 
+/* The storage for n slots that decode will append to: a quarter spare (and 16), the store's one growth rule. */
+static int64_t with_spare(int64_t n) { return n + n / 4 + 16; }
+
 /* Room for `more` slots after the head's n (grow by a quarter: a compacted head stays close to its budget while
  * decode appends). A head with dropped slots at its front (a sliding window) is compacted into storage with a
  * quarter of its rows spare, so it copies its window once per n/4 steps, not every step. */
 static int reserve(kvc_store *kv, kv_head *hd, int64_t more, char *err, size_t err_len) {
     if (hd->off + hd->n + more <= hd->cap) return 0;
-    int64_t cap = hd->cap ? hd->cap + hd->cap / 4 + 16 : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
+    int64_t cap = hd->cap ? with_spare(hd->cap) : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
     if (hd->off > 0) {
-        int64_t need = hd->n + more + (hd->n + more) / 4 + 16;
+        int64_t need = with_spare(hd->n + more);
         cap = hd->cap > need ? hd->cap : need;
     }
     if (cap < hd->n + more) cap = hd->n + more;
@@ -208,13 +211,15 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
     return 0;
 }
 
-/* Compact a device-tier head to the slots of a device index list: gather them into storage of exactly n slots. */
+/* Compact a device-tier head to the slots of a device index list: gather them into new storage for n slots with
+ * the growth spare, so the decode step after a compression appends in place instead of reallocating and copying
+ * the head inside the timed decode (what the first append would otherwise do: the spare is what it would add). */
 static int retain_gather(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t n, char *err, size_t err_len) {
     kv_head old = *hd;
     *hd = (kv_head){0};
     hd->tier = old.tier;
     hd->cat = old.cat;
-    if (resize(kv, hd, n, old.tier, err, err_len)) {
+    if (resize(kv, hd, n > 0 ? with_spare(n) : 0, old.tier, err, err_len)) {
         *hd = old;
         return -1;
     }
@@ -246,7 +251,9 @@ int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, c
             hd->round[i] = hd->round[idx[i]];
         }
         hd->n = n;
-        return resize(kv, hd, n, hd->tier, err, err_len);
+        /* give memory back only when the head shrank to well under its storage (a reallocation of pinned host
+         * memory is slow, and decode appends right after) */
+        return hd->cap > 2 * with_spare(n) ? resize(kv, hd, n > 0 ? with_spare(n) : 0, hd->tier, err, err_len) : 0;
     }
     if (n > kv->idx_cap) {
         int32_t *p = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, (size_t)n * sizeof(int32_t));
@@ -349,7 +356,9 @@ int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size
     if (hd->tier == tier) return 0;
     kvb_tier from = hd->tier;
     int64_t moved = hd->n * kvc_slot_bytes(kv);
-    if (resize(kv, hd, hd->n, tier, err, err_len)) return -1;
+    /* the moved head keeps the growth spare: decode appends to it next (on the host tier, a reallocation there is
+     * a pinned allocation and a copy of the head inside the timed decode) */
+    if (resize(kv, hd, hd->n > 0 ? with_spare(hd->n) : 0, tier, err, err_len)) return -1;
     if (moved) kvb_mem_move(kv->mem, from, tier, moved);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util_common.h"
 #include "engine/kvcache.h"
@@ -121,6 +122,39 @@ static void test_drop_front_keeps_the_window_in_order_and_bounded(void) {
     CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), kvc_bytes(kv, KVB_TIER_DEVICE));
     kvc_free(kv);
     CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), 0);
+    kvb_mem_destroy(&m);
+}
+
+/* After a compression (retain) or a tier move, decode appends in place: the head's storage is not reallocated for
+ * the next n/4 + 16 tokens (the first timed decode step of a compressed cell must not copy the head), and a host
+ * head keeps its storage through a small compaction. */
+static void test_compacted_and_moved_heads_append_in_place(void) {
+    kvb_mem m;
+    kvb_mem_init(&m);
+    kvc_store *kv = make(&m, KVB_F32, 40);
+    int32_t keep[8] = {0, 3, 7, 11, 19, 23, 31, 39};
+    CU_ASSERT_FATAL(kvc_retain(kv, 0, 1, keep, 8, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvc_set_tier(kv, 1, 2, KVB_TIER_HOST, err, sizeof err) == 0);
+    const void *k0 = kvc_head_view(kv, 0, 1).k, *k1 = kvc_head_view(kv, 1, 2).k;
+    float k[H * D], v[H * D];
+    for (int t = 0; t < 8 / 4 + 16; t++) { /* the spare of the 8-slot head, the smaller of the two */
+        int32_t pos = 200 + t, round = 0;
+        fill(k, v, 100 + t, 1);
+        for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(kv, l, 1, k, v, &pos, &round, err, sizeof err) == 0);
+    }
+    kvc_view a = kvc_head_view(kv, 0, 1), b = kvc_head_view(kv, 1, 2);
+    CU_ASSERT(a.k == k0 && b.k == k1); /* appended in place */
+    CU_ASSERT(a.n == 8 + 18 && a.pos[1] == 103 && a.pos[8] == 200 && ((const float *)a.k)[8 * D] == kval(100, 1, 0));
+    CU_ASSERT(b.n == 40 + 18 && b.tier == KVB_TIER_HOST && ((const float *)b.k)[57 * D + 3] == kval(117, 2, 3));
+    int32_t few[2] = {5, 50}; /* a host head compacted to a few slots gives its storage back */
+    CU_ASSERT_FATAL(kvc_retain(kv, 1, 2, few, 2, err, sizeof err) == 0);
+    b = kvc_head_view(kv, 1, 2);
+    CU_ASSERT(b.n == 2 && b.pos[0] == 105 && b.pos[1] == 210);
+    CU_ASSERT(kvc_layer_used_bytes(kv, 1, KVB_TIER_HOST) == 2 * kvc_slot_bytes(kv));
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_HOST, KVB_MEM_KV), (2 + 2 / 4 + 16) * kvc_slot_bytes(kv));
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV) + kvb_mem_current(&m, KVB_TIER_HOST, KVB_MEM_KV),
+                    kvc_bytes(kv, KVB_TIER_COUNT));
+    kvc_free(kv);
     kvb_mem_destroy(&m);
 }
 
@@ -246,7 +280,9 @@ static void test_profiler_accounts_time_to_stage_phase_and_layer(void) {
     CU_ASSERT(prof_total_ns(p, PROF_DECODE, PROF_ATTN_FORWARD) >= 15000000);
     CU_ASSERT_EQUAL(prof_total_ns(p, PROF_DECODE, PROF_MLP), 0);
     CU_ASSERT_STRING_EQUAL(prof_phase_name(PROF_CALC_QKV_AND_ROPE), "calc_qkv_and_rope");
-    const char *path = "/tmp/kvb_test_trace.json";
+    char dir[] = "/tmp/kvb_kvcache_trace_XXXXXX", path[64]; /* a folder of this run's own */
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/trace.json", dir);
     CU_ASSERT(prof_write_trace(p, path, err, sizeof err) == 0);
     FILE *f = fopen(path, "r");
     CU_ASSERT_FATAL(f != NULL);
@@ -256,6 +292,8 @@ static void test_profiler_accounts_time_to_stage_phase_and_layer(void) {
     fclose(f);
     CU_ASSERT(strstr(buf, "\"traceEvents\"") && strstr(buf, "\"name\":\"attn_forward\",\"cat\":\"decode\""));
     CU_ASSERT(strstr(buf, "\"layer\":2,\"tokens\":16") != NULL);
+    unlink(path);
+    rmdir(dir);
     prof_free(p);
     prof_begin(NULL, PROF_MLP, 0); /* a NULL profiler is a no-op */
     prof_end(NULL, PROF_MLP, 0, 0, 0);
@@ -269,6 +307,7 @@ int main(void) {
     CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
     CU_add_test(s, "drop front keeps the window in order and bounded", test_drop_front_keeps_the_window_in_order_and_bounded);
     CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
+    CU_add_test(s, "compacted and moved heads append in place", test_compacted_and_moved_heads_append_in_place);
     CU_add_test(s, "evict swaps the last slot into the victim", test_evict_swaps_the_last_slot_into_the_victim);
     CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
     CU_add_test(s, "profiler accounts time to stage, phase and layer", test_profiler_accounts_time_to_stage_phase_and_layer);
