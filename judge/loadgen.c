@@ -366,8 +366,13 @@ static size_t sse_write(char *data, size_t size, size_t nmemb, void *user) {
 static size_t header_cb(char *data, size_t size, size_t nmemb, void *user) {
     stream_state *s = user;
     size_t n = size * nmemb;
+    char line[64]; /* the header is not NUL-terminated: a copy of its start */
+    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
+    memcpy(line, data, k);
+    line[k] = 0;
     int code;
-    if (n > 9 && !strncmp(data, "HTTP/", 5) && sscanf(strchr(data, ' ') ? strchr(data, ' ') : data, " %d", &code) == 1)
+    const char *sp = strchr(line, ' ');
+    if (!strncmp(line, "HTTP/", 5) && sp && sscanf(sp, " %d", &code) == 1)
         s->status = code; /* each status line (a 100 Continue before the final one included) */
     return n;
 }

@@ -142,6 +142,18 @@ static void test_every_request_completes_and_counts_agree_with_the_server(void) 
     free(o), free(e), free(c), free(js);
 }
 
+static void test_open_loop_completes_every_request(void) {
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", sport);
+    const double fin0 = server_stat("finished");
+    CU_ASSERT_FATAL(run(url, "--methods streamingllm@50% --rate 40 --clients 4 --requests 4 --prompts 2 --prompt-len 120 "
+                             "--max-new 3") == 0);
+    char *o = util_read_file(out_path, NULL);
+    CU_ASSERT(o && strstr(o, "open loop at 40 requests/s") && strstr(o, "| streamingllm | 50% | 4/4 | 0 | 0 |"));
+    CU_ASSERT(server_stat("finished") - fin0 == 4);
+    free(o);
+}
+
 static void test_refused_requests_are_counted_failed_and_exit_1(void) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", sport);
@@ -291,6 +303,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("bench-serve --url", setup, teardown);
     CU_add_test(s, "every request completes; counts agree with the server's stats",
                 test_every_request_completes_and_counts_agree_with_the_server);
+    CU_add_test(s, "--rate: open-loop arrivals over HTTP, every request completes", test_open_loop_completes_every_request);
     CU_add_test(s, "requests the server refuses are counted failed, exit 1", test_refused_requests_are_counted_failed_and_exit_1);
     CU_add_test(s, "an unreachable or bad URL is one line and exit 1", test_unreachable_url_is_one_line_and_exit_1);
     CU_add_test(s, "a broken stream or a 500 is a failed request, with its reason",
