@@ -3,8 +3,8 @@
  * GET /v1/models; POST /v1/chat/completions with {model, messages, max_tokens, temperature, top_p, seed,
  * stream, stop, n (1 only), ignore_eos (vLLM's and llama.cpp's extension: generate max_tokens whatever)} and an
  * optional extension object "kvbench": {"method": "snapkv", "budget": "30%", "method_opts": {"window": 32}} that
- * picks the KV-cache method per request (the server's default method otherwise), so external harnesses speaking this API can evaluate a method. Non-streaming replies carry
- * "usage" and a "kvbench" object with the measured KV bytes; `stream: true` sends server-sent events as the
+ * picks the KV-cache method per request (the server's default method otherwise), so external harnesses speaking
+ * this API can evaluate a method. Non-streaming replies carry "usage" and a "kvbench" object with the measured KV bytes; `stream: true` sends server-sent events as the
  * tokens are generated ("data: {chunk}" lines, then "data: [DONE]"). GET /v1/kvbench/stats gives the batching
  * engine's counters (judge/serve_batch.h's sb_stats; {"batching": false} without it) to load generators such as
  * `bench-serve --url`.
