@@ -1,13 +1,13 @@
 /* serve.h — `kvbench serve`: an OpenAI-compatible chat-completions server on the engine (libmicrohttpd).
  *
- * GET /v1/models; POST /v1/chat/completions with {model, messages, max_tokens, temperature, top_p, seed,
- * stream, stop, n (1 only), ignore_eos (vLLM's and llama.cpp's extension: generate max_tokens whatever)} and an
- * optional extension object "kvbench": {"method": "snapkv", "budget": "30%", "method_opts": {"window": 32}} that
- * picks the KV-cache method per request (the server's default method otherwise), so external harnesses speaking
- * this API can evaluate a method. Non-streaming replies carry "usage" and a "kvbench" object with the measured KV bytes; `stream: true` sends server-sent events as the
- * tokens are generated ("data: {chunk}" lines, then "data: [DONE]"). GET /v1/kvbench/stats gives the batching
- * engine's counters (judge/serve_batch.h's sb_stats; {"batching": false} without it) to load generators such as
- * `bench-serve --url`.
+ * GET /v1/models; POST /v1/chat/completions with {model, messages, max_tokens, temperature, top_p, seed, stream,
+ * stop, n (1 only), ignore_eos (vLLM's and llama.cpp's extension: generate max_tokens whatever)} and an optional
+ * extension object "kvbench": {"method": "snapkv", "budget": "30%", "method_opts": {"window": 32}} that picks the
+ * KV-cache method per request (the server's default method otherwise), so external harnesses speaking this API can
+ * evaluate a method. Non-streaming replies carry "usage" and a "kvbench" object with the measured KV bytes; `stream:
+ * true` sends server-sent events as the tokens are generated ("data: {chunk}" lines, then "data: [DONE]"). GET
+ * /v1/kvbench/stats gives the batching engine's counters (judge/serve_batch.h's sb_stats; {"batching": false}
+ * without it) to load generators such as `bench-serve --url`.
  *
  * Slow or idle clients cannot lock others out: a connection that sends nothing for read_timeout_s while its
  * request is read is closed, and so is one whose request (headers and body) is not whole request_timeout_s
