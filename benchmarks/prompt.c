@@ -189,16 +189,35 @@ static int build_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_t
     return rc;
 }
 
-int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
-                     char *err, size_t err_len) {
+static int is_dialogue(const kvb_sample *s) { return s->turns && s->n_turns > 0 && s->question && !s->prompt; }
+
+int kvb_prompt_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                      char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     err[0] = 0;
-    int rc;
-    if (s->turns && s->n_turns > 0 && s->question && !s->prompt) rc = build_dialogue(m, s, max_tokens, out, err, err_len);
-    else if (s->prompt) rc = build_single(m, s, max_tokens, round_chunk, out, err, err_len);
-    else rc = ERR("sample %s has neither a prompt nor a dialogue", s->id ? s->id : "?");
+    int rc = s->prompt ? build_single(m, s, max_tokens, round_chunk, out, err, err_len)
+                       : ERR("sample %s has no prompt (its benchmark builds single prompts)", s->id ? s->id : "?");
     if (rc) kvb_prompt_free(out);
     return rc;
+}
+
+int kvb_prompt_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                        char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    err[0] = 0;
+    int rc = is_dialogue(s) ? build_dialogue(m, s, max_tokens, out, err, err_len)
+                            : ERR("sample %s is not a dialogue (turns and a question, no prompt; its benchmark builds dialogues)",
+                                  s->id ? s->id : "?");
+    if (rc) kvb_prompt_free(out);
+    return rc;
+}
+
+int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                     char *err, size_t err_len) {
+    if (is_dialogue(s)) return kvb_prompt_dialogue(m, s, max_tokens, round_chunk, out, err, err_len);
+    if (s->prompt) return kvb_prompt_single(m, s, max_tokens, round_chunk, out, err, err_len);
+    memset(out, 0, sizeof *out);
+    return ERR("sample %s has neither a prompt nor a dialogue", s->id ? s->id : "?");
 }
 
 void kvb_prompt_free(kvb_prompt *p) {

@@ -21,7 +21,22 @@
  * or rounds were dropped to fit. */
 typedef kvb_rounds kvb_prompt;
 
-/* Build the prompt of a sample within max_tokens (prompt only; the caller leaves room for generation). */
+/* A prompt builder: the prompt of sample s within max_tokens (prompt only; the caller leaves room for generation),
+ * single prompts cut into round_chunk-token rounds; 0, or -1 + one-line err (out then holds nothing). Each
+ * benchmark's row (registry.h) names the builder its samples take. */
+typedef int (*kvb_prompt_fn)(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk,
+                             kvb_prompt *out, char *err, size_t err_len);
+
+/* A single prompt (s->prompt): middle-cut, in the chat template when s->use_chat, chunked into rounds. */
+int kvb_prompt_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                      char *err, size_t err_len);
+/* A dialogue (s->turns, then s->question): one round per (user, assistant) pair, latest history dropped to fit;
+ * round_chunk is unused (the rounds are the dialogue's own). */
+int kvb_prompt_dialogue(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
+                        char *err, size_t err_len);
+/* Either, by the sample's shape (a dialogue when it has turns and a question but no prompt): for benchmarks whose
+ * samples take both (SCBench: a session's first turn is one prompt, its later turns dialogues) and for callers
+ * with no benchmark row (calibration, bench-serve). */
 int kvb_prompt_build(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *out,
                      char *err, size_t err_len);
 void kvb_prompt_free(kvb_prompt *p);

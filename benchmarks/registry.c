@@ -192,17 +192,18 @@ static const char *longbench_bin(const kvb_sample *s) { return lb_e_bin(s->lengt
 static const char *longbench_v2_bin(const kvb_sample *s) { return lbv2_length_bin(s->length); }
 
 static const kvb_benchmark BENCHMARKS[] = {
-    /* type, loader, scorer (NULL: judged), judge kind, length bin */
-    {"2stage", load_2stage, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"recall", load_recall, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"niah", load_niah, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"ruler", kvb_synth_load_ruler, kvb_score_ruler, KVB_JK_NONE, NULL},
-    {"infinitebench", kvb_synth_load_infbench, kvb_score_infbench, KVB_JK_NONE, NULL},
-    {"longbench", load_longbench, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
-    {"longbench_v2", load_longbench_v2, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin},
-    {"scbench", scb_bench_load, scb_score, KVB_JK_NONE, NULL},
-    {"longmemeval", load_longmemeval, NULL, KVB_JK_LONGMEMEVAL, NULL},
-    {"sharegpt", load_sharegpt, NULL, KVB_JK_QUALITY, NULL},
+    /* type, loader, prompt builder, scorer (NULL: judged), judge kind, length bin */
+    {"2stage", load_2stage, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"recall", load_recall, kvb_prompt_dialogue, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"niah", load_niah, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL},
+    {"ruler", kvb_synth_load_ruler, kvb_prompt_single, kvb_score_ruler, KVB_JK_NONE, NULL},
+    {"infinitebench", kvb_synth_load_infbench, kvb_prompt_single, kvb_score_infbench, KVB_JK_NONE, NULL},
+    {"longbench", load_longbench, kvb_prompt_single, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
+    {"longbench_v2", load_longbench_v2, kvb_prompt_single, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin},
+    /* a session's first turn is one prompt, its later turns dialogues */
+    {"scbench", scb_bench_load, kvb_prompt_build, scb_score, KVB_JK_NONE, NULL},
+    {"longmemeval", load_longmemeval, kvb_prompt_single, NULL, KVB_JK_LONGMEMEVAL, NULL},
+    {"sharegpt", load_sharegpt, kvb_prompt_dialogue, NULL, KVB_JK_QUALITY, NULL},
 };
 #define N_BENCHMARKS ((int)(sizeof BENCHMARKS / sizeof BENCHMARKS[0]))
 

@@ -1,11 +1,12 @@
 /* registry.h — the benchmarks a suite may name: one row per suite "type" (DESIGN.md "Benchmarks"), with its
- * loader (the suite entry's options turned into tasks of samples), its scorer, the judge kind its tasks are
- * scored by, and how its records bin lengths. The runner (load) and score.c (kvb_score_sample) look a type up
- * here instead of testing names, and tests iterate the table.
+ * loader (the suite entry's options turned into tasks of samples), its prompt builder, its scorer, the judge kind
+ * its tasks are scored by, and how its records bin lengths. The runner (load, prompt) and score.c
+ * (kvb_score_sample) look a type up here instead of testing names, and tests iterate the table.
  *
- * Prompts have no row of their own: every benchmark's samples become token ids through one builder
- * (prompt.h kvb_prompt_build: chat template, truncation, rounds), and each loader puts its benchmark's official
- * prompt template into the sample. Adding a benchmark is its loader (and scorer, unless judged) plus one row. */
+ * A prompt builder (prompt.h) turns a sample into token ids: kvb_prompt_single (one prompt: the official middle
+ * cut, the chat template, chunked rounds), kvb_prompt_dialogue (a conversation's own rounds) or kvb_prompt_build
+ * (either, by the sample's shape); each loader puts its benchmark's official prompt template into the sample.
+ * Adding a benchmark is its loader (and scorer, unless judged) plus one row. */
 #ifndef KVB_BENCH_REGISTRY_H
 #define KVB_BENCH_REGISTRY_H
 
@@ -15,6 +16,7 @@
 
 #include "benchmarks/judging.h"
 #include "benchmarks/loaders.h"
+#include "benchmarks/prompt.h"
 #include "benchmarks/sample.h"
 
 /* What the runner lends a loader. */
@@ -41,6 +43,7 @@ typedef struct {
     const char *type;        /* the suite entry's "type" */
     /* the entry's tasks, added through env->add_task; 0 or -1 + one-line err */
     int (*load)(const kvb_bench_env *env, const cJSON *entry, char *err, size_t err_len);
+    kvb_prompt_fn prompt;    /* its samples' token ids (prompt.h) */
     /* a prediction's score in [0, 1] and the metric's name; -1 = no automatic score. NULL: judged (see judge). */
     int (*score)(const kvb_sample *s, const char *prediction, double *score, char *metric, size_t metric_cap);
     kvb_judge_kind judge;    /* how its tasks are judged by default (KVB_JK_NONE: scored; niah: rubric on request) */

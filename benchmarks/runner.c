@@ -53,6 +53,7 @@ typedef struct {
     kvb_judge_kind judge; /* how its samples are scored when not by score.c */
     const cJSON *bench;   /* its benchmark object in the suite (for the records' fingerprints) */
     int hidden;           /* "question": "hidden": compress the context before the question is prefilled */
+    kvb_prompt_fn prompt; /* its benchmark row's prompt builder (registry.h) */
 } task;
 
 typedef struct {
@@ -100,10 +101,13 @@ static int expand_path_fits(const char *in, char *out, size_t cap) {
 
 static task *new_task(run_state *st, const char *name, const char *bench, char *err, size_t err_len) {
     if (st->n_tasks == MAX_TASKS) { ERR("suite: more than %d tasks", MAX_TASKS); return NULL; }
+    const kvb_benchmark *row = kvb_benchmark_find(bench);
+    if (!row) { ERR("task %s: benchmark %s has no row in the benchmark table", name, bench); return NULL; }
     task *t = &st->tasks[st->n_tasks++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     snprintf(t->benchmark, sizeof t->benchmark, "%s", bench);
+    t->prompt = row->prompt;
     return t;
 }
 
@@ -308,7 +312,7 @@ static void on_progress(void *user, const char *phase, int64_t done, int64_t tot
 static int run_prefill(run_state *st, const task *t, const kvb_sample *s, const kvb_method_needs *u, int max_new,
                        char *err, size_t err_len) {
     kvb_prefill_env e = {st->model, kvb_run_ctx_params(st->o), st->model->cfg.n_ctx_train, st->round_chunk,
-                         {.progress = on_progress, .user = st}};
+                         {.progress = on_progress, .user = st}, t->prompt};
     if (st->o->n_ctx > 0 && st->o->n_ctx < e.n_ctx) e.n_ctx = st->o->n_ctx;
     return kvb_shared_prefill_run(&e, s, t->hidden, u, max_new, &st->pf, err, err_len);
 }
@@ -377,8 +381,9 @@ static int run_followup(run_state *st, const cell *cl, const kvb_sample *s, cons
     s2->use_chat = s->use_chat;
     s2->max_new_tokens = s->followup_max_new > 0 ? s->followup_max_new : 64;
     if ((s->id && !s2->id) || (s->task && !s2->task) || !s2->prompt) return ERR("out of memory");
+    /* the follow-up is one prompt whatever the first question's benchmark */
     kvb_prefill_env e = {st->model, kvb_run_ctx_params(st->o), st->model->cfg.n_ctx_train, st->round_chunk,
-                         {.progress = on_progress, .user = st}};
+                         {.progress = on_progress, .user = st}, kvb_prompt_single};
     if (st->o->n_ctx > 0 && st->o->n_ctx < e.n_ctx) e.n_ctx = st->o->n_ctx;
     if (kvb_shared_prefill_run(&e, s2, 0, &cl->needs, s2->max_new_tokens, sp2, err, err_len)) return -1;
     return run_cell(st, cl, s2, sp2, s2->max_new_tokens, res2, err, err_len);

@@ -40,13 +40,13 @@ int kvb_shared_prefill_adopt(kvb_session *ses, const kvb_shared_prefill *sp, dou
 }
 
 /* Whether the prefill kept in sp serves sample s, whose prompt p splits at split: same group, same context ids,
- * a share recording what u needs, and room for the question and answer. */
+ * a share recording what u needs, and room for the question and answer. A cell whose method prefills itself
+ * (u->own_prefill) does not stop the others' reuse: with a split it is refused anyway (runner.c run_cell). */
 static int can_reuse(const kvb_shared_prefill *sp, const kvb_sample *s, const kvb_prompt *p, int64_t split,
                      const kvb_method_needs *u, int max_new) {
     return sp->base && sp->hidden && sp->group && s->group && !strcmp(sp->group, s->group) && split == sp->split &&
            !memcmp(p->ids, sp->p.ids, (size_t)split * sizeof *p->ids) && u->obs_window <= sp->obs_window &&
-           (!u->prefill_scores || sp->prefill_scores) && !u->own_prefill &&
-           p->n + max_new + 1 <= sp->base->params.n_ctx;
+           (!u->prefill_scores || sp->prefill_scores) && p->n + max_new + 1 <= sp->base->params.n_ctx;
 }
 
 /* The forward over sp->p up to `end`; a method that prefills the question round itself forks from the history
@@ -74,9 +74,10 @@ int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hi
                            int max_new, kvb_shared_prefill *sp, char *err, size_t err_len) {
     kvb_prompt p;
     int64_t split = 0, own = 0, max_prompt = e->n_ctx - max_new - 1;
+    kvb_prompt_fn build = e->prompt ? e->prompt : kvb_prompt_build;
     int carried = s->carried && s->group;
     if (carried ? kvb_carried_build(e->model, s, max_prompt, &p, &split, &own, err, err_len)
-                : kvb_prompt_build(e->model, s, max_prompt, e->round_chunk, &p, err, err_len)) {
+                : build(e->model, s, max_prompt, e->round_chunk, &p, err, err_len)) {
         kvb_shared_prefill_free(sp);
         return -1;
     }

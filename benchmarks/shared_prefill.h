@@ -36,12 +36,14 @@ typedef struct {
 } kvb_shared_prefill;
 
 /* How the runner prefills: the model, its contexts' parameters, the longest context it may make (n_ctx), the
- * single prompts' round size, and progress reporting (gp.progress, gp.user). */
+ * single prompts' round size, progress reporting (gp.progress, gp.user), and the prompt builder of the sample's
+ * benchmark (its registry row's; NULL: kvb_prompt_build, by the sample's shape). */
 typedef struct {
     kvb_model *model;
     kvb_ctx_params cp;
     int n_ctx, round_chunk;
     kvb_gen_params gp;
+    kvb_prompt_fn prompt;
 } kvb_prefill_env;
 
 /* The prefill of sample s for cells needing u (their union), leaving sp->p the sample's prompt. A carried turn

@@ -222,7 +222,7 @@ static void test_questions_of_a_context_group_share_one_context_prefill_and_one_
     a.group = strdup("g0"), b.group = strdup("g0"), other.group = strdup("g1");
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_threads = 1;
-    kvb_prefill_env e = {model, cp, model->cfg.n_ctx_train, 512, {0}};
+    kvb_prefill_env e = {model, cp, model->cfg.n_ctx_train, 512, {0}, NULL}; /* NULL: the prompt by the sample's shape */
     kvb_opts o = {0};
     kvb_method_needs u;
     CU_ASSERT_FATAL(kvb_method_needs_of("snapkv", &o, &u, err, sizeof err) == 0);
