@@ -15,6 +15,18 @@
 
 static const char *bin;
 static char model[1024];
+/* this run's scratch folder (mkdtemp in main), $KVB_T in the commands run() hands to the shell, so two suites
+ * (release and ASan) can run at once without sharing files */
+static char tmp_dir[64] = "/tmp/kvb_cli_XXXXXX";
+
+/* tmp_dir/name, in one of 8 rotating buffers */
+static const char *tp(const char *name) {
+    static char buf[8][192];
+    static int next;
+    char *b = buf[next++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
+    return b;
+}
 
 typedef struct {
     int exit_code; /* -1 when killed by a signal */
@@ -32,11 +44,11 @@ static void slurp(const char *path, char *buf, size_t cap) {
 /* Runs `kvbench ARGS`, capturing stdout, stderr and the exit status. */
 static void run(run_result *r, const char *args) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s >/tmp/kvb_cli_out.txt 2>/tmp/kvb_cli_err.txt", bin, args);
+    snprintf(cmd, sizeof cmd, "'%s' %s >$KVB_T/kvb_cli_out.txt 2>$KVB_T/kvb_cli_err.txt", bin, args);
     int st = system(cmd);
     r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp("/tmp/kvb_cli_out.txt", r->out, sizeof r->out);
-    slurp("/tmp/kvb_cli_err.txt", r->err, sizeof r->err);
+    slurp(tp("kvb_cli_out.txt"), r->out, sizeof r->out);
+    slurp(tp("kvb_cli_err.txt"), r->err, sizeof r->err);
 }
 
 static int count_lines(const char *s) {
@@ -80,16 +92,16 @@ static void test_missing_model_file_is_one_line_error(void) {
 }
 
 static void test_wrong_magic_is_reported(void) {
-    write_bytes("/tmp/kvb_bad_magic.gguf", "NOPE\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 24);
-    expect_clean_failure("inspect /tmp/kvb_bad_magic.gguf", "magic");
+    write_bytes(tp("kvb_bad_magic.gguf"), "NOPE\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 24);
+    expect_clean_failure("inspect $KVB_T/kvb_bad_magic.gguf", "magic");
 }
 
 static void test_truncated_model_is_reported(void) {
     UTIL_REQUIRE_FILE(model);
-    write_model_prefix("/tmp/kvb_trunc_head.gguf", 1000);
-    expect_clean_failure("generate --model /tmp/kvb_trunc_head.gguf --prompt hi", "kvb_trunc_head.gguf");
-    write_model_prefix("/tmp/kvb_trunc_data.gguf", 50u << 20);
-    expect_clean_failure("generate --model /tmp/kvb_trunc_data.gguf --prompt hi", "kvb_trunc_data.gguf");
+    write_model_prefix(tp("kvb_trunc_head.gguf"), 1000);
+    expect_clean_failure("generate --model $KVB_T/kvb_trunc_head.gguf --prompt hi", "kvb_trunc_head.gguf");
+    write_model_prefix(tp("kvb_trunc_data.gguf"), 50u << 20);
+    expect_clean_failure("generate --model $KVB_T/kvb_trunc_data.gguf --prompt hi", "kvb_trunc_data.gguf");
 }
 
 /* A GGUF with valid structure but a model kvbench cannot run: unknown arch, then a missing key. */
@@ -99,23 +111,23 @@ static void test_unknown_arch_and_missing_key_are_reported(void) {
     gw_writer *g = gw_new();
     gw_kv_str(g, "general.architecture", "mamba");
     gw_tensor(g, "x", GGML_T_F32, 1, ne, w, sizeof w);
-    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_arch.gguf") == 0);
+    CU_ASSERT_FATAL(gw_write_file(g, tp("kvb_arch.gguf")) == 0);
     gw_free(g);
-    expect_clean_failure("generate --model /tmp/kvb_arch.gguf --prompt hi", "unsupported architecture 'mamba'");
+    expect_clean_failure("generate --model $KVB_T/kvb_arch.gguf --prompt hi", "unsupported architecture 'mamba'");
     g = gw_new();
     gw_kv_str(g, "general.architecture", "llama");
     gw_kv_u32(g, "llama.embedding_length", 64);
     gw_tensor(g, "x", GGML_T_F32, 1, ne, w, sizeof w);
-    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_nokey.gguf") == 0);
+    CU_ASSERT_FATAL(gw_write_file(g, tp("kvb_nokey.gguf")) == 0);
     gw_free(g);
-    expect_clean_failure("generate --model /tmp/kvb_nokey.gguf --prompt hi", "missing metadata key 'llama.block_count'");
+    expect_clean_failure("generate --model $KVB_T/kvb_nokey.gguf --prompt hi", "missing metadata key 'llama.block_count'");
     /* a tensor type kvbench does not know, and a tensor running past the end of the file */
     g = gw_new();
     gw_kv_str(g, "general.architecture", "llama");
     gw_tensor(g, "x", (ggml_type)77, 1, ne, w, sizeof w);
-    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_type.gguf") == 0);
+    CU_ASSERT_FATAL(gw_write_file(g, tp("kvb_type.gguf")) == 0);
     gw_free(g);
-    expect_clean_failure("inspect /tmp/kvb_type.gguf", "unknown tensor type 77");
+    expect_clean_failure("inspect $KVB_T/kvb_type.gguf", "unknown tensor type 77");
 }
 
 static void test_prompt_longer_than_context_is_reported(void) {
@@ -134,8 +146,8 @@ static void test_bench_method_refuses_contexts_beyond_the_model(void) {
 
 static void test_invalid_utf8_prompt_is_reported(void) {
     UTIL_REQUIRE_FILE(model);
-    write_bytes("/tmp/kvb_bad_utf8.txt", "hello \xff\xfe world", 14);
-    expect_clean_failure("generate --model default --prompt-file /tmp/kvb_bad_utf8.txt -n 2", "UTF-8");
+    write_bytes(tp("kvb_bad_utf8.txt"), "hello \xff\xfe world", 14);
+    expect_clean_failure("generate --model default --prompt-file $KVB_T/kvb_bad_utf8.txt -n 2", "UTF-8");
 }
 
 static void test_bad_flags_are_reported(void) {
@@ -288,13 +300,13 @@ static void test_bench_byte_bound_counts_weights_and_kv(void) {
     } cases[] = {{"synthetic:tiny", 2, 64, 4, 2, 16, 128, 256}, {"'synthetic:smollm2-135m?layers=2'", 2, 576, 9, 3, 64, 1536, 49152}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char args[512], json[1 << 12];
-        snprintf(args, sizeof args, "bench --model %s --contexts 100 -n 4 --no-peer --bound --json /tmp/kvb_bound.json",
+        snprintf(args, sizeof args, "bench --model %s --contexts 100 -n 4 --no-peer --bound --json $KVB_T/kvb_bound.json",
                  cases[i].model);
         run_result *r = malloc(sizeof *r);
-        unlink("/tmp/kvb_bound.json");
+        unlink(tp("kvb_bound.json"));
         run(r, args);
         CU_ASSERT(r->exit_code == 0 && strstr(r->out, "% of bound"));
-        slurp("/tmp/kvb_bound.json", json, sizeof json);
+        slurp(tp("kvb_bound.json"), json, sizeof json);
         double L = cases[i].L, E = cases[i].E, H = cases[i].H, KV = cases[i].KV, D = cases[i].D, F = cases[i].F;
         double w = 2 * (L * (E * H * D + 2 * E * KV * D + H * D * E + 3 * E * F) + cases[i].V * E);
         double kv = 2 * L * KV * D * 2; /* K and V, f16 */
@@ -311,7 +323,7 @@ static void test_bench_byte_bound_counts_weights_and_kv(void) {
 /* The PyTorch shape peer gets the model's shapes and its figures land beside ours: a stand-in "python" checks
  * the arguments and answers for one context (the real script needs torch; scripts/torch_synth_bench.py). */
 static void test_bench_shape_peer_gets_the_shapes(void) {
-    const char *fake = "/tmp/kvb_fake_python.sh";
+    const char *fake = tp("kvb_fake_python.sh");
     FILE *f = fopen(fake, "w");
     CU_ASSERT_FATAL(f != NULL);
     fputs("#!/bin/sh\n"
@@ -324,7 +336,7 @@ static void test_bench_shape_peer_gets_the_shapes(void) {
     fclose(f);
     chmod(fake, 0755);
     run_result *r = malloc(sizeof *r);
-    run(r, "bench --model synthetic:tiny --contexts 100,200 -n 4 --torch --torch-python /tmp/kvb_fake_python.sh");
+    run(r, "bench --model synthetic:tiny --contexts 100,200 -n 4 --torch --torch-python $KVB_T/kvb_fake_python.sh");
     CU_ASSERT(r->exit_code == 0);
     /* our TTFT and ms/token, then the peer's, then the peer's over ours */
     double pre = -1, dec = -1, ttft = -1, ms = -1, pt = -1, pm = -1, rt = -1, rm = -1;
@@ -347,14 +359,14 @@ static void test_bench_shape_peer_gets_the_shapes(void) {
 static void test_profile_and_trace_are_written(void) {
     UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
-    unlink("/tmp/kvb_trace.json");
-    run(r, "generate --model default --prompt 'The quick brown fox' -n 4 --profile --trace /tmp/kvb_trace.json");
+    unlink(tp("kvb_trace.json"));
+    run(r, "generate --model default --prompt 'The quick brown fox' -n 4 --profile --trace $KVB_T/kvb_trace.json");
     CU_ASSERT(r->exit_code == 0);
     CU_ASSERT(strstr(r->err, "calc_qkv_and_rope") && strstr(r->err, "attn_forward") && strstr(r->err, "mlp"));
     struct stat st;
-    CU_ASSERT(stat("/tmp/kvb_trace.json", &st) == 0 && st.st_size > 100);
+    CU_ASSERT(stat(tp("kvb_trace.json"), &st) == 0 && st.st_size > 100);
     char *buf = calloc(1, (size_t)st.st_size + 1);
-    slurp("/tmp/kvb_trace.json", buf, (size_t)st.st_size + 1);
+    slurp(tp("kvb_trace.json"), buf, (size_t)st.st_size + 1);
     CU_ASSERT(strstr(buf, "traceEvents") && strstr(buf, "update_cache"));
     free(buf);
     free(r);
@@ -365,14 +377,14 @@ static void test_profile_and_trace_are_written(void) {
 static void test_dump_activations_index_and_residual_stream(void) {
     UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
-    run(r, "generate --model default --prompt 'Hello there' -n 2 --kv-type f32 --dump-activations /tmp/kvb_act");
+    run(r, "generate --model default --prompt 'Hello there' -n 2 --kv-type f32 --dump-activations $KVB_T/kvb_act");
     CU_ASSERT_FATAL(r->exit_code == 0);
-    FILE *f = fopen("/tmp/kvb_act/activations.tsv", "r");
+    FILE *f = fopen(tp("kvb_act/activations.tsv"), "r");
     CU_ASSERT_FATAL(f != NULL);
     struct stat st;
-    CU_ASSERT_FATAL(stat("/tmp/kvb_act/activations.f32", &st) == 0);
+    CU_ASSERT_FATAL(stat(tp("kvb_act/activations.f32"), &st) == 0);
     float *data = malloc((size_t)st.st_size);
-    FILE *d = fopen("/tmp/kvb_act/activations.f32", "rb");
+    FILE *d = fopen(tp("kvb_act/activations.f32"), "rb");
     CU_ASSERT_FATAL(d && fread(data, 1, (size_t)st.st_size, d) == (size_t)st.st_size);
     fclose(d);
     char line[256], name[64];
@@ -412,11 +424,11 @@ static void test_dump_activations_index_and_residual_stream(void) {
  * hanging it (exit 124). */
 static void run_timeout(run_result *r, int secs, const char *args) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "timeout %d '%s' %s >/tmp/kvb_cli_out.txt 2>/tmp/kvb_cli_err.txt", secs, bin, args);
+    snprintf(cmd, sizeof cmd, "timeout %d '%s' %s >$KVB_T/kvb_cli_out.txt 2>$KVB_T/kvb_cli_err.txt", secs, bin, args);
     int st = system(cmd);
     r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp("/tmp/kvb_cli_out.txt", r->out, sizeof r->out);
-    slurp("/tmp/kvb_cli_err.txt", r->err, sizeof r->err);
+    slurp(tp("kvb_cli_out.txt"), r->out, sizeof r->out);
+    slurp(tp("kvb_cli_err.txt"), r->err, sizeof r->err);
 }
 
 /* expect_clean_failure under a timeout. */
@@ -432,23 +444,23 @@ static void expect_clean_failure_within(int secs, const char *args, const char *
 
 /* A FIFO as --model blocked in open() forever (nothing ever writes to it): now refused at once, by its kind. */
 static void test_fifo_as_model_is_refused_without_blocking(void) {
-    unlink("/tmp/kvb_cli_fifo.gguf");
-    CU_ASSERT_FATAL(mkfifo("/tmp/kvb_cli_fifo.gguf", 0600) == 0);
-    expect_clean_failure_within(20, "generate --model /tmp/kvb_cli_fifo.gguf --prompt hi", "FIFO");
-    expect_clean_failure_within(20, "inspect /tmp/kvb_cli_fifo.gguf", "not a regular file");
-    unlink("/tmp/kvb_cli_fifo.gguf");
+    unlink(tp("kvb_cli_fifo.gguf"));
+    CU_ASSERT_FATAL(mkfifo(tp("kvb_cli_fifo.gguf"), 0600) == 0);
+    expect_clean_failure_within(20, "generate --model $KVB_T/kvb_cli_fifo.gguf --prompt hi", "FIFO");
+    expect_clean_failure_within(20, "inspect $KVB_T/kvb_cli_fifo.gguf", "not a regular file");
+    unlink(tp("kvb_cli_fifo.gguf"));
 }
 
 /* A prompt file over the limit (a sparse 64 MiB + 1 byte file here; /dev/zero or an endless pipe in the issue) is
  * refused by the limit's name before any work; it used to be read whole, without bound, then tokenized. */
 static void test_prompt_file_over_the_limit_is_refused(void) {
-    FILE *f = fopen("/tmp/kvb_cli_big_prompt.txt", "wb");
+    FILE *f = fopen(tp("kvb_cli_big_prompt.txt"), "wb");
     CU_ASSERT_FATAL(f != NULL);
     CU_ASSERT_FATAL(ftruncate(fileno(f), (off_t)(64 << 20) + 1) == 0);
     fclose(f);
-    expect_clean_failure_within(60, "generate --model default --prompt-file /tmp/kvb_cli_big_prompt.txt -n 1",
+    expect_clean_failure_within(60, "generate --model default --prompt-file $KVB_T/kvb_cli_big_prompt.txt -n 1",
                                 "CLI_MAX_PROMPT_FILE_BYTES");
-    unlink("/tmp/kvb_cli_big_prompt.txt");
+    unlink(tp("kvb_cli_big_prompt.txt"));
 }
 
 /* A one-layer llama (embedding 8, 2 heads, FFN 16, context 64) with a 29-token vocabulary: <|endoftext|>,
@@ -507,9 +519,9 @@ static void write_small_llama(const char *path, int emb_rows, float rms_eps, flo
 
 /* The small model as written generates (exit 0): the cases below differ from it in one thing each. */
 static void test_small_llama_generates(void) {
-    write_small_llama("/tmp/kvb_small.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, NULL);
+    write_small_llama(tp("kvb_small.gguf"), SMALL_VOCAB, 1e-5f, 10000.0f, NULL);
     run_result *r = malloc(sizeof *r);
-    run(r, "generate --model /tmp/kvb_small.gguf --prompt hello -n 4 --ignore-eos");
+    run(r, "generate --model $KVB_T/kvb_small.gguf --prompt hello -n 4 --ignore-eos");
     CU_ASSERT(r->exit_code == 0);
     if (r->exit_code) fprintf(stderr, "\n  %s\n", r->err);
     free(r);
@@ -518,31 +530,31 @@ static void test_small_llama_generates(void) {
 /* More embedding rows than tokenizer tokens loaded, generated ids the tokenizer cannot print, printed nothing and
  * exited 0; llama.cpp refuses token_embd.weight of any shape but [n_embd, tokens]: so does kvbench, naming both. */
 static void test_embedding_rows_other_than_the_tokenizer_are_refused(void) {
-    write_small_llama("/tmp/kvb_small_rows.gguf", SMALL_VOCAB + 11, 1e-5f, 10000.0f, NULL);
-    expect_clean_failure("generate --model /tmp/kvb_small_rows.gguf --prompt hello -n 4", "has 40 rows but the tokenizer has 29 tokens");
-    write_small_llama("/tmp/kvb_small_rows.gguf", SMALL_VOCAB - 1, 1e-5f, 10000.0f, NULL);
-    expect_clean_failure("generate --model /tmp/kvb_small_rows.gguf --prompt hello -n 4", "has 28 rows but the tokenizer has 29 tokens");
+    write_small_llama(tp("kvb_small_rows.gguf"), SMALL_VOCAB + 11, 1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model $KVB_T/kvb_small_rows.gguf --prompt hello -n 4", "has 40 rows but the tokenizer has 29 tokens");
+    write_small_llama(tp("kvb_small_rows.gguf"), SMALL_VOCAB - 1, 1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model $KVB_T/kvb_small_rows.gguf --prompt hello -n 4", "has 28 rows but the tokenizer has 29 tokens");
 }
 
 /* A NaN or negative RMS epsilon and a RoPE base of 0 made every logit NaN, reported as "the first token is end
  * of generation ... --chat": now refused at load, naming the key. */
 static void test_nan_or_nonpositive_hyperparameters_are_refused_by_key(void) {
-    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, NAN, 10000.0f, NULL);
-    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is nan");
-    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, -1e-5f, 10000.0f, NULL);
-    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is -1e-05");
-    write_small_llama("/tmp/kvb_small_hp.gguf", SMALL_VOCAB, 1e-5f, 0.0f, NULL);
-    expect_clean_failure("generate --model /tmp/kvb_small_hp.gguf --prompt hello -n 4", "llama.rope.freq_base is 0");
+    write_small_llama(tp("kvb_small_hp.gguf"), SMALL_VOCAB, NAN, 10000.0f, NULL);
+    expect_clean_failure("generate --model $KVB_T/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is nan");
+    write_small_llama(tp("kvb_small_hp.gguf"), SMALL_VOCAB, -1e-5f, 10000.0f, NULL);
+    expect_clean_failure("generate --model $KVB_T/kvb_small_hp.gguf --prompt hello -n 4", "llama.attention.layer_norm_rms_epsilon is -1e-05");
+    write_small_llama(tp("kvb_small_hp.gguf"), SMALL_VOCAB, 1e-5f, 0.0f, NULL);
+    expect_clean_failure("generate --model $KVB_T/kvb_small_hp.gguf --prompt hello -n 4", "llama.rope.freq_base is 0");
 }
 
 /* A NaN weight made every logit NaN, read as end of generation: the forward pass checks the logits and the error
  * names the first activation (llama.cpp's graph name) that went non-finite. */
 static void test_nan_weights_stop_generation_naming_the_layer(void) {
-    write_small_llama("/tmp/kvb_small_nan.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, "blk.0.ffn_down.weight");
-    expect_clean_failure("generate --model /tmp/kvb_small_nan.gguf --prompt hello -n 4",
+    write_small_llama(tp("kvb_small_nan.gguf"), SMALL_VOCAB, 1e-5f, 10000.0f, "blk.0.ffn_down.weight");
+    expect_clean_failure("generate --model $KVB_T/kvb_small_nan.gguf --prompt hello -n 4",
                          "not finite (29 of 29 are NaN or Inf); the first is in layer 0 (ffn_out)");
-    write_small_llama("/tmp/kvb_small_nan.gguf", SMALL_VOCAB, 1e-5f, 10000.0f, "output_norm.weight");
-    expect_clean_failure("generate --model /tmp/kvb_small_nan.gguf --prompt hello -n 4", "in the output layer (result_norm)");
+    write_small_llama(tp("kvb_small_nan.gguf"), SMALL_VOCAB, 1e-5f, 10000.0f, "output_norm.weight");
+    expect_clean_failure("generate --model $KVB_T/kvb_small_nan.gguf --prompt hello -n 4", "in the output layer (result_norm)");
 }
 
 /* Control characters in a key went to the terminal raw (ESC [ 2 J clears the screen): inspect shows them
@@ -555,10 +567,10 @@ static void test_inspect_escapes_control_characters_in_keys(void) {
     gw_kv_u32(g, "evil\x1b[2J\x07.key", 1);
     gw_kv_str(g, "value.with.esc", "red\x1b[31m");
     gw_tensor(g, "tensor\x1b]0;title\x07", GGML_T_F32, 1, ne, w, sizeof w);
-    CU_ASSERT_FATAL(gw_write_file(g, "/tmp/kvb_ctrl.gguf") == 0);
+    CU_ASSERT_FATAL(gw_write_file(g, tp("kvb_ctrl.gguf")) == 0);
     gw_free(g);
     run_result *r = malloc(sizeof *r);
-    run(r, "inspect /tmp/kvb_ctrl.gguf");
+    run(r, "inspect $KVB_T/kvb_ctrl.gguf");
     CU_ASSERT(strchr(r->out, '\x1b') == NULL && strchr(r->out, '\x07') == NULL);
     CU_ASSERT(strstr(r->out, "evil\\x1b[2J\\x07.key (uint32) = 1") != NULL);
     CU_ASSERT(strstr(r->out, "\"red\\x1b[31m\"") != NULL);
@@ -570,6 +582,10 @@ int main(void) {
     bin = getenv("KVB_BIN");
     if (!bin) bin = "build/kvbench";
     util_default_model(model, sizeof model);
+    if (!mkdtemp(tmp_dir) || setenv("KVB_T", tmp_dir, 1)) {
+        perror("test_cli: scratch folder");
+        return 1;
+    }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("cli", NULL, NULL);
     CU_add_test(s, "missing model file is a one-line error", test_missing_model_file_is_one_line_error);
@@ -600,5 +616,9 @@ int main(void) {
     CU_add_test(s, "NaN or non-positive hyperparameters are refused by key", test_nan_or_nonpositive_hyperparameters_are_refused_by_key);
     CU_add_test(s, "NaN weights stop generation, naming the layer", test_nan_weights_stop_generation_naming_the_layer);
     CU_add_test(s, "inspect escapes control characters in keys", test_inspect_escapes_control_characters_in_keys);
-    return util_run_suites();
+    int rc = util_run_suites();
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp_dir);
+    if (system(rm) != 0) fprintf(stderr, "test_cli: could not remove %s\n", tmp_dir);
+    return rc;
 }

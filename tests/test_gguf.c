@@ -379,8 +379,9 @@ static void on_alarm(int sig) { (void)sig; }
 /* A FIFO given as a model used to block in open() until something wrote to it, forever; now it is refused at once
  * by its kind. (An alarm interrupts a blocking open, so the old behaviour fails the test instead of hanging it.) */
 static void test_fifo_is_refused_without_blocking(void) {
-    const char *path = "/tmp/kvb_test_gguf_fifo";
-    unlink(path);
+    char dir[] = "/tmp/kvb_gguf_fifo_XXXXXX", path[64]; /* a folder of this run's own */
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
     CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_alarm; /* no SA_RESTART: the blocked open returns EINTR */
@@ -392,6 +393,7 @@ static void test_fifo_is_refused_without_blocking(void) {
     CU_ASSERT(f == NULL && strstr(err, "FIFO") && strstr(err, "not a regular file"));
     gguf_close(f);
     unlink(path);
+    rmdir(dir);
     CU_ASSERT(gguf_open("/tmp", err, sizeof err) == NULL && strstr(err, "directory"));
 }
 

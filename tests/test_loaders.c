@@ -960,8 +960,8 @@ static void test_failed_load_leaves_earlier_samples_untouched(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvb_test_loaders_%d", (int)getpid());
-    if (mkdir(tmpdir, 0700) != 0) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvb_test_loaders_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
         fprintf(stderr, "cannot create %s\n", tmpdir);
         return 1;
     }

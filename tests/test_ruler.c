@@ -301,9 +301,12 @@ static void test_vt_cwe_fwe_templates_equal_rulers(void) {
     kvb_samples_free(&a);
 }
 
+/* this run's scratch folder (mkdtemp in main) */
+static char tmp_dir[64] = "/tmp/kvb_test_ruler_XXXXXX";
+
 static const char *write_tmp(const char *name, const char *text) {
     static char path[256];
-    snprintf(path, sizeof path, "/tmp/kvb_test_ruler_%d_%s", (int)getpid(), name);
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
     FILE *f = fopen(path, "wb");
     if (!f) return NULL;
     fputs(text, f);
@@ -375,7 +378,7 @@ static void test_missing_inputs_and_bad_arguments_are_one_line_errors(void) {
     CU_ASSERT(ruler_generate(&o, &a, err, sizeof err) == -1 && strstr(err, "too short"));
     /* cwe needs more distinct words than a 20-word list holds */
     char dir[128];
-    snprintf(dir, sizeof dir, "/tmp/kvb_test_ruler_words_%d", (int)getpid());
+    snprintf(dir, sizeof dir, "%s/words", tmp_dir);
     mkdir(dir, 0700);
     const char *files[3] = {"nounlist.txt", "adjectivelist.txt", "verblist.txt"};
     for (int i = 0; i < 3; i++) {
@@ -440,6 +443,10 @@ int main(void) {
     char path[1024];
     if (util_default_model(path, sizeof path)) model = kvb_model_load(path, err, sizeof err);
     if (!model) fprintf(stderr, "test_ruler: the default model is missing (scripts/fetch-model.sh): generator tests fail\n");
+    if (!mkdtemp(tmp_dir)) {
+        perror("test_ruler: scratch folder");
+        return 1;
+    }
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("ruler", NULL, NULL);
     CU_add_test(s, "scorers equal official python", test_scorers_equal_official_python);
@@ -453,5 +460,8 @@ int main(void) {
     CU_add_test(s, "missing inputs and bad arguments are one-line errors", test_missing_inputs_and_bad_arguments_are_one_line_errors);
     int rc = util_run_suites();
     kvb_model_free(model);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp_dir);
+    if (system(rm) != 0) fprintf(stderr, "test_ruler: could not remove %s\n", tmp_dir);
     return rc;
 }

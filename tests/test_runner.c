@@ -17,8 +17,17 @@
 #include "base/fsutil.h"
 
 static const char *bin;
-static char dir[64] = "/tmp/kvb_runner_XXXXXX";
+static char dir[64] = "/tmp/kvb_runner_XXXXXX"; /* this run's scratch folder, $KVB_T in the shell commands */
 static char suite[128];
+
+/* dir/name, in one of 4 rotating buffers */
+static const char *tp(const char *name) {
+    static char buf[4][128];
+    static int next;
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", dir, name);
+    return b;
+}
 
 static const char *SUITE =
     "{\"name\": \"%s\", \"model\": \"default\", \"seed\": 7, \"round_chunk\": 64,\n"
@@ -120,7 +129,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     FILE *f = fopen(rb, "a");
     fputs("{\"method\":\"full\",\"budget\":\"fu", f);
     fclose(f);
-    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>/tmp/kvb_runner_err.txt", suite, b) == 0);
+    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>$KVB_T/kvb_runner_err.txt", suite, b) == 0);
     CU_ASSERT_EQUAL(count_lines(rb), 12);
     char *da = digest(ra), *db = digest(rb);
     CU_ASSERT_FATAL(da && db);
@@ -154,10 +163,10 @@ static int last_line_has(const char *path, const char *needle) {
 
 static void expect_error(const char *args, const char *needle) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%%s' run %s 2>/tmp/kvb_runner_err.txt >/dev/null%%s", args);
+    snprintf(cmd, sizeof cmd, "'%%s' run %s 2>$KVB_T/kvb_runner_err.txt >/dev/null%%s", args);
     int rc = sh(cmd, "", "");
     CU_ASSERT(rc == 1);
-    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", needle));
+    CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), needle));
 }
 
 static void test_bad_inputs_are_one_line_errors(void) {
@@ -209,7 +218,7 @@ static void test_bad_inputs_are_one_line_errors(void) {
     if (UTIL_SHARED_DATA("longbench/reconstructed_from_minilongbench", NULL, 0)) {
         expect_error(args, "reconstructed_from_minilongbench (kvbench run configs/sample-data.json");
     } else {
-        char *t = util_read_file("/tmp/kvb_runner_err.txt", NULL);
+        char *t = util_read_file(tp("kvb_runner_err.txt"), NULL);
         CU_ASSERT(t && !strstr(t, "sample records"));
         free(t);
     }
@@ -243,14 +252,14 @@ static void test_changed_cells_are_not_reused(void) {
     fclose(f);
     snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
     expect_error(args, "snapkv|50%|2stage|");
-    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":8}, now {\"window\":4}"));
+    CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "method_opts: stored {\"window\":8}, now {\"window\":4}"));
     CU_ASSERT_EQUAL(count_lines(ra), 12); /* nothing written */
     snprintf(cmd, sizeof cmd, "'%%s' run %s --rerun-changed > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(ra), 15); /* the 3 snapkv cells again, nothing else */
-    snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > /tmp/kvb_runner_n.txt", ra);
+    snprintf(cmd, sizeof cmd, "grep -c '\"method\":\"snapkv\".*\"rerun\":true' %s > $KVB_T/kvb_runner_n.txt", ra);
     CU_ASSERT(system(cmd) == 0);
-    char *n = util_read_file("/tmp/kvb_runner_n.txt", NULL);
+    char *n = util_read_file(tp("kvb_runner_n.txt"), NULL);
     CU_ASSERT(n && atoi(n) == 3);
     free(n);
     snprintf(cmd, sizeof cmd, "'%%s' run %s > /dev/null 2>&1%%s", args);
@@ -263,7 +272,7 @@ static void test_changed_cells_are_not_reused(void) {
     CU_ASSERT_EQUAL(count_lines(ra), 15);
     snprintf(args, sizeof args, "%s --out %s --quiet --threads 2 --method-opt snapkv:window=16", path, a);
     expect_error(args, "snapkv|50%|2stage|");
-    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "method_opts: stored {\"window\":4}, now {\"window\":16}"));
+    CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "method_opts: stored {\"window\":4}, now {\"window\":16}"));
     snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
     char md[300];
     snprintf(md, sizeof md, "%s/report.md", a);
@@ -281,7 +290,7 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(cmd, sizeof cmd, "rm -f %s/run.json", a);
     CU_ASSERT(system(cmd) == 0);
     expect_error(args, "|2stage|");
-    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "benchmark: stored"));
+    CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "benchmark: stored"));
 }
 
 /* 1 when two lines of a digest (sorted) name the same cell. */
@@ -362,15 +371,15 @@ static void test_results_file_and_output_folder_are_checked_as_everywhere(void) 
     CU_ASSERT_FATAL(system(cmd) == 0);
     snprintf(path, sizeof path, "%s/results.jsonl", out);
     int before = count_lines(path);
-    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", suite, out);
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt%%s", suite, out);
     CU_ASSERT(sh(cmd, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(path), before); /* nothing run again, nothing dropped */
     snprintf(out, sizeof out, "%s/fifo", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir %s && cp %s/b/run.json %s/ && mkfifo %s/results.jsonl", out, out, dir, out, out);
     CU_ASSERT_FATAL(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "timeout 120 '%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", suite, out);
+    snprintf(cmd, sizeof cmd, "timeout 120 '%%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt%%s", suite, out);
     CU_ASSERT(sh(cmd, "", "") == 1);
-    CU_ASSERT(last_line_has("/tmp/kvb_runner_err.txt", "results.jsonl: is a FIFO, not a regular file"));
+    CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "results.jsonl: is a FIFO, not a regular file"));
     /* 1100 bytes of folders: cut at 1023 bytes, the old runner wrote the run into the cut path */
     char long_out[1200];
     int n = snprintf(long_out, sizeof long_out, "%s/long", dir);
@@ -411,7 +420,7 @@ static void test_long_ids_sharing_a_prefix_stay_apart_and_resume(void) {
     fclose(f);
     snprintf(out, sizeof out, "%s/long_ids", dir);
     snprintf(res, sizeof res, "%s/results.jsonl", out);
-    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", path, out);
+    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt%%s", path, out);
     CU_ASSERT_FATAL(sh(args, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(res), 2);
     CU_ASSERT(sh(args, "", "") == 0); /* resumed: both cells found */
@@ -432,7 +441,7 @@ static void test_niah_grid_keeps_every_depth(void) {
     fclose(f);
     snprintf(out, sizeof out, "%s/niah17", dir);
     snprintf(plan, sizeof plan, "%s/plan.jsonl", out);
-    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>/tmp/kvb_runner_err.txt%%s", path, out);
+    snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt%%s", path, out);
     CU_ASSERT(sh(args, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(plan), 17);
     snprintf(plan, sizeof plan, "%s/results.jsonl", out);
@@ -495,9 +504,9 @@ static void test_a_suite_is_read_strictly_before_anything_runs(void) {
           "\"benchmarks\": [{\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 2, \"max_new_tokens\": 1}]}", f);
     fclose(f);
     char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s/named --quiet > /tmp/kvb_runner_out.txt 2>/tmp/kvb_runner_err.txt%%s", path, dir);
+    snprintf(cmd, sizeof cmd, "'%%s' run %s --out %s/named --quiet > $KVB_T/kvb_runner_out.txt 2>$KVB_T/kvb_runner_err.txt%%s", path, dir);
     CU_ASSERT(sh(cmd, "", "") == 0);
-    char *e = util_read_file("/tmp/kvb_runner_err.txt", NULL), *o = util_read_file("/tmp/kvb_runner_out.txt", NULL);
+    char *e = util_read_file(tp("kvb_runner_err.txt"), NULL), *o = util_read_file(tp("kvb_runner_out.txt"), NULL);
     CU_ASSERT(e && strstr(e, "suite x\\x1b[2J\\x07y: ") && !strchr(e, '\033') && !strchr(e, '\a'));
     CU_ASSERT(o && strstr(o, "x\\x1b[2J\\x07y: score") && !strchr(o, '\033') && !strchr(o, '\a'));
     free(e), free(o);
@@ -510,7 +519,7 @@ int main(void) {
         fprintf(stderr, "needs KVB_BIN and the default model (scripts/fetch-model.sh)\n");
         return 1;
     }
-    if (!mkdtemp(dir)) return 1;
+    if (!mkdtemp(dir) || setenv("KVB_T", dir, 1)) return 1;
     snprintf(suite, sizeof suite, "%s/suite.json", dir);
     FILE *f = fopen(suite, "w");
     fprintf(f, SUITE, "runner-test");
