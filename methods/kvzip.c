@@ -23,7 +23,8 @@
  * - Where the reconstruction runs: on a fork of the context (kvb_ctx_fork), one per chunk, freed after it: the
  *   fork's KV is the prompt's plus the chunk's reconstruction, then dropped with it, so the context's own cache and
  *   its state (logits, statistics, sliding-window layers) are the prefill's. The fork's KV is what kvpress's cache
- *   holds during that chunk plus a copy of the prompt's: the peak is reported (recon_kv_peak_bytes).
+ *   holds during that chunk plus a copy of the prompt's: the peak, context and fork together (the store's occupied
+ *   slots, kvc_used_bytes), is reported (recon_kv_peak_bytes): about twice the prompt's KV plus a chunk's.
  * - Its cost is reported: extra_prefill_tokens (the reconstruction's tokens, every chunk with its prompt) and
  *   recon_ms in the method's description (the records' params); the time is inside the measured prefill (the end
  *   of prefill runs it: kvb_end_prefill), so inside TTFT.
@@ -59,7 +60,7 @@ typedef struct {
     int64_t sinks; /* first slots scored 1 */
     int64_t keep;  /* tokens kept per head after prefill */
     int64_t extra_tokens;  /* tokens the reconstruction fed through the model */
-    int64_t recon_kv_peak; /* the largest KV a reconstruction fork held (bytes) */
+    int64_t recon_kv_peak; /* the most KV held during the reconstruction: context + fork (bytes, occupied slots) */
     double recon_ms;
     /* during one reconstruction chunk (the scorer hook on the fork) */
     kvb_hooks scorer;
@@ -186,7 +187,8 @@ static int reconstruct(kvzip *s, kvb_ctx *c, char *err, size_t err_len) {
         if (d->params.n_ctx < n + k) d->params.n_ctx = (int)(n + k); /* the fork reads past the prompt; the context
                                                                          itself never does */
         rc = kvb_ctx_set_hooks(d, &s->scorer, err, err_len) || kvb_forward(d, ids, k, err, err_len);
-        int64_t peak = kvb_mem_peak(&d->mem, KVB_TIER_DEVICE, KVB_MEM_KV);
+        /* the KV held at the chunk's end: the context's prompt, the fork's copy and the reconstruction */
+        int64_t peak = kvc_used_bytes(c->kv, KVB_TIER_DEVICE) + kvc_used_bytes(d->kv, KVB_TIER_DEVICE);
         if (peak > s->recon_kv_peak) s->recon_kv_peak = peak;
         kvb_ctx_free(d);
         s->extra_tokens += k;
