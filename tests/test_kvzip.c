@@ -4,7 +4,8 @@
  * whose hook captures each layer's queries and keys, and each prompt slot's score is the float64 max over the KV
  * head's query heads and the reconstruction's rows of the softmax over sinks + the chunk's slots + the
  * reconstruction so far (the first 4 slots score 1); the method must keep the top B of that score in every layer and
- * KV head. Also: the extra prefill it reports is the reconstruction's token count; decode appends after it; budget
+ * KV head. Also: the extra prefill and peak KV it reports are the reconstruction's token count and the KV the
+ * context and the fork held; decode appends after it; budget
  * 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is read only through
  * the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
 #include <CUnit/Basic.h>
@@ -98,12 +99,15 @@ static int capture(void *self, kvb_ctx *d, int layer, const float *q, int64_t n_
 }
 
 /* The float64 scores of the prompt's slots, by the reconstruction rebuilt here; the tokens it fed. */
+static int64_t ref_peak; /* the most KV occupied while a chunk was reconstructed: context + fork */
+
 static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
     char err[256];
     kvb_ctx *c = util_tiny_ctx(dt, CTX);
     ref_dt = dt;
     CU_ASSERT_FATAL(kvb_forward(c, ids, N, err, sizeof err) == 0);
     memset(ref, 0, sizeof ref);
+    ref_peak = 0;
     int64_t fed = 0;
     int32_t rec[CHUNK + 256];
     for (ref_start = 0; ref_start < N; ref_start = ref_end) {
@@ -114,6 +118,8 @@ static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
         kvb_hooks h = {.pre_attend = capture};
         CU_ASSERT_FATAL(kvb_ctx_set_hooks(d, &h, err, sizeof err) == 0);
         CU_ASSERT_FATAL(kvb_forward(d, rec, k, err, sizeof err) == 0);
+        int64_t held = kvc_used_bytes(c->kv, KVB_TIER_DEVICE) + kvc_used_bytes(d->kv, KVB_TIER_DEVICE);
+        if (held > ref_peak) ref_peak = held;
         kvb_ctx_free(d);
         fed += k;
     }
@@ -159,7 +165,7 @@ static void check_keeps_the_most_attended(kvb_dtype dt) {
     CU_ASSERT_EQUAL(mismatches, 0);
     CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), fed); /* the cost it reports is what it fed */
     CU_ASSERT(fed > N);
-    CU_ASSERT(described(m, "recon_kv_peak_bytes=") > 0);
+    CU_ASSERT_EQUAL(described(m, "recon_kv_peak_bytes="), ref_peak);
     CU_ASSERT_EQUAL(c->n_past, N); /* the reconstruction left the context as the prefill did */
     kvb_method_free(m, c);
     kvb_ctx_free(c);
