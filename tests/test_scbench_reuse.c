@@ -5,7 +5,8 @@
  * attention, the greedy tokens of the whole-prompt path ("kv_reuse": false) on every turn whose ids are the same;
  * the first turn's prompt is prefilled once per record (its record "first", each later turn "reused" and counting
  * its own piece); SnapKV at 50% keeps the same share of the first turn's prompt on every turn, the later pieces
- * appended whole, measured by the store; the suite entry refuses bad "kv_reuse" values in one line. */
+ * appended whole, measured by the store; Round Attention is refused on carried turns and the others still share the
+ * prefill; the suite entry refuses bad "kv_reuse" values in one line. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -199,7 +200,7 @@ static void write_records(const char *path) {
 }
 
 typedef struct {
-    kvb_record r[16];
+    kvb_record r[32];
     int n;
 } run_records;
 
@@ -227,7 +228,7 @@ static void run(const char *name, const char *methods, int kv_reuse, run_records
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
         char why[256];
-        CU_ASSERT_FATAL(j && out->n < 16 && kvb_record_from_json(j, &out->r[out->n], 0, why, sizeof why) == 0);
+        CU_ASSERT_FATAL(j && out->n < 32 && kvb_record_from_json(j, &out->r[out->n], 0, why, sizeof why) == 0);
         out->n++;
         cJSON_Delete(j);
     }
@@ -246,9 +247,11 @@ static void test_a_run_carries_the_cache_across_turns(void) {
     snprintf(data, sizeof data, "%s/scbench_kv.jsonl", dir);
     write_records(data);
     run_records reuse, whole;
-    run("reuse", "{\"name\": \"full\"}, {\"name\": \"snapkv\"}", 1, &reuse);
+    /* Round Attention prefills the question round itself: refused on every carried turn, without stopping the
+     * others' reuse of the first turn's prefill */
+    run("reuse", "{\"name\": \"full\"}, {\"name\": \"snapkv\"}, {\"name\": \"round\"}", 1, &reuse);
     run("whole", "{\"name\": \"full\"}", 0, &whole);
-    CU_ASSERT_FATAL(reuse.n == 2 * N_RECORDS * N_TURNS && whole.n == N_RECORDS * N_TURNS);
+    CU_ASSERT_FATAL(reuse.n == 3 * N_RECORDS * N_TURNS && whole.n == N_RECORDS * N_TURNS);
     kvb_samples vc = {0}, vw = {0};
     CU_ASSERT_FATAL(load(data, "scbench_kv", 1, &vc) == 0 && load(data, "scbench_kv", 0, &vw) == 0);
     CU_ASSERT_FATAL(vc.n == N_RECORDS * N_TURNS && vw.n == vc.n);
@@ -263,8 +266,9 @@ static void test_a_run_carries_the_cache_across_turns(void) {
         CU_ASSERT_FATAL(kvb_carried_build(model, s, 1 << 20, &pc, &sp, &own, err, sizeof err) == 0);
         CU_ASSERT_FATAL(kvb_prompt_build(model, &vw.v[i], 1 << 20, 512, &pw, err, sizeof err) == 0);
         const kvb_record *full = find(&reuse, "full", s->id), *snap = find(&reuse, "snapkv", s->id),
-                         *ref = find(&whole, "full", s->id);
-        CU_ASSERT_FATAL(full && snap && ref);
+                         *round = find(&reuse, "round", s->id), *ref = find(&whole, "full", s->id);
+        CU_ASSERT_FATAL(full && snap && round && ref);
+        CU_ASSERT(round->error && strstr(round->error, "carried turns are not supported") && !strchr(round->error, '\n'));
         CU_ASSERT(!full->error && !snap->error && !ref->error);
         if (full->error || snap->error || ref->error)
             fprintf(stderr, "\n%s: %s / %s / %s\n", s->id, full->error ? full->error : "-", snap->error ? snap->error : "-", ref->error ? ref->error : "-");
