@@ -19,26 +19,33 @@
  *   prefill keeps no more rows for it. The whole prompt's statistics rank better: in one fidelity run (default model,
  *   a 2048-token prose prompt, 30%, 32 positions) top-1 agreement with full was 62.5% at window=32 and 75.0% at
  *   window=2048 (kvpress's statistics); a window costs n_layer x window x q_dim floats in every fork.
- * - The mean term only, without the value norms: kvpress's use_covariance=False, use_vnorm=False (its registry's
- *   critical_* presses run use_vnorm=False). Both the covariance term k^T S' k and the product with ||v_j|| are
- *   per-slot products of two device vectors (and the covariance an exp of them), which no op of kernels/backend.h
- *   computes; they need an elementwise op (see docs/methods.md). Scores, rows and index lists stay on the device.
- * - Defaults are kvpress's: sinks=4, future=512 (n_future_positions). The group's softmaxes are summed, not averaged
- *   (a positive multiple: the same top B). The sinks get a score above every other (kvpress: max + 1).
+ * - Both of kvpress's terms by default (use_covariance=True, use_vnorm=True); cov=0 and vnorm=0 drop either (both
+ *   off: the mean term alone, kvbench's only mode before the elementwise ops; kvpress's critical_* presses run
+ *   use_vnorm=False). The covariance S_r is the window's (1/w) sum_t c_t c_t^T of the centred pre-RoPE queries c_t;
+ *   R̄ S_r R̄^T is never formed: with u_t = R̄ c_t, k^T R̄ S_r R̄^T k = (1/w) sum_t (u_t . k)^2 (proj_sqnorms). eps is
+ *   kvpress's epsilon: 0, its default, or 1e-2 with ada=1 (the leaderboard's AdaKVPress(ExpectedAttentionPress(
+ *   epsilon=1e-2))).
+ * - Defaults are kvpress's: sinks=4, future=512 (n_future_positions). Without vnorm the group's softmaxes are summed,
+ *   not averaged (a positive multiple: the same top B); with it they are averaged, as eps is added to the mean. The
+ *   sinks get a score above every other (kvpress: max + 1).
  * - Budget B per head = budget x prompt length rounded (kvb_budget_tokens; kvpress: int(n (1 - ratio))), ties to the
  *   earlier token; B < sinks keeps the first B tokens.
  * - ada=1: kvpress's leaderboard row, AdaKVPress(ExpectedAttentionPress(epsilon=1e-2)): the layer's B x n_head_kv
  *   tokens shared among its KV heads by these scores (kvb_adakv_allocate: each head's top floor(alpha B), alpha=0.2,
  *   guaranteed, then the best of all heads together; heads hold different counts, the layer exactly B x n_head_kv;
- *   the host reads the counts only). The group's softmaxes sum to G in every head, so heads compare. epsilon only
- *   shifts scores before the value norms, which are not applied here: no effect on the ranking.
- * - How it is computed, all with existing ops, per layer: the window rows rotated by n - pos_t (rope, the layer's own
+ *   the host reads the counts only). The group's softmaxes sum to the same in every head, so heads compare.
+ * - How it is computed, all with the backend's ops, per layer: the window rows rotated by n - pos_t (rope, the layer's own
  *   RoPE: rope_ext where the model scales it), summed (probs_reduce), replicated F times (gather_f32 through
  *   block_expand's i % q_dim), rotated by u = 0..F-1 and summed again: sum_u R(u) R(n - pos_t) q_t = F w R̄ mu; scaled
  *   by 1 / (F w) (and by 1 / mscale^2 where YaRN scales rope's cos and sin, applied twice more than once); then one
  *   attention query per head over the slots from `sinks` on (kvb_attn_probs, the model's softmax scale: 1/sqrt(d)
  *   where kvpress divides by sqrt(d) too), the group summed (probs_reduce), the sinks filled (fill_idx_f32), top B
- *   (topk_idx) retained. The window rows are the prompt's last w tokens: the engine's positions are token indices. */
+ *   (topk_idx) retained. The window rows are the prompt's last w tokens: the engine's positions are token indices.
+ *   With cov: the rotated window rows minus their mean (axpby_f32) are carried by R̄ as the mean is (replicated,
+ *   roped over u = 0..F-1, summed: a chunk of rows at a time, at most 64 MB), gathered by head; per query head the
+ *   logits are block_scores' q.k (keys as f32 through block_minmax) x attn_scale plus proj_sqnorms / (2 d w)
+ *   (axpby_f32), softmax_rows, summed over the group (axpby_f32). With vnorm: axpby_f32 (/ G + eps), row_norms of V,
+ *   mul_f32. Cost of the covariance term: n x w x head_dim double products per query head and layer. */
 #include "methods/expected_attention.h"
 #include "methods/snapkv.h" /* kvb_adakv_allocate */
 
@@ -50,7 +57,7 @@
 #define SINK_SCORE 1e30f /* above any sum of G probabilities */
 
 struct kvb_ea_scratch {
-    int64_t n, sinks, w, F, q_dim;
+    int64_t n, sinks, w, F, q_dim, head_dim;
     float inv_scale;        /* 1 / (F w mscale^2) */
     int32_t *rel_pos;       /* [w] n - pos_t */
     int32_t *fut_pos;       /* [F] 0 .. F-1 */
@@ -58,6 +65,11 @@ struct kvb_ea_scratch {
     int32_t *list, *sink;   /* [n - sinks] slots sinks..n-1; [sinks] slots 0..sinks-1 */
     float *rows, *m, *mu;   /* [max(w, F)][q_dim]; [q_dim]; [q_dim] */
     size_t rows_bytes;
+    /* cov=1 and vnorm=1 (NULL otherwise) */
+    int64_t chunk;          /* centred rows carried through the future rotations at once */
+    float *cw, *big, *uc, *ut; /* [w][q_dim] centred at n; [chunk F][q_dim]; [w][q_dim] R̄ c_t; [n_head][w][head_dim] */
+    int32_t *big_pos, *tr;  /* [chunk F] u = i % F; [w q_dim] ut's gather list */
+    float *kf, *kf2, *lg, *qd, *vn; /* [rest][head_dim] x2 keys as f32; [rest] logits, quadratic terms, value norms */
 };
 
 typedef struct {
@@ -102,7 +114,60 @@ void kvb_ea_scratch_free(kvb_ctx *c, kvb_ea_scratch *ws) {
     kvb_method_release(c, ws->rows, ws->rows_bytes);
     kvb_method_release(c, ws->m, (size_t)ws->q_dim * sizeof(float));
     kvb_method_release(c, ws->mu, (size_t)ws->q_dim * sizeof(float));
+    const size_t wd = (size_t)(ws->w ? ws->w : 1) * ws->q_dim, cf = (size_t)ws->chunk * ws->F;
+    const size_t rd = (size_t)(rest ? rest : 1) * ws->head_dim, r1 = (size_t)(rest ? rest : 1);
+    kvb_method_release(c, ws->cw, wd * sizeof(float));
+    kvb_method_release(c, ws->big, cf * ws->q_dim * sizeof(float));
+    kvb_method_release(c, ws->uc, wd * sizeof(float));
+    kvb_method_release(c, ws->ut, wd * sizeof(float));
+    kvb_method_release(c, ws->big_pos, cf * sizeof(int32_t));
+    kvb_method_release(c, ws->tr, wd * sizeof(int32_t));
+    kvb_method_release(c, ws->kf, rd * sizeof(float));
+    kvb_method_release(c, ws->kf2, rd * sizeof(float));
+    kvb_method_release(c, ws->lg, r1 * sizeof(float));
+    kvb_method_release(c, ws->qd, r1 * sizeof(float));
+    kvb_method_release(c, ws->vn, r1 * sizeof(float));
     free(ws);
+}
+
+#define BIG_FLOATS (16 << 20) /* the replicated centred rows: 64 MB at most */
+
+/* The covariance term's and the value norms' scratch, and the index tables the covariance reads (host-made, one
+ * counted copy each). */
+static int full_scratch(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int64_t rest, char *err,
+                        size_t err_len) {
+    kvb_backend *be = c->be;
+    const int64_t D = ws->q_dim, d = ws->head_dim, H = c->model->cfg.n_head, w = ws->w ? ws->w : 1;
+    const size_t r1 = (size_t)(rest ? rest : 1);
+    int rc = 0;
+    if (p->vnorm && !(ws->vn = kvb_method_alloc(c, r1 * sizeof(float)))) return ERR("expected: out of memory");
+    if (!p->cov) return 0;
+    ws->chunk = BIG_FLOATS / (ws->F * D);
+    if (ws->chunk < 1) ws->chunk = 1;
+    if (ws->chunk > w) ws->chunk = w;
+    const size_t cf = (size_t)ws->chunk * ws->F, wd = (size_t)w * D;
+    ws->cw = kvb_method_alloc(c, wd * sizeof(float));
+    ws->big = kvb_method_alloc(c, cf * D * sizeof(float));
+    ws->uc = kvb_method_alloc(c, wd * sizeof(float));
+    ws->ut = kvb_method_alloc(c, wd * sizeof(float));
+    ws->big_pos = kvb_method_alloc(c, cf * sizeof(int32_t));
+    ws->tr = kvb_method_alloc(c, wd * sizeof(int32_t));
+    ws->kf = kvb_method_alloc(c, r1 * d * sizeof(float));
+    ws->kf2 = kvb_method_alloc(c, r1 * d * sizeof(float));
+    ws->lg = kvb_method_alloc(c, r1 * sizeof(float));
+    ws->qd = kvb_method_alloc(c, r1 * sizeof(float));
+    int32_t *pos = malloc(cf * sizeof *pos), *tr = malloc(wd * sizeof *tr);
+    if (!(ws->cw && ws->big && ws->uc && ws->ut && ws->big_pos && ws->tr && ws->kf && ws->kf2 && ws->lg && ws->qd &&
+          pos && tr))
+        rc = ERR("expected: out of memory");
+    for (size_t i = 0; !rc && i < cf; i++) pos[i] = (int32_t)(i % (size_t)ws->F);
+    for (int64_t h = 0; !rc && h < H; h++) /* ut[h][t][e] = uc[t][h d + e] */
+        for (int64_t t = 0; t < w; t++)
+            for (int64_t e = 0; e < d; e++) tr[(h * w + t) * d + e] = (int32_t)(t * D + h * d + e);
+    rc = rc || be->copy(be, ws->big_pos, pos, cf * sizeof *pos, KVB_COPY_H2D, err, err_len) ||
+         be->copy(be, ws->tr, tr, wd * sizeof *tr, KVB_COPY_H2D, err, err_len);
+    free(pos), free(tr);
+    return rc ? -1 : 0;
 }
 
 kvb_ea_scratch *kvb_ea_scratch_new(kvb_ctx *c, const kvb_ea_opts *p, int64_t n, char *err, size_t err_len) {
@@ -119,6 +184,7 @@ kvb_ea_scratch *kvb_ea_scratch_new(kvb_ctx *c, const kvb_ea_opts *p, int64_t n, 
     ws->w = w < rest ? w : rest;
     ws->F = p->future;
     ws->q_dim = cfg->q_dim;
+    ws->head_dim = cfg->head_dim;
     kvb_rope_params r = layer_rope(c);
     double mscale = r.attn_factor * (r.ext_factor != 0.0f ? 1.0 + 0.1 * log(1.0 / r.freq_scale) : 1.0);
     ws->inv_scale = (float)(1.0 / ((double)ws->F * (double)(ws->w ? ws->w : 1) * mscale * mscale));
@@ -145,6 +211,7 @@ kvb_ea_scratch *kvb_ea_scratch_new(kvb_ctx *c, const kvb_ea_opts *p, int64_t n, 
          (rest && be->iota(be, ws->list, (int32_t)ws->sinks, rest, err, err_len)) ||
          (ws->sinks && be->iota(be, ws->sink, 0, ws->sinks, err, err_len));
     free(rel);
+    if (!rc && (p->cov || p->vnorm)) rc = full_scratch(c, p, ws, rest, err, err_len);
     if (rc) {
         kvb_ea_scratch_free(c, ws);
         return NULL;
@@ -159,6 +226,8 @@ static int expected_query(kvb_ctx *c, kvb_ea_scratch *ws, int l, char *err, size
     const float *q = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - ws->w)) * D;
     if (be->copy(be, ws->rows, q, (size_t)ws->w * D * sizeof(float), KVB_COPY_D2D, err, err_len)) return -1;
     rope_rows(c, ws->rows, ws->w, ws->rel_pos);
+    if (ws->cw && be->copy(be, ws->cw, ws->rows, (size_t)ws->w * D * sizeof(float), KVB_COPY_D2D, err, err_len))
+        return -1;
     if (be->probs_reduce(be, ws->m, D, ws->rows, D, 1, 1, ws->w, D, NULL, KVB_REDUCE_GROUP_SUM, 0, err, err_len) ||
         be->gather_f32(be, ws->rows, ws->m, ws->rep, ws->F * D, err, err_len))
         return -1;
@@ -169,14 +238,77 @@ static int expected_query(kvb_ctx *c, kvb_ea_scratch *ws, int l, char *err, size
     return 0;
 }
 
+/* R̄ c_t for the window's centred queries into ws->ut as [n_head][w][head_dim] (after expected_query, which left
+ * R(n) q_t in ws->cw and sum_t R(n) q_t in ws->m): c_t = R(n) q_t - m / w, replicated F times, rotated by u = 0..F-1
+ * and summed (F R̄ c_t, as the mean), a chunk of rows at a time; scaled by 1 / (F mscale^2), then gathered by head. */
+static int centred_queries(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const int64_t D = ws->q_dim, F = ws->F, w = ws->w;
+    for (int64_t t = 0; t < w; t++)
+        if (be->axpby_f32(be, ws->cw + t * D, ws->cw + t * D, 1.0, ws->m, -1.0 / (double)w, 0.0, D, err, err_len))
+            return -1;
+    for (int64_t t0 = 0; t0 < w; t0 += ws->chunk) {
+        const int64_t nc = w - t0 < ws->chunk ? w - t0 : ws->chunk;
+        for (int64_t t = 0; t < nc; t++)
+            if (be->gather_f32(be, ws->big + t * F * D, ws->cw + (t0 + t) * D, ws->rep, F * D, err, err_len)) return -1;
+        rope_rows(c, ws->big, nc * F, ws->big_pos);
+        if (be->probs_reduce(be, ws->uc + t0 * D, D, ws->big, D, (int)nc, (int)nc, F, D, NULL, KVB_REDUCE_GROUP_SUM, 0,
+                             err, err_len))
+            return -1;
+    }
+    be->scale(be, ws->uc, ws->inv_scale * (float)w, w * D);
+    return be->gather_f32(be, ws->ut, ws->uc, ws->tr, w * D, err, err_len);
+}
+
+/* With cov: KV head g's group sum of softmax_j(attn_scale mu_r . k_j + ||U_r k_j||^2 / (2 d w)) over the slots from
+ * `sinks` on into out, U_r the rows R̄ c_t of query head r (so ||U_r k||^2 / w = k^T R̄ S_r R̄^T k) */
+static int cov_group(kvb_ctx *c, kvb_ea_scratch *ws, int l, int g, float *out, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const int d = cfg->head_dim, G = cfg->n_head / cfg->n_head_kv;
+    const int64_t rest = ws->n - ws->sinks;
+    const kvc_view v = kvc_head_view(c->kv, l, g); /* slots in position order after prefill */
+    const void *k = (const char *)v.k + (size_t)ws->sinks * (size_t)d * (v.dtype == KVB_F16 ? 2 : 4);
+    if (be->block_minmax(be, ws->kf, ws->kf2, k, v.dtype, d, 1, 0, rest, err, err_len)) return -1; /* K as f32 */
+    for (int r = 0; r < G; r++) {
+        const int64_t h = (int64_t)g * G + r;
+        float *dst = r ? ws->lg : out;
+        if (be->block_scores(be, dst, ws->mu + h * d, ws->kf, ws->kf, 1, d, rest, 0, err, err_len) ||
+            be->proj_sqnorms(be, ws->qd, k, v.dtype, d, rest, ws->ut + h * ws->w * d, (int)ws->w, err, err_len) ||
+            be->axpby_f32(be, dst, dst, cfg->attn_scale, ws->qd, 1.0 / (2.0 * d * (double)ws->w), 0.0, rest, err,
+                          err_len) ||
+            be->softmax_rows(be, dst, rest, 1, rest, err, err_len) ||
+            (r && be->axpby_f32(be, out, out, 1.0, dst, 1.0, 0.0, rest, err, err_len)))
+            return -1;
+    }
+    return 0;
+}
+
+/* With vnorm: (the group's sum / G + eps) x ||v_j|| for the slots from `sinks` on of KV head g */
+static int value_norms(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int l, int g, float *out, char *err,
+                       size_t err_len) {
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const int d = cfg->head_dim, G = cfg->n_head / cfg->n_head_kv;
+    const int64_t rest = ws->n - ws->sinks;
+    const kvc_view v = kvc_head_view(c->kv, l, g);
+    const void *vr = (const char *)v.v + (size_t)ws->sinks * (size_t)d * (v.dtype == KVB_F16 ? 2 : 4);
+    return be->axpby_f32(be, out, out, 1.0 / G, NULL, 0.0, isnan(p->eps) ? 0.0 : p->eps, rest, err, err_len) ||
+           be->row_norms(be, ws->vn, vr, v.dtype, d, rest, 0, err, err_len) ||
+           be->mul_f32(be, out, out, ws->vn, rest, err, err_len);
+}
+
 int kvb_ea_scores(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int l, float *score, char *err,
                   size_t err_len) {
-    (void)p;
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
     const int64_t n = ws->n, rest = n - ws->sinks;
-    if (rest) {
+    if (rest && p->cov) {
+        if (expected_query(c, ws, l, err, err_len) || centred_queries(c, ws, err, err_len)) return -1;
+        for (int g = 0; g < HK; g++)
+            if (cov_group(c, ws, l, g, score + (size_t)g * n + ws->sinks, err, err_len)) return -1;
+    } else if (rest) {
         kvb_src *src = calloc((size_t)HK, sizeof *src);
         if (!src) return ERR("out of memory");
         kvb_src_from_store(c, l, src);
@@ -192,6 +324,8 @@ int kvb_ea_scores(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int l, f
         if (probs) kvb_attn_probs_free(c, probs, 1, stride);
         if (rc) return -1;
     }
+    for (int g = 0; g < HK && rest && p->vnorm; g++)
+        if (value_norms(c, p, ws, l, g, score + (size_t)g * n + ws->sinks, err, err_len)) return -1;
     for (int g = 0; g < HK && ws->sinks; g++)
         if (be->fill_idx_f32(be, score + (size_t)g * n, ws->sink, ws->sinks, SINK_SCORE, err, err_len)) return -1;
     return 0;
@@ -266,8 +400,9 @@ static int64_t expected_tokens(kvb_method *m, kvb_ctx *c, int layer) {
 
 static void expected_describe(kvb_method *m, char *buf, size_t cap) {
     expected *s = (expected *)m;
-    int at = snprintf(buf, cap, "window=%lld sinks=%lld future=%lld", (long long)s->p.window, (long long)s->p.n_sink,
-                      (long long)s->p.future);
+    int at = snprintf(buf, cap, "window=%lld sinks=%lld future=%lld cov=%d vnorm=%d", (long long)s->p.window,
+                      (long long)s->p.n_sink, (long long)s->p.future, s->p.cov, s->p.vnorm);
+    if (at > 0 && (size_t)at < cap && s->p.vnorm) at += snprintf(buf + at, cap - (size_t)at, " eps=%g", s->p.eps);
     if (at > 0 && (size_t)at < cap && s->ada) at += snprintf(buf + at, cap - (size_t)at, " ada=1 alpha=%g", s->alpha);
     if (at > 0 && (size_t)at < cap) snprintf(buf + at, cap - (size_t)at, " keep=%lld", (long long)s->keep);
 }
@@ -284,11 +419,17 @@ int kvb_ea_obs_window(kvb_opts *o, int *rows, char *err, size_t err_len) {
 
 int kvb_ea_opts_read(kvb_opts *o, const char *who, kvb_ea_opts *p, char *err, size_t err_len) {
     int window = 0;
+    int64_t cov = 1, vnorm = 1;
     p->n_sink = 4;
     p->future = 512;
+    p->eps = NAN;
     if (kvb_ea_obs_window(o, &window, err, err_len) || kvb_opts_int(o, "sinks", &p->n_sink, err, err_len) < 0 ||
-        kvb_opts_int(o, "future", &p->future, err, err_len) < 0)
+        kvb_opts_int(o, "future", &p->future, err, err_len) < 0 || kvb_opts_int(o, "cov", &cov, err, err_len) < 0 ||
+        kvb_opts_int(o, "vnorm", &vnorm, err, err_len) < 0 || kvb_opts_double(o, "eps", &p->eps, err, err_len) < 0)
         return -1;
+    if ((cov != 0 && cov != 1) || (vnorm != 0 && vnorm != 1)) return ERR("%s: cov and vnorm must be 0 or 1", who);
+    if (!isnan(p->eps) && !(p->eps >= 0 && p->eps <= 1)) return ERR("%s: eps must be in [0, 1]", who);
+    p->cov = (int)cov, p->vnorm = (int)vnorm;
     p->window = window;
     if (p->n_sink < 0 || p->n_sink > 4096) return ERR("%s: sinks must be in [0, 4096]", who);
     if (p->future < 1 || p->future > 65536) return ERR("%s: future must be in [1, 65536]", who);
@@ -317,6 +458,7 @@ static kvb_method *expected_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
         return NULL;
     }
     s->ada = (int)ada;
+    if (isnan(s->p.eps)) s->p.eps = s->ada ? 1e-2 : 0.0; /* the leaderboard's AdaKV row: epsilon=1e-2 */
     s->base.budget = *b;
     s->base.imposes_budget = 1;
     return &s->base;

@@ -1,12 +1,13 @@
 /* test_expected_attention.c — ExpectedAttention on a tiny random model and hand-built KV states and query windows,
- * against a float64 restatement of kvpress's ExpectedAttentionPress score (use_covariance=False, use_vnorm=False):
- * the window's queries derotated (R(-pos)), averaged, rotated by the mean of kvpress's RoPE matrices over positions
- * n .. n+F-1 (cos/sin averaged per frequency), one softmax per query head over the slots after the sinks, summed over
- * the group, the sinks kept, the top B kept (ties to the earlier token) — on f32 and f16 stores, with a window that
- * covers the whole prompt (kvpress's statistics exactly) and one that does not; through the engine at 25/50/75% the
- * prefill ends at the verified budget and decode appends; budget 100% keeps everything. Device-tier memory is read and
- * written only through the backend, so the suite also runs under KVB_GUARD=1 (test_expected_attention_guard). The
- * reference checks run again on a qwen2 model (NEOX RoPE pairs). */
+ * against a float64 restatement of kvpress's ExpectedAttentionPress score with its defaults (use_covariance=True,
+ * use_vnorm=True): the window's queries derotated (R(-pos)), their mean and covariance carried by the mean of kvpress's
+ * RoPE matrices over positions n .. n+F-1 (cos/sin averaged per frequency), one softmax per query head over the slots
+ * after the sinks of mu.k / sqrt(d) + k^T S' k / 2d, averaged over the group, plus epsilon, times ||v||; the sinks
+ * kept, the top B kept (ties to the earlier token) — on f32 and f16 stores, with a window that covers the whole
+ * prompt (kvpress's statistics exactly) and one that does not; each term alone and the mean term only (cov=0
+ * vnorm=0); through the engine at 25/50/75% the prefill ends at the verified budget and decode appends; budget 100%
+ * keeps everything. Device-tier memory is read and written only through the backend, so the suite also runs under
+ * KVB_GUARD=1 (test_expected_attention_guard). The reference checks run again on a qwen2 model (NEOX RoPE pairs). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,12 +73,34 @@ static void pair_of(const kvb_config *cfg, int i, int *a, int *b, double *theta)
     *theta = pow((double)cfg->rope.freq_base, -2.0 * i / cfg->n_rot);
 }
 
-/* kvpress's score of layer l's KV head g (n slots; keys K, dtype dt) from the window rows q[w][E] at positions
- * n - w + t: mean of the derotated queries, rotated by the average RoPE matrix over n .. n + F - 1, softmax over the
- * slots from `sinks` on, summed over the group; the sinks get +inf. */
-static void reference(const kvb_config *cfg, const float *q, int w, int64_t n, int g, const void *K, kvb_dtype dt,
-                      int sinks, int F, double *score) {
+/* x rotated by the average RoPE matrix over n .. n + F - 1 (cos and sin averaged per pair) */
+static void avg_rope(const kvb_config *cfg, const double *x, int64_t n, int F, double *out) {
+    memcpy(out, x, HD * sizeof *x);
+    for (int i = 0; i < cfg->n_rot / 2; i++) {
+        int a, b;
+        double th, cbar = 0, sbar = 0;
+        pair_of(cfg, i, &a, &b, &th);
+        for (int p = 0; p < F; p++) cbar += cos((double)(n + p) * th) / F, sbar += sin((double)(n + p) * th) / F;
+        out[a] = cbar * x[a] - sbar * x[b];
+        out[b] = sbar * x[a] + cbar * x[b];
+    }
+}
+
+/* kvpress's options: the covariance term, the value norms and epsilon */
+typedef struct {
+    int cov, vnorm;
+    double eps;
+} ea_terms;
+static const ea_terms MEAN_ONLY = {0, 0, 0}, FULL = {1, 1, 0};
+
+/* kvpress's score of layer l's KV head g (n slots; keys K, values Vr, dtype dt) from the window rows q[w][E] at
+ * positions n - w + t: mean mu and covariance S of the derotated queries, carried by the average RoPE matrix R over
+ * n .. n + F - 1; softmax over the slots from `sinks` on of (R mu) . k / sqrt(d) [+ k^T R S R^T k / 2d with cov],
+ * summed over the group [with vnorm: averaged, plus eps, times ||v||]; the sinks get +inf. */
+static void reference(const kvb_config *cfg, const float *q, int w, int64_t n, int g, const void *K, const void *Vr,
+                      kvb_dtype dt, int sinks, int F, ea_terms tm, double *score) {
     for (int64_t j = 0; j < n; j++) score[j] = j < sinks ? INFINITY : 0;
+    double (*xs)[HD] = malloc((size_t)w * sizeof *xs);
     for (int r = 0; r < G; r++) {
         const int h = g * G + r;
         double mu[HD] = {0}, mup[HD];
@@ -93,35 +116,45 @@ static void reference(const kvb_config *cfg, const float *q, int w, int64_t n, i
                 x[a] = cs * xa + sn * xb;
                 x[b] = -sn * xa + cs * xb;
             }
-            for (int e = 0; e < HD; e++) mu[e] += x[e] / w;
+            for (int e = 0; e < HD; e++) mu[e] += x[e] / w, xs[t][e] = x[e];
         }
-        memcpy(mup, mu, sizeof mu);
-        for (int i = 0; i < cfg->n_rot / 2; i++) { /* (1/F) sum_p R(p): cos and sin averaged */
-            int a, b;
-            double th, cbar = 0, sbar = 0;
-            pair_of(cfg, i, &a, &b, &th);
-            for (int p = 0; p < F; p++) cbar += cos((double)(n + p) * th) / F, sbar += sin((double)(n + p) * th) / F;
-            mup[a] = cbar * mu[a] - sbar * mu[b];
-            mup[b] = sbar * mu[a] + cbar * mu[b];
+        avg_rope(cfg, mu, n, F, mup);
+        for (int t = 0; t < w && tm.cov; t++) { /* the centred queries, carried by R: S' = (1/w) sum_t u_t u_t^T */
+            double ct[HD];
+            for (int e = 0; e < HD; e++) ct[e] = xs[t][e] - mu[e];
+            avg_rope(cfg, ct, n, F, xs[t]);
         }
         double *lg = malloc((size_t)n * sizeof *lg), mx = -INFINITY, sum = 0;
         for (int64_t j = sinks; j < n; j++) {
             double d = 0;
             for (int e = 0; e < HD; e++) d += mup[e] * util_elem(K, dt, (size_t)j * HD + e);
             lg[j] = d / sqrt((double)HD);
+            for (int t = 0; t < w && tm.cov; t++) {
+                double u = 0;
+                for (int e = 0; e < HD; e++) u += xs[t][e] * util_elem(K, dt, (size_t)j * HD + e);
+                lg[j] += u * u / w / HD / 2;
+            }
             if (lg[j] > mx) mx = lg[j];
         }
         for (int64_t j = sinks; j < n; j++) sum += exp(lg[j] - mx);
         for (int64_t j = sinks; j < n; j++) score[j] += exp(lg[j] - mx) / sum;
         free(lg);
     }
+    for (int64_t j = sinks; j < n && tm.vnorm; j++) {
+        double vv = 0;
+        for (int e = 0; e < HD; e++) vv += util_elem(Vr, dt, (size_t)j * HD + e) * util_elem(Vr, dt, (size_t)j * HD + e);
+        score[j] = (score[j] / G + tm.eps) * sqrt(vv);
+    }
+    free(xs);
 }
 
 /* n tokens, a window of `obs` rows of which the method reads min(obs, window, n - sinks); B kept per head. */
-static void check_matches_reference(kvb_dtype dt, int64_t n, int obs, int window, int sinks, int F, int64_t B) {
-    char err[256], opts[96], budget[16];
+static void check_terms_match_reference(kvb_dtype dt, int64_t n, int obs, int window, int sinks, int F, int64_t B,
+                                        ea_terms tm) {
+    char err[256], opts[128], budget[16];
     kvb_ctx *c = util_tiny_ctx(dt, CTX);
-    snprintf(opts, sizeof opts, "window=%d,sinks=%d,future=%d", window, sinks, F);
+    snprintf(opts, sizeof opts, "window=%d,sinks=%d,future=%d,cov=%d,vnorm=%d,eps=%g", window, sinks, F, tm.cov, tm.vnorm,
+             tm.eps);
     snprintf(budget, sizeof budget, "%lld", (long long)B);
     kvb_method *m = util_make_method("expected", c, budget, opts);
     CU_ASSERT_FATAL(c->obs_cap >= obs);
@@ -136,7 +169,8 @@ static void check_matches_reference(kvb_dtype dt, int64_t n, int obs, int window
         for (int g = 0; g < NKV; g++) {
             util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             double margin = 1, kth = 1;
-            reference(&c->model->cfg, rows + ((size_t)l * obs + (obs - w)) * E, w, n, g, hv.k, dt, sinks, F, score);
+            reference(&c->model->cfg, rows + ((size_t)l * obs + (obs - w)) * E, w, n, g, hv.k, hv.v, dt, sinks, F, tm,
+                      score);
             util_topk_ref(score, n, B, want + ((size_t)l * NKV + g) * B, &margin, &kth);
             if (getenv("EA_DEBUG")) fprintf(stderr, "l%d g%d margin %.3g kth %.3g\n", l, g, margin, kth);
             near_ties += margin < 1e-4 * kth; /* f32 probabilities: ~1e-7 relative */
@@ -156,6 +190,11 @@ static void check_matches_reference(kvb_dtype dt, int64_t n, int obs, int window
     free(want), free(score), free(rows);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
+}
+
+/* kvpress's defaults (the covariance term and the value norms) */
+static void check_matches_reference(kvb_dtype dt, int64_t n, int obs, int window, int sinks, int F, int64_t B) {
+    check_terms_match_reference(dt, n, obs, window, sinks, F, B, FULL);
 }
 
 /* ada=1 (kvpress's leaderboard row, AdaKV over ExpectedAttention): per layer, each head's top floor(alpha B) of the
@@ -178,7 +217,8 @@ static void check_ada_matches_reference(kvb_dtype dt, int64_t n, int obs, int si
         for (int g = 0; g < NKV; g++) {
             util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             double *row = all + (size_t)g * n;
-            reference(&c->model->cfg, rows + ((size_t)l * obs + (obs - w)) * E, w, n, g, hv.k, dt, sinks, 512, row);
+            reference(&c->model->cfg, rows + ((size_t)l * obs + (obs - w)) * E, w, n, g, hv.k, hv.v, dt, sinks, 512,
+                      (ea_terms){1, 1, 1e-2}, row);
             if (f) util_topk_ref(row, n, f, safe, NULL, NULL);
             for (int64_t i = 0; i < f; i++) row[safe[i]] = INFINITY;
             util_kv_head_free(&hv);
@@ -222,6 +262,16 @@ static void test_whole_prompt_statistics_f16(void) { check_matches_reference(KVB
 /* the last 16 rows of 120 tokens, no sinks, a short future */
 static void test_recent_window_statistics(void) { check_matches_reference(KVB_F32, 120, 16, 16, 0, 32, 30); }
 static void test_recent_window_statistics_sinks(void) { check_matches_reference(KVB_F16, 120, 32, 32, 8, 100, 50); }
+/* cov=0 vnorm=0: the mean term alone (kvpress's use_covariance=False, use_vnorm=False) */
+static void test_mean_term_only(void) {
+    check_terms_match_reference(KVB_F32, 120, 32, 32, 4, 512, 30, MEAN_ONLY);
+    check_terms_match_reference(KVB_F16, 60, 60, 64, 4, 512, 20, MEAN_ONLY);
+}
+/* one term at a time, and epsilon */
+static void test_covariance_or_value_norms_alone(void) {
+    check_terms_match_reference(KVB_F32, 120, 32, 32, 4, 512, 30, (ea_terms){1, 0, 0});
+    check_terms_match_reference(KVB_F32, 120, 32, 32, 4, 512, 30, (ea_terms){0, 1, 0.05});
+}
 
 /* Through the engine at 25/50/75%: the prefill ends at the budget (verified), the sinks are kept, each decode step
  * appends one token. */
@@ -247,9 +297,9 @@ static void test_engine_budgets_hold_decode_appends(void) {
                 CU_ASSERT(pos[0] == 0 && pos[3] == 3);                            /* the sinks */
                 CU_ASSERT(pos[keeps[b]] == 150 && pos[keeps[b] + 2] == 152); /* the decoded tokens */
             }
-        char desc[96], want[96];
+        char desc[128], want[128];
         m->def->describe(m, desc, sizeof desc);
-        snprintf(want, sizeof want, "window=32 sinks=4 future=512 keep=%lld", (long long)keeps[b]);
+        snprintf(want, sizeof want, "window=32 sinks=4 future=512 cov=1 vnorm=1 eps=0 keep=%lld", (long long)keeps[b]);
         CU_ASSERT_STRING_EQUAL(desc, want);
         kvb_method_free(m, c);
         kvb_ctx_free(c);
@@ -362,6 +412,8 @@ int main(void) {
     CU_add_test(s, "whole-prompt statistics: kvpress's float64 score, top B (f16)", test_whole_prompt_statistics_f16);
     CU_add_test(s, "recent-window statistics, no sinks, short future", test_recent_window_statistics);
     CU_add_test(s, "recent-window statistics with 8 sinks (f16)", test_recent_window_statistics_sinks);
+    CU_add_test(s, "cov=0 vnorm=0: the mean term alone, as float64", test_mean_term_only);
+    CU_add_test(s, "the covariance term alone; the value norms alone with eps", test_covariance_or_value_norms_alone);
     CU_add_test(s, "through the engine at 25/50/75%: budget held, sinks kept, decode appends",
                 test_engine_budgets_hold_decode_appends);
     CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
