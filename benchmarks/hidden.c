@@ -100,7 +100,9 @@ static char *follow_piece(chat_kind k, const char *answer, const char *question,
         free(head), free(full);
         return NULL;
     }
-    /* Python's str.replace removes every occurrence; the head occurs once, at the start, in the templates here */
+    /* Python's str.replace removes every occurrence: in ChatML and Llama 3 the head occurs once, at the start; a
+     * template whose head is only the assistant prompt (no system turn) has it again at the end, which kvbench keeps,
+     * so the turn still opens the assistant's reply */
     const char *at = strstr(full, head);
     if (!at) {
         ERR("the chat template's rendering of a follow-up turn does not hold its system head (SCBench's follow-up prompts need it)");
@@ -125,6 +127,7 @@ int kvb_carried_build(const kvb_model *m, const kvb_sample *s, int64_t max_token
     int k = s->prompt ? 0 : s->n_turns / 2; /* earlier turns */
     if (!s->prompt && (!s->question || s->n_turns < 2 || s->n_turns % 2))
         return ERR("sample %s: a carried turn is a first prompt, or (user, assistant) turns and a question", id);
+    if (!s->use_chat) return ERR("sample %s: a carried turn needs the chat template (its pieces are chat turns)", id);
     kvb_sample first = *s; /* piece 1: the first user message alone, as a single prompt renders it */
     first.prefill = NULL;
     char *text = kvb_prompt_render(m, &first, s->prompt ? s->prompt : s->turns[0].content, err, err_len);
