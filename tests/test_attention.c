@@ -1,5 +1,6 @@
 /* test_attention.c — cpu_attention against a naive float64 attention: GQA shapes, f32/f16 KV,
- * index lists, causal masks with position gaps, probs and lse, 1 vs 2 threads bit for bit. */
+ * index lists, causal masks with position gaps, probs and lse, 1 vs 2 threads bit for bit; and
+ * cpu_attention_window (arch_ops.c: sliding-window layers) the same way with the window in the mask. */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/dtype.h"
+#include "kernels/cpu/arch_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
 
@@ -32,6 +34,8 @@ typedef struct {
     int64_t n_q, n_kv;
     kvb_dtype dt;
     int use_idx, use_mask, query_before_all; /* query_before_all: first query precedes every key */
+    int32_t window;                          /* > 0: through cpu_attention_window, key visible iff q - window < k */
+    int no_extras;                           /* no probs, no lse (f32 windows: llama.cpp's per-row order) */
 } cfg;
 
 /* one problem instance with its own buffers */
@@ -139,12 +143,15 @@ static int run_attn(const problem *p, kvb_pool *pool, result *r, char *err) {
     r->lse = malloc(sizeof(float) * c->n_q * c->n_head);
     for (size_t i = 0; i < n_probs; i++) r->probs[i] = 12345.0f; /* sentinel: past the list stays untouched */
     a.out = r->out;
-    a.probs = r->probs;
-    a.probs_stride = p->stride;
-    a.lse = r->lse;
+    if (!c->no_extras) {
+        a.probs = r->probs;
+        a.probs_stride = p->stride;
+        a.lse = r->lse;
+    }
+    a.window = c->window;
     a.ws_bytes = cpu_attention_ws_bytes(&a, kvb_pool_size(pool));
     a.ws = malloc(a.ws_bytes);
-    int rc = cpu_attention(&a, pool, err, 256);
+    int rc = c->window ? cpu_attention_window(&a, pool, err, 256) : cpu_attention(&a, pool, err, 256);
     free(a.ws);
     return rc;
 }
@@ -166,7 +173,8 @@ static void check_against_reference(const problem *p, const result *r) {
             double M = -INFINITY, magM = 0;
             for (int64_t j = 0; j < L; j++) {
                 const int64_t slot = (c->use_idx && p->idx[g]) ? p->idx[g][j] : j;
-                if (c->use_mask && p->k_pos[g][slot] > p->q_pos[t]) {
+                if (c->use_mask && (p->k_pos[g][slot] > p->q_pos[t] ||
+                                    (c->window > 0 && (int64_t)p->q_pos[t] - p->k_pos[g][slot] >= c->window))) {
                     s[j] = -INFINITY;
                     continue;
                 }
@@ -195,6 +203,7 @@ static void check_against_reference(const problem *p, const result *r) {
                 if (e > max_err_out) max_err_out = e;
                 CU_ASSERT(e < 2e-5);
             }
+            if (c->no_extras) continue;
             const float lse = r->lse[h * c->n_q + t];
             if (sum > 0) {
                 const double e = fabs(lse - (M + log(sum)));
@@ -225,6 +234,7 @@ static void check_against_reference(const problem *p, const result *r) {
 
 static int same_bits(const problem *p, const result *a, const result *b) {
     const cfg *c = &p->c;
+    if (c->no_extras) return !memcmp(a->out, b->out, sizeof(float) * c->n_q * c->n_head * c->d);
     return !memcmp(a->out, b->out, sizeof(float) * c->n_q * c->n_head * c->d) &&
            !memcmp(a->probs, b->probs, sizeof(float) * c->n_head * c->n_q * p->stride) &&
            !memcmp(a->lse, b->lse, sizeof(float) * c->n_q * c->n_head);
@@ -243,7 +253,7 @@ static void sweep(int with_reference) {
                     for (int ui = 0; ui < 2; ui++)
                         for (int mi = 0; mi < 2; mi++) {
                             cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], nqs[qi], nkvs[ki],
-                                     dt ? KVB_F16 : KVB_F32, ui, mi, 0};
+                                     dt ? KVB_F16 : KVB_F32, ui, mi, 0, 0, 0};
                             problem p;
                             problem_init(&p, &c);
                             result r2;
@@ -267,8 +277,8 @@ static void test_attention_matches_f64_over_shapes_dtypes_masks_and_index_lists(
 static void test_attention_one_and_two_threads_give_identical_bits(void) { sweep(0); }
 
 static void test_long_decode_splits_keys_and_matches_reference(void) {
-    const cfg cs[] = {{9, 3, 64, 1, 8000, KVB_F16, 0, 1, 0}, {9, 3, 64, 1, 8000, KVB_F32, 1, 0, 0},
-                      {8, 2, 128, 32, 3000, KVB_F16, 0, 0, 0} /* SnapKV-style window scores, no mask */};
+    const cfg cs[] = {{9, 3, 64, 1, 8000, KVB_F16, 0, 1, 0, 0, 0}, {9, 3, 64, 1, 8000, KVB_F32, 1, 0, 0, 0, 0},
+                      {8, 2, 128, 32, 3000, KVB_F16, 0, 0, 0, 0, 0} /* SnapKV-style window scores, no mask */};
     char err[256];
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
         problem p;
@@ -291,7 +301,7 @@ static void test_head_dims_off_the_vector_width_use_fallback_kernels_and_match(v
     for (int di = 0; di < 2; di++)
         for (int qi = 0; qi < 3; qi++)
             for (int v = 0; v < 4; v++) {
-                const cfg c = {4, 2, dims[di], nq[qi], 300, v & 1 ? KVB_F16 : KVB_F32, v >> 1, 1, 0};
+                const cfg c = {4, 2, dims[di], nq[qi], 300, v & 1 ? KVB_F16 : KVB_F32, v >> 1, 1, 0, 0, 0};
                 problem p;
                 problem_init(&p, &c);
                 result r1, r2;
@@ -305,8 +315,8 @@ static void test_head_dims_off_the_vector_width_use_fallback_kernels_and_match(v
 }
 
 static void test_query_with_no_visible_key_gets_zero_output_and_minus_inf_lse(void) {
-    const cfg cs[] = {{9, 3, 64, 1, 100, KVB_F16, 0, 1, 1}, {9, 3, 64, 37, 1000, KVB_F32, 1, 1, 1},
-                      {4, 4, 80, 5, 1, KVB_F32, 0, 1, 1}};
+    const cfg cs[] = {{9, 3, 64, 1, 100, KVB_F16, 0, 1, 1, 0, 0}, {9, 3, 64, 37, 1000, KVB_F32, 1, 1, 1, 0, 0},
+                      {4, 4, 80, 5, 1, KVB_F32, 0, 1, 1, 0, 0}};
     char err[256];
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
         problem p;
@@ -323,8 +333,70 @@ static void test_query_with_no_visible_key_gets_zero_output_and_minus_inf_lse(vo
     }
 }
 
+/* Sliding windows (Gemma 3's local layers, Mistral): windows from 1 (the query's own position only) to longer
+ * than the list, GQA shapes with Gemma-3-270M's (4 heads on 1 KV head of 256), prefill blocks and decode, f16 and
+ * f32, unsorted index lists, with and without probs/lse (f32 without them: llama.cpp's per-row order; the rest:
+ * attention.c's tiled kernel with the window masked and whole blocks outside it skipped). */
+static void test_window_attention_matches_f64_and_one_and_two_threads_agree(void) {
+    static const int shp[3][3] = {{4, 1, 256}, {9, 3, 64}, {8, 2, 72}};
+    static const int32_t windows[4] = {1, 13, 100, 4000};
+    static const int64_t nq[3] = {1, 37, 130};
+    char err[256];
+    int n_cases = 0;
+    for (int si = 0; si < 3; si++)
+        for (int wi = 0; wi < 4; wi++)
+            for (int qi = 0; qi < 3; qi++)
+                for (int v = 0; v < 8; v++) {
+                    if ((si + wi + qi + v) % 2) continue; /* half the grid: every pair of options still meets */
+                    const int f16 = v & 1, idx = (v >> 1) & 1, extras = v >> 2;
+                    const cfg c = {shp[si][0], shp[si][1], shp[si][2], nq[qi], 600, f16 ? KVB_F16 : KVB_F32,
+                                   idx, 1, qi == 1, windows[wi], !extras};
+                    problem p;
+                    problem_init(&p, &c);
+                    result r1, r2;
+                    CU_ASSERT_EQUAL_FATAL(run_attn(&p, pool2, &r2, err), 0);
+                    CU_ASSERT_EQUAL_FATAL(run_attn(&p, NULL, &r1, err), 0);
+                    check_against_reference(&p, &r2);
+                    CU_ASSERT(same_bits(&p, &r1, &r2));
+                    result_free(&r1), result_free(&r2);
+                    problem_free(&p);
+                    n_cases++;
+                }
+    printf("\n    %d windowed cases", n_cases);
+}
+
+/* A window only changes which keys are visible: with a window longer than every distance it equals cpu_attention
+ * bit for bit on the tiled path (the same items, blocks and roundings); window 0 is refused with one line. */
+static void test_window_longer_than_the_list_equals_causal_attention_bit_for_bit(void) {
+    char err[256];
+    for (int f16 = 0; f16 < 2; f16++) {
+        cfg c = {4, 1, 256, 37, 500, f16 ? KVB_F16 : KVB_F32, 0, 1, 0, 0, 0};
+        problem p;
+        problem_init(&p, &c);
+        result rc, rw;
+        CU_ASSERT_EQUAL_FATAL(run_attn(&p, pool2, &rc, err), 0);
+        p.c.window = 1 << 30;
+        CU_ASSERT_EQUAL_FATAL(run_attn(&p, pool2, &rw, err), 0);
+        CU_ASSERT(same_bits(&p, &rc, &rw));
+        result_free(&rc), result_free(&rw);
+        p.c.window = 0;
+        cpu_attn_args a;
+        memset(&a, 0, sizeof a);
+        a.n_q = 1, a.n_head = 4, a.n_head_kv = 1, a.head_dim = 256, a.q = p.q, a.q_pos = p.q_pos;
+        a.kv_dtype = c.dt, a.k = (const void *const *)p.k, a.v = (const void *const *)p.v;
+        a.k_pos = (const int32_t *const *)p.k_pos, a.n_kv = p.n_kv, a.n_idx = p.n_idx, a.scale = 0.0625f;
+        float out[4 * 256];
+        a.out = out;
+        err[0] = 0;
+        CU_ASSERT_EQUAL(cpu_attention_window(&a, pool2, err, sizeof err), -1);
+        CU_ASSERT(strstr(err, "window") != NULL);
+        CU_ASSERT_EQUAL(cpu_attention_banded(&a, pool2, err, sizeof err), -1);
+        problem_free(&p);
+    }
+}
+
 static void test_bad_arguments_are_rejected_with_a_message(void) {
-    cfg c = {9, 3, 64, 5, 63, KVB_F32, 1, 1, 0};
+    cfg c = {9, 3, 64, 5, 63, KVB_F32, 1, 1, 0, 0, 0};
     problem p;
     problem_init(&p, &c);
     cpu_attn_args a;
@@ -381,6 +453,10 @@ int main(void) {
                 test_head_dims_off_the_vector_width_use_fallback_kernels_and_match);
     CU_add_test(s, "query with no visible key gets zero output and -inf lse",
                 test_query_with_no_visible_key_gets_zero_output_and_minus_inf_lse);
+    CU_add_test(s, "window attention matches f64, and one and two threads agree",
+                test_window_attention_matches_f64_and_one_and_two_threads_agree);
+    CU_add_test(s, "window longer than the list equals causal attention bit for bit",
+                test_window_longer_than_the_list_equals_causal_attention_bit_for_bit);
     CU_add_test(s, "bad arguments are rejected with a message", test_bad_arguments_are_rejected_with_a_message);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();

@@ -8,17 +8,27 @@
  *    freq factor, interpolated by freq_scale and mixed back towards extrapolation by YaRN's ramp between the
  *    correction dims, cos and sin times the magnitude), the pair rotation as ops.c's;
  *  - geglu: ggml's GELU goes through its f16 table (GGML_GELU_FP16): x rounded to f16, gelu(x) in float rounded
- *    to f16, times up in float; |x| >= 10 short-cuts as ggml's;
- *  - windowed attention: attention_ggml.c's per-row arithmetic (scores by gc_dot, softmax by gc_expf in groups of
- *    8 summed in double, V accumulated in 8 or 32 slots) over the keys the window leaves visible. llama.cpp
- *    keeps a local layer's keys in a ring of cells, so the order in which it sums them differs from ours once the
- *    ring wraps: agreement there is within rounding, not bit for bit. */
+ *    to f16, times up in float; |x| >= 10 short-cuts as ggml's. We build the same table once (65,536 floats) and
+ *    gather from it 16 or 8 lanes at a time, so the op is a conversion, a gather and a multiply, not a tanhf;
+ *  - windowed attention over an f32 cache without probabilities or lse (`--kv-type f32`, the mode that matches
+ *    llama.cpp bit for bit): attention_ggml.c's per-row arithmetic (scores by gc_dot, softmax by gc_expf in
+ *    groups of 8 summed in double, V accumulated in 8 or 32 slots) over the keys the window leaves visible.
+ *    llama.cpp keeps a local layer's keys in a ring of cells, so the order in which it sums them differs from
+ *    ours once the ring wraps: agreement there is within rounding, not bit for bit;
+ *  - windowed attention otherwise (f16 KV, the default, or probs/lse asked for): attention.c's tiled online
+ *    softmax with the window masked (cpu_attention_banded): a K/V block is widened once for the GQA group and a
+ *    block of queries, and blocks outside every row's window are skipped, as cpu_attention's numerics are for
+ *    the global layers (ggml's order is not kept there either: llama.cpp's f16 path rounds Q to f16). */
+#include <pthread.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/arch_ops.h"
 #include "kernels/cpu/ggml_compat.h"
@@ -95,13 +105,45 @@ static float gelu_tanh(float x) {
 
 float cpu_gelu_f16(kvb_f16 h) { return kvb_f16_to_f32(kvb_f32_to_f16(gelu_tanh(kvb_f16_to_f32(h)))); }
 
+/* cpu_gelu_f16 of every f16 bit pattern, built once (ggml builds its table at ggml_init) */
+static float gelu_table[1 << 16];
+static pthread_once_t gelu_table_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_build(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) gelu_table[h] = cpu_gelu_f16((kvb_f16)h);
+}
+
+static inline float geglu_one(float x, float u) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x * u;
+    return gelu_table[kvb_f32_to_f16(x)] * u;
+}
+
 void cpu_geglu(float *out, const float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = gate[i];
-        if (x <= -10.0f) out[i] = 0.0f;
-        else if (x >= 10.0f) out[i] = x * up[i];
-        else out[i] = cpu_gelu_f16(kvb_f32_to_f16(x)) * up[i];
+    pthread_once(&gelu_table_once, gelu_table_build);
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(gate + i), u = _mm512_loadu_ps(up + i);
+        const __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m512 g = _mm512_i32gather_ps(h, gelu_table, 4);
+        g = _mm512_mul_ps(_mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x), u); /* x >= 10: x u */
+        g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), _mm512_setzero_ps()); /* x <= -10: +0 */
+        _mm512_storeu_ps(out + i, g);
     }
+#elif defined(__AVX2__) && defined(__F16C__)
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+        const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256 g = _mm256_i32gather_ps(gelu_table, h, 4);
+        g = _mm256_mul_ps(_mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ)), u);
+        g = _mm256_blendv_ps(g, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ)); /* +0, not 0 x up */
+        _mm256_storeu_ps(out + i, g);
+    }
+#endif
+    for (; i < n; i++) out[i] = geglu_one(gate[i], up[i]);
 }
 
 void cpu_scale(float *x, float s, int64_t n) {
@@ -254,6 +296,16 @@ int cpu_attention_window(const kvb_attn_args *a, kvb_pool *pool, char *err, size
         return kvb_errf(err, err_len, "attention_window: probs_stride %lld < longest key list %lld",
                         (long long)a->probs_stride, (long long)longest);
     const int nth = kvb_pool_size(pool);
+    if (a->kv_dtype != KVB_F32 || a->probs || a->lse) { /* the tiled path (header comment) */
+        kvb_attn_args b = *a;
+        b.ws_bytes = cpu_attention_banded_ws_bytes(a, nth);
+        if (!b.ws_bytes) return kvb_errf(err, err_len, "attention_window: bad shapes or size overflow");
+        b.ws = malloc(b.ws_bytes);
+        if (!b.ws) return kvb_errf(err, err_len, "attention_window: out of memory for %zu bytes", b.ws_bytes);
+        const int rc = cpu_attention_banded(&b, pool, err, err_len);
+        free(b.ws);
+        return rc;
+    }
     const int64_t per_thread = (int64_t)(WA_SLOTS + 1) * a->head_dim + longest + 16;
     float *ws = malloc((size_t)nth * (size_t)per_thread * sizeof(float));
     if (!ws) return kvb_errf(err, err_len, "attention_window: out of memory for %lld keys", (long long)longest);

@@ -20,8 +20,14 @@ void cpu_geglu(float *out, const float *gate, const float *up, int64_t n);
 float cpu_gelu_f16(kvb_f16 h);
 /* x *= s */
 void cpu_scale(float *x, float s, int64_t n);
-/* attention with a->window > 0 (backend.h kvb_attn_args): 0, or -1 + err */
+/* attention with a->window > 0 (backend.h kvb_attn_args): f32 KV without probs or lse in llama.cpp's float order
+ * (one row at a time, as attention_ggml.c), anything else through cpu_attention_banded; 0, or -1 + err */
 int cpu_attention_window(const kvb_attn_args *a, kvb_pool *pool, char *err, size_t err_len);
+/* attention.c's tiled online-softmax attention with the window a->window > 0 applied (key visible iff
+ * q_pos - window < k_pos <= q_pos; no q_pos: every key), f16 or f32 KV, probs, lse and idx as cpu_attention;
+ * results independent of the thread count. a->ws must hold cpu_attention_banded_ws_bytes (0: bad shapes). */
+size_t cpu_attention_banded_ws_bytes(const kvb_attn_args *a, int n_threads);
+int cpu_attention_banded(const kvb_attn_args *a, kvb_pool *pool, char *err, size_t err_len);
 /* Set be's rope_ext, geglu, scale and attention_window (attention_window runs on cpu_backend_pool(be)). */
 void cpu_install_arch_ops(kvb_backend *be);
 

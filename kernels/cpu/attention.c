@@ -11,6 +11,11 @@
  * merged by log-sum-exp afterwards. The decomposition depends only on the shapes, never on the
  * thread count, so results are bitwise identical for any pool size.
  *
+ * cpu_attention_banded (arch_ops.h) runs the same items with a sliding window (key visible iff
+ * q_pos - window < k_pos <= q_pos): blocks wholly before every row's window are skipped like blocks wholly
+ * after every query, and the rest are masked at both ends, so a local layer's prefill costs the window,
+ * not the list, and each K/V block is widened once for the GQA group and a block of queries.
+ *
  * Two block kernels, chosen by the number of query rows R in an item:
  *  - many rows (prefill): Q is transposed once per item and logits computed as S^T[key][row] with
  *    rows in the vector lanes, so no horizontal sums and no transposition of K;
@@ -23,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/arch_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ops_vec.h"
 
@@ -90,7 +96,7 @@ static int make_plan(const cpu_attn_args *a, int n_threads, attn_plan *p) {
     t = add_sz(t, round_up(mul_sz(mul_sz(R, Dp), sizeof(float)), ALIGN));  /* accumulators */
     t = add_sz(t, round_up(mul_sz(Rp, 3 * sizeof(float)), ALIGN));         /* m, corr, block sums */
     t = add_sz(t, round_up(mul_sz(R, sizeof(double)), ALIGN));             /* l */
-    t = add_sz(t, round_up(mul_sz(Rp, sizeof(int32_t)), ALIGN));           /* row positions */
+    t = add_sz(t, round_up(mul_sz(Rp, 2 * sizeof(int32_t)), ALIGN));       /* row positions, window starts */
     t = add_sz(t, round_up(KB * sizeof(int32_t), ALIGN));                  /* key positions */
     t = add_sz(t, round_up(KB * sizeof(int64_t), ALIGN));                  /* key slots */
     p->thread_bytes = t;
@@ -122,7 +128,7 @@ size_t cpu_attention_ws_bytes(const cpu_attn_args *a, int n_threads) {
 typedef struct {
     float *q, *kb, *vb, *s, *acc, *m, *corr, *bsum;
     double *l;
-    int32_t *rowpos, *kpos;
+    int32_t *rowpos, *rowlo, *kpos; /* rowlo: first visible position (window), INT32_MIN without one */
     int64_t *slots;
 } scratch;
 
@@ -134,6 +140,7 @@ typedef struct {
     double *stat_l;
     float *part_acc, *part_m; /* [n_split][n_q*n_head][Dp], [n_split][n_q*n_head] */
     double *part_l;
+    int32_t window; /* > 0: cpu_attention_banded's sliding window; 0: causal only */
     atomic_long next_item;
 } attn_job;
 
@@ -151,7 +158,8 @@ static scratch carve(const attn_job *job, int ith) {
     s.corr = s.m + Rp;
     s.bsum = s.corr + Rp;   c += round_up(Rp * 3 * sizeof(float), ALIGN);
     s.l = (double *)c;      c += round_up(R * sizeof(double), ALIGN);
-    s.rowpos = (int32_t *)c; c += round_up(Rp * sizeof(int32_t), ALIGN);
+    s.rowpos = (int32_t *)c;
+    s.rowlo = s.rowpos + Rp; c += round_up(Rp * 2 * sizeof(int32_t), ALIGN);
     s.kpos = (int32_t *)c;  c += round_up(KB * sizeof(int32_t), ALIGN);
     s.slots = (int64_t *)c;
     return s;
@@ -371,15 +379,23 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
     const int inplace = !transposed && D == Dp && nvec <= 8;
     const int f16 = a->kv_dtype == KVB_F16;
 
-    int32_t qmin = INT32_MAX, qmax = INT32_MIN;
+    const int windowed = masked && job->window > 0;
+    int32_t qmin = INT32_MAX, qmax = INT32_MIN, lomin = INT32_MAX, lomax = INT32_MIN;
     for (int r = 0; r < Rp; r++) {
-        int32_t qp = INT32_MAX; /* padding rows: never masked, never stored */
+        int32_t qp = INT32_MAX, lo = INT32_MIN; /* padding rows: never masked, never stored */
         if (r < R) {
             qp = masked ? a->q_pos[it->t0 + r / G] : INT32_MAX;
+            if (windowed) { /* first visible position, clamped (positions are >= 0 in practice) */
+                const int64_t l = (int64_t)qp - job->window + 1;
+                lo = l < INT32_MIN ? INT32_MIN : (int32_t)l;
+            }
             if (qp < qmin) qmin = qp;
             if (qp > qmax) qmax = qp;
+            if (lo < lomin) lomin = lo;
+            if (lo > lomax) lomax = lo;
         }
         sc->rowpos[r] = qp;
+        sc->rowlo[r] = lo;
         sc->m[r] = -FLT_MAX; /* not -inf: keeps m_old - m_new finite-or-(-inf), never NaN */
     }
     for (int r = 0; r < R; r++) sc->l[r] = 0.0;
@@ -409,7 +425,8 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
                 kmax = kp > kmax ? kp : kmax;
             }
             for (int b = nb; b < KB; b++) sc->kpos[b] = INT32_MAX;
-            if (kmin > qmax) { /* every key after every query: skip, but probs must read 0 there */
+            /* every key after every query, or before every row's window: skip, but probs must read 0 there */
+            if (kmin > qmax || (windowed && kmax < lomin)) {
                 if (a->probs)
                     for (int r = 0; r < R; r++) {
                         float *pr = a->probs + (((int64_t)g * G + r % G) * a->n_q + it->t0 + r / G) * a->probs_stride;
@@ -417,7 +434,7 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
                     }
                 continue;
             }
-            need_mask = kmax > qmin;
+            need_mask = kmax > qmin || (windowed && kmin < lomax);
         }
         for (int b = 0; b < nb; b++) sc->slots[b] = idx ? idx[jb + b] : jb + b;
         const float *kb = NULL, *vb = NULL;
@@ -438,9 +455,11 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
             logits_t(st, Rp, sc->q, kb, Dp, D, nb, a->scale);
             if (need_mask)
                 for (int b = 0; b < nb; b++)
-                    for (int c = 0; c < Rp; c += VF_LANES)
-                        vf_store(st + (int64_t)b * Rp + c,
-                                 vf_mask_before(vf_load(st + (int64_t)b * Rp + c), sc->kpos[b], sc->rowpos + c));
+                    for (int c = 0; c < Rp; c += VF_LANES) {
+                        vf x = vf_mask_before(vf_load(st + (int64_t)b * Rp + c), sc->kpos[b], sc->rowpos + c);
+                        if (windowed) x = vf_mask_after(x, sc->rowlo + c, sc->kpos[b]); /* key before the window */
+                        vf_store(st + (int64_t)b * Rp + c, x);
+                    }
             if (a->probs)
                 for (int r = 0; r < R; r++) {
                     float *pr = a->probs + (((int64_t)g * G + r % G) * a->n_q + it->t0 + r / G) * a->probs_stride + jb;
@@ -482,8 +501,11 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
                 float *sr = sc->s + (int64_t)r * KB;
                 for (int b = nb; b < KB; b++) sr[b] = -INFINITY;
                 if (need_mask)
-                    for (int b = 0; b < KB; b += VF_LANES)
-                        vf_store(sr + b, vf_mask_after(vf_load(sr + b), sc->kpos + b, sc->rowpos[r]));
+                    for (int b = 0; b < KB; b += VF_LANES) {
+                        vf x = vf_mask_after(vf_load(sr + b), sc->kpos + b, sc->rowpos[r]);
+                        if (windowed) x = vf_mask_before(x, sc->rowlo[r], sc->kpos + b); /* before the window */
+                        vf_store(sr + b, x);
+                    }
                 if (a->probs) {
                     float *pr = a->probs + (((int64_t)g * G + r % G) * a->n_q + it->t0 + r / G) * a->probs_stride + jb;
                     memcpy(pr, sr, (size_t)nb * sizeof(float));
@@ -651,6 +673,10 @@ static int check_args(const cpu_attn_args *a, const attn_plan *p, char *err, siz
     return 0;
 }
 
+/* the tiled items over a plan already checked; window > 0 only from cpu_attention_banded */
+static int run_tiled(const cpu_attn_args *a, const attn_plan *pp, int32_t window, kvb_pool *pool, char *err,
+                     size_t err_len);
+
 int cpu_attention(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_len) {
     if (!a) return fail(err, err_len, "no arguments");
     const int nth = kvb_pool_size(pool);
@@ -665,15 +691,40 @@ int cpu_attention(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_
                  cpu_attention_ggml_ws_bytes(a, p.L_max, nth), nth);
         return fail(err, err_len, msg);
     }
+    return run_tiled(a, &p, 0, pool, err, err_len);
+}
+
+size_t cpu_attention_banded_ws_bytes(const cpu_attn_args *a, int n_threads) {
+    attn_plan p;
+    if (!a || make_plan(a, n_threads, &p)) return 0;
+    return p.total_bytes;
+}
+
+int cpu_attention_banded(const cpu_attn_args *a, kvb_pool *pool, char *err, size_t err_len) {
+    if (!a) return fail(err, err_len, "no arguments");
+    if (a->window <= 0) return fail(err, err_len, "banded attention without a positive window");
+    attn_plan p;
+    if (make_plan(a, kvb_pool_size(pool), &p))
+        return fail(err, err_len, "bad shape (heads, head_dim, n_q) or size overflow");
+    if (check_args(a, &p, err, err_len)) return -1;
+    if (a->n_q == 0) return 0;
+    return run_tiled(a, &p, a->window, pool, err, err_len);
+}
+
+static int run_tiled(const cpu_attn_args *a, const attn_plan *pp, int32_t window, kvb_pool *pool, char *err,
+                     size_t err_len) {
+    const attn_plan p = *pp;
     if (!a->ws || a->ws_bytes < p.total_bytes) {
         char msg[128];
-        snprintf(msg, sizeof msg, "workspace of %zu bytes, need %zu for %d threads", a->ws_bytes, p.total_bytes, nth);
+        snprintf(msg, sizeof msg, "workspace of %zu bytes, need %zu for %d threads", a->ws_bytes, p.total_bytes,
+                 kvb_pool_size(pool));
         return fail(err, err_len, msg);
     }
     attn_job job;
     memset(&job, 0, sizeof job);
     job.a = a;
     job.p = &p;
+    job.window = window;
     job.ws = (char *)round_up((size_t)(uintptr_t)a->ws, ALIGN);
     const size_t n_rows = (size_t)a->n_q * a->n_head;
     /* doubles first in each region, so every array is aligned for its type */
