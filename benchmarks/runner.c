@@ -465,7 +465,9 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
         dec[ph] = res->ses.dec_phase_ms[ph];
         if (res2) pre[ph] += sp2->pre_phase_ms[ph] + res2->ses.pre_phase_ms[ph], dec[ph] += res2->ses.dec_phase_ms[ph];
     }
-    if ((r->breakdown = cJSON_CreateObject())) {
+    if (!st->o->profile) {
+        /* phases are timed with --profile only: the breakdown stays null */
+    } else if ((r->breakdown = cJSON_CreateObject())) {
         cJSON_AddItemToObject(r->breakdown, "prefill", phase_obj(pre));
         cJSON_AddItemToObject(r->breakdown, "decode", phase_obj(dec));
     } else oom = 1;

@@ -47,6 +47,9 @@ typedef struct {
     const char *budgets;   /* comma list replacing the suite's budgets, NULL = keep */
     int n_threads;
     int quiet;             /* no progress line */
+    int profile;           /* time the phases into the records' "breakdown" (--profile; on a GPU each phase then waits
+                            * for the device inside the timed decode, so without it the run times decode as
+                            * `kvbench bench` does) */
     const char *argv_line; /* recorded in run.json */
     const char *judge_url, *judge_model, *judge_key_env; /* override the suite's "judge" (benchmarks/judging.h) */
     int judge_refresh;     /* ignore cached judge replies */

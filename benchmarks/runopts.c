@@ -10,7 +10,7 @@
 kvb_ctx_params kvb_run_ctx_params(const kvb_run_opts *o) {
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_threads = o->n_threads;
-    cp.profile = 1;
+    cp.profile = o->profile; /* the phases only when asked: on a GPU each one waits for the device */
     if (o->kv_f32) cp.kv_dtype = KVB_F32;
     if (o->backend) cp.backend = o->backend;
     if (o->n_batch > 0) cp.n_batch = o->n_batch;

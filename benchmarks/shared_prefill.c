@@ -109,6 +109,10 @@ int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hi
         if (!(sp->group = strdup(s->group))) return ERR("out of memory");
     }
     cp.n_ctx = (int)n_ctx;
+    /* the prompt and its answer reserved up front, as `kvbench bench` does: grown chunk by chunk, a head can end
+     * the prefill with no room left (a 512-token chunk grows it to exactly its rows), and every cell's fork keeps
+     * that capacity, so full attention's first timed decode step would reallocate and copy every head */
+    cp.kv_reserve = p.n + max_new + 1;
     if (!(sp->base = kvb_ctx_create(e->model, &cp, err, err_len))) return -1;
     sp->obs_window = u->obs_window;
     sp->prefill_scores = u->prefill_scores;

@@ -37,6 +37,9 @@ static const char *HELP =
     "  --model M              replace the suite's model (GGUF path or default)\n"
     "  --threads N            CPU threads (default: usable cores)\n"
     "  --quiet                no progress line\n"
+    "  --profile              time the phases per record (\"breakdown\"); on a GPU each phase waits for the\n"
+    "                         device, so decode ms/token then counts those waits (without it, decode is timed\n"
+    "                         as `kvbench bench` times it)\n"
     "  --rerun-changed        run again the cells whose stored record was made with other inputs\n"
     "  --no-calibrate         a missing calibration is an error naming the command to run, not calibrated here\n"
     "  --method-opt K=V       a method option for every method of the suite but full, or M:K=V for method M\n"
@@ -99,7 +102,8 @@ int cmd_run(int argc, char **argv) {
         snprintf(line + l, sizeof line - l, " %s", argv[i]);
     }
     o.argv_line = line;
-    cli_opt opts[] = {CLI_FLAG("--quiet", &o.quiet), CLI_FLAG("--judge-refresh", &o.judge_refresh),
+    cli_opt opts[] = {CLI_FLAG("--quiet", &o.quiet), CLI_FLAG("--profile", &o.profile),
+                      CLI_FLAG("--judge-refresh", &o.judge_refresh),
                       CLI_FLAG("--no-calibrate", &o.no_calibrate),
                       CLI_FLAG("--rerun-changed", &o.rerun_changed), CLI_STR("--out", &o.out_dir),
                       CLI_STR("--methods", &o.methods), CLI_STR("--budgets", &o.budgets), CLI_STR("--model", &o.model),

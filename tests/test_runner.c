@@ -512,6 +512,37 @@ static void test_a_suite_is_read_strictly_before_anything_runs(void) {
     free(e), free(o);
 }
 
+/* Phases are timed only when asked: without --profile the records' "breakdown" is null (no clock read, and on a GPU
+ * no device wait, inside the timed decode, as `kvbench bench` times it); with it, the prefill and decode phases of
+ * the forward pass are there, and the flag is in run.json's "flags". */
+static void test_phases_are_timed_with_profile_only(void) {
+    char path[400], res[300], args[1400];
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"name\": \"profile\", \"methods\": [{\"name\": \"full\"}], "
+          "\"benchmarks\": [{\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 2, \"max_new_tokens\": 3}]}", f);
+    fclose(f);
+    for (int profile = 0; profile < 2; profile++) {
+        snprintf(args, sizeof args, "'%%s' run %s --out %s/profile%d --quiet%s > /dev/null 2>&1%%s%%s", path, dir, profile,
+                 profile ? " --profile" : "");
+        CU_ASSERT_FATAL(sh(args, "", "") == 0);
+        snprintf(res, sizeof res, "%s/profile%d/results.jsonl", dir, profile);
+        char *t = util_read_file(res, NULL);
+        CU_ASSERT_FATAL(t != NULL);
+        if (!profile) CU_ASSERT(strstr(t, "\"breakdown\":null") != NULL);
+        if (profile) {
+            const char *b = strstr(t, "\"breakdown\":{\"prefill\":{");
+            CU_ASSERT(b && strstr(b, "\"mlp\"") && strstr(b, "\"decode\":{") && strstr(strstr(b, "\"decode\":{"), "\"mlp\""));
+        }
+        free(t);
+        snprintf(res, sizeof res, "%s/profile%d/run.json", dir, profile);
+        t = util_read_file(res, NULL);
+        CU_ASSERT(t && (strstr(t, "--profile") != NULL) == profile);
+        free(t);
+    }
+}
+
 int main(void) {
     bin = getenv("KVB_BIN");
     char model[1024];
@@ -535,6 +566,7 @@ int main(void) {
     CU_add_test(s, "long ids sharing a prefix stay apart and resume", test_long_ids_sharing_a_prefix_stay_apart_and_resume);
     CU_add_test(s, "niah grid keeps every depth", test_niah_grid_keeps_every_depth);
     CU_add_test(s, "a suite is read strictly before anything runs", test_a_suite_is_read_strictly_before_anything_runs);
+    CU_add_test(s, "phases are timed with --profile only", test_phases_are_timed_with_profile_only);
     int rc = util_run_suites();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
