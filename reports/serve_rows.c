@@ -103,8 +103,8 @@ static void cell(FILE *f, double v, const char *fmt) {
 
 void kvb_serve_rows_md(const kvb_serve_rec *rows, int n, FILE *f) {
     if (n == 0) return;
-    fputs("\n## Serving throughput\n\nThe suite's \"serve\" block: closed-loop clients on the in-process continuous-batching "
-          "server, one KV pool (docs/serving.md). Wall-clock times on this machine.\n\n"
+    fputs("\n## Serving throughput\n\nThe suite's \"serve\" block: its load (closed-loop clients, or open-loop arrivals) on the "
+          "in-process continuous-batching server, one KV pool per row (docs/serving.md). Wall-clock times on this machine.\n\n"
           "| method | budget | pool MiB | ok/requests | failed | lost | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | "
           "TPOT p50 ms | TPOT p99 ms | mean seqs | max seqs | pool promised mean % |\n"
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", f);
