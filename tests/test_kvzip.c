@@ -233,6 +233,28 @@ static void test_unknown_tokens_refused(void) {
     kvb_ctx_free(c);
 }
 
+/* What the reconstruction reads: the context records the token at each position it read, a fork copies the record,
+ * decode extends it, a reset forgets it. */
+static void test_context_records_its_tokens(void) {
+    char err[256];
+    int32_t ids[N];
+    prompt_ids(ids);
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    CU_ASSERT_FATAL(kvb_forward(c, ids, 100, err, sizeof err) == 0 && kvb_forward(c, ids + 100, 50, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL_FATAL(c->tokens_n, 150);
+    CU_ASSERT(memcmp(c->tokens, ids, 150 * sizeof *ids) == 0);
+    kvb_ctx *d = kvb_ctx_fork(c, 0, err, sizeof err);
+    CU_ASSERT_FATAL(d != NULL);
+    int32_t next = 7;
+    CU_ASSERT_FATAL(kvb_forward(d, &next, 1, err, sizeof err) == 0);
+    CU_ASSERT(d->tokens_n == 151 && d->tokens[150] == 7 && memcmp(d->tokens, ids, 150 * sizeof *ids) == 0);
+    CU_ASSERT_EQUAL(c->tokens_n, 150); /* the fork's record is its own */
+    kvb_ctx_reset(c);
+    CU_ASSERT_EQUAL(c->tokens_n, 0);
+    kvb_ctx_free(d);
+    kvb_ctx_free(c);
+}
+
 static void test_needs_and_options(void) {
     char err[256];
     kvb_method_needs nd;
@@ -260,6 +282,7 @@ int main(void) {
     CU_add_test(s, "through the engine: prefill at the budget, decode appends", test_decode_appends_after_the_kept);
     CU_add_test(s, "budget 100% keeps everything and reconstructs nothing", test_full_budget_keeps_everything_reconstructs_nothing);
     CU_add_test(s, "a store without its tokens is refused with one line", test_unknown_tokens_refused);
+    CU_add_test(s, "the context records its tokens, forks copy them", test_context_records_its_tokens);
     CU_add_test(s, "needs and options", test_needs_and_options);
     return util_run_suites();
 }
