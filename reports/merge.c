@@ -16,6 +16,7 @@
 #include "methods/method.h"
 #include "reports/report.h"
 #include "reports/results.h"
+#include "reports/serve_rows.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define SEP "\x1f"
@@ -318,6 +319,7 @@ static int write_outputs(mstate *st, const char *out_dir, char *const *dirs, int
     if (!rc) rc = kvb_write_file_atomic(res_path, res_text, err, err_len);
     if (!rc && st->have_plan) rc = kvb_write_file_atomic(plan_path, plan_text, err, err_len);
     if (!rc) rc = kvb_write_file_atomic(run_path, run_text, err, err_len);
+    if (!rc) rc = kvb_serve_rows_merge(out_dir, dirs, n, err, err_len); /* a suite's "serve" rows (shard 0's) */
     free(res_path), free(plan_path), free(run_path);
     free(run_text);
     free(res_text);

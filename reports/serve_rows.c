@@ -197,6 +197,36 @@ int kvb_serve_rows_write(const char *run_dir, const kvb_serve_rec *rows, int n, 
     return rc ? -1 : 1;
 }
 
+int kvb_serve_rows_merge(const char *out_dir, char *const *dirs, int n, char *err, size_t err_len) {
+    char *all = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&all, &len);
+    if (!f) return ERR("%s: out of memory", out_dir);
+    int rc = 0, any = 0;
+    for (int d = 0; d < n && !rc; d++) {
+        char *path = kvb_path_join(dirs[d], "serve.jsonl");
+        if (!path) {
+            rc = ERR("%s: out of memory", out_dir);
+            break;
+        }
+        if (access(path, F_OK) == 0) {
+            char *text = kvb_read_file(path, NULL, err, err_len);
+            if (!text) rc = -1;
+            const char *last_nl = text ? strrchr(text, '\n') : NULL;
+            if (last_nl) fwrite(text, 1, (size_t)(last_nl - text) + 1, f); /* a torn last line left out */
+            any = 1;
+            free(text);
+        }
+        free(path);
+    }
+    if (fclose(f) || !all) rc = rc ? rc : ERR("%s: out of memory", out_dir);
+    char *out = !rc && any ? kvb_path_join(out_dir, "serve.jsonl") : NULL;
+    if (!rc && any) rc = out ? kvb_write_file_atomic(out, all, err, err_len) : ERR("%s: out of memory", out_dir);
+    free(out);
+    free(all);
+    return rc ? -1 : 0;
+}
+
 int kvb_serve_rows_compare(const char *base_dir, const char *new_dir, double max_slowdown_pct, FILE *out, char *err,
                            size_t err_len) {
     kvb_serve_rec *a, *b;

@@ -24,6 +24,10 @@ void kvb_serve_rows_md(const kvb_serve_rec *rows, int n, FILE *f);
 /* RUN_DIR/serve.csv, and RUN_DIR/throughput-vs-pool.svg when the rows hold several pool sizes: 1 when the chart was
  * written, 0 when not, -1 + err. Nothing is written when n is 0. */
 int kvb_serve_rows_write(const char *run_dir, const kvb_serve_rec *rows, int n, char *err, size_t err_len);
+/* out_dir/serve.jsonl as the inputs' serve.jsonl one after the other (complete lines; the last row of a cell wins
+ * when read), written atomically; nothing when no input has one (kvbench merge: a sharded run's rows are shard 0's).
+ * 0, or -1 + err. */
+int kvb_serve_rows_merge(const char *out_dir, char *const *dirs, int n, char *err, size_t err_len);
 /* The rows of new_dir against base_dir's, matched by method, budget and pool: output tokens/s and TTFT p50. A row
  * regresses when its output tokens/s falls below base / (1 + max_slowdown_pct/100), or it failed or lost requests
  * that base did not. Prints a section to out when either run has rows; returns the regressions, or -1 + err. */

@@ -4,7 +4,8 @@
  * completed, each row's output tokens = requests x max_new; report.md carries a "Serving throughput" table with
  * those rows, serve.csv the same rows, and with two pool sizes the throughput-vs-pool chart; a resumed run does not
  * run a recorded row again; `kvbench compare` of the run against itself passes and against a baseline twice as fast
- * fails naming the rows; a malformed block is one line and exit 1 before anything runs. */
+ * fails naming the rows; a sharded run does the block in shard 0 and `kvbench merge` carries its rows; a malformed
+ * block is one line and exit 1 before anything runs. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -141,6 +142,31 @@ static void test_compare_diffs_the_throughput_rows(void) {
     free(o);
 }
 
+static void test_a_sharded_run_keeps_its_rows_through_merge(void) {
+    char s0[200], s1[200], merged[200], cmd[2048], path[256];
+    snprintf(s0, sizeof s0, "%s/s0", tmpdir);
+    snprintf(s1, sizeof s1, "%s/s1", tmpdir);
+    snprintf(merged, sizeof merged, "%s/merged", tmpdir);
+    const char *shards[2] = {s0, s1};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s run %s --model %s --threads 1 --quiet --shard %d/2 --out %s >%s 2>%s", bin, suite,
+                 model, i, shards[i], out_path, err_path);
+        CU_ASSERT_FATAL(system(cmd) == 0);
+        snprintf(path, sizeof path, "%s/serve.jsonl", shards[i]);
+        CU_ASSERT((access(path, F_OK) == 0) == (i == 0)); /* shard 0 alone runs the serve block */
+    }
+    snprintf(cmd, sizeof cmd, "%s merge %s %s %s >%s 2>%s", bin, merged, s0, s1, out_path, err_path);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/serve.jsonl", merged);
+    char *jl = util_read_file(path, NULL);
+    CU_ASSERT(jl && count(jl, "\n") == 4);
+    free(jl);
+    snprintf(path, sizeof path, "%s/report.md", merged);
+    char *md = util_read_file(path, NULL);
+    CU_ASSERT(md && strstr(md, "## Serving throughput") && strstr(md, "| snapkv | 50% | 2.0 |"));
+    free(md);
+}
+
 static void test_a_malformed_block_is_one_line_and_exit_1(void) {
     static const char *bad[][2] = {{"{\"clients\": 0}", "serve.clients"},
                                    {"{\"speed\": 3}", "unknown member \"speed\""},
@@ -186,6 +212,7 @@ int main(void) {
     CU_add_test(s, "a run carries throughput rows into its report, csv and chart; resumed, none runs again",
                 test_a_run_carries_throughput_rows_into_its_report);
     CU_add_test(s, "compare diffs the throughput rows and flags a slower run", test_compare_diffs_the_throughput_rows);
+    CU_add_test(s, "a sharded run: shard 0 runs the block, merge keeps its rows", test_a_sharded_run_keeps_its_rows_through_merge);
     CU_add_test(s, "a malformed serve block is one line and exit 1", test_a_malformed_block_is_one_line_and_exit_1);
     return util_run_suites();
 }
