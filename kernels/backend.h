@@ -322,6 +322,11 @@ struct kvb_backend {
      * (double)u[r][e] x[j][e] (double), for rows j < n of x (dim elements of dtype); u: [m][dim] f32. */
     int (*proj_sqnorms)(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                         const float *u, int m, char *err, size_t err_len);
+    /* ||U x_j||_1: out[j] = (float) of the sum over r < m ascending of |d_r|, d_r = sum over e ascending of
+     * (double)u[r u_stride + e] x[j][e] (double), for rows j < n of x (dim elements of dtype); u: m rows of dim f32,
+     * u_stride apart (a column slice of a wider matrix: W_o's columns of one head) */
+    int (*proj_l1norms)(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                        const float *u, int64_t u_stride, int m, char *err, size_t err_len);
     /* For rows i < n of x (dim elements of dtype), b = i / block: y_e = ((double)x[i][e] - lo[b][e]) / ((double)
      * hi[b][e] - lo[b][e]) (lo, hi: [.][dim] f32), out[i] = (float)sqrt(sum_e (y_e - mean y)^2 / (dim - 1)), mean and
      * sum in double, e ascending: the sample standard deviation of the row scaled by its block's ranges (dim 1,

@@ -1311,11 +1311,44 @@ static void check_proj_sqnorms(kvb_backend *be, kvb_dtype dt, int dim, int64_t n
     release_all(be);
 }
 
-static void test_proj_sqnorms_are_the_double_sum_of_each_rows_squared_projections(void) {
+/* u: m rows of dim floats, `pad` floats apart beyond dim (a column slice of a wider matrix) */
+static void check_proj_l1norms(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int m, int pad) {
+    char err[256];
+    const size_t es = elt(dt);
+    const int64_t stride = dim + pad;
+    uint8_t *x = malloc((size_t)(n * dim) * es + 1);
+    float *u = malloc((size_t)(m * stride + 1) * 4), *ref = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+    fill_rows(x, n * dim, dt);
+    fill_signed(u, m * stride + 1, 0.5);
+    for (int64_t j = 0; j <= n; j++) ref[j] = got[j] = -777.0f;
+    for (int64_t j = 0; j < n; j++) {
+        double acc = 0;
+        for (int r = 0; r < m; r++) {
+            double d = 0;
+            for (int e = 0; e < dim; e++) d += (double)u[r * stride + e] * row_val(x, dt, j * dim + e);
+            acc += fabs(d);
+        }
+        ref[j] = (float)acc;
+    }
+    float *dout = up(be, got, (size_t)(n + 1) * 4);
+    CU_ASSERT(be->proj_l1norms(be, dout, up(be, x, (size_t)(n * dim) * es), dt, dim, n,
+                               up(be, u, (size_t)(m * stride + 1) * 4), stride, m, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)(n + 1) * 4);
+    CU_ASSERT(same_bits(got, ref, n + 1));
+    CU_ASSERT(be->proj_l1norms(be, dout, dout, dt, dim, n, u, dim - 1, m, err, sizeof err) == -1 &&
+              strstr(err, "proj_l1norms") != NULL); /* rows overlapping: refused */
+    free(x), free(u), free(ref), free(got);
+    release_all(be);
+}
+
+static void test_proj_sqnorms_and_proj_l1norms_are_the_double_sums_of_each_rows_projections(void) {
     const int64_t ns[] = {0, 1, 33, 200};
     const int ms[] = {0, 1, 5, 32};
     EACH_BACKEND(be) for (int hd = 0; hd < COUNT(head_dims); hd++) for (int ni = 0; ni < COUNT(ns); ni++)
-        for (int mi = 0; mi < COUNT(ms); mi++) check_proj_sqnorms(be, (kvb_dtype)rnd(2), head_dims[hd], ns[ni], ms[mi]);
+        for (int mi = 0; mi < COUNT(ms); mi++) {
+            check_proj_sqnorms(be, (kvb_dtype)rnd(2), head_dims[hd], ns[ni], ms[mi]);
+            check_proj_l1norms(be, (kvb_dtype)rnd(2), head_dims[hd], ns[ni], ms[mi], (int)rnd(3) * head_dims[hd]);
+        }
 }
 
 static void check_block_scaled_std(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int64_t block) {
@@ -1486,7 +1519,7 @@ static const struct {
     OP(pool1d),       OP(topk_idx),     OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
     OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
-    OP(proj_sqnorms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
+    OP(proj_sqnorms), OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
 };
 #undef OP
 
@@ -1586,7 +1619,7 @@ int main(void) {
     ADD(test_split_rows_idx_counts_every_row_and_lists_its_offsets_in_order);
     ADD(test_mul_f32_and_axpby_f32_are_the_float_product_and_the_double_combination);
     ADD(test_softmax_rows_are_each_rows_double_softmax_in_place_nan_and_minus_inf_as_torch);
-    ADD(test_proj_sqnorms_are_the_double_sum_of_each_rows_squared_projections);
+    ADD(test_proj_sqnorms_and_proj_l1norms_are_the_double_sums_of_each_rows_projections);
     ADD(test_block_scaled_std_is_each_rows_sample_std_after_its_blocks_range_scaling);
     ADD(test_block_normalize_and_block_ranks_divide_by_and_rank_within_each_block);
     ADD(test_every_data_op_in_backend_h_has_a_test_here);

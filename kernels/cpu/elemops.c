@@ -1,6 +1,7 @@
 /* elemops.c — the CPU backend's elementwise data ops on per-slot vectors (kernels/backend.h: mul_f32, axpby_f32,
- * softmax_rows, proj_sqnorms, block_scaled_std, block_normalize, block_ranks): plain loops in the header's order
- * and precision, which the CUDA backend (kernels/cuda/elemops.cu) repeats. */
+ * softmax_rows, proj_sqnorms, proj_l1norms, block_scaled_std, block_normalize, block_ranks): plain loops in the
+ * header's order and precision, which the CUDA backend (kernels/cuda/elemops.cu) repeats; proj_l1norms, the costly
+ * one (W_o's n_embd rows per slot), splits its rows across the thread pool. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -66,6 +67,40 @@ static int cpu_proj_sqnorms(kvb_backend *be, float *out, const void *x, kvb_dtyp
     return 0;
 }
 
+typedef struct {
+    float *out;
+    const void *x;
+    kvb_dtype dtype;
+    int dim, m;
+    int64_t n, u_stride;
+    const float *u;
+} l1_job;
+
+static void proj_l1_tasks(void *arg, int ith, int nth) {
+    const l1_job *j = arg;
+    long lo, hi;
+    kvb_split((long)j->n, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        double acc = 0;
+        for (int r = 0; r < j->m; r++) {
+            const float *ur = j->u + (size_t)r * (size_t)j->u_stride;
+            double d = 0;
+            for (int e = 0; e < j->dim; e++) d += (double)ur[e] * elem(j->x, j->dtype, (size_t)t * j->dim + e);
+            acc += fabs(d);
+        }
+        j->out[t] = (float)acc;
+    }
+}
+
+/* rows split across the pool's threads: each row's sums in the header's order */
+static int cpu_proj_l1norms(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                            const float *u, int64_t u_stride, int m, char *err, size_t err_len) {
+    if (dim <= 0 || m < 0 || u_stride < dim) return ERR("proj_l1norms: dim %d, %d vectors %lld apart", dim, m, (long long)u_stride);
+    l1_job job = {out, x, dtype, dim, m, n, u_stride, u};
+    kvb_pool_run(n >= 64 ? cpu_backend_pool(be) : NULL, proj_l1_tasks, &job);
+    return 0;
+}
+
 static int cpu_block_scaled_std(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                                 const float *lo, const float *hi, int64_t block, char *err, size_t err_len) {
     (void)be;
@@ -120,6 +155,7 @@ void cpu_install_elem_ops(kvb_backend *be) {
     be->axpby_f32 = cpu_axpby_f32;
     be->softmax_rows = cpu_softmax_rows;
     be->proj_sqnorms = cpu_proj_sqnorms;
+    be->proj_l1norms = cpu_proj_l1norms;
     be->block_scaled_std = cpu_block_scaled_std;
     be->block_normalize = cpu_block_normalize;
     be->block_ranks = cpu_block_ranks;

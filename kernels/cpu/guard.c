@@ -340,6 +340,9 @@ GUARDED_INT(softmax_rows, (kvb_backend *be, float *x, int64_t stride, int64_t ro
             x, stride, rows, n, err, err_len)
 GUARDED_INT(proj_sqnorms, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                            const float *u, int m, char *err, size_t err_len), out, x, dtype, dim, n, u, m, err, err_len)
+GUARDED_INT(proj_l1norms, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                           const float *u, int64_t u_stride, int m, char *err, size_t err_len),
+            out, x, dtype, dim, n, u, u_stride, m, err, err_len)
 GUARDED_INT(block_scaled_std, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                                const float *lo, const float *hi, int64_t block, char *err, size_t err_len),
             out, x, dtype, dim, n, lo, hi, block, err, err_len)
@@ -404,7 +407,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);
     WRAP(fill_idx_f32); WRAP(split_rows_idx);
-    WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(block_scaled_std);
+    WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(proj_l1norms); WRAP(block_scaled_std);
     WRAP(block_normalize); WRAP(block_ranks);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP

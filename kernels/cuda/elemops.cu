@@ -1,5 +1,5 @@
 /* elemops.cu — the CUDA backend's elementwise data ops on per-slot vectors (kernels/backend.h: mul_f32, axpby_f32,
- * softmax_rows, proj_sqnorms, block_scaled_std, block_normalize, block_ranks). CPU reference: kernels/cpu/elemops.c.
+ * softmax_rows, proj_sqnorms, proj_l1norms, block_scaled_std, block_normalize, block_ranks). CPU reference: kernels/cpu/elemops.c.
  *
  * Numerics: compiled like kvops.cu (no fast math, no contraction, IEEE division and sqrt), and every sum runs in the
  * header's order in one thread, so each op gives the CPU's bits; softmax_rows' double exp alone may differ from
@@ -135,6 +135,30 @@ static int cu_proj_sqnorms(kvb_backend *be, float *out, const void *x, kvb_dtype
     return launched(o, "k_proj_sqnorms<<<>>>", err, err_len);
 }
 
+__global__ void k_proj_l1norms(float *out, const void *x, int f16, int dim, int64_t n, const float *u, int64_t u_stride,
+                               int m) {
+    EACH(j, n) {
+        double acc = 0;
+        for (int r = 0; r < m; r++) {
+            double d = 0;
+            for (int e = 0; e < dim; e++) d += (double)u[r * u_stride + e] * elem(x, f16, j * dim + e);
+            acc += fabs(d);
+        }
+        out[j] = (float)acc;
+    }
+}
+
+static int cu_proj_l1norms(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
+                           const float *u, int64_t u_stride, int m, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return cuda_kvops_failed(o, err, err_len);
+    if (dim <= 0 || m < 0 || u_stride < dim)
+        return kvb_errf(err, err_len, "proj_l1norms: dim %d, %d vectors %lld apart", dim, m, (long long)u_stride);
+    if (n <= 0) return 0;
+    k_proj_l1norms<<<grid_for(n), THREADS, 0, o->stream>>>(out, x, dtype == KVB_F16, dim, n, u, u_stride, m);
+    return launched(o, "k_proj_l1norms<<<>>>", err, err_len);
+}
+
 __global__ void k_block_scaled_std(float *out, const void *x, int f16, int dim, int64_t n, const float *lo,
                                    const float *hi, int64_t block) {
     EACH(i, n) {
@@ -209,6 +233,7 @@ void cuda_install_elem_ops(kvb_backend *be) {
     be->axpby_f32 = cu_axpby_f32;
     be->softmax_rows = cu_softmax_rows;
     be->proj_sqnorms = cu_proj_sqnorms;
+    be->proj_l1norms = cu_proj_l1norms;
     be->block_scaled_std = cu_block_scaled_std;
     be->block_normalize = cu_block_normalize;
     be->block_ranks = cu_block_ranks;
