@@ -373,8 +373,9 @@ static const char *make_turn(const scb_task *t, const scb_opts *o, const cJSON *
         s->question = kvb_sb_take(&q);
         return s->prompt && s->question ? NULL : "out of memory";
     }
-    if (o->kv_reuse) { /* the record's turns carry one cache (shared_prefill.h) */
-        snprintf(buf, sizeof buf, "%s/%s", t->name, rid);
+    if (o->kv_reuse) { /* the record's turns carry one cache (shared_prefill.h); the group is named after the
+                        * task, so no multi-request group of the same record can take its prefill */
+        snprintf(buf, sizeof buf, "%s/%s", s->task, rid);
         if (!(s->group = kvb_strdup(buf))) return "out of memory";
         s->carried = 1;
     }

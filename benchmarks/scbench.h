@@ -20,7 +20,7 @@
  *     own earlier replies are discarded, as GreedySearch.test does), ending with turn k's; scbench_summary's later
  *     turns open the assistant reply with "This paper". Sample: prompt (turn 1) or turns + question (k > 1).
  *   multi-turn with KV cache reuse ("kv_reuse", the default; task "<task>_reuse"): the same turns, each a carried
- *     sample of group "<task>/<id>" (kvb_sample.carried), so the runner prefills and compresses the first turn's
+ *     sample of group "<task>_reuse/<id>" (kvb_sample.carried), so the runner prefills and compresses the first turn's
  *     prompt once and appends each later turn's piece to that cache, as GreedySearch.test does with any KV cache
  *     method (kvcompression.py compresses the first prefill only and appends follow-up turns; the tokens generated
  *     in a turn go to a temporary cache cleared after it, so the cache holds the reference answers, not the

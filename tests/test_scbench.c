@@ -309,7 +309,7 @@ static void test_suite_entry_loads_tasks_of_a_folder_or_file(void) {
     CU_ASSERT(b->load(&env, entry, err, sizeof err) == 0);
     /* multi-turn with KV cache reuse, the default: one carried group per record */
     CU_ASSERT(k.n == 3 && !strcmp(k.names[2], "scbench_qa_eng_reuse") && k.sets[2].n == 4 && k.sets[2].v[0].carried &&
-              k.sets[2].v[0].group && !strncmp(k.sets[2].v[0].group, "scbench_qa_eng/", 15));
+              k.sets[2].v[0].group && !strncmp(k.sets[2].v[0].group, "scbench_qa_eng_reuse/", 21));
     cJSON_Delete(entry);
     entry = cJSON_Parse("{\"type\": \"scbench\", \"path\": \"" FIX "\", \"tasks\": [\"scbench_kv\"], \"mode\": \"both\"}");
     CU_ASSERT(b->load(&env, entry, err, sizeof err) == -1 && strstr(err, "\"mode\"") != NULL);

@@ -77,7 +77,7 @@ static void test_carried_turns_are_the_official_pieces(void) {
                 snprintf(task, sizeof task, "%s_reuse", t->string);
                 CU_ASSERT(s->carried == 1 && !strcmp(s->task, task));
                 /* one group per record: the id's part before "/t<k>" */
-                snprintf(group, sizeof group, "%s/%.*s", t->string, (int)(strrchr(s->id, '/') - s->id), s->id);
+                snprintf(group, sizeof group, "%s_reuse/%.*s", t->string, (int)(strrchr(s->id, '/') - s->id), s->id);
                 CU_ASSERT(s->group && !strcmp(s->group, group));
                 int32_t *want = NULL;
                 int64_t nw = 0, split = 0, own_at = 0;
@@ -156,7 +156,7 @@ static void test_the_suite_entry_and_an_over_long_turn_are_refused_in_one_line(v
     kvb_samples_free(&v);
     entry = cJSON_Parse("{\"type\": \"scbench\", \"path\": \"" FIX "\", \"tasks\": [\"scbench_kv\"]}"); /* the default */
     CU_ASSERT(b->load(&env, entry, err, sizeof err) == 0 && !strcmp(err, "scbench_kv_reuse"));
-    CU_ASSERT(v.n == 5 && v.v[0].carried && v.v[4].carried && !strcmp(v.v[3].group, "scbench_kv/1"));
+    CU_ASSERT(v.n == 5 && v.v[0].carried && v.v[4].carried && !strcmp(v.v[3].group, "scbench_kv_reuse/1"));
     cJSON_Delete(entry);
     kvb_samples_free(&v);
 }
