@@ -199,6 +199,7 @@ int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *metho
 typedef struct {
     int ok;
     double finished, failed, waits, steps, step_seqs, decode_ms, running_ms, reserved_page_ms, pool_pages, page_bytes;
+    double held_page_ms, overdrafts; /* NAN from a server without them */
     double running, reserved;
 } server_stats;
 
@@ -276,6 +277,7 @@ static void get_stats(CURL *h, const char *base, server_stats *st) {
         st->running_ms = jnum(j, "running_ms"), st->reserved_page_ms = jnum(j, "reserved_page_ms");
         st->pool_pages = jnum(j, "pool_pages"), st->page_bytes = jnum(j, "page_bytes");
         st->running = jnum(j, "running"), st->reserved = jnum(j, "pool_reserved");
+        st->held_page_ms = jnum(j, "held_page_ms"), st->overdrafts = jnum(j, "overdrafts");
         st->ok = !isnan(st->finished) && !isnan(st->decode_ms) && !isnan(st->running_ms) && !isnan(st->step_seqs);
     }
     cJSON_Delete(j);
@@ -585,6 +587,8 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
                 out->pool_mib = s1.pool_pages * s1.page_bytes / 1048576.0;
                 out->pool_mean = dec > 0 ? 100.0 * (s1.reserved_page_ms - s0.reserved_page_ms) / dec / s1.pool_pages : NAN;
                 out->pool_peak = isnan(peak_reserved) ? NAN : 100.0 * peak_reserved / s1.pool_pages;
+                out->held_mean = dec > 0 ? 100.0 * (s1.held_page_ms - s0.held_page_ms) / dec / s1.pool_pages : NAN;
+                if (!isnan(s1.overdrafts) && !isnan(s0.overdrafts)) out->overdrafts = (int64_t)(s1.overdrafts - s0.overdrafts);
             }
         }
     }

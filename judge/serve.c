@@ -813,6 +813,7 @@ static enum MHD_Result handle_stats(server *s, struct MHD_Connection *conn) {
         } f[] = {{"finished", (double)st.finished}, {"failed", (double)st.failed}, {"cancelled", (double)st.cancelled},
                  {"waits", (double)st.waits}, {"steps", (double)st.steps}, {"step_seqs", (double)st.step_seqs},
                  {"decode_ms", st.decode_ms}, {"running_ms", st.running_ms}, {"reserved_page_ms", st.reserved_page_ms},
+                 {"held_page_ms", st.held_page_ms}, {"overdrafts", (double)st.overdrafts},
                  {"running", st.running}, {"admitted", st.admitted}, {"max_running", st.max_running},
                  {"max_batch", st.max_batch}, {"pool_pages", (double)st.pool_pages}, {"page_bytes", (double)st.page_bytes},
                  {"pool_reserved", (double)st.pool_reserved}, {"pool_peak_reserved", (double)st.peak_reserved}};

@@ -83,6 +83,15 @@ static void drop(sb_engine *e, int i, const char *err) {
     e->n_run--;
 }
 
+/* Device pages job j holds now: its store's heads and its method's own device buffers (judge/sched.c's measure). */
+static int64_t held_pages(const sb_engine *e, const sb_job *j, int64_t grow) {
+    kvb_kv_usage u;
+    if (j->m) kvb_method_usage(j->m, j->c, &u);
+    else kvb_ctx_kv_usage(j->c, &u);
+    int64_t extra = u.device_bytes - kvc_used_bytes(j->c->kv, KVB_TIER_DEVICE);
+    return kvp_ctx_pages(&e->pool, j->c, grow, extra > 0 ? extra : 0);
+}
+
 /* Lock held: one batched step of every running job (cancelled ones dropped first). */
 static void step(sb_engine *e) {
     for (int i = e->n_run - 1; i >= 0; i--)
@@ -112,6 +121,19 @@ static void step(sb_engine *e) {
         if (ret[i] == 1 && len[i] && j->on_token) j->on_token(j, piece[i], len[i]);
         if (j->ses->finish) drop(e, i, NULL);
     }
+    if (!e->pooled || rc) return;
+    int64_t held = 0; /* what the running sequences hold after the step, against their promises */
+    for (int i = 0; i < e->n_run; i++) {
+        sb_job *j = e->run[i];
+        const int64_t h = held_pages(e, j, 0);
+        held += h;
+        if (h > j->promised) {
+            kvp_force(&e->pool, h - j->promised);
+            j->promised = h;
+            e->st.overdrafts++;
+        }
+    }
+    e->st.held_page_ms += (double)held * step_ms;
 }
 
 static void *engine_main(void *arg) {
@@ -239,11 +261,9 @@ int sb_admit(sb_engine *e, int64_t n_tokens, int64_t *promised, int (*give_up)(v
 }
 
 void sb_start(sb_engine *e, sb_job *j, const kvb_method *m, const kvb_ctx *c, int max_new) {
-    kvb_kv_usage u;
-    if (m) kvb_method_usage(m, c, &u);
-    else kvb_ctx_kv_usage(c, &u);
-    int64_t extra = u.device_bytes - kvc_used_bytes(c->kv, KVB_TIER_DEVICE);
-    int64_t pages = kvp_ctx_pages(&e->pool, c, max_new, extra > 0 ? extra : 0);
+    j->m = m;
+    j->c = c;
+    int64_t pages = held_pages(e, j, max_new);
     if (pages < j->promised) kvp_release(&e->pool, j->promised - pages);
     else if (pages > j->promised) kvp_force(&e->pool, pages - j->promised);
     j->promised = pages;

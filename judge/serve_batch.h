@@ -27,6 +27,8 @@ typedef struct sb_job {
     int in;            /* 1 while in the running set */
     char err[256];
     int64_t promised;  /* pool pages */
+    const kvb_method *m; /* set by sb_start: what the pool measures at every step (m may be NULL) */
+    const kvb_ctx *c;
 } sb_job;
 
 /* An engine for model m: contexts made from cp share its backend (cp->n_threads threads in all); at most
@@ -58,10 +60,12 @@ void sb_forget(sb_engine *e, sb_job *j);
 /* The engine's counters since it started (GET /v1/kvbench/stats): generations that finished, failed (an error, the
  * server stopping, a prefill that failed after admission) or were cancelled (the client left); admissions that
  * waited for the pool; decode steps, the sequences they advanced, their time, and the time-weighted sums of
- * running sequences and promised pages (a client takes differences of two reads for the means over its run). */
+ * running sequences, promised pages and the pages the running sequences were measured to hold after each step (a
+ * client takes differences of two reads for the means over its run); sequences measured above their promise
+ * (overdrafts: the promise grows to what they hold, as judge/sched.h's). */
 typedef struct {
-    int64_t finished, failed, cancelled, waits, steps, step_seqs;
-    double decode_ms, running_ms, reserved_page_ms;
+    int64_t finished, failed, cancelled, waits, steps, step_seqs, overdrafts;
+    double decode_ms, running_ms, reserved_page_ms, held_page_ms;
     int running, admitted, max_running, max_batch;
     int64_t pool_pages; /* 0 = no pool */
     int64_t page_bytes, pool_reserved, peak_reserved;

@@ -138,6 +138,13 @@ static void test_every_request_completes_and_counts_agree_with_the_server(void) 
     const double ms = row_field(rows, "full", "mean_seqs");
     CU_ASSERT(ms >= 1 && ms <= 3);
     CU_ASSERT(row_field(rows, "full", "ttft_p50_ms") > 0 && row_field(rows, "full", "tpot_p99_ms") > 0);
+    /* the pool from the server: what the running sequences held, measured, within what they were promised */
+    const double held = row_field(rows, "full", "pool_held_mean_pct"), promised = row_field(rows, "full", "pool_promised_mean_pct");
+    CU_ASSERT(held > 0 && held <= promised + 1e-9);
+    CU_ASSERT(row_field(rows, "full", "overdrafts") == 0 && row_field(rows, "snapkv", "overdrafts") == 0);
+    /* per running sequence (both means are weighted by decode-step time), SnapKV at 50% holds less than full */
+    CU_ASSERT(row_field(rows, "snapkv", "pool_held_mean_pct") / row_field(rows, "snapkv", "mean_seqs") <
+              0.8 * held / row_field(rows, "full", "mean_seqs"));
     cJSON_Delete(rows);
     free(o), free(e), free(c), free(js);
 }
