@@ -26,7 +26,17 @@
  *           adjacent (kvb_cal_pick_filters).
  *   pod:    sim_g(a, b) = 1 - mean JS (log base 2) over the group's query heads and the last --q queries:
  *           the paper calls its averaged JS "similarity" with "similar when sim >= delta" and 0 <= sim <= 1;
- *           we read it as 1 - JS so that similar layers score high. Blocks by Algorithm 1 with --delta. */
+ *           we read it as 1 - JS so that similar layers score high. Blocks by Algorithm 1 with --delta.
+ *   qfilter: every input prefilled whole (the dialogues or texts above, flattened); per layer and KV head the
+ *           first right singular vector of all its query heads' post-RoPE queries over all inputs, signed so the
+ *           mean query projects positively (Q-Filters sec. 3; methods/qfilter.c). The CSV gives each head's top
+ *           eigenvalue share of Q^T Q's trace: the anisotropy the paper builds on.
+ *   duo:    --samples synthetic passkey prompts of --max-tokens tokens (the passkey-retrieval filler, a 5-digit
+ *           key at depths (i + 0.5) / samples, seed 1, no chat template), each ending in the question "What is
+ *           the pass key? The pass key is"; a head's retrieval score = the attention mass the question's rows
+ *           put on the key's tokens, mean over the KV head's query heads, the rows and the prompts. This
+ *           replaces DuoAttention's trained gates (the authors optimise them on synthetic passkey data) by a
+ *           training-free retrieval-head score on the same kind of data (methods/duo.c). */
 #include "benchmarks/calibration.h"
 
 #include <cjson/cJSON.h>
@@ -39,6 +49,7 @@
 
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
+#include "engine/tokenizer.h"
 #include "base/fsutil.h"
 #include "methods/calibrate.h"
 #include "methods/profile.h"
@@ -436,6 +447,179 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     return store(m, o, s);
 }
 
+/* ---- qfilter ---- */
+
+static int run_qfilter(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
+    const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, d = m->cfg.head_dim;
+    char err[512];
+    const size_t heads = (size_t)L * HK;
+    double *S = calloc(heads * d * d, sizeof *S), *sum = calloc(heads * d, sizeof *sum), *v = malloc((size_t)d * sizeof *v);
+    double *share = calloc(heads, sizeof *share);
+    float *f = malloc(heads * d * sizeof *f);
+    int rc = S && sum && v && share && f ? 0 : fail(o, "calibrate: out of memory");
+    for (int i = 0; i < n_in && !rc; i++) {
+        say(o, stderr, "calibrate qfilter: input %d/%d: %lld tokens%s\n", i + 1, n_in, (long long)in[i].n,
+            in[i].truncated ? " (middle rounds dropped)" : "");
+        if (kvb_cal_qfilter_run(c, in[i].ids, in[i].n, S, sum, err, sizeof err)) rc = fail(o, "calibrate: input %d: %s", i + 1, err);
+    }
+    for (int l = 0; l < L && !rc; l++) {
+        if (kvb_cal_qfilter_dirs(S + (size_t)l * HK * d * d, sum + (size_t)l * HK * d, HK, d, f + (size_t)l * HK * d))
+            rc = fail(o, "calibrate: out of memory");
+        for (int g = 0; g < HK && !rc; g++) {
+            const double *a = S + ((size_t)l * HK + g) * d * d;
+            double lambda = 0, trace = 0;
+            for (int e = 0; e < d; e++) trace += a[(size_t)e * d + e];
+            if (kvb_cal_top_eigvec(a, d, v, &lambda)) rc = fail(o, "calibrate: out of memory");
+            share[(size_t)l * HK + g] = trace > 0 ? lambda / trace : 0;
+        }
+    }
+    char path[1024], tpath[1024];
+    FILE *csv = rc ? NULL : open_csv(o, "", path, sizeof path), *t = csv ? open_table(o, tpath, sizeof tpath) : NULL;
+    if (!t) {
+        if (csv) fclose(csv);
+        free(S), free(sum), free(v), free(share), free(f);
+        return 1;
+    }
+    fprintf(csv, "layer,kv_head,top_eigenvalue_share\n");
+    fprintf(t, "Q-Filters: share of the top eigenvalue in the trace of Q^T Q per KV head (%d inputs)\n\n| layer |", n_in);
+    for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
+    fprintf(t, "\n|---|");
+    for (int g = 0; g < HK; g++) fprintf(t, "---|");
+    double lo = 1, hi = 0;
+    for (int l = 0; l < L; l++) {
+        fprintf(t, "\n| %d |", l);
+        for (int g = 0; g < HK; g++) {
+            double x = share[(size_t)l * HK + g];
+            fprintf(csv, "%d,%d,%.6f\n", l, g, x);
+            fprintf(t, " %.3f |", x);
+            lo = x < lo ? x : lo, hi = x > hi ? x : hi;
+        }
+    }
+    fputc('\n', t);
+    rc = close_csv(o, csv, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    say(o, stdout, "\nQ-Filters of %d layers x %d KV heads: the top direction holds %.0f%% .. %.0f%% of the queries' energy\n",
+        L, HK, 100 * lo, 100 * hi);
+    set_result(o, "Q-Filters of %d x %d heads (top direction %.0f%%..%.0f%% of the queries' energy)", L, HK, 100 * lo, 100 * hi);
+    cJSON *sec = base_section(o, n_in), *filters = cJSON_CreateArray();
+    for (int l = 0; l < L && filters; l++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int g = 0; g < HK && row; g++) {
+            double dir[1024];
+            for (int e = 0; e < d && e < 1024; e++) dir[e] = f[((size_t)l * HK + g) * d + e];
+            cJSON_AddItemToArray(row, doubles(dir, d));
+        }
+        cJSON_AddItemToArray(filters, row);
+    }
+    cJSON_AddItemToObject(sec, "filters", filters);
+    cJSON_AddStringToObject(sec, "rule", "per layer and KV head: first right singular vector of its query heads' post-RoPE queries, signed so the mean query projects positively");
+    cJSON_AddItemToObject(sec, "top_eigenvalue_share", doubles(share, (int)heads));
+    free(S), free(sum), free(v), free(share), free(f);
+    return rc ? rc : store(m, o, sec);
+}
+
+/* ---- duo ---- */
+
+/* One synthetic passkey prompt of n tokens: intro, filler, the key sentence at depth, filler, question. The key's
+ * digits are ids [*from, *to); the question is the last *q tokens. */
+static int passkey_prompt(kvb_model *m, int64_t n, double depth, uint64_t *rng, int32_t *ids, int64_t *from, int64_t *to,
+                          int *q, char *err, size_t err_len) {
+    static const char *intro = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                               "I will quiz you about the important information there.\n";
+    static const char *filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+    *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    char key[16], post[64];
+    snprintf(key, sizeof key, "%05u", (unsigned)((*rng >> 33) % 100000));
+    snprintf(post, sizeof post, ". Remember it. %s is the pass key.\n", key);
+    const char *text[6] = {intro, filler, "The pass key is ", key, post, "\nWhat is the pass key? The pass key is"};
+    int32_t *piece[6] = {0};
+    int len[6] = {0}, rc = 0;
+    for (int k = 0; k < 6 && !rc; k++) rc = tok_encode(m->tok, text[k], strlen(text[k]), k == 0, 0, &piece[k], &len[k], err, err_len);
+    int64_t fixed = len[0] + len[2] + len[3] + len[4] + len[5], fill = n - fixed;
+    if (!rc && (fill < 2 || len[1] < 1)) rc = snprintf(err, err_len, "a passkey prompt of %lld tokens has no room for filler (--max-tokens)", (long long)n) > 0;
+    if (!rc) {
+        int64_t before = (int64_t)(depth * (double)fill), at = 0;
+        memcpy(ids, piece[0], (size_t)len[0] * sizeof *ids), at = len[0];
+        for (int64_t i = 0; i < before; i++) ids[at++] = piece[1][i % len[1]];
+        memcpy(ids + at, piece[2], (size_t)len[2] * sizeof *ids), at += len[2];
+        *from = at;
+        memcpy(ids + at, piece[3], (size_t)len[3] * sizeof *ids), at += len[3];
+        *to = at;
+        memcpy(ids + at, piece[4], (size_t)len[4] * sizeof *ids), at += len[4];
+        for (int64_t i = before; i < fill; i++) ids[at++] = piece[1][i % len[1]];
+        memcpy(ids + at, piece[5], (size_t)len[5] * sizeof *ids), at += len[5];
+        *q = len[5];
+    }
+    for (int k = 0; k < 6; k++) free(piece[k]);
+    return rc ? -1 : 0;
+}
+
+static int run_duo(kvb_model *m, const kvb_ctx_params *cp, const cal_opts *o) {
+    const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv;
+    const int64_t n = o->max_tokens;
+    int n_ctx = cp->n_ctx > 0 ? cp->n_ctx : m->cfg.n_ctx_train;
+    if (n > n_ctx) return fail(o, "calibrate: a passkey prompt of %lld tokens exceeds the context of %d tokens (use --max-tokens or --ctx)", (long long)n, n_ctx);
+    kvb_ctx_params p = *cp;
+    p.n_ctx = (int)n;
+    char err[512];
+    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    double *mass = calloc((size_t)L * HK, sizeof *mass);
+    int rc = !c ? fail(o, "calibrate: %s", err) : !ids || !mass ? fail(o, "calibrate: out of memory") : 0;
+    uint64_t rng = 1;
+    for (long i = 0; i < o->samples && !rc; i++) {
+        int64_t from = 0, to = 0;
+        int q = 0;
+        double depth = ((double)i + 0.5) / (double)o->samples;
+        if (passkey_prompt(m, n, depth, &rng, ids, &from, &to, &q, err, sizeof err)) rc = fail(o, "calibrate duo: %s", err);
+        else {
+            say(o, stderr, "calibrate duo: passkey prompt %ld/%ld: %lld tokens, key at %.0f%% (tokens %lld..%lld), %d question rows\n",
+                i + 1, o->samples, (long long)n, 100 * depth, (long long)from, (long long)to - 1, q);
+            if (kvb_cal_duo_run(c, ids, n, q, from, to, mass, err, sizeof err)) rc = fail(o, "calibrate: prompt %ld: %s", i + 1, err);
+        }
+    }
+    kvb_ctx_free(c);
+    free(ids);
+    for (int k = 0; k < L * HK && !rc; k++) mass[k] /= (double)o->samples;
+    char path[1024], tpath[1024];
+    FILE *csv = rc ? NULL : open_csv(o, "", path, sizeof path), *t = csv ? open_table(o, tpath, sizeof tpath) : NULL;
+    if (!t) {
+        if (csv) fclose(csv);
+        free(mass);
+        return 1;
+    }
+    fprintf(csv, "layer,kv_head,retrieval_score\n");
+    fprintf(t, "DuoAttention: attention mass of the question on the pass key per KV head (%ld prompts of %lld tokens)\n\n| layer |",
+            o->samples, (long long)n);
+    for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
+    fprintf(t, "\n|---|");
+    for (int g = 0; g < HK; g++) fprintf(t, "---|");
+    int best = 0;
+    for (int l = 0; l < L; l++) {
+        fprintf(t, "\n| %d |", l);
+        for (int g = 0; g < HK; g++) {
+            fprintf(csv, "%d,%d,%.6f\n", l, g, mass[l * HK + g]);
+            fprintf(t, " %.4f |", mass[l * HK + g]);
+            if (mass[l * HK + g] > mass[best]) best = l * HK + g;
+        }
+    }
+    fputc('\n', t);
+    rc = close_csv(o, csv, path);
+    if (close_table(o, t, tpath)) rc = 1;
+    say(o, stdout, "\nretrieval scores of %d layers x %d KV heads; the strongest: layer %d kv head %d (%.3f of the question's attention)\n",
+        L, HK, best / HK, best % HK, mass[best]);
+    set_result(o, "retrieval scores of %d x %d heads (strongest: layer %d kv %d, %.3f)", L, HK, best / HK, best % HK, mass[best]);
+    cJSON *sec = cJSON_CreateObject(), *scores = cJSON_CreateArray();
+    cJSON_AddStringToObject(sec, "inputs", "synthetic passkey prompts (seed 1)");
+    cJSON_AddNumberToObject(sec, "n_inputs", (double)o->samples);
+    cJSON_AddNumberToObject(sec, "max_tokens", (double)o->max_tokens);
+    for (int l = 0; l < L && scores; l++) cJSON_AddItemToArray(scores, doubles(mass + (size_t)l * HK, HK));
+    cJSON_AddItemToObject(sec, "scores", scores);
+    cJSON_AddStringToObject(sec, "rule", "attention mass of the question's rows on the pass key's tokens, mean over the KV head's query heads, the rows and the prompts");
+    free(mass);
+    return rc ? rc : store(m, o, sec);
+}
+
 /* ---- command ---- */
 
 /* What an analysis needs of every input, checked before any run (one-line errors). */
@@ -475,6 +659,7 @@ static int run_kind(kvb_model *m, const kvb_ctx_params *cp, const cal_opts *o) {
     if (!c) fail(o, "calibrate: %s", err);
     else if (!strcmp(o->kind, "round")) rc = run_round(m, c, o, in, n_in);
     else if (!strcmp(o->kind, "omnikv")) rc = run_omnikv(m, c, o, in, n_in);
+    else if (!strcmp(o->kind, "qfilter")) rc = run_qfilter(m, c, o, in, n_in);
     else rc = run_pod(m, c, o, in, n_in);
     kvb_ctx_free(c);
     inputs_free(in, n_in);
@@ -483,10 +668,12 @@ static int run_kind(kvb_model *m, const kvb_ctx_params *cp, const cal_opts *o) {
 
 int kvb_calibrate(kvb_model *m, const kvb_ctx_params *cp, kvb_cal_opts *o, char *err, size_t err_len) {
     o->err = err, o->err_len = err_len;
-    if (strcmp(o->kind, "round") && strcmp(o->kind, "omnikv") && strcmp(o->kind, "pod"))
-        return fail(o, "calibrate: unknown kind '%s' (round, omnikv or pod)", o->kind), -1;
+    if (strcmp(o->kind, "round") && strcmp(o->kind, "omnikv") && strcmp(o->kind, "pod") && strcmp(o->kind, "qfilter") &&
+        strcmp(o->kind, "duo"))
+        return fail(o, "calibrate: unknown kind '%s' (round, omnikv, pod, qfilter or duo)", o->kind), -1;
     if (!m->tok) return fail(o, "calibrate: the model has no tokenizer (synthetic models cannot be calibrated)"), -1;
     if (o->span < 0) o->span = (m->cfg.n_layer + 2) / 4; /* round(L / 4) */
+    if (!strcmp(o->kind, "duo")) return run_duo(m, cp, o) ? -1 : 0; /* its own inputs: passkey prompts */
     return run_kind(m, cp, o) ? -1 : 0;
 }
 

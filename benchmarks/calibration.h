@@ -12,7 +12,7 @@
 #include "engine/model.h"
 
 typedef struct {
-    const char *kind, *out_dir; /* "round", "omnikv" or "pod"; where the CSV and table go */
+    const char *kind, *out_dir; /* "round", "omnikv", "pod", "qfilter" or "duo"; where the CSV and table go */
     const char *files[64];      /* calibration texts (none: synthetic dialogues) */
     int n_files;
     long samples, rounds, chunk, max_tokens, n_filter, span, q;
@@ -34,7 +34,7 @@ int kvb_calibrate(kvb_model *m, const kvb_ctx_params *cp, kvb_cal_opts *o, char 
 
 /* One calibration a run asks for (benchmarks/runcal.h). */
 typedef struct {
-    const char *kind;    /* the profile section to make: "round", "omnikv" or "pod" (methods/profile.h) */
+    const char *kind;    /* the profile section to make: "round", "omnikv", "pod", "qfilter" or "duo" (methods/profile.h) */
     const char *out_dir; /* where its curves and tables go (DIR/calibration) */
     int samples, rounds; /* synthetic dialogues (the suite's "calibration", else KVB_CAL_SAMPLES, KVB_CAL_ROUNDS) */
     char result[160];    /* out: the result in one line, e.g. "watershed layer 12 (lw = 13 of 30)" */

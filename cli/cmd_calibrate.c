@@ -1,4 +1,4 @@
-/* cmd_calibrate.c — `kvbench calibrate round|omnikv|pod`: its options into benchmarks/calibration.h's
+/* cmd_calibrate.c — `kvbench calibrate round|omnikv|pod|qfilter|duo`: its options into benchmarks/calibration.h's
  * kvb_calibrate, which runs the analysis (the rules are in benchmarks/calibration.c). */
 #include <stdio.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 #include "engine/synthetic.h"
 
 static const char *HELP =
-    "usage: kvbench calibrate round|omnikv|pod [--prompt-file F ...] [--samples 4] [--out-dir .] [--dry-run]\n"
+    "usage: kvbench calibrate round|omnikv|pod|qfilter|duo [--prompt-file F ...] [--samples 4] [--out-dir .] [--dry-run]\n"
     "\n"
     "Runs a paper's analysis on calibration inputs, prints the result, saves the curve as DIR/calibrate-KIND.csv\n"
     "and its per-layer table as DIR/calibrate-KIND.md, and\n"
@@ -18,13 +18,20 @@ static const char *HELP =
     "  round   watershed layer lw (Round Attention: KL of round attention between layers)\n"
     "  omnikv  filter layers (OmniKV: attention mass later layers put on a layer's top-k tokens)\n"
     "  pod     layer blocks per KV head (PoD: head-wise JS similarity, greedy grouping)\n"
+    "  qfilter a filter direction per layer and KV head (Q-Filters: first right singular vector of the head's\n"
+    "          post-RoPE queries on the inputs, signed so the mean query projects positively)\n"
+    "  duo     a retrieval score per layer and KV head (DuoAttention, training-free: the attention mass the\n"
+    "          question of --samples synthetic passkey prompts of --max-tokens tokens puts on the pass key;\n"
+    "          the highest-scoring heads keep the full cache, as many as the budget allows)\n"
     "\n"
     "inputs:\n"
     "  --prompt-file F        a calibration text (repeatable); rounds are --chunk-token chunks\n"
-    "  --samples N            synthetic multi-round dialogues when no --prompt-file (default 4)\n"
+    "  --samples N            synthetic multi-round dialogues when no --prompt-file (default 4); duo: passkey\n"
+    "                         prompts (it reads no --prompt-file)\n"
     "  --rounds N             rounds per synthetic dialogue (default 12)\n"
     "  --chunk N              round size of prompt files in tokens (default 256)\n"
-    "  --max-tokens N         cap per input; longer inputs drop middle rounds (default 2500)\n"
+    "  --max-tokens N         cap per input; longer inputs drop middle rounds (default 2500); duo: the\n"
+    "                         length of each passkey prompt\n"
     "analysis:\n"
     "  --frac F               round: watershed where the curve stays below F x its maximum (default 0.5)\n"
     "  --eps E                round: smoothing of the distributions in KL (default 1e-6)\n"
@@ -54,11 +61,13 @@ int cmd_calibrate(int argc, char **argv) {
                       CLI_END};
     int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
     if (stop >= 0) return stop;
-    if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv or pod (see --help)");
+    if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv, pod, qfilter or duo (see --help)");
     o.kind = argv[1];
     o.n_files = files.n;
-    if (strcmp(o.kind, "round") && strcmp(o.kind, "omnikv") && strcmp(o.kind, "pod"))
-        return cli_fail("calibrate: unknown kind '%s' (round, omnikv or pod)", o.kind);
+    if (strcmp(o.kind, "round") && strcmp(o.kind, "omnikv") && strcmp(o.kind, "pod") && strcmp(o.kind, "qfilter") &&
+        strcmp(o.kind, "duo"))
+        return cli_fail("calibrate: unknown kind '%s' (round, omnikv, pod, qfilter or duo)", o.kind);
+    if (!strcmp(o.kind, "duo") && files.n) return cli_fail("calibrate: duo makes its own passkey prompts: drop --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;

@@ -1,4 +1,4 @@
-/* calibrate.c — the calibration analyses of Round Attention, OmniKV and PoD (see calibrate.h): pure math over
+/* calibrate.c — the calibration analyses of Round Attention, OmniKV, PoD, Q-Filters and DuoAttention (see calibrate.h): pure math over
  * float arrays, and one engine run per input that records the attention the analysis needs through the
  * kvb_hooks wants_probs/observe pair (full attention: no method is installed, nothing is selected). */
 #include "methods/calibrate.h"
@@ -174,6 +174,111 @@ int kvb_cal_group(const double *sim, int L, double delta, int *base) {
     return n_blocks;
 }
 
+void kvb_cal_qfilter_add(const float *q, int64_t n_q, int n_head, int n_head_kv, int d, double *S, double *sum) {
+    const int G = n_head / n_head_kv;
+    for (int64_t t = 0; t < n_q; t++)
+        for (int h = 0; h < n_head; h++) {
+            const float *x = q + ((size_t)t * n_head + h) * d;
+            double *s = S + (size_t)(h / G) * d * d, *m = sum + (size_t)(h / G) * d;
+            for (int a = 0; a < d; a++) {
+                m[a] += x[a];
+                for (int b = 0; b < d; b++) s[(size_t)a * d + b] += (double)x[a] * x[b];
+            }
+        }
+}
+
+int kvb_cal_top_eigvec(const double *A, int d, double *v, double *lambda) {
+    double *a = malloc((size_t)d * d * sizeof *a), *e = malloc((size_t)d * d * sizeof *e);
+    if (!a || !e) {
+        free(a);
+        free(e);
+        return -1;
+    }
+    memcpy(a, A, (size_t)d * d * sizeof *a);
+    for (int i = 0; i < d * d; i++) e[i] = i % (d + 1) == 0; /* identity: the columns are the eigenvectors */
+    for (int sweep = 0; sweep < 100; sweep++) {
+        double off = 0, total = 0;
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) {
+                total += a[i * d + j] * a[i * d + j];
+                if (i != j) off += a[i * d + j] * a[i * d + j];
+            }
+        if (off <= 1e-30 * total || total == 0) break;
+        for (int p = 0; p < d; p++)
+            for (int r = p + 1; r < d; r++) {
+                double apr = a[p * d + r];
+                if (apr == 0) continue;
+                /* the rotation that zeroes a[p][r] (Golub & Van Loan, Algorithm 8.4.1) */
+                double theta = (a[r * d + r] - a[p * d + p]) / (2 * apr);
+                double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1));
+                double cs = 1 / sqrt(t * t + 1), sn = t * cs;
+                for (int k = 0; k < d; k++) { /* columns p and r */
+                    double x = a[k * d + p], y = a[k * d + r];
+                    a[k * d + p] = cs * x - sn * y;
+                    a[k * d + r] = sn * x + cs * y;
+                }
+                for (int k = 0; k < d; k++) { /* rows p and r */
+                    double x = a[p * d + k], y = a[r * d + k];
+                    a[p * d + k] = cs * x - sn * y;
+                    a[r * d + k] = sn * x + cs * y;
+                }
+                for (int k = 0; k < d; k++) {
+                    double x = e[k * d + p], y = e[k * d + r];
+                    e[k * d + p] = cs * x - sn * y;
+                    e[k * d + r] = sn * x + cs * y;
+                }
+            }
+    }
+    int best = 0;
+    for (int i = 1; i < d; i++)
+        if (a[i * d + i] > a[best * d + best]) best = i;
+    double norm = 0;
+    for (int k = 0; k < d; k++) norm += e[k * d + best] * e[k * d + best];
+    norm = sqrt(norm);
+    for (int k = 0; k < d; k++) v[k] = norm > 0 ? e[k * d + best] / norm : 0;
+    if (lambda) *lambda = a[best * d + best];
+    free(a);
+    free(e);
+    return 0;
+}
+
+int kvb_cal_qfilter_dirs(const double *S, const double *sum, int n_head_kv, int d, float *f) {
+    double *v = malloc((size_t)d * sizeof *v);
+    if (!v) return -1;
+    for (int g = 0; g < n_head_kv; g++) {
+        const double *s = S + (size_t)g * d * d, *m = sum + (size_t)g * d;
+        int seen = 0;
+        for (int i = 0; i < d * d && !seen; i++) seen = s[i] != 0;
+        if (!seen) {
+            for (int k = 0; k < d; k++) f[(size_t)g * d + k] = 0;
+            continue;
+        }
+        if (kvb_cal_top_eigvec(s, d, v, NULL)) {
+            free(v);
+            return -1;
+        }
+        double dot = 0;
+        for (int k = 0; k < d; k++) dot += m[k] * v[k];
+        for (int k = 0; k < d; k++) f[(size_t)g * d + k] = (float)(dot < 0 ? -v[k] : v[k]);
+    }
+    free(v);
+    return 0;
+}
+
+void kvb_cal_duo_mass(const float *rows, int L, int H, int HK, int q, int64_t n, int64_t from, int64_t to,
+                      double *mass) {
+    const int G = H / HK;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            double s = 0;
+            for (int t = 0; t < q; t++) {
+                const float *p = rows + (((int64_t)l * H + h) * q + t) * n;
+                for (int64_t j = from; j < to; j++) s += p[j];
+            }
+            mass[(int64_t)l * HK + h / G] += s / ((double)G * q);
+        }
+}
+
 /* ---- engine runs ---- */
 
 typedef enum { CAP_ROUND, CAP_ROWS } cap_kind;
@@ -335,4 +440,54 @@ int kvb_cal_pod_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, double *js
     free(s.rows);
     free(s.rows_done);
     return rc;
+}
+
+int kvb_cal_duo_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, int64_t from, int64_t to, double *mass,
+                    char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    if (from < 0 || to <= from || to > n - q) return ERR("calibrate duo: the passkey [%lld, %lld) is not before the question", (long long)from, (long long)to);
+    capture s = {0};
+    int rc = run_rows(c, ids, n, q, &s, err, err_len);
+    if (!rc) kvb_cal_duo_mass(s.rows, cfg->n_layer, cfg->n_head, cfg->n_head_kv, q, n, from, to, mass);
+    free(s.rows);
+    free(s.rows_done);
+    return rc;
+}
+
+/* ---- Q-Filters: the queries of every layer, from the pre_attend hook ---- */
+
+typedef struct {
+    double *S, *sum; /* [L][HK][d][d], [L][HK][d] */
+    float *host;     /* one chunk's queries */
+    size_t host_bytes;
+} qcap;
+
+static int qcap_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
+    qcap *s = self;
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const int d = cfg->head_dim, HK = cfg->n_head_kv;
+    size_t bytes = (size_t)n_q * cfg->n_head * d * sizeof(float);
+    if (bytes > s->host_bytes) {
+        free(s->host);
+        s->host = malloc(bytes);
+        s->host_bytes = s->host ? bytes : 0;
+        if (!s->host) return ERR("out of memory");
+    }
+    if (be->copy(be, s->host, q, bytes, KVB_COPY_D2H, err, err_len)) return -1;
+    if (be->sync && be->sync(be)) return ERR("%s", be->error);
+    kvb_cal_qfilter_add(s->host, n_q, cfg->n_head, HK, d, s->S + (size_t)layer * HK * d * d, s->sum + (size_t)layer * HK * d);
+    return 0;
+}
+
+int kvb_cal_qfilter_run(kvb_ctx *c, const int32_t *ids, int64_t n, double *S, double *sum, char *err, size_t err_len) {
+    qcap s = {.S = S, .sum = sum};
+    kvb_hooks h = {0};
+    h.self = &s;
+    h.pre_attend = qcap_pre_attend;
+    kvb_ctx_reset(c);
+    int rc = kvb_ctx_set_hooks(c, &h, err, err_len) || kvb_forward(c, ids, n, err, err_len);
+    end(c);
+    free(s.host);
+    return rc ? -1 : 0;
 }

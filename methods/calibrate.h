@@ -10,6 +10,12 @@
  *   pod    (papers/001 sec. 2.1, eq. 1-2, Algorithm 1): head-wise similarity of layers = 1 - mean JS
  *          divergence (log base 2) of the last q queries' attention rows; greedy bottom-up layer blocks
  *          (kvb_cal_group).
+ *   qfilter (Q-Filters, arXiv 2503.02812, sec. 3): per layer and KV head, the first right singular vector of the
+ *          matrix of its query heads' post-RoPE queries (the top eigenvector of Q^T Q), its sign chosen so that
+ *          the mean query projects positively on it (kvb_cal_qfilter_add, kvb_cal_qfilter_dirs).
+ *   duo    (DuoAttention, arXiv 2410.10819, training-free): a head's retrieval score = the attention mass the
+ *          question's queries of a synthetic passkey prompt put on the passkey's tokens, mean over the KV head's
+ *          query heads and the question's rows (kvb_cal_duo_mass).
  *
  * The math is small pure functions over float arrays (accumulated in double), tested against naive float64
  * code; the kvb_cal_*_run functions drive the engine on one input with their own hooks and feed them. No
@@ -66,6 +72,22 @@ int kvb_cal_pod_js(const float *S, int L, int H, int HK, int q, int64_t n, doubl
  * the block's lowest layer. Returns the number of blocks. */
 int kvb_cal_group(const double *sim, int L, double delta, int *base);
 
+/* Q-Filters: add the queries q ([n_q][n_head][d], host) into S ([n_head_kv][d][d], += q q^T) and sum
+ * ([n_head_kv][d], += q), query head h -> KV head h / (n_head / n_head_kv), in double. */
+void kvb_cal_qfilter_add(const float *q, int64_t n_q, int n_head, int n_head_kv, int d, double *S, double *sum);
+/* The eigenvector of the largest eigenvalue of the symmetric d x d matrix A (row-major), unit length, by cyclic
+ * Jacobi rotations (converged to double precision); ties between eigenvalues: the lower column of the
+ * rotated basis. The eigenvalue into *lambda (may be NULL). -1 on out of memory. */
+int kvb_cal_top_eigvec(const double *A, int d, double *v, double *lambda);
+/* Q-Filters' directions of n_head_kv heads: f[g] = the top eigenvector of S[g], negated when sum[g] . f[g] < 0
+ * (the paper's sign: the mean query projects positively); a head that saw no query (S = 0) gets f = 0.
+ * f: [n_head_kv][d]. -1 on out of memory. */
+int kvb_cal_qfilter_dirs(const double *S, const double *sum, int n_head_kv, int d, float *f);
+/* DuoAttention's retrieval score: add into mass[l][g] (L x HK) the mean over KV head g's query heads and the q
+ * rows of rows ([L][H][q][n], as kvb_cal_pod_js reads them) of the attention on tokens [from, to). */
+void kvb_cal_duo_mass(const float *rows, int L, int H, int HK, int q, int64_t n, int64_t from, int64_t to,
+                      double *mass);
+
 /* ---- engine runs (one input each; the context is reset first and its hooks replaced) ---- */
 
 /* Round analysis of one dialogue: rounds [round_end[r-1], round_end[r]) of ids, the last is the question
@@ -79,5 +101,13 @@ int kvb_cal_omnikv_run(kvb_ctx *c, const int32_t *ids, int64_t n, double topk_fr
 /* PoD analysis: prefill ids[0..n-q), forward the last q tokens as one chunk capturing every layer's rows, and
  * add kvb_cal_pod_js into js_sum ([HK][L][L]). q <= n - 1 and q <= the context's batch size. */
 int kvb_cal_pod_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, double *js_sum, char *err, size_t err_len);
+
+/* Q-Filters analysis: prefill ids[0..n) capturing every layer's post-RoPE queries (copied down per chunk) into
+ * S ([L][HK][d][d]) and sum ([L][HK][d]) by kvb_cal_qfilter_add. */
+int kvb_cal_qfilter_run(kvb_ctx *c, const int32_t *ids, int64_t n, double *S, double *sum, char *err, size_t err_len);
+/* DuoAttention analysis: prefill ids[0..n-q), forward the last q tokens (the question) capturing every layer's
+ * rows, and add kvb_cal_duo_mass over the passkey's tokens [from, to) into mass ([L][HK]). */
+int kvb_cal_duo_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, int64_t from, int64_t to, double *mass,
+                    char *err, size_t err_len);
 
 #endif

@@ -5,6 +5,7 @@
 #include "base/sha256.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,4 +187,54 @@ int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t 
     }
     cJSON_Delete(root);
     return rc;
+}
+
+/* Read a numeric array of nested arrays of shape dims[0] x ... x dims[n_dims - 1] into out (row-major): 0, or -1 +
+ * a line naming the section's path and the first element that is not a finite number or a row of the wrong length. */
+static int read_grid(const cJSON *v, const char *what, const int *dims, int n_dims, double *out, int64_t *at, char *err,
+                     size_t err_len) {
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != dims[0])
+        return ERR("calibration profile: %s needs %d entries at depth %d (re-run kvbench calibrate)", what, dims[0], n_dims);
+    for (int i = 0; i < dims[0]; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (n_dims > 1) {
+            if (read_grid(e, what, dims + 1, n_dims - 1, out, at, err, err_len)) return -1;
+        } else {
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
+                return ERR("calibration profile: %s holds a value that is not a finite number", what);
+            out[(*at)++] = e->valuedouble;
+        }
+    }
+    return 0;
+}
+
+/* A numeric grid from section.key: 1 found, 0 none, -1 error. */
+static int profile_grid(const kvb_model *model, const char *name, const char *key, const int *dims, int n_dims,
+                        double *out, char *err, size_t err_len) {
+    cJSON *root, *s = section(model, name, &root, err, err_len);
+    if (!root) return err[0] ? -1 : 0;
+    cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    char what[64];
+    snprintf(what, sizeof what, "%s.%s", name, key);
+    int64_t at = 0;
+    int rc = v ? (read_grid(v, what, dims, n_dims, out, &at, err, err_len) ? -1 : 1) : 0;
+    cJSON_Delete(root);
+    return rc;
+}
+
+int kvb_profile_qfilter(const kvb_model *model, float *f, char *err, size_t err_len) {
+    const kvb_config *cfg = &model->cfg;
+    const int dims[3] = {cfg->n_layer, cfg->n_head_kv, cfg->head_dim};
+    const size_t n = (size_t)dims[0] * dims[1] * dims[2];
+    double *v = malloc(n * sizeof *v);
+    if (!v) return ERR("out of memory");
+    int rc = profile_grid(model, "qfilter", "filters", dims, 3, v, err, err_len);
+    for (size_t i = 0; i < n && rc == 1; i++) f[i] = (float)v[i];
+    free(v);
+    return rc;
+}
+
+int kvb_profile_duo_scores(const kvb_model *model, double *scores, char *err, size_t err_len) {
+    const int dims[2] = {model->cfg.n_layer, model->cfg.n_head_kv};
+    return profile_grid(model, "duo", "scores", dims, 2, scores, err, err_len);
 }

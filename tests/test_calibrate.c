@@ -427,7 +427,7 @@ static void test_concurrent_shards_calibrate_once(void) {
 }
 
 static void test_bad_input_is_a_one_line_error(void) {
-    expect_clean_failure("calibrate", "round, omnikv or pod");
+    expect_clean_failure("calibrate", "round, omnikv, pod, qfilter or duo");
     expect_clean_failure("calibrate attention", "unknown kind 'attention'");
     expect_clean_failure("calibrate pod --delta 2", "--delta");
     expect_clean_failure("calibrate pod --bogus 1", "unknown option '--bogus'");

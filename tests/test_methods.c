@@ -812,11 +812,13 @@ static void greedy(kvb_ctx *c, int32_t *out, int n) {
 
 /* Every method that may share a prefill (the registry's KVB_SHARES_PREFILL): its own prefill and its adoption of a
  * shared one hold the same KV and decode the same tokens. A method added to the registry is in this test. Pinned:
- * the options some need on this tiny model (snapkv's windows, omnikv's layers, pod's block, kivi's groups), and
+ * the options some need on this tiny model (snapkv's windows, omnikv's layers, pod's block, kivi's groups, qfilter's
+ * and duo's profile-free sources), and
  * extra option sets of quest and tova, which also run with their defaults. */
 static const struct { const char *method, *opts; } SHARE_PINNED[] = {
     {"snapkv", "window=16"}, {"snapkv", "window=64"}, {"omnikv", "layers=1;4"}, {"pod", "block=2"},
     {"quest", "page=8"},     {"tova", "per_head=1"},   {"kivi", "bits=2,group=8,residual=16"},
+    {"qfilter", "filters=window"}, {"duo", "split=window"}, /* no calibration profile on the tiny model */
 };
 
 static void test_shared_prefill_equals_own_prefill(void) {

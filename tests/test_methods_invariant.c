@@ -170,6 +170,7 @@ static const struct {
     {"omnikv", "offload=0,selector=uniform", "offload=0,selector=uniform,layers=0"},
     {"round", "lw=8,chunk=512", "lw=%d,chunk=512"}, {"pod", "block=3", "block=%d"},
     {"kivi", "bits=16", "bits=16"}, /* at 100% only the 16-bit store keeps full's values */
+    {"qfilter", "filters=window", "filters=window"}, {"duo", "split=window", "split=window"}, /* no profile read */
 };
 static char small_opts[sizeof PINNED / sizeof *PINNED][64];
 enum { MAX_CASES = 48 };
