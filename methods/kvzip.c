@@ -32,15 +32,18 @@
  *   prefix, which then scores 0 beside the 4 sinks; kvbench's prompts are rendered whole and the engine does not
  *   mark where the template ends). A model without a tokenizer (synthetic:<shape>) has no repeat prompt: its chunks
  *   are fed bare (the cost is the same but for the prompt's few tokens).
- * - Budget: B per KV head = budget x prompt length (kvbench's rule), every global layer alike, per-head top-B (ties
- *   to the earlier slot). kvpress's default (layerwise = False) pools every layer's and head's scores under one
- *   threshold, so layers and heads keep different counts; that non-uniform split is not implemented.
+ * - Budget: B per KV head = budget x prompt length (kvbench's rule), shared as kvpress shares it (compress_post):
+ *   alloc=global (its default, layerwise = False) keeps the top B x heads x global layers of every score together,
+ *   so layers and heads hold different counts; alloc=layer (layerwise = True) the top B x heads of each layer;
+ *   alloc=head, B per KV head. kvpress prunes the scores at or below a threshold (ties pruned together); kvbench
+ *   keeps exactly the top count, ties to the earlier layer, head and slot. Each layer's mean per head is its claim.
  * - A sliding-window (local) layer keeps its window and is not scored (kvpress skips Gemma 3's sliding layers).
  * - At budget 100% nothing is evicted and no reconstruction runs.
  * - No op of its own: the rows' softmax is the attention op over an index list (kvb_attn_probs); the max over the
  *   group's heads and the rows is probs_reduce's KVB_REDUCE_MAX_HEADS with the group's G x n_q rows taken as its
  *   "heads" (they lie one stride apart in [n_head][n_q][stride]), and the max with the score so far (an engine chunk
  *   holds only part of a reconstruction chunk's rows) is the same reduction over two rows. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +61,10 @@ typedef struct {
     kvb_method base;
     int64_t chunk; /* prompt tokens per reconstruction chunk */
     int64_t sinks; /* first slots scored 1 */
-    int64_t keep;  /* tokens kept per head after prefill */
+    int64_t keep;  /* B: tokens kept per head after prefill, on average over the pooled heads */
+    int alloc;     /* ALLOC_*: how B x heads is shared */
+    int pooled;    /* the kept counts per layer are held_layer's */
+    int64_t *held_layer; /* [n_layer]: tokens kept over the layer's KV heads (pooled allocations) */
     int64_t extra_tokens;  /* tokens the reconstruction fed through the model */
     int64_t recon_kv_peak; /* the most KV held during the reconstruction: context + fork (bytes, occupied slots) */
     double recon_ms;
@@ -73,6 +79,9 @@ typedef struct {
 } kvzip;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
+
+enum { ALLOC_GLOBAL = 0, ALLOC_LAYER = 1, ALLOC_HEAD = 2 };
+static const char *const ALLOC_NAME[] = {"global", "layer", "head"};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -198,6 +207,54 @@ static int reconstruct(kvzip *s, kvb_ctx *c, char *err, size_t err_len) {
     return rc ? -1 : 0;
 }
 
+/* kvpress's pooled allocations: the top B x heads of every global layer's heads together (alloc=global) or of each
+ * layer's (alloc=layer), each head keeping the ones it holds: one top-k over the scores' rows (local layers' rows
+ * set to -inf), split back into heads (split_rows_idx); the host reads the counts (one D2H copy). */
+static int keep_pooled(kvzip *s, kvb_ctx *c, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const int HK = cfg->n_head_kv, rows = cfg->n_layer * HK;
+    const int64_t n = s->n;
+    int n_global = 0;
+    for (int l = 0; l < cfg->n_layer; l++) n_global += !kvb_layer_window(cfg, l);
+    const int64_t k_all = s->alloc == ALLOC_GLOBAL ? s->keep * HK * n_global : s->keep * HK;
+    const size_t iota_bytes = (size_t)n * sizeof(int32_t), out_bytes = (size_t)rows * n * sizeof(int32_t),
+                 flat_bytes = (size_t)k_all * sizeof(int32_t), count_bytes = (size_t)rows * sizeof(int32_t);
+    int32_t *iota = kvb_method_alloc(c, iota_bytes), *out = kvb_method_alloc(c, out_bytes);
+    int32_t *flat = kvb_method_alloc(c, flat_bytes), *counts = kvb_method_alloc(c, count_bytes);
+    int32_t *counts_h = malloc(count_bytes);
+    int rc = iota && out && flat && counts && counts_h ? 0 : ERR("kvzip: out of memory");
+    if (!rc) rc = be->iota(be, iota, 0, n, err, err_len) || be->zero(be, counts, count_bytes, err, err_len);
+    for (int l = 0; l < cfg->n_layer && !rc; l++)
+        for (int g = 0; g < HK && !rc && kvb_layer_window(cfg, l); g++)
+            rc = be->fill_idx_f32(be, s->score + ((size_t)l * HK + g) * n, iota, n, -INFINITY, err, err_len);
+    if (!rc && s->alloc == ALLOC_GLOBAL)
+        rc = be->topk_idx(be, flat, s->score, (int64_t)rows * n, k_all, err, err_len) ||
+             be->split_rows_idx(be, out, n, counts, flat, k_all, n, rows, err, err_len);
+    for (int l = 0; l < cfg->n_layer && !rc && s->alloc == ALLOC_LAYER; l++)
+        if (!kvb_layer_window(cfg, l))
+            rc = be->topk_idx(be, flat, s->score + (size_t)l * HK * n, (int64_t)HK * n, k_all, err, err_len) ||
+                 be->split_rows_idx(be, out + (size_t)l * HK * n, n, counts + (size_t)l * HK, flat, k_all, n, HK, err,
+                                    err_len);
+    if (!rc) rc = be->copy(be, counts_h, counts, count_bytes, KVB_COPY_D2H, err, err_len) ||
+                  (be->sync && be->sync(be) ? ERR("kvzip: %s", be->error) : 0);
+    for (int l = 0; l < cfg->n_layer && !rc; l++) {
+        s->held_layer[l] = 0;
+        for (int g = 0; g < HK && !rc && !kvb_layer_window(cfg, l); g++) {
+            const int r = l * HK + g;
+            rc = kvc_retain_dev(c->kv, l, g, out + (size_t)r * n, counts_h[r], err, err_len);
+            s->held_layer[l] += counts_h[r];
+        }
+    }
+    s->pooled = !rc;
+    kvb_method_release(c, iota, iota_bytes);
+    kvb_method_release(c, out, out_bytes);
+    kvb_method_release(c, flat, flat_bytes);
+    kvb_method_release(c, counts, count_bytes);
+    free(counts_h);
+    return rc ? -1 : 0;
+}
+
 static int kvzip_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
     kvzip *s = self;
     kvb_backend *be = c->be;
@@ -225,7 +282,8 @@ static int kvzip_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     for (int64_t r = 0; r < cfg->n_layer * HK && !rc && sinks; r++)
         rc = be->fill_idx_f32(be, s->score + r * n, s->idx, sinks, 1.0f, err, err_len);
     if (!rc) rc = reconstruct(s, c, err, err_len);
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    if (!rc && s->alloc != ALLOC_HEAD) rc = keep_pooled(s, c, err, err_len);
+    for (int l = 0; l < cfg->n_layer && !rc && s->alloc == ALLOC_HEAD; l++)
         for (int g = 0; g < HK && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = be->topk_idx(be, keep, s->score + ((size_t)l * HK + g) * n, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, keep, s->keep, err, err_len);
@@ -240,21 +298,24 @@ static int kvzip_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
 }
 
 static int64_t kvzip_expected(kvb_method *m, kvb_ctx *c, int layer) {
-    (void)layer;
     kvzip *s = (kvzip *)m;
     if (c->in_prefill) return c->n_past;
+    const int HK = c->model->cfg.n_head_kv;
+    if (s->pooled) /* the layer's mean per head (verify compares the layer's sum, within a token per head) */
+        return (s->held_layer[layer] + HK / 2) / HK + (c->n_past - m->n_prompt);
     return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
 }
 
 static void kvzip_describe(kvb_method *m, char *buf, size_t cap) {
     kvzip *s = (kvzip *)m;
-    snprintf(buf, cap, "keep=%lld chunk=%lld sinks=%lld extra_prefill_tokens=%lld recon_ms=%.1f recon_kv_peak_bytes=%lld",
-             (long long)s->keep, (long long)s->chunk, (long long)s->sinks, (long long)s->extra_tokens, s->recon_ms,
+    snprintf(buf, cap, "keep=%lld alloc=%s chunk=%lld sinks=%lld extra_prefill_tokens=%lld recon_ms=%.1f recon_kv_peak_bytes=%lld",
+             (long long)s->keep, ALLOC_NAME[s->alloc], (long long)s->chunk, (long long)s->sinks, (long long)s->extra_tokens, s->recon_ms,
              (long long)s->recon_kv_peak);
 }
 
 static void kvzip_destroy(kvb_method *m) {
     free(((kvzip *)m)->src);
+    free(((kvzip *)m)->held_layer);
     free(m);
 }
 
@@ -262,6 +323,16 @@ static kvb_method *kvzip_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     int64_t chunk = 2048, sinks = 4;
     if (kvb_opts_int(o, "chunk", &chunk, err, err_len) < 0 || kvb_opts_int(o, "sinks", &sinks, err, err_len) < 0)
         return NULL;
+    const char *a = kvb_opts_get(o, "alloc");
+    int alloc = ALLOC_GLOBAL;
+    if (a) {
+        for (alloc = 0; alloc < 3 && strcmp(a, ALLOC_NAME[alloc]); alloc++) {
+        }
+        if (alloc == 3) {
+            ERR("kvzip: alloc=%s: global, layer or head", a);
+            return NULL;
+        }
+    }
     if (chunk < 1 || chunk > (1 << 24)) {
         ERR("kvzip: chunk=%lld: a reconstruction chunk is 1 to %d tokens", (long long)chunk, 1 << 24);
         return NULL;
@@ -272,13 +343,16 @@ static kvb_method *kvzip_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     }
     kvzip *s = calloc(1, sizeof *s);
     if (s) s->src = calloc((size_t)c->model->cfg.n_head_kv, sizeof *s->src);
-    if (!s || !s->src) {
+    if (s) s->held_layer = calloc((size_t)c->model->cfg.n_layer, sizeof *s->held_layer);
+    if (!s || !s->src || !s->held_layer) {
+        if (s) free(s->src);
         free(s);
         ERR("out of memory");
         return NULL;
     }
     s->chunk = chunk;
     s->sinks = sinks;
+    s->alloc = alloc;
     s->scorer.self = s;
     s->scorer.pre_attend = kvzip_score;
     s->base.budget = *b;

@@ -4,7 +4,8 @@
  * whose hook captures each layer's queries and keys, and each prompt slot's score is the float64 max over the KV
  * head's query heads and the reconstruction's rows of the softmax over sinks + the chunk's slots + the
  * reconstruction so far (the first 4 slots score 1); the method must keep the top B of that score in every layer and
- * KV head. Also: the extra prefill and peak KV it reports are the reconstruction's token count and the KV the
+ * KV head (alloc=head), or kvpress's pooled top counts over each layer's heads (alloc=layer) or over everything
+ * (alloc=global, its default), where heads hold different counts. Also: the extra prefill and peak KV it reports are the reconstruction's token count and the KV the
  * context and the fork held; decode appends after it; budget
  * 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is read only through
  * the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
@@ -138,43 +139,74 @@ static int64_t described(kvb_method *m, const char *key) {
     return atoll(at + strlen(key));
 }
 
-static void check_keeps_the_most_attended(kvb_dtype dt) {
-    char err[256];
+/* kvpress's allocations of B x heads: "head" (B each), "layer" (the top B x NKV of each layer's heads together),
+ * "global" (the top B x NKV x L of every score together). The reference's kept positions per layer and head. */
+static int reference_keep(const char *alloc, int32_t want[L][NKV][N], int64_t count[L][NKV]) {
+    static double pool[L * NKV * N];
+    static int32_t top[L * NKV * N];
+    const int per_layer = !strcmp(alloc, "layer"), global = !strcmp(alloc, "global");
+    const int64_t width = global ? (int64_t)L * NKV * N : per_layer ? (int64_t)NKV * N : N;
+    const int64_t k = global ? (int64_t)B * NKV * L : per_layer ? (int64_t)B * NKV : B;
+    int near_ties = 0;
+    memset(count, 0, sizeof(int64_t) * L * NKV);
+    for (int64_t at = 0; at < (int64_t)L * NKV * N; at += width) { /* one pool: a head, a layer or everything */
+        const double *flat_ref = (const double *)ref; /* [L][NKV][N] row-major */
+        for (int64_t i = 0; i < width; i++) pool[i] = flat_ref[at + i];
+        double margin = 1;
+        util_topk_ref(pool, width, k, top, &margin, NULL);
+        near_ties += margin < 1e-5;
+        for (int64_t i = 0; i < k; i++) { /* ascending: each head's positions in order */
+            const int64_t flat = at + top[i], row = flat / N;
+            const int l = (int)(row / NKV), g = (int)(row % NKV);
+            want[l][g][count[l][g]++] = (int32_t)(flat % N);
+        }
+    }
+    return near_ties;
+}
+
+static void check_keeps_the_most_attended(kvb_dtype dt, const char *alloc) {
+    char err[256], opts[64];
+    static int32_t want[L][NKV][N];
+    int64_t count[L][NKV];
     int32_t ids[N];
     prompt_ids(ids);
     const int64_t fed = reference_scores(ids, dt);
-    int32_t want[L][NKV][B];
-    int near_ties = 0;
-    for (int l = 0; l < L; l++)
-        for (int g = 0; g < NKV; g++) {
-            double margin = 1;
-            util_topk_ref(ref[l][g], N, B, want[l][g], &margin, NULL);
-            near_ties += margin < 1e-5;
-        }
-    CU_ASSERT_EQUAL(near_ties, 0); /* no boundary a float rounding could flip */
+    CU_ASSERT_EQUAL(reference_keep(alloc, want, count), 0); /* no boundary a float rounding could flip */
     kvb_ctx *c = util_tiny_ctx(dt, CTX);
-    kvb_method *m = util_make_method("kvzip", c, "50%", "chunk=64");
+    snprintf(opts, sizeof opts, "chunk=64,alloc=%s", alloc);
+    kvb_method *m = util_make_method("kvzip", c, "50%", opts);
     CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0); /* verified at the end of prefill */
     int32_t pos[CTX];
-    int mismatches = 0;
+    int mismatches = 0, uneven = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < NKV; g++) {
-            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), B);
-            mismatches += memcmp(pos, want[l][g], sizeof want[l][g]) != 0;
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), count[l][g]);
+            mismatches += memcmp(pos, want[l][g], (size_t)count[l][g] * sizeof *pos) != 0;
+            uneven += count[l][g] != B;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
+    if (strcmp(alloc, "head")) CU_ASSERT(uneven > 0); /* pooled: the heads really hold different counts */
     CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), fed); /* the cost it reports is what it fed */
     CU_ASSERT(fed > N);
     CU_ASSERT_EQUAL(described(m, "recon_kv_peak_bytes="), ref_peak);
     CU_ASSERT_EQUAL(c->n_past, N); /* the reconstruction left the context as the prefill did */
+    for (int t = 0; t < 3; t++) { /* decode appends; the per-layer claim holds */
+        int32_t id = 5 + t;
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+        CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    }
     kvb_method_free(m, c);
     kvb_ctx_free(c);
 }
 
-static void test_keeps_the_most_attended_f32(void) { check_keeps_the_most_attended(KVB_F32); }
+static void test_keeps_the_most_attended_f32(void) { check_keeps_the_most_attended(KVB_F32, "head"); }
 
 /* an f16 store: the reference reads the same f16 keys */
-static void test_keeps_the_most_attended_f16(void) { check_keeps_the_most_attended(KVB_F16); }
+static void test_keeps_the_most_attended_f16(void) { check_keeps_the_most_attended(KVB_F16, "head"); }
+
+/* kvpress's default (layerwise = False) and its layerwise = True */
+static void test_pooled_over_every_layer(void) { check_keeps_the_most_attended(KVB_F32, "global"); }
+static void test_pooled_per_layer(void) { check_keeps_the_most_attended(KVB_F16, "layer"); }
 
 /* Through the engine: the prefill ends at the budget (verified), decode appends after the kept tokens. */
 static void test_decode_appends_after_the_kept(void) {
@@ -182,7 +214,7 @@ static void test_decode_appends_after_the_kept(void) {
     int32_t ids[N];
     prompt_ids(ids);
     kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
-    kvb_method *m = util_make_method("kvzip", c, "40", NULL); /* one chunk: the default 2048 covers the prompt */
+    kvb_method *m = util_make_method("kvzip", c, "40", "alloc=head"); /* one chunk: 2048 covers the prompt */
     CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
     for (int s = 0; s < 4; s++) {
         int32_t id = 9 + s;
@@ -263,6 +295,7 @@ static void test_needs_and_options(void) {
     kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
     util_check_refusals("kvzip", c, "chunk=0", "chunk=0");
     util_check_refusals("kvzip", c, "sinks=-1", "sinks=-1");
+    util_check_refusals("kvzip", c, "alloc=pyramid", "alloc=pyramid");
     util_check_refusals("kvzip", c, "window=4", "no option 'window'");
     kvb_ctx_free(c);
 }
@@ -279,6 +312,8 @@ int main(void) {
     CU_pSuite s = CU_add_suite("kvzip", setup, teardown);
     CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f32)", test_keeps_the_most_attended_f32);
     CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f16)", test_keeps_the_most_attended_f16);
+    CU_add_test(s, "alloc=global: the top B x heads x layers of every score (kvpress's default)", test_pooled_over_every_layer);
+    CU_add_test(s, "alloc=layer: the top B x heads of each layer (kvpress's layerwise)", test_pooled_per_layer);
     CU_add_test(s, "through the engine: prefill at the budget, decode appends", test_decode_appends_after_the_kept);
     CU_add_test(s, "budget 100% keeps everything and reconstructs nothing", test_full_budget_keeps_everything_reconstructs_nothing);
     CU_add_test(s, "a store without its tokens is refused with one line", test_unknown_tokens_refused);
