@@ -201,8 +201,9 @@ int cmd_bench_serve(int argc, char **argv) {
     if (seqs_list && parse_pools("--pool-seqs", seqs_list, seqs, 16, &n_seqs, err, sizeof err)) return cli_fail("bench-serve: %s", err);
     if (seqs_list && pool_list) return cli_fail("bench-serve: --kv-pool-mib and --pool-seqs both given; the pool is one or the other");
     if (url && (pool_list || seqs_list || lo.max_batch || lo.page_tokens || lo.prefill_chunk || decode_sizes))
-        return cli_fail("bench-serve: --url measures the server as it was started: --kv-pool-mib, --max-batch, "
-                        "--page-tokens, --prefill-chunk and --decode-only are the server's (kvbench serve) or in-process only");
+        return cli_fail("bench-serve: --url measures the server as it was started: --kv-pool-mib, --pool-seqs, "
+                        "--max-batch, --page-tokens, --prefill-chunk and --decode-only are the server's (kvbench serve) "
+                        "or in-process only");
     if (!url && (api_key_env || server_model)) return cli_fail("bench-serve: --api-key-env and --server-model need --url");
     if (chart && n_pools < 2 && n_seqs < 2)
         return cli_fail("bench-serve: --chart needs several --kv-pool-mib or --pool-seqs sizes (e.g. 32,64,128 or 2,4,8)");
