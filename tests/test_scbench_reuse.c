@@ -27,6 +27,7 @@
 #define FIX "tests/fixtures/scbench"
 #define N_RECORDS 2
 #define N_TURNS 3
+#define N_KEYS 12
 
 static kvb_model *model;
 static char err[512], dir[64] = "/tmp/kvb_scb_reuse_XXXXXX";
@@ -163,15 +164,15 @@ static void test_the_suite_entry_and_an_over_long_turn_are_refused_in_one_line(v
 
 /* ---- a run through the runner ---- */
 
-/* SCBench's kv records: a JSON object of 24 "xxxx-xx" keys, three turns asking three of them. */
+/* SCBench's kv records: a JSON object of N_KEYS "xxxx-xx" keys, three turns asking three of them. */
 static void write_records(const char *path) {
     FILE *f = fopen(path, "w");
     CU_ASSERT_FATAL(f != NULL);
     unsigned x = 12345;
     for (int r = 0; r < N_RECORDS; r++) {
-        char keys[24][8], vals[24][8];
+        char keys[N_KEYS][8], vals[N_KEYS][8];
         cJSON *ctx = cJSON_CreateObject(), *rec = cJSON_CreateObject(), *turns = cJSON_CreateArray();
-        for (int i = 0; i < 24; i++) {
+        for (int i = 0; i < N_KEYS; i++) {
             x = x * 1103515245u + 12345u;
             snprintf(keys[i], sizeof keys[i], "%04x-%02x", (x >> 8) & 0xffff, (x >> 24) & 0xff);
             x = x * 1103515245u + 12345u;
@@ -182,7 +183,7 @@ static void write_records(const char *path) {
         cJSON_AddNumberToObject(rec, "id", r);
         cJSON_AddStringToObject(rec, "context", ctext);
         for (int k = 0; k < N_TURNS; k++) {
-            int i = (5 + 7 * k + 3 * r) % 24;
+            int i = (5 + 7 * k + 3 * r) % N_KEYS;
             char in[128];
             snprintf(in, sizeof in, "Key: \"%s\"\nThe value associated with the specified key is: ", keys[i]);
             cJSON *t = cJSON_CreateObject();
