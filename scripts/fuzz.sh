@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${KVB_FUZZ_SECONDS:-12}}
-harnesses=${KVB_FUZZ_ONLY:-"gguf loaders suite serve_request judge_reply"}
+harnesses=${KVB_FUZZ_ONLY:-"gguf loaders suite serve_request judge_reply sse_stream"}
 if ! command -v clang > /dev/null; then
     echo "fuzz: clang not found (apt-get install clang): skipped"
     exit 0
