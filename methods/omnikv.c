@@ -24,7 +24,16 @@
  * filter layer does one packed load of the selected tokens for the layers it serves into a device buffer;
  * offload=0 keeps everything on the device and narrows attention with index lists (no memory saving).
  * The initial selection is made when the prompt is in (from the prompt's last queries), so the device holds
- * the budget from the end of prefill on. */
+ * the budget from the end of prefill on.
+ *
+ * Hybrid models (Gemma 3's sliding-window local layers; docs/methods.md "Hybrid models"): a local layer keeps its
+ * window and takes no role (the engine runs no hook there); the roles are dealt over the global layers in order:
+ * global layers before the first filter layer, each filter layer and the next global layer after it are full, the
+ * others sparse. Filter layers must be global (layers= naming a local one is an error); the default scales the
+ * paper's layers over the global layers' count. The budget is of the cache the model holds: with G_f full and G_s
+ * sparse global layers at n tokens and the local layers' windows W_loc (tokens summed over them), the sparse layers
+ * keep T = (Mem% (G n + W_loc) - G_f n - W_loc) / G_s tokens; a Mem% below (G_f n + W_loc) / (G n + W_loc) is an
+ * error naming the windows' share. Without local layers all of this is the paper's rule above. */
 #include "methods/method.h"
 
 #include <math.h>
@@ -40,11 +49,13 @@ typedef struct {
     kvb_method base;
     kvb_ctx *c;
     int n_filter, filter[MAX_FILTER];
-    int *kind;       /* per layer: 0 full, 1 filter, 2 sparse */
+    int *kind;       /* per layer: 0 full, 1 filter, 2 sparse, 3 local (sliding window: keeps it, no role) */
     int *served_by;  /* sparse layer -> filter layer index that selects for it */
     int selector;    /* 0 last, 1 uniform, 2 exp */
     int window, offload;
-    double full_share;
+    double full_share; /* G_f / G: the full global layers' share of the global layers (the whole cache without
+                          local layers; a hybrid model's windows add to it, see held_share) */
+    int n_global, n_full_global, n_sparse;
     int64_t T;       /* token budget of sparse layers at the end of prefill */
     double tp;       /* |T| / |p|: the sparse layers' share (Mem% budgets track the sequence: 100% = exact) */
     int32_t **sel;   /* per filter layer: selected slots (ascending; device, n_ctx entries) */
@@ -65,7 +76,22 @@ typedef struct {
 } omnikv;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
-enum { K_FULL = 0, K_FILTER = 1, K_SPARSE = 2 };
+enum { K_FULL = 0, K_FILTER = 1, K_SPARSE = 2, K_LOCAL = 3 };
+
+/* the global layers' numbers in order (all layers on a model without sliding windows); their count */
+static int global_layers(const kvb_config *cfg, int *out) {
+    int n = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (!kvb_layer_window(cfg, l)) out[n++] = l;
+    return n;
+}
+
+/* a filter layer must be a global layer: 0, or -1 + err naming the layer */
+static int check_global(const kvb_config *cfg, int l, char *err, size_t err_len) {
+    if (!kvb_layer_window(cfg, l)) return 0;
+    return ERR("omnikv: filter layer %d is a sliding-window (local) layer of window %d; filter layers are global "
+               "layers", l, kvb_layer_window(cfg, l));
+}
 
 static int parse_layers(omnikv *s, const char *v, int n_layer, char *err, size_t err_len) {
     s->n_filter = 0;
@@ -85,30 +111,60 @@ static int parse_layers(omnikv *s, const char *v, int n_layer, char *err, size_t
     return 0;
 }
 
-static void classify(omnikv *s, int n_layer) {
-    int n_full = 0;
-    for (int l = 0; l < n_layer; l++) {
-        s->kind[l] = K_SPARSE;
+/* Roles over the global layers in order (the header): full before the first filter layer, filter, full for the
+ * next global layer after a filter layer, sparse otherwise (served by the last filter layer before it). */
+static void classify(omnikv *s, const kvb_config *cfg) {
+    int n_full = 0, prev_global = -1;
+    s->n_global = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
         s->served_by[l] = -1;
+        if (kvb_layer_window(cfg, l)) {
+            s->kind[l] = K_LOCAL;
+            continue;
+        }
+        s->kind[l] = K_SPARSE;
         if (l < s->filter[0]) s->kind[l] = K_FULL;
         for (int f = 0; f < s->n_filter; f++) {
             if (l == s->filter[f]) s->kind[l] = K_FILTER;
-            else if (l == s->filter[f] + 1) s->kind[l] = K_FULL;
+            else if (prev_global >= 0 && prev_global == s->filter[f]) s->kind[l] = K_FULL;
             if (s->kind[l] == K_SPARSE && l > s->filter[f]) s->served_by[l] = f;
         }
         n_full += s->kind[l] != K_SPARSE;
+        s->n_global++;
+        prev_global = l;
     }
-    s->full_share = (double)n_full / n_layer;
+    s->n_full_global = n_full;
+    s->n_sparse = s->n_global - n_full;
+    s->full_share = s->n_global ? (double)n_full / s->n_global : 1.0;
 }
 
-static void default_layers(omnikv *s, int n_layer) {
+/* The share of the cache held at n tokens (global layers n each, local layers windows_tokens in all) when the sparse
+ * global layers keep t tokens each. */
+static double held_share(const omnikv *s, int64_t n, int64_t windows_tokens, double t) {
+    const double whole = (double)s->n_global * (double)n + (double)windows_tokens;
+    if (whole <= 0) return 1.0;
+    return ((double)s->n_full_global * (double)n + (double)windows_tokens + s->n_sparse * t) / whole;
+}
+
+/* the local layers' tokens summed (each its window, or the sequence while shorter) */
+static int64_t windows_tokens(const kvb_ctx *c) {
+    int64_t w = 0;
+    for (int l = 0; l < c->model->cfg.n_layer; l++)
+        if (kvb_layer_window(&c->model->cfg, l)) w += kvb_ctx_full_tokens(c, l);
+    return w;
+}
+
+/* the paper's {2, 8, 18} of 32 layers scaled to the global layers' count (all layers without local ones) */
+static void default_layers(omnikv *s, const kvb_config *cfg) {
     static const int paper[3] = {2, 8, 18};
+    int gl[KVB_MAX_LAYERS];
+    const int G = global_layers(cfg, gl);
     s->n_filter = 0;
-    for (int i = 0; i < 3; i++) {
-        int l = (int)lround(paper[i] * (double)n_layer / 32.0);
-        if (l >= n_layer) l = n_layer - 1;
-        if (s->n_filter && l <= s->filter[s->n_filter - 1]) continue;
-        s->filter[s->n_filter++] = l;
+    for (int i = 0; i < 3 && G > 0; i++) {
+        int j = (int)lround(paper[i] * (double)G / 32.0);
+        if (j >= G) j = G - 1;
+        if (s->n_filter && gl[j] <= s->filter[s->n_filter - 1]) continue;
+        s->filter[s->n_filter++] = gl[j];
     }
 }
 
@@ -122,23 +178,26 @@ static int layers_str(const omnikv *s, int n_filter, char *buf, size_t cap) {
 
 /* The default layers under a Mem% budget (the header's rule): the paper's scaled layers, the last filter layer
  * dropped while the full layers' share exceeds the budget, at least one kept. */
-static int fit_default_layers(omnikv *s, int n_layer, const kvb_budget *b, char *err, size_t err_len) {
-    default_layers(s, n_layer);
-    classify(s, n_layer);
+static int fit_default_layers(omnikv *s, const kvb_config *cfg, const kvb_budget *b, char *err, size_t err_len) {
+    const int n_layer = cfg->n_layer;
+    default_layers(s, cfg);
+    if (!s->n_filter) return ERR("omnikv: the model has no global layer (every layer is a sliding-window layer)");
+    classify(s, cfg);
     if (b->kind != KVB_BUDGET_FRACTION) return 0;
     const int n_scaled = s->n_filter;
     const double scaled_share = s->full_share;
     while (s->n_filter > 1 && b->frac < s->full_share - 1e-9) {
         s->n_filter--;
-        classify(s, n_layer);
+        classify(s, cfg);
     }
     char all[64], kept[64];
     layers_str(s, n_scaled, all, sizeof all);
     layers_str(s, s->n_filter, kept, sizeof kept);
     if (b->frac < s->full_share - 1e-9)
         return ERR("omnikv: budget %.1f%% is below the share of the full-attention layers even with one filter layer "
-                   "(layers=%s: %.1f%% of %d layers); the smallest budget that fits is %.1f%%",
-                   100 * b->frac, kept, 100 * s->full_share, n_layer, ceil(1000 * s->full_share - 1e-6) / 10);
+                   "(layers=%s: %.1f%% of %d %slayers); the smallest budget that fits is %.1f%%",
+                   100 * b->frac, kept, 100 * s->full_share, s->n_global, s->n_global < n_layer ? "global " : "",
+                   ceil(1000 * s->full_share - 1e-6) / 10);
     if (s->n_filter < n_scaled) {
         /* the layer lists are short (at most MAX_FILTER numbers): the note never fills; a cut one would still read */
         int n = snprintf(s->base.note, sizeof s->base.note, "default layers %s (the paper's 2;8;18 of 32 scaled) ", all);
@@ -220,10 +279,20 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
         s->T = s->base.budget.tokens;
     } else {
         double f = s->base.budget.frac;
-        if (f < s->full_share - 1e-9)
+        const int64_t w = windows_tokens(c);
+        const double floor_share = held_share(s, n, w, 0.0);
+        if (f < floor_share - 1e-9) {
+            if (w > 0)
+                return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers and the local layers' "
+                           "windows in the cache the model holds at %lld tokens (%.1f%%, the windows %.1f%%)", 100 * f,
+                           (long long)n, 100 * floor_share, 100 * (double)w / ((double)s->n_global * n + (double)w));
             return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * f,
-                       100 * s->full_share);
-        s->tp = s->full_share < 1 ? (f - s->full_share) / (1 - s->full_share) : 1.0;
+                       100 * floor_share);
+        }
+        /* T from f (G n + W_loc) = G_f n + W_loc + G_s T (the header); the paper's (f - F) / (1 - F) n without windows */
+        s->tp = s->n_sparse > 0 ? (f - floor_share) * ((double)s->n_global * n + (double)w) / ((double)s->n_sparse * n)
+                                : 1.0;
+        if (s->tp > 1.0) s->tp = 1.0;
         s->T = (int64_t)llround(s->tp * (double)n);
         if (s->T < 1) s->T = 1;
         if (s->T > n) s->T = n;
@@ -349,12 +418,13 @@ static int64_t omnikv_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return s->n_sel[s->served_by[layer]] + s->step_n;
 }
 
-/* Mem% = F + |T|/|p| (1 - F) (sec. 5), with |T| the tokens the sparse layers hold now */
+/* Mem% = F + |T|/|p| (1 - F) (sec. 5), with |T| the tokens the sparse layers hold now; on a hybrid model the shares
+ * are of the cache it holds (held_share: the local layers' windows on both sides) */
 static double omnikv_formula(kvb_method *m, kvb_ctx *c) {
     omnikv *s = (omnikv *)m;
-    if (!s->offload || c->n_past == 0) return 1.0;
+    if (!s->offload || c->n_past == 0 || !s->n_sparse) return 1.0;
     int64_t t = s->n_sel[0] + s->step_n;
-    return s->full_share + (double)t / (double)c->n_past * (1.0 - s->full_share);
+    return held_share(s, c->n_past, windows_tokens(c), (double)t);
 }
 
 static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
@@ -420,13 +490,6 @@ static const char *omnikv_profile(kvb_opts *o) {
 
 static kvb_method *omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    /* its layer roles and placement (host tier, packed loads) assume every layer holds the whole sequence */
-    for (int l = 0; l < cfg->n_layer; l++)
-        if (kvb_layer_window(cfg, l)) {
-            ERR("omnikv does not implement sliding-window layers yet (layer %d, window %d): a hybrid model's local "
-                "layers hold only their window", l, kvb_layer_window(cfg, l));
-            return NULL;
-        }
     omnikv *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
@@ -445,16 +508,18 @@ static kvb_method *omnikv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, c
         s->n_filter = got;
     } else if (layers) {
         if (parse_layers(s, layers, cfg->n_layer, err, err_len)) goto fail;
-    } else if (fit_default_layers(s, cfg->n_layer, b, err, err_len)) {
+    } else if (fit_default_layers(s, cfg, b, err, err_len)) {
         goto fail;
     }
+    for (int f = 0; f < s->n_filter; f++)
+        if (check_global(cfg, s->filter[f], err, err_len)) goto fail;
     if (read_selector(o, &s->selector, &s->window, err, err_len)) goto fail;
     int64_t v;
     int r;
     if ((r = kvb_opts_int(o, "offload", &v, err, err_len)) < 0) goto fail;
     if (r) s->offload = v != 0;
-    classify(s, cfg->n_layer);
-    /* known before any prompt: a request/cell error at creation, not an engine failure after a prefill */
+    classify(s, cfg);
+    /* known before any prompt (on a hybrid model the windows add to this floor: checked after prefill): a request/cell error at creation, not an engine failure after a prefill */
     if (b->kind == KVB_BUDGET_FRACTION && b->frac < s->full_share - 1e-9) {
         ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * b->frac, 100 * s->full_share);
         goto fail;

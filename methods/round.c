@@ -14,7 +14,14 @@
  * prompts: the prompt is cut into chunk-token rounds from its start, the last (possibly shorter) chunk being the question; the
  * results say so). Budget 100% selects every round (K = T: exact); other budgets are reported, not imposed.
  * History rounds are prefilled exactly (as if computed earlier in the dialogue); the
- * selection is made for the question round. */
+ * selection is made for the question round.
+ *
+ * Hybrid models (Gemma 3's sliding-window local layers; docs/methods.md "Hybrid models"): a local layer keeps its
+ * window on the device wherever it sits (the engine runs no hook there); the rounds are over the global layers:
+ * the watershed layer L_w - 1 must be a global layer (its attention scores the rounds), the deep layers are the
+ * global layers from L_w on, and at least one must exist. Eq. 2 becomes the share of the cache the model holds:
+ * (sum of the full layers' tokens + the windows + K per deep layer) / (the global layers' tokens + the windows),
+ * the paper's formula when no layer is local. */
 #include "methods/method.h"
 
 #include <math.h>
@@ -28,6 +35,7 @@ typedef struct {
     kvb_method base;
     kvb_ctx *c;
     int lw, strategy; /* 0 topk, 1 fixed, 2 adaptive */
+    int first_deep;   /* the first global layer from lw on (lw without local layers) */
     double topk_frac, threshold, k_std;
     int64_t chunk;
     int32_t q_round;  /* round id of the current question, -1 before one */
@@ -48,6 +56,7 @@ static int round_on_round(void *self, kvb_ctx *c, int32_t r, int is_question, ch
     s->selected = 0;
     s->cur_tokens = 0;
     for (int l = s->lw; l < L; l++) {
+        if (kvb_layer_window(&c->model->cfg, l)) continue; /* a local layer keeps its window on the device */
         for (int h = 0; h < HK; h++)
             if (kvc_truncate(s->base.vis, l, h, 0, err, err_len)) return -1;
         if (!s->offloaded) {
@@ -101,18 +110,23 @@ static void choose(round_m *s, const double *p, int n, char *mask) {
         if (p[r] >= 0 && p[r] > cut) mask[r] = 1;
 }
 
-/* The selected rounds' tokens of every layer from lw on, every KV head, in one packed load (host -> device). */
+/* The selected rounds' tokens of every deep (global) layer, every KV head, in one packed load (host -> device). */
 static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
-    const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv, H = (L - s->lw) * HK;
+    const kvb_config *cfg = &c->model->cfg;
+    const int L = cfg->n_layer, HK = cfg->n_head_kv;
+    int H = 0;
     int64_t total = 0;
     for (int l = s->lw; l < L; l++)
-        for (int h = 0; h < HK; h++) total += kvc_n(c->kv, l, h);
+        if (!kvb_layer_window(cfg, l)) {
+            H += HK;
+            for (int h = 0; h < HK; h++) total += kvc_n(c->kv, l, h);
+        }
     int32_t *idx = malloc((size_t)(total > 0 ? total : 1) * sizeof *idx);
     int *lay = malloc((size_t)(H > 0 ? H : 1) * 2 * sizeof *lay), *hd = lay ? lay + H : NULL;
     const int32_t **lists = malloc((size_t)(H > 0 ? H : 1) * sizeof *lists);
     int64_t *counts = malloc((size_t)(H > 0 ? H : 1) * sizeof *counts), at = 0;
     int rc = idx && lay && lists && counts ? 0 : ERR("out of memory");
-    prof_begin(c->prof, PROF_H2D, s->lw);
+    prof_begin(c->prof, PROF_H2D, s->first_deep);
     /* Every head of every layer is appended the same rounds in the same slot order (the store writes a token's
      * round to all heads; Round Attention evicts nothing), so the heads' lists are normally one list: a head whose
      * round array equals the previous list's head's (memcmp, far cheaper than the per-slot test) shares that list,
@@ -120,7 +134,7 @@ static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
     const int32_t *prev_round = NULL;
     int64_t prev_n = -1, prev_at = 0, prev_m = 0, rows = 0;
     for (int l = s->lw, j = 0; l < L && !rc; l++)
-        for (int h = 0; h < HK && !rc; h++, j++) {
+        for (int h = 0; h < HK && !rc && !kvb_layer_window(cfg, l); h++, j++) {
             kvc_view v = kvc_head_view(c->kv, l, h); /* host tier (offloaded when the question began): host reads */
             if (v.tier != KVB_TIER_HOST) { rc = ERR("round: layer %d is not offloaded", l); break; }
             int64_t m = 0;
@@ -136,7 +150,7 @@ static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
             }
             lay[j] = l, hd[j] = h, counts[j] = m;
             rows += m;
-            if (l == s->lw && h == 0) s->sel_tokens = m;
+            if (l == s->first_deep && h == 0) s->sel_tokens = m;
         }
     if (!rc && kvc_bytes(s->base.vis, KVB_TIER_COUNT) == 0) {
         /* The first load: its heads would be allocated at exactly the selection's size, and the question's own
@@ -156,7 +170,7 @@ static int load_selected(round_m *s, kvb_ctx *c, char *err, size_t err_len) {
         }
     }
     if (!rc) rc = kvc_load(s->base.vis, c->kv, H, lay, hd, lists, counts, err, err_len);
-    prof_end(c->prof, PROF_H2D, s->lw, s->sel_tokens, rc ? 0 : rows * kvc_slot_bytes(c->kv));
+    prof_end(c->prof, PROF_H2D, s->first_deep, s->sel_tokens, rc ? 0 : rows * kvc_slot_bytes(c->kv));
     free(idx);
     free(lay);
     free(lists);
@@ -223,7 +237,7 @@ static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, 
 static int round_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     round_m *s = self;
     if (s->q_round < 0 || !s->selected || layer < s->lw) return 0;
-    if (layer == s->lw) s->cur_tokens += n_q;
+    if (layer == s->first_deep) s->cur_tokens += n_q;
     return kvb_vis_attend_packed(&s->base, c, layer, src, n_q, err, err_len);
 }
 
@@ -242,12 +256,19 @@ static int64_t round_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return s->sel_tokens + s->cur_tokens;
 }
 
-/* eq. 2: L_w/L + K/T (1 - L_w/L), K/T = tokens of the selected rounds and the current one over all tokens */
+/* eq. 2: L_w/L + K/T (1 - L_w/L), K/T = tokens of the selected rounds and the current one over all tokens; on a
+ * hybrid model the share of the cache it holds (the header), which is eq. 2 when no layer is local */
 static double round_formula(kvb_method *m, kvb_ctx *c) {
     round_m *s = (round_m *)m;
-    double L = c->model->cfg.n_layer, share = s->lw / L;
     if (s->q_round < 0 || !s->selected || c->n_past == 0) return 1.0;
-    return share + (double)(s->sel_tokens + s->cur_tokens) / (double)c->n_past * (1.0 - share);
+    const kvb_config *cfg = &c->model->cfg;
+    double held = 0, whole = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const double full = (double)kvb_ctx_full_tokens(c, l);
+        whole += full;
+        held += l < s->lw || kvb_layer_window(cfg, l) ? full : (double)(s->sel_tokens + s->cur_tokens);
+    }
+    return whole > 0 ? held / whole : 1.0;
 }
 
 static void round_describe(kvb_method *m, char *buf, size_t cap) {
@@ -280,15 +301,35 @@ static int round_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t 
 /* The profile section Round Attention reads: its watershed layer, unless lw= is given (registry). */
 static const char *round_profile(kvb_opts *o) { return kvb_opts_get(o, "lw") ? NULL : "round"; }
 
+/* On a hybrid model: the watershed layer lw - 1 is global and a global layer follows it (the header); first_deep. */
+static int check_watershed(round_m *s, const kvb_config *cfg, char *err, size_t err_len) {
+    s->first_deep = -1;
+    for (int l = s->lw; l < cfg->n_layer && s->first_deep < 0; l++)
+        if (!kvb_layer_window(cfg, l)) s->first_deep = l;
+    if (kvb_layer_window(cfg, s->lw - 1) || s->first_deep < 0) {
+        char globals[256];
+        int n = 0;
+        globals[0] = 0;
+        for (int l = 0; l < cfg->n_layer && n >= 0 && (size_t)n < sizeof globals; l++)
+            if (!kvb_layer_window(cfg, l)) n += snprintf(globals + n, sizeof globals - (size_t)n, "%s%d", n ? "," : "", l);
+        if (kvb_layer_window(cfg, s->lw - 1))
+            return ERR("round: lw=%d puts the watershed on layer %d, a sliding-window (local) layer; on this hybrid "
+                       "model it must be a global layer (global layers: %s; lw = one more)", s->lw, s->lw - 1, globals);
+        return ERR("round: lw=%d leaves no global layer after the watershed to select rounds for (global layers: %s); "
+                   "too few global layers for Round Attention unless lw is lower", s->lw, globals);
+    }
+    return 0;
+}
+
 static kvb_method *round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    /* its layer roles and placement (host tier, packed loads) assume every layer holds the whole sequence */
-    for (int l = 0; l < cfg->n_layer; l++)
-        if (kvb_layer_window(cfg, l)) {
-            ERR("round does not implement sliding-window layers yet (layer %d, window %d): a hybrid model's local "
-                "layers hold only their window", l, kvb_layer_window(cfg, l));
-            return NULL;
-        }
+    int n_global = 0;
+    for (int l = 0; l < cfg->n_layer; l++) n_global += !kvb_layer_window(cfg, l);
+    if (n_global < 2) {
+        ERR("round: too few global layers for Round Attention (%d of %d layers; the others are sliding-window layers): "
+            "it needs a global watershed layer and a global layer after it", n_global, cfg->n_layer);
+        return NULL;
+    }
     round_m *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
@@ -312,6 +353,7 @@ static kvb_method *round_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
         }
         if (s->lw < 1 || s->lw >= cfg->n_layer) { ERR("round: calibration profile's lw=%d is outside the model's layers", s->lw); goto fail; }
     }
+    if (check_watershed(s, cfg, err, err_len)) goto fail;
     const char *st = kvb_opts_get(o, "strategy");
     if (st) {
         if (!strcmp(st, "topk")) s->strategy = 0;
