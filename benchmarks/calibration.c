@@ -246,10 +246,23 @@ static cJSON *base_section(const cal_opts *o, int n_inputs) {
     return s;
 }
 
+/* The global layers' numbers in order (every layer on a model without sliding windows); their count. Round's and
+ * OmniKV's analyses run over them: a sliding-window layer attends only its window and runs no capture hook. */
+static int global_layers(const kvb_config *cfg, int *gl) {
+    int n = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (!kvb_layer_window(cfg, l)) gl[n++] = l;
+    return n;
+}
+
 /* ---- round ---- */
 
 static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
-    const int L = m->cfg.n_layer;
+    static int gl[KVB_MAX_LAYERS];
+    const int L = global_layers(&m->cfg, gl); /* the analysis' layers: the global ones */
+    if (L < 2)
+        return fail(o, "calibrate round: the model has %d global layer(s) (the others are sliding-window layers); "
+                       "Round Attention needs a global watershed layer and one after it", L);
     char err[512];
     double *curve = calloc((size_t)L, sizeof *curve), *one = calloc((size_t)L, sizeof *one);
     float *P = NULL;
@@ -258,11 +271,13 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
         say(o, stderr, "calibrate round: input %d/%d: %lld tokens, %d rounds%s\n", i + 1, n_in, (long long)in[i].n,
             in[i].n_rounds, in[i].truncated ? " (middle rounds dropped)" : "");
         free(P);
-        P = malloc((size_t)L * (in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1) * sizeof *P);
+        const int R = in[i].n_rounds > 1 ? in[i].n_rounds - 1 : 1;
+        P = malloc((size_t)m->cfg.n_layer * R * sizeof *P);
         if (!curve || !one || !P) rc = fail(o, "calibrate: out of memory");
         else if (kvb_cal_round_run(c, &in[i], P, err, sizeof err))
             rc = fail(o, "calibrate: input %d: %s", i + 1, err);
         else {
+            for (int g = 0; g < L; g++) memmove(P + (size_t)g * R, P + (size_t)gl[g] * R, (size_t)R * sizeof *P);
             kvb_cal_round_curve(P, L, in[i].n_rounds - 1, o->eps, one);
             for (int l = 0; l < L; l++) curve[l] += one[l] / n_in;
         }
@@ -270,7 +285,7 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
     free(P);
     free(one);
     if (rc) { free(curve); return rc; }
-    int w = kvb_cal_watershed(curve, L - 1, o->frac);
+    const int w = gl[kvb_cal_watershed(curve, L - 1, o->frac)], n_layer = m->cfg.n_layer;
     double mx = 0;
     for (int l = 0; l < L - 1; l++) mx = curve[l] > mx ? curve[l] : mx;
     char path[1024];
@@ -281,15 +296,15 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
     FILE *t = open_table(o, tpath, sizeof tpath);
     if (!t) { fclose(f); free(curve); return 1; }
     fprintf(t, "round attention: mean KL(P_q^l || P_q^l') over later layers l' (%d inputs)\n\n| layer | mean KL |\n|---|---|\n", n_in);
-    for (int l = 0; l < L - 1; l++) {
-        fprintf(f, "%d,%.6f\n", l, curve[l]);
-        fprintf(t, "| %d | %.4f%s |\n", l, curve[l], l == w ? " <- watershed" : "");
+    for (int g = 0; g < L - 1; g++) { /* rows name the model's layers (global ones only on a hybrid model) */
+        fprintf(f, "%d,%.6f\n", gl[g], curve[g]);
+        fprintf(t, "| %d | %.4f%s |\n", gl[g], curve[g], gl[g] == w ? " <- watershed" : "");
     }
     rc = close_csv(o, f, path);
     if (close_table(o, t, tpath)) rc = 1;
-    say(o, stdout, "\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers\n",
-        w, o->frac, mx, w + 1, L);
-    set_result(o, "watershed layer %d (lw = %d of %d layers)", w, w + 1, L);
+    say(o, stdout, "\nwatershed layer %d (0-based; the curve stays below %.2f x max %.4f from it on): lw = %d of %d layers%s\n",
+        w, o->frac, mx, w + 1, n_layer, L < n_layer ? " (over the global layers; the others keep their windows)" : "");
+    set_result(o, "watershed layer %d (lw = %d of %d layers)", w, w + 1, n_layer);
     cJSON *s = base_section(o, n_in);
     cJSON_AddNumberToObject(s, "lw", w + 1);
     cJSON_AddNumberToObject(s, "watershed_layer", w);
@@ -304,7 +319,8 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
 /* ---- omnikv ---- */
 
 static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
-    const int L = m->cfg.n_layer;
+    static int gl[KVB_MAX_LAYERS];
+    const int L = global_layers(&m->cfg, gl); /* the analysis' layers: the global ones (kvb_cal_omnikv_run) */
     char err[512];
     double *ab = calloc((size_t)L, sizeof *ab), *one = calloc((size_t)L, sizeof *one);
     int rc = !ab || !one ? fail(o, "calibrate: out of memory") : 0;
@@ -318,7 +334,8 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
     free(one);
     int layers[16], nf = 0;
     if (!rc) nf = kvb_cal_pick_filters(ab, L, (int)o->n_filter, layers);
-    if (!rc && nf < 1) rc = fail(o, "calibrate: the model has too few layers for a filter layer");
+    if (!rc && nf < 1) rc = fail(o, "calibrate: the model has too few %slayers for a filter layer", L < m->cfg.n_layer ? "global " : "");
+    for (int k = 0; k < nf; k++) layers[k] = gl[layers[k]]; /* the model's layer numbers */
     char path[1024];
     FILE *f = rc ? NULL : open_csv(o, "", path, sizeof path);
     if (!f) { free(ab); return 1; }
@@ -330,17 +347,18 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
     if (!t) { fclose(f); free(ab); return 1; }
     fprintf(t, "filter ability: mean attention mass %s put on a layer's top %.0f%% tokens (%d inputs)\n\n"
                "| layer | ability |\n|---|---|\n", span, 100 * o->topk, n_in);
-    for (int l = 0; l < L - 1; l++) {
+    for (int g = 0; g < L - 1; g++) {
         int chosen = 0;
-        for (int k = 0; k < nf; k++) chosen |= layers[k] == l;
-        fprintf(f, "%d,%.6f\n", l, ab[l]);
-        fprintf(t, "| %d | %.4f%s |\n", l, ab[l], chosen ? " <- filter" : "");
+        for (int k = 0; k < nf; k++) chosen |= layers[k] == gl[g];
+        fprintf(f, "%d,%.6f\n", gl[g], ab[g]);
+        fprintf(t, "| %d | %.4f%s |\n", gl[g], ab[g], chosen ? " <- filter" : "");
     }
     rc = close_csv(o, f, path);
     if (close_table(o, t, tpath)) rc = 1;
     char chosen[64] = "";
     for (int k = 0, at = 0; k < nf; k++) at += snprintf(chosen + at, sizeof chosen - (size_t)at, "%s%d", k ? ";" : "", layers[k]);
-    say(o, stdout, "\nfilter layers: %s (highest ability among layers 1..%d, no two adjacent)\n", chosen, L - 3);
+    say(o, stdout, "\nfilter layers: %s (highest ability among %slayers 1..%d, no two adjacent)\n", chosen,
+        L < m->cfg.n_layer ? "the global layers' " : "", L - 3);
     set_result(o, "filter layers %s (used with --method-opt layers=profile)", chosen);
     cJSON *s = base_section(o, n_in);
     cJSON_AddItemToObject(s, "layers", ints(layers, nf));
@@ -390,6 +408,10 @@ static void print_blocks(const cal_opts *o, const int *base, int L, int g) {
 
 static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
     const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, G = m->cfg.n_head / HK;
+    static int gl[KVB_MAX_LAYERS];
+    if (global_layers(&m->cfg, gl) < L) /* PoD replaces attention and refuses sliding-window layers (methods/pod.c) */
+        return fail(o, "calibrate pod: PoD does not implement sliding-window layers (this model has %d of %d layers "
+                       "local)", L - global_layers(&m->cfg, gl), L);
     char err[512];
     double *sim = calloc((size_t)HK * L * L, sizeof *sim);
     int *bases = calloc((size_t)HK * L, sizeof *bases);

@@ -1,6 +1,7 @@
 /* kept.c — the positions a method kept and attended (kept.h). */
 #include "engine/kept.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,14 +47,27 @@ static int fit(pos_list *p, int64_t n) {
     return 0;
 }
 
+/* A local layer's attention reads its window: of the listed positions, those after the latest query's position
+ * (the newest listed) minus the window; the store may still hold the token that fell out during the step. */
+static void keep_window(pos_list *p, int32_t window) {
+    int32_t newest = INT32_MIN;
+    for (int64_t i = 0; i < p->n; i++) newest = p->pos[i] > newest ? p->pos[i] : newest;
+    int64_t m = 0;
+    for (int64_t i = 0; i < p->n; i++)
+        if ((int64_t)newest - p->pos[i] < window) p->pos[m++] = p->pos[i];
+    p->n = m;
+}
+
 static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
     (void)n_q;
     kvb_kept *k = user;
     if (c->in_prefill || k->failed) return;
+    const int window = kvb_layer_window(&c->model->cfg, layer);
     for (int h = 0; h < k->n_head_kv; h++) {
         pos_list *p = &k->attended[(size_t)layer * k->n_head_kv + h];
         int64_t n = src[h].idx ? src[h].n_idx : src[h].n;
         if (fit(p, n > 0 ? n : 1) || kvb_src_positions(c, &src[h], p->pos, &p->n)) k->failed = 1;
+        else if (window) keep_window(p, window);
     }
     k->have_attended = 1;
 }
@@ -120,7 +134,10 @@ int kvb_kept_write(kvb_kept *k, kvb_ctx *c, const char *when, FILE *out, char *e
                 rc = ERR("dump-kept: reading layer %d head %d's positions failed", l, h);
                 break;
             }
-            fprintf(out, "{\"when\": \"%s\", \"layer\": %d, \"kv_head\": %d, \"n\": %lld", when, l, h, (long long)all.n);
+            fprintf(out, "{\"when\": \"%s\", \"layer\": %d, \"kv_head\": %d", when, l, h);
+            if (kvb_layer_window(&c->model->cfg, l)) /* a local layer: its kept set is its window */
+                fprintf(out, ", \"window\": %d", kvb_layer_window(&c->model->cfg, l));
+            fprintf(out, ", \"n\": %lld", (long long)all.n);
             put_list(out, "positions", all.pos, all.n);
             put_list(out, "host", host.pos, host.n);
             const pos_list *a = &k->attended[(size_t)l * k->n_head_kv + h];

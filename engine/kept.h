@@ -6,7 +6,9 @@
  * (both tiers) and those attended:
  *   {"when": "prefill", "layer": 0, "kv_head": 0, "n": 3, "positions": [0, 1, 7], "host": [], "attended": [0, 7]}
  * positions ascending; "host": the subset held in the host tier (offloaded); "attended" only once a decode call
- * has run. Reading device-tier positions is a counted device->host copy (diagnostics only). */
+ * has run. A sliding-window (local) layer's line adds "window": W; its kept set is its window (the method works on
+ * the global layers) and its attended list the window the latest query read. Reading device-tier positions is a
+ * counted device->host copy (diagnostics only). */
 #ifndef KVB_KEPT_H
 #define KVB_KEPT_H
 

@@ -405,15 +405,16 @@ static int run_rows(kvb_ctx *c, const int32_t *ids, int64_t n, int q, capture *s
     s->kind = CAP_ROWS;
     s->q = q;
     s->n = n;
-    s->rows = malloc((size_t)cfg->n_layer * cfg->n_head * q * n * sizeof(float));
+    s->rows = calloc((size_t)cfg->n_layer * cfg->n_head * q * n, sizeof(float)); /* a local layer's stay 0 */
     s->rows_done = calloc((size_t)cfg->n_layer, sizeof *s->rows_done);
     if (!s->rows || !s->rows_done) return ERR("out of memory for %d layers x %d heads x %d rows x %lld tokens", cfg->n_layer, cfg->n_head, q, (long long)n);
     kvb_hooks h;
     int rc = begin(c, &h, s, err, err_len) || kvb_forward(c, ids, n - q, err, err_len);
     s->on = 1;
     rc = rc || kvb_forward(c, ids + n - q, q, err, err_len);
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
-        if (s->rows_done[l] != q) rc = ERR("calibrate: layer %d gave %d rows, not %d", l, s->rows_done[l], q);
+    for (int l = 0; l < cfg->n_layer && !rc; l++) /* a sliding-window layer runs no hook: it gives none */
+        if (s->rows_done[l] != (kvb_layer_window(cfg, l) ? 0 : q))
+            rc = ERR("calibrate: layer %d gave %d rows, not %d", l, s->rows_done[l], q);
     end(c);
     return rc ? -1 : 0;
 }
@@ -426,7 +427,13 @@ int kvb_cal_omnikv_run(kvb_ctx *c, const int32_t *ids, int64_t n, double topk_fr
     int64_t k = llround(topk_frac * (double)n);
     if (k < 1) k = 1;
     if (k > n) k = n;
-    if (!rc && kvb_cal_filter_ability(s.rows, cfg->n_layer, cfg->n_head, n, k, span, ability)) rc = ERR("out of memory");
+    /* the global layers' rows, in order (filter layers are global: a local layer's attention sees its window only) */
+    int G = 0;
+    const size_t layer_floats = (size_t)cfg->n_head * (size_t)n;
+    for (int l = 0; l < cfg->n_layer && !rc; l++)
+        if (!kvb_layer_window(cfg, l))
+            memmove(s.rows + G++ * layer_floats, s.rows + l * layer_floats, layer_floats * sizeof(float));
+    if (!rc && kvb_cal_filter_ability(s.rows, G, cfg->n_head, n, k, span, ability)) rc = ERR("out of memory");
     free(s.rows);
     free(s.rows_done);
     return rc;

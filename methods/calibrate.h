@@ -92,10 +92,11 @@ void kvb_cal_duo_mass(const float *rows, int L, int H, int HK, int q, int64_t n,
 
 /* Round analysis of one dialogue: rounds [round_end[r-1], round_end[r]) of ids, the last is the question
  * (n_rounds >= 3). History rounds are prefilled round by round, the question with probabilities at every
- * layer. P ([L][n_rounds - 1]) receives P_q^l. */
+ * layer. P ([L][n_rounds - 1]) receives P_q^l (uniform on a sliding-window layer, which runs no hook). */
 int kvb_cal_round_run(kvb_ctx *c, const kvb_rounds *in, float *P, char *err, size_t err_len);
 /* OmniKV analysis: prefill ids[0..n-1), forward the last token capturing every layer's probabilities, and write
- * kvb_cal_filter_ability with k = max(1, round(topk_frac * n)) into ability[L]. */
+ * kvb_cal_filter_ability with k = max(1, round(topk_frac * n)) into ability[L]. On a hybrid model over its global
+ * layers only, in order (ability[i] is the i-th global layer's; a sliding-window layer sees only its window). */
 int kvb_cal_omnikv_run(kvb_ctx *c, const int32_t *ids, int64_t n, double topk_frac, int span, double *ability,
                        char *err, size_t err_len);
 /* PoD analysis: prefill ids[0..n-q), forward the last q tokens as one chunk capturing every layer's rows, and

@@ -1,7 +1,11 @@
 /* test_kept.c — --dump-kept (engine/kept.h) on a tiny random model: every (layer, KV head) line lists exactly the
  * positions the store holds (read back independently, slot by slot, with kvc_gather) and which of them are on the
  * host tier; StreamingLLM's lines are its known kept set (sinks + the most recent tokens); the attended lists of
- * a selecting method (OmniKV with offload) are what its last decode step read; the header carries the prompt. */
+ * a selecting method (OmniKV with offload) are what its last decode step read; the header carries the prompt.
+ *
+ * On a hybrid model (the seeded gemma3-deep, tests/util_arch_model.h: window 24, 15 local and 3 global layers) a
+ * local layer's line says its window, keeps exactly the last W positions and attended exactly them, whatever the
+ * method does to the global layers. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -9,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util_arch_model.h"
 #include "util_common.h"
 #include "util_gguf_writer.h"
 #include "engine/kept.h"
@@ -17,8 +22,8 @@
 
 enum { L = 6, E = 32, NH = 4, NKV = 2, FF = 48, V = 300, CTX = 512, N_PROMPT = 200 };
 
-static kvb_model *model;
-static char dir[] = "/tmp/kvb_kept_XXXXXX", model_path[256];
+static kvb_model *model, *hybrid;
+static char dir[] = "/tmp/kvb_kept_XXXXXX", model_path[256], hybrid_path[256];
 
 static kvb_ctx *run(const char *method, const char *budget, const char *opts, int n_decode, kvb_kept **k, FILE *out) {
     char err[256];
@@ -170,14 +175,88 @@ static int setup(void) {
     int rc = gw_write_tiny(&t, model_path);
     free(r.buf);
     char err[256];
-    return rc || !(model = kvb_model_load(model_path, err, sizeof err)) ? -1 : 0;
+    snprintf(hybrid_path, sizeof hybrid_path, "%s/gemma3-deep.gguf", dir);
+    if (rc || util_arch_model_write(&util_gemma3_deep, hybrid_path, NULL, NULL)) return -1;
+    return !(model = kvb_model_load(model_path, err, sizeof err)) || !(hybrid = kvb_model_load(hybrid_path, err, sizeof err))
+               ? -1
+               : 0;
 }
 
 static int teardown(void) {
     kvb_model_free(model);
+    kvb_model_free(hybrid);
     unlink(model_path);
+    unlink(hybrid_path);
     rmdir(dir);
     return 0;
+}
+
+/* The hybrid model: SnapKV at 50% and OmniKV at 90% on the global layers, 3 decode steps; every local layer's line
+ * is its window (the last W positions of the prompt, then of the prompt and the decoded tokens), attended = kept. */
+static void hybrid_run(const char *method, const char *budget, const char *opts, int *local_lines) {
+    char err[512];
+    const kvb_config *cfg = &hybrid->cfg;
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.n_ctx = CTX, p.n_threads = 2, p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(hybrid, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_budget b;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &b, err, sizeof err) == 0);
+    kvb_opts o = {0};
+    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s: %s\n", method, err);
+    CU_ASSERT_FATAL(m != NULL);
+    kvb_kept *k = kvb_kept_attach(c);
+    int32_t ids[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)(3 + (i * 37) % (cfg->n_vocab - 3));
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N_PROMPT, err, sizeof err) == 0);
+    FILE *f = tmpfile();
+    CU_ASSERT_FATAL(kvb_kept_write(k, c, "prefill", f, err, sizeof err) == 0);
+    for (int t = 0; t < 3; t++) {
+        int32_t tok = (int32_t)(5 + t);
+        CU_ASSERT_FATAL(kvb_forward(c, &tok, 1, err, sizeof err) == 0);
+    }
+    CU_ASSERT_FATAL(kvb_kept_write(k, c, "end", f, err, sizeof err) == 0);
+    rewind(f);
+    char *line = NULL;
+    size_t cap = 0;
+    int32_t got[CTX], att[CTX];
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        CU_ASSERT_FATAL(o != NULL);
+        const int l = cJSON_GetObjectItemCaseSensitive(o, "layer")->valueint;
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "window");
+        const int end = !strcmp(cJSON_GetObjectItemCaseSensitive(o, "when")->valuestring, "end");
+        CU_ASSERT((w != NULL) == (kvb_layer_window(cfg, l) != 0));
+        if (w) {
+            const int W = kvb_layer_window(cfg, l), last = end ? N_PROMPT + 3 : N_PROMPT;
+            CU_ASSERT(w->valueint == W);
+            int64_t n = list(o, "positions", got);
+            CU_ASSERT_FATAL(n == W);
+            for (int i = 0; i < W; i++) CU_ASSERT(got[i] == last - W + i);
+            if (end) {
+                int64_t na = list(o, "attended", att);
+                CU_ASSERT(na == W && !memcmp(att, got, (size_t)W * sizeof *att));
+            }
+            (*local_lines)++;
+        }
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(f);
+    kvb_method_free(m, c);
+    kvb_kept_free(k, c);
+    kvb_ctx_free(c);
+}
+
+static void test_local_layers_keep_and_attend_their_window(void) {
+    int local_lines = 0, n_local = 0;
+    for (int l = 0; l < hybrid->cfg.n_layer; l++) n_local += kvb_layer_window(&hybrid->cfg, l) != 0;
+    CU_ASSERT_FATAL(n_local > 0 && kvb_layer_window(&hybrid->cfg, 0) < N_PROMPT); /* windows shorter than the prompt */
+    hybrid_run("snapkv", "50%", NULL, &local_lines);
+    hybrid_run("omnikv", "90%", "offload=1", &local_lines); /* its floor at 200 tokens: 79% (gemma3-deep) */
+    CU_ASSERT(local_lines == 2 * 2 * n_local * hybrid->cfg.n_head_kv); /* 2 methods x prefill and end */
 }
 
 int main(void) {
@@ -186,5 +265,6 @@ int main(void) {
     CU_add_test(s, "streamingllm: lines = store = sinks + recent", test_streamingllm_lines_are_the_store_and_its_known_set);
     CU_add_test(s, "snapkv: prefill lines = store", test_snapkv_prefill_lines_are_the_store);
     CU_add_test(s, "omnikv offload: host and attended lists", test_omnikv_attended_is_the_selection);
+    CU_add_test(s, "local layers keep and attend their window", test_local_layers_keep_and_attend_their_window);
     return util_run_suites();
 }
