@@ -53,7 +53,8 @@ static const char *HELP =
     "  --page-tokens N        tokens per pool page per KV head (default 16)\n"
     "  --prefill-chunk N      prefill N tokens between two decode steps (default: a prompt's whole prefill)\n"
     "  --decode-only B,...    batched decode alone: for each batch size B, B sequences of --prompt-len tokens,\n"
-    "                         then --n-decode (32) batched steps timed (scripts/llamacpp_batch_bench.py: llama.cpp's)\n"
+    "                         one untimed step, then --n-decode (32) batched steps timed\n"
+    "                         (scripts/llamacpp_batch_bench.py: llama.cpp's, the same way)\n"
     "  --api-key-env VAR      with --url: the bearer token, read from this environment variable\n"
     "  --server-model NAME    with --url: the request's \"model\" field (default: the first of /v1/models)\n"
     CLI_ENGINE_HELP;
