@@ -20,11 +20,14 @@
  * score is taken over the subset).
  *
  * Choices (the press leaves them open, or kvbench differs):
- * - Where the reconstruction runs: on a fork of the context (kvb_ctx_fork), one per chunk, freed after it: the
- *   fork's KV is the prompt's plus the chunk's reconstruction, then dropped with it, so the context's own cache and
- *   its state (logits, statistics, sliding-window layers) are the prefill's. The fork's KV is what kvpress's cache
- *   holds during that chunk plus a copy of the prompt's: the peak, context and fork together (the store's occupied
- *   slots, kvc_used_bytes), is reported (recon_kv_peak_bytes): about twice the prompt's KV plus a chunk's.
+ * - Where the reconstruction runs: in the context's own cache, as kvpress does: each chunk is fed after the prompt
+ *   with the scorer as the context's hooks, then every head is cut back to the prompt's slots (kvc_truncate) and the
+ *   context's position, tokens, logits and hooks are restored; its forward passes show in the prefill's phases
+ *   (and inside the end of prefill's `select`). On a model with sliding-window layers the reconstruction would push
+ *   the prompt's last tokens out of their windows: there each chunk runs on a fork of the context (kvb_ctx_fork),
+ *   freed after it, which holds a copy of the prompt's KV too. The most KV held while a chunk is reconstructed (the
+ *   store's occupied slots, kvc_used_bytes; the fork's included) is reported (recon_kv_peak_bytes): the prompt plus
+ *   a chunk's reconstruction in place, twice the prompt plus it with a fork.
  * - Its cost is reported: extra_prefill_tokens (the reconstruction's tokens, every chunk with its prompt) and
  *   recon_ms in the method's description (the records' params); the time is inside the measured prefill (the end
  *   of prefill runs it: kvb_end_prefill), so inside TTFT.
@@ -161,13 +164,56 @@ static char *assistant_opening(const kvb_ctx *c, char *err, size_t err_len) {
     return out;
 }
 
-/* Feed the reconstruction chunk by chunk through forks of c, scoring the prompt's slots into s->score. */
+/* One reconstruction chunk ids[0..k) after the n-token prompt of c, scored by s->scorer. In place (no sliding-window
+ * layer): on c itself, as a prefill with the scorer as its hooks, then every head cut back to the prompt and the
+ * context's state (position, tokens, logits, hooks) restored. Otherwise on a fork of c, freed after. The KV held at
+ * the chunk's end goes into s->recon_kv_peak. */
+static int run_chunk(kvzip *s, kvb_ctx *c, const int32_t *ids, int64_t k, int in_place, float *logits, char *err,
+                     size_t err_len) {
+    const int64_t n = s->n;
+    const kvb_config *cfg = &c->model->cfg;
+    if (!in_place) {
+        kvb_ctx *d = kvb_ctx_fork(c, 0, err, err_len);
+        if (!d) return -1;
+        if (d->params.n_ctx < n + k) d->params.n_ctx = (int)(n + k); /* positions past the prompt, on the fork only */
+        int rc = kvb_ctx_set_hooks(d, &s->scorer, err, err_len) || kvb_forward(d, ids, k, err, err_len);
+        /* the context's prompt, the fork's copy and the reconstruction */
+        int64_t held = kvc_used_bytes(c->kv, KVB_TIER_DEVICE) + kvc_used_bytes(d->kv, KVB_TIER_DEVICE);
+        if (held > s->recon_kv_peak) s->recon_kv_peak = held;
+        kvb_ctx_free(d);
+        return rc ? -1 : 0;
+    }
+    const kvb_hooks *hooks = c->hooks;
+    const int in_prefill = c->in_prefill, n_ctx = c->params.n_ctx;
+    memcpy(logits, c->logits, (size_t)cfg->n_vocab * sizeof *logits);
+    c->hooks = &s->scorer;
+    c->in_prefill = 1; /* prefill work: not counted as decode */
+    if (c->params.n_ctx < n + k) c->params.n_ctx = (int)(n + k);
+    int rc = kvb_forward(c, ids, k, err, err_len);
+    int64_t held = kvc_used_bytes(c->kv, KVB_TIER_DEVICE); /* the prompt and the reconstruction */
+    if (held > s->recon_kv_peak) s->recon_kv_peak = held;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int g = 0; g < cfg->n_head_kv; g++)
+            if (kvc_n(c->kv, l, g) > n && kvc_truncate(c->kv, l, g, n, rc ? NULL : err, rc ? 0 : err_len)) rc = -1;
+    c->n_past = n;
+    c->tokens_n = n;
+    c->hooks = hooks;
+    c->in_prefill = in_prefill;
+    c->params.n_ctx = n_ctx;
+    memcpy(c->logits, logits, (size_t)cfg->n_vocab * sizeof *logits);
+    return rc ? -1 : 0;
+}
+
+/* Feed the reconstruction chunk by chunk, scoring the prompt's slots into s->score. */
 static int reconstruct(kvzip *s, kvb_ctx *c, char *err, size_t err_len) {
     const int64_t n = s->n, cap = (s->chunk < n ? s->chunk : n) + KVZ_PROMPT_MAX;
-    const int32_t *prompt = c->tokens;
+    int in_place = 1;
+    for (int l = 0; l < c->model->cfg.n_layer; l++) in_place &= !kvb_layer_window(&c->model->cfg, l);
     char *suffix = assistant_opening(c, err, err_len);
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int rc = suffix && ids ? 0 : (suffix ? ERR("out of memory") : -1);
+    int32_t *ids = malloc((size_t)cap * sizeof *ids), *prompt = malloc((size_t)n * sizeof *prompt);
+    float *logits = malloc((size_t)c->model->cfg.n_vocab * sizeof *logits);
+    int rc = suffix && ids && prompt && logits ? 0 : (suffix ? ERR("out of memory") : -1);
+    if (!rc) memcpy(prompt, c->tokens, (size_t)n * sizeof *prompt); /* an in-place chunk grows c->tokens */
     for (s->start = 0; s->start < n && !rc; s->start = s->end) {
         s->end = s->start + s->chunk < n ? s->start + s->chunk : n;
         int64_t k = 0;
@@ -188,22 +234,13 @@ static int reconstruct(kvzip *s, kvb_ctx *c, char *err, size_t err_len) {
         }
         memcpy(ids + k, prompt + s->start, (size_t)(s->end - s->start) * sizeof *ids);
         k += s->end - s->start;
-        kvb_ctx *d = kvb_ctx_fork(c, 0, err, err_len);
-        if (!d) {
-            rc = -1;
-            break;
-        }
-        if (d->params.n_ctx < n + k) d->params.n_ctx = (int)(n + k); /* the fork reads past the prompt; the context
-                                                                         itself never does */
-        rc = kvb_ctx_set_hooks(d, &s->scorer, err, err_len) || kvb_forward(d, ids, k, err, err_len);
-        /* the KV held at the chunk's end: the context's prompt, the fork's copy and the reconstruction */
-        int64_t peak = kvc_used_bytes(c->kv, KVB_TIER_DEVICE) + kvc_used_bytes(d->kv, KVB_TIER_DEVICE);
-        if (peak > s->recon_kv_peak) s->recon_kv_peak = peak;
-        kvb_ctx_free(d);
+        rc = run_chunk(s, c, ids, k, in_place, logits, err, err_len);
         s->extra_tokens += k;
     }
     free(suffix);
     free(ids);
+    free(prompt);
+    free(logits);
     return rc ? -1 : 0;
 }
 

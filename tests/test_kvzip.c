@@ -5,10 +5,11 @@
  * head's query heads and the reconstruction's rows of the softmax over sinks + the chunk's slots + the
  * reconstruction so far (the first 4 slots score 1); the method must keep the top B of that score in every layer and
  * KV head (alloc=head), or kvpress's pooled top counts over each layer's heads (alloc=layer) or over everything
- * (alloc=global, its default), where heads hold different counts. Also: the extra prefill and peak KV it reports are the reconstruction's token count and the KV the
- * context and the fork held; decode appends after it; budget
- * 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is read only through
- * the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
+ * (alloc=global, its default), where heads hold different counts. Also: the extra prefill and peak KV it reports
+ * are the reconstruction's token count and the KV of the prompt and a chunk's reconstruction (the tiny model has no
+ * sliding window: the method reconstructs in place, the restatement on a fork of the same content); decode appends
+ * after it; budget 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is
+ * read only through the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
@@ -100,7 +101,7 @@ static int capture(void *self, kvb_ctx *d, int layer, const float *q, int64_t n_
 }
 
 /* The float64 scores of the prompt's slots, by the reconstruction rebuilt here; the tokens it fed. */
-static int64_t ref_peak; /* the most KV occupied while a chunk was reconstructed: context + fork */
+static int64_t ref_peak; /* the most KV occupied while a chunk was reconstructed */
 
 static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
     char err[256];
@@ -119,7 +120,8 @@ static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
         kvb_hooks h = {.pre_attend = capture};
         CU_ASSERT_FATAL(kvb_ctx_set_hooks(d, &h, err, sizeof err) == 0);
         CU_ASSERT_FATAL(kvb_forward(d, rec, k, err, sizeof err) == 0);
-        int64_t held = kvc_used_bytes(c->kv, KVB_TIER_DEVICE) + kvc_used_bytes(d->kv, KVB_TIER_DEVICE);
+        int64_t held = kvc_used_bytes(d->kv, KVB_TIER_DEVICE); /* the prompt + the chunk's reconstruction, as the
+                                                                   method holds them in place */
         if (held > ref_peak) ref_peak = held;
         kvb_ctx_free(d);
         fed += k;
