@@ -19,6 +19,7 @@
 #include "engine/kvcache.h"
 #include "engine/kvpool.h"
 #include "judge/loadgen.h"
+#include "judge/redact.h"
 #include "methods/budget.h"
 #include "reports/serve_chart.h"
 
@@ -272,16 +273,19 @@ int cmd_bench_serve(int argc, char **argv) {
     }
     if (url) n_pools = 1, pool_bytes[0] = 0;
     if (!rc) {
-        char load[96], where[1200];
+        char load[96], where[2400];
         if (lo.rate > 0) snprintf(load, sizeof load, "open loop at %.3g requests/s (Poisson, seeded)", lo.rate);
         else snprintf(load, sizeof load, "%d closed-loop clients", lo.clients);
-        if (url)
-            snprintf(where, sizeof where, "server %s (prompts by %s's tokenizer)", url, m->path);
-        else
+        if (url) {
+            char shown[1024]; /* without its userinfo (judge/redact.h) */
+            kvb_url_strip_userinfo(url, shown, sizeof shown, NULL, 0, NULL, 0);
+            snprintf(where, sizeof where, "server %s (prompts by %s's tokenizer)", shown, m->path);
+        } else {
             snprintf(where, sizeof where, "%s, KV pool %.1f MiB%s (%.2f full-attention sequences of %lld tokens; pages of "
                      "%d tokens), max batch %d, %d threads, backend %s", m->path, pool_bytes[0] / 1048576.0,
                      n_pools > 1 ? " and more" : "", (double)pool_bytes[0] / seq_bytes, (long long)(longest + lo.max_new),
                      lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
+        }
         printf("bench-serve: %s, %s, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s\n\n", where,
                load, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
                lo.ignore_eos ? "" : " at most");

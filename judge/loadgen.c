@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "judge/redact.h"
 #include "judge/sched.h"
 
 #define ERR(...) (snprintf(err, err_len, __VA_ARGS__), -1)
@@ -379,7 +380,18 @@ static size_t header_cb(char *data, size_t size, size_t nmemb, void *user) {
     return n;
 }
 
+/* The bearer token and the URL's userinfo out of a text that is printed or written (a server may echo them). */
+static void scrub(const kvb_secrets *sec, char *text, size_t cap) {
+    kvb_redact_url_userinfo(text);
+    if (!sec->n) return;
+    char *t = kvb_redact(sec, strdup(text));
+    if (t) snprintf(text, cap, "%s", t);
+    else snprintf(text, cap, "(a message that could not be redacted)");
+    free(t);
+}
+
 typedef struct {
+    const kvb_secrets *secrets;
     const char *url; /* .../chat/completions */
     const char *model, *method, *budget;
     struct curl_slist *headers;
@@ -473,6 +485,7 @@ static void *client_main(void *arg) {
         char why[384] = "";
         const int ok = h ? one_request(u, h, i, &s, why, sizeof why) : (snprintf(why, sizeof why, "no curl handle"), 0);
         const double t_done = mono_ms();
+        scrub(u->secrets, why, sizeof why);
         pthread_mutex_lock(&u->mu);
         collect_add(&u->c, ok, why, s.n_gen, t_arrive - u->t_start, s.t_first - u->t_start, s.t_last - u->t_start,
                     t_done - u->t_start);
@@ -487,8 +500,11 @@ static void *client_main(void *arg) {
 int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *model, const char *method,
                      const char *budget, const kvb_load_opts *lo, const kvb_load_text *prompts, int n_prompts,
                      kvb_load_row *out, char *err, size_t err_len) {
-    if (strncmp(base_url, "http://", 7) && strncmp(base_url, "https://", 8))
-        return ERR("--url %s: expected http://host:port[/v1] or https://...", base_url);
+    if (strncmp(base_url, "http://", 7) && strncmp(base_url, "https://", 8)) {
+        snprintf(err, err_len, "--url %s: expected http://host:port[/v1] or https://...", base_url);
+        kvb_redact_url_userinfo(err);
+        return -1;
+    }
     char base[1024];
     size_t bl = strlen(base_url);
     while (bl && base_url[bl - 1] == '/') bl--;
@@ -504,13 +520,24 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
         curl_slist_free_all(headers);
         return ERR("--api-key-env %s: the variable is not set", api_key_env);
     }
+    kvb_secrets sec = {{0}, 0};
+    char ui[512], pw[512], plain[1024];
+    kvb_url_strip_userinfo(base_url, plain, sizeof plain, ui, sizeof ui, pw, sizeof pw);
+    if ((key && kvb_secrets_add(&sec, key)) || (ui[0] && kvb_secrets_add_url_part(&sec, ui)) ||
+        (pw[0] && kvb_secrets_add_url_part(&sec, pw))) {
+        kvb_secrets_free(&sec);
+        curl_slist_free_all(headers);
+        return ERR("out of memory");
+    }
     if (key) {
         char auth[1024];
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
         headers = curl_slist_append(headers, auth);
+        memset(auth, 0, sizeof auth);
     }
     CURL *h = new_handle(headers);
     if (!h) {
+        kvb_secrets_free(&sec);
         curl_slist_free_all(headers);
         return ERR("cannot create a curl handle");
     }
@@ -537,6 +564,7 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
     url_run u;
     memset(&u, 0, sizeof u);
     snprintf(url, sizeof url, "%s/chat/completions", base);
+    u.secrets = &sec;
     u.url = url, u.model = served, u.method = method, u.budget = budget, u.headers = headers, u.lo = lo;
     u.prompts = prompts, u.n_prompts = n_prompts;
     pthread_mutex_init(&u.mu, NULL);
@@ -598,6 +626,9 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
     pthread_mutex_destroy(&u.mu);
     curl_easy_cleanup(h);
     curl_slist_free_all(headers);
+    if (rc) scrub(&sec, err, err_len);
+    if (!rc) scrub(&sec, out->first_err, sizeof out->first_err);
+    kvb_secrets_free(&sec);
     return rc;
 }
 

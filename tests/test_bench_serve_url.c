@@ -3,7 +3,8 @@
  * methods completes, and the counts agree with the server's own (/v1/kvbench/stats, read here before and after):
  * completions, and output tokens = requests x max_new (ignore_eos). Failures are counted, never dropped, and the
  * run exits 1 with one line per cause: a method the server refuses (HTTP 400), a stream that is not SSE (a fake
- * server), a server that answers 500; an unreachable URL is one line and exit 1 before any request. */
+ * server), a server that answers 500; an unreachable URL is one line and exit 1 before any request; a bearer token
+ * or a URL password that a server echoes never reaches the output. */
 #include <CUnit/Basic.h>
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -250,6 +251,27 @@ static void check_fake(const char *reply, unsigned status, const char *what) {
     free(o), free(e);
 }
 
+static void test_secrets_echoed_by_a_server_are_redacted(void) {
+    fake_reply = "{\"error\":{\"message\":\"bad Authorization: Bearer SECRET-tok-42 from user:pw-9931\"}}";
+    fake_status = 500;
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
+                                            fake_request, NULL, MHD_OPTION_END);
+    CU_ASSERT_FATAL(d != NULL);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char url[96];
+    snprintf(url, sizeof url, "http://user:pw-9931@127.0.0.1:%d", info ? info->port : 0);
+    setenv("KVB_TEST_BSURL_KEY", "SECRET-tok-42", 1);
+    CU_ASSERT(run(url, "--api-key-env KVB_TEST_BSURL_KEY --methods full --requests 1 --prompts 1 --prompt-len 100 "
+                       "--max-new 2") == 1);
+    unsetenv("KVB_TEST_BSURL_KEY");
+    MHD_stop_daemon(d);
+    char *o = util_read_file(out_path, NULL), *e = util_read_file(err_path, NULL);
+    CU_ASSERT_FATAL(o && e);
+    CU_ASSERT(!strstr(o, "SECRET-tok-42") && !strstr(o, "pw-9931") && !strstr(e, "SECRET-tok-42") && !strstr(e, "pw-9931"));
+    CU_ASSERT(strstr(e, "HTTP 500") && strstr(e, "[REDACTED]"));
+    free(o), free(e);
+}
+
 static void test_broken_streams_and_server_errors_count_as_failed(void) {
     check_fake("data: {not json\n\n", 200, "malformed SSE");
     check_fake("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", 200, "without \"data: [DONE]\"");
@@ -315,5 +337,6 @@ int main(void) {
     CU_add_test(s, "an unreachable or bad URL is one line and exit 1", test_unreachable_url_is_one_line_and_exit_1);
     CU_add_test(s, "a broken stream or a 500 is a failed request, with its reason",
                 test_broken_streams_and_server_errors_count_as_failed);
+    CU_add_test(s, "a token or URL password echoed by a server is redacted", test_secrets_echoed_by_a_server_are_redacted);
     return util_run_suites();
 }
