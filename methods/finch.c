@@ -1,7 +1,7 @@
 /* finch.c — Finch (Corallo and Papotti 2024, "FINCH: Prompt-guided Key-Value Cache Compression for Large Language
  * Models", TACL, arXiv 2404.12379; kvpress's FinchPress scores the same way in one pass). The prompt is prefilled
  * chunk by chunk and compressed after each chunk, so the cache never holds the whole prompt: after chunk i is in the
- * cache (the B kept tokens of chunks 0..i-1 + chunk i), the question's tokens are fed after it and each cached token
+ * cache (the B_ctx kept tokens of chunks 0..i-1 + chunk i), the question's tokens are fed after it and each cached token
  * scores the attention the question's rows give it,
  *
  *     score_j = sum over the KV head's query heads r and the question's rows t of p_r[t][j]
@@ -36,6 +36,7 @@
  * - Its own prefill (def.prefill) serves `generate`, `fidelity`, `bench` and `serve`; a run's shared prefill is
  *   adopted by re-reading the context's tokens (kvb_ctx.tokens), clearing it and prefilling chunk by chunk: the
  *   method's cache never held the whole prompt, but the run's shared prefill did, and its time is in the cell's TTFT.
+ *   A prompt the session prefills in rounds (a dialogue) is re-prefilled the same way at the end of prefill.
  * - A sliding-window (local) layer keeps its window and is not scored. At budget 100% the prompt is prefilled whole. */
 #include <stdio.h>
 #include <stdlib.h>
