@@ -5,7 +5,8 @@
  * positions; after the last chunk the question's KV stays. The method
  * must end with the same positions in every layer and KV head. Also: the prefill never held the whole prompt (its
  * reported peak is under full's and at least what the test's steps held), the extra prefill it reports is the
- * question's tokens per compressing step, a shared prefill adopted equals the method's own prefill, decode appends,
+ * question's tokens per compressing step, a shared prefill adopted and a plain prefill ended (a dialogue's rounds)
+ * each equal the method's own prefill, decode appends,
  * budget 100% is the plain prefill, bad options are refused. Device-tier memory is read only through the backend,
  * so the suite also runs under KVB_GUARD=1 (test_finch_guard). `test_finch MODEL.gguf` runs the restatement on
  * another model (CTest: test_finch_gemma3, the seeded gemma3 model whose sliding-window layers put the question on
@@ -255,6 +256,33 @@ static void test_adopted_shared_prefill_equals_own(void) {
     kvb_ctx_free(a);
 }
 
+/* A prompt the session prefilled itself (a dialogue's rounds) is prefilled again chunk by chunk at the end of
+ * prefill: the same cache and next tokens as the method's own prefill. */
+static void test_end_of_prefill_reprefills_a_plain_prefill(void) {
+    char err[256];
+    int32_t ids[N];
+    prompt_ids(ids);
+    kvb_ctx *a = util_tiny_ctx(KVB_F16, CTX), *b = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *ma = util_make_method("finch", a, "30%", "chunk=64,question=8");
+    kvb_method *mb = util_make_method("finch", b, "30%", "chunk=64,question=8");
+    CU_ASSERT_FATAL(kvb_method_prefill(ma, a, ids, N, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_forward(b, ids, 100, err, sizeof err) == 0 && kvb_forward(b, ids + 100, N - 100, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_ctx_end_prefill(b, err, sizeof err) == 0);
+    CU_ASSERT(!b->in_prefill && b->n_past == N);
+    CU_ASSERT(kvb_method_verify(mb, b, 1, err, sizeof err) == 0);
+    int32_t pa[CTX], pb[CTX];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(a, l, g, pa), util_head_positions(b, l, g, pb));
+            CU_ASSERT(memcmp(pa, pb, B * sizeof *pa) == 0);
+        }
+    CU_ASSERT(memcmp(a->logits, b->logits, (size_t)V * sizeof *a->logits) == 0);
+    kvb_method_free(mb, b);
+    kvb_method_free(ma, a);
+    kvb_ctx_free(b);
+    kvb_ctx_free(a);
+}
+
 static void test_decode_appends_after_the_kept(void) {
     char err[256];
     int32_t ids[N];
@@ -352,6 +380,7 @@ int main(int argc, char **argv) {
     CU_add_test(s, "the paper's chunked prefill, as float64 (f32)", test_paper_chunked_prefill_f32);
     CU_add_test(s, "the paper's chunked prefill, as float64 (f16)", test_paper_chunked_prefill_f16);
     CU_add_test(s, "a shared prefill adopted equals the own prefill", test_adopted_shared_prefill_equals_own);
+    CU_add_test(s, "a plain prefill is prefilled again chunk by chunk at its end", test_end_of_prefill_reprefills_a_plain_prefill);
     CU_add_test(s, "through the engine: prefill at the budget, decode appends", test_decode_appends_after_the_kept);
     CU_add_test(s, "budget 100% is the plain prefill", test_full_budget_is_the_plain_prefill);
     CU_add_test(s, "needs and options", test_needs_and_options);
