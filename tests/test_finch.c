@@ -1,16 +1,16 @@
 /* test_finch.c — Finch on a tiny random model against a float64 restatement of the paper's chunked prefill: the
- * test prefills the context chunk by chunk itself and feeds the question (the prompt's last tokens) after each chunk; a hook captures each layer's queries and keys, and each cached
- * slot scores the float64 sum over the KV head's query heads and the question's rows of their causal softmax; the
- * top B - |question| are kept (host lists) and the question's KV dropped before the next chunk, which takes its
- * positions; after the last chunk the question's KV stays. The method
- * must end with the same positions in every layer and KV head. Also: the prefill never held the whole prompt (its
- * reported peak is under full's and at least what the test's steps held), the extra prefill it reports is the
- * question's tokens per compressing step, a shared prefill adopted and a plain prefill ended (a dialogue's rounds)
- * each equal the method's own prefill, decode appends,
- * budget 100% is the plain prefill, bad options are refused. Device-tier memory is read only through the backend,
- * so the suite also runs under KVB_GUARD=1 (test_finch_guard). `test_finch MODEL.gguf` runs the restatement on
- * another model (CTest: test_finch_gemma3, the seeded gemma3 model whose sliding-window layers put the question on
- * a fork; its global layers compared, at 120 tokens). */
+ * test prefills the context chunk by chunk itself and feeds the question (the prompt's last tokens) after each
+ * chunk; a hook captures each layer's queries and keys, and each cached slot scores the float64 sum over the KV
+ * head's query heads and the question's rows of their causal softmax; the top B - |question| are kept (host lists)
+ * and the question's KV dropped before the next chunk, which takes its positions; after the last chunk the
+ * question's KV stays. The method must end with the same positions in every layer and KV head. Also: the prefill
+ * never held the whole prompt (its reported peak is the restatement's and under full's), the extra prefill it
+ * reports is the question's tokens per compressing step, a shared prefill adopted and a plain prefill ended (a
+ * dialogue's rounds) each equal the method's own prefill, decode appends, budget 100% is the plain prefill, bad
+ * options are refused. Device-tier memory is read only through the backend, so the suite also runs under
+ * KVB_GUARD=1 (test_finch_guard). `test_finch MODEL.gguf` runs the restatement on another model (CTest:
+ * test_finch_gemma3, the seeded gemma3 model whose sliding-window layers put the question on a fork; its global
+ * layers compared, at 120 tokens). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
