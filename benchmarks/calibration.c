@@ -474,6 +474,7 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
 static int run_qfilter(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
     const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, d = m->cfg.head_dim;
     char err[512];
+    if (d > 1024) return fail(o, "calibrate qfilter: head_dim %d is over 1024", d);
     const size_t heads = (size_t)L * HK;
     double *S = calloc(heads * d * d, sizeof *S), *sum = calloc(heads * d, sizeof *sum), *v = malloc((size_t)d * sizeof *v);
     double *share = calloc(heads, sizeof *share);

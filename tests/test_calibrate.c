@@ -328,6 +328,48 @@ static void test_calibrate_writes_profiles_the_methods_run_from(void) {
     free(r);
 }
 
+/* qfilter and duo through the command on the default model: a filter (unit vector) per layer and KV head, a retrieval
+ * score per layer and KV head, both in the profile, and the methods run from them without their window options. */
+static void test_calibrate_qfilter_and_duo_profiles(void) {
+    UTIL_REQUIRE_FILE(model);
+    char prof[300], args[600];
+    snprintf(prof, sizeof prof, "%s/heads", tmp_dir);
+    run_result *r = malloc(sizeof *r);
+    snprintf(args, sizeof args, "calibrate qfilter --samples 1 --max-tokens 600 --threads 2 --out-dir '%s/csv'", tmp_dir);
+    run(r, prof, args);
+    CU_ASSERT_EQUAL_FATAL(r->exit_code, 0);
+    CU_ASSERT(strstr(r->out, "Q-Filters of 30 layers x 3 KV heads") != NULL);
+    snprintf(args, sizeof args, "calibrate duo --samples 2 --max-tokens 400 --threads 2 --out-dir '%s/csv'", tmp_dir);
+    run(r, prof, args);
+    CU_ASSERT_EQUAL_FATAL(r->exit_code, 0);
+    CU_ASSERT(strstr(r->out, "retrieval scores of 30 layers x 3 KV heads") != NULL);
+    cJSON *j = load_profile(prof);
+    CU_ASSERT_FATAL(j != NULL);
+    cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "qfilter"), "filters");
+    CU_ASSERT_FATAL(cJSON_GetArraySize(f) == 30);
+    for (int l = 0; l < 30; l++)
+        for (int g = 0; g < 3; g++) {
+            cJSON *dir = cJSON_GetArrayItem(cJSON_GetArrayItem(f, l), g);
+            double norm = 0;
+            for (int e = 0; e < cJSON_GetArraySize(dir); e++) norm += pow(cJSON_GetArrayItem(dir, e)->valuedouble, 2);
+            CU_ASSERT(cJSON_GetArraySize(dir) == 64 && fabs(norm - 1) < 1e-4);
+        }
+    cJSON *sc = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "duo"), "scores");
+    CU_ASSERT_FATAL(cJSON_GetArraySize(sc) == 30);
+    for (int l = 0; l < 30; l++)
+        for (int g = 0; g < 3; g++) {
+            double x = cJSON_GetArrayItem(cJSON_GetArrayItem(sc, l), g)->valuedouble;
+            CU_ASSERT(x >= 0 && x <= 1);
+        }
+    run(r, prof, "generate --method qfilter --budget 30% -n 2 --prompt hi --threads 2");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->err, "filters=profile"));
+    run(r, prof, "generate --method duo --budget 30% -n 2 --prompt hi --threads 2");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->err, "split=profile"));
+    cJSON_Delete(j);
+    free(r);
+    expect_clean_failure("calibrate duo --prompt-file x.txt", "drop --prompt-file");
+}
+
 static void test_dry_run_leaves_the_profile_alone(void) {
     UTIL_REQUIRE_FILE(model);
     char prof[300], args[600];
@@ -463,6 +505,7 @@ int main(void) {
     CU_add_test(s, "grouping needs similarity to every layer of the block", test_grouping_needs_similarity_to_every_layer_of_the_block);
     CU_add_test(s, "PoD JS sums the group's heads over causal rows", test_pod_js_sums_group_heads_and_causal_rows);
     CU_add_test(s, "calibrate writes profiles the methods run from", test_calibrate_writes_profiles_the_methods_run_from);
+    CU_add_test(s, "calibrate qfilter and duo: filters and retrieval scores the methods run from", test_calibrate_qfilter_and_duo_profiles);
     CU_add_test(s, "dry run leaves the profile alone", test_dry_run_leaves_the_profile_alone);
     CU_add_test(s, "bad input is a one-line error", test_bad_input_is_a_one_line_error);
     CU_add_test(s, "run calibrates what the suite needs, once", test_run_calibrates_what_the_suite_needs_once);
