@@ -9,7 +9,9 @@
  * are the reconstruction's token count and the KV of the prompt and a chunk's reconstruction (the tiny model has no
  * sliding window: the method reconstructs in place, the restatement on a fork of the same content); decode appends
  * after it; budget 100% keeps everything and reconstructs nothing; bad options are refused. Device-tier memory is
- * read only through the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). */
+ * read only through the backend, so the suite also runs under KVB_GUARD=1 (test_kvzip_guard). `test_kvzip MODEL.gguf`
+ * runs the restatement on another model (CTest: test_kvzip_gemma3, the seeded gemma3 model, whose sliding-window
+ * layers make the method reconstruct on forks; its global layers compared, at 60 tokens). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,19 +24,41 @@
 #include "engine/model.h"
 #include "methods/method.h"
 
-enum { L = 4, NH = 4, NKV = 2, G = NH / NKV, HD = 16, E = NH * HD, FF = 48, V = 300, CTX = 1024 };
+enum { L = 4, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 48, V = 300, CTX = 1024 };
 enum { N = 150, CHUNK = 64, SINKS = 4, B = 75 };
+enum { MAXL = 64, MAXKV = 16 }; /* the other model's room (test_kvzip MODEL.gguf) */
 
 static uint64_t rng = 29;
 
+/* the model under test: the tiny one, or a seeded one with sliding-window layers given on the command line, where
+ * the reconstruction runs on forks and only the global layers are compared */
+static kvb_model *model;
+static int nl, nh, nkv, hd, grp;
+
+static int windowed(int l) { return kvb_layer_window(&model->cfg, l) != 0; }
+
+static kvb_ctx *new_ctx(kvb_dtype dt) {
+    if (model == util_tiny) return util_tiny_ctx(dt, CTX);
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.kv_dtype = dt;
+    p.n_ctx = CTX;
+    p.n_threads = 2;
+    p.n_batch = 64;
+    kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
 static void prompt_ids(int32_t *ids) {
-    for (int i = 0; i < N; i++) ids[i] = 3 + (int32_t)((i * 53 + (i * i) % 17) % 290);
+    const int span = (model->cfg.n_vocab < 293 ? model->cfg.n_vocab : 293) - 3; /* ids 3 .. 292 on the tiny model */
+    for (int i = 0; i < N; i++) ids[i] = 3 + (int32_t)((i * 53 + (i * i) % 17) % span);
 }
 
 /* kvpress's prepare: the reconstruction of chunk [start, end) of prompt ids; its length */
 static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *out) {
     char err[256];
-    const kvb_tokenizer *t = util_tiny->tok;
+    const kvb_tokenizer *t = model->tok;
     CU_ASSERT_FATAL(t != NULL);
     int k = 0, nt = 0;
     int32_t *tk = NULL;
@@ -48,7 +72,7 @@ static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *ou
     /* the assistant opening: the template's text after a user turn's content */
     chat_msg msg = {"user", "dummy context\n#############"};
     char *text = NULL;
-    CU_ASSERT_FATAL(chat_render(chat_model_kind(util_tiny->gguf, util_tiny->cfg.arch, NULL), &msg, 1, 1, NULL, &text,
+    CU_ASSERT_FATAL(chat_render(chat_model_kind(model->gguf, model->cfg.arch, NULL), &msg, 1, 1, NULL, &text,
                                 err, sizeof err) == 0);
     const char *suffix = strstr(text, "\n#############") + 14;
     CU_ASSERT_FATAL(tok_encode(t, suffix, strlen(suffix), 0, 1, &tk, &nt, err, sizeof err) == 0);
@@ -60,29 +84,30 @@ static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *ou
 }
 
 /* the reference's state while a reconstruction chunk runs through the capture fork */
-static double ref[L][NKV][N];
+static double ref[MAXL][MAXKV][N];
 static int64_t ref_start, ref_end;
 static kvb_dtype ref_dt;
 
 static int capture(void *self, kvb_ctx *d, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
     (void)self, (void)err, (void)err_len;
+    if (windowed(layer)) return 0;
     const int64_t sink = ref_start < SINKS ? ref_start : SINKS;
-    float *qh = malloc((size_t)n_q * NH * HD * sizeof *qh);
-    util_dev_read(d->be, qh, q, (size_t)n_q * NH * HD * sizeof *qh);
+    float *qh = malloc((size_t)n_q * nh * hd * sizeof *qh);
+    util_dev_read(d->be, qh, q, (size_t)n_q * nh * hd * sizeof *qh);
     const double scale = d->model->cfg.attn_scale;
-    for (int g = 0; g < NKV; g++) {
+    for (int g = 0; g < nkv; g++) {
         util_kv_head hv = util_kv_head_copy(d->kv, layer, g);
         double *p = malloc((size_t)hv.n * sizeof *p);
-        for (int r = g * G; r < (g + 1) * G; r++)
+        for (int r = g * grp; r < (g + 1) * grp; r++)
             for (int64_t t = 0; t < n_q; t++) {
-                const float *qr = qh + ((size_t)t * NH + r) * HD;
+                const float *qr = qh + ((size_t)t * nh + r) * hd;
                 double mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j < hv.n; j++) {
                     int in = j < sink || (j >= ref_start && j < ref_end) || (j >= N && hv.pos[j] <= d->pos[t]);
                     p[j] = NAN;
                     if (!in) continue;
                     double s = 0;
-                    for (int e = 0; e < HD; e++) s += (double)qr[e] * util_elem(hv.k, ref_dt, (size_t)j * HD + e);
+                    for (int e = 0; e < hd; e++) s += (double)qr[e] * util_elem(hv.k, ref_dt, (size_t)j * hd + e);
                     p[j] = s * scale;
                     if (p[j] > mx) mx = p[j];
                 }
@@ -105,8 +130,10 @@ static int64_t ref_peak; /* the most KV occupied while a chunk was reconstructed
 
 static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
     char err[256];
-    kvb_ctx *c = util_tiny_ctx(dt, CTX);
+    kvb_ctx *c = new_ctx(dt);
     ref_dt = dt;
+    int any_window = 0;
+    for (int l = 0; l < nl; l++) any_window |= windowed(l);
     CU_ASSERT_FATAL(kvb_forward(c, ids, N, err, sizeof err) == 0);
     memset(ref, 0, sizeof ref);
     ref_peak = 0;
@@ -120,14 +147,15 @@ static int64_t reference_scores(const int32_t *ids, kvb_dtype dt) {
         kvb_hooks h = {.pre_attend = capture};
         CU_ASSERT_FATAL(kvb_ctx_set_hooks(d, &h, err, sizeof err) == 0);
         CU_ASSERT_FATAL(kvb_forward(d, rec, k, err, sizeof err) == 0);
-        int64_t held = kvc_used_bytes(d->kv, KVB_TIER_DEVICE); /* the prompt + the chunk's reconstruction, as the
-                                                                   method holds them in place */
+        /* the prompt + the chunk's reconstruction, as the method holds them in place; with sliding windows its fork
+         * and the context's prompt */
+        int64_t held = kvc_used_bytes(d->kv, KVB_TIER_DEVICE) + (any_window ? kvc_used_bytes(c->kv, KVB_TIER_DEVICE) : 0);
         if (held > ref_peak) ref_peak = held;
         kvb_ctx_free(d);
         fed += k;
     }
-    for (int l = 0; l < L; l++)
-        for (int g = 0; g < NKV; g++)
+    for (int l = 0; l < nl; l++)
+        for (int g = 0; g < nkv; g++)
             for (int j = 0; j < SINKS; j++) ref[l][g][j] = 1.0;
     kvb_ctx_free(c);
     return fed;
@@ -141,25 +169,34 @@ static int64_t described(kvb_method *m, const char *key) {
     return atoll(at + strlen(key));
 }
 
-/* kvpress's allocations of B x heads: "head" (B each), "layer" (the top B x NKV of each layer's heads together),
- * "global" (the top B x NKV x L of every score together). The reference's kept positions per layer and head. */
-static int reference_keep(const char *alloc, int32_t want[L][NKV][N], int64_t count[L][NKV]) {
-    static double pool[L * NKV * N];
-    static int32_t top[L * NKV * N];
+/* kvpress's allocations of b x heads: "head" (b each), "layer" (the top b x heads of each layer's heads together),
+ * "global" (the top b x heads x global layers of every score together); a local layer's rows are never kept. The
+ * reference's kept positions per layer and head. */
+static int reference_keep(const char *alloc, int64_t b, int32_t want[MAXL][MAXKV][N], int64_t count[MAXL][MAXKV]) {
+    static double pool[MAXL * MAXKV * N];
+    static int32_t top[MAXL * MAXKV * N];
     const int per_layer = !strcmp(alloc, "layer"), global = !strcmp(alloc, "global");
-    const int64_t width = global ? (int64_t)L * NKV * N : per_layer ? (int64_t)NKV * N : N;
-    const int64_t k = global ? (int64_t)B * NKV * L : per_layer ? (int64_t)B * NKV : B;
+    int n_global = 0;
+    for (int l = 0; l < nl; l++) n_global += !windowed(l);
+    const int64_t rows = (int64_t)nl * nkv, width = global ? rows * N : per_layer ? (int64_t)nkv * N : N;
+    const int64_t k = global ? b * nkv * n_global : per_layer ? b * nkv : b;
     int near_ties = 0;
-    memset(count, 0, sizeof(int64_t) * L * NKV);
-    for (int64_t at = 0; at < (int64_t)L * NKV * N; at += width) { /* one pool: a head, a layer or everything */
-        const double *flat_ref = (const double *)ref; /* [L][NKV][N] row-major */
-        for (int64_t i = 0; i < width; i++) pool[i] = flat_ref[at + i];
+    memset(count, 0, sizeof(int64_t) * MAXL * MAXKV);
+    for (int64_t at = 0; at < rows * N; at += width) { /* one pool: a head, a layer or everything */
+        int skip = 0;
+        for (int64_t i = 0; i < width; i++) {
+            const int64_t row = (at + i) / N;
+            const int l = (int)(row / nkv), g = (int)(row % nkv);
+            pool[i] = windowed(l) ? -INFINITY : ref[l][g][(at + i) % N];
+            skip |= !global && windowed(l);
+        }
+        if (skip) continue;
         double margin = 1;
         util_topk_ref(pool, width, k, top, &margin, NULL);
         near_ties += margin < 1e-5;
         for (int64_t i = 0; i < k; i++) { /* ascending: each head's positions in order */
             const int64_t flat = at + top[i], row = flat / N;
-            const int l = (int)(row / NKV), g = (int)(row % NKV);
+            const int l = (int)(row / nkv), g = (int)(row % nkv);
             want[l][g][count[l][g]++] = (int32_t)(flat % N);
         }
     }
@@ -168,26 +205,29 @@ static int reference_keep(const char *alloc, int32_t want[L][NKV][N], int64_t co
 
 static void check_keeps_the_most_attended(kvb_dtype dt, const char *alloc) {
     char err[256], opts[64];
-    static int32_t want[L][NKV][N];
-    int64_t count[L][NKV];
+    static int32_t want[MAXL][MAXKV][N];
+    static int64_t count[MAXL][MAXKV];
     int32_t ids[N];
     prompt_ids(ids);
-    const int64_t fed = reference_scores(ids, dt);
-    CU_ASSERT_EQUAL(reference_keep(alloc, want, count), 0); /* no boundary a float rounding could flip */
-    kvb_ctx *c = util_tiny_ctx(dt, CTX);
+    kvb_ctx *c = new_ctx(dt);
     snprintf(opts, sizeof opts, "chunk=64,alloc=%s", alloc);
-    kvb_method *m = util_make_method("kvzip", c, "50%", opts);
+    /* half the tiny model's cache; on a hybrid one a share leaves its few global layers little, so 60 tokens */
+    kvb_method *m = util_make_method("kvzip", c, model == util_tiny ? "50%" : "60", opts);
+    int64_t b = 0;
+    CU_ASSERT_FATAL(kvb_method_budget_tokens(m, N, &b, err, sizeof err) == 0); /* kvbench's rule for B */
+    const int64_t fed = reference_scores(ids, dt);
+    CU_ASSERT_EQUAL(reference_keep(alloc, b, want, count), 0); /* no boundary a float rounding could flip */
     CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0); /* verified at the end of prefill */
     int32_t pos[CTX];
     int mismatches = 0, uneven = 0;
-    for (int l = 0; l < L; l++)
-        for (int g = 0; g < NKV; g++) {
+    for (int l = 0; l < nl; l++)
+        for (int g = 0; g < nkv && !windowed(l); g++) {
             CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), count[l][g]);
             mismatches += memcmp(pos, want[l][g], (size_t)count[l][g] * sizeof *pos) != 0;
-            uneven += count[l][g] != B;
+            uneven += count[l][g] != b;
         }
     CU_ASSERT_EQUAL(mismatches, 0);
-    if (strcmp(alloc, "head")) CU_ASSERT(uneven > 0); /* pooled: the heads really hold different counts */
+    if (strcmp(alloc, "head") && model == util_tiny) CU_ASSERT(uneven > 0); /* pooled: the heads hold different counts */
     CU_ASSERT_EQUAL(described(m, "extra_prefill_tokens="), fed); /* the cost it reports is what it fed */
     CU_ASSERT(fed > N);
     CU_ASSERT_EQUAL(described(m, "recon_kv_peak_bytes="), ref_peak);
@@ -302,15 +342,51 @@ static void test_needs_and_options(void) {
     kvb_ctx_free(c);
 }
 
+static void bind_model(kvb_model *m) {
+    model = m;
+    nl = m->cfg.n_layer, nh = m->cfg.n_head, nkv = m->cfg.n_head_kv, hd = m->cfg.head_dim, grp = nh / nkv;
+}
+
 static int setup(void) {
     const util_tiny_shape shape = {"kvzip", L, E, NH, NKV, FF, V, CTX};
-    return util_tiny_setup(&shape, &rng);
+    if (util_tiny_setup(&shape, &rng)) return -1;
+    bind_model(util_tiny);
+    return 0;
 }
 
 static int teardown(void) { return util_tiny_teardown(); }
 
-int main(void) {
+static char other_path[1024];
+static int other_setup(void) {
+    char err[256];
+    kvb_model *m = kvb_model_load(other_path, err, sizeof err);
+    if (!m) return fprintf(stderr, "%s\n", err), -1;
+    if (m->cfg.n_layer > MAXL || m->cfg.n_head_kv > MAXKV || m->cfg.n_vocab < 16 || !m->tok) {
+        fprintf(stderr, "%s: over the test's room, or no tokenizer\n", other_path);
+        kvb_model_free(m);
+        return -1;
+    }
+    bind_model(m);
+    return 0;
+}
+
+static int other_teardown(void) {
+    kvb_model_free(model);
+    return 0;
+}
+
+static void test_global_on_another_model(void) { check_keeps_the_most_attended(KVB_F32, "global"); }
+static void test_head_on_another_model(void) { check_keeps_the_most_attended(KVB_F16, "head"); }
+
+int main(int argc, char **argv) {
     CU_initialize_registry();
+    if (argc == 2) { /* a seeded model with sliding-window layers (CTest: arch_models/gemma3.gguf) */
+        snprintf(other_path, sizeof other_path, "%s", argv[1]);
+        CU_pSuite o = CU_add_suite("kvzip on another model", other_setup, other_teardown);
+        CU_add_test(o, "alloc=global, as float64 (f32)", test_global_on_another_model);
+        CU_add_test(o, "alloc=head, as float64 (f16)", test_head_on_another_model);
+        return util_run_suites();
+    }
     CU_pSuite s = CU_add_suite("kvzip", setup, teardown);
     CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f32)", test_keeps_the_most_attended_f32);
     CU_add_test(s, "keeps the most attended in the reconstruction, as float64 (f16)", test_keeps_the_most_attended_f16);
