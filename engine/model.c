@@ -401,11 +401,8 @@ static int ensure_probs(kvb_ctx *c, size_t bytes) {
 /* One layer's attention: sources from the store, the method's hooks, the op (over the window on a local layer). */
 static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    /* a method's own attention (PoD, KIVI) knows no window: it would attend past it */
-    if (c->hooks && c->hooks->attend && is_local(cfg, l))
-        return ERR("the method replaces attention and does not implement sliding-window layers (layer %d, window %d)", l,
-                   cfg->n_swa);
-    /* a local layer keeps its window: the method works on the global layers */
+    /* a local layer keeps its window: the method works on the global layers (a method's own attention too: KIVI
+     * quantizes the global layers; PoD refuses sliding-window layers when it is created) */
     const kvb_hooks *H = is_local(cfg, l) ? NULL : c->hooks;
     kvb_backend *be = c->be;
     prof *P = c->prof;

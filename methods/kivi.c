@@ -35,7 +35,11 @@
  * bits, group and residual, so a budget given is reported, not imposed, and the measured Mem% is its size.
  * Quantized tokens are the store's oldest slots, positions pos0 = 0 onwards (one sequence; nothing else
  * evicts). They are read by every decode step: fidelity's recall counts them (read_outside); the engine's
- * "tokens attended" statistic sees the store's sources only, the residual. */
+ * "tokens attended" statistic sees the store's sources only, the residual.
+ *
+ * Hybrid models (Gemma 3's sliding-window local layers; docs/methods.md "Hybrid models"): a local layer keeps its
+ * window in full precision (the engine runs no hook there); the global layers are quantized as above, and the
+ * memory formula counts the windows on both sides. */
 #include "methods/method.h"
 
 #include <stdio.h>
@@ -115,8 +119,8 @@ static int kivi_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     kivi *s = self;
     if (s->bits == 16) return 0; /* no quantization: full attention */
     s->base.n_prompt = c->n_past;
-    for (int l = 0; l < c->model->cfg.n_layer; l++)
-        if (flush(s, c, l, err, err_len)) return -1;
+    for (int l = 0; l < c->model->cfg.n_layer; l++) /* a local layer keeps its window in full precision */
+        if (!kvb_layer_window(&c->model->cfg, l) && flush(s, c, l, err, err_len)) return -1;
     return 0;
 }
 
@@ -158,13 +162,21 @@ static int64_t kivi_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return c->n_past - quant_count((kivi *)m, c->n_past);
 }
 
-/* The quantized size: residual slots in full, quantized tokens as K and V group records. */
+/* The quantized size: residual slots in full, quantized tokens as K and V group records, of the cache the model
+ * holds (a local layer: its window in full on both sides). */
 static double kivi_formula(kvb_method *m, kvb_ctx *c) {
     kivi *s = (kivi *)m;
-    const int64_t n = c->n_past, nq = quant_count(s, n), D = c->model->cfg.head_dim;
+    const kvb_config *cfg = &c->model->cfg;
+    const int64_t n = c->n_past, nq = quant_count(s, n), D = cfg->head_dim;
     const double slot = (double)kvc_slot_bytes(c->kv);
-    return n ? ((double)(n - nq) * slot + 2.0 * (double)(nq * D / s->group) * (double)s->rec_bytes) / ((double)n * slot)
-             : 1.0;
+    const double global = (double)(n - nq) * slot + 2.0 * (double)(nq * D / s->group) * (double)s->rec_bytes;
+    double held = 0, whole = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const double full = (double)kvb_ctx_full_tokens(c, l) * slot;
+        whole += full;
+        held += kvb_layer_window(cfg, l) ? full : global;
+    }
+    return n && whole > 0 ? held / whole : 1.0;
 }
 
 static void kivi_describe(kvb_method *m, char *buf, size_t cap) {

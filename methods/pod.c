@@ -237,6 +237,13 @@ static const char *pod_profile(kvb_opts *o) { return kvb_opts_get(o, "block") ? 
 
 static kvb_method *pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
+    /* its layer blocks share one layer's scores with the next layers, and its own attention knows no window */
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (kvb_layer_window(cfg, l)) {
+            ERR("pod does not implement sliding-window layers (layer %d, window %d): its layer blocks share scores "
+                "across layers that hold the whole sequence", l, kvb_layer_window(cfg, l));
+            return NULL;
+        }
     pod *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;

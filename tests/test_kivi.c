@@ -6,7 +6,9 @@
  * error is held to its bound (|x - x'| <= s/2 per element), attention over quantized KV to a float64 softmax
  * over the same dequantized bits plus the store's rows. Shapes are random per case (seeded): GQA groups 1 and 3,
  * f16 and f32 rows, 2, 4 and 8 bits, groups of 8 and 32, queries inside the quantized range (masked tokens,
- * rows that see no store token). Runs again under KVB_GUARD (test_kivi_guard). */
+ * rows that see no store token). Runs again under KVB_GUARD (test_kivi_guard). On a hybrid model (the seeded
+ * gemma3-deep, tests/util_arch_model.h) the local layers keep their windows in full precision and the global layers
+ * are quantized, the bytes and the formula counting both. */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +21,7 @@
 #include "kernels/dtype.h"
 #include "engine/model.h"
 #include "methods/method.h"
+#include "util_arch_model.h"
 #include "util_common.h"
 #include "util_gguf_writer.h"
 
@@ -400,6 +403,67 @@ static void test_kivi_bits_16_and_a_residual_holding_everything_equal_full_atten
     free(full), free(got);
 }
 
+static kvb_model *hybrid;
+static char hybrid_path[300];
+
+/* gemma3-deep (window 24; 15 local, 3 global layers), 150 prompt tokens and 10 greedy steps: the local layers hold
+ * their windows, the global ones the residual rule's tokens; device bytes = the windows in full + each global layer's
+ * residual and quantized records; kvb_method_verify (the formula within 2%) agrees; bits=16 equals full bit for bit. */
+static void hybrid_run(const char *name, const char *opts, int64_t R, int64_t G, int bits, float *lg) {
+    enum { N_PROMPT = 150, N_GEN = 10 };
+    const kvb_config *cfg = &hybrid->cfg;
+    const int HKV = cfg->n_head_kv, D = cfg->head_dim, HV = cfg->n_vocab;
+    char err[512];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.n_ctx = 256;
+    kvb_ctx *c = kvb_ctx_create(hybrid, &p, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_budget b = {KVB_BUDGET_NONE, 0, 0};
+    kvb_opts o = {0};
+    if (opts) CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
+    kvb_method *m = kvb_method_create(name, c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s: %s", name, err);
+    CU_ASSERT_FATAL(m != NULL);
+    int32_t ids[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)(3 + (i * 7919) % (HV - 3));
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N_PROMPT, err, sizeof err) == 0);
+    for (int step = 0; step <= N_GEN; step++) {
+        memcpy(lg + (size_t)step * HV, c->logits, (size_t)HV * sizeof *lg);
+        const int64_t n = c->n_past, nq = bits == 16 || n < R + G ? 0 : (n - R) / G * G;
+        const int64_t slot = kvc_slot_bytes(c->kv), quant = 2 * nq * (D / G) * (G * bits / 8 + 4);
+        int64_t want = 0;
+        for (int l = 0; l < cfg->n_layer; l++) {
+            const int W = kvb_layer_window(cfg, l);
+            const int64_t held = W ? (n < W ? n : W) : n - nq;
+            for (int h = 0; h < HKV; h++) CU_ASSERT(kvc_n(c->kv, l, h) == held);
+            want += HKV * (held * slot + (W ? 0 : quant));
+        }
+        kvb_kv_usage u;
+        kvb_method_usage(m, c, &u);
+        CU_ASSERT(u.device_bytes == want);
+        const int verified = kvb_method_verify(m, c, 0, err, sizeof err) == 0;
+        if (!verified) fprintf(stderr, "\n  %s", err);
+        CU_ASSERT(verified);
+        if (step == N_GEN) break;
+        int32_t next = 0;
+        for (int i = 1; i < HV; i++) next = c->logits[i] > c->logits[next] ? i : next;
+        CU_ASSERT_FATAL(kvb_forward(c, &next, 1, err, sizeof err) == 0);
+    }
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+static void test_kivi_on_a_hybrid_model_quantizes_the_global_layers_and_keeps_the_windows(void) {
+    const size_t n = 11 * (size_t)hybrid->cfg.n_vocab;
+    float *full = malloc(n * sizeof *full), *got = malloc(n * sizeof *got);
+    hybrid_run("full", NULL, 1 << 30, 8, 16, full);
+    hybrid_run("kivi", "bits=16", 128, 32, 16, got);
+    CU_ASSERT(memcmp(full, got, n * sizeof *got) == 0);
+    hybrid_run("kivi", "bits=2,group=8,residual=16", 16, 8, 2, got); /* 128 of 150 quantized on the global layers */
+    CU_ASSERT(max_diff(full, got, (int64_t)n) > 0);
+    free(full), free(got);
+}
+
 static void test_kivi_rejects_bad_options(void) {
     static const char *bad[] = {"bits=3", "bits=1", "group=12", "group=64", "residual=0"}; /* head_dim 32: group 64 */
     char err[256];
@@ -429,13 +493,18 @@ static int setup(void) {
     free(r.buf);
     if (rc) return -1;
     model = kvb_model_load(model_path, err, sizeof err);
-    return model ? 0 : -1;
+    snprintf(hybrid_path, sizeof hybrid_path, "%s/gemma3-deep.gguf", dir);
+    if (!model || util_arch_model_write(&util_gemma3_deep, hybrid_path, NULL, NULL)) return -1;
+    hybrid = kvb_model_load(hybrid_path, err, sizeof err);
+    return hybrid ? 0 : -1;
 }
 
 static int teardown(void) {
     for (int b = 0; b < n_backends; b++) kvb_backend_free(backends[b]);
     kvb_model_free(model);
+    kvb_model_free(hybrid);
     unlink(model_path);
+    unlink(hybrid_path);
     rmdir(dir);
     return 0;
 }
@@ -451,6 +520,8 @@ int main(void) {
                 test_kivi_store_holds_the_residual_device_bytes_are_the_quantized_size_shared_prefill_or_not);
     CU_add_test(s, "kivi: bits=16 and an all-covering residual = full",
                 test_kivi_bits_16_and_a_residual_holding_everything_equal_full_attention);
+    CU_add_test(s, "kivi: on a hybrid model, quantized global layers and full-precision windows",
+                test_kivi_on_a_hybrid_model_quantizes_the_global_layers_and_keeps_the_windows);
     CU_add_test(s, "kivi: bad options", test_kivi_rejects_bad_options);
     return util_run_suites();
 }

@@ -158,8 +158,8 @@ static void check_method(const char *method, const char *opts) {
             have_full[p] = 1;
         }
         if (run(method, opts, p, got, &frac)) {
-            /* a method that replaces attention (PoD, KIVI) refuses windowed layers by name: its gap, not a pass; Round
-             * Attention refuses a model with one global layer by name (no deep layer to select for) */
+            /* PoD refuses windowed layers by name: its gap, not a pass; Round Attention refuses a model with one global
+             * layer by name (no deep layer to select for) */
             const int refused = model->cfg.n_swa > 0 && (strstr(last_err, "does not implement sliding-window") ||
                                                          strstr(last_err, "too few global layers"));
             if (refused) fprintf(stderr, "\n  %s refuses this model's sliding-window layers (expected)", method);
