@@ -26,7 +26,9 @@
  *   proj_l1norms of the KV head's V rows against its column slice of W_o (n_embd rows, q_dim apart), averaged over the
  *   group (axpby_f32); the base's pooled scores scaled (axpby_f32), the window filled (fill_idx_f32), stage 1 by
  *   topk_idx, (score + eps) x norm by axpby_f32 and mul_f32, stage 1 refilled above all, topk_idx, kvc_retain_dev.
- *   Cost: n x n_embd x head_dim double products per query head and layer (the projection kvpress computes too). */
+ *   Cost: n x n_embd x head_dim double products per query head and layer (the projection kvpress computes too).
+ * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept, SnapKV window=64 kernel=5
+ *   pool=avg): Jaccard 0.996 at least per head, 0.999 on average, over SnapKV and over AdaKV. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@ Run OUTSIDE CI, in a throwaway virtualenv outside the repository (CPU only, floa
     python3 -m venv /work/venv-kvpress
     /work/venv-kvpress/bin/pip install torch        # CPU wheels index if reachable; plain PyPI otherwise
     /work/venv-kvpress/bin/pip install transformers gguf kvpress
-    nice /work/venv-kvpress/bin/python scripts/kvpress_kept.py            # all six presses -> tests/fixtures/kvpress/
+    nice /work/venv-kvpress/bin/python scripts/kvpress_kept.py            # every press -> tests/fixtures/kvpress/
 
 Versions the committed fixtures were made with: torch 2.15.0 (the PyPI wheel, run on the CPU), transformers 5.2.0,
 gguf 0.19.0, kvpress 0.5.5 (Python 3.11.7); model SmolLM2-135M-Instruct.Q4_1.gguf dequantized to float32 by
@@ -43,6 +43,11 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     PyramidKVPress(window_size=32, kernel_size=5, beta=20)  pyramidkv  window=32,kernel=5,pool=avg,beta=20
                                                         (file pyramidkv_w32.jsonl)
     AdaKVPress(SnapKVPress(64, 5), alpha_safeguard=0.2) adakv         base=snapkv,window=64,kernel=5,pool=avg,alpha=0.2
+    LagKVPress(n_sink=4, lag_size=128)                  lagkv         sinks=4,lag=128,cross=0
+    CURPress()  (kv_product, local windows of 16)       cur           leverage=kv_product,sinks=4,window=16
+    CriticalKVPress(SnapKVPress(64, 5))                 criticalkv    base=snapkv,window=64,kernel=5,pool=avg
+    CriticalAdaKVPress(SnapKVPress(64, 5), alpha_safeguard=0.2)  criticalkv  base=adakv,window=64,kernel=5,pool=avg,
+                                                        alpha=0.2 (file criticalkv_ada.jsonl)
 
 PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
 budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
@@ -73,7 +78,8 @@ DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
 
 def press_table(ratio):
     """Output name -> (kvbench method, kvpress press, kvbench --method-opt string)."""
-    from kvpress import (AdaKVPress, KnormPress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
+    from kvpress import (AdaKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, KnormPress, LagKVPress,
+                         PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
 
     snap = "window=64,kernel=5,pool=avg"
     return {
@@ -87,15 +93,25 @@ def press_table(ratio):
                                                       beta=20), "window=32,kernel=5,pool=avg,beta=20"),
         "adakv": ("adakv", AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
                                       alpha_safeguard=0.2), "base=snapkv," + snap + ",alpha=0.2"),
+        "lagkv": ("lagkv", LagKVPress(compression_ratio=ratio, n_sink=4, lag_size=128), "sinks=4,lag=128,cross=0"),
+        "cur": ("cur", CURPress(compression_ratio=ratio), "leverage=kv_product,sinks=4,window=16"),
+        "criticalkv": ("criticalkv", CriticalKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5)),
+                       "base=snapkv," + snap),
+        "criticalkv_ada": ("criticalkv", CriticalAdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64,
+                                                                        kernel_size=5), alpha_safeguard=0.2),
+                           "base=adakv," + snap + ",alpha=0.2"),
     }
 
 
 def press_params(press):
-    """The press's dataclass fields (nested presses included), with its class name."""
+    """The press's dataclass fields (nested presses included), with its class name; a press that is no dataclass
+    (CriticalKVPress) by its public attributes."""
     out = {"press": type(press).__name__}
-    for f in dataclasses.fields(press):
-        v = getattr(press, f.name)
-        out[f.name] = press_params(v) if dataclasses.is_dataclass(v) else v
+    names = ([f.name for f in dataclasses.fields(press)] if dataclasses.is_dataclass(press)
+             else [k for k in vars(press) if not k.startswith("_")])
+    for name in names:
+        v = getattr(press, name)
+        out[name] = press_params(v) if hasattr(v, "compress") else v
     return out
 
 
@@ -211,7 +227,7 @@ def main():
     ap.add_argument("--ids", default=DEFAULT_IDS, help="llamacpp_ref.json or a kvbench --dump-kept file")
     ap.add_argument("--budget", type=float, default=0.3, help="kept fraction (compression_ratio = 1 - budget)")
     ap.add_argument("--out", default="tests/fixtures/kvpress")
-    ap.add_argument("--press", action="append", help="kvbench method names to run (default: all six)")
+    ap.add_argument("--press", action="append", help="output names to run (default: all of press_table)")
     a = ap.parse_args()
 
     import torch

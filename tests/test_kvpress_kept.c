@@ -10,7 +10,9 @@
  * PyramidKV differs by design in its top layers (kvbench shapes B - window per layer as KVCache-Factory does,
  * kvpress shapes B): layers 0-20 are held to 0.98, the rest measured. A change in a rule (window, pooling,
  * grouping, top-k) moves every layer, far below these bounds. (Before the f32 prefill GEMM, with activations
- * quantized to 8 bits as llama.cpp does, SnapKV's deepest heads fell to 0.945.) */
+ * quantized to 8 bits as llama.cpp does, SnapKV's deepest heads fell to 0.945.) LagKV (min 0.989, mean 0.993: its
+ * within-partition ranks tie across partitions, kvbench to the earlier token, torch.topk as it falls), CUR (0.995,
+ * 0.999) and CriticalKV over SnapKV and over AdaKV (0.996, 0.999) are held to 0.98 per head and 0.99 mean. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -140,6 +142,14 @@ static void test_knorm(void) { compare("knorm", "knorm", "", 0.8, 0, 0.8, 0.99);
 static void test_pyramidkv(void) {
     compare("pyramidkv_w32", "pyramidkv", "window=32,kernel=5,pool=avg,beta=20", 0.5, 21, 0.98, 0.95);
 }
+static void test_lagkv(void) { compare("lagkv", "lagkv", "sinks=4,lag=128,cross=0", 0.98, 0, 0.98, 0.99); }
+static void test_cur(void) { compare("cur", "cur", "leverage=kv_product,sinks=4,window=16", 0.98, 0, 0.98, 0.99); }
+static void test_criticalkv(void) {
+    compare("criticalkv", "criticalkv", "base=snapkv,window=64,kernel=5,pool=avg", 0.98, 0, 0.98, 0.99);
+}
+static void test_criticalkv_ada(void) {
+    compare("criticalkv_ada", "criticalkv", "base=adakv,window=64,kernel=5,pool=avg,alpha=0.2", 0.98, 0, 0.98, 0.99);
+}
 
 int main(void) {
     char path[1024], err[512];
@@ -170,6 +180,10 @@ int main(void) {
     CU_add_test(s, "tova", test_tova);
     CU_add_test(s, "knorm", test_knorm);
     CU_add_test(s, "pyramidkv window=32 beta=20", test_pyramidkv);
+    CU_add_test(s, "lagkv sinks=4 lag=128", test_lagkv);
+    CU_add_test(s, "cur kv_product window=16", test_cur);
+    CU_add_test(s, "criticalkv over snapkv", test_criticalkv);
+    CU_add_test(s, "criticalkv over adakv alpha=0.2", test_criticalkv_ada);
     int rc = util_run_suites();
     kvb_share_free(share, base);
     kvb_ctx_free(base);
