@@ -187,7 +187,7 @@ static int reprefill(kvb_method *m, kvb_ctx *c, char *err, size_t err_len) {
     if (c->tokens_n < n) return ERR("finch: the context knows %lld of its %lld tokens", (long long)c->tokens_n, (long long)n);
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
     if (!ids) return ERR("out of memory");
-    memcpy(ids, c->tokens, (size_t)n * sizeof *ids);
+    if (n > 0) memcpy(ids, c->tokens, (size_t)n * sizeof *ids);
     int rc = 0;
     for (int64_t i = 0; i < n && !rc; i++)
         if (ids[i] < 0) rc = ERR("finch: the token at position %lld is unknown (the KV was not made by the forward pass)", (long long)i);

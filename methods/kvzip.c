@@ -141,7 +141,7 @@ static int add_text(const kvb_ctx *c, const char *text, int32_t *ids, int64_t *n
         free(t);
         return ERR("kvzip: the repeat prompt is over %lld tokens", (long long)cap);
     }
-    memcpy(ids + *n, t, (size_t)k * sizeof *t);
+    if (k > 0) memcpy(ids + *n, t, (size_t)k * sizeof *t); /* a tokenizer may give no ids (and no buffer) */
     *n += k;
     free(t);
     return 0;

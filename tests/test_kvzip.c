@@ -65,7 +65,8 @@ static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *ou
     const char *say = start == 0 ? "\n\nRepeat the previous context exactly."
                                  : "\n\nRepeat the part of the previous context exactly, starting with";
     CU_ASSERT_FATAL(tok_encode(t, say, strlen(say), 0, 1, &tk, &nt, err, sizeof err) == 0);
-    memcpy(out, tk, (size_t)nt * sizeof *tk), k = nt;
+    if (nt > 0) memcpy(out, tk, (size_t)nt * sizeof *tk);
+    k = nt;
     free(tk);
     if (start > 0)
         for (int64_t i = start - 8; i < start; i++) out[k++] = ids[i];
@@ -76,7 +77,8 @@ static int recon_ids(const int32_t *ids, int64_t start, int64_t end, int32_t *ou
                                 err, sizeof err) == 0);
     const char *suffix = strstr(text, "\n#############") + 14;
     CU_ASSERT_FATAL(tok_encode(t, suffix, strlen(suffix), 0, 1, &tk, &nt, err, sizeof err) == 0);
-    memcpy(out + k, tk, (size_t)nt * sizeof *tk), k += nt;
+    if (nt > 0) memcpy(out + k, tk, (size_t)nt * sizeof *tk);
+    k += nt;
     free(tk);
     free(text);
     for (int64_t i = start; i < end; i++) out[k++] = ids[i];
