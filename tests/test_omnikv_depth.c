@@ -3,12 +3,16 @@
  * F_share = (2|F| + |L0|) / L, filter layers dropped from the last one until it fits (at least one kept); an
  * error naming the smallest budget only when even one does not fit. Given layers are never changed. On
  * synthetic:tiny?layers=L models (engine/synthetic.h): the chosen layers, the note, and a prefill plus a
- * decode step whose measured store matches the method's expected tokens (kvb_method_verify). */
+ * decode step whose measured store matches the method's expected tokens (kvb_method_verify). On a hybrid model (the
+ * seeded gemma3-deep: global layers 5, 11, 17 among 18, window 24) the same rule over the global layers, filter
+ * layers refused on local ones, and the sparse layers' T from the cache the model holds (docs/methods.md). */
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "util_arch_model.h"
 #include "util_common.h"
 #include "engine/model.h"
 #include "methods/method.h"
@@ -118,6 +122,54 @@ static void test_too_small_a_budget_names_the_smallest_that_fits(void) {
     kvb_model_free(model);
 }
 
+/* gemma3-deep: the paper's layers scaled over its 3 global layers are 5;11;17 (all full: 100%); a Mem% budget drops
+ * to 5 (5 filter, 11 full, 17 sparse: 2/3 of the global layers). At 120 tokens the windows hold 15 x 24 = 360
+ * tokens: the floor is (2 x 120 + 360) / (3 x 120 + 360) = 83.3%, so 70% is refused after the prompt naming the
+ * windows, and 90% leaves T = (0.9 x 720 - 600) / 1 = 48 tokens to layer 17, held and verified. */
+static void test_hybrid_model_roles_over_the_global_layers(void) {
+    char dir[] = "/tmp/kvb_omnikv_hyb_XXXXXX", path[300], err[512] = "", desc[240];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/gemma3-deep.gguf", dir);
+    CU_ASSERT_FATAL(util_arch_model_write(&util_gemma3_deep, path, NULL, NULL) == 0);
+    kvb_model *model = kvb_model_load(path, err, sizeof err);
+    CU_ASSERT_FATAL(model != NULL);
+    kvb_ctx *c = new_ctx(model);
+    kvb_method *m = make(c, "100%", NULL, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    m->def->describe(m, desc, sizeof desc);
+    CU_ASSERT(!strncmp(desc, "layers=5;11;17 ", 15));
+    kvb_method_free(m, c);
+    CU_ASSERT(make(c, "100%", "layers=0", err, sizeof err) == NULL); /* a local layer */
+    CU_ASSERT(strstr(err, "layer 0 is a sliding-window (local) layer") != NULL);
+    int32_t ids[120];
+    for (int i = 0; i < 120; i++) ids[i] = 3 + (i * 37) % 250;
+    m = make(c, "70%", NULL, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(kvb_method_prefill(m, c, ids, 120, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "windows") && strstr(err, "83.3%"));
+    if (!strstr(err, "83.3%")) fprintf(stderr, "\n  %s\n", err);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    c = new_ctx(model);
+    m = make(c, "90%", NULL, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT(kvb_method_prefill(m, c, ids, 120, err, sizeof err) == 0); /* verifies the store and the budget */
+    m->def->describe(m, desc, sizeof desc);
+    CU_ASSERT(!strncmp(desc, "layers=5 ", 9) && strstr(desc, " T=48") != NULL);
+    if (!strstr(desc, " T=48")) fprintf(stderr, "\n  %s\n", desc);
+    kvb_kv_usage u;
+    kvb_method_usage(m, c, &u);
+    CU_ASSERT(u.device_frac > 0.899 && u.device_frac < 0.901);
+    int32_t next = 17;
+    CU_ASSERT(kvb_forward(c, &next, 1, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    kvb_model_free(model);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("omnikv default layers by depth", NULL, NULL);
@@ -128,5 +180,6 @@ int main(void) {
     CU_add_test(s, "12 layers drop as many as needed", test_12_layers_drop_as_many_as_needed);
     CU_add_test(s, "a token budget keeps the scaled layers", test_token_budget_keeps_the_scaled_layers);
     CU_add_test(s, "too small a budget names the smallest that fits", test_too_small_a_budget_names_the_smallest_that_fits);
+    CU_add_test(s, "a hybrid model's roles are over its global layers", test_hybrid_model_roles_over_the_global_layers);
     return util_run_suites();
 }
