@@ -228,7 +228,6 @@ fail:
 
 const kvb_method_def kvb_method_duo = {
     .name = "duo",
-    .aliases = "duoattention",
     .summary = "retrieval heads keep the full cache, streaming heads sinks + recent; the budget sets how many retrieve",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
     .obs_window = duo_obs_window,
