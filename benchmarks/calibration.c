@@ -258,7 +258,7 @@ static int global_layers(const kvb_config *cfg, int *gl) {
 /* ---- round ---- */
 
 static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
-    static int gl[KVB_MAX_LAYERS];
+    int gl[KVB_MAX_LAYERS];
     const int L = global_layers(&m->cfg, gl); /* the analysis' layers: the global ones */
     if (L < 2)
         return fail(o, "calibrate round: the model has %d global layer(s) (the others are sliding-window layers); "
@@ -319,7 +319,7 @@ static int run_round(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inpu
 /* ---- omnikv ---- */
 
 static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
-    static int gl[KVB_MAX_LAYERS];
+    int gl[KVB_MAX_LAYERS];
     const int L = global_layers(&m->cfg, gl); /* the analysis' layers: the global ones (kvb_cal_omnikv_run) */
     char err[512];
     double *ab = calloc((size_t)L, sizeof *ab), *one = calloc((size_t)L, sizeof *one);
@@ -408,7 +408,7 @@ static void print_blocks(const cal_opts *o, const int *base, int L, int g) {
 
 static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
     const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, G = m->cfg.n_head / HK;
-    static int gl[KVB_MAX_LAYERS];
+    int gl[KVB_MAX_LAYERS];
     if (global_layers(&m->cfg, gl) < L) /* PoD replaces attention and refuses sliding-window layers (methods/pod.c) */
         return fail(o, "calibrate pod: PoD does not implement sliding-window layers (this model has %d of %d layers "
                        "local)", L - global_layers(&m->cfg, gl), L);
