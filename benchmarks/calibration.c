@@ -504,7 +504,8 @@ static int run_qfilter(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_in
         return 1;
     }
     fprintf(csv, "layer,kv_head,top_eigenvalue_share\n");
-    fprintf(t, "Q-Filters: share of the top eigenvalue in the trace of Q^T Q per KV head (%d inputs)\n\n| layer |", n_in);
+    fprintf(t, "Q-Filters: share of the top eigenvalue in the trace of Q^T Q per KV head (%d inputs; -: a sliding-window "
+               "layer, never compressed)\n\n| layer |", n_in);
     for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
     fprintf(t, "\n|---|");
     for (int g = 0; g < HK; g++) fprintf(t, "---|");
@@ -514,6 +515,10 @@ static int run_qfilter(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_in
         for (int g = 0; g < HK; g++) {
             double x = share[(size_t)l * HK + g];
             fprintf(csv, "%d,%d,%.6f\n", l, g, x);
+            if (kvb_layer_window(&m->cfg, l)) { /* a sliding-window layer runs no method hook: no queries, no filter */
+                fprintf(t, " - |");
+                continue;
+            }
             fprintf(t, " %.3f |", x);
             lo = x < lo ? x : lo, hi = x > hi ? x : hi;
         }
