@@ -24,7 +24,10 @@
  * - How it is computed: the keys as f32 (block_minmax with one-row blocks), derotated (rope / rope_ext), centred
  *   (probs_reduce's column sum, gather_f32 replicating it, axpby_f32), transposed (gather_f32), the Gram matrix's rows
  *   by block_scores (double sums), d x d floats copied to the host (one counted copy per head), Cholesky and L^-1 on
- *   the host in double, L^-1 copied up, proj_sqnorms, topk_idx, kvc_retain_dev. */
+ *   the host in double, L^-1 copied up, proj_sqnorms, topk_idx, kvc_retain_dev.
+ * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept): LeverageScorePress with a
+ *   square sketch (64 columns = head_dim: invertible, so the exact leverage) Jaccard 0.848 at least per head (layer
+ *   0), 0.972 on average; with its default 48-column sketch 0.61 and 0.745, the sketch's approximation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -48,6 +48,10 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     CriticalKVPress(SnapKVPress(64, 5))                 criticalkv    base=snapkv,window=64,kernel=5,pool=avg
     CriticalAdaKVPress(SnapKVPress(64, 5), alpha_safeguard=0.2)  criticalkv  base=adakv,window=64,kernel=5,pool=avg,
                                                         alpha=0.2 (file criticalkv_ada.jsonl)
+    LeverageScorePress(sketch_dimension=48)             compactor     (kvbench: the exact leverage, no sketch; the
+                                                        press's Gaussian sketch is drawn after torch.manual_seed(0))
+    LeverageScorePress(sketch_dimension=64)             compactor     (file compactor_d64.jsonl: a square sketch is
+                                                        invertible, so the leverage is exact, as kvbench's)
 
 PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
 budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
@@ -79,7 +83,7 @@ DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
 def press_table(ratio):
     """Output name -> (kvbench method, kvpress press, kvbench --method-opt string)."""
     from kvpress import (AdaKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, KnormPress, LagKVPress,
-                         PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
+                         LeverageScorePress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
 
     snap = "window=64,kernel=5,pool=avg"
     return {
@@ -100,6 +104,9 @@ def press_table(ratio):
         "criticalkv_ada": ("criticalkv", CriticalAdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64,
                                                                         kernel_size=5), alpha_safeguard=0.2),
                            "base=adakv," + snap + ",alpha=0.2"),
+        "compactor": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=48), ""),
+        # a square sketch (head_dim 64 on the default model) is invertible: the exact leverage, kvbench's definition
+        "compactor_d64": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=64), ""),
     }
 
 
@@ -264,6 +271,7 @@ def main():
     for name in a.press or list(table):
         method, press, opts = table[name]
         t0 = time.time()
+        torch.manual_seed(0)  # LeverageScorePress draws its sketch from torch.randn: the same draw every run
         kept = run_press(model, press, input_ids, index, cfg.num_key_value_heads)
         sizes = [len(p) for heads in kept for p in heads]
         per_layer = [sum(len(p) for p in heads) for heads in kept]
