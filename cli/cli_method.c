@@ -13,7 +13,7 @@ void cli_method_defaults(cli_method_opts *o) {
 
 int cli_fn_method(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     if (!kvb_method_find(v)) {
-        char names[256];
+        char names[2048];
         kvb_method_names(names, sizeof names);
         return snprintf(err, err_len, "unknown method '%s' (available: %s)", v, names), -1;
     }

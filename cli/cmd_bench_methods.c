@@ -120,15 +120,17 @@ int cmd_bench_methods(int argc, char **argv) {
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
-    char list[512];
+    char list[2048];
     if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
     else snprintf(list, sizeof list, "%s", methods);
-    char *names[16];
+    enum { MAX_NAMES = 64 };
+    char *names[MAX_NAMES];
     int n_names = 0;
     names[n_names++] = "full";
-    for (char *t = strtok(list, ","); t && n_names < 16; t = strtok(NULL, ",")) {
+    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
         const kvb_method_def *info = kvb_method_find(t);
         if (!info) return cli_fail("bench: unknown method '%s'", t);
+        if (n_names == MAX_NAMES) return cli_fail("bench: more than %d methods", MAX_NAMES - 1);
         if (!(info->traits & KVB_NO_BUDGET)) names[n_names++] = t; /* the baseline runs first anyway */
     }
     kvb_model *m = cli_load_model(&eo);

@@ -39,7 +39,7 @@ static const char *HELP =
     "  --json FILE            also write every figure (per prompt, per layer) as JSON\n" CLI_ENGINE_HELP;
 
 #define MAX_PROMPTS 16
-#define MAX_METHODS 16
+#define MAX_METHODS 64 /* the registry holds about 30 */
 
 typedef struct {
     const char *name;
@@ -142,7 +142,7 @@ int cmd_fidelity(int argc, char **argv) {
     if (!methods) return cli_fail("fidelity: --methods is required (e.g. --methods all)");
     if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "fidelity");
-    char list[512];
+    char list[2048];
     if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
     else snprintf(list, sizeof list, "%s", methods);
     method_total tot[MAX_METHODS];

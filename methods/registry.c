@@ -58,7 +58,7 @@ void kvb_method_names_all(char *buf, size_t cap) {
 }
 
 static int unknown_method(const char *name, char *err, size_t err_len) {
-    char list[256];
+    char list[2048];
     kvb_method_names(list, sizeof list);
     return ERR("unknown method '%s' (available: %s)", name, list);
 }
