@@ -45,7 +45,10 @@
  *   roped over u = 0..F-1, summed: a chunk of rows at a time, at most 64 MB), gathered by head; per query head the
  *   logits are block_scores' q.k (keys as f32 through block_minmax) x attn_scale plus proj_sqnorms / (2 d w)
  *   (axpby_f32), softmax_rows, summed over the group (axpby_f32). With vnorm: axpby_f32 (/ G + eps), row_norms of V,
- *   mul_f32. Cost of the covariance term: n x w x head_dim double products per query head and layer. */
+ *   mul_f32. Cost of the covariance term: n x w x head_dim double products per query head and layer, and w x F
+ *   rotated rows per layer.
+ * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept, ExpectedAttentionPress's defaults,
+ *   window=4096 so the statistics are kvpress's): Jaccard 0.9947 at least per head, 0.9992 on average. */
 #include "methods/expected_attention.h"
 #include "methods/snapkv.h" /* kvb_adakv_allocate */
 

@@ -52,6 +52,8 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
                                                         press's Gaussian sketch is drawn after torch.manual_seed(0))
     LeverageScorePress(sketch_dimension=64)             compactor     (file compactor_d64.jsonl: a square sketch is
                                                         invertible, so the leverage is exact, as kvbench's)
+    ExpectedAttentionPress()  (covariance, value norms) expected      window=4096 (kvpress's statistics: every query but
+                                                        the sinks; test_kvpress_kept prefills it on its own)
 
 PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
 budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
@@ -83,7 +85,8 @@ DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
 def press_table(ratio):
     """Output name -> (kvbench method, kvpress press, kvbench --method-opt string)."""
     from kvpress import (AdaKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, KnormPress, LagKVPress,
-                         LeverageScorePress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
+                         ExpectedAttentionPress, LeverageScorePress, PyramidKVPress, SnapKVPress, StreamingLLMPress,
+                         TOVAPress)
 
     snap = "window=64,kernel=5,pool=avg"
     return {
@@ -106,6 +109,7 @@ def press_table(ratio):
                            "base=adakv," + snap + ",alpha=0.2"),
         "compactor": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=48), ""),
         # a square sketch (head_dim 64 on the default model) is invertible: the exact leverage, kvbench's definition
+        "expected": ("expected", ExpectedAttentionPress(compression_ratio=ratio), "window=4096"),
         "compactor_d64": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=64), ""),
     }
 
