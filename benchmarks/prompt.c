@@ -98,13 +98,23 @@ char *kvb_prompt_render(const kvb_model *m, const kvb_sample *s, const char *tex
     return rendered;
 }
 
-static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *p,
-                        char *err, size_t err_len) {
-    /* leave room for the template around the prompt */
+/* The room left for the template around a single prompt. */
+static int64_t template_overhead(const kvb_sample *s) {
     int64_t overhead = s->use_chat ? 64 : 4;
     if (s->system) overhead += (int64_t)strlen(s->system) / 2;
     if (s->prefill) overhead += (int64_t)strlen(s->prefill) / 2;
-    char *text = middle_truncate(m, s->prompt, max_tokens - overhead, &p->truncated, err, err_len);
+    return overhead;
+}
+
+char *kvb_prompt_cut_text(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, char *err, size_t err_len) {
+    int truncated = 0;
+    if (!s->prompt) return ERR("sample %s has no prompt", s->id ? s->id : "?"), NULL;
+    return middle_truncate(m, s->prompt, max_tokens - template_overhead(s), &truncated, err, err_len);
+}
+
+static int build_single(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, int round_chunk, kvb_prompt *p,
+                        char *err, size_t err_len) {
+    char *text = middle_truncate(m, s->prompt, max_tokens - template_overhead(s), &p->truncated, err, err_len);
     if (!text) return -1;
     char *rendered = kvb_prompt_render(m, s, text, err, err_len);
     int rc = rendered ? tokenize_into(m, p, rendered, 1, s->use_chat, err, err_len) : -1;

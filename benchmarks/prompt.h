@@ -44,6 +44,10 @@ void kvb_prompt_free(kvb_prompt *p);
  * template around it (the sample's system message, the template's default one) and the sample's assistant
  * prefill after it when s->use_chat, else text itself; malloc'd, NULL + err on failure. */
 char *kvb_prompt_render(const kvb_model *m, const kvb_sample *s, const char *text, char *err, size_t err_len);
+/* A single prompt's user text after the middle cut kvb_prompt_single makes within max_tokens (before the chat
+ * template): what a server is sent so that its template gives the same prompt (bench-serve --url); malloc'd, NULL +
+ * err on failure. */
+char *kvb_prompt_cut_text(const kvb_model *m, const kvb_sample *s, int64_t max_tokens, char *err, size_t err_len);
 /* Tokens of text for model (a kvb_model *), no BOS: the kvb_count_tokens_fn the generators take; -1 on failure. */
 int64_t kvb_count_tokens(void *model, const char *text);
 

@@ -1,7 +1,8 @@
 /* cmd_bench_serve.c — `kvbench bench-serve`: what a method buys a server. A load generator (judge/loadgen.h) drives
  * the continuous-batching scheduler in process on a fixed KV pool, or a running `kvbench serve --batching` over
  * HTTP (--url): N closed-loop clients, each sending its next request when the last one ends, or open-loop Poisson
- * arrivals, replay needle-in-a-haystack prompts until a fixed number of requests is done; one row per
+ * arrivals, replay a dataset's prompts (benchmarks/serve_dataset.h: LongBench or ShareGPT records, or the needle
+ * generator's, the default) until a fixed number of requests is done or a duration has passed; one row per
  * method@budget (and per pool size: several give the chart of throughput against the pool; docs/serving.md). */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 
 #include "benchmarks/loaders.h"
 #include "benchmarks/prompt.h"
+#include "benchmarks/serve_dataset.h"
 #include "benchmarks/serve_suite.h"
 #include "cli/cli.h"
 #include "engine/batch.h"
@@ -26,14 +28,17 @@
 int cmd_bench_serve(int argc, char **argv);
 
 static const char *HELP =
-    "usage: kvbench bench-serve [--methods full,snapkv@25%,...] [--clients 16] [--requests 64]\n"
+    "usage: kvbench bench-serve [--methods full,snapkv@25%,...] [--clients 16] [--requests 64] [--duration S]\n"
+    "                           [--dataset longbench:FILE.jsonl|sharegpt:FILE.json|niah[:LEN]] [--seed N]\n"
     "                           [--prompt-len 1024] [--max-new 64] [--kv-pool-mib N[,N...] | --pool-seqs 4[,N...]]\n"
     "                           [--max-batch 64] [--prompts 8] [--stop-at-eos] [--csv FILE] [--json FILE]\n"
     "                           [--chart FILE] [--url URL [--api-key-env VAR] [--server-model NAME]] [engine options]\n"
     "\n"
     "Throughput of the engine as a server, per KV-cache method, at a fixed KV memory. --clients closed-loop clients\n"
     "replay --prompts needle-in-a-haystack prompts of about --prompt-len tokens (the needle at evenly spread\n"
-    "depths) until --requests requests have ended, each generating --max-new tokens (--stop-at-eos: or fewer).\n"
+    "depths), or a dataset's (--dataset), until --requests requests have ended (default 64), or until --duration\n"
+    "seconds have passed (no request is sent after it; those in flight finish and count; both given: whichever\n"
+    "comes first), each generating --max-new tokens (--stop-at-eos: or fewer).\n"
     "Requests decode together, one batched forward step for all running sequences, on one KV pool of\n"
     "--kv-pool-mib MiB (default: room for --pool-seqs full-attention sequences of prompt + max-new tokens);\n"
     "a request waits until the pool can hold it (no preemption). One Markdown row per method@budget: requests/s,\n"
@@ -51,6 +56,15 @@ static const char *HELP =
     "\n"
     "options:\n"
     "  --methods LIST         method[@budget] items, comma-separated (default full,snapkv@25%,streamingllm@25%)\n"
+    "  --dataset SPEC         the prompts, as `kvbench run` builds them (chat template, the benchmark's truncation to\n"
+    "                         the context less the request's max-new; a record that cannot fit is skipped and counted):\n"
+    "                         longbench:FILE.jsonl (a task's records; config from FILE's ../config or\n"
+    "                         --longbench-config DIR), sharegpt:FILE.json (dialogues; a request generates the recorded\n"
+    "                         reply's length, capped by --max-new), niah[:LEN] (the default, LEN = --prompt-len).\n"
+    "                         Records are shuffled by --seed (default 1); --prompts N: the first N (default all;\n"
+    "                         niah: 8); requests cycle through them\n"
+    "  --duration S           send requests for S seconds (closed loop: clients stop; open loop: arrivals stop)\n"
+    "  --log-requests FILE    one JSON line per request sent: request, prompt, record, max_new, ids (in process)\n"
     "  --page-tokens N        tokens per pool page per KV head (default 16)\n"
     "  --prefill-chunk N      prefill N tokens between two decode steps (default: a prompt's whole prefill)\n"
     "  --decode-only B,...    batched decode alone: for each batch size B, B sequences of --prompt-len tokens,\n"
@@ -151,6 +165,26 @@ static int decode_only(kvb_model *m, const cli_engine_opts *eo, const int *sizes
     return rc;
 }
 
+/* --log-requests: one JSON line per request sent, the record named (the test's view of what was served). */
+typedef struct {
+    FILE *f;
+    const kvb_serve_set *set;
+} request_log;
+
+static void log_request(void *user, int request, int prompt, int max_new, const int32_t *ids, int n_ids) {
+    request_log *l = user;
+    cJSON *j = cJSON_CreateObject(), *a = ids ? cJSON_AddArrayToObject(j, "ids") : NULL;
+    cJSON_AddNumberToObject(j, "request", request);
+    cJSON_AddNumberToObject(j, "prompt", prompt);
+    cJSON_AddStringToObject(j, "record", l->set->record_ids[prompt]);
+    cJSON_AddNumberToObject(j, "max_new", max_new);
+    for (int i = 0; a && i < n_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    char *text = cJSON_PrintUnformatted(j);
+    if (text) fprintf(l->f, "%s\n", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
 /* "64" or "32,64,128" -> values (MiB, or sequences) of option opt; -1 + err. */
 static int parse_pools(const char *opt, const char *list, long *out, int cap, int *n, char *err, size_t err_len) {
     *n = 0;
@@ -171,8 +205,10 @@ int cmd_bench_serve(int argc, char **argv) {
     cli_engine_defaults(&eo);
     const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL, *json = NULL, *chart = NULL;
     const char *url = NULL, *api_key_env = NULL, *server_model = NULL, *pool_list = NULL;
-    kvb_load_opts lo = {16, 64, 64, 1, 0, 0, 0, 0, 0};
-    int prompt_len = 1024, n_prompts = 8, stop_at_eos = 0;
+    kvb_load_opts lo = {16, 0, 64, 1, 0, 0, 0, 0, 0};
+    int prompt_len = 1024, n_prompts = 0, stop_at_eos = 0, seed = 1;
+    const char *dataset = NULL, *lb_config = NULL, *log_path = NULL;
+    double duration_s = 0;
     const char *seqs_list = NULL;
     const char *decode_sizes = NULL;
     int n_decode = 32;
@@ -180,7 +216,9 @@ int cmd_bench_serve(int argc, char **argv) {
                       CLI_INT("--requests", &lo.requests, 1, 1000000), CLI_INT("--prompt-len", &prompt_len, 16, 1 << 22),
                       CLI_INT("--max-new", &lo.max_new, 1, 1 << 20), CLI_STR("--kv-pool-mib", &pool_list),
                       CLI_STR("--pool-seqs", &seqs_list), CLI_INT("--max-batch", &lo.max_batch, 1, 4096),
-                      CLI_INT("--prompts", &n_prompts, 1, 1024), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
+                      CLI_INT("--prompts", &n_prompts, 1, 1 << 20), CLI_STR("--dataset", &dataset),
+                      CLI_STR("--longbench-config", &lb_config), CLI_INT("--seed", &seed, 0, 1 << 30),
+                      CLI_FLOAT("--duration", &duration_s, 0.001, 1e7), CLI_STR("--log-requests", &log_path), CLI_INT("--page-tokens", &lo.page_tokens, 1, 1 << 16),
                       CLI_FLAG("--stop-at-eos", &stop_at_eos), CLI_STR("--csv", &csv), CLI_STR("--json", &json),
                       CLI_STR("--chart", &chart), CLI_STR("--url", &url), CLI_STR("--api-key-env", &api_key_env),
                       CLI_STR("--server-model", &server_model),
@@ -190,6 +228,7 @@ int cmd_bench_serve(int argc, char **argv) {
     int stop = cli_parse("bench-serve", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     lo.ignore_eos = !stop_at_eos;
+    if (lo.requests == 0 && duration_s == 0) lo.requests = 64;
     char err[512];
     method_item items[32];
     int n_items = 0;
@@ -234,16 +273,27 @@ int cmd_bench_serve(int argc, char **argv) {
         kvb_model_free(m);
         return cli_fail("bench-serve: the model has no tokenizer (a synthetic model): the prompts need one");
     }
-    kvb_prompt *prompts = calloc((size_t)n_prompts, sizeof *prompts);
-    kvb_load_text *texts = url ? calloc((size_t)n_prompts, sizeof *texts) : NULL;
-    int rc = prompts && (texts || !url) ? kvb_serve_needle_prompts(m, prompt_len, n_prompts, prompts, texts, err, sizeof err)
-                                        : (snprintf(err, sizeof err, "out of memory"), -1);
-    int64_t longest = 0;
-    for (int i = 0; i < n_prompts && !rc; i++) longest = prompts[i].n > longest ? prompts[i].n : longest;
     const int n_ctx = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train;
-    if (!rc && !url && longest + lo.max_new > n_ctx)
+    kvb_serve_set set;
+    int rc = kvb_serve_dataset_load(m, dataset ? dataset : "niah", lb_config, n_ctx, lo.max_new, prompt_len, n_prompts,
+                                    (uint64_t)seed, url != NULL, &set, err, sizeof err);
+    if (rc) {
+        kvb_model_free(m);
+        return cli_fail("bench-serve: %s", err);
+    }
+    kvb_prompt *prompts = set.prompts;
+    n_prompts = set.n;
+    int64_t longest = 0, shortest = INT64_MAX;
+    int most_new = 0, fewest_new = INT32_MAX;
+    for (int i = 0; i < n_prompts; i++) {
+        longest = prompts[i].n > longest ? prompts[i].n : longest;
+        shortest = prompts[i].n < shortest ? prompts[i].n : shortest;
+        most_new = set.max_new[i] > most_new ? set.max_new[i] : most_new;
+        fewest_new = set.max_new[i] < fewest_new ? set.max_new[i] : fewest_new;
+    }
+    if (!rc && !url && longest + most_new > n_ctx)
         rc = (snprintf(err, sizeof err, "the longest prompt (%lld tokens) + --max-new %d exceeds the context %d (--ctx)",
-                       (long long)longest, lo.max_new, n_ctx), -1);
+                       (long long)longest, most_new, n_ctx), -1);
     /* the pools: --kv-pool-mib, or full attention's pages for --pool-seqs of the longest prompt + max-new */
     kvb_ctx *probe = NULL;
     if (!rc && !url) {
@@ -257,7 +307,7 @@ int cmd_bench_serve(int argc, char **argv) {
     int64_t seq_bytes = 0, pool_bytes[16];
     if (!rc && !url) rc = kvp_init(&pool, 1L << 40, kvc_slot_bytes(probe->kv), lo.page_tokens, err, sizeof err);
     if (!rc && !url) {
-        seq_bytes = kvp_full_pages(&pool, &m->cfg, longest + lo.max_new) * pool.page_bytes;
+        seq_bytes = kvp_full_pages(&pool, &m->cfg, longest + most_new) * pool.page_bytes;
         if (n_pools == 0)
             for (int k = 0; k < n_seqs; k++) pool_bytes[n_pools++] = seqs[k] * seq_bytes;
         else
@@ -269,7 +319,7 @@ int cmd_bench_serve(int argc, char **argv) {
                 rc = (snprintf(err, sizeof err,
                                "--kv-pool-mib %.1f cannot hold one request (%lld prompt + %d new tokens need %.1f MiB of KV "
                                "under full attention while they prefill)",
-                               pool_bytes[k] / 1048576.0, (long long)longest, lo.max_new, seq_bytes / 1048576.0), -1);
+                               pool_bytes[k] / 1048576.0, (long long)longest, most_new, seq_bytes / 1048576.0), -1);
     }
     if (url) n_pools = 1, pool_bytes[0] = 0;
     if (!rc) {
@@ -283,15 +333,25 @@ int cmd_bench_serve(int argc, char **argv) {
         } else {
             snprintf(where, sizeof where, "%s, KV pool %.1f MiB%s (%.2f full-attention sequences of %lld tokens; pages of "
                      "%d tokens), max batch %d, %d threads, backend %s", m->path, pool_bytes[0] / 1048576.0,
-                     n_pools > 1 ? " and more" : "", (double)pool_bytes[0] / seq_bytes, (long long)(longest + lo.max_new),
+                     n_pools > 1 ? " and more" : "", (double)pool_bytes[0] / seq_bytes, (long long)(longest + most_new),
                      lo.page_tokens, lo.max_batch, probe->be->n_threads, probe->be->name);
         }
-        printf("bench-serve: %s, %s, %d requests, %d needle prompts of %lld-%lld tokens, %d new tokens%s\n\n", where,
-               load, lo.requests, n_prompts, (long long)prompts[0].n, (long long)longest, lo.max_new,
-               lo.ignore_eos ? "" : " at most");
+        char until[96], skipped[96] = "";
+        if (duration_s > 0 && lo.requests > 0) snprintf(until, sizeof until, "for %g s or %d requests", duration_s, lo.requests);
+        else if (duration_s > 0) snprintf(until, sizeof until, "for %g s", duration_s);
+        else snprintf(until, sizeof until, "%d requests", lo.requests);
+        if (set.skipped || set.truncated)
+            snprintf(skipped, sizeof skipped, " (%d cut by the benchmark's truncation, %d records skipped: too long)",
+                     set.truncated, set.skipped);
+        printf("bench-serve: %s, %s, %s, %d prompts of %s%s of %lld-%lld tokens, %d new tokens%s\n\n", where, load,
+               until, n_prompts, set.name, skipped, (long long)shortest, (long long)longest, most_new,
+               fewest_new < most_new ? " at most (each record's reply length)" : lo.ignore_eos ? "" : " at most");
     }
     kvb_ctx_free(probe);
     FILE *cf = NULL;
+    request_log rl = {NULL, &set};
+    if (!rc && log_path && !(rl.f = fopen(log_path, "w"))) rc = (snprintf(err, sizeof err, "cannot write %s", log_path), -1);
+    const kvb_load_plan plan = {duration_s, set.max_new, rl.f ? log_request : NULL, &rl};
     if (!rc && csv && !(cf = fopen(csv, "w"))) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
     if (cf) kvb_load_csv_header(cf);
     cJSON *jrows = json ? cJSON_CreateArray() : NULL;
@@ -306,12 +366,13 @@ int cmd_bench_serve(int argc, char **argv) {
         for (int i = 0; i < n_items && !rc; i++) {
             kvb_load_row r;
             if (url)
-                rc = kvb_load_run_url(url, api_key_env, server_model, items[i].name, items[i].budget_str, &lo, texts,
-                                      n_prompts, &r, err, sizeof err);
+                rc = kvb_load_run_url_plan(url, api_key_env, server_model, items[i].name, items[i].budget_str, &lo, &plan,
+                                           set.texts, n_prompts, &r, err, sizeof err);
             else
-                rc = kvb_load_run_local(m, &eo.ctx, items[i].name, &items[i].budget, NULL, &lo, prompts, n_prompts, &r, err,
-                                        sizeof err);
+                rc = kvb_load_run_local_plan(m, &eo.ctx, items[i].name, &items[i].budget, NULL, &lo, &plan, prompts,
+                                             n_prompts, &r, err, sizeof err);
             if (rc) break;
+            snprintf(r.dataset, sizeof r.dataset, "%s", set.name);
             tok_s[(size_t)i * n_pools + k] = r.tok_s;
             kvb_load_md_row(stdout, items[i].name, items[i].budget_str, &r);
             fflush(stdout);
@@ -332,6 +393,7 @@ int cmd_bench_serve(int argc, char **argv) {
         if (n_pools > 1) putchar('\n');
     }
     if (cf && fclose(cf) && !rc) rc = (snprintf(err, sizeof err, "cannot write %s", csv), -1);
+    if (rl.f && fclose(rl.f) && !rc) rc = (snprintf(err, sizeof err, "cannot write %s", log_path), -1);
     if (!rc && jrows) {
         char *text = cJSON_Print(jrows);
         FILE *jf = text ? fopen(json, "w") : NULL;
@@ -355,10 +417,7 @@ int cmd_bench_serve(int argc, char **argv) {
     }
     cJSON_Delete(jrows);
     free(tok_s);
-    for (int i = 0; prompts && i < n_prompts; i++) kvb_prompt_free(&prompts[i]);
-    kvb_serve_texts_free(texts, n_prompts);
-    free(texts);
-    free(prompts);
+    kvb_serve_set_free(&set);
     kvb_model_free(m);
     if (rc) return cli_fail("bench-serve: %s", err);
     return any_failed ? 1 : 0;

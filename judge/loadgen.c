@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,24 +36,46 @@ static double pct(double *v, int n, double p) {
     return v[k < 1 ? 0 : k - 1];
 }
 
+#define MAX_ARRIVALS 1000000 /* an open-loop schedule (--rate x --duration) longer than this is refused */
+
 /* Open loop: arrival times (ms on a clock starting at t0) from a seeded exponential stream, the same schedule for
- * every method and target. */
-static double *arrivals(const kvb_load_opts *lo, double t0) {
-    double *a = calloc((size_t)lo->requests, sizeof *a);
+ * every method and target: lo->requests of them (0: no count limit), none after duration_s (0: no time limit);
+ * *n gets the count. NULL + err when out of memory or over MAX_ARRIVALS. */
+static double *arrivals(const kvb_load_opts *lo, double duration_s, double t0, int *n, char *err, size_t err_len) {
+    const int limit = lo->requests > 0 ? lo->requests : MAX_ARRIVALS + 1;
+    int cap = limit < 4096 ? limit : 4096;
+    double *a = malloc((size_t)cap * sizeof *a);
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; a && i < lo->requests; i++) {
+    double t = t0;
+    *n = 0;
+    for (; a && *n < limit; ++*n) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         const double u = ((double)(rng >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
-        a[i] = (i ? a[i - 1] : t0) - log(u) / lo->rate * 1e3;
+        t -= log(u) / lo->rate * 1e3;
+        if (duration_s > 0 && t - t0 > duration_s * 1e3) break;
+        if (*n == MAX_ARRIVALS) {
+            free(a);
+            snprintf(err, err_len, "--rate %g for --duration %g makes over %d arrivals; give --requests or less", lo->rate,
+                     duration_s, MAX_ARRIVALS);
+            return NULL;
+        }
+        if (*n == cap) {
+            double *b = realloc(a, (size_t)(cap *= 2) * sizeof *a);
+            if (!b) free(a);
+            a = b;
+            if (!a) break;
+        }
+        a[*n] = t;
     }
+    if (!a) snprintf(err, err_len, "out of memory");
     return a;
 }
 
 /* The per-request times of a row, from ended requests. */
 typedef struct {
     int n_done, n_ok;
-    double *ttft, *tpot;
-    int n_ttft, n_tpot;
+    double *ttft, *tpot; /* cap entries each, grown as requests end (a duration has no count up front) */
+    int n_ttft, n_tpot, cap;
     int64_t out_tokens;
     double t_last_done;
     char first_err[384];
@@ -60,9 +83,24 @@ typedef struct {
 
 static int collect_init(collect *c, int requests) {
     memset(c, 0, sizeof *c);
-    c->ttft = calloc((size_t)requests, sizeof *c->ttft);
-    c->tpot = calloc((size_t)requests, sizeof *c->tpot);
+    c->cap = requests > 0 && requests < 4096 ? requests : 4096;
+    c->ttft = calloc((size_t)c->cap, sizeof *c->ttft);
+    c->tpot = calloc((size_t)c->cap, sizeof *c->tpot);
     return c->ttft && c->tpot ? 0 : -1;
+}
+
+/* Room for one more time of each kind; -1 when out of memory (the request is then counted as failed). */
+static int collect_room(collect *c) {
+    if (c->n_ttft < c->cap && c->n_tpot < c->cap) return 0;
+    const int cap = c->cap * 2;
+    double *a = realloc(c->ttft, (size_t)cap * sizeof *a);
+    if (!a) return -1;
+    c->ttft = a;
+    double *b = realloc(c->tpot, (size_t)cap * sizeof *b);
+    if (!b) return -1;
+    c->tpot = b;
+    c->cap = cap;
+    return 0;
 }
 
 static void collect_free(collect *c) {
@@ -75,6 +113,7 @@ static void collect_add(collect *c, int ok, const char *why, int n_gen, double t
                         double t_done) {
     c->n_done++;
     if (t_done > c->t_last_done) c->t_last_done = t_done;
+    if (ok && collect_room(c)) ok = 0, why = "out of memory (bench-serve's own record of the request)";
     if (!ok) {
         if (!c->first_err[0]) snprintf(c->first_err, sizeof c->first_err, "%s", why);
         return;
@@ -86,14 +125,14 @@ static void collect_add(collect *c, int ok, const char *why, int n_gen, double t
 }
 
 /* The client-side part of a row. */
-static void row_from(const collect *cc, const kvb_load_opts *lo, double t_start, kvb_load_row *out) {
+static void row_from(const collect *cc, int sent, double t_start, kvb_load_row *out) {
     collect *c = (collect *)cc;
     memset(out, 0, sizeof *out);
-    out->requests = lo->requests;
+    out->requests = sent;
     out->wall_s = (c->t_last_done - t_start) / 1e3;
     out->ok = c->n_ok;
     out->failed = c->n_done - c->n_ok;
-    out->lost = lo->requests - c->n_done;
+    out->lost = sent - c->n_done;
     out->out_tokens = c->out_tokens;
     out->req_s = out->wall_s > 0 ? c->n_ok / out->wall_s : 0;
     out->tok_s = out->wall_s > 0 ? c->out_tokens / out->wall_s : 0;
@@ -125,6 +164,14 @@ static void on_done(void *user, const kvb_sched_result *r) {
 int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
                        const kvb_opts *o, const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
                        size_t err_len) {
+    return kvb_load_run_local_plan(m, cp, method, b, o, lo, NULL, prompts, n_prompts, out, err, err_len);
+}
+
+int kvb_load_run_local_plan(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
+                            const kvb_opts *o, const kvb_load_opts *lo, const kvb_load_plan *plan, const kvb_rounds *prompts,
+                            int n_prompts, kvb_load_row *out, char *err, size_t err_len) {
+    const kvb_load_plan none = {0};
+    if (!plan) plan = &none;
     kvb_sched_opts so;
     memset(&so, 0, sizeof so);
     so.model = m;
@@ -141,31 +188,36 @@ int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *metho
     local_run l;
     int rc = collect_init(&l.c, lo->requests) ? ERR("out of memory") : 0;
     l.idle = lo->rate > 0 ? 0 : lo->clients;
-    int submitted = 0;
-    const double t_start = kvb_sched_now(s);
-    double *arrive = lo->rate > 0 ? arrivals(lo, t_start) : NULL;
-    if (lo->rate > 0 && !arrive && !rc) rc = ERR("out of memory");
-    while (!rc && l.c.n_done < lo->requests) {
+    int submitted = 0, limit = lo->requests > 0 ? lo->requests : INT_MAX;
+    const double t_start = kvb_sched_now(s), t_end = plan->duration_s > 0 ? t_start + plan->duration_s * 1e3 : INFINITY;
+    double *arrive = NULL;
+    if (lo->rate > 0 && !rc) rc = (arrive = arrivals(lo, plan->duration_s, t_start, &limit, err, err_len)) ? 0 : -1;
+    for (;;) {
+        if (rc) break;
+        /* sending ends at the count, or (closed loop) at the duration; the open-loop schedule already ends there */
+        const int sending = submitted < limit && (arrive || kvb_sched_now(s) < t_end);
+        if (!sending && l.c.n_done == submitted) break;
         if (arrive) { /* the requests due by now; idle until the next when there is nothing to do */
             const double now = kvb_sched_now(s);
             l.idle = 0; /* (on_done counts ends as free clients: none here) */
-            while (submitted + l.idle < lo->requests && arrive[submitted + l.idle] <= now) l.idle++;
+            while (submitted + l.idle < limit && arrive[submitted + l.idle] <= now) l.idle++;
             if (l.idle == 0 && kvb_sched_waiting(s) == 0 && kvb_sched_running(s) == 0) {
-                if (submitted < lo->requests && arrive[submitted] > now)
-                    usleep((useconds_t)((arrive[submitted] - now) * 1e3));
+                if (submitted < limit && arrive[submitted] > now) usleep((useconds_t)((arrive[submitted] - now) * 1e3));
                 continue;
             }
         }
-        for (; l.idle > 0 && submitted < lo->requests; submitted++, l.idle--) {
-            const kvb_rounds *p = &prompts[submitted % n_prompts];
+        for (; sending && l.idle > 0 && submitted < limit; submitted++, l.idle--) {
+            const int k = submitted % n_prompts;
+            const kvb_rounds *p = &prompts[k];
             kvb_sched_req r;
             memset(&r, 0, sizeof r);
             r.id = submitted;
             r.ids = p->ids;
             r.n = (int)p->n;
-            r.max_new = lo->max_new;
+            r.max_new = plan->max_new ? plan->max_new[k] : lo->max_new;
             r.ignore_eos = lo->ignore_eos;
             if (arrive) r.arrive_ms = arrive[submitted]; /* TTFT from the arrival, not from when the loop got to it */
+            if (plan->on_submit) plan->on_submit(plan->user, submitted, k, r.max_new, r.ids, r.n);
             if (kvb_sched_submit(s, &r, err, err_len)) rc = -1;
             if (rc) break;
         }
@@ -174,7 +226,7 @@ int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *metho
     if (!rc) {
         kvb_sched_stats st;
         kvb_sched_get_stats(s, &st);
-        row_from(&l.c, lo, t_start, out);
+        row_from(&l.c, submitted, t_start, out);
         /* the tokens the batched steps made per second of step time (prefills left out): batching's own gain */
         out->step_tok_s = st.decode_ms > 0 ? st.step_seqs / (st.decode_ms / 1e3) : 0;
         out->mean_seqs = st.decode_ms > 0 ? st.running_ms / st.decode_ms : 0;
@@ -396,18 +448,23 @@ typedef struct {
     const char *model, *method, *budget;
     struct curl_slist *headers;
     const kvb_load_opts *lo;
+    const kvb_load_plan *plan;
     const kvb_load_text *prompts;
     int n_prompts;
     const double *arrive; /* open loop: arrival per request (ms, mono clock); NULL = closed loop */
     pthread_mutex_t mu;
-    int next; /* the next request to send */
+    int next;   /* the next request to send */
+    int limit;  /* requests to send at most (the count, or the open-loop schedule's length) */
+    double t_end; /* closed loop: no request sent after this (ms, mono clock; INFINITY = none) */
+    int exited; /* client threads that ended */
     collect c;
     double t_start;
 } url_run;
 
 /* The request's JSON body. */
 static char *request_body(const url_run *u, int i) {
-    const kvb_load_text *p = &u->prompts[i % u->n_prompts];
+    const int k = i % u->n_prompts;
+    const kvb_load_text *p = &u->prompts[k];
     cJSON *j = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(j, "messages"), *m;
     cJSON_AddStringToObject(j, "model", u->model);
     if (p->system) {
@@ -416,11 +473,17 @@ static char *request_body(const url_run *u, int i) {
         cJSON_AddStringToObject(m, "content", p->system);
         cJSON_AddItemToArray(msgs, m);
     }
+    for (int h = 0; h < p->n_history; h++) { /* a dialogue's kept rounds: user, assistant, ... */
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", h % 2 ? "assistant" : "user");
+        cJSON_AddStringToObject(m, "content", p->history[h]);
+        cJSON_AddItemToArray(msgs, m);
+    }
     m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "user");
     cJSON_AddStringToObject(m, "content", p->user);
     cJSON_AddItemToArray(msgs, m);
-    cJSON_AddNumberToObject(j, "max_tokens", u->lo->max_new);
+    cJSON_AddNumberToObject(j, "max_tokens", u->plan->max_new ? u->plan->max_new[k] : u->lo->max_new);
     cJSON_AddNumberToObject(j, "temperature", 0);
     cJSON_AddBoolToObject(j, "stream", 1);
     cJSON_AddBoolToObject(j, "ignore_eos", u->lo->ignore_eos);
@@ -472,7 +535,11 @@ static void *client_main(void *arg) {
     CURL *h = new_handle(u->headers); /* one connection per client, kept alive from request to request */
     for (;;) {
         pthread_mutex_lock(&u->mu);
-        const int i = u->next < u->lo->requests ? u->next++ : -1;
+        const int i = u->next < u->limit && (u->arrive || mono_ms() < u->t_end) ? u->next++ : -1;
+        if (i >= 0 && u->plan->on_submit) {
+            const int k = i % u->n_prompts;
+            u->plan->on_submit(u->plan->user, i, k, u->plan->max_new ? u->plan->max_new[k] : u->lo->max_new, NULL, 0);
+        }
         pthread_mutex_unlock(&u->mu);
         if (i < 0) break;
         double t_arrive = mono_ms();
@@ -494,12 +561,24 @@ static void *client_main(void *arg) {
         free(s.body.p);
     }
     if (h) curl_easy_cleanup(h);
+    pthread_mutex_lock(&u->mu);
+    u->exited++;
+    pthread_mutex_unlock(&u->mu);
     return NULL;
 }
 
 int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *model, const char *method,
                      const char *budget, const kvb_load_opts *lo, const kvb_load_text *prompts, int n_prompts,
                      kvb_load_row *out, char *err, size_t err_len) {
+    return kvb_load_run_url_plan(base_url, api_key_env, model, method, budget, lo, NULL, prompts, n_prompts, out, err,
+                                 err_len);
+}
+
+int kvb_load_run_url_plan(const char *base_url, const char *api_key_env, const char *model, const char *method,
+                          const char *budget, const kvb_load_opts *lo, const kvb_load_plan *plan,
+                          const kvb_load_text *prompts, int n_prompts, kvb_load_row *out, char *err, size_t err_len) {
+    const kvb_load_plan none = {0};
+    if (!plan) plan = &none;
     if (strncmp(base_url, "http://", 7) && strncmp(base_url, "https://", 8)) {
         snprintf(err, err_len, "--url %s: expected http://host:port[/v1] or https://...", base_url);
         kvb_redact_url_userinfo(err);
@@ -565,17 +644,19 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
     memset(&u, 0, sizeof u);
     snprintf(url, sizeof url, "%s/chat/completions", base);
     u.secrets = &sec;
-    u.url = url, u.model = served, u.method = method, u.budget = budget, u.headers = headers, u.lo = lo;
+    u.url = url, u.model = served, u.method = method, u.budget = budget, u.headers = headers, u.lo = lo, u.plan = plan;
     u.prompts = prompts, u.n_prompts = n_prompts;
     pthread_mutex_init(&u.mu, NULL);
     if (!rc && collect_init(&u.c, lo->requests)) rc = ERR("out of memory");
-    const int n_threads = lo->clients < lo->requests ? lo->clients : lo->requests;
-    pthread_t *th = rc ? NULL : calloc((size_t)n_threads, sizeof *th);
-    if (!rc && !th) rc = ERR("out of memory");
     u.t_start = mono_ms();
-    double *arrive = !rc && lo->rate > 0 ? arrivals(lo, u.t_start) : NULL;
-    if (!rc && lo->rate > 0 && !arrive) rc = ERR("out of memory");
+    u.limit = lo->requests > 0 ? lo->requests : INT_MAX;
+    u.t_end = plan->duration_s > 0 ? u.t_start + plan->duration_s * 1e3 : INFINITY;
+    double *arrive = NULL;
+    if (!rc && lo->rate > 0) rc = (arrive = arrivals(lo, plan->duration_s, u.t_start, &u.limit, err, err_len)) ? 0 : -1;
     u.arrive = arrive;
+    const int n_threads = lo->clients < u.limit ? lo->clients : u.limit;
+    pthread_t *th = rc || n_threads < 1 ? NULL : calloc((size_t)n_threads, sizeof *th);
+    if (!rc && n_threads > 0 && !th) rc = ERR("out of memory");
     int started = 0;
     for (; !rc && started < n_threads; started++)
         if (pthread_create(&th[started], NULL, client_main, &u)) {
@@ -586,7 +667,7 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
     double max_running = NAN, peak_reserved = NAN;
     while (started && !rc) {
         pthread_mutex_lock(&u.mu);
-        const int all_done = u.c.n_done == lo->requests;
+        const int all_done = u.exited == started;
         pthread_mutex_unlock(&u.mu);
         if (all_done) break;
         server_stats si;
@@ -601,7 +682,7 @@ int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     if (!rc) {
-        row_from(&u.c, lo, 0, out);
+        row_from(&u.c, u.next, 0, out);
         get_stats(h, base, &s1);
         if (s0.ok && s1.ok) { /* the server's counters over the row */
             const double dec = s1.decode_ms - s0.decode_ms;
@@ -647,8 +728,8 @@ static void md_cell(FILE *f, double v, const char *fmt) {
 void kvb_load_md_header(FILE *f) {
     fputs("| method | budget | ok/requests | failed | lost | req/s | out tok/s | step tok/s | TTFT p50 ms | TTFT p90 ms | "
           "TTFT p99 ms | TPOT p50 ms | TPOT p90 ms | TPOT p99 ms | mean seqs | max seqs | pool promised mean / peak % | "
-          "pool held mean % | waits |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", f);
+          "pool held mean % | waits | dataset |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", f);
 }
 
 void kvb_load_md_row(FILE *f, const char *method, const char *budget, const kvb_load_row *r) {
@@ -668,14 +749,15 @@ void kvb_load_md_row(FILE *f, const char *method, const char *budget, const kvb_
     else if (isnan(r->pool_peak)) fprintf(f, " %.0f / - |", r->pool_mean);
     else fprintf(f, " %.0f / %.0f |", r->pool_mean, r->pool_peak);
     md_cell(f, r->held_mean, "%.0f");
-    if (r->waits < 0) fputs(" - |\n", f);
-    else fprintf(f, " %lld |\n", (long long)r->waits);
+    if (r->waits < 0) fputs(" - |", f);
+    else fprintf(f, " %lld |", (long long)r->waits);
+    fprintf(f, " %s |\n", r->dataset[0] ? r->dataset : "-");
 }
 
 static const char *const CSV_COLS =
     "method,budget,requests,ok,failed,lost,wall_s,requests_per_s,output_tokens_per_s,step_tokens_per_s,ttft_p50_ms,"
     "ttft_p90_ms,ttft_p99_ms,tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,mean_seqs,max_seqs,pool_mib,pool_promised_mean_pct,"
-    "pool_promised_peak_pct,pool_held_mean_pct,waits,overdrafts,server_ok,server_failed";
+    "pool_promised_peak_pct,pool_held_mean_pct,waits,overdrafts,server_ok,server_failed,dataset";
 
 void kvb_load_csv_header(FILE *f) { fprintf(f, "%s\n", CSV_COLS); }
 
@@ -707,7 +789,7 @@ void kvb_load_csv_row(FILE *f, const char *method, const char *budget, const kvb
     csv_int(f, r->overdrafts);
     csv_int(f, r->server_ok);
     csv_int(f, r->server_failed);
-    fputc('\n', f);
+    fprintf(f, ",%s\n", r->dataset[0] ? r->dataset : "-");
 }
 
 static void json_num(cJSON *o, const char *k, double v) {
@@ -739,5 +821,6 @@ void *kvb_load_row_json(const char *method, const char *budget, const kvb_load_r
                 {"server_failed", r->server_failed < 0 ? NAN : (double)r->server_failed}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) json_num(o, nums[i].k, nums[i].v);
     if (r->first_err[0]) cJSON_AddStringToObject(o, "first_error", r->first_err);
+    if (r->dataset[0]) cJSON_AddStringToObject(o, "dataset", r->dataset);
     return o;
 }

@@ -42,12 +42,31 @@ typedef struct {
     int64_t waits, overdrafts;            /* -1 = unavailable */
     int64_t server_ok, server_failed;     /* URL: completions and failures the server counted over the row; -1 = no stats */
     char first_err[384];                  /* the first failed request's reason */
+    char dataset[128];                    /* the prompts' source, set by the caller ("" = not written) */
 } kvb_load_row;
 
-/* A prompt for a URL: the messages sent (system may be NULL: the server's template default). */
+/* A prompt for a URL: the messages sent (system may be NULL: the server's template default); history: n_history
+ * earlier messages before user, alternating user, assistant (a dialogue's kept rounds; NULL for a single prompt). */
 typedef struct {
     const char *system, *user;
+    const char *const *history;
+    int n_history;
 } kvb_load_text;
+
+/* What a dataset replay adds to the workload (bench-serve --dataset, --duration); {0} = none of it.
+ *   duration_s > 0: no request is sent after this many seconds from the start (closed loop: a client whose request
+ *     ends later stops; open loop: the seeded schedule ends there); the requests in flight then finish and are
+ *     counted, and the row's window runs from the start to the last end. lo->requests > 0 also stops the run
+ *     (whichever comes first); lo->requests = 0 means no count limit.
+ *   max_new: per prompt, the tokens its requests generate (NULL: lo->max_new for every prompt).
+ *   on_submit: called as each request is handed over (in process: to the scheduler, with its ids; over a URL: as
+ *     its body is sent, ids NULL), from one thread at a time: request number, prompt index, max_new. */
+typedef struct {
+    double duration_s;
+    const int *max_new;
+    void (*on_submit)(void *user, int request, int prompt, int max_new, const int32_t *ids, int n_ids);
+    void *user;
+} kvb_load_plan;
 
 /* The workload in process on model m: contexts from cp, the method by name (NULL = full attention) at budget b with
  * options o (NULL = its defaults), prompts[i % n] as the requests' ids. 0, or -1 + err when the scheduler itself
@@ -55,6 +74,10 @@ typedef struct {
 int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
                        const kvb_opts *o, const kvb_load_opts *lo, const kvb_rounds *prompts, int n_prompts, kvb_load_row *out, char *err,
                        size_t err_len);
+/* The same with a plan (NULL = none): a dataset's per-prompt lengths, a duration. */
+int kvb_load_run_local_plan(kvb_model *m, const kvb_ctx_params *cp, const char *method, const kvb_budget *b,
+                            const kvb_opts *o, const kvb_load_opts *lo, const kvb_load_plan *plan, const kvb_rounds *prompts,
+                            int n_prompts, kvb_load_row *out, char *err, size_t err_len);
 
 /* The workload against base_url (http[s]://host:port[/v1]; "/v1" is added to a URL without a path), the method and
  * budget strings sent in the "kvbench" field (method NULL = the server's default), model the "model" field (NULL:
@@ -63,8 +86,13 @@ int kvb_load_run_local(kvb_model *m, const kvb_ctx_params *cp, const char *metho
 int kvb_load_run_url(const char *base_url, const char *api_key_env, const char *model, const char *method,
                      const char *budget, const kvb_load_opts *lo, const kvb_load_text *prompts, int n_prompts,
                      kvb_load_row *out, char *err, size_t err_len);
+/* The same with a plan (NULL = none). */
+int kvb_load_run_url_plan(const char *base_url, const char *api_key_env, const char *model, const char *method,
+                          const char *budget, const kvb_load_opts *lo, const kvb_load_plan *plan,
+                          const kvb_load_text *prompts, int n_prompts, kvb_load_row *out, char *err, size_t err_len);
 
-/* Rows as Markdown (header once, then a row each), CSV (the same columns, machine units) and JSON. */
+/* Rows as Markdown (header once, then a row each), CSV (the same columns, machine units) and JSON; the dataset is the
+ * last column ("-" when unset). */
 void kvb_load_md_header(FILE *f);
 void kvb_load_md_row(FILE *f, const char *method, const char *budget, const kvb_load_row *r);
 void kvb_load_csv_header(FILE *f);

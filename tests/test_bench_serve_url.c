@@ -162,6 +162,48 @@ static void test_open_loop_completes_every_request(void) {
     free(o);
 }
 
+/* --dataset sharegpt over HTTP: the dialogues as messages (the server templates them), each request's max_tokens its
+ * recorded reply's length (bytes: one token each) capped by --max-new, as the server's completion tokens show; then
+ * --duration: every request sent is counted by the client and the server alike. */
+static void test_dataset_dialogues_and_duration_over_http(void) {
+    static const char *const REPLY[2] = {"ab", "a reply of many bytes"};
+    char path[200], url[64], args[768];
+    snprintf(path, sizeof path, "%s/sg.json", tmpdir);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "[");
+    for (int i = 0; i < 2; i++)
+        fprintf(f, "%s{\"id\": \"c%d\", \"conversations\": [{\"from\": \"human\", \"value\": \"hello\"}, {\"from\": \"gpt\", "
+                   "\"value\": \"hi there\"}, {\"from\": \"human\", \"value\": \"a question %d?\"}, {\"from\": \"gpt\", "
+                   "\"value\": \"%s\"}]}", i ? ", " : "", i, i, REPLY[i]);
+    fprintf(f, "]\n");
+    fclose(f);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", sport);
+    const double fin0 = server_stat("finished");
+    snprintf(args, sizeof args, "--dataset sharegpt:%s --methods full --clients 2 --requests 4 --max-new 5 --json %s", path,
+             json_path);
+    CU_ASSERT_FATAL(run(url, args) == 0);
+    char *js = util_read_file(json_path, NULL);
+    cJSON *rows = cJSON_Parse(js);
+    CU_ASSERT(row_field(rows, "full", "ok") == 4 && row_field(rows, "full", "server_ok") == 4);
+    CU_ASSERT(row_field(rows, "full", "output_tokens") == 2 * (2 + 5)); /* each record twice: 2, and 21 capped to 5 */
+    CU_ASSERT(server_stat("finished") - fin0 == 4);
+    cJSON_Delete(rows);
+    free(js);
+    snprintf(args, sizeof args, "--dataset niah:100 --prompts 2 --methods full --clients 2 --duration 1 --max-new 2 --json %s",
+             json_path);
+    const double fin1 = server_stat("finished");
+    CU_ASSERT_FATAL(run(url, args) == 0);
+    js = util_read_file(json_path, NULL);
+    rows = cJSON_Parse(js);
+    const double sent = row_field(rows, "full", "requests");
+    CU_ASSERT(sent >= 2 && row_field(rows, "full", "ok") == sent && row_field(rows, "full", "lost") == 0);
+    CU_ASSERT(server_stat("finished") - fin1 == sent && row_field(rows, "full", "wall_s") >= 1);
+    cJSON_Delete(rows);
+    free(js);
+    unlink(path);
+}
+
 static void test_refused_requests_are_counted_failed_and_exit_1(void) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", sport);
@@ -245,7 +287,7 @@ static void check_fake(const char *reply, unsigned status, const char *what) {
     CU_ASSERT_FATAL(o && e);
     CU_ASSERT(strstr(o, "| full | - | 0/3 | 3 | 0 |") != NULL);
     /* no stats endpoint: concurrency and the pool are unavailable, not zero */
-    CU_ASSERT(strstr(o, "| - | - | - | - | - |\n") != NULL);
+    CU_ASSERT(strstr(o, "| - | - | - | - | - | niah:100 |\n") != NULL);
     CU_ASSERT(count(e, "\n") == 1 && strstr(e, what) != NULL);
     if (!strstr(e, what)) fprintf(stderr, "\n  %s", e);
     free(o), free(e);
@@ -333,6 +375,8 @@ int main(void) {
     CU_add_test(s, "every request completes; counts agree with the server's stats",
                 test_every_request_completes_and_counts_agree_with_the_server);
     CU_add_test(s, "--rate: open-loop arrivals over HTTP, every request completes", test_open_loop_completes_every_request);
+    CU_add_test(s, "--dataset sharegpt and --duration over HTTP: per-record max_tokens, every request counted",
+                test_dataset_dialogues_and_duration_over_http);
     CU_add_test(s, "requests the server refuses are counted failed, exit 1", test_refused_requests_are_counted_failed_and_exit_1);
     CU_add_test(s, "an unreachable or bad URL is one line and exit 1", test_unreachable_url_is_one_line_and_exit_1);
     CU_add_test(s, "a broken stream or a 500 is a failed request, with its reason",
