@@ -6,7 +6,8 @@
  *     client-side from the server-sent events, and concurrency and pool occupancy from the server's
  *     GET /v1/kvbench/stats when it has one (marked unavailable otherwise).
  * The workload: `clients` closed-loop clients (each sends its next request when its last one ends) until
- * `requests` have ended, or (rate > 0) open-loop Poisson arrivals at `rate` requests/s from one seeded schedule.
+ * `requests` have ended, or (rate > 0) open-loop Poisson arrivals at `rate` requests/s from one seeded schedule; a
+ * plan (kvb_load_plan, the *_plan entry points) adds a duration and per-prompt generation lengths.
  * A request that fails (refused, an HTTP error, a broken stream) is counted as failed with its reason, never
  * dropped: ok + failed = requests, and `lost` counts those that never ended (0 unless the run itself broke). */
 #ifndef KVB_LOADGEN_H
