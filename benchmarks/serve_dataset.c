@@ -155,6 +155,8 @@ int kvb_serve_dataset_load(kvb_model *m, const char *spec, const char *config_di
     for (int r = 0; r < ss.n && out->n < cap && !rc; r++) {
         const kvb_sample *s = &ss.v[order[r]];
         int want = max_new;
+        if (lb && s->max_new_tokens > 0 && s->max_new_tokens < max_new)
+            want = s->max_new_tokens; /* dataset2maxlen's, capped: the runner's budget, so its prompt */
         if (sg && s->n_answers > 0 && s->answers[0][0]) { /* the recorded reply's length, capped */
             const int64_t t = kvb_count_tokens(m, s->answers[0]);
             if (t < 0) { rc = ERR("--dataset %s: record %s: the reply does not tokenize", spec, s->id ? s->id : "?"); break; }

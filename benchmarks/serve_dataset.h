@@ -4,7 +4,9 @@
  * request's generation:
  *   longbench:FILE.jsonl  one LongBench task's records (the task is the file's name; dataset2prompt.json and
  *                         dataset2maxlen.json from config_dir, default FILE's folder's sibling "config/", the layout
- *                         of $KVB_DATA/longbench); a too-long prompt is middle-cut as pred.py does;
+ *                         of $KVB_DATA/longbench); a request generates the task's dataset2maxlen tokens, capped
+ *                         by max_new (so, uncapped, its prompt is exactly the runner's); a too-long prompt is
+ *                         middle-cut as pred.py does;
  *   sharegpt:FILE.json    ShareGPT conversations as dialogues (the last user message the question); a request
  *                         generates the recorded reply's length in tokens, capped by max_new (no recorded reply:
  *                         max_new); a too-long dialogue drops its latest history rounds, and one whose question
@@ -31,8 +33,8 @@ typedef struct {
     kvb_load_text *texts;   /* per prompt, when asked: the messages a server is sent (loadgen.h) */
 } kvb_serve_set;
 
-/* The prompts of spec for model m within a context of n_ctx tokens: each request generates max_new (sharegpt: its
- * reply's length, capped), prompt_len is niah's default length and limit (niah: the count, default 8) how many
+/* The prompts of spec for model m within a context of n_ctx tokens: each request generates max_new (longbench: the
+ * task's length, sharegpt: the reply's, capped), prompt_len is niah's default length and limit (niah: the count, default 8) how many
  * records are built, seed orders them; with_texts also fills texts. 0, or -1 + a one-line err (an unknown spec, a
  * missing or malformed file, no record that fits). */
 int kvb_serve_dataset_load(kvb_model *m, const char *spec, const char *config_dir, int n_ctx, int max_new,

@@ -1,7 +1,8 @@
 /* test_bench_serve_dataset.c — `kvbench bench-serve --dataset` and `--duration` as a user runs them (the binary from
  * KVB_BIN), on a tiny random-weight model with one token per byte. The requests it hands the scheduler
  * (--log-requests) are checked against the benchmark's own loader and prompt builder called here: LongBench records
- * (one longer than the context, middle-cut) through lb_load + kvb_prompt_single, ShareGPT conversations through
+ * (one longer than the context, middle-cut; each request generating the task's dataset2maxlen capped by --max-new)
+ * through lb_load + kvb_prompt_single, ShareGPT conversations through
  * sharegpt_load + kvb_prompt_dialogue, each to the context less the request's generation, token id for token id;
  * a ShareGPT request generates its recorded reply's length (bytes, one token each), capped by --max-new; requests
  * cycle through every record in a seeded order. --duration stops sending in time and counts every request sent
@@ -153,6 +154,16 @@ static void test_longbench_records_served_as_the_builder_makes_them(void) {
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "dataset")), "longbench:hotpotqa");
     cJSON_Delete(rows);
     free(o), free(js);
+    /* --max-new above the task's dataset2maxlen (32): requests generate 32, and the prompts are the runner's
+     * (the context less 32 + 1) */
+    snprintf(args, sizeof args, "--dataset longbench:%s --methods full --clients 2 --requests 4 --max-new 100 "
+                                "--log-requests %s", lb_file, log_path);
+    CU_ASSERT_FATAL(run(args) == 0);
+    cJSON *log32 = read_log();
+    CU_ASSERT_FATAL(cJSON_GetArraySize(log32) == 4);
+    for (int i = 0; i < 4; i++) CU_ASSERT(cJSON_GetObjectItem(cJSON_GetArrayItem(log32, i), "max_new")->valueint == 32);
+    CU_ASSERT(check_served(log32, &v, kvb_prompt_single, 4) == 1);
+    cJSON_Delete(log32);
     /* another seed, another order of the same records */
     char first[4][16];
     for (int i = 0; i < 4; i++)
