@@ -101,12 +101,12 @@ int kvb_serve_dataset_load(kvb_model *m, const char *spec, const char *config_di
     const char *colon = strchr(spec, ':');
     const size_t kind_len = colon ? (size_t)(colon - spec) : strlen(spec);
     const char *arg = colon ? colon + 1 : NULL;
+    const int lb = kind_len == 9 && !strncmp(spec, "longbench", 9), sg = kind_len == 8 && !strncmp(spec, "sharegpt", 8);
+    if (config_dir && !lb) return ERR("--longbench-config goes with --dataset longbench:FILE.jsonl");
     if (kind_len == 4 && !strncmp(spec, "niah", 4))
         return load_niah(m, arg, max_new, prompt_len, limit, with_texts, out, err, err_len);
-    const int lb = kind_len == 9 && !strncmp(spec, "longbench", 9), sg = kind_len == 8 && !strncmp(spec, "sharegpt", 8);
     if (!lb && !sg) return ERR("--dataset %s: expected longbench:FILE.jsonl, sharegpt:FILE.json or niah[:LEN]", spec);
     if (!arg || !*arg) return ERR("--dataset %s: the file is missing (%.*s:PATH)", spec, (int)kind_len, spec);
-    if (config_dir && !lb) return ERR("--longbench-config goes with --dataset longbench:FILE");
     if (access(arg, R_OK)) return ERR("--dataset %s: %s: %s", spec, arg, strerror(errno));
     const char *base = strrchr(arg, '/');
     base = base ? base + 1 : arg;

@@ -303,6 +303,7 @@ static void test_bad_dataset_is_one_line_and_exit_1(void) {
     check_refused("--dataset sharegpt:/no/such/file.json", "/no/such/file.json");
     check_refused("--dataset longbench:/no/such/hotpotqa.jsonl", "/no/such/hotpotqa.jsonl");
     check_refused("--dataset niah:x", "niah:x");
+    check_refused("--longbench-config /tmp", "--longbench-config goes with");
     snprintf(bad, sizeof bad, "%s/bad.json", tmpdir);
     CU_ASSERT_FATAL(write_text(bad, "[{\"id\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": 3}]}]") == 0);
     snprintf(args, sizeof args, "--dataset sharegpt:%s", bad);
