@@ -384,6 +384,9 @@ int cmd_bench_serve(int argc, char **argv) {
                         strcmp(items[i].budget_str, "-") ? "@" : "", strcmp(items[i].budget_str, "-") ? items[i].budget_str : "",
                         r.failed, r.requests, r.lost, r.first_err);
             }
+            if (r.requests == 0)
+                fprintf(stderr, "bench-serve: %s: no request was sent within --duration %g s (the first arrival came later)\n",
+                        items[i].name, duration_s);
             if (r.overdrafts > 0) fprintf(stderr, "bench-serve: %s: %lld sequences held more than promised\n", items[i].name, (long long)r.overdrafts);
             if (url && r.server_ok >= 0 && r.server_ok != r.ok)
                 fprintf(stderr, "bench-serve: %s@%s: the server counted %lld completions over the run, the clients %d "

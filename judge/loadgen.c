@@ -129,7 +129,7 @@ static void row_from(const collect *cc, int sent, double t_start, kvb_load_row *
     collect *c = (collect *)cc;
     memset(out, 0, sizeof *out);
     out->requests = sent;
-    out->wall_s = (c->t_last_done - t_start) / 1e3;
+    out->wall_s = c->n_done ? (c->t_last_done - t_start) / 1e3 : 0; /* none sent (a duration shorter than the first arrival) */
     out->ok = c->n_ok;
     out->failed = c->n_done - c->n_ok;
     out->lost = sent - c->n_done;
