@@ -201,8 +201,7 @@ static int chunkkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
 static int64_t chunkkv_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     chunkkv *s = (chunkkv *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void chunkkv_describe(kvb_method *m, char *buf, size_t cap) {

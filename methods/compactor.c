@@ -181,8 +181,7 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
 static int64_t compactor_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     compactor *s = (compactor *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void compactor_describe(kvb_method *m, char *buf, size_t cap) {

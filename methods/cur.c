@@ -94,8 +94,7 @@ static int cur_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
 static int64_t cur_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     cur *s = (cur *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void cur_describe(kvb_method *m, char *buf, size_t cap) {

@@ -397,8 +397,7 @@ static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
 static int64_t expected_tokens(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     expected *s = (expected *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void expected_describe(kvb_method *m, char *buf, size_t cap) {

@@ -35,6 +35,11 @@ void kvb_src_from_store(const kvb_ctx *c, int layer, kvb_src *src) {
 
 int64_t kvb_cur_len(const kvb_ctx *c, int64_t n_q) { return (int64_t)c->pos[n_q - 1] + 1; }
 
+int64_t kvb_kept_then_decoded(const kvb_method *m, const kvb_ctx *c, int64_t keep) {
+    if (c->in_prefill) return c->n_past;
+    return (keep < m->n_prompt ? keep : m->n_prompt) + (c->n_past - m->n_prompt);
+}
+
 void *kvb_method_alloc(kvb_ctx *c, size_t bytes) {
     return kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);
 }

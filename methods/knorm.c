@@ -50,8 +50,7 @@ static int knorm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
 static int64_t knorm_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     knorm *s = (knorm *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void knorm_describe(kvb_method *m, char *buf, size_t cap) {

@@ -340,7 +340,7 @@ static int64_t kvzip_expected(kvb_method *m, kvb_ctx *c, int layer) {
     const int HK = c->model->cfg.n_head_kv;
     if (s->pooled) /* the layer's mean per head (verify compares the layer's sum, within a token per head) */
         return (s->held_layer[layer] + HK / 2) / HK + (c->n_past - m->n_prompt);
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void kvzip_describe(kvb_method *m, char *buf, size_t cap) {

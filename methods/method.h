@@ -190,6 +190,9 @@ int kvb_vis_attend_packed(kvb_method *m, kvb_ctx *c, int layer, kvb_src *src, in
 void kvb_src_from_store(const kvb_ctx *c, int layer, kvb_src *src);
 /* Current sequence length during a hook: positions of the chunk being processed included. */
 int64_t kvb_cur_len(const kvb_ctx *c, int64_t n_q);
+/* The claim of a method that cuts the prompt once and then lets decode append (expected_tokens): the prompt so far
+ * while it is prefilled, then min(keep, prompt) plus the tokens decoded since. */
+int64_t kvb_kept_then_decoded(const kvb_method *m, const kvb_ctx *c, int64_t keep);
 /* Per-slot attention scores on the device, aligned with a KV head's slots (H2O's accumulated attention, a shared
  * prefill's record of it). */
 typedef struct {

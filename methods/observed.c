@@ -123,8 +123,7 @@ static int observed_adopt(kvb_method *m, kvb_ctx *c, const kvb_share *share, cha
 static int64_t observed_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     observed *s = (observed *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void observed_describe(kvb_method *m, char *buf, size_t cap) {

@@ -103,8 +103,7 @@ static int qfilter_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
 static int64_t qfilter_expected(kvb_method *m, kvb_ctx *c, int layer) {
     (void)layer;
     qfilter *s = (qfilter *)m;
-    if (c->in_prefill) return c->n_past;
-    return (s->keep < m->n_prompt ? s->keep : m->n_prompt) + (c->n_past - m->n_prompt);
+    return kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static void qfilter_describe(kvb_method *m, char *buf, size_t cap) {
