@@ -49,11 +49,20 @@ static const char *repeated_key(const cJSON *v, int *oom) {
 }
 
 /* "methods": "all", or "all" as one entry of the array: every registered method (methods/registry.c's order) the
- * array does not name otherwise (by name or alias), with its default options, written in place as {"name": ...}
- * entries where "all" stood. 0, or -1 + one line ("all" twice, another string). */
+ * array does not name otherwise (by name or alias) and "methods_except" does not list, with its default options,
+ * written in place as {"name": ...} entries where "all" stood. 0, or -1 + one line ("all" twice, another string, a
+ * "methods_except" that is not a list of registered methods or stands without "all"). */
 static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t err_len) {
     cJSON *methods = cJSON_GetObjectItemCaseSensitive(suite, "methods"), *m;
+    const cJSON *except = cJSON_GetObjectItemCaseSensitive(suite, "methods_except");
     int is_all = cJSON_IsString(methods) && !strcmp(methods->valuestring, "all"), n_all = is_all;
+    if (except) {
+        if (!cJSON_IsArray(except)) return ERR("suite %s: \"methods_except\" must be an array of method names", path);
+        cJSON_ArrayForEach(m, except)
+            if (!cJSON_IsString(m) || !kvb_method_find(m->valuestring))
+                return ERR("suite %s: \"methods_except\" names %s, not a registered method", path,
+                           cJSON_IsString(m) ? m->valuestring : "a non-string");
+    }
     if (!is_all && !cJSON_IsArray(methods)) return 0; /* the cells name what is wrong (benchmarks/cells.h) */
     cJSON *list = is_all ? NULL : methods; /* the entries besides "all" */
     cJSON_ArrayForEach(m, list) {
@@ -63,6 +72,7 @@ static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t 
         n_all++;
     }
     if (n_all > 1) return ERR("suite %s: \"all\" comes twice in \"methods\"", path);
+    if (!n_all && except) return ERR("suite %s: \"methods_except\" narrows \"all\", and \"methods\" has no \"all\"", path);
     if (!n_all) return 0;
     cJSON *out = cJSON_CreateArray();
     int oom = !out;
@@ -78,6 +88,7 @@ static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t 
                     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "name"));
                     named |= name && kvb_method_find(name) == def;
                 }
+                cJSON_ArrayForEach(m, except) named |= kvb_method_find(m->valuestring) == def; /* left out */
                 cJSON *row = named ? NULL : cJSON_CreateObject();
                 if (!named && (!row || !cJSON_AddStringToObject(row, "name", def->name) || !cJSON_AddItemToArray(out, row)))
                     cJSON_Delete(row), oom = 1;

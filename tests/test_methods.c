@@ -772,8 +772,11 @@ static void test_quick_suite_lists_every_registered_method(void) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
             found |= cJSON_IsString(name) && kvb_method_find(name->valuestring) == kvb_method_at(i);
         }
+        /* or left out by name, for its wall time (the suite's description says which and why) */
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(suite, "methods_except"))
+            found |= kvb_method_find(m->valuestring) == kvb_method_at(i);
         CU_ASSERT(found);
-        if (!found) fprintf(stderr, "\n  configs/quick.json does not list %s\n", kvb_method_at(i)->name);
+        if (!found) fprintf(stderr, "\n  configs/quick.json neither lists nor leaves out %s\n", kvb_method_at(i)->name);
     }
     cJSON_Delete(suite);
 }

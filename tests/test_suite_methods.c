@@ -1,8 +1,9 @@
 /* test_suite_methods.c — a suite's "methods": "all" (benchmarks/suitecheck.h, kvb_suite_parse): every registered
  * method in the registry's order with its default options; "all" inside the array stands for the registered methods
  * the array does not name otherwise (by name or alias), where it stands; "all" twice or another string is a one-line
- * error; the suites shipped to run every method (quick, standard, ruler, sample-data) run every registered method,
- * each once, and every suite in configs/ expands into cells. */
+ * error; "methods_except" leaves the methods it names out of "all"; the suites shipped to run every method (quick,
+ * standard, ruler, sample-data) run every registered method they do not name in "methods_except", each once, and every
+ * suite in configs/ expands into cells. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <glob.h>
@@ -87,6 +88,40 @@ static void test_all_twice_or_another_string_is_a_one_line_error(void) {
     cJSON_Delete(s);
 }
 
+/* "methods_except" leaves registered methods (by name or alias) out of "all"; it must name registered methods and
+ * narrow an "all". */
+static void test_methods_except_leaves_methods_out_of_all(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/except.json", dir);
+    const char *const bad[][2] = {
+        {"\"all\", \"methods_except\": [\"nosuch\"]", "names nosuch, not a registered method"},
+        {"\"all\", \"methods_except\": \"snapkv\"", "must be an array of method names"},
+        {"[{\"name\": \"h2o\"}], \"methods_except\": [\"snapkv\"]", "has no \"all\""},
+    };
+    for (int k = 0; k < 4; k++) {
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fprintf(f, "{\"name\": \"t\", \"methods\": %s, \"budgets\": [\"30%%\"], \"benchmarks\": []}",
+                k < 3 ? bad[k][0] : "\"all\", \"methods_except\": [\"flash\", \"snapkv\"]");
+        fclose(f);
+        cJSON *s = kvb_suite_parse(path, err, sizeof err);
+        if (k < 3) {
+            CU_ASSERT(s == NULL && strstr(err, bad[k][1]) && !strchr(err, '\n'));
+            continue;
+        }
+        CU_ASSERT_FATAL(s != NULL);
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(s, "methods");
+        CU_ASSERT_EQUAL(cJSON_GetArraySize(ms), kvb_method_count() - 2);
+        for (int i = 0, at = 0; i < kvb_method_count(); i++) { /* the others, in registry order */
+            const char *m = kvb_method_at(i)->name;
+            if (!strcmp(m, "full") || !strcmp(m, "snapkv")) continue;
+            CU_ASSERT(name_at(s, at) && !strcmp(name_at(s, at), m));
+            at++;
+        }
+        cJSON_Delete(s);
+    }
+}
+
 /* A suite that says it runs every method does (a new method needs no edit of it), and every suite expands. */
 static void test_shipped_suites_expand_and_every_method_suites_have_every_method(void) {
     static const char *const every[] = {"configs/quick.json", "configs/standard.json", "configs/ruler.json",
@@ -103,9 +138,11 @@ static void test_shipped_suites_expand_and_every_method_suites_have_every_method
         if (!ok) fprintf(stderr, "\n  %s: %s\n", g.gl_pathv[i], err);
         for (size_t k = 0; ok && k < sizeof every / sizeof *every; k++) {
             if (strcmp(g.gl_pathv[i], every[k])) continue;
+            const cJSON *except = cJSON_GetObjectItemCaseSensitive(s, "methods_except"), *x;
             for (int m = 0; m < kvb_method_count(); m++) {
                 int found = 0;
                 for (int c = 0; c < cs.n; c++) found += kvb_method_find(cs.v[c].method) == kvb_method_at(m);
+                cJSON_ArrayForEach(x, except) found += kvb_method_find(x->valuestring) == kvb_method_at(m); /* said */
                 CU_ASSERT(found >= 1);
                 if (!found) fprintf(stderr, "\n  %s does not run %s\n", g.gl_pathv[i], kvb_method_at(m)->name);
             }
@@ -123,6 +160,7 @@ int main(void) {
     CU_add_test(s, "\"all\" is every registered method in registry order", test_all_is_every_registered_method_in_registry_order);
     CU_add_test(s, "\"all\" in the array is the methods not named otherwise", test_all_in_the_array_is_the_methods_not_named_otherwise);
     CU_add_test(s, "\"all\" twice or another string is a one-line error", test_all_twice_or_another_string_is_a_one_line_error);
+    CU_add_test(s, "\"methods_except\" leaves methods out of \"all\"", test_methods_except_leaves_methods_out_of_all);
     CU_add_test(s, "shipped suites expand; every-method suites have every method",
                 test_shipped_suites_expand_and_every_method_suites_have_every_method);
     int rc = util_run_suites();
