@@ -339,7 +339,8 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
     kvb_session_method seam = kvb_method_seam(m);
     kvb_kept *kept = st->kept && m ? kvb_kept_attach(c) : NULL;
     char *stop[1] = {(char *)s->stop};
-    kvb_gen_params gp = {.max_new = max_new, .stop = stop, .n_stop = s->stop ? 1 : 0, .progress = on_progress, .user = st};
+    kvb_gen_params gp = {.max_new = max_new, .stop = stop, .n_stop = s->stop ? 1 : 0, .ignore_eos = s->ignore_eos,
+                          .progress = on_progress, .user = st};
     int rc = -1;
     if (!m || kvb_session_init(&res->ses, c, &seam, &gp, err, err_len)) goto done;
     if (nd->own_prefill && sp->hist) {
@@ -713,6 +714,11 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
                 x->max_new_tokens = cap;
                 if (x->followup_max_new > cap) x->followup_max_new = cap; /* a follow-up's generation too */
             }
+        /* "ignore_eos": true generates max_new_tokens whatever the model says (as bench and vLLM's benchmarks do:
+         * for timing; in the benchmark object, so in the records' fingerprints) */
+        int no_eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "ignore_eos"));
+        for (int i = first; no_eos && i < st.n_tasks; i++)
+            for (int k = 0; k < st.tasks[i].samples.n; k++) st.tasks[i].samples.v[k].ignore_eos = 1;
     }
     if (kvb_mkdirs(st.out_dir)) { ERR("cannot create %s: %s", st.out_dir, strerror(errno)); goto done; }
     /* one run per folder: a second one would append the same cells again and rewrite run.json under the first */

@@ -32,6 +32,7 @@ typedef struct {
     char **answers; int n_answers;
     char **all_classes; int n_classes;
     int max_new_tokens;
+    int ignore_eos;         /* 1 = generate max_new_tokens whatever the model says (a suite's "ignore_eos": timing) */
     int use_chat;           /* 1 = wrap in the model's chat template (LongBench: 0 for trec, triviaqa, samsum, lsht,
                                lcc, repobench-p) */
     int first_line;         /* 1 = cut the prediction to its first line before scoring (trec, triviaqa, samsum, lsht) */

@@ -150,7 +150,7 @@ static int is_bool(const cJSON *v) { return cJSON_IsBool(v); }
 
 static int check_benchmark(const cJSON *b, int i, const char *path, int n_ctx, char *err, size_t err_len) {
     static const char *const counts[] = {"samples", "dialogues", "min_pairs", "max_pairs", "rounds"};
-    static const char *const switches[] = {"optional", "cot", "e", "spread", "per_query"};
+    static const char *const switches[] = {"optional", "cot", "e", "spread", "per_query", "ignore_eos"};
     char where[48];
     snprintf(where, sizeof where, "benchmark %d: ", i + 1);
     if (!cJSON_IsObject(b)) return ERR("suite %s: benchmark %d must be an object", path, i + 1);

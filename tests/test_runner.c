@@ -430,6 +430,44 @@ static void test_long_ids_sharing_a_prefix_stay_apart_and_resume(void) {
     free(t);
 }
 
+/* A benchmark's "ignore_eos": true generates exactly max_new_tokens per sample (timing runs), where the same samples
+ * without it stop at their end token earlier; a value that is not true or false is refused, named. */
+static int count_generated(const char *res, int n) {
+    char *t = util_read_file(res, NULL), want[64];
+    int k = 0;
+    snprintf(want, sizeof want, "\"generated_tokens\":%d,", n);
+    for (const char *p = t; p && (p = strstr(p, want)); p++) k++;
+    free(t);
+    return k;
+}
+
+static void test_ignore_eos_generates_max_new_tokens(void) {
+    char path[400], out[256], args[1400], res[300];
+    for (int no_eos = 0; no_eos < 2; no_eos++) {
+        snprintf(path, sizeof path, "%s/eos%d.json", dir, no_eos);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"name\": \"eos\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"niah\", "
+                   "\"lengths\": [320], \"depths\": [0, 100], \"max_new_tokens\": 64%s}]}", no_eos ? ", \"ignore_eos\": true" : "");
+        fclose(f);
+        snprintf(out, sizeof out, "%s/eos%d", dir, no_eos);
+        snprintf(res, sizeof res, "%s/results.jsonl", out);
+        snprintf(args, sizeof args, "'%%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt%%s", path, out);
+        CU_ASSERT(sh(args, "", "") == 0);
+        CU_ASSERT_EQUAL(count_lines(res), 2);
+        if (no_eos) {
+            CU_ASSERT_EQUAL(count_generated(res, 64), 2);
+        } else {
+            CU_ASSERT(count_generated(res, 64) < 2); /* the samples stop at their end token: the switch is what made 64 */
+        }
+    }
+    FILE *f = fopen(path, "w");
+    fputs("{\"name\": \"eos\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"niah\", "
+          "\"lengths\": [320], \"depths\": [0], \"ignore_eos\": 1}]}", f);
+    fclose(f);
+    snprintf(args, sizeof args, "%s --out %s/eos_bad", path, dir);
+    expect_error(args, "benchmark 1: \"ignore_eos\" must be true or false");
+}
+
 /* NIAH takes as many lengths and depths as the suite lists (17 here): every one is a sample in plan.jsonl and
  * results.jsonl (past 16 they were dropped without a word); an entry that is not a number is refused, named. */
 static void test_niah_grid_keeps_every_depth(void) {
@@ -565,6 +603,7 @@ int main(void) {
     CU_add_test(s, "results file and output folder are checked as everywhere", test_results_file_and_output_folder_are_checked_as_everywhere);
     CU_add_test(s, "long ids sharing a prefix stay apart and resume", test_long_ids_sharing_a_prefix_stay_apart_and_resume);
     CU_add_test(s, "niah grid keeps every depth", test_niah_grid_keeps_every_depth);
+    CU_add_test(s, "ignore_eos generates max_new_tokens", test_ignore_eos_generates_max_new_tokens);
     CU_add_test(s, "a suite is read strictly before anything runs", test_a_suite_is_read_strictly_before_anything_runs);
     CU_add_test(s, "phases are timed with --profile only", test_phases_are_timed_with_profile_only);
     int rc = util_run_suites();
