@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef KVB_HAVE_CUDA
+#include "kernels/cuda/attention.h" /* kvb_cuda_attention_kernel: the slab is FlashInfer's (kernel 5) layout */
+#endif
+
 typedef struct {
     uint8_t *k, *v;
     int32_t *pos, *round;
@@ -11,7 +15,16 @@ typedef struct {
     int64_t off;     /* dropped slots before k..round (kvc_drop_front): the allocation starts off slots earlier */
     kvb_tier tier;
     kvb_mem_cat cat; /* KVB_MEM_KV; the append staging rows are workspace */
+    int in_slab;     /* the storage is this head's region of its layer's slab (cap = the slab's; nothing to free) */
 } kv_head;
+
+/* One layer's device tier under KVC_LAYOUT_SLAB: four allocations of n_head_kv x cap slots, head h's region at
+ * h x cap slots in each (kvcache.h: kvc_slab). */
+typedef struct {
+    uint8_t *k, *v;
+    int32_t *pos, *round;
+    int64_t cap; /* slots per head; 0 = nothing allocated */
+} kv_slab;
 
 struct kvc_store {
     int n_layer, n_head_kv, head_dim;
@@ -20,7 +33,10 @@ struct kvc_store {
     int64_t initial_capacity;
     kvb_backend *be;
     kvb_mem *mem;
+    kvc_layout layout;
     kv_head *heads;   /* [n_layer][n_head_kv] */
+    kv_slab *slabs;   /* [n_layer] (all empty under KVC_LAYOUT_HEADS) */
+    kv_head tmp;      /* device workspace a slab head's retain gathers into before it is copied back in place */
     int32_t *idx;     /* device copy of a host index list (retain) */
     int64_t idx_cap;
 };
@@ -38,6 +54,12 @@ static int check_head(const kvc_store *kv, int layer, int h, char *err, size_t e
 }
 
 static void release(kvc_store *kv, kv_head *hd) {
+    if (hd->in_slab) { /* the layer's slab owns the memory (slab_resize frees it) */
+        hd->k = hd->v = NULL;
+        hd->pos = hd->round = NULL;
+        hd->cap = hd->off = 0;
+        return;
+    }
     if (!hd->cap) return;
     size_t rb = kv->row_bytes, c = (size_t)hd->cap, o = (size_t)hd->off;
     kvb_mem_free(kv->mem, hd->tier, hd->cat, hd->k - o * rb, c * rb);
@@ -110,11 +132,118 @@ static int resize(kvc_store *kv, kv_head *hd, int64_t cap, kvb_tier tier, char *
 /* The storage for n slots that decode will append to: a quarter spare (and 16), the store's one growth rule. */
 static int64_t with_spare(int64_t n) { return n + n / 4 + 16; }
 
+/* ---- the slab layout (kvcache.h: kvc_slab): a layer's device-tier heads share four allocations ---- */
+
+static int layer_of(const kvc_store *kv, const kv_head *hd) { return (int)((hd - kv->heads) / kv->n_head_kv); }
+static int head_of(const kvc_store *kv, const kv_head *hd) { return (int)((hd - kv->heads) % kv->n_head_kv); }
+
+/* Point a slab head at its region of the layer's slab, off slots in. */
+static void slab_bind(kvc_store *kv, int l, int h) {
+    const kv_slab *s = &kv->slabs[l];
+    kv_head *hd = head_at(kv, l, h);
+    const size_t rb = kv->row_bytes, at = (size_t)h * (size_t)s->cap + (size_t)hd->off;
+    hd->cap = s->cap;
+    if (!s->cap) {
+        hd->k = hd->v = NULL;
+        hd->pos = hd->round = NULL;
+        hd->off = 0;
+        return;
+    }
+    hd->k = s->k + at * rb;
+    hd->v = s->v + at * rb;
+    hd->pos = s->pos + at;
+    hd->round = s->round + at;
+}
+
+static void slab_free(kvc_store *kv, kv_slab *s) {
+    const size_t slots = (size_t)kv->n_head_kv * (size_t)s->cap;
+    kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->k, slots * kv->row_bytes);
+    kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->v, slots * kv->row_bytes);
+    kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->pos, slots * sizeof(int32_t));
+    kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, s->round, slots * sizeof(int32_t));
+    *s = (kv_slab){0};
+}
+
+/* Reallocate layer l's slab to cap slots a head (>= every slab head's n; 0 = free it), each slab head's slots
+ * moved to the start of its region (a device-to-device copy, uncounted like a per-head reallocation's). */
+static int slab_resize(kvc_store *kv, int l, int64_t cap, char *err, size_t err_len) {
+    kv_slab ns = {0};
+    if (cap > 0) {
+        const size_t slots = (size_t)kv->n_head_kv * (size_t)cap;
+        ns.k = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, slots * kv->row_bytes);
+        ns.v = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, slots * kv->row_bytes);
+        ns.pos = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, slots * sizeof(int32_t));
+        ns.round = kvb_mem_alloc(kv->mem, KVB_TIER_DEVICE, KVB_MEM_KV, slots * sizeof(int32_t));
+        ns.cap = cap;
+        if (!ns.k || !ns.v || !ns.pos || !ns.round) {
+            slab_free(kv, &ns); /* (kvb_mem_free skips the NULL ones) */
+            return ERR("kv store: out of memory for a slab of %d heads x %lld slots", kv->n_head_kv, (long long)cap);
+        }
+        for (int h = 0; h < kv->n_head_kv; h++) {
+            const kv_head *hd = head_at(kv, l, h);
+            if (!hd->in_slab || !hd->n) continue;
+            const size_t at = (size_t)h * (size_t)cap;
+            kv_head dst = {0};
+            dst.k = ns.k + at * kv->row_bytes, dst.v = ns.v + at * kv->row_bytes, dst.pos = ns.pos + at;
+            dst.round = ns.round + at;
+            if (copy_slots(kv, &dst, KVB_TIER_DEVICE, hd, KVB_TIER_DEVICE, hd->n, err, err_len)) {
+                slab_free(kv, &ns);
+                return -1;
+            }
+        }
+    }
+    slab_free(kv, &kv->slabs[l]);
+    kv->slabs[l] = ns;
+    for (int h = 0; h < kv->n_head_kv; h++)
+        if (head_at(kv, l, h)->in_slab) head_at(kv, l, h)->off = 0, slab_bind(kv, l, h);
+    return 0;
+}
+
+/* The longest slab head of a layer (plus add[h] slots where add is given), and whether one has dropped slots. */
+static int64_t slab_longest(const kvc_store *kv, int l, const int64_t *add, int *dropped) {
+    int64_t most = 0;
+    for (int h = 0; h < kv->n_head_kv; h++) {
+        const kv_head *hd = head_at(kv, l, h);
+        if (!hd->in_slab) continue;
+        const int64_t n = hd->n + (add ? add[h] : 0);
+        if (n > most) most = n;
+        if (dropped && hd->off > 0) *dropped = 1;
+    }
+    return most;
+}
+
+/* Room in layer l's slab for add[h] more slots after each slab head's n: the store's growth rule (reserve) applied
+ * to the layer, whose one capacity is its longest head's: grow by a quarter, or compact (a head has dropped
+ * slots at its front) into a quarter more than the longest head will hold. */
+static int slab_reserve(kvc_store *kv, int l, const int64_t *add, char *err, size_t err_len) {
+    const kv_slab *s = &kv->slabs[l];
+    int fits = 1, dropped = 0;
+    for (int h = 0; h < kv->n_head_kv; h++) {
+        const kv_head *hd = head_at(kv, l, h);
+        if (hd->in_slab && hd->off + hd->n + add[h] > s->cap) fits = 0;
+    }
+    if (fits) return 0;
+    const int64_t most = slab_longest(kv, l, add, &dropped);
+    int64_t cap = s->cap ? with_spare(s->cap) : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
+    if (dropped) {
+        const int64_t need = with_spare(most);
+        cap = s->cap > need ? s->cap : need;
+    }
+    if (cap < most) cap = most;
+    return slab_resize(kv, l, cap, err, err_len);
+}
+
 /* Room for `more` slots after the head's n (grow by a quarter: a compacted head stays close to its budget while
  * decode appends). A head with dropped slots at its front (a sliding window) is compacted into storage with a
- * quarter of its rows spare, so it copies its window once per n/4 steps, not every step. */
+ * quarter of its rows spare, so it copies its window once per n/4 steps, not every step. A slab head grows its
+ * layer's slab by the same rule. */
 static int reserve(kvc_store *kv, kv_head *hd, int64_t more, char *err, size_t err_len) {
     if (hd->off + hd->n + more <= hd->cap) return 0;
+    if (hd->in_slab) {
+        int64_t add[KVB_MAX_KV_HEADS] = {0};
+        add[head_of(kv, hd)] = more;
+        return slab_reserve(kv, layer_of(kv, hd), add, err, err_len);
+    }
     int64_t cap = hd->cap ? with_spare(hd->cap) : (kv->initial_capacity > 0 ? kv->initial_capacity : 16);
     if (hd->off > 0) {
         int64_t need = with_spare(hd->n + more);
@@ -143,20 +272,60 @@ kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype,
     kv->be = be;
     kv->mem = mem;
     kv->heads = calloc((size_t)n_layer * (size_t)n_head_kv, sizeof *kv->heads);
-    if (!kv->heads) {
+    kv->slabs = calloc((size_t)n_layer, sizeof *kv->slabs);
+    if (!kv->heads || !kv->slabs) {
         kvc_free(kv);
         snprintf(err, err_len, "kv store: out of memory");
         return NULL;
     }
     for (int i = 0; i < n_layer * n_head_kv; i++) kv->heads[i].cat = KVB_MEM_KV;
+    kv->tmp.cat = KVB_MEM_WORKSPACE;
+    kvc_set_layout(kv, kvc_default_layout(be), err, err_len); /* an empty store: cannot fail */
     return kv;
+}
+
+kvc_layout kvc_default_layout(const kvb_backend *be) {
+#ifdef KVB_HAVE_CUDA
+    /* the discrete backend is the CUDA one; FlashInfer's paged decode addresses a layer's heads from one base */
+    if (be && be->discrete && kvb_cuda_attention_kernel() == 5) return KVC_LAYOUT_SLAB;
+#else
+    (void)be;
+#endif
+    return KVC_LAYOUT_HEADS;
+}
+
+const char *kvc_layout_name(kvc_layout layout) { return layout == KVC_LAYOUT_SLAB ? "slab" : "heads"; }
+
+int kvc_set_layout(kvc_store *kv, kvc_layout layout, char *err, size_t err_len) {
+    if (layout != KVC_LAYOUT_HEADS && layout != KVC_LAYOUT_SLAB) return ERR("kv store: bad layout %d", (int)layout);
+    for (int i = 0; i < kv->n_layer * kv->n_head_kv; i++)
+        if (kv->heads[i].cap || kv->heads[i].tier != KVB_TIER_DEVICE)
+            return ERR("kv store: the layout changes only while the store holds no storage (layer %d head %d has some)",
+                       i / kv->n_head_kv, i % kv->n_head_kv);
+    for (int l = 0; l < kv->n_layer; l++)
+        if (kv->slabs[l].cap) return ERR("kv store: the layout changes only while the store holds no storage");
+    kv->layout = layout;
+    for (int i = 0; i < kv->n_layer * kv->n_head_kv; i++) kv->heads[i].in_slab = layout == KVC_LAYOUT_SLAB;
+    return 0;
+}
+
+kvc_layout kvc_get_layout(const kvc_store *kv) { return kv->layout; }
+
+int kvc_layer_slab(const kvc_store *kv, int layer, kvc_slab *out) {
+    *out = (kvc_slab){0};
+    if (layer < 0 || layer >= kv->n_layer || !kv->slabs[layer].cap) return 0;
+    const kv_slab *s = &kv->slabs[layer];
+    *out = (kvc_slab){s->k, s->v, s->pos, s->round, s->cap, (size_t)s->cap * kv->row_bytes, 0};
+    for (int h = 0; h < kv->n_head_kv; h++) out->heads += head_at(kv, layer, h)->in_slab;
+    return 1;
 }
 
 void kvc_free(kvc_store *kv) {
     if (!kv) return;
-    if (kv->heads) kvc_clear(kv);
+    if (kv->heads && kv->slabs) kvc_clear(kv);
     kvb_mem_free(kv->mem, KVB_TIER_DEVICE, KVB_MEM_WORKSPACE, kv->idx, (size_t)kv->idx_cap * sizeof(int32_t));
     free(kv->heads);
+    free(kv->slabs);
     free(kv);
 }
 
@@ -165,6 +334,8 @@ void kvc_clear(kvc_store *kv) {
         release(kv, &kv->heads[i]);
         kv->heads[i].n = 0;
     }
+    for (int l = 0; l < kv->n_layer; l++) slab_free(kv, &kv->slabs[l]);
+    release(kv, &kv->tmp);
 }
 
 kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
@@ -172,11 +343,33 @@ kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem) {
     kvc_store *kv = kvc_create(src->n_layer, src->n_head_kv, src->head_dim, src->dtype, src->initial_capacity, src->be,
                                mem ? mem : src->mem, err, sizeof err);
     if (!kv) return NULL;
+    if (kvc_set_layout(kv, src->layout, err, sizeof err)) {
+        kvc_free(kv);
+        return NULL;
+    }
+    for (int i = 0; i < src->n_layer * src->n_head_kv; i++) kv->heads[i].tier = src->heads[i].tier;
+    for (int i = 0; i < src->n_layer * src->n_head_kv; i++) kv->heads[i].in_slab = src->heads[i].in_slab;
+    for (int l = 0; l < src->n_layer; l++) { /* a slab of the source's capacity, each slab head copied into place */
+        if (!src->slabs[l].cap) continue;
+        if (slab_resize(kv, l, src->slabs[l].cap, err, sizeof err)) {
+            kvc_free(kv);
+            return NULL;
+        }
+        for (int h = 0; h < src->n_head_kv; h++) {
+            const kv_head *s = head_at(src, l, h);
+            kv_head *d = head_at(kv, l, h);
+            if (!s->in_slab) continue;
+            if (copy_slots(kv, d, KVB_TIER_DEVICE, s, KVB_TIER_DEVICE, s->n, err, sizeof err)) {
+                kvc_free(kv);
+                return NULL;
+            }
+            d->n = s->n;
+        }
+    }
     for (int i = 0; i < src->n_layer * src->n_head_kv; i++) {
         const kv_head *s = &src->heads[i];
         kv_head *d = &kv->heads[i];
-        d->tier = s->tier;
-        if (s->n == 0) continue;
+        if (s->n == 0 || s->in_slab) continue;
         /* the source's capacity, not its rows: a fork decodes on at once, and a head sized exactly would reallocate
          * and copy itself in the first (timed) decode step */
         if (resize(kv, d, s->cap > s->n ? s->cap : s->n, s->tier, err, sizeof err) ||
@@ -195,6 +388,11 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
     if (n_tok <= 0) return n_tok == 0 ? 0 : ERR("kv store: negative token count");
     kvb_kv_rows dst[KVB_MAX_KV_HEADS];
     int to_host = 0;
+    if (kv->layout == KVC_LAYOUT_SLAB) { /* the layer's slab grows once for all its heads */
+        int64_t add[KVB_MAX_KV_HEADS];
+        for (int h = 0; h < kv->n_head_kv; h++) add[h] = n_tok;
+        if (slab_reserve(kv, layer, add, err, err_len)) return -1;
+    }
     for (int h = 0; h < kv->n_head_kv; h++) {
         kv_head *hd = head_at(kv, layer, h);
         if (reserve(kv, hd, n_tok, err, err_len)) return -1;
@@ -214,7 +412,10 @@ int kvc_append(kvc_store *kv, int layer, int64_t n_tok, const float *k, const fl
 /* Compact a device-tier head to the slots of a device index list: gather them into new storage for n slots with
  * the growth spare, so the decode step after a compression appends in place instead of reallocating and copying
  * the head inside the timed decode (what the first append would otherwise do: the spare is what it would add). */
+static int slab_retain(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t n, char *err, size_t err_len);
+
 static int retain_gather(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t n, char *err, size_t err_len) {
+    if (hd->in_slab) return slab_retain(kv, hd, idx, n, err, err_len);
     kv_head old = *hd;
     *hd = (kv_head){0};
     hd->tier = old.tier;
@@ -228,6 +429,27 @@ static int retain_gather(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t
     hd->n = n;
     release(kv, &old);
     return rc;
+}
+
+/* A slab head keeps its region: the listed slots are gathered into the store's workspace and copied back to the
+ * region's start. The slab then keeps the growth spare of reserve: it is cut to a quarter more than its longest head
+ * once that is well under it (the last head of a layer compressed to a budget), and grown to it when the retained
+ * head would lack the spare a per-head store gives it. */
+static int slab_retain(kvc_store *kv, kv_head *hd, const int32_t *idx, int64_t n, char *err, size_t err_len) {
+    const int l = layer_of(kv, hd), h = head_of(kv, hd);
+    if (n > kv->tmp.cap) {
+        release(kv, &kv->tmp);
+        if (resize(kv, &kv->tmp, n, KVB_TIER_DEVICE, err, err_len)) return -1;
+    }
+    kvb_kv_head d = ops_head(&kv->tmp), s = ops_head(hd);
+    if (n > 0 && kv->be->kv_gather(kv->be, &d, 0, &s, idx, n, kv->row_bytes, KVB_COPY_D2D, err, err_len)) return -1;
+    hd->off = 0;
+    slab_bind(kv, l, h);
+    if (copy_slots(kv, hd, KVB_TIER_DEVICE, &kv->tmp, KVB_TIER_DEVICE, n, err, err_len)) return -1;
+    hd->n = n;
+    const int64_t most = slab_longest(kv, l, NULL, NULL), target = most > 0 ? with_spare(most) : 0;
+    const int64_t cap = kv->slabs[l].cap;
+    return cap > target || cap < with_spare(n) ? slab_resize(kv, l, target, err, err_len) : 0;
 }
 
 int kvc_retain(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, char *err, size_t err_len) {
@@ -356,9 +578,36 @@ int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size
     if (hd->tier == tier) return 0;
     kvb_tier from = hd->tier;
     int64_t moved = hd->n * kvc_slot_bytes(kv);
+    if (kv->layout == KVC_LAYOUT_SLAB && tier == KVB_TIER_DEVICE) { /* back into its region of the slab */
+        kv_head old = *hd;
+        hd->n = hd->off = 0;
+        hd->in_slab = 1;
+        hd->tier = KVB_TIER_DEVICE;
+        int64_t add[KVB_MAX_KV_HEADS] = {0};
+        add[h] = old.n;
+        slab_bind(kv, layer, h);
+        if (slab_reserve(kv, layer, add, err, err_len) ||
+            copy_slots(kv, hd, KVB_TIER_DEVICE, &old, KVB_TIER_HOST, old.n, err, err_len)) {
+            *hd = old;
+            return -1;
+        }
+        hd->n = old.n;
+        release(kv, &old);
+        if (moved) kvb_mem_move(kv->mem, from, tier, moved);
+        return 0;
+    }
+    /* a slab head leaving for the host tier: per-head host storage (resize), its region stays in the slab, and the
+     * slab is freed once no head is left in it */
     /* the moved head keeps the growth spare: decode appends to it next (on the host tier, a reallocation there is
      * a pinned allocation and a copy of the head inside the timed decode) */
+    const int was_in_slab = hd->in_slab;
     if (resize(kv, hd, hd->n > 0 ? with_spare(hd->n) : 0, tier, err, err_len)) return -1;
+    hd->in_slab = 0;
+    if (was_in_slab && kv->slabs[layer].cap) {
+        int left = 0;
+        for (int g = 0; g < kv->n_head_kv; g++) left += head_at(kv, layer, g)->in_slab;
+        if (!left) slab_free(kv, &kv->slabs[layer]);
+    }
     if (moved) kvb_mem_move(kv->mem, from, tier, moved);
     return 0;
 }
@@ -382,7 +631,10 @@ int64_t kvc_slot_bytes(const kvc_store *kv) { return (int64_t)(2 * kv->row_bytes
 int64_t kvc_bytes(const kvc_store *kv, kvb_tier tier) {
     int64_t s = 0;
     for (int i = 0; i < kv->n_layer * kv->n_head_kv; i++)
-        if (tier == KVB_TIER_COUNT || kv->heads[i].tier == tier) s += kv->heads[i].cap * kvc_slot_bytes(kv);
+        if ((tier == KVB_TIER_COUNT || kv->heads[i].tier == tier) && !kv->heads[i].in_slab)
+            s += kv->heads[i].cap * kvc_slot_bytes(kv);
+    if (tier == KVB_TIER_COUNT || tier == KVB_TIER_DEVICE) /* a slab: every head's region, held or not */
+        for (int l = 0; l < kv->n_layer; l++) s += kv->n_head_kv * kv->slabs[l].cap * kvc_slot_bytes(kv);
     return s;
 }
 
@@ -421,7 +673,8 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
     if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
     kvb_kv_head *x = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *x), *y = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *y);
     int64_t *off = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *off);
-    int rc = x && y && off ? 0 : ERR("out of memory");
+    int64_t *add = calloc((size_t)dst->n_layer * (size_t)dst->n_head_kv, sizeof *add); /* slab heads: reserved by layer */
+    int rc = x && y && off && add ? 0 : ERR("out of memory");
     int64_t moved = 0;
     for (int j = 0; j < n_heads && !rc; j++) {
         const int l = layer[j], h = head[j];
@@ -437,11 +690,14 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
         const int32_t *ix = idx ? idx[j] : NULL;
         if (!rc && (n[j] < 0 || (!ix && n[j] > sh->n)))
             rc = ERR("kv store: %lld slots of a head of %lld", (long long)n[j], (long long)sh->n);
-        if (rc || (ix && check_list(sh, ix, n[j], err, err_len)) || reserve(dst, d, n[j], err, err_len)) {
+        if (rc || (ix && check_list(sh, ix, n[j], err, err_len)) || (!d->in_slab && reserve(dst, d, n[j], err, err_len))) {
             rc = -1;
             break;
         }
+        if (d->in_slab) add[(size_t)l * dst->n_head_kv + h] = n[j];
     }
+    for (int l = 0; l < dst->n_layer && !rc && dst->layout == KVC_LAYOUT_SLAB; l++)
+        if (slab_reserve(dst, l, add + (size_t)l * dst->n_head_kv, err, err_len)) rc = -1;
     for (int j = 0; j < n_heads && !rc; j++) { /* after every reserve: a reserve may move a head */
         kv_head *d = head_at(dst, layer[j], head[j]);
         x[j] = ops_head(d);
@@ -455,6 +711,7 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
     free(x);
     free(y);
     free(off);
+    free(add);
     return rc;
 }
 

@@ -5,7 +5,16 @@
  * storage is real: retain shrinks the allocation, so a method's saving shows up in the
  * byte accounting (engine/mem.h) rather than being a mask. Every byte is moved by the store's backend
  * (kernels/backend.h data ops): device-tier rows are never touched by host code, and each move between
- * tiers is a counted copy (be->traffic). Host-tier rows are host memory that host code may read. */
+ * tiers is a counted copy (be->traffic). Host-tier rows are host memory that host code may read.
+ *
+ * Two layouts of the device tier, the same rows, positions and occupied bytes under every call (test_kvcache runs in
+ * both, test_kvcache_slab compares them call by call):
+ *   heads: every (layer, KV head) has its own allocations, sized to what it holds (plus the growth spare);
+ *   slab:  a layer's device-tier heads share one K, one V, one position and one round allocation of n_head_kv x cap
+ *          slots, head h's region at h x cap slots (kvc_slab): one capacity per layer, that of its longest head
+ *          under the same growth rule. FlashInfer's paged decode (attention kernel 5) addresses such a layer from
+ *          one base (kernels/cuda/flashinfer_layout.h). A head moved to the host tier leaves the slab (its region
+ *          stays allocated until the layer's slab is resized) and comes back into its region when moved back. */
 #ifndef KVB_KVCACHE_H
 #define KVB_KVCACHE_H
 
@@ -18,6 +27,19 @@
 
 typedef struct kvc_store kvc_store;
 
+typedef enum { KVC_LAYOUT_HEADS = 0, KVC_LAYOUT_SLAB = 1 } kvc_layout;
+
+/* One layer's slab: K rows of head h at k + h x head_stride bytes (each head's slot 0 before any kvc_drop_front), V
+ * rows at v + h x head_stride, positions and rounds at pos/round + h x cap; device tier. heads: how many of the
+ * layer's KV heads are in it (a host-tier head is not). */
+typedef struct {
+    const void *k, *v;
+    const int32_t *pos, *round;
+    int64_t cap;
+    size_t head_stride;
+    int heads;
+} kvc_slab;
+
 /* View of one (layer, KV head): rows are head_dim elements of dtype. Pointers are the tier's memory: device-tier
  * ones are for backend ops only (host code must not dereference them). */
 typedef struct {
@@ -28,11 +50,24 @@ typedef struct {
     kvb_tier tier;
 } kvc_view;
 
-/* A store for n_layer x n_head_kv heads of head_dim, starting with room for initial_capacity tokens per head. */
+/* A store for n_layer x n_head_kv heads of head_dim, starting with room for initial_capacity tokens per head, in
+ * kvc_default_layout(be). */
 kvc_store *kvc_create(int n_layer, int n_head_kv, int head_dim, kvb_dtype dtype, int64_t initial_capacity,
                       kvb_backend *be, kvb_mem *mem, char *err, size_t err_len);
 void kvc_free(kvc_store *kv);
-/* Deep copy (same backend; same accounting tracker unless mem is given). NULL on failure. */
+/* The layout a new store takes: the slab where FlashInfer reads the cache (the CUDA backend with attention kernel 5:
+ * KVB_ATTN_KERNEL=5, --cuda-kernels attn=5, so run.json's cuda_kernels and the fingerprint's attn5 record it),
+ * otherwise one allocation per head. */
+kvc_layout kvc_default_layout(const kvb_backend *be);
+/* Change the layout of a store that holds no storage yet (tests; a caller that knows better); -1 otherwise. */
+int kvc_set_layout(kvc_store *kv, kvc_layout layout, char *err, size_t err_len);
+kvc_layout kvc_get_layout(const kvc_store *kv);
+/* "heads" or "slab" */
+const char *kvc_layout_name(kvc_layout layout);
+/* Fill *out with layer's slab and return 1; 0 (and *out zeroed) when the layer has none (the heads layout, or
+ * nothing allocated). */
+int kvc_layer_slab(const kvc_store *kv, int layer, kvc_slab *out);
+/* Deep copy (same backend and layout; same accounting tracker unless mem is given). NULL on failure. */
 kvc_store *kvc_fork(const kvc_store *src, kvb_mem *mem);
 /* Append n_tok tokens to every head of a layer; k, v: [n_tok][n_head_kv][head_dim] f32, pos, round: [n_tok]
  * (round may be NULL = 0), all device memory (the backend's kv_writer stores them; rows for host-tier heads are
@@ -82,7 +117,8 @@ int kvc_set_layer_tier(kvc_store *kv, int layer, kvb_tier tier, char *err, size_
 kvc_view kvc_head_view(const kvc_store *kv, int layer, int h);
 /* Tokens held by one head. */
 int64_t kvc_n(const kvc_store *kv, int layer, int h);
-/* Bytes allocated in a tier (all heads; KVB_TIER_COUNT = both tiers). */
+/* Bytes allocated in a tier (all heads; KVB_TIER_COUNT = both tiers): a slab counts whole, n_head_kv x cap slots,
+ * whatever its heads hold. */
 int64_t kvc_bytes(const kvc_store *kv, kvb_tier tier);
 /* Bytes of occupied slots in a tier (KVB_TIER_COUNT = both tiers). */
 int64_t kvc_used_bytes(const kvc_store *kv, kvb_tier tier);

@@ -1,6 +1,7 @@
 /* test_kvcache.c — the KV store, byte accounting and the profiler: stored values, positions and rounds
  * through retain/evict/gather/tier moves on the CPU backend, bytes per tier and copies per direction against
- * hand-computed figures, and profiler totals. */
+ * hand-computed figures, and profiler totals. The store's tests run twice: one allocation per head, then the
+ * per-layer slab (kvcache.h; test_kvcache_slab compares the two call by call). */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +20,16 @@
 enum { L = 2, H = 3, D = 8 };
 static char err[256];
 static kvb_backend *be; /* the CPU backend: device-tier memory is the heap, so the test may read it */
+static kvc_layout layout; /* the suite's layout */
+
+static int suite_heads(void) { return layout = KVC_LAYOUT_HEADS, 0; }
+static int suite_slab(void) { return layout = KVC_LAYOUT_SLAB, 0; }
+
+static kvc_store *create(kvb_mem *m, kvb_dtype dt, int64_t cap0) {
+    kvc_store *kv = kvc_create(L, H, D, dt, cap0, be, m, err, sizeof err);
+    CU_ASSERT_FATAL(kv != NULL && kvc_set_layout(kv, layout, err, sizeof err) == 0);
+    return kv;
+}
 
 /* k[t][h][d] = t + h/10 + d/100 (exactly representable in f16 for small t? close enough: checked with f16 rounding) */
 static float kval(int t, int h, int d) { return (float)t + h * 0.125f + d * 0.0078125f; }
@@ -34,8 +45,7 @@ static void fill(float *k, float *v, int t0, int n) {
 }
 
 static kvc_store *make(kvb_mem *m, kvb_dtype dt, int n_tok) {
-    kvc_store *kv = kvc_create(L, H, D, dt, 4, be, m, err, sizeof err);
-    CU_ASSERT_FATAL(kv != NULL);
+    kvc_store *kv = create(m, dt, 4);
     float *k = malloc(sizeof(float) * n_tok * H * D), *v = malloc(sizeof(float) * n_tok * H * D);
     int32_t *pos = malloc(sizeof(int32_t) * n_tok), *round = malloc(sizeof(int32_t) * n_tok);
     fill(k, v, 0, n_tok);
@@ -143,7 +153,8 @@ static void test_compacted_and_moved_heads_append_in_place(void) {
         for (int l = 0; l < L; l++) CU_ASSERT_FATAL(kvc_append(kv, l, 1, k, v, &pos, &round, err, sizeof err) == 0);
     }
     kvc_view a = kvc_head_view(kv, 0, 1), b = kvc_head_view(kv, 1, 2);
-    CU_ASSERT(a.k == k0 && b.k == k1); /* appended in place */
+    /* appended in place (a slab head's layer grew for its 40-slot heads: it moved with them) */
+    CU_ASSERT((a.k == k0 || layout == KVC_LAYOUT_SLAB) && b.k == k1);
     CU_ASSERT(a.n == 8 + 18 && a.pos[1] == 103 && a.pos[8] == 200 && ((const float *)a.k)[8 * D] == kval(100, 1, 0));
     CU_ASSERT(b.n == 40 + 18 && b.tier == KVB_TIER_HOST && ((const float *)b.k)[57 * D + 3] == kval(117, 2, 3));
     int32_t few[2] = {5, 50}; /* a host head compacted to a few slots gives its storage back */
@@ -175,8 +186,7 @@ static void test_tier_moves_and_packed_gathers_are_counted(void) {
     CU_ASSERT(pos[0] == 101 && pos[1] == 106 && fabsf(kvb_f16_to_f32(k[D]) - kval(6, 0, 0)) < 1e-2f);
     CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 0);
     /* a packed load: host-tier slots into a device store, one backend gather (four arrays) counted up */
-    kvc_store *vis = kvc_create(L, H, D, KVB_F16, 0, be, &m, err, sizeof err);
-    CU_ASSERT_FATAL(vis != NULL);
+    kvc_store *vis = create(&m, KVB_F16, 0);
     kvb_traffic t0 = be->traffic;
     CU_ASSERT(kvc_append_from(vis, 1, 2, kv, 1, 2, idx, 2, 1, err, sizeof err) == 0);
     CU_ASSERT_EQUAL(m.moved_bytes[KVB_TIER_HOST][KVB_TIER_DEVICE], 2 * slot);
@@ -302,13 +312,16 @@ static void test_profiler_accounts_time_to_stage_phase_and_layer(void) {
 int main(void) {
     be = kvb_backend_cpu_create(1, err, sizeof err);
     if (!be || CU_initialize_registry() != CUE_SUCCESS) return 1;
-    CU_pSuite s = CU_add_suite("kvcache", NULL, NULL);
-    CU_add_test(s, "append stores rows, positions and rounds", test_append_stores_rows_positions_and_rounds);
-    CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
-    CU_add_test(s, "drop front keeps the window in order and bounded", test_drop_front_keeps_the_window_in_order_and_bounded);
-    CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
-    CU_add_test(s, "compacted and moved heads append in place", test_compacted_and_moved_heads_append_in_place);
-    CU_add_test(s, "evict swaps the last slot into the victim", test_evict_swaps_the_last_slot_into_the_victim);
+    for (int lay = 0; lay < 2; lay++) {
+        CU_pSuite s = CU_add_suite(lay ? "kvcache, slab layout" : "kvcache, per-head layout", lay ? suite_slab : suite_heads, NULL);
+        CU_add_test(s, "append stores rows, positions and rounds", test_append_stores_rows_positions_and_rounds);
+        CU_add_test(s, "retain keeps exactly the index set and frees bytes", test_retain_keeps_exactly_the_index_set_and_frees_bytes);
+        CU_add_test(s, "drop front keeps the window in order and bounded", test_drop_front_keeps_the_window_in_order_and_bounded);
+        CU_add_test(s, "tier moves and packed gathers are counted", test_tier_moves_and_packed_gathers_are_counted);
+        CU_add_test(s, "compacted and moved heads append in place", test_compacted_and_moved_heads_append_in_place);
+        CU_add_test(s, "evict swaps the last slot into the victim", test_evict_swaps_the_last_slot_into_the_victim);
+    }
+    CU_pSuite s = CU_add_suite("kvcache accounting and profiler", NULL, NULL);
     CU_add_test(s, "mem tracks peaks per tier and category", test_mem_tracks_peaks_per_tier_and_category);
     CU_add_test(s, "profiler accounts time to stage, phase and layer", test_profiler_accounts_time_to_stage_phase_and_layer);
     int rc = util_run_suites();
