@@ -141,6 +141,18 @@ typedef struct {
     int group, bits;
 } kvb_quant_kv;
 
+/* ThinK (methods/think.c): a KV segment whose keys keep dk of the head's channels beside whole values, per KV head:
+ * n tokens, K rows [n][dk] and V rows [n][head_dim] of the attention's kv_dtype, positions pos[n]. qg:
+ * [n_q][n_head][dk] f32, each query head's q at its KV head's kept channels in the K rows' order (gather_cols).
+ * k, v, pos: host arrays of n_head_kv device pointers. */
+typedef struct {
+    const void *const *k, *const *v;
+    const int32_t *const *pos;
+    int64_t n;
+    int dk;
+    const float *qg;
+} kvb_narrow_kv;
+
 /* How the CPU backend multiplies a matmul over many tokens (kvb_backend.gemm): KVB_GEMM_INT8 = always the
  * integer path in llama.cpp's order (activations quantized, integer dots: bitwise llama.cpp's); KVB_GEMM_F32 =
  * from CPU_GEMM_MIN_TOK tokens on (kernels/cpu/gemm.h), f32 weights dequantized a panel at a time into an
@@ -340,6 +352,20 @@ struct kvb_backend {
      * x[j] == x[i] and j < i; NaN after every number, NaNs by slot. A rank: 0 .. block - 1, distinct in a block. */
     int (*block_ranks)(kvb_backend *be, float *out, const float *x, int64_t n, int64_t block, char *err,
                        size_t err_len);
+    /* ---- keys narrower than values (ThinK, methods/think.c: kvb_narrow_kv) ---- */
+    /* out[r out_stride + j] = x[r in_stride + cols[j]] for rows r < n and j < m: elements of dtype copied bit for
+     * bit (strides in elements; cols: m device int32 in [0, in_stride)); out and x must not overlap. */
+    int (*gather_cols)(kvb_backend *be, void *out, int64_t out_stride, const void *x, int64_t in_stride, kvb_dtype dtype,
+                       const int32_t *cols, int m, int64_t n, char *err, size_t err_len);
+    /* Attention over a narrow-key segment s merged into an attention over the rest, as attention_quant merges
+     * (a->out and a->lse required; a->q unused, s->qg read instead): for query row t and head h (KV head g), token
+     * i < s->n is visible iff s->pos[g][i] <= q_pos[t] (every token when q_pos is NULL); s_i = a->scale *
+     * sum_j qg[t][h][j] k_i[j] (float, j ascending over the dk kept channels); M = max(lse, max s_i); w0 =
+     * exp(lse - M) (0 when lse = -inf), w_i = exp(s_i - M) (double); L = w0 + sum_i w_i (double, i ascending);
+     * out[e] = (float)((w0 out[e] + acc[e]) / L) in double (w0 out[e] = 0 when w0 = 0) with acc[e] = sum_i
+     * (float)w_i v_i[e] (float, i ascending, e < head_dim); lse = M + log L. Rows that see nothing keep out and lse. */
+    int (*attention_narrow)(kvb_backend *be, const kvb_attn_args *a, const kvb_narrow_kv *s, char *err,
+                            size_t err_len);
     void (*free)(kvb_backend *be);
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */

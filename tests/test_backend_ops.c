@@ -1191,6 +1191,158 @@ static void test_attention_quant_merges_the_quantized_softmax_into_the_stores_as
 }
 
 
+/* ---- ThinK's narrow keys: gather_cols, attention_narrow ---- */
+
+/* Every row's listed columns (repeats and any order allowed), copied bit for bit, strides wider than the rows; the
+ * bytes between an output row's m columns and its stride are left as they were. */
+static void check_gather_cols(kvb_backend *be, kvb_dtype dt, int64_t n, int m, int64_t in_stride) {
+    char err[256];
+    const size_t es = elt(dt);
+    const int64_t out_stride = m + rnd(3);
+    uint8_t *x = malloc((size_t)(n * in_stride) * es + 1), *ref = malloc((size_t)(n * out_stride) * es + 1);
+    uint8_t *got = malloc((size_t)(n * out_stride) * es + 1);
+    int32_t *cols = malloc((size_t)m * 4 + 4);
+    fill_bytes(x, (size_t)(n * in_stride) * es);
+    fill_bytes(ref, (size_t)(n * out_stride) * es);
+    for (int j = 0; j < m; j++) cols[j] = (int32_t)rnd(in_stride);
+    uint8_t *dout = up(be, ref, (size_t)(n * out_stride) * es);
+    for (int64_t r = 0; r < n; r++)
+        for (int j = 0; j < m; j++) memcpy(ref + (size_t)(r * out_stride + j) * es, x + (size_t)(r * in_stride + cols[j]) * es, es);
+    CU_ASSERT(be->gather_cols(be, dout, out_stride, up(be, x, (size_t)(n * in_stride) * es), in_stride, dt,
+                              up(be, cols, (size_t)m * 4), m, n, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)(n * out_stride) * es);
+    CU_ASSERT(memcmp(got, ref, (size_t)(n * out_stride) * es) == 0);
+    free(x), free(ref), free(got), free(cols);
+    release_all(be);
+}
+
+static void test_gather_cols_copies_each_rows_listed_columns_bit_for_bit(void) {
+    char err[256];
+    const int64_t ns[] = {0, 1, 7, 300};
+    EACH_BACKEND(be) for (int di = 0; di < 2; di++) for (int ni = 0; ni < COUNT(ns); ni++) for (int hi = 0; hi < COUNT(head_dims); hi++) {
+        const int D = head_dims[hi];
+        check_gather_cols(be, di ? KVB_F16 : KVB_F32, ns[ni], 1 + (int)rnd(D), D + rnd(2) * D * (int64_t)rnd(4));
+    }
+    EACH_BACKEND(be) { /* a stride shorter than the columns is refused by name */
+        CU_ASSERT(be->gather_cols(be, dev(be, 64), 2, dev(be, 64), 4, KVB_F32, dev(be, 16), 3, 1, err, sizeof err) == -1);
+        CU_ASSERT(strstr(err, "gather_cols") != NULL);
+        release_all(be);
+    }
+}
+
+/* The reference is the header's formula in float64 from the narrow K rows (kept channels) and whole V rows, with
+ * positions per KV head in any order (some past a query's position). Bounds as attention_quant's: a logit in float
+ * over dk products moves by ds = (dk + 2) 2^-23 sum|scale q k|, the value sums by (n + 4) roundings; the CPU is also
+ * held to the header's float steps bit for bit. Rows that see nothing keep out and lse bit for bit; rows whose
+ * store part is empty (lse = -inf) hold NaN in out, which w0 = 0 must not read. */
+static void check_attention_narrow(kvb_backend *be, int HK, int Gq, int D, int dk, int64_t n, int64_t n_q, int masked,
+                                   kvb_dtype dt) {
+    char err[256];
+    enum { MAXK = 3 };
+    const int H = HK * Gq;
+    const size_t es = elt(dt);
+    const int64_t no = n_q * H * D, ng = n_q * H * dk;
+    const float scale = (float)((0.5 + unit()) / sqrt((double)D));
+    float *qg = malloc((size_t)ng * 4 + 4), *out0 = malloc((size_t)no * 4), *got = malloc((size_t)no * 4);
+    float *lse0 = malloc((size_t)(H * n_q) * 4), *lse = malloc((size_t)(H * n_q) * 4);
+    float *kf = malloc((size_t)(HK * n * dk) * 4 + 4), *vf = malloc((size_t)(HK * n * D) * 4 + 4), *sf = malloc((size_t)n * 4 + 4);
+    float *accf = malloc((size_t)D * 4);
+    double *s64 = malloc((size_t)n * 8 + 8), *w64 = malloc((size_t)n * 8 + 8);
+    int32_t *qpos = malloc((size_t)n_q * 4), *pos = malloc((size_t)(HK * n) * 4 + 4);
+    const void *dkp[MAXK], *dvp[MAXK];
+    const int32_t *dpp[MAXK];
+    CU_ASSERT_FATAL(HK <= MAXK);
+    for (int g = 0; g < HK; g++) {
+        void *k = malloc((size_t)(n * dk) * es + 1), *v = malloc((size_t)(n * D) * es + 1);
+        fill_rows(k, n * dk, dt), fill_rows(v, n * D, dt);
+        for (int64_t i = 0; i < n * dk; i++) kf[g * n * dk + i] = dt == KVB_F16 ? kvb_f16_to_f32(((kvb_f16 *)k)[i]) : ((float *)k)[i];
+        for (int64_t i = 0; i < n * D; i++) vf[g * n * D + i] = dt == KVB_F16 ? kvb_f16_to_f32(((kvb_f16 *)v)[i]) : ((float *)v)[i];
+        for (int64_t i = 0; i < n; i++) pos[g * n + i] = (int32_t)rnd(n + 2); /* any order, repeats */
+        dkp[g] = up(be, k, (size_t)(n * dk) * es), dvp[g] = up(be, v, (size_t)(n * D) * es);
+        dpp[g] = up(be, pos + g * n, (size_t)n * 4);
+        free(k), free(v);
+    }
+    for (int64_t i = 0; i < ng; i++) qg[i] = (float)(unit() * 2 - 1);
+    for (int64_t t = 0; t < n_q; t++) qpos[t] = (int32_t)rnd(n + 4) - 2; /* some rows see nothing */
+    for (int h = 0; h < H; h++)
+        for (int64_t t = 0; t < n_q; t++) { /* the store part: empty, negligible, or comparable */
+            const int kind = (int)rnd(4);
+            lse0[h * n_q + t] = kind == 0 ? -INFINITY : kind == 1 ? -1000.0f : (float)(unit() * 8 - 3);
+            for (int e = 0; e < D; e++) out0[(t * H + h) * D + e] = kind == 0 ? NAN : (float)(unit() * 2 - 1);
+        }
+    float *dout = up(be, out0, (size_t)no * 4), *dlse = up(be, lse0, (size_t)(H * n_q) * 4);
+    kvb_attn_args a = {.n_q = n_q, .n_head = H, .n_head_kv = HK, .head_dim = D, .kv_dtype = dt,
+                       .q_pos = masked ? up(be, qpos, (size_t)n_q * 4) : NULL, .scale = scale, .out = dout, .lse = dlse};
+    kvb_narrow_kv nk = {.k = dkp, .v = dvp, .pos = dpp, .n = n, .dk = dk, .qg = up(be, qg, (size_t)ng * 4)};
+    CU_ASSERT(be->attention_narrow(be, &a, &nk, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)no * 4);
+    down(be, lse, dlse, (size_t)(H * n_q) * 4);
+    int kept = 1, near = 1, exact = 1;
+    for (int64_t t = 0; t < n_q; t++)
+        for (int h = 0; h < H; h++) {
+            const int g = h / Gq;
+            const float *qr = qg + (t * H + h) * dk, *o0 = out0 + (t * H + h) * D, *o = got + (t * H + h) * D;
+            const float l0 = lse0[h * n_q + t], l = lse[h * n_q + t];
+            float mf = l0; /* the header's float maximum */
+            double m = l0, mag_s = 0;
+            int64_t seen = 0;
+            for (int64_t i = 0; i < n; i++) {
+                sf[i] = -INFINITY, s64[i] = -INFINITY;
+                if (masked && pos[g * n + i] > qpos[t]) continue;
+                const float *ki = kf + (g * n + i) * dk;
+                float dot_f = 0;
+                double dot = 0, dmag = 0;
+                for (int j = 0; j < dk; j++) dot_f += qr[j] * ki[j], dot += (double)qr[j] * ki[j], dmag += fabs((double)qr[j] * ki[j]);
+                sf[i] = scale * dot_f, s64[i] = scale * dot, mag_s = fmax(mag_s, scale * dmag), seen++;
+                mf = sf[i] > mf ? sf[i] : mf, m = fmax(m, s64[i]);
+            }
+            if (!seen) {
+                kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
+                continue;
+            }
+            const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
+            double L = w0, sum_f = 0;
+            for (int e = 0; e < D; e++) accf[e] = 0;
+            for (int64_t i = 0; i < n; i++) {
+                w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
+                L += w64[i];
+                if (sf[i] == -INFINITY) continue;
+                const double wf = exp((double)sf[i] - (double)mf);
+                sum_f += wf;
+                for (int e = 0; e < D; e++) accf[e] += (float)wf * vf[(g * n + i) * D + e];
+            }
+            const double Lf = w0f + sum_f, ds = (dk + 2) * 0x1p-23 * mag_s;
+            for (int e = 0; e < D; e++) {
+                double acc = 0, mag = w0 > 0 ? w0 * fabs(o0[e]) : 0;
+                for (int64_t i = 0; i < n; i++) acc += w64[i] * vf[(g * n + i) * D + e], mag += w64[i] * fabs(vf[(g * n + i) * D + e]);
+                const double ref = ((w0 > 0 ? w0 * o0[e] : 0) + acc) / L;
+                near &= fabs(o[e] - ref) <= (4 * ds + (double)(n + 4) * 0x1p-23) * mag / L + 1e-30;
+                if (is_cpu(be)) exact &= o[e] == (float)(((w0f > 0 ? w0f * o0[e] : 0.0) + accf[e]) / Lf);
+            }
+            const double lse_ref = m + log(L);
+            near &= fabs(l - lse_ref) <= 2 * ds + 0x1p-23 * (fabs(lse_ref) + 1);
+            if (is_cpu(be)) exact &= l == (float)((double)mf + log(Lf));
+        }
+    CU_ASSERT(kept);
+    CU_ASSERT(near);
+    CU_ASSERT(exact);
+    free(qg), free(out0), free(got), free(lse0), free(lse), free(kf), free(vf), free(sf), free(accf), free(s64), free(w64);
+    free(qpos), free(pos);
+    release_all(be);
+}
+
+static void test_attention_narrow_merges_the_narrow_key_softmax_into_the_stores_as_float64_says(void) {
+    EACH_BACKEND(be) for (int gi = 0; gi < COUNT(groups); gi++) for (int ni = 0; ni < 4; ni++)
+        for (int masked = 0; masked < 2; masked++) for (int di = 0; di < 2; di++) {
+            const int D = head_dims[rnd(COUNT(head_dims))], dk = 1 + (int)rnd(D);
+            /* no tokens, one, some, past 512 (the CUDA kernel's chunk) */
+            const int64_t n = ni == 0 ? 0 : ni == 1 ? 1 : ni == 2 ? 2 + rnd(40) : 530 + rnd(20);
+            check_attention_narrow(be, 1 + (int)rnd(3), groups[gi], D, dk, n, ni == 3 ? 1 + rnd(2) : 1 + rnd(5), masked,
+                                   di ? KVB_F16 : KVB_F32);
+        }
+}
+
+
 /* ---- elementwise ops on per-slot vectors: mul_f32, axpby_f32, softmax_rows, proj_sqnorms, block_scaled_std,
  * block_normalize, block_ranks ----
  * The header fixes each one's precision and order (products of floats are exact in double; sums in one order), so
@@ -1520,6 +1672,7 @@ static const struct {
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
     OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
     OP(proj_sqnorms), OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
+    OP(gather_cols),  OP(attention_narrow),
 };
 #undef OP
 
@@ -1615,6 +1768,8 @@ int main(void) {
     ADD(test_block_expand_lists_each_blocks_slots_and_cuts_the_last_at_n);
     ADD(test_quant_groups_are_the_headers_records_bit_for_bit_within_half_a_step);
     ADD(test_attention_quant_merges_the_quantized_softmax_into_the_stores_as_float64_says);
+    ADD(test_gather_cols_copies_each_rows_listed_columns_bit_for_bit);
+    ADD(test_attention_narrow_merges_the_narrow_key_softmax_into_the_stores_as_float64_says);
     ADD(test_fill_idx_f32_stores_the_value_at_every_listed_slot_and_nowhere_else);
     ADD(test_split_rows_idx_counts_every_row_and_lists_its_offsets_in_order);
     ADD(test_mul_f32_and_axpby_f32_are_the_float_product_and_the_double_combination);

@@ -14,6 +14,7 @@
 #include "kernels/cpu/kvops.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/narrow.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
 
@@ -209,6 +210,7 @@ kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     be->kv_writer = cpu_kv_writer;
     cpu_install_data_ops(be);
     cpu_install_kvquant_ops(be);
+    cpu_install_narrow_ops(be); /* gather_cols, attention_narrow (narrow.c) */
     cpu_install_arch_ops(be); /* rope_ext, geglu, scale, attention_window (arch_ops.c) */
     be->impl = im;
     be->allocator = &heap_allocator;

@@ -324,6 +324,12 @@ GUARDED_INT(quant_groups, (kvb_backend *be, void *out, const void *x, kvb_dtype 
                            int per_channel, char *err, size_t err_len), out, x, dtype, n, d, G, bits, per_channel, err, err_len)
 GUARDED_INT(attention_quant, (kvb_backend *be, const kvb_attn_args *a, const kvb_quant_kv *q, char *err, size_t err_len),
             a, q, err, err_len)
+/* ThinK's narrow keys */
+GUARDED_INT(gather_cols, (kvb_backend *be, void *out, int64_t out_stride, const void *x, int64_t in_stride, kvb_dtype dtype,
+                          const int32_t *cols, int m, int64_t n, char *err, size_t err_len),
+            out, out_stride, x, in_stride, dtype, cols, m, n, err, err_len)
+GUARDED_INT(attention_narrow, (kvb_backend *be, const kvb_attn_args *a, const kvb_narrow_kv *s, char *err, size_t err_len),
+            a, s, err, err_len)
 
 GUARDED_INT(fill_idx_f32, (kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
                            size_t err_len), dst, idx, n, value, err, err_len)
@@ -406,6 +412,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);
+    WRAP(gather_cols); WRAP(attention_narrow);
     WRAP(fill_idx_f32); WRAP(split_rows_idx);
     WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(proj_l1norms); WRAP(block_scaled_std);
     WRAP(block_normalize); WRAP(block_ranks);

@@ -37,6 +37,7 @@ void quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
 #include "kernels/cuda/candidate.h"
 #include "kernels/cuda/flashinfer.h"
 #include "kernels/cuda/kvops.h"
+#include "kernels/cuda/narrow.h"
 
 /* CK(call): 0, or -1 with the failure recorded in the backend (needs `im` in scope). CK_LAUNCH(kernel): the
  * same for the launch just made (bad grid or shared memory; faults inside a kernel surface at the next sync). */
@@ -1004,6 +1005,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
         return NULL;
     }
     cuda_install_kvquant_ops(be);
+    cuda_install_narrow_ops(be);
     cuda_install_arch_ops(be);
     cuda_install_elem_ops(be);
     im->alloc.alloc = cuda_alloc;
