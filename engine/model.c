@@ -189,6 +189,7 @@ kvb_ctx *kvb_ctx_create(kvb_model *m, const kvb_ctx_params *p, char *err, size_t
     c->src = calloc((size_t)cfg->n_head_kv, sizeof *c->src);
     c->dec_attended = calloc((size_t)cfg->n_layer, sizeof *c->dec_attended);
     c->in_prefill = 1;
+    c->ending_layer = -1;
     if (!c->hidx || !c->hnidx || !c->src || !c->dec_attended) {
         snprintf(err, err_len, "out of memory allocating activations");
         goto fail;
@@ -252,6 +253,8 @@ void kvb_ctx_reset(kvb_ctx *c) {
     c->tokens_n = 0;
     c->cur_round = 0;
     c->in_prefill = 1;
+    c->layer_end_at = 0;
+    c->layers_ended = 0;
     c->obs_n = 0;
     c->dec_calls = 0;
     memset(c->dec_attended, 0, (size_t)c->model->cfg.n_layer * sizeof *c->dec_attended);
@@ -337,9 +340,33 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
     return 0;
 }
 
+void kvb_ctx_end_prefill_by_layer(kvb_ctx *c, int64_t n_prompt) { c->layer_end_at = n_prompt; }
+
+void kvb_prefill_layers(const kvb_ctx *c, int *from, int *to) {
+    *from = c->ending_layer >= 0 ? c->ending_layer : c->layers_ended;
+    *to = c->ending_layer >= 0 ? c->ending_layer + 1 : c->model->cfg.n_layer;
+}
+
+/* The prompt's last chunk has passed layer l's attention (kvb_ctx_end_prefill_by_layer): every later layer's input
+ * is computed, from the uncompressed cache, so the method ends this layer's prefill now, as it would at the end. */
+static int end_prefill_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
+    c->layers_ended = l + 1;
+    if (is_local(&c->model->cfg, l) || !c->hooks || !c->hooks->after_prefill) return 0; /* a local layer keeps its window */
+    const int64_t n_past = c->n_past;
+    c->n_past += n; /* the hook sees the whole prompt, as at the end of prefill */
+    c->ending_layer = l;
+    prof_begin(c->prof, PROF_SELECT, l);
+    int rc = c->hooks->after_prefill(c->hooks->self, c, err, err_len);
+    prof_end(c->prof, PROF_SELECT, l, n, 0);
+    c->ending_layer = -1;
+    c->n_past = n_past;
+    return rc;
+}
+
 int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len) {
     if (!c->in_prefill) return 0;
     c->in_prefill = 0;
+    c->layer_end_at = 0;
     if (c->hooks && c->hooks->after_prefill) {
         kvb_traffic t0 = c->be->traffic;
         prof_begin(c->prof, PROF_SELECT, -1);
@@ -596,6 +623,9 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
 
         if (attention_layer(c, l, n, err, err_len)) return -1;
         if (is_local(cfg, l) && trim_window(c, l, c->n_past + n - 1, err, err_len)) return -1;
+        if (c->in_prefill && c->layer_end_at > 0 && c->n_past + n == c->layer_end_at &&
+            end_prefill_layer(c, l, n, err, err_len))
+            return -1;
         tap(c, "kqv_out", l, c->att, n, QD);
 
         prof_begin(P, PROF_ATTN_OUTPUT, l);

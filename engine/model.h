@@ -185,6 +185,11 @@ struct kvb_ctx {
     int obs_n;              /* rows kept (<= obs_window) */
     int obs_cap;            /* obs_window the buffer was sized for */
     int obs_have;           /* rows kept before the current chunk */
+    /* the end of prefill layer by layer (kvb_ctx_end_prefill_by_layer): the chunk that reaches layer_end_at tokens
+     * runs after_prefill for each layer right after that layer's attention (0 = at the end of prefill only) */
+    int64_t layer_end_at;
+    int layers_ended;       /* layers [0, layers_ended) whose prefill has ended */
+    int ending_layer;       /* the layer whose after_prefill runs now; -1 = kvb_ctx_end_prefill (every layer left) */
     /* attention statistics per layer: sum over decode calls of mean visible tokens per KV head */
     double *dec_attended;
     int64_t dec_calls;
@@ -214,6 +219,14 @@ kvb_ctx *kvb_ctx_fork(const kvb_ctx *c, int obs_window, char *err, size_t err_le
 int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len);
 /* The prompt has been processed: runs the method's after_prefill hook; later calls are decode. */
 int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len);
+/* The prompt ends at n_prompt tokens and the method's end of prefill is layer-local (methods/method.h
+ * KVB_LAYER_LOCAL: a layer's compression reads that layer alone, and no later layer's input depends on it): the
+ * forward chunk that reaches n_prompt runs after_prefill for each layer right after the layer's attention (the hook
+ * sees n_past = n_prompt), so a prompt prefilled as one chunk holds at most one layer's full KV beside compressed
+ * ones; kvb_ctx_end_prefill then runs it for the layers left. Call before the prefill's last chunk. */
+void kvb_ctx_end_prefill_by_layer(kvb_ctx *c, int64_t n_prompt);
+/* The layers an after_prefill hook ends now, [*from, *to): the one layer of a layer-wise end, else those left. */
+void kvb_prefill_layers(const kvb_ctx *c, int *from, int *to);
 /* Tag following tokens with a round id and tell the method (multi-round sessions; Round Attention). */
 int kvb_ctx_begin_round(kvb_ctx *c, int32_t round, int is_question, char *err, size_t err_len);
 /* Mean tokens attended per KV head in a layer over decode steps (0 before any). */

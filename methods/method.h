@@ -105,6 +105,12 @@ enum {
     KVB_PREFILL_SCORES = 1 << 2,
     KVB_OWN_PREFILL = 1 << 3,
     KVB_SHARES_PREFILL = 1 << 4,
+    /* its end of prefill is layer-local: after_prefill compresses each layer from that layer alone (its KV, its
+     * observation-window rows), to kvb_method_budget_tokens per head of every global layer when it imposes its
+     * budget, over the layers kvb_prefill_layers names; so a prompt prefilled as one chunk may end layer by layer
+     * (engine/model.h kvb_ctx_end_prefill_by_layer) with the same kept sets, and a server promises it the
+     * compressed cache plus one layer's full KV (judge/sched.h) */
+    KVB_LAYER_LOCAL = 1 << 5,
 };
 
 /* A method's budget on its model (kvb_budget_tokens, kvb_budget_at) per global layer. On a hybrid model (Gemma 3's

@@ -73,6 +73,8 @@ static int compress_layer(kvb_ctx *c, const kvb_snap_opts *p, int l, int64_t n, 
 int kvb_snap_compress(kvb_ctx *c, const kvb_snap_opts *p, const int64_t *keep, char *err, size_t err_len) {
     const int64_t n = c->n_past;
     const int L = c->model->cfg.n_layer, HK = c->model->cfg.n_head_kv;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
     int64_t most = 1;
     for (int l = 0; l < L; l++)
         if (keep[l] < n && keep[l] > most) most = keep[l];
@@ -80,7 +82,7 @@ int kvb_snap_compress(kvb_ctx *c, const kvb_snap_opts *p, const int64_t *keep, c
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     float *score = kvb_method_alloc(c, score_bytes), *pooled = kvb_method_alloc(c, score_bytes);
     int rc = !idx || !score || !pooled ? ERR("out of memory") : 0;
-    for (int l = 0; l < L && !rc; l++) {
+    for (int l = from; l < to && !rc; l++) {
         if (keep[l] >= n || kvb_layer_window(&c->model->cfg, l)) continue; /* a local layer keeps its window */
         int64_t w = kvb_snap_window(c, p, keep[l]);
         rc = w ? compress_layer(c, p, l, n, w, keep[l], idx, score, pooled, err, err_len)
@@ -159,7 +161,7 @@ static kvb_method *snapkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, c
 const kvb_method_def kvb_method_snapkv = {
     .name = "snapkv",
     .summary = "prefix voted by the last queries, pooled, top-k + window",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = kvb_snapkv_obs_window,
     .create = snapkv_create,
     .hooks = {.after_prefill = snapkv_after_prefill},

@@ -56,8 +56,9 @@ static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     if (!idx) return ERR("out of memory");
     for (int64_t i = 0; i < s->sinks; i++) idx[i] = (int32_t)i;
     for (int64_t i = s->sinks; i < keep; i++) idx[i] = (int32_t)(n - keep + i);
-    int rc = 0;
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
+    int rc = 0, from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    for (int l = from; l < to && !rc; l++)
         for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ rc = kvc_retain(c->kv, l, h, idx, keep, err, err_len);
     free(idx);
     return rc;
@@ -110,7 +111,7 @@ fail:
 const kvb_method_def kvb_method_streamingllm = {
     .name = "streamingllm",
     .summary = "attention sinks + recent window, the rest evicted",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = streamingllm_create,
     .hooks = {.select = sllm_select, .after_prefill = sllm_after_prefill},
     .expected_tokens = sllm_expected,

@@ -1,0 +1,202 @@
+/* test_layer_prefill.c — the end of prefill layer by layer (engine/model.h kvb_ctx_end_prefill_by_layer) for the
+ * methods that declare it layer-local (methods/method.h KVB_LAYER_LOCAL): a prompt prefilled as one chunk and
+ * compressed layer by layer, right after each layer's attention, against the same prompt compressed at the end of
+ * prefill (the path every method takes otherwise, the reference): the same kept slots in every layer and head (their
+ * positions, K and V rows), bit-identical logits after the prefill, the same greedy tokens and last logits after
+ * decoding; while layer l's attention runs, the layers before it hold what the reference keeps, layer l the whole
+ * prompt and the layers after it nothing; and the KV store's measured peak during prefill is lower. On a seeded
+ * random-weight model (4 layers) and on the default model when it is present (required in CI). Every method that
+ * declares the trait is checked, from the registry. */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util_common.h"
+#include "util_method.h"
+#include "engine/kvcache.h"
+#include "engine/tokenizer.h"
+
+enum { L = 4, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 64, V = 256, CTX = 1024, NEW = 16 };
+
+static uint64_t rng = 0x1a7e5ull;
+
+/* While a layer-wise prefill runs: at each layer's attention, what every layer holds, against the reference's final
+ * counts (ref_n[layer][head]). */
+typedef struct {
+    const int64_t *ref_n; /* [n_layer][n_head_kv] the reference's slots after its end of prefill */
+    int64_t n_prompt;
+    int calls, bad;
+} watch;
+
+static void on_layer(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
+    (void)src, (void)n_q;
+    watch *w = user;
+    const kvb_config *cfg = &c->model->cfg;
+    w->calls++;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int h = 0; h < cfg->n_head_kv; h++) {
+            int64_t want = l < layer ? w->ref_n[l * cfg->n_head_kv + h] : l == layer ? w->n_prompt : 0;
+            if (kvc_n(c->kv, l, h) != want) {
+                if (!w->bad) fprintf(stderr, "\n  at layer %d's attention, layer %d head %d holds %lld, expected %lld\n",
+                                     layer, l, h, (long long)kvc_n(c->kv, l, h), (long long)want);
+                w->bad++;
+            }
+        }
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* A context for the whole prompt in one forward chunk. */
+static kvb_ctx *one_chunk_ctx(kvb_model *m, int64_t n) {
+    char err[256];
+    kvb_ctx_params p = kvb_ctx_default_params();
+    p.n_ctx = (int)n + NEW + 8;
+    p.n_threads = 2;
+    p.n_batch = (int)n;
+    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    if (!c) fprintf(stderr, "\n  ctx: %s\n", err);
+    CU_ASSERT_FATAL(c != NULL);
+    return c;
+}
+
+/* Method `name` at budget on prompt ids: the reference (end of prefill) and the layer-wise end, compared. */
+static void compare(kvb_model *m, const char *name, const char *budget, const int32_t *ids, int64_t n) {
+    char err[512];
+    const kvb_config *cfg = &m->cfg;
+    const int NL = cfg->n_layer, HK = cfg->n_head_kv;
+    kvb_ctx *a = one_chunk_ctx(m, n), *b = one_chunk_ctx(m, n);
+    kvb_opts none = {0};
+    kvb_budget bud;
+    CU_ASSERT_FATAL(kvb_budget_parse(budget, &bud, err, sizeof err) == 0);
+    kvb_opts oa = none, ob = none;
+    kvb_method *ma = kvb_method_create(name, a, &bud, &oa, err, sizeof err);
+    kvb_method *mb = kvb_method_create(name, b, &bud, &ob, err, sizeof err);
+    if (!ma || !mb) fprintf(stderr, "\n  %s: %s\n", name, err);
+    CU_ASSERT_FATAL(ma && mb);
+
+    /* the reference: the whole prompt in every layer, compressed at the end of prefill */
+    if (kvb_method_prefill(ma, a, ids, n, err, sizeof err)) fprintf(stderr, "\n  %s reference: %s\n", name, err);
+    CU_ASSERT_FATAL(!a->in_prefill);
+    int64_t *ref_n = malloc((size_t)NL * HK * sizeof *ref_n);
+    CU_ASSERT_FATAL(ref_n != NULL);
+    int64_t kept = 0;
+    for (int l = 0; l < NL; l++)
+        for (int h = 0; h < HK; h++) kept += ref_n[l * HK + h] = kvc_n(a->kv, l, h);
+    CU_ASSERT(kept < (int64_t)NL * HK * n); /* the method compressed something: the comparison means something */
+
+    /* layer by layer */
+    watch w = {ref_n, n, 0, 0};
+    b->on_visible = on_layer;
+    b->on_visible_user = &w;
+    kvb_ctx_end_prefill_by_layer(b, n);
+    if (kvb_method_prefill(mb, b, ids, n, err, sizeof err)) fprintf(stderr, "\n  %s layer-wise: %s\n", name, err);
+    CU_ASSERT_FATAL(!b->in_prefill);
+    b->on_visible = NULL;
+    CU_ASSERT(w.calls == NL && w.bad == 0);
+
+    const int64_t row = (kvc_slot_bytes(a->kv) - 2 * (int64_t)sizeof(int32_t)) / 2; /* one K (or V) row */
+    int same = 1;
+    for (int l = 0; l < NL; l++)
+        for (int h = 0; h < HK; h++) {
+            util_kv_head x = util_kv_head_copy(a->kv, l, h), y = util_kv_head_copy(b->kv, l, h);
+            same &= x.n == y.n && !memcmp(x.pos, y.pos, (size_t)x.n * sizeof(int32_t)) &&
+                    !memcmp(x.k, y.k, (size_t)(x.n * row)) && !memcmp(x.v, y.v, (size_t)(x.n * row));
+            util_kv_head_free(&x);
+            util_kv_head_free(&y);
+        }
+    CU_ASSERT(same);
+    CU_ASSERT(memcmp(a->logits, b->logits, (size_t)cfg->n_vocab * sizeof(float)) == 0);
+
+    const int64_t peak_a = kvb_mem_peak(&a->mem, KVB_TIER_DEVICE, KVB_MEM_KV);
+    const int64_t peak_b = kvb_mem_peak(&b->mem, KVB_TIER_DEVICE, KVB_MEM_KV);
+    printf("(%s %s: KV peak %.2f of the reference's) ", name, budget, (double)peak_b / (double)peak_a);
+    CU_ASSERT(peak_b < peak_a);
+
+    /* greedy decode on both: the same tokens, the same last logits */
+    int32_t ta[NEW], tb[NEW];
+    for (int t = 0; t < NEW; t++) {
+        ta[t] = argmax(a->logits, cfg->n_vocab);
+        tb[t] = argmax(b->logits, cfg->n_vocab);
+        CU_ASSERT_FATAL(kvb_forward(a, &ta[t], 1, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(kvb_forward(b, &tb[t], 1, err, sizeof err) == 0);
+    }
+    CU_ASSERT(memcmp(ta, tb, sizeof ta) == 0);
+    CU_ASSERT(memcmp(a->logits, b->logits, (size_t)cfg->n_vocab * sizeof(float)) == 0);
+    CU_ASSERT(kvb_method_verify(mb, b, 0, err, sizeof err) == 0);
+
+    free(ref_n);
+    kvb_method_free(ma, a);
+    kvb_method_free(mb, b);
+    kvb_ctx_free(a);
+    kvb_ctx_free(b);
+}
+
+/* Every registered method that declares KVB_LAYER_LOCAL, at 25%. */
+static void compare_all(kvb_model *m, const int32_t *ids, int64_t n) {
+    int checked = 0;
+    for (int i = 0; i < kvb_method_count(); i++) {
+        const kvb_method_def *d = kvb_method_at(i);
+        if (!(d->traits & KVB_LAYER_LOCAL)) continue;
+        compare(m, d->name, "25%", ids, n);
+        checked++;
+    }
+    CU_ASSERT(checked >= 2); /* SnapKV and StreamingLLM at least */
+}
+
+static void test_tiny_model_layer_wise_end_equals_the_end_of_prefill(void) {
+    enum { N = 300 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(1 + (uint32_t)(i * 2654435761u >> 7) % (V - 1));
+    compare_all(util_tiny, ids, N);
+}
+
+static void test_default_model_layer_wise_end_equals_the_end_of_prefill(void) {
+    char path[1024], err[512];
+    if (!util_default_model(path, sizeof path)) {
+        const char *ci = getenv("CI");
+        if (ci && (!strcmp(ci, "true") || !strcmp(ci, "1"))) CU_FAIL("the default model is missing (CI must have it)");
+        printf("(default model absent: skipped) ");
+        return;
+    }
+    kvb_model *m = kvb_model_load(path, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    /* about 480 tokens of varied text, the needle-in-a-haystack kind */
+    char text[8192];
+    size_t len = 0;
+    static const char *things[] = {"river", "lamp", "violin", "harbour", "orchard", "comet", "ledger", "canyon"};
+    for (int i = 0; i < 24 && len + 128 < sizeof text; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "Note %d: the %s near gate %d was counted %d times. ", i,
+                                things[i % 8], (i * 37) % 101, (i * i * 13) % 977);
+    len += (size_t)snprintf(text + len, sizeof text - len, "How many times was the comet near gate 19 counted?");
+    int32_t *ids = NULL;
+    int n = 0;
+    CU_ASSERT_FATAL(tok_encode(m->tok, text, len, 1, 0, &ids, &n, err, sizeof err) == 0);
+    printf("(%d tokens) ", n);
+    compare_all(m, ids, n);
+    free(ids);
+    kvb_model_free(m);
+}
+
+static int setup(void) {
+    const util_tiny_shape shape = {"layerpre", L, E, NH, NKV, FF, V, CTX};
+    return util_tiny_setup(&shape, &rng);
+}
+
+static int teardown(void) { return util_tiny_teardown(); }
+
+int main(void) {
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("layer-wise end of prefill", setup, teardown);
+    CU_add_test(s, "a tiny model: layer-wise compression keeps the end of prefill's slots, logits and tokens, lower peak",
+                test_tiny_model_layer_wise_end_equals_the_end_of_prefill);
+    CU_add_test(s, "the default model: the same kept slots, logits bit for bit, greedy tokens, lower KV peak",
+                test_default_model_layer_wise_end_equals_the_end_of_prefill);
+    return util_run_suites();
+}
