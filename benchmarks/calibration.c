@@ -26,7 +26,8 @@
  *           adjacent (kvb_cal_pick_filters).
  *   pod:    sim_g(a, b) = 1 - mean JS (log base 2) over the group's query heads and the last --q queries:
  *           the paper calls its averaged JS "similarity" with "similar when sim >= delta" and 0 <= sim <= 1;
- *           we read it as 1 - JS so that similar layers score high. Blocks by Algorithm 1 with --delta.
+ *           we read it as 1 - JS so that similar layers score high. Blocks by Algorithm 1 with --delta. On a
+ *           hybrid model over the global layers only (PoD's blocks are; the profile's "layers" names them).
  *   qfilter: every input prefilled whole (the dialogues or texts above, flattened); per layer and KV head the
  *           first right singular vector of all its query heads' post-RoPE queries over all inputs, signed so the
  *           mean query projects positively (Q-Filters sec. 3; methods/qfilter.c). The CSV gives each head's top
@@ -372,15 +373,16 @@ static int run_omnikv(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_inp
 
 /* ---- pod ---- */
 
-static int write_pod_csv(const cal_opts *o, const double *sim, int L, int HK) {
+/* sim is [HK][L][L] over the analysed layers gl[0..L) (the global ones); rows name the model's layers */
+static int write_pod_csv(const cal_opts *o, const double *sim, const int *gl, int L, int HK) {
     char path[1024];
     FILE *f = open_csv(o, "", path, sizeof path);
     if (!f) return 1;
-    fprintf(f, "layer");
+    fprintf(f, "layer,prev_layer");
     for (int g = 0; g < HK; g++) fprintf(f, ",sim_prev_kv%d", g);
     fputc('\n', f);
     for (int l = 1; l < L; l++) {
-        fprintf(f, "%d", l);
+        fprintf(f, "%d,%d", gl[l], gl[l - 1]);
         for (int g = 0; g < HK; g++) fprintf(f, ",%.6f", sim[((int64_t)g * L + l) * L + l - 1]);
         fputc('\n', f);
     }
@@ -389,29 +391,31 @@ static int write_pod_csv(const cal_opts *o, const double *sim, int L, int HK) {
     fprintf(f, "kv_head,layer_a,layer_b,similarity\n");
     for (int g = 0; g < HK; g++)
         for (int a = 0; a < L; a++)
-            for (int b = 0; b < L; b++) fprintf(f, "%d,%d,%d,%.6f\n", g, a, b, sim[((int64_t)g * L + a) * L + b]);
+            for (int b = 0; b < L; b++) fprintf(f, "%d,%d,%d,%.6f\n", g, gl[a], gl[b], sim[((int64_t)g * L + a) * L + b]);
     return close_csv(o, f, path);
 }
 
-static void print_blocks(const cal_opts *o, const int *base, int L, int g) {
+/* one KV head's blocks, base[] over the analysed layers gl[0..L) in the model's layer numbers */
+static void print_blocks(const cal_opts *o, const int *base, const int *gl, int L, int n_layer, int g) {
     say(o, stdout, "kv head %d:", g);
-    for (int l = 0; l < L; l++)
-        if (base[l] == l) {
-            int e = l;
-            while (e + 1 < L && base[e + 1] == l) e++;
-            say(o, stdout, e > l ? " [%d-%d]" : " [%d]", l, e);
+    for (int i = 0; i < L; i++)
+        if (base[i] == gl[i]) {
+            int e = i;
+            while (e + 1 < L && base[e + 1] == gl[i]) e++;
+            say(o, stdout, e > i ? " [%d-%d]" : " [%d]", gl[i], gl[e]);
         }
     int nb = 0;
-    for (int l = 0; l < L; l++) nb += base[l] == l;
-    say(o, stdout, "  (%d blocks, key saving %.1f%% of layers)\n", nb, 100.0 * (L - nb) / L);
+    for (int i = 0; i < L; i++) nb += base[i] == gl[i];
+    say(o, stdout, "  (%d blocks, key saving %.1f%% of %slayers)\n", nb, 100.0 * (L - nb) / L, L < n_layer ? "global " : "");
 }
 
+/* The analysis runs over the global layers (kvb_cal_pod_run): PoD's blocks are formed over them, a sliding-window
+ * layer keeping its window (methods/pod.c); the profile names the layers it covers ("layers"). */
 static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input *in, int n_in) {
-    const int L = m->cfg.n_layer, HK = m->cfg.n_head_kv, G = m->cfg.n_head / HK;
+    const int HK = m->cfg.n_head_kv, G = m->cfg.n_head / HK;
     int gl[KVB_MAX_LAYERS];
-    if (global_layers(&m->cfg, gl) < L) /* PoD replaces attention and refuses sliding-window layers (methods/pod.c) */
-        return fail(o, "calibrate pod: PoD does not implement sliding-window layers (this model has %d of %d layers "
-                       "local)", L - global_layers(&m->cfg, gl), L);
+    const int L = global_layers(&m->cfg, gl);
+    if (L < 1) return fail(o, "calibrate pod: the model has no global layer (every layer is a sliding-window layer)");
     char err[512];
     double *sim = calloc((size_t)HK * L * L, sizeof *sim);
     int *bases = calloc((size_t)HK * L, sizeof *bases);
@@ -425,31 +429,34 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     if (!rc) { /* JS sums -> similarity 1 - mean JS */
         double rows = (double)n_in * G * o->q;
         for (int64_t k = 0; k < (int64_t)HK * L * L; k++) sim[k] = 1.0 - sim[k] / rows;
-        rc = write_pod_csv(o, sim, L, HK);
+        rc = write_pod_csv(o, sim, gl, L, HK);
     }
     char tpath[1024];
     FILE *t = rc ? NULL : open_table(o, tpath, sizeof tpath);
     if (!t) { free(sim); free(bases); return 1; }
-    fprintf(t, "head-wise similarity of consecutive layers (1 - mean JS, %d inputs x %ld queries)\n\n| layer |", n_in, o->q);
+    fprintf(t, "head-wise similarity of consecutive %slayers (1 - mean JS, %d inputs x %ld queries)\n\n| layers |",
+            L < m->cfg.n_layer ? "global " : "", n_in, o->q);
     for (int g = 0; g < HK; g++) fprintf(t, " kv%d |", g);
     fprintf(t, "\n|---|");
     for (int g = 0; g < HK; g++) fprintf(t, "---|");
     for (int l = 1; l < L; l++) {
-        fprintf(t, "\n| %d-%d |", l - 1, l);
+        fprintf(t, "\n| %d-%d |", gl[l - 1], gl[l]);
         for (int g = 0; g < HK; g++) fprintf(t, " %.3f |", sim[((int64_t)g * L + l) * L + l - 1]);
     }
     fputc('\n', t);
     if (close_table(o, t, tpath)) { free(sim); free(bases); return 1; }
-    say(o, stdout, "\nblocks (delta %.2f):\n", o->delta);
+    say(o, stdout, "\nblocks (delta %.2f%s):\n", o->delta, L < m->cfg.n_layer ? ", over the global layers; the others keep their windows" : "");
     char savings[128] = "";
     cJSON *b = cJSON_CreateArray(), *curve = cJSON_CreateArray(), *saving = cJSON_CreateArray();
     double *cons = malloc((size_t)L * sizeof *cons);
     for (int g = 0; g < HK && cons; g++) {
-        int nb = kvb_cal_group(sim + (int64_t)g * L * L, L, o->delta, bases + (int64_t)g * L);
-        print_blocks(o, bases + (int64_t)g * L, L, g);
+        int *base = bases + (int64_t)g * L;
+        int nb = kvb_cal_group(sim + (int64_t)g * L * L, L, o->delta, base);
+        for (int i = 0; i < L; i++) base[i] = gl[base[i]]; /* the model's layer numbers */
+        print_blocks(o, base, gl, L, m->cfg.n_layer, g);
         size_t at = strlen(savings);
         snprintf(savings + at, sizeof savings - at, "%s%.0f%%", g ? ", " : "", 100.0 * (L - nb) / L);
-        cJSON_AddItemToArray(b, ints(bases + (int64_t)g * L, L));
+        cJSON_AddItemToArray(b, ints(base, L));
         for (int l = 1; l < L; l++) cons[l - 1] = sim[((int64_t)g * L + l) * L + l - 1];
         cJSON_AddItemToArray(curve, doubles(cons, L - 1));
         cJSON_AddItemToArray(saving, cJSON_CreateNumber(round(1e6 * (L - nb) / L) / 1e6));
@@ -458,12 +465,14 @@ static int run_pod(kvb_model *m, kvb_ctx *c, const cal_opts *o, const cal_input 
     free(cons);
     free(sim);
     free(bases);
-    set_result(o, "layer blocks of %d KV heads (delta %.2f): key saving %s of layers", HK, o->delta, savings);
+    set_result(o, "layer blocks of %d KV heads (delta %.2f): key saving %s of %slayers", HK, o->delta, savings,
+               L < m->cfg.n_layer ? "global " : "");
     cJSON *s = base_section(o, n_in);
+    cJSON_AddItemToObject(s, "layers", ints(gl, L));
     cJSON_AddItemToObject(s, "bases", b);
     cJSON_AddNumberToObject(s, "delta", o->delta);
     cJSON_AddNumberToObject(s, "q", (double)o->q);
-    cJSON_AddStringToObject(s, "rule", "sim = 1 - mean JS (log2); Algorithm 1: a layer joins the block when sim >= delta with every layer in it");
+    cJSON_AddStringToObject(s, "rule", "sim = 1 - mean JS (log2) over the layers named in layers (the global ones); Algorithm 1: a layer joins the block when sim >= delta with every layer in it");
     cJSON_AddItemToObject(s, "key_saving", saving);
     cJSON_AddItemToObject(s, "curve", curve);
     return store(m, o, s);

@@ -443,7 +443,13 @@ int kvb_cal_pod_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, double *js
     const kvb_config *cfg = &c->model->cfg;
     capture s = {0};
     int rc = run_rows(c, ids, n, q, &s, err, err_len);
-    if (!rc && kvb_cal_pod_js(s.rows, cfg->n_layer, cfg->n_head, cfg->n_head_kv, q, n, js_sum)) rc = ERR("out of memory");
+    /* the global layers' rows, in order: PoD's blocks are over them (a local layer keeps its window, methods/pod.c) */
+    int G = 0;
+    const size_t layer_floats = (size_t)cfg->n_head * (size_t)q * (size_t)n;
+    for (int l = 0; l < cfg->n_layer && !rc; l++)
+        if (!kvb_layer_window(cfg, l))
+            memmove(s.rows + G++ * layer_floats, s.rows + l * layer_floats, layer_floats * sizeof(float));
+    if (!rc && kvb_cal_pod_js(s.rows, G, cfg->n_head, cfg->n_head_kv, q, n, js_sum)) rc = ERR("out of memory");
     free(s.rows);
     free(s.rows_done);
     return rc;

@@ -100,7 +100,8 @@ int kvb_cal_round_run(kvb_ctx *c, const kvb_rounds *in, float *P, char *err, siz
 int kvb_cal_omnikv_run(kvb_ctx *c, const int32_t *ids, int64_t n, double topk_frac, int span, double *ability,
                        char *err, size_t err_len);
 /* PoD analysis: prefill ids[0..n-q), forward the last q tokens as one chunk capturing every layer's rows, and
- * add kvb_cal_pod_js into js_sum ([HK][L][L]). q <= n - 1 and q <= the context's batch size. */
+ * add kvb_cal_pod_js into js_sum ([HK][G][G]) over the G global layers in order (every layer without sliding-window
+ * layers; a local layer sees only its window and belongs to no block). q <= n - 1 and q <= the context's batch size. */
 int kvb_cal_pod_run(kvb_ctx *c, const int32_t *ids, int64_t n, int q, double *js_sum, char *err, size_t err_len);
 
 /* Q-Filters analysis: prefill ids[0..n) capturing every layer's post-RoPE queries (copied down per chunk) into

@@ -12,7 +12,17 @@
  * Choices (flags): blocks from the calibration profile (`kvbench calibrate pod`, JS-divergence grouping,
  * delta 0.5), or block=N for uniform blocks of N layers, else an error; sinks=16 (n_s); the proximal window is
  * the budget (n_s + n_r = budget x current length, the paper's "same window size as the baselines"; `recent=N`
- * fixes n_r; no budget: the paper's 4K proximal tokens); tau=1.0. Prefill is exact (PoD's inference saving is in decode). */
+ * fixes n_r; no budget: the paper's 4K proximal tokens); tau=1.0. Prefill is exact (PoD's inference saving is in decode).
+ *
+ * Hybrid models (Gemma 3's sliding-window local layers; docs/methods.md "Hybrid models"): a local layer keeps its
+ * window and attends over it as the model does (the engine runs no hook there), so it is no block's member. The
+ * blocks are formed over the global layers alone, consecutive in layer order: block=N puts N global layers in a
+ * block (Gemma-3-270M's 5, 11, 17 with block=2: {5, 11} and {17}; layer 11 reads layer 5's scores across the local
+ * layers between them, which hold only their windows), and the calibration's similarity is measured between global
+ * layers and stored with the layers it covers. The proximal window is the budget of the cache the model holds, as
+ * for the other methods: n_s + n_r = kvb_method_budget_tokens per global layer (under the windows' share: refused by
+ * name). The memory formula counts the windows on both sides. A model whose every layer is local has no block:
+ * refused by name. */
 #include "methods/method.h"
 
 #include <math.h>
@@ -51,6 +61,7 @@ typedef struct {
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
 static int base_of(const pod *s, int g, int l) { return s->bases[g * s->c->model->cfg.n_layer + l]; }
+/* a block's lowest layer; also every sliding-window layer, which belongs to no block and keeps its cache */
 static int is_base(const pod *s, int g, int l) { return base_of(s, g, l) == l; }
 static vrows *dist_at(pod *s, int l, int g) { return &s->dist[(size_t)l * s->c->model->cfg.n_head_kv + g]; }
 
@@ -191,16 +202,19 @@ static int pod_attend(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char 
 }
 
 /* Key saving from the blocks: a non-base (layer, head) holds K and V of its proximal tokens and V alone of
- * its distant ones; a base one holds everything. Share of the full cache's K+V bytes. */
+ * its distant ones; a base one holds everything, a sliding-window layer its window. Share of the K+V bytes of the
+ * cache the model holds (the windows counted on both sides). */
 static double pod_formula(kvb_method *m, kvb_ctx *c) {
     pod *s = (pod *)m;
     const kvb_config *cfg = &c->model->cfg;
     int64_t n = c->n_past, prox = prox_at(s, n), dist = n - prox > 0 ? n - prox : 0;
-    double slot = (double)kvc_slot_bytes(c->kv), row = (double)s->row_bytes, have = 0;
-    for (int l = 0; l < cfg->n_layer; l++)
-        for (int g = 0; g < cfg->n_head_kv; g++)
-            have += is_base(s, g, l) ? n * slot : prox * slot + dist * row;
-    return n ? have / ((double)cfg->n_layer * cfg->n_head_kv * n * slot) : 1.0;
+    double slot = (double)kvc_slot_bytes(c->kv), row = (double)s->row_bytes, have = 0, whole = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const double held = (double)kvb_ctx_full_tokens(c, l); /* n, or a local layer's window */
+        whole += cfg->n_head_kv * held * slot;
+        for (int g = 0; g < cfg->n_head_kv; g++) have += is_base(s, g, l) ? held * slot : prox * slot + dist * row;
+    }
+    return whole > 0 ? have / whole : 1.0;
 }
 
 static void pod_describe(kvb_method *m, char *buf, size_t cap) {
@@ -237,13 +251,15 @@ static const char *pod_profile(kvb_opts *o) { return kvb_opts_get(o, "block") ? 
 
 static kvb_method *pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
-    /* its layer blocks share one layer's scores with the next layers, and its own attention knows no window */
+    /* the blocks are over the global layers (the header); a local layer keeps its window */
+    int gl[KVB_MAX_LAYERS], n_global = 0;
     for (int l = 0; l < cfg->n_layer; l++)
-        if (kvb_layer_window(cfg, l)) {
-            ERR("pod does not implement sliding-window layers (layer %d, window %d): its layer blocks share scores "
-                "across layers that hold the whole sequence", l, kvb_layer_window(cfg, l));
-            return NULL;
-        }
+        if (!kvb_layer_window(cfg, l)) gl[n_global++] = l;
+    if (!n_global) {
+        ERR("pod: the model has no global layer (every layer is a sliding-window layer of window %d): no layer block "
+            "to share scores in", kvb_layer_window(cfg, 0));
+        return NULL;
+    }
     pod *s = calloc(1, sizeof *s);
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
@@ -262,9 +278,17 @@ static kvb_method *pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     int r;
     if ((r = kvb_opts_int(o, "block", &block, err, err_len)) < 0) goto fail;
     if (r) {
-        if (block < 1 || block > cfg->n_layer) { ERR("pod: block must be in [1, %d]", cfg->n_layer); goto fail; }
-        for (int g = 0; g < cfg->n_head_kv; g++)
-            for (int l = 0; l < cfg->n_layer; l++) s->bases[g * cfg->n_layer + l] = (int)(l / block * block);
+        if (block < 1 || block > n_global) {
+            if (n_global < cfg->n_layer)
+                ERR("pod: block must be in [1, %d]: it counts global layers (this model's %d sliding-window layers keep "
+                    "their windows and belong to no block)", n_global, cfg->n_layer - n_global);
+            else ERR("pod: block must be in [1, %d]", cfg->n_layer);
+            goto fail;
+        }
+        for (int g = 0; g < cfg->n_head_kv; g++) {
+            for (int l = 0; l < cfg->n_layer; l++) s->bases[g * cfg->n_layer + l] = l; /* local layers: their own */
+            for (int i = 0; i < n_global; i++) s->bases[g * cfg->n_layer + gl[i]] = gl[i / block * block];
+        }
         snprintf(s->blocks_desc, sizeof s->blocks_desc, "block=%lld", (long long)block);
     } else {
         int got = kvb_profile_pod_bases(c->model, s->bases, err, err_len);

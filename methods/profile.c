@@ -162,23 +162,57 @@ int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char
     return rc;
 }
 
+/* The layers a pod section covers into cov (its "layers": the model's global layers in order; a profile without
+ * it, from before hybrid models, covers every layer): their count, or -1 + err when they are not the model's
+ * global layers (a sliding-window layer takes no part in PoD's blocks). */
+static int pod_covered(const kvb_model *model, const cJSON *s, int *cov, char *err, size_t err_len) {
+    const kvb_config *cfg = &model->cfg;
+    int gl[KVB_MAX_LAYERS], G = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (!kvb_layer_window(cfg, l)) gl[G++] = l;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, "layers");
+    if (!v) {
+        for (int l = 0; l < cfg->n_layer; l++)
+            if (kvb_layer_window(cfg, l))
+                return ERR("calibration profile: pod.bases covers every layer, but layer %d is a sliding-window layer "
+                           "(re-run kvbench calibrate pod)", l);
+        for (int l = 0; l < cfg->n_layer; l++) cov[l] = l;
+        return cfg->n_layer;
+    }
+    int ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == G;
+    for (int i = 0; i < G && ok; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        ok = cJSON_IsNumber(e) && e->valueint == gl[i] && e->valuedouble == (double)gl[i];
+        cov[i] = gl[i];
+    }
+    if (!ok) return ERR("calibration profile: pod.layers are not this model's %d global layers in order (re-run kvbench "
+                        "calibrate pod)", G);
+    return G;
+}
+
 int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len) {
     const int L = model->cfg.n_layer, HK = model->cfg.n_head_kv;
     cJSON *root, *s = section(model, "pod", &root, err, err_len);
     if (!root) return err[0] ? -1 : 0;
     cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, "bases") : NULL;
-    int rc = 0;
-    if (v) {
+    int rc = 0, cov[KVB_MAX_LAYERS], n = v ? pod_covered(model, s, cov, err, err_len) : 0;
+    if (n < 0) rc = -1;
+    else if (v) {
         rc = 1;
+        for (int i = 0; i < HK * L; i++) bases[i] = i % L; /* a layer outside the blocks (local) is its own base */
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != HK) rc = ERR("calibration profile: pod.bases needs %d KV heads", HK);
         for (int g = 0; g < HK && rc == 1; g++) {
             cJSON *row = cJSON_GetArrayItem(v, g);
-            if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != L) { rc = ERR("calibration profile: pod.bases[%d] needs %d layers", g, L); break; }
-            for (int l = 0; l < L; l++) {
-                cJSON *e = cJSON_GetArrayItem(row, l);
-                int b = cJSON_IsNumber(e) ? e->valueint : -1;
-                if (b < 0 || b > l || (l > 0 && b != l && b != bases[g * L + l - 1])) {
-                    rc = ERR("calibration profile: pod.bases[%d][%d] is not the base of a block of consecutive layers", g, l);
+            if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != n) {
+                rc = ERR("calibration profile: pod.bases[%d] needs %d layers", g, n);
+                break;
+            }
+            /* per covered layer (in order): its own number (a new block) or the previous covered layer's base */
+            for (int i = 0; i < n; i++) {
+                cJSON *e = cJSON_GetArrayItem(row, i);
+                int b = cJSON_IsNumber(e) ? e->valueint : -1, l = cov[i];
+                if (b != l && (i == 0 || b != bases[g * L + cov[i - 1]])) {
+                    rc = ERR("calibration profile: pod.bases[%d][%d] is not the base of a block of consecutive layers", g, i);
                     break;
                 }
                 bases[g * L + l] = b;

@@ -3,7 +3,7 @@
  * `kvbench calibrate round|omnikv|pod|qfilter|duo` writes one JSON file per model, named by the model file's
  * sha256, under $KVB_PROFILE_DIR (default ~/.cache/kvbench/profiles). Methods read their section by default;
  * flags override it. Sections: "round": {"lw": N, ...}, "omnikv": {"layers": [...], ...},
- * "pod": {"bases": [[base layer per layer] per KV head], ...}, "qfilter": {"filters": [[[head_dim numbers] per KV
+ * "pod": {"layers": [the layers it covers: the global ones], "bases": [[base layer per covered layer] per KV head], ...}, "qfilter": {"filters": [[[head_dim numbers] per KV
  * head] per layer], ...}, "duo": {"scores": [[retrieval score per KV head] per layer], ...}. */
 #ifndef KVB_PROFILE_H_METHODS
 #define KVB_PROFILE_H_METHODS
@@ -33,6 +33,8 @@ void kvb_profile_unlock(void);
 /* Method lookups: 1 = found, 0 = no profile / no section, -1 = error. */
 int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_len);
 int kvb_profile_omnikv_layers(const kvb_model *model, int *layers, int max, char *err, size_t err_len);
+/* PoD's blocks, bases[g * n_layer + l] = the base layer of layer l's block for KV head g; a sliding-window layer,
+ * which no block covers, is its own base. A section without "layers" covers every layer (refused on a hybrid model). */
 int kvb_profile_pod_bases(const kvb_model *model, int *bases, char *err, size_t err_len);
 /* Q-Filters' directions, f[(l * n_head_kv + g) * head_dim + e] (every layer, KV head and element a finite number). */
 int kvb_profile_qfilter(const kvb_model *model, float *f, char *err, size_t err_len);

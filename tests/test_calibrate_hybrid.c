@@ -3,8 +3,9 @@
  * here from its seed. A local layer attends only its window and runs no capture hook, so
  * Round Attention's and OmniKV's analyses run over the global layers: the watershed is a global layer with a global
  * layer after it (Round Attention then accepts the lw it gives), the curve's rows name global layers only, OmniKV's
- * per-layer abilities come back for the global layers (no "layer gave 0 rows" error), and PoD, which refuses
- * sliding-window layers, refuses its calibration by name. */
+ * per-layer abilities come back for the global layers (no "layer gave 0 rows" error), and PoD's blocks are formed
+ * over the global layers: its stored profile names them ("layers": 5, 11, 17), each base is a global layer, PoD reads
+ * it, and a profile that covers every layer (from before hybrid models) is refused by name. */
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +17,12 @@
 #include "benchmarks/calibration.h"
 #include "methods/calibrate.h"
 #include "methods/method.h"
+#include "methods/profile.h"
 
 static kvb_model *model;
 static char dir[] = "/tmp/kvb_calhyb_XXXXXX", model_path[256];
 
-static int calibrate(const char *kind, char *result, size_t cap, char *err, size_t err_len) {
+static int calibrate_to(const char *kind, int dry_run, char *result, size_t cap, char *err, size_t err_len) {
     kvb_cal_opts o;
     kvb_cal_defaults(&o);
     o.kind = kind;
@@ -28,13 +30,17 @@ static int calibrate(const char *kind, char *result, size_t cap, char *err, size
     o.samples = 2;
     o.rounds = 6;
     o.max_tokens = 800;
-    o.dry_run = 1;
+    o.dry_run = dry_run;
     o.quiet = 1;
     o.result = result;
     o.result_cap = cap;
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_ctx = 1024;
     return kvb_calibrate(model, &cp, &o, err, err_len);
+}
+
+static int calibrate(const char *kind, char *result, size_t cap, char *err, size_t err_len) {
+    return calibrate_to(kind, 1, result, cap, err, err_len);
 }
 
 static void test_round_watershed_is_a_global_layer_round_accepts(void) {
@@ -111,11 +117,80 @@ static void test_omnikv_abilities_cover_the_global_layers(void) {
     kvb_ctx_free(c);
 }
 
-static void test_pod_calibration_is_refused_by_name(void) {
+/* PoD on the model, created from the profile (no block=): 0, or -1 with err */
+static int pod_from_profile(char *err, size_t err_len) {
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = 256;
+    kvb_ctx *c = kvb_ctx_create(model, &cp, err, err_len);
+    if (!c) return -1;
+    kvb_budget b = {KVB_BUDGET_FRACTION, 0.5, 0};
+    kvb_opts o = {0};
+    kvb_method *m = kvb_method_create("pod", c, &b, &o, err, err_len);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    return m ? 0 : -1;
+}
+
+static void test_pod_blocks_cover_the_global_layers(void) {
+    const kvb_config *cfg = &model->cfg;
+    int gl[64], G = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (!kvb_layer_window(cfg, l)) gl[G++] = l;
     char result[160] = "", err[512] = "";
-    CU_ASSERT(calibrate("pod", result, sizeof result, err, sizeof err) != 0);
-    CU_ASSERT(strstr(err, "sliding-window") != NULL);
-    printf("\n    pod: %s", err);
+    const int rc = calibrate_to("pod", 0, result, sizeof result, err, sizeof err); /* stored in the test's profile dir */
+    if (rc) fprintf(stderr, "\n  %s", err);
+    CU_ASSERT_FATAL(rc == 0);
+    printf("\n    pod: %s", result);
+    CU_ASSERT(strstr(result, "of global layers") != NULL);
+    cJSON *root = kvb_profile_load(model, err, sizeof err);
+    CU_ASSERT_FATAL(root != NULL);
+    cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "pod"), *layers = cJSON_GetObjectItemCaseSensitive(s, "layers"),
+          *bases = cJSON_GetObjectItemCaseSensitive(s, "bases");
+    /* the layers it covers are the global ones, in order; per KV head one base per covered layer, each a covered
+     * layer at or below it that starts a block of consecutive covered layers */
+    CU_ASSERT_FATAL(cJSON_GetArraySize(layers) == G && cJSON_GetArraySize(bases) == cfg->n_head_kv);
+    for (int i = 0; i < G; i++) CU_ASSERT(cJSON_GetArrayItem(layers, i)->valueint == gl[i]);
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        cJSON *row = cJSON_GetArrayItem(bases, g);
+        CU_ASSERT_FATAL(cJSON_GetArraySize(row) == G);
+        CU_ASSERT(cJSON_GetArrayItem(row, 0)->valueint == gl[0]);
+        for (int i = 1; i < G; i++) {
+            const int b = cJSON_GetArrayItem(row, i)->valueint, prev = cJSON_GetArrayItem(row, i - 1)->valueint;
+            CU_ASSERT(b == gl[i] || b == prev);
+            CU_ASSERT(kvb_layer_window(cfg, b) == 0);
+        }
+    }
+    /* PoD reads the profile on this model */
+    int got = pod_from_profile(err, sizeof err);
+    if (got) fprintf(stderr, "\n  pod from the profile: %s", err);
+    CU_ASSERT(got == 0);
+    /* a pod section over every layer (no "layers") is refused by name: its blocks would span sliding-window layers */
+    cJSON *every = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(every, "bases");
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int l = 0; l < cfg->n_layer; l++) cJSON_AddItemToArray(row, cJSON_CreateNumber(0));
+        cJSON_AddItemToArray(rows, row);
+    }
+    CU_ASSERT_FATAL(kvb_profile_store(model, "pod", every, err, sizeof err) == 0);
+    CU_ASSERT(pod_from_profile(err, sizeof err) == -1 && strstr(err, "sliding-window layer") && !strchr(err, '\n'));
+    printf("\n    a profile over every layer: %s", err);
+    /* one that names other layers than the global ones too */
+    cJSON_AddItemToObject(every, "layers", cJSON_CreateIntArray((const int[]){0, 1, 2}, 3));
+    CU_ASSERT_FATAL(kvb_profile_store(model, "pod", every, err, sizeof err) == 0);
+    CU_ASSERT(pod_from_profile(err, sizeof err) == -1 && strstr(err, "global layers"));
+    cJSON_Delete(every);
+    cJSON_Delete(root);
+    char path[1024];
+    static const char *const outs[] = {"calibrate-pod.csv", "calibrate-pod-matrix.csv", "calibrate-pod.md"};
+    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, outs[i]);
+        unlink(path);
+    }
+    if (kvb_profile_path(model, path, sizeof path, err, sizeof err) == 0) {
+        unlink(path);
+        strcat(path, ".lock");
+        unlink(path);
+    }
 }
 
 int main(void) {
@@ -129,7 +204,7 @@ int main(void) {
     CU_pSuite s = CU_add_suite("calibration on a hybrid model", NULL, NULL);
     CU_add_test(s, "round: the watershed is a global layer Round accepts", test_round_watershed_is_a_global_layer_round_accepts);
     CU_add_test(s, "omnikv: abilities cover the global layers", test_omnikv_abilities_cover_the_global_layers);
-    CU_add_test(s, "pod: calibration refused by name", test_pod_calibration_is_refused_by_name);
+    CU_add_test(s, "pod: blocks over the global layers, stored with them", test_pod_blocks_cover_the_global_layers);
     int rc = util_run_suites();
     unlink(model_path);
     rmdir(dir);
