@@ -12,7 +12,7 @@
  * declares (kvb_method_<name>, methods/<name>.c). */
 #define KVB_METHODS(X) \
     X(full) X(streamingllm) X(h2o) X(snapkv) X(omnikv) X(round) X(pod) X(random) X(pyramidkv) X(tova) X(knorm) \
-    X(adakv) X(quest) X(kivi) X(keydiff) X(observed) X(decoding) X(expected) X(chunkkv) X(cur) X(lagkv) X(criticalkv) X(compactor) X(kvzip) X(finch) X(qfilter) X(duo) X(cake)
+    X(adakv) X(quest) X(kivi) X(keydiff) X(observed) X(decoding) X(expected) X(chunkkv) X(cur) X(lagkv) X(criticalkv) X(compactor) X(kvzip) X(finch) X(qfilter) X(duo) X(cake) X(think)
 
 #define DECLARE(n) extern const kvb_method_def kvb_method_##n;
 KVB_METHODS(DECLARE)
