@@ -20,19 +20,21 @@ int kvb_fi_layout_plan(int n_heads, const uintptr_t *k, const uintptr_t *v, cons
     indptr[0] = 0;
     for (int g = 0; g < n_heads; g++) {
         if (v[g] - k[g] != delta) {
-            snprintf(err, err_len, "flashinfer: KV head %d's V is not at KV head 0's distance from its K", g);
+            snprintf(err, err_len, "flashinfer: not one slab: KV head %d's V is not at KV head 0's distance from its K "
+                                    "(an allocation of its own, or a head moved to the host tier)", g);
             return -1;
         }
         const uintptr_t off = k[g] - base;
         if (off % row_bytes) {
-            snprintf(err, err_len, "flashinfer: KV head %d's rows are not aligned to %zu-byte rows from the lowest head",
-                     g, row_bytes);
+            snprintf(err, err_len,
+                     "flashinfer: not one slab: KV head %d's rows are not aligned to %zu-byte rows from the lowest head", g,
+                     row_bytes);
             return -1;
         }
         const uintptr_t row = off / row_bytes;
         /* the last page of the head must fit int32: row + n_kv - 1 <= INT32_MAX */
         if (n_kv[g] < 0 || len[g] < 0 || row > (uintptr_t)INT32_MAX || (uint64_t)n_kv[g] > (uint64_t)INT32_MAX - row + 1) {
-            snprintf(err, err_len, "flashinfer: KV head %d's pages (row %llu, %lld slots) pass int32", g,
+            snprintf(err, err_len, "flashinfer: not one slab: KV head %d's pages (row %llu, %lld slots) pass int32", g,
                      (unsigned long long)row, (long long)n_kv[g]);
             return -1;
         }

@@ -1,14 +1,18 @@
 /* flashinfer_layout.h — how kvbench's KV store is handed to FlashInfer's paged attention (attention kernel 5,
  * kernels/cuda/flashinfer.cu), in plain C so the CPU tests can check it (tests/test_flashinfer_layout.c).
  *
- * kvbench keeps one K and one V allocation per (layer, KV head), rows of head_dim values; FlashInfer's paged KV
- * takes one K base, one V base and int32 page indices shared by K and V. With page size 1 a page is one row, so
- * each KV head becomes its own request (num_kv_heads = 1, num_qo_heads = the GQA group) whose page indices are
+ * FlashInfer's paged KV takes one K base, one V base and int32 page indices shared by K and V. With page size 1 a
+ * page is one row, so each KV head becomes its own request (num_kv_heads = 1, num_qo_heads = the GQA group) whose
+ * page indices are
  *     page = head_row[g] + slot,   head_row[g] = (k[g] - k_base) / row_bytes,   k_base = min_g k[g],
  * with v_base = k_base + (v[g] - k[g]), which must be the same for every head (one index addresses both rows).
- * No copy, no slab: the layout is refused, and kvbench's own kernels run, unless every head's rows are
- * row-aligned against k_base, V sits at one distance from K for every head, every page index fits int32 and
- * the entries of all lists together fit int32 (kvb_fi_layout_plan says which).
+ * The KV store's slab layout (engine/kvcache.h: kvc_slab, the default with kernel 5) is such a layer: head g's K
+ * rows at slab.k + g x cap rows, its V rows at slab.v + g x cap rows, so head_row[g] = g x cap + off[g] - off_min
+ * (off: the head's dropped front) and v - k = slab.v - slab.k for every head. No copy. Anything else is "not one
+ * slab" and refused, and kvbench's own kernels run: heads whose rows are off the row grid from the lowest, whose V
+ * sits at another distance from K (one allocation per head, or a head of a slab layer moved to the host tier),
+ * pages past int32 (a slab of heads x cap >= 2^31 rows), list entries past int32 together, or an empty list
+ * (kvb_fi_layout_plan says which).
  *
  * FlashInfer's log-sum-exp is base 2 (log2 sum 2^(s log2 e)); kvbench's is natural: lse = lse2 * ln 2.
  *
