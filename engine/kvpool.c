@@ -26,6 +26,23 @@ int64_t kvp_full_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_token
     return pages * cfg->n_head_kv;
 }
 
+int64_t kvp_layerwise_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_tokens, int64_t keep,
+                            int64_t grow_tokens) {
+    const int64_t kept = keep < n_tokens ? keep : n_tokens;
+    int64_t pages = 0, whole = 0; /* whole: the most one global layer adds while it holds the whole prompt */
+    for (int l = 0; l < cfg->n_layer; l++) {
+        if (kvb_layer_window(cfg, l)) {
+            pages += div_up(kvb_full_tokens_at(cfg, l, n_tokens + grow_tokens), p->page_tokens);
+            continue;
+        }
+        const int64_t at_keep = div_up(kept + grow_tokens, p->page_tokens);
+        const int64_t at_full = div_up(n_tokens + grow_tokens, p->page_tokens);
+        pages += at_keep;
+        if (at_full - at_keep > whole) whole = at_full - at_keep;
+    }
+    return (pages + whole) * cfg->n_head_kv;
+}
+
 int64_t kvp_ctx_pages(const kvp_pool *p, const kvb_ctx *c, int64_t grow_tokens, int64_t extra_bytes) {
     const kvb_config *cfg = &c->model->cfg;
     int64_t pages = 0;

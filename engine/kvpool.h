@@ -26,6 +26,10 @@ typedef struct {
 int kvp_init(kvp_pool *p, int64_t pool_bytes, int64_t slot_bytes, int page_tokens, char *err, size_t err_len);
 /* Pages full attention holds for a sequence of n tokens on a model (a sliding-window layer: its window). */
 int64_t kvp_full_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_tokens);
+/* Pages a sequence of an n-token prompt peaks at when its method keeps `keep` tokens per head of every global layer
+ * and ends the prefill layer by layer (engine/model.h kvb_ctx_end_prefill_by_layer, one chunk): every layer at the
+ * kept size (a local layer: its window) and one global layer at the whole prompt, each grown by grow_tokens. */
+int64_t kvp_layerwise_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_tokens, int64_t keep, int64_t grow_tokens);
 /* Pages context c holds now in the device tier, each head's slots grown by grow_tokens first (a local layer
  * capped at its window), plus extra_bytes of the method's own device buffers. */
 int64_t kvp_ctx_pages(const kvp_pool *p, const kvb_ctx *c, int64_t grow_tokens, int64_t extra_bytes);

@@ -13,6 +13,7 @@
 
 /* one request from submit to its end */
 typedef struct {
+    const kvb_sched *sched;
     kvb_sched_req r;
     int32_t *ids; /* owned copy of r.ids */
     char method[64];
@@ -26,6 +27,9 @@ typedef struct {
     kvb_session s;
     int session_live;
     int64_t promised; /* pages */
+    int64_t need;     /* pages promised at admission (0: not yet known) */
+    int layerwise;    /* its method ends the prefill layer by layer, the prompt prefilled as one chunk */
+    int64_t prefill_peak; /* most pages measured held during its prefill */
     kvb_rounds rounds; /* the prompt as one round (ids: the copy above) */
     int64_t round_end, pre_done; /* tokens prefilled so far */
 } seq;
@@ -142,11 +146,16 @@ int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err
         free(q);
         return ERR("out of memory");
     }
+    q->sched = s;
     q->r = *r;
     memcpy(q->ids, r->ids, (size_t)r->n * sizeof *q->ids);
     q->r.ids = q->ids;
     q->has_method = name != NULL;
     if (name) snprintf(q->method, sizeof q->method, "%s", name);
+    /* a layer-local end of prefill needs the prompt's last chunk to hold the whole prompt (its context's n_batch is
+     * made the prompt's length): the scheduler's prefill is whole, or cut in pieces as long as the prompt */
+    q->layerwise = name && (kvb_method_find(name)->traits & KVB_LAYER_LOCAL) &&
+                   (s->o.prefill_chunk <= 0 || s->o.prefill_chunk >= r->n);
     q->budget = r->method ? r->budget : s->o.budget;
     if (!r->method) q->opts = s->o.opts;
     else if (r->opts) q->opts = *r->opts;
@@ -204,13 +213,27 @@ static void repromise(kvb_sched *s, seq *q, int64_t pages) {
     q->promised = pages;
 }
 
-/* Context, method, session and prefill of an admitted request; -1 + why on failure. */
+/* The engine's observer of each layer's attention during q's prefill (its KV appended; with a layer-wise end, the
+ * layers before it already compressed): what q holds there, the prefill's peak, measured. */
+static void watch_prefill(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
+    (void)c, (void)layer, (void)src, (void)n_q;
+    seq *q = user;
+    const int64_t h = held_pages(q->sched, q, 0);
+    if (h > q->prefill_peak) q->prefill_peak = h;
+}
+
+/* Context, method, session and prefill of a request; -1 + why on failure. */
 static int start_seq(kvb_sched *s, seq *q, char *why, size_t why_len) {
-    if (!(q->c = kvb_ctx_create(s->o.model, &s->o.ctx, why, why_len))) return -1;
+    kvb_ctx_params cp = s->o.ctx;
+    if (q->layerwise && cp.n_batch < q->r.n) cp.n_batch = q->r.n; /* the prompt in one forward chunk */
+    if (!(q->c = kvb_ctx_create(s->o.model, &cp, why, why_len))) return -1;
     if (q->has_method) {
         kvb_opts o = q->opts; /* a method marks what it reads: a fresh copy per request */
         if (!(q->m = kvb_method_create(q->method, q->c, &q->budget, &o, why, why_len))) return -1;
     }
+    if (q->layerwise) kvb_ctx_end_prefill_by_layer(q->c, q->r.n);
+    q->c->on_visible = watch_prefill;
+    q->c->on_visible_user = q;
     kvb_session_method seam = kvb_method_seam(q->m);
     kvb_gen_params gp = {0};
     gp.max_new = q->r.max_new;
@@ -245,9 +268,31 @@ static void prefill_part(kvb_sched *s, kvb_sched_done_fn done, void *user) {
         return;
     }
     s->st.prefills++;
+    q->c->on_visible = NULL;
+    if (q->prefill_peak > s->st.peak_prefill) s->st.peak_prefill = q->prefill_peak;
+    if (q->prefill_peak > q->promised) s->st.overdrafts++; /* measured above its promise while it prefilled */
     repromise(s, q, held_pages(s, q, q->r.max_new));
     s->run[s->n_run++] = q;
     if (s->n_run > s->st.max_running) s->st.max_running = s->n_run;
+}
+
+/* The pages q is promised at admission, its peak (q->need, worked out once): full attention's pages for its prompt
+ * and max_new tokens, since the prefill holds the whole prompt until the method compresses it; or, when its method
+ * ends the prefill layer by layer (one chunk) and imposes its budget, the compressed cache plus one layer's full KV,
+ * with room for max_new more tokens per head (kvp_layerwise_pages; its context and method are made here, to know
+ * what it keeps). -1 + why when the context or method cannot be made. */
+static int admission_pages(kvb_sched *s, seq *q, char *why, size_t why_len) {
+    if (q->need > 0) return 0;
+    const kvb_config *cfg = &s->o.model->cfg;
+    const int64_t full = kvp_full_pages(&s->pool, cfg, (int64_t)q->r.n + q->r.max_new);
+    int64_t keep = 0;
+    if (q->layerwise && ((!q->c && start_seq(s, q, why, why_len)) ||
+                         (q->m->imposes_budget && kvb_method_budget_tokens(q->m, q->r.n, &keep, why, why_len))))
+        return -1;
+    const int64_t lw = q->layerwise && q->m->imposes_budget
+                           ? kvp_layerwise_pages(&s->pool, cfg, q->r.n, keep, q->r.max_new) : full;
+    q->need = lw < full ? lw : full;
+    return 0;
 }
 
 /* Admit the first waiting request when the batch and the pool have room (refusing those the pool can never hold),
@@ -255,9 +300,14 @@ static void prefill_part(kvb_sched *s, kvb_sched_done_fn done, void *user) {
 static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
     while (!s->pre && s->n_wait > 0 && s->n_run < s->o.max_batch) {
         seq *q = s->wait[0];
-        const int64_t need = kvp_full_pages(&s->pool, &s->o.model->cfg, (int64_t)q->r.n + q->r.max_new);
+        char why[384];
+        if (admission_pages(s, q, why, sizeof why)) {
+            memmove(s->wait, s->wait + 1, (size_t)--s->n_wait * sizeof *s->wait);
+            end_seq(s, q, 0, why, done, user);
+            continue;
+        }
+        const int64_t need = q->need;
         if (need > s->pool.n_pages) {
-            char why[384];
             snprintf(why, sizeof why,
                      "request %lld needs %lld KV pages (%.1f MiB) at its peak; the pool holds %lld (%.1f MiB)",
                      (long long)q->r.id, (long long)need, need * (double)s->pool.page_bytes / 1048576.0,
@@ -275,8 +325,7 @@ static void admit(kvb_sched *s, kvb_sched_done_fn done, void *user) {
         memmove(s->wait, s->wait + 1, (size_t)--s->n_wait * sizeof *s->wait);
         q->promised = need;
         q->t_admit = kvb_sched_now(s);
-        char why[384];
-        if (start_seq(s, q, why, sizeof why)) {
+        if (!q->c && start_seq(s, q, why, sizeof why)) {
             end_seq(s, q, 0, why, done, user);
             return;
         }

@@ -3,15 +3,18 @@
  * The policy (docs/serving.md):
  *   - admission in arrival order (FIFO, no overtaking: a large request is not starved by small ones); a request
  *     is admitted when the pool can promise its peak: full attention's pages for its prompt and its max_new
- *     tokens (the prefill holds the whole prompt before the method compresses it);
+ *     tokens (the prefill holds the whole prompt before the method compresses it), or, for a method whose end of
+ *     prefill is layer-local (methods/method.h KVB_LAYER_LOCAL) and a prompt prefilled whole, the compressed cache
+ *     plus one layer's full KV and room for max_new more tokens per head: its context prefills the prompt as one
+ *     chunk (n_batch = the prompt's length) and compresses each layer right after that layer's attention;
  *   - its prefill runs between two decode steps, whole or (prefill_chunk) one piece per step, one request in
  *     prefill at a time;
  *   - after the prefill the promise shrinks to what its method measurably holds plus room for max_new more tokens
  *     per head (so a method that keeps 25% leaves the rest of the pool to others), and is released when it ends;
  *   - a full pool makes new requests wait; nothing admitted is preempted, so no request is recomputed, dropped or
  *     failed for lack of room. A request larger than the whole pool is refused with an error, never waited on;
- *   - what each running sequence holds is measured at every step against its promise (an overdraft is counted,
- *     never hidden).
+ *   - what each running sequence holds is measured at every step, and at every layer of its prefill, against its
+ *     promise (an overdraft is counted, never hidden).
  * Each request may carry its own method and budget. Single-threaded: the caller drives kvb_sched_step. */
 #ifndef KVB_SCHED_H
 #define KVB_SCHED_H
@@ -93,6 +96,7 @@ typedef struct {
     double reserved_page_ms;       /* sum over steps of (promised pages x step ms) */
     double held_page_ms;           /* sum over decode steps of (measured pages x step ms) */
     int64_t peak_held;             /* most pages measured held at once */
+    int64_t peak_prefill;          /* most pages one sequence was measured to hold during its prefill */
 } kvb_sched_stats;
 
 typedef struct kvb_sched kvb_sched;

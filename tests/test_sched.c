@@ -1,7 +1,8 @@
 /* test_sched.c — continuous batching on a fixed KV pool (judge/sched.h), on a seeded random-weight model: every
  * request completes with the tokens it gets decoded alone; a pool sized for two full-attention sequences never runs
  * more than two of them (the rest wait, counted), and never promises more pages than it has; a method that keeps
- * 25% runs more sequences at once in the same pool; a request larger than the pool is refused with an error while
+ * 25% runs more sequences at once in the same pool, more still when it ends its prefill layer by layer (promised and
+ * measured at its compressed cache plus one layer's whole prompt); a request larger than the pool is refused with an error while
  * the others complete; the pages all come back; malformed requests are refused at submit. */
 #include <CUnit/Basic.h>
 #include <stdio.h>
@@ -112,6 +113,8 @@ static void run_all(kvb_sched *s, outcome *o, int n_req) {
     CU_ASSERT(kvb_sched_waiting(s) == 0 && kvb_sched_running(s) == 0);
 }
 
+static kvb_sched_stats last; /* the stats of check_case's last run */
+
 static void check_case(const char *method, const char *budget, int pool_seqs, int *max_running) {
     kvb_ctx *probe = util_tiny_ctx(KVB_F16, CTX);
     kvb_sched *s = new_sched(method, budget, pool_for(pool_seqs, probe));
@@ -132,6 +135,7 @@ static void check_case(const char *method, const char *budget, int pool_seqs, in
     CU_ASSERT(st.prefills == NREQ && st.steps > 0);
     CU_ASSERT(st.prefill_parts == (prefill_chunk ? (PROMPT + prefill_chunk - 1) / prefill_chunk : 1) * NREQ);
     *max_running = st.max_running;
+    last = st;
     if (pool_seqs < NREQ) CU_ASSERT(st.waits > 0);
     kvb_sched_free(s);
     free(o);
@@ -158,6 +162,30 @@ static void test_chunked_prefill_between_steps_decodes_as_alone(void) {
     check_case("snapkv", "50%", 3, &mr);
     check_case("h2o", "40%", 3, &mr);
     prefill_chunk = 0;
+}
+
+static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* SnapKV and StreamingLLM end their prefill layer by layer when the prompt is prefilled whole: each prefill is measured
+ * (at every layer's attention) to peak at the compressed layers plus one layer's whole prompt, which the admission
+ * promises; prefilled in pieces, the prefill holds the whole prompt in every layer, the promise is full attention's,
+ * and fewer sequences run in the same pool. No overdraft either way (check_case), each request decodes as alone. */
+static void test_layer_local_methods_are_promised_the_compressed_cache_and_one_layer(void) {
+    static const char *methods[] = {"snapkv", "streamingllm"};
+    const int64_t keep = PROMPT / 4; /* 25% of the prompt per head */
+    const int64_t layerwise = NKV * ((L - 1) * div_up(keep, 16) + div_up(PROMPT, 16)), whole = NKV * L * div_up(PROMPT, 16);
+    for (int k = 0; k < 2; k++) {
+        int mr_pieces = 0, mr_whole = 0;
+        prefill_chunk = 64;
+        check_case(methods[k], "25%", 2, &mr_pieces);
+        const int64_t peak_pieces = last.peak_prefill;
+        prefill_chunk = 0;
+        check_case(methods[k], "25%", 2, &mr_whole);
+        printf("(%s: prefill peak %lld pages whole, %lld in pieces; %d and %d running) ", methods[k],
+               (long long)last.peak_prefill, (long long)peak_pieces, mr_whole, mr_pieces);
+        CU_ASSERT(last.peak_prefill == layerwise && peak_pieces == whole);
+        CU_ASSERT(mr_whole > mr_pieces);
+    }
 }
 
 static void test_request_larger_than_the_pool_is_refused_others_complete(void) {
@@ -292,6 +320,8 @@ int main(void) {
                 test_snapkv_25_runs_more_in_the_same_pool);
     CU_add_test(s, "prefill in pieces between decode steps (full, SnapKV, H2O): each request decodes as alone",
                 test_chunked_prefill_between_steps_decodes_as_alone);
+    CU_add_test(s, "SnapKV, StreamingLLM prefilled whole: promised and measured at the compressed cache + one layer",
+                test_layer_local_methods_are_promised_the_compressed_cache_and_one_layer);
     CU_add_test(s, "a request larger than the pool is refused with an error; the others complete",
                 test_request_larger_than_the_pool_is_refused_others_complete);
     CU_add_test(s, "malformed requests are refused at submit", test_malformed_requests_refused_at_submit);
