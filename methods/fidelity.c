@@ -81,7 +81,13 @@ static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, in
         int64_t len = 0;
         if (kvb_src_positions(c, &src[h], pos, &len)) len = 0;
         double r = 0;
-        for (int64_t i = 0; i < outside && i < L->n_pos; i++) r += mh[i];
+        int32_t *op = outside > 0 && L->method->def->outside_positions ? malloc((size_t)outside * sizeof *op) : NULL;
+        if (op && L->method->def->outside_positions(L->method, c, layer, h, op)) free(op), op = NULL, r = NAN;
+        for (int64_t i = 0; i < outside; i++) {
+            const int64_t p = op ? op[i] : i;
+            if (p >= 0 && p < L->n_pos) r += mh[p];
+        }
+        free(op);
         for (int64_t i = 0; i < len; i++)
             if (pos[i] >= 0 && pos[i] < L->n_pos) r += mh[pos[i]];
         sum += r;

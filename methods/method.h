@@ -55,6 +55,9 @@ struct kvb_method_def {
     /* Tokens per KV head a layer's attention reads outside its sources, at positions 0 .. n - 1 (KIVI's quantized
      * prefix, read by its attend hook): n; NULL = none. What fidelity's recall counts as read. */
     int64_t (*read_outside)(kvb_method *m, kvb_ctx *c, int layer);
+    /* Their positions when they are not 0 .. n - 1 (ThinK's prompt after SnapKV's choice): KV head h's n into pos
+     * (host); 0, or -1. NULL = 0 .. n - 1. */
+    int (*outside_positions)(kvb_method *m, kvb_ctx *c, int layer, int h, int32_t *pos);
     /* Resolved parameters, "key=value ..." (for results and --help output). */
     void (*describe)(kvb_method *m, char *buf, size_t cap);
     /* Required: free the instance. */

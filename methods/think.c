@@ -20,22 +20,29 @@
  * to each KV head's kept channels (gather_cols), merged by log-sum-exp: one exact softmax over both parts.
  *
  * Choices (flags; the paper and kvpress leave them open):
- * - The budget. ThinK's saving is channels, so `--budget F%` is Mem% of the full KV bytes, and without `lambda` the
- *   kept channel count d' is derived from it: the d' in [1, head_dim) whose measured share is nearest to F (whole
- *   heads, nothing moved, when that is nearer: budget 100% is full attention). Values stay whole, so channel
- *   pruning alone cannot go below (1 + head_dim) elements per slot, about half the cache: a budget under that share
- *   is an error naming the smallest share it reaches. A token budget (`--budget 1024`) is refused: ThinK keeps
- *   every token. Composing with a token scorer (the paper's SnapKV + ThinK) is not built.
+ * - The budget. ThinK's saving is channels, so `--budget F%` is Mem% of the full KV bytes. Values stay whole, so
+ *   channel pruning alone reaches no lower than (1 + head_dim) elements per slot, about half the cache; the paper
+ *   goes lower by composing ThinK with a token method (SnapKV + ThinK, its Tables 1-2), and so does base=snapkv
+ *   (the default): where pruning lambda of the channels of every prompt token holds no more than F, d' comes from
+ *   the budget (the d' in [1, head_dim) whose share is nearest to F, or the heads whole when that is nearer: budget
+ *   100% is full attention) and every token stays; below that share, SnapKV (its window, kernel and pool options,
+ *   snapkv.h) first keeps the T prompt tokens per head whose pruned slots make F, then ThinK prunes lambda of the
+ *   kept keys' channels (kvpress's ComposedPress order). base=none is ThinK alone: d' from the budget at every F,
+ *   and a budget under its floor is an error naming the smallest share it reaches. A token budget
+ *   (`--budget 1024`) is refused: ThinK's saving is not a token count.
  * - lambda=L (the pruning ratio, paper default 0.4): d' = head_dim - floor(L x head_dim), kvpress's rounding
- *   (n_pruned = int(head_dim x ratio)), so kept channel sets compare with kvpress's. With lambda given the memory is
- *   set by it and the budget is reported, not imposed (as KIVI's bits); a budget under lambda's share is an error
- *   naming that share.
+ *   (n_pruned = int(head_dim x ratio)), so kept channel sets compare with kvpress's. Given, it is the ratio in both
+ *   cases above; where it keeps more than the budget with every token (or with base=none), the memory is set by it
+ *   and the budget is reported, not imposed (as KIVI's bits), and a budget under its share with base=none is an
+ *   error naming that share. Not given: 0.4 where tokens go (base=snapkv).
  * - window=32 (kvpress's window_size): the observation window's rows of the shared prefill (fewer when the prompt
  *   is shorter).
  * - Every global layer and KV head is pruned to the same d' (the paper's uniform ratio); the sliding-window layers
  *   of a hybrid model keep their windows whole (no method hook runs there), and the budget is of the cache the
  *   model holds, windows counted. */
 #include "methods/think.h"
+
+#include "methods/snapkv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,11 +52,15 @@
 typedef struct {
     kvb_method base;
     kvb_ctx *c;
-    double lambda;      /* < 0: d' from the budget */
+    double lambda;      /* < 0: not given (d' from the budget, 0.4 where tokens go) */
+    int with_snap;      /* base=snapkv: tokens go where channels alone keep more than the budget */
+    kvb_snap_opts snap;
+    int64_t keep;       /* prompt tokens per KV head kept (n_prompt: every one) */
+    int32_t *host_pos;  /* [n_layer][HK][n_prefix] the narrow prompt's positions (host copy, for fidelity) */
     int64_t window;     /* observation rows read */
     int dk;             /* kept key channels per head (head_dim: none pruned) */
     int moved;          /* 1: the prompt's KV is in the narrow buffers */
-    int64_t n_prefix;   /* prompt tokens per KV head in the narrow buffers */
+    int64_t n_prefix;   /* prompt tokens per KV head in the narrow buffers (keep) */
     size_t es;          /* element bytes of the store */
     uint8_t **kn, **vw; /* [n_layer] device: [HK][n_prefix][dk] keys, [HK][n_prefix][head_dim] values */
     int32_t **pos;      /* [n_layer] device: [HK][n_prefix] positions */
@@ -67,8 +78,9 @@ static double narrow_slot(const think *s, int dk) {
     return (double)((size_t)dk * s->es + (size_t)s->c->model->cfg.head_dim * s->es + sizeof(int32_t));
 }
 
-/* The device share of the full cache with n_prefix prompt tokens per KV head pruned to dk channels (0: none) and
- * n_past tokens seen: the global layers' narrow prefix plus their store, the local layers' windows whole. */
+/* The device share of the full cache with n_prefix kept prompt tokens per KV head pruned to dk channels (0: none,
+ * every token whole) and n_past tokens seen: the global layers' narrow prefix plus their decoded tokens in the
+ * store, the local layers' windows whole. */
 static double share_at(const think *s, const kvb_ctx *c, int dk, int64_t n_prefix) {
     const kvb_config *cfg = &c->model->cfg;
     const double slot = (double)kvc_slot_bytes(c->kv);
@@ -77,25 +89,46 @@ static double share_at(const think *s, const kvb_ctx *c, int dk, int64_t n_prefi
         const double full = (double)kvb_ctx_full_tokens(c, l) * slot;
         whole += full;
         held += kvb_layer_window(cfg, l) || !dk ? full
-                                                : (double)n_prefix * narrow_slot(s, dk) + (double)(c->n_past - n_prefix) * slot;
+                                                : (double)n_prefix * narrow_slot(s, dk) + (double)(c->n_past - s->base.n_prompt) * slot;
     }
     return whole > 0 ? held / whole : 1.0;
 }
 
-/* d' for this prompt: lambda's, or the share nearest to the budget (0 = keep the heads whole); -1 + a line when the
- * budget is under what pruning reaches. */
-static int resolve_dk(think *s, kvb_ctx *c, char *err, size_t err_len) {
+static int lambda_dk(double lambda, int D) {
+    const int dk = D - (int)floor(lambda * D + 1e-9);
+    return dk < 1 ? 1 : dk;
+}
+
+/* d' (and the tokens kept) for this prompt: see the header's choices. -1 + a line when the budget is under what
+ * the method reaches. */
+static int resolve(think *s, kvb_ctx *c, char *err, size_t err_len) {
     const int D = c->model->cfg.head_dim;
     const int64_t n = c->n_past;
-    const double f = s->base.budget.frac;
-    if (s->lambda >= 0) {
-        const int dk = D - (int)floor(s->lambda * D + 1e-9);
-        s->dk = dk < 1 ? 1 : dk;
-        const double share = s->dk < D ? share_at(s, c, s->dk, n) : 1.0;
-        if (s->base.budget.kind == KVB_BUDGET_FRACTION && f < share - 0.01 * share)
-            return ERR("think: budget %g%% is below the share lambda=%g keeps (%.1f%% of the cache: %d of %d key "
-                       "channels, values whole)", 100 * f, s->lambda, 100 * share, s->dk, D);
-        return 0;
+    const double f = s->base.budget.frac, tol = 0.01 * f + 1.0 / (double)(n > 0 ? n : 1);
+    const int frac = s->base.budget.kind == KVB_BUDGET_FRACTION;
+    s->keep = n;
+    if (s->lambda >= 0 || s->with_snap) { /* lambda's channels with every token */
+        const int dk = lambda_dk(s->lambda >= 0 ? s->lambda : 0.4, D);
+        const double share = dk < D ? share_at(s, c, dk, n) : 1.0;
+        if (frac && f < share - tol) {
+            if (!s->with_snap)
+                return ERR("think: budget %g%% is below the share lambda=%g keeps (%.1f%% of the cache: %d of %d key "
+                           "channels, values whole)", 100 * f, s->lambda, 100 * share, dk, D);
+            /* SnapKV keeps the tokens whose pruned slots make the budget */
+            int64_t b;
+            if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
+            s->dk = dk;
+            s->keep = llround((double)b * (double)kvc_slot_bytes(c->kv) / narrow_slot(s, dk));
+            s->keep = s->keep < 1 ? 1 : s->keep > n ? n : s->keep;
+            return 0;
+        }
+        if (s->lambda >= 0 || !frac) { /* the memory is lambda's; the budget is reported */
+            s->dk = dk;
+            s->base.imposes_budget = 0;
+            snprintf(s->base.note, sizeof s->base.note, "key channels pruned by lambda=%g, every token kept (the "
+                     "budget is reported)", s->lambda >= 0 ? s->lambda : 0.4);
+            return 0;
+        }
     }
     int best = D;
     double best_gap = fabs(1.0 - f);
@@ -103,11 +136,10 @@ static int resolve_dk(think *s, kvb_ctx *c, char *err, size_t err_len) {
         const double gap = fabs(share_at(s, c, dk, n) - f);
         if (gap < best_gap) best = dk, best_gap = gap;
     }
-    if (best_gap > 0.01 * f + 1.0 / (double)(n > 0 ? n : 1)) {
-        const double floor_share = share_at(s, c, 1, n);
+    if (best_gap > tol)
         return ERR("think: budget %g%% is below the share key-channel pruning alone reaches (%.1f%% of the cache with "
-                   "1 of %d key channels kept; values stay whole)", 100 * f, 100 * floor_share, D);
-    }
+                   "1 of %d key channels kept; values stay whole): base=snapkv drops tokens too", 100 * f,
+                   100 * share_at(s, c, 1, n), D);
     s->dk = best;
     return 0;
 }
@@ -155,6 +187,7 @@ static int move_layer(think *s, kvb_ctx *c, int l, int64_t n, char *err, size_t 
                             err, err_len) ||
             be->copy(be, s->vw[l] + g * vb, v.v, vb, KVB_COPY_D2D, err, err_len) ||
             be->copy(be, (uint8_t *)s->pos[l] + g * pb, v.pos, pb, KVB_COPY_D2D, err, err_len) ||
+            be->copy(be, s->host_pos + ((size_t)l * HK + g) * n, v.pos, pb, KVB_COPY_D2H, err, err_len) ||
             kvc_truncate(c->kv, l, g, 0, err, err_len))
             return -1;
     }
@@ -167,20 +200,30 @@ static int think_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const kvb_config *cfg = &c->model->cfg;
     const int64_t n = c->n_past, D = cfg->head_dim, HK = cfg->n_head_kv;
     s->base.n_prompt = n;
-    if (resolve_dk(s, c, err, err_len)) return -1;
+    if (resolve(s, c, err, err_len)) return -1;
     if (s->dk >= D || n == 0) return 0; /* nothing pruned: the heads stay whole in the store */
-    const int64_t w = c->obs_n < s->window ? c->obs_n : s->window;
+    if (s->keep < n) { /* SnapKV's choice of the prompt's tokens first */
+        int64_t *keep = malloc((size_t)cfg->n_layer * sizeof *keep);
+        if (!keep) return ERR("think: out of memory");
+        for (int l = 0; l < cfg->n_layer; l++) keep[l] = s->keep;
+        const int rc = kvb_snap_compress(c, &s->snap, keep, err, err_len);
+        free(keep);
+        if (rc) return -1;
+    }
+    const int64_t w = c->obs_n < s->window ? c->obs_n : s->window, k = s->keep;
     const size_t qsq_b = (size_t)(w > 0 ? w : 1) * cfg->q_dim * sizeof(float), vec_b = (size_t)HK * D * sizeof(float),
-                 rows_b = (size_t)n * D * sizeof(float);
+                 rows_b = (size_t)k * D * sizeof(float);
     float *qsq = kvb_method_alloc(c, qsq_b), *qsum = kvb_method_alloc(c, vec_b), *ksq = kvb_method_alloc(c, vec_b);
     float *kf = kvb_method_alloc(c, rows_b), *kx = kvb_method_alloc(c, rows_b);
-    int rc = !qsq || !qsum || !ksq || !kf || !kx ? ERR("think: out of memory for the channel scores") : 0;
-    s->n_prefix = n; /* the narrow buffers' size, for their release */
+    s->host_pos = malloc((size_t)cfg->n_layer * HK * k * sizeof *s->host_pos);
+    int rc = !qsq || !qsum || !ksq || !kf || !kx || !s->host_pos ? ERR("think: out of memory for the channel scores") : 0;
+    s->n_prefix = k; /* the narrow buffers' size, for their release */
     for (int l = 0; !rc && l < cfg->n_layer; l++)
         if (!kvb_layer_window(cfg, l))
-            rc = score_layer(s, c, l, n, qsq, qsum, kf, kx, ksq, err, err_len) || move_layer(s, c, l, n, err, err_len) ? -1 : 0;
+            rc = score_layer(s, c, l, k, qsq, qsum, kf, kx, ksq, err, err_len) || move_layer(s, c, l, k, err, err_len) ? -1 : 0;
     kvb_method_release(c, qsq, qsq_b), kvb_method_release(c, qsum, vec_b), kvb_method_release(c, ksq, vec_b);
     kvb_method_release(c, kf, rows_b), kvb_method_release(c, kx, rows_b);
+    if (!rc && c->be->sync && c->be->sync(c->be)) rc = ERR("think: %s", c->be->error);
     if (rc) return -1;
     s->moved = 1;
     return 0;
@@ -229,7 +272,7 @@ int kvb_think_channels(kvb_method *m, kvb_ctx *c, int layer, int h, int32_t *out
 
 static int64_t think_expected(kvb_method *m, kvb_ctx *c, int layer) {
     const think *s = (think *)m;
-    return s->moved ? c->n_past - s->n_prefix : c->n_past;
+    return s->moved ? c->n_past - s->base.n_prompt : c->n_past;
 }
 
 static double think_formula(kvb_method *m, kvb_ctx *c) {
@@ -242,11 +285,19 @@ static int64_t think_read_outside(kvb_method *m, kvb_ctx *c, int layer) {
     return s->moved && !kvb_layer_window(&c->model->cfg, layer) ? s->n_prefix : 0;
 }
 
+static int think_outside_positions(kvb_method *m, kvb_ctx *c, int layer, int h, int32_t *pos) {
+    const think *s = (think *)m;
+    const int64_t n = think_read_outside(m, c, layer);
+    if (n) memcpy(pos, s->host_pos + ((size_t)layer * c->model->cfg.n_head_kv + h) * n, (size_t)n * sizeof *pos);
+    return 0;
+}
+
 static void think_describe(kvb_method *m, char *buf, size_t cap) {
     const think *s = (think *)m;
     const int D = s->c->model->cfg.head_dim, dk = s->dk ? s->dk : D;
-    snprintf(buf, cap, "lambda=%.4g channels=%d/%d window=%lld%s", 1.0 - (double)dk / D, dk, D, (long long)s->window,
-             s->lambda >= 0 ? "" : " (from the budget)");
+    snprintf(buf, cap, "base=%s lambda=%.4g channels=%d/%d window=%lld keep=%lld%s", s->with_snap ? "snapkv" : "none",
+             1.0 - (double)dk / D, dk, D, (long long)s->window, (long long)(s->moved ? s->keep : m->n_prompt),
+             s->lambda >= 0 || (s->moved && s->keep < m->n_prompt) ? "" : " (from the budget)");
 }
 
 static void think_destroy(kvb_method *m) {
@@ -262,7 +313,7 @@ static void think_destroy(kvb_method *m) {
     kvb_method_release(s->c, s->chan, (size_t)cfg->n_layer * HK * D * sizeof(int32_t));
     kvb_method_release(s->c, s->lse, (size_t)H * s->rows * sizeof(float));
     kvb_method_release(s->c, s->qg, (size_t)H * s->rows * s->dk * sizeof(float));
-    free(s->kn), free(s->vw), free(s->pos), free(s->kp), free(s->vp), free(s->pp);
+    free(s->kn), free(s->vw), free(s->pos), free(s->kp), free(s->vp), free(s->pp), free(s->host_pos);
     free(s);
 }
 
@@ -285,6 +336,10 @@ static kvb_method *think_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     int window = 0, r;
     if (think_obs_window(o, &window, err, err_len)) goto fail;
     s->window = window;
+    const char *base = kvb_opts_get(o, "base");
+    if (base && strcmp(base, "snapkv") && strcmp(base, "none")) { ERR("think: base must be snapkv or none"); goto fail; }
+    s->with_snap = !base || !strcmp(base, "snapkv");
+    if (s->with_snap && kvb_snap_opts_read(o, "think", &s->snap, err, err_len)) goto fail;
     if ((r = kvb_opts_double(o, "lambda", &s->lambda, err, err_len)) < 0) goto fail;
     if (r && !(s->lambda >= 0 && s->lambda < 1)) { ERR("think: lambda must be in [0, 1)"); goto fail; }
     if (b->kind == KVB_BUDGET_TOKENS) {
@@ -296,11 +351,11 @@ static kvb_method *think_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     const int D = cfg->head_dim, HK = cfg->n_head_kv;
     int hybrid = 0;
     for (int l = 0; l < cfg->n_layer; l++) hybrid |= kvb_layer_window(cfg, l) != 0;
-    if (!r && !hybrid) { /* the floor, known before the prompt where every layer is global */
+    if (!r && !hybrid && !s->with_snap) { /* the floor, known before the prompt where every layer is global */
         const double floor_share = narrow_slot(s, 1) / (double)kvc_slot_bytes(c->kv);
         if (b->frac < floor_share - 0.01 * b->frac) {
             ERR("think: budget %g%% is below the share key-channel pruning alone reaches (%.1f%% of the cache with 1 of "
-                "%d key channels kept; values stay whole)", 100 * b->frac, 100 * floor_share, D);
+                "%d key channels kept; values stay whole): base=snapkv drops tokens too", 100 * b->frac, 100 * floor_share, D);
             goto fail;
         }
     }
@@ -313,8 +368,7 @@ static kvb_method *think_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     s->chan = kvb_method_alloc(c, (size_t)cfg->n_layer * HK * D * sizeof(int32_t));
     if (!s->kn || !s->vw || !s->pos || !s->kp || !s->vp || !s->pp || !s->chan) { ERR("out of memory"); goto fail; }
     s->base.budget = *b;
-    s->base.imposes_budget = !r;
-    if (r) snprintf(s->base.note, sizeof s->base.note, "key channels pruned by lambda=%g (the budget is reported)", s->lambda);
+    s->base.imposes_budget = 1; /* 0 once resolve finds the memory set by lambda */
     return &s->base;
 fail:
     think_destroy(&s->base);
@@ -323,7 +377,7 @@ fail:
 
 const kvb_method_def kvb_method_think = {
     .name = "think",
-    .summary = "ThinK: prunes the prompt's key channels the window's queries read least; values and tokens whole",
+    .summary = "ThinK: prunes the prompt's key channels the window's queries read least (+ SnapKV's tokens below its floor)",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
     .obs_window = think_obs_window,
     .create = think_create,
@@ -331,6 +385,7 @@ const kvb_method_def kvb_method_think = {
     .expected_tokens = think_expected,
     .formula_frac = think_formula,
     .read_outside = think_read_outside,
+    .outside_positions = think_outside_positions,
     .describe = think_describe,
     .destroy = think_destroy,
 };

@@ -208,9 +208,10 @@ static void test_engine_budget_derives_channels_and_decode_appends_whole_tokens(
             CU_ASSERT(pos[0] == 150 && pos[3] == 153); /* the decoded tokens only */
         }
     CU_ASSERT_EQUAL(m->def->read_outside(m, c, 0), 150);
-    char desc[96], want[96];
+    char desc[128], want[128];
     m->def->describe(m, desc, sizeof desc);
-    snprintf(want, sizeof want, "lambda=%.4g channels=%d/%d window=32 (from the budget)", 1.0 - (double)best / HD, best, HD);
+    snprintf(want, sizeof want, "base=snapkv lambda=%.4g channels=%d/%d window=32 keep=150 (from the budget)",
+             1.0 - (double)best / HD, best, HD);
     CU_ASSERT_STRING_EQUAL(desc, want);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
@@ -243,20 +244,22 @@ static void test_full_budget_and_lambda_zero_decode_as_full_attention(void) {
     }
 }
 
-/* A budget pruning cannot reach names the smallest share it reaches; a token budget and a bad lambda are refused;
- * lambda's share above the budget is an error naming it. */
+/* With base=none, a budget pruning cannot reach names the smallest share it reaches, and lambda's share above the
+ * budget is an error naming it; a token budget, a bad lambda and a bad base are refused. */
 static void test_refusals_name_the_problem(void) {
     char err[256];
     kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
     util_check_refusals("think", c, "lambda=1", "lambda must be in [0, 1)");
+    util_check_refusals("think", c, "base=h2o", "base must be snapkv or none");
     kvb_budget b30 = {KVB_BUDGET_FRACTION, 0.3, 0}, tok = {KVB_BUDGET_TOKENS, 0, 64};
     kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "base=none", err, sizeof err) == 0);
     CU_ASSERT(kvb_method_create("think", c, &b30, &o, err, sizeof err) == NULL);
     char floor_txt[32];
     snprintf(floor_txt, sizeof floor_txt, "(%.1f%% of the cache", 100 * slot_share(c, 1, 2));
     CU_ASSERT(strstr(err, "below the share") && strstr(err, floor_txt));
     CU_ASSERT(kvb_method_create("think", c, &tok, &o, err, sizeof err) == NULL && strstr(err, "token budget"));
-    kvb_method *m = util_make_method("think", c, "60%", "lambda=0.25");
+    kvb_method *m = util_make_method("think", c, "60%", "lambda=0.25,base=none");
     int32_t ids[40];
     for (int i = 0; i < 40; i++) ids[i] = 5 + i;
     CU_ASSERT(kvb_method_prefill(m, c, ids, 40, err, sizeof err) == -1 && strstr(err, "below the share lambda=0.25"));
@@ -265,6 +268,75 @@ static void test_refusals_name_the_problem(void) {
     kvb_method_needs nd;
     CU_ASSERT(kvb_method_needs_of("think", NULL, &nd, err, sizeof err) == 0 && nd.needs_budget && nd.shares_prefill &&
               nd.obs_window == 32 && !nd.prefill_scores && !nd.own_prefill && !nd.profile);
+}
+
+/* The float64 top dk channels of keys k (n rows, dtype dt) against the window rows wq ([w][NH*HD]) of KV head g. */
+static double ref_channels_of(const float *wq, int w, const void *k, int64_t n, kvb_dtype dt, int g, int dk, int32_t *want) {
+    double score[HD], margin = 1, kth = 1;
+    for (int ch = 0; ch < HD; ch++) {
+        double qs = 0, ks = 0;
+        for (int t = 0; t < w; t++)
+            for (int r = 0; r < G; r++) qs += (double)wq[t * NH * HD + (g * G + r) * HD + ch] * wq[t * NH * HD + (g * G + r) * HD + ch];
+        for (int64_t i = 0; i < n; i++) ks += util_elem(k, dt, (size_t)i * HD + ch) * util_elem(k, dt, (size_t)i * HD + ch);
+        score[ch] = qs * ks;
+    }
+    util_topk_ref(score, HD, dk, want, &margin, &kth);
+    return margin / kth;
+}
+
+/* Below lambda's share (base=snapkv, the default): the prompt tokens ThinK keeps per head are SnapKV's at that token
+ * budget (the same kept positions as the snapkv method keeps), their keys' channels are the float64 top d' over those
+ * keys, the measured share is the budget, and decode appends whole tokens. */
+static void test_below_lambdas_share_snapkv_keeps_the_tokens_then_channels_are_pruned(void) {
+    char err[256];
+    enum { N = 200 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 3 + (i * 41) % 290;
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *m = util_make_method("think", c, "35%", NULL);
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
+    const int dk = HD - (int)(0.4 * HD); /* lambda 0.4, kvpress's int() */
+    kvb_kv_usage u;
+    kvb_method_usage(m, c, &u);
+    CU_ASSERT(fabs(u.device_frac - 0.35) < 0.01 * 0.35 + 1.0 / N);
+    const int64_t keep = m->def->read_outside(m, c, 0);
+    CU_ASSERT(keep > 32 && keep < N);
+    CU_ASSERT(fabs((double)keep * ((dk + HD) * 2 + 4) - 0.35 * N * kvc_slot_bytes(c->kv)) <= ((dk + HD) * 2 + 4));
+    char budget[32];
+    snprintf(budget, sizeof budget, "%lld", (long long)keep);
+    kvb_ctx *sc = util_tiny_ctx(KVB_F16, CTX);
+    kvb_method *sm = util_make_method("snapkv", sc, budget, NULL);
+    CU_ASSERT_FATAL(kvb_method_prefill(sm, sc, ids, N, err, sizeof err) == 0);
+    float wq[32 * NH * HD];
+    CU_ASSERT_FATAL(c->obs_n == 32);
+    int wrong_pos = 0, wrong_ch = 0, near_ties = 0;
+    for (int l = 0; l < L; l++) {
+        util_dev_read(c->be, wq, c->obs_q + (size_t)l * c->obs_cap * c->model->cfg.q_dim, sizeof wq);
+        for (int g = 0; g < NKV; g++) {
+            int32_t got_pos[N], snap_pos[CTX], got_ch[HD], want_ch[HD];
+            CU_ASSERT_FATAL(m->def->outside_positions(m, c, l, g, got_pos) == 0);
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(sc, l, g, snap_pos), keep);
+            wrong_pos += memcmp(got_pos, snap_pos, (size_t)keep * sizeof *got_pos) != 0; /* both in slot order, ascending */
+            util_kv_head hv = util_kv_head_copy(sc->kv, l, g);
+            near_ties += ref_channels_of(wq, 32, hv.k, hv.n, KVB_F16, g, dk, want_ch) < 1e-4;
+            CU_ASSERT_EQUAL_FATAL(kvb_think_channels(m, c, l, g, got_ch, err, sizeof err), dk);
+            wrong_ch += memcmp(got_ch, want_ch, (size_t)dk * sizeof *got_ch) != 0;
+            util_kv_head_free(&hv);
+        }
+    }
+    CU_ASSERT_EQUAL(near_ties, 0);
+    CU_ASSERT_EQUAL(wrong_pos, 0);
+    CU_ASSERT_EQUAL(wrong_ch, 0);
+    for (int s = 0; s < 3; s++) {
+        const int32_t id = sampler_argmax(c->logits, V);
+        CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);
+        CU_ASSERT(kvb_method_verify(m, c, 0, err, sizeof err) == 0);
+    }
+    CU_ASSERT_EQUAL(kvc_n(c->kv, 1, 0), 3);
+    kvb_method_free(sm, sc);
+    kvb_ctx_free(sc);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
 }
 
 static int setup(void) {
@@ -284,6 +356,8 @@ int main(void) {
     CU_add_test(s, "a Mem% budget picks d', holds its share, decode appends whole tokens",
                 test_engine_budget_derives_channels_and_decode_appends_whole_tokens);
     CU_add_test(s, "budget 100% and lambda=0 decode as full attention", test_full_budget_and_lambda_zero_decode_as_full_attention);
+    CU_add_test(s, "below lambda's share SnapKV keeps the tokens, then their key channels are pruned",
+                test_below_lambdas_share_snapkv_keeps_the_tokens_then_channels_are_pruned);
     CU_add_test(s, "refusals name the problem", test_refusals_name_the_problem);
     return util_run_suites();
 }
