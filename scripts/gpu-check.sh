@@ -50,6 +50,9 @@
 #   synthetic         synthetic:llama3.1-8b full attention at KVB_SYNTH_CTX: TTFT, ms/token, byte bound, PyTorch
 #   synthetic-new     the same on the candidate set at KVB_SYNTH_CTX_NEW
 #   synthetic-qwen3   synthetic:qwen3-8b (Q/K head norms) the same way, beside PyTorch's Qwen3
+#   flashinfer-engine FlashInfer (attention kernel 5) on the engine's KV cache, the per-layer slab it lays out:
+#                     test_cuda_model on kernel 5, then synthetic:llama3.1-8b full at 32K on v4 and on kernel 5
+#                     (each log ends with FlashInfer's served and refused calls)
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
@@ -135,10 +138,11 @@ fi
 # neighbours), and the four groups of steps, each sized to one call (<= 480 s with a 20% margin)
 declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
-    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40)
+    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
+    [flashinfer-engine]=~35)
 groups=("tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic-profile"
     "synthetic-new synthetic-batch synthetic omnikv-profile omnikv-128k"
-    "synthetic-qwen3"
+    "synthetic-qwen3 flashinfer-engine"
     "methods-8b")
 group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
 if [ "${1:-}" = "--plan" ]; then
@@ -175,7 +179,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 flashinfer-engine synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
@@ -419,6 +423,21 @@ step_synthetic_qwen3() { # the issue's second 8B model, its real architecture (Q
     step "synthetic:qwen3-8b full, ctx $synth_ctx_new, candidate kernels ${new_set[*]} (+ PyTorch)" bench_synth_qwen3.md \
         "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:qwen3-8b?ctx=131200" \
         --contexts "$synth_ctx_new" -n 16
+}
+step_flashinfer_engine() { # kernel 5 on the engine's cache: with it chosen the KV store lays each layer out as one
+    # slab (engine/kvcache.h), which FlashInfer reads in place; every method against the CPU on it, then full
+    # attention at 32K on v4 and on FlashInfer (stderr, in the logs: FlashInfer's served and refused calls, by reason)
+    if [ $have_model = 1 ]; then
+        step "test_cuda_model, attention kernel 5 (FlashInfer on the KV store's slab)" cuda_model_fi.log \
+            env KVB_ATTN_KERNEL=5 "$bin/test_cuda_model"
+    else
+        skip "test_cuda_model, attention kernel 5" "default model not in $model_dir"
+    fi
+    for kern in 4 5; do
+        step "synthetic:llama3.1-8b full, 32K, attention kernel $kern (5: FlashInfer on the slab)" \
+            "bench_synth_attn$kern.md" env KVB_ATTN_KERNEL=$kern "$bin/kvbench" bench --backend cuda --model "$synth8b" \
+            --contexts 32768 -n 16 --no-peer
+    done
 }
 step_synthetic_batch() { # TTFT by prefill chunk: 64 chunks of 512 tokens at 32K run GEMMs of N = 512
     for b in 2048 8192; do

@@ -5,6 +5,12 @@
  * kvbench's f32 output and natural log-sum-exp (prefill: and its request-major rows back to kvbench's order). Every
  * refused call goes to kvbench's own kernels (attention.cu).
  *
+ * The KV heads must be one slab (flashinfer_layout.h): the KV store lays a layer out so when kernel 5 is chosen
+ * (engine/kvcache.h, KVC_LAYOUT_SLAB), and FlashInfer then reads it in place from the slab's lowest head, each head's
+ * pages at its region's offset. Every refusal is counted by reason (kvb_fi_refused_for), the first of each reason
+ * written to stderr, and a process that called kernel 5 writes its counts at exit: a head moved to the host tier
+ * takes its layer out of one slab, so its calls go to v4 and show as "not one slab".
+ *
  * The plan needs the per-head lengths on the host: from c->host_heads when the caller has them, else read back
  * from the device (a wait for the stream), as is the mask check's verdict. The pinned staging those copies and
  * FlashInfer's plan use is a ring of slots, each reused only after the event recorded behind its call's copies (one
@@ -13,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/attn_split.cuh"
@@ -20,8 +27,8 @@
 #include "kernels/cuda/flashinfer/fi_inst.h"
 #include "kernels/cuda/flashinfer_layout.h"
 
-static long long g_served, g_refused;
-static char g_refusal[160] = "";
+static long long g_served, g_refused, g_refused_for[KVB_FI_WHY_COUNT];
+static char g_refusal[192] = "";
 
 extern "C" void kvb_fi_counts(long long *served, long long *refused) {
     if (served) *served = g_served;
@@ -30,9 +37,32 @@ extern "C" void kvb_fi_counts(long long *served, long long *refused) {
 
 extern "C" const char *kvb_fi_last_refusal(void) { return g_refusal; }
 
-/* 0, with the reason kept for kvb_fi_last_refusal and given to the caller */
-static int refuse(char *err, size_t err_len, const char *why) {
+extern "C" long long kvb_fi_refused_for(kvb_fi_why why) {
+    return why >= 0 && why < KVB_FI_WHY_COUNT ? g_refused_for[why] : 0;
+}
+
+/* at exit, where kernel 5 was called: did FlashInfer run the attention, or kvbench's kernels (and why)? */
+static void report_at_exit(void) {
+    fprintf(stderr,
+            "kvbench: attention kernel 5: FlashInfer served %lld calls, refused %lld (not one slab %lld, shape %lld, "
+            "mask %lld, other %lld)\n",
+            g_served, g_refused, g_refused_for[KVB_FI_NOT_SLAB], g_refused_for[KVB_FI_SHAPE],
+            g_refused_for[KVB_FI_MASK], g_refused_for[KVB_FI_OTHER]);
+}
+
+static void note_call(void) {
+    static int registered;
+    if (!registered) registered = 1, atexit(report_at_exit);
+}
+
+/* 0, with the reason kept for kvb_fi_last_refusal, counted by kind, written to stderr the first time of its kind,
+ * and given to the caller */
+static int refuse(char *err, size_t err_len, kvb_fi_why kind, const char *why) {
+    static const char *const names[KVB_FI_WHY_COUNT] = {"not one slab", "shape", "mask", "other"};
     g_refused++;
+    if (!g_refused_for[kind]++)
+        fprintf(stderr, "kvbench: attention kernel 5: kvbench's kernels run the calls FlashInfer refuses (%s), "
+                        "counted from here; the first: %s\n", names[kind], why);
     snprintf(g_refusal, sizeof g_refusal, "%s", why);
     snprintf(err, err_len, "%s", why);
     return 0;
@@ -44,7 +74,9 @@ extern "C" int kvb_fi_compiled(void) { return 0; }
 extern "C" size_t kvb_fi_ws(const kvb_cuda_attn *a) { (void)a; return 0; }
 extern "C" int kvb_fi_attention(kvb_cuda_attn *c, void *ws, size_t ws_bytes, void *stream, char *err, size_t err_len) {
     (void)c, (void)ws, (void)ws_bytes, (void)stream;
-    return refuse(err, err_len, "flashinfer: not in this build (KVB_FLASHINFER off: scripts/setup.sh fetches its headers)");
+    note_call();
+    return refuse(err, err_len, KVB_FI_OTHER,
+                  "flashinfer: not in this build (KVB_FLASHINFER off: scripts/setup.sh fetches its headers)");
 }
 
 #else
@@ -258,13 +290,15 @@ static void *stage(int slot, size_t bytes, char *err, size_t err_len) {
 static unsigned grid_of(int64_t n) { return (unsigned)((n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024); }
 
 extern "C" int kvb_fi_attention(kvb_cuda_attn *c, void *ws, size_t ws_bytes, void *stream, char *err, size_t err_len) {
+    note_call();
     const char *why = shape_refusal(c);
-    if (why) return refuse(err, err_len, why);
+    if (why) return refuse(err, err_len, c->max_len < 1 ? KVB_FI_OTHER : KVB_FI_SHAPE, why);
     const int H = c->n_head_kv, G = c->n_head / H, D = c->head_dim;
-    if (H > KVB_FI_MAX_HEADS) return refuse(err, err_len, "flashinfer: more KV heads than kernel 5 plans for");
+    if (H > KVB_FI_MAX_HEADS)
+        return refuse(err, err_len, KVB_FI_SHAPE, "flashinfer: more KV heads than kernel 5 plans for");
     const bool pre = c->n_q > 1;
     const fi_ws w = carve(c, ws);
-    if (ws_bytes < w.total) return refuse(err, err_len, "flashinfer: workspace sized without kernel 5");
+    if (ws_bytes < w.total) return refuse(err, err_len, KVB_FI_OTHER, "flashinfer: workspace sized without kernel 5");
     const cudaStream_t s = (cudaStream_t)stream;
     const size_t words = 6 * (size_t)H * 8;
     const int slot = g_stage_next;
@@ -307,17 +341,19 @@ extern "C" int kvb_fi_attention(kvb_cuda_attn *c, void *ws, size_t ws_bytes, voi
         vh[g] = (uintptr_t)hw[1 * H + g];
         nk[g] = (int64_t)hw[3 * H + g];
         len[g] = c->idx && hw[4 * H + g] ? (int64_t)hw[5 * H + g] : nk[g];
-        if (pre && c->idx && hw[4 * H + g]) return refuse(err, err_len, "flashinfer: prefill over index lists");
-        if (pre && nk[g] < c->n_q) return refuse(err, err_len, "flashinfer: prefill with fewer keys than queries");
+        if (pre && c->idx && hw[4 * H + g])
+            return refuse(err, err_len, KVB_FI_MASK, "flashinfer: prefill over index lists");
+        if (pre && nk[g] < c->n_q)
+            return refuse(err, err_len, KVB_FI_MASK, "flashinfer: prefill with fewer keys than queries");
     }
     if (*verdict)
-        return refuse(err, err_len, pre ? "flashinfer: prefill positions are not FlashInfer's causal order"
+        return refuse(err, err_len, KVB_FI_MASK, pre ? "flashinfer: prefill positions are not FlashInfer's causal order"
                                         : "flashinfer: the mask hides a listed key (decode attends over whole lists)");
     int32_t *head_row = hsmall, *indptr = hsmall + H, *last = hsmall + 2 * H + 1, *qo_indptr = hsmall + 3 * H + 1;
     kvb_fi_layout lay;
     char why_lay[160];
     if (kvb_fi_layout_plan(H, kh, vh, nk, len, (size_t)D * 2, &lay, head_row, indptr, why_lay, sizeof why_lay))
-        return refuse(err, err_len, why_lay);
+        return refuse(err, err_len, strstr(why_lay, "not one slab") ? KVB_FI_NOT_SLAB : KVB_FI_OTHER, why_lay);
     for (int g = 0; g < H; g++) last[g] = 1;
     for (int g = 0; g <= H; g++) qo_indptr[g] = (int32_t)(g * c->n_q);
     FI_CK(cudaMemcpyAsync(w.head_row, hsmall, w.small_bytes, cudaMemcpyHostToDevice, s));
@@ -339,7 +375,8 @@ extern "C" int kvb_fi_attention(kvb_cuda_attn *c, void *ws, size_t ws_bytes, voi
         fa.stream = s, fa.err = err, fa.err_len = err_len;
         rc = D == 64 ? kvb_fi_prefill_d64(&fa) : kvb_fi_prefill_d128(&fa);
         FI_CK(cudaEventRecord(g_stage[slot].done, s)); /* the slot's copies are behind this */
-        if (rc == 0) return refuse(err, err_len, "flashinfer: its plan chose a query tile not instantiated (64, 128)");
+        if (rc == 0)
+            return refuse(err, err_len, KVB_FI_SHAPE, "flashinfer: its plan chose a query tile not instantiated (64, 128)");
         if (rc < 0) return -1;
         k_fi_prefill_finish<<<grid_of(n), 256, 0, s>>>(w.out_h, c->out, w.lse2, lse_out, c->n_q, H, G, D);
     } else {

@@ -27,6 +27,15 @@ int kvb_fi_attention(kvb_cuda_attn *c, void *ws, size_t ws_bytes, void *stream, 
 /* Calls FlashInfer served and calls it refused since the process began, and the last refusal's reason. */
 void kvb_fi_counts(long long *served, long long *refused);
 const char *kvb_fi_last_refusal(void);
+/* Why kernel 5 left a call to kvbench's kernels: the KV heads are not one slab (flashinfer_layout.h: a layer of the
+ * KV store's slab layout is; one allocation per head, or a head moved to the host tier, is not), a shape or dtype
+ * with no instantiation (head_dim, GQA group, f32 K/V, a prefill's tile), kvbench's mask is not FlashInfer's
+ * (hidden keys in a decode list, a prefill out of causal order or over index lists), or anything else (no
+ * FlashInfer in the build, a workspace sized without kernel 5, an empty list). The first refusal of each reason is
+ * written to stderr, once; a process that called kernel 5 writes its served and refused counts at exit. */
+typedef enum { KVB_FI_NOT_SLAB, KVB_FI_SHAPE, KVB_FI_MASK, KVB_FI_OTHER, KVB_FI_WHY_COUNT } kvb_fi_why;
+/* Calls refused for one reason since the process began. */
+long long kvb_fi_refused_for(kvb_fi_why why);
 
 #ifdef __cplusplus
 }
