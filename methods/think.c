@@ -78,18 +78,17 @@ static double narrow_slot(const think *s, int dk) {
     return (double)((size_t)dk * s->es + (size_t)s->c->model->cfg.head_dim * s->es + sizeof(int32_t));
 }
 
-/* The device share of the full cache with n_prefix kept prompt tokens per KV head pruned to dk channels (0: none,
- * every token whole) and n_past tokens seen: the global layers' narrow prefix plus their decoded tokens in the
- * store, the local layers' windows whole. */
-static double share_at(const think *s, const kvb_ctx *c, int dk, int64_t n_prefix) {
+/* The device share of the full cache with `kept` prompt tokens per KV head pruned to dk channels (dk 0 or head_dim:
+ * kept whole in the store) and n_past tokens seen: the global layers' kept prompt plus their decoded tokens, the
+ * local layers' windows whole. */
+static double share_at(const think *s, const kvb_ctx *c, int dk, int64_t kept) {
     const kvb_config *cfg = &c->model->cfg;
-    const double slot = (double)kvc_slot_bytes(c->kv);
+    const double slot = (double)kvc_slot_bytes(c->kv), row = dk > 0 && dk < cfg->head_dim ? narrow_slot(s, dk) : slot;
     double held = 0, whole = 0;
     for (int l = 0; l < cfg->n_layer; l++) {
         const double full = (double)kvb_ctx_full_tokens(c, l) * slot;
         whole += full;
-        held += kvb_layer_window(cfg, l) || !dk ? full
-                                                : (double)n_prefix * narrow_slot(s, dk) + (double)(c->n_past - s->base.n_prompt) * slot;
+        held += kvb_layer_window(cfg, l) ? full : (double)kept * row + (double)(c->n_past - s->base.n_prompt) * slot;
     }
     return whole > 0 ? held / whole : 1.0;
 }
@@ -109,7 +108,7 @@ static int resolve(think *s, kvb_ctx *c, char *err, size_t err_len) {
     s->keep = n;
     if (s->lambda >= 0 || s->with_snap) { /* lambda's channels with every token */
         const int dk = lambda_dk(s->lambda >= 0 ? s->lambda : 0.4, D);
-        const double share = dk < D ? share_at(s, c, dk, n) : 1.0;
+        const double share = share_at(s, c, dk, n);
         if (frac && f < share - tol) {
             if (!s->with_snap)
                 return ERR("think: budget %g%% is below the share lambda=%g keeps (%.1f%% of the cache: %d of %d key "
@@ -118,7 +117,7 @@ static int resolve(think *s, kvb_ctx *c, char *err, size_t err_len) {
             int64_t b;
             if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
             s->dk = dk;
-            s->keep = llround((double)b * (double)kvc_slot_bytes(c->kv) / narrow_slot(s, dk));
+            s->keep = dk < D ? llround((double)b * (double)kvc_slot_bytes(c->kv) / narrow_slot(s, dk)) : b;
             s->keep = s->keep < 1 ? 1 : s->keep > n ? n : s->keep;
             return 0;
         }
@@ -201,7 +200,6 @@ static int think_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const int64_t n = c->n_past, D = cfg->head_dim, HK = cfg->n_head_kv;
     s->base.n_prompt = n;
     if (resolve(s, c, err, err_len)) return -1;
-    if (s->dk >= D || n == 0) return 0; /* nothing pruned: the heads stay whole in the store */
     if (s->keep < n) { /* SnapKV's choice of the prompt's tokens first */
         int64_t *keep = malloc((size_t)cfg->n_layer * sizeof *keep);
         if (!keep) return ERR("think: out of memory");
@@ -210,6 +208,7 @@ static int think_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
         free(keep);
         if (rc) return -1;
     }
+    if (s->dk >= D || n == 0) return 0; /* no channel pruned: the kept tokens stay whole in the store */
     const int64_t w = c->obs_n < s->window ? c->obs_n : s->window, k = s->keep;
     const size_t qsq_b = (size_t)(w > 0 ? w : 1) * cfg->q_dim * sizeof(float), vec_b = (size_t)HK * D * sizeof(float),
                  rows_b = (size_t)k * D * sizeof(float);
@@ -272,12 +271,12 @@ int kvb_think_channels(kvb_method *m, kvb_ctx *c, int layer, int h, int32_t *out
 
 static int64_t think_expected(kvb_method *m, kvb_ctx *c, int layer) {
     const think *s = (think *)m;
-    return s->moved ? c->n_past - s->base.n_prompt : c->n_past;
+    return s->moved ? c->n_past - s->base.n_prompt : kvb_kept_then_decoded(m, c, s->keep);
 }
 
 static double think_formula(kvb_method *m, kvb_ctx *c) {
     const think *s = (think *)m;
-    return s->moved ? share_at(s, c, s->dk, s->n_prefix) : 1.0;
+    return s->moved ? share_at(s, c, s->dk, s->n_prefix) : share_at(s, c, 0, s->keep < m->n_prompt ? s->keep : m->n_prompt);
 }
 
 static int64_t think_read_outside(kvb_method *m, kvb_ctx *c, int layer) {
@@ -296,8 +295,8 @@ static void think_describe(kvb_method *m, char *buf, size_t cap) {
     const think *s = (think *)m;
     const int D = s->c->model->cfg.head_dim, dk = s->dk ? s->dk : D;
     snprintf(buf, cap, "base=%s lambda=%.4g channels=%d/%d window=%lld keep=%lld%s", s->with_snap ? "snapkv" : "none",
-             1.0 - (double)dk / D, dk, D, (long long)s->window, (long long)(s->moved ? s->keep : m->n_prompt),
-             s->lambda >= 0 || (s->moved && s->keep < m->n_prompt) ? "" : " (from the budget)");
+             1.0 - (double)dk / D, dk, D, (long long)s->window, (long long)(s->keep < m->n_prompt ? s->keep : m->n_prompt),
+             s->lambda >= 0 || s->keep < m->n_prompt ? "" : " (from the budget)");
 }
 
 static void think_destroy(kvb_method *m) {
@@ -332,6 +331,7 @@ static kvb_method *think_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     if (!s) { ERR("out of memory"); return NULL; }
     s->c = c;
     s->lambda = -1;
+    s->keep = INT64_MAX;
     s->es = c->params.kv_dtype == KVB_F16 ? 2 : 4;
     int window = 0, r;
     if (think_obs_window(o, &window, err, err_len)) goto fail;
