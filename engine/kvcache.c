@@ -583,10 +583,11 @@ int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size
         hd->n = hd->off = 0;
         hd->in_slab = 1;
         hd->tier = KVB_TIER_DEVICE;
-        int64_t add[KVB_MAX_KV_HEADS] = {0};
-        add[h] = old.n;
         slab_bind(kv, layer, h);
-        if (slab_reserve(kv, layer, add, err, err_len) ||
+        /* with the growth spare a moved head gets (below), here the longest head's: the slab grows when it lacks it */
+        const int64_t longest = slab_longest(kv, layer, NULL, NULL);
+        const int64_t spare = with_spare(old.n > longest ? old.n : longest);
+        if ((old.n > 0 && kv->slabs[layer].cap < with_spare(old.n) && slab_resize(kv, layer, spare, err, err_len)) ||
             copy_slots(kv, hd, KVB_TIER_DEVICE, &old, KVB_TIER_HOST, old.n, err, err_len)) {
             *hd = old;
             return -1;
@@ -596,10 +597,9 @@ int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size
         if (moved) kvb_mem_move(kv->mem, from, tier, moved);
         return 0;
     }
-    /* a slab head leaving for the host tier: per-head host storage (resize), its region stays in the slab, and the
-     * slab is freed once no head is left in it */
     /* the moved head keeps the growth spare: decode appends to it next (on the host tier, a reallocation there is
-     * a pinned allocation and a copy of the head inside the timed decode) */
+     * a pinned allocation and a copy of the head inside the timed decode). A slab head leaving for the host tier
+     * takes per-head host storage; its region stays in the slab, which is freed once no head is left in it. */
     const int was_in_slab = hd->in_slab;
     if (resize(kv, hd, hd->n > 0 ? with_spare(hd->n) : 0, tier, err, err_len)) return -1;
     hd->in_slab = 0;
