@@ -22,7 +22,7 @@
  * Choices (flags; the paper and kvpress leave them open):
  * - The budget. ThinK's saving is channels, so `--budget F%` is Mem% of the full KV bytes. Values stay whole, so
  *   channel pruning alone reaches no lower than (1 + head_dim) elements per slot, about half the cache; the paper
- *   goes lower by composing ThinK with a token method (SnapKV + ThinK, its Tables 1-2), and so does base=snapkv
+ *   goes lower by composing ThinK with a token method (it reports ThinK over H2O and SnapKV), and so does base=snapkv
  *   (the default): where pruning lambda of the channels of every prompt token holds no more than F, d' comes from
  *   the budget (the d' in [1, head_dim) whose share is nearest to F, or the heads whole when that is nearer: budget
  *   100% is full attention) and every token stays; below that share, SnapKV (its window, kernel and pool options,
@@ -32,9 +32,9 @@
  *   (`--budget 1024`) is refused: ThinK's saving is not a token count.
  * - lambda=L (the pruning ratio, paper default 0.4): d' = head_dim - floor(L x head_dim), kvpress's rounding
  *   (n_pruned = int(head_dim x ratio)), so kept channel sets compare with kvpress's. Given, it is the ratio in both
- *   cases above; where it keeps more than the budget with every token (or with base=none), the memory is set by it
- *   and the budget is reported, not imposed (as KIVI's bits), and a budget under its share with base=none is an
- *   error naming that share. Not given: 0.4 where tokens go (base=snapkv).
+ *   cases above; where the budget covers lambda's share with every token (and always with base=none), the memory is
+ *   set by lambda and the budget is reported, not imposed (as KIVI's bits); a budget under its share with base=none
+ *   is an error naming that share. Not given: 0.4 where tokens go (base=snapkv).
  * - window=32 (kvpress's window_size): the observation window's rows of the shared prefill (fewer when the prompt
  *   is shorter).
  * - Every global layer and KV head is pruned to the same d' (the paper's uniform ratio); the sliding-window layers
