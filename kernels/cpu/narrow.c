@@ -47,7 +47,7 @@ static int cpu_gather_cols(kvb_backend *be, void *out, int64_t out_stride, const
 typedef struct {
     const kvb_attn_args *a;
     const kvb_narrow_kv *s;
-    float *scratch; /* per task slot: Gq x (n weights + head_dim sums) */
+    float *scratch; /* per task slot: Gq x (n weights + head_dim sums), then one key row */
     int Gq;
 } narrow_job;
 
@@ -85,7 +85,7 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
     const int32_t *pos = s->pos[g];
     const void *k = s->k[g], *v = s->v[g];
     const size_t vrow = (size_t)D * (dt == KVB_F16 ? 2 : 4);
-    float *w[MAX_G], m[MAX_G], *acc = scratch + (size_t)Gq * s->n;
+    float *w[MAX_G], m[MAX_G], *acc = scratch + (size_t)Gq * s->n, *kr = acc + (size_t)Gq * D;
     double l[MAX_G];
     const float *qg[MAX_G];
     for (int r = 0; r < Gq; r++) {
@@ -99,13 +99,15 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
     for (int64_t i = 0; i < s->n; i++) {
         const int masked = a->q_pos && pos[i] > a->q_pos[t];
         seen += !masked;
+        if (!masked) /* the key row as f32, once for the group */
+            for (int c = 0; c < dk; c++) kr[c] = elem(k, dt, i * dk + c);
         for (int r = 0; r < Gq; r++) {
             if (masked) {
                 w[r][i] = -INFINITY;
                 continue;
             }
             float dot = 0;
-            for (int c = 0; c < dk; c++) dot += qg[r][c] * elem(k, dt, i * dk + c);
+            for (int c = 0; c < dk; c++) dot += qg[r][c] * kr[c];
             w[r][i] = a->scale * dot;
             m[r] = w[r][i] > m[r] ? w[r][i] : m[r];
         }
@@ -132,7 +134,7 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
 static void narrow_task(void *arg, int ith, int nth) {
     const narrow_job *j = arg;
     const kvb_attn_args *a = j->a;
-    float *scratch = j->scratch + (size_t)ith * (size_t)j->Gq * (size_t)(j->s->n + a->head_dim);
+    float *scratch = j->scratch + (size_t)ith * ((size_t)j->Gq * (size_t)(j->s->n + a->head_dim) + (size_t)j->s->dk);
     long lo, hi;
     kvb_split((long)(a->n_q * a->n_head_kv), ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) narrow_rows(j, r / a->n_head_kv, (int)(r % a->n_head_kv), scratch);
@@ -151,7 +153,7 @@ static int cpu_attention_narrow(kvb_backend *be, const kvb_attn_args *a, const k
     kvb_pool *pool = cpu_backend_pool(be);
     const int nth = kvb_pool_size(pool);
     narrow_job j = {.a = a, .s = s, .Gq = a->n_head / a->n_head_kv};
-    j.scratch = malloc((size_t)nth * (size_t)j.Gq * (size_t)(s->n + a->head_dim) * sizeof *j.scratch);
+    j.scratch = malloc((size_t)nth * ((size_t)j.Gq * (size_t)(s->n + a->head_dim) + (size_t)s->dk) * sizeof *j.scratch);
     if (!j.scratch) return ERR("attention_narrow: out of memory");
     kvb_pool_run(pool, narrow_task, &j);
     free(j.scratch);
