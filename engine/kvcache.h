@@ -113,7 +113,8 @@ int kvc_gather(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t n, v
 /* Move one head's / a whole layer's storage to a tier (bytes and moves counted). */
 int kvc_set_tier(kvc_store *kv, int layer, int h, kvb_tier tier, char *err, size_t err_len);
 int kvc_set_layer_tier(kvc_store *kv, int layer, kvb_tier tier, char *err, size_t err_len);
-/* View of one head (valid until the next call that changes that head). */
+/* View of one head (valid until the next call that changes that head; in the slab layout, any head of its layer:
+ * the layer's slab may be reallocated). */
 kvc_view kvc_head_view(const kvc_store *kv, int layer, int h);
 /* Tokens held by one head. */
 int64_t kvc_n(const kvc_store *kv, int layer, int h);
