@@ -56,7 +56,6 @@ typedef struct {
     int with_snap;      /* base=snapkv: tokens go where channels alone keep more than the budget */
     kvb_snap_opts snap;
     int64_t keep;       /* prompt tokens per KV head kept (n_prompt: every one) */
-    int32_t *host_pos;  /* [n_layer][HK][n_prefix] the narrow prompt's positions (host copy, for fidelity) */
     int64_t window;     /* observation rows read */
     int dk;             /* kept key channels per head (head_dim: none pruned) */
     int moved;          /* 1: the prompt's KV is in the narrow buffers */
@@ -186,7 +185,6 @@ static int move_layer(think *s, kvb_ctx *c, int l, int64_t n, char *err, size_t 
                             err, err_len) ||
             be->copy(be, s->vw[l] + g * vb, v.v, vb, KVB_COPY_D2D, err, err_len) ||
             be->copy(be, (uint8_t *)s->pos[l] + g * pb, v.pos, pb, KVB_COPY_D2D, err, err_len) ||
-            be->copy(be, s->host_pos + ((size_t)l * HK + g) * n, v.pos, pb, KVB_COPY_D2H, err, err_len) ||
             kvc_truncate(c->kv, l, g, 0, err, err_len))
             return -1;
     }
@@ -214,15 +212,13 @@ static int think_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
                  rows_b = (size_t)k * D * sizeof(float);
     float *qsq = kvb_method_alloc(c, qsq_b), *qsum = kvb_method_alloc(c, vec_b), *ksq = kvb_method_alloc(c, vec_b);
     float *kf = kvb_method_alloc(c, rows_b), *kx = kvb_method_alloc(c, rows_b);
-    s->host_pos = malloc((size_t)cfg->n_layer * HK * k * sizeof *s->host_pos);
-    int rc = !qsq || !qsum || !ksq || !kf || !kx || !s->host_pos ? ERR("think: out of memory for the channel scores") : 0;
+    int rc = !qsq || !qsum || !ksq || !kf || !kx ? ERR("think: out of memory for the channel scores") : 0;
     s->n_prefix = k; /* the narrow buffers' size, for their release */
     for (int l = 0; !rc && l < cfg->n_layer; l++)
         if (!kvb_layer_window(cfg, l))
             rc = score_layer(s, c, l, k, qsq, qsum, kf, kx, ksq, err, err_len) || move_layer(s, c, l, k, err, err_len) ? -1 : 0;
     kvb_method_release(c, qsq, qsq_b), kvb_method_release(c, qsum, vec_b), kvb_method_release(c, ksq, vec_b);
     kvb_method_release(c, kf, rows_b), kvb_method_release(c, kx, rows_b);
-    if (!rc && c->be->sync && c->be->sync(c->be)) rc = ERR("think: %s", c->be->error);
     if (rc) return -1;
     s->moved = 1;
     return 0;
@@ -284,11 +280,16 @@ static int64_t think_read_outside(kvb_method *m, kvb_ctx *c, int layer) {
     return s->moved && !kvb_layer_window(&c->model->cfg, layer) ? s->n_prefix : 0;
 }
 
+/* the pruned prompt's positions of (layer, h), copied down when fidelity asks (one counted copy) */
 static int think_outside_positions(kvb_method *m, kvb_ctx *c, int layer, int h, int32_t *pos) {
     const think *s = (think *)m;
     const int64_t n = think_read_outside(m, c, layer);
-    if (n) memcpy(pos, s->host_pos + ((size_t)layer * c->model->cfg.n_head_kv + h) * n, (size_t)n * sizeof *pos);
-    return 0;
+    char err[8];
+    if (!n) return 0;
+    return c->be->copy(c->be, pos, s->pos[layer] + (size_t)h * n, (size_t)n * sizeof *pos, KVB_COPY_D2H, err, sizeof err) ||
+                   (c->be->sync && c->be->sync(c->be))
+               ? -1
+               : 0;
 }
 
 static void think_describe(kvb_method *m, char *buf, size_t cap) {
@@ -312,7 +313,7 @@ static void think_destroy(kvb_method *m) {
     kvb_method_release(s->c, s->chan, (size_t)cfg->n_layer * HK * D * sizeof(int32_t));
     kvb_method_release(s->c, s->lse, (size_t)H * s->rows * sizeof(float));
     kvb_method_release(s->c, s->qg, (size_t)H * s->rows * s->dk * sizeof(float));
-    free(s->kn), free(s->vw), free(s->pos), free(s->kp), free(s->vp), free(s->pp), free(s->host_pos);
+    free(s->kn), free(s->vw), free(s->pos), free(s->kp), free(s->vp), free(s->pp);
     free(s);
 }
 
