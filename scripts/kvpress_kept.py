@@ -54,6 +54,31 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
                                                         invertible, so the leverage is exact, as kvbench's)
     ExpectedAttentionPress()  (covariance, value norms) expected      window=4096 (kvpress's statistics: every query but
                                                         the sinks; test_kvpress_kept prefills it on its own)
+    KeyDiffPress()                                      keydiff       (none)
+    ObservedAttentionPress()  (eager attention)         observed      (none; its own eager model and full prefill)
+    ChunkKVPress(SnapKVPress(64, 5), chunk_length=20)   chunkkv       base=snapkv,window=64,kernel=5,pool=avg,chunk=20
+                                                        (at the press's own count: 55 whole chunks + the last 5)
+    FinchPress(normalize_scores=False, rerotate_keys=False), window 32   finch  question=32,chunk=8192 (one chunk)
+    FinchPress(rerotate_keys=False), window 32          finch         (file finch_norm.jsonl: the press's score
+                                                        normalisation, which kvbench does not apply; for the record)
+    QFilterPress()  fed kvbench's filters, negated      qfilter       filters=profile
+    DuoAttentionPress()  fed kvbench's head split       duo           split=profile,sink=16,recent=64
+    KVzipPress()  (chunk_size 2048, n_sink 4, global)   kvzip         chunk=2048,sinks=4,alloc=global
+
+The Hub is out of reach here: QFilterPress's filters and DuoAttentionPress's head patterns are kvbench's own, read
+from the model's kvbench profile (`kvbench calibrate qfilter`, `kvbench calibrate duo`; --profile, default the
+model's under ~/.cache/kvbench/profiles) and copied into the fixture's header ("profile"), which test_kvpress_kept
+stores in a profile directory of its own: the comparison checks the scoring and the selection given the same
+filters or head scores, not the filters. DuoAttentionPress is given the split kvbench's duo makes (the top R heads
+by score retrieve; the others keep 16 sinks and their recent tokens) at the budget nearest below 1129 where the
+streaming heads' share divides evenly (1126: 25 retrieval heads, 65 streaming heads of 16 + 95). FinchPress's window
+is the question after a delimiter token its pipeline inserts: here the window is set to 32 (the prompt's last 32
+tokens, kvbench's question) and no delimiter occurs; rerotate_keys=False keeps the kept key rows byte-equal to the
+full prefill's. KVzipPress reads the chat template for its prefix (not reconstructed) and suffix (the assistant
+opening): it is given the GGUF's tokenizer with a template whose prefix is empty and whose suffix is the model's
+("<|im_end|>\n<|im_start|>assistant\n", kvbench's assistant_opening), since the prompt is bare text that kvbench
+reconstructs whole. ObservedAttentionPress needs the attention weights ("eager"): it runs on a second copy of the
+model loaded with eager attention, whose full prefill gives its own key rows to match.
 
 PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
 budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
@@ -82,36 +107,120 @@ DEFAULT_PROMPT = "tests/fixtures/prompts/prose_4000.txt"
 DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
 
 
-def press_table(ratio):
-    """Output name -> (kvbench method, kvpress press, kvbench --method-opt string)."""
-    from kvpress import (AdaKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, KnormPress, LagKVPress,
-                         ExpectedAttentionPress, LeverageScorePress, PyramidKVPress, SnapKVPress, StreamingLLMPress,
-                         TOVAPress)
+def press_table(ratio, ctx):
+    """Output name -> a function giving (kvbench method, kvpress press, kvbench --method-opt string, extras), so a
+    press is built only when it is run. extras: "attn" (the attention the press needs: "eager" for the attention
+    weights), "tokens_per_head" (the count the press keeps per head where it is not kvpress's int(n (1 - ratio))),
+    "profile" (kvbench profile sections the press was fed, copied into the header for test_kvpress_kept), "note"."""
+    from kvpress import (AdaKVPress, ChunkKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, FinchPress,
+                         KeyDiffPress, KnormPress, KVzipPress, LagKVPress, ExpectedAttentionPress, LeverageScorePress,
+                         ObservedAttentionPress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
 
     snap = "window=64,kernel=5,pool=avg"
-    return {
-        "snapkv": ("snapkv", SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), snap),
-        "streamingllm": ("streamingllm", StreamingLLMPress(compression_ratio=ratio, n_sink=4), "sinks=4"),
-        "tova": ("tova", TOVAPress(compression_ratio=ratio), "per_head=0"),
-        "knorm": ("knorm", KnormPress(compression_ratio=ratio), "window=0"),
-        "pyramidkv": ("pyramidkv", PyramidKVPress(compression_ratio=ratio, window_size=64, kernel_size=5, beta=20),
-                      snap + ",beta=20"),
-        "pyramidkv_w32": ("pyramidkv", PyramidKVPress(compression_ratio=ratio, window_size=32, kernel_size=5,
-                                                      beta=20), "window=32,kernel=5,pool=avg,beta=20"),
-        "adakv": ("adakv", AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
-                                      alpha_safeguard=0.2), "base=snapkv," + snap + ",alpha=0.2"),
-        "lagkv": ("lagkv", LagKVPress(compression_ratio=ratio, n_sink=4, lag_size=128), "sinks=4,lag=128,cross=0"),
-        "cur": ("cur", CURPress(compression_ratio=ratio), "leverage=kv_product,sinks=4,window=16"),
-        "criticalkv": ("criticalkv", CriticalKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5)),
-                       "base=snapkv," + snap),
-        "criticalkv_ada": ("criticalkv", CriticalAdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64,
-                                                                        kernel_size=5), alpha_safeguard=0.2),
+    fixed = {
+        "snapkv": ("snapkv", lambda: SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), snap),
+        "streamingllm": ("streamingllm", lambda: StreamingLLMPress(compression_ratio=ratio, n_sink=4), "sinks=4"),
+        "tova": ("tova", lambda: TOVAPress(compression_ratio=ratio), "per_head=0"),
+        "knorm": ("knorm", lambda: KnormPress(compression_ratio=ratio), "window=0"),
+        "pyramidkv": ("pyramidkv", lambda: PyramidKVPress(compression_ratio=ratio, window_size=64, kernel_size=5,
+                                                          beta=20), snap + ",beta=20"),
+        "pyramidkv_w32": ("pyramidkv", lambda: PyramidKVPress(compression_ratio=ratio, window_size=32, kernel_size=5,
+                                                              beta=20), "window=32,kernel=5,pool=avg,beta=20"),
+        "adakv": ("adakv", lambda: AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
+                                              alpha_safeguard=0.2), "base=snapkv," + snap + ",alpha=0.2"),
+        "lagkv": ("lagkv", lambda: LagKVPress(compression_ratio=ratio, n_sink=4, lag_size=128),
+                  "sinks=4,lag=128,cross=0"),
+        "cur": ("cur", lambda: CURPress(compression_ratio=ratio), "leverage=kv_product,sinks=4,window=16"),
+        "criticalkv": ("criticalkv", lambda: CriticalKVPress(SnapKVPress(compression_ratio=ratio, window_size=64,
+                                                                         kernel_size=5)), "base=snapkv," + snap),
+        "criticalkv_ada": ("criticalkv", lambda: CriticalAdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64,
+                                                                                kernel_size=5), alpha_safeguard=0.2),
                            "base=adakv," + snap + ",alpha=0.2"),
-        "compactor": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=48), ""),
+        "compactor": ("compactor", lambda: LeverageScorePress(compression_ratio=ratio, sketch_dimension=48), ""),
+        "expected": ("expected", lambda: ExpectedAttentionPress(compression_ratio=ratio), "window=4096"),
         # a square sketch (head_dim 64 on the default model) is invertible: the exact leverage, kvbench's definition
-        "expected": ("expected", ExpectedAttentionPress(compression_ratio=ratio), "window=4096"),
-        "compactor_d64": ("compactor", LeverageScorePress(compression_ratio=ratio, sketch_dimension=64), ""),
+        "compactor_d64": ("compactor", lambda: LeverageScorePress(compression_ratio=ratio, sketch_dimension=64), ""),
+        "keydiff": ("keydiff", lambda: KeyDiffPress(compression_ratio=ratio), ""),
+        "kvzip": ("kvzip", lambda: KVzipPress(compression_ratio=ratio), "chunk=2048,sinks=4,alloc=global"),
     }
+    table = {name: (lambda m=m, f=f, o=o: (m, f(), o, {})) for name, (m, f, o) in fixed.items()}
+    table["observed"] = lambda: ("observed", ObservedAttentionPress(compression_ratio=ratio), "", {"attn": "eager"})
+
+    def chunkkv():
+        press = ChunkKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5), chunk_length=20)
+        return ("chunkkv", press, "base=snapkv," + snap + ",chunk=20",
+                {"tokens_per_head": "kept", "note": "ChunkKVPress keeps max(1, int(chunks x (1 - ratio))) whole "
+                 "chunks of 20 (the short last one among them); tokens_per_head is what they hold, the count "
+                 "kvbench is run at, so both keep whole chunks"})
+
+    def finch():
+        # FinchPress's window is the question after its delimiter token; kvbench's prompt has no delimiter, so the
+        # window is set to the prompt's last 32 tokens (kvbench's question=32), with a delimiter id that never occurs.
+        # rerotate_keys=False keeps the kept key rows byte-equal to the full prefill's (the match by bytes);
+        # normalize_scores=False: kvbench's finch sums the question rows' probabilities without the press's
+        # per-row key count (finch_norm.jsonl is the press's default, for the record).
+        press = FinchPress(compression_ratio=ratio, normalize_scores=False, rerotate_keys=False)
+        press.window_size, press.delimiter_token_id = 32, -1
+        return ("finch", press, "question=32,chunk=8192", {})
+
+    def finch_norm():
+        _, press, opts, extra = finch()
+        press.normalize_scores = True
+        return ("finch", press, opts, extra)
+
+    def qfilter():
+        # The authors' filters live on the Hugging Face Hub (unreachable here): the press is fed kvbench's own, from
+        # `kvbench calibrate qfilter`'s profile, negated since the press scores -<f, k> and kvbench <u, k>.
+        import torch
+        from kvpress import QFilterPress
+
+        section = ctx["profile"]()["qfilter"]
+        press = QFilterPress(compression_ratio=ratio)
+        filters = -torch.tensor(section["filters"], dtype=torch.float32)
+        # kvbench's filters are in the GGUF's key layout, where RoPE rotates adjacent pairs (2j, 2j+1); transformers'
+        # GGUF loader un-permutes the key projection to its own layout, pairs (j, j + d/2): the same vector, its
+        # components reordered, component 2j + s of the GGUF's is component s d/2 + j of transformers'
+        L, H, d = filters.shape
+        filters = filters.reshape(L, H, d // 2, 2).transpose(-1, -2).reshape(L, H, d).contiguous()
+        press.post_init_from_model = lambda model: setattr(press, "q_filters", filters)
+        return ("qfilter", press, "filters=profile", {"profile": {"qfilter": section}})
+
+    def duo():
+        # DuoAttentionPress's head patterns come from the authors' repository (unreachable here): the press is fed
+        # kvbench's calibrated head scores (`kvbench calibrate duo`'s profile) and the split kvbench's duo makes at
+        # a budget where every streaming head holds the same count: R = floor(H (B - s) / (n - s)) heads retrieve,
+        # the other H - R keep the first 16 and the last w - 16 tokens, w = (H B - R n) / (H - R).
+        import numpy as np
+        import torch
+        from kvpress import DuoAttentionPress
+
+        section = ctx["profile"]()["duo"]
+        scores = np.array(section["scores"], dtype=float)
+        H, n, sink, recent = scores.size, ctx["n"], 16, 64
+        s = sink + recent
+        B = int(n * (1 - ratio))
+        while (H * B - (H * (B - s) // (n - s)) * n) % (H - H * (B - s) // (n - s)):
+            B -= 1  # the nearest budget below kvpress's where the streaming heads' share divides evenly
+        R = H * (B - s) // (n - s)
+        w = (H * B - R * n) // (H - R)
+        press = DuoAttentionPress(head_compression_ratio=(H - R) / H)
+
+        def post_init(model):
+            press.sink_size, press.recent_size = sink, w - sink
+            # kvbench: the top R heads by score retrieve, ties to the lower layer, then head; argsort is stable
+            order = np.argsort(-scores, axis=None, kind="stable")
+            mask = np.ones(scores.size, dtype=bool)
+            mask[order[:R]] = False
+            press.streaming_mask = torch.tensor(mask.reshape(scores.shape))
+
+        press.post_init_from_model = post_init
+        return ("duo", press, f"split=profile,sink={sink},recent={recent}",
+                {"tokens_per_head": B, "profile": {"duo": section},
+                 "note": f"{R} of {H} heads retrieve (the whole prompt), the other {H - R} keep the first {sink} and "
+                         f"the last {w - sink} tokens: kvbench's split at {B} tokens per head"})
+
+    table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo)
+    return table
 
 
 def press_params(press):
@@ -122,7 +231,13 @@ def press_params(press):
              else [k for k in vars(press) if not k.startswith("_")])
     for name in names:
         v = getattr(press, name)
-        out[name] = press_params(v) if hasattr(v, "compress") else v
+        if hasattr(v, "compress"):
+            v = press_params(v)
+        elif hasattr(v, "tolist"):  # a tensor fed to the press (Q-Filters' filters, DuoAttention's head mask)
+            v = f"tensor {list(v.shape)}"
+        elif callable(v) or (v is not None and not isinstance(v, (int, float, str, bool, list, dict))):
+            continue
+        out[name] = v
     return out
 
 
@@ -208,6 +323,26 @@ def kept_masked(module, n_head_kv, n):
     return [[i for i in range(n) if i not in m] for m in masked]
 
 
+def kvzip_tokenizer(model_dir, model_file):
+    """KVzipPress loads the model's tokenizer by name and reads its chat template for the text around the
+    reconstruction: the prefix (the template's opening, skipped: not reconstructed, scored 0) and the suffix (what
+    comes after a user turn: the assistant's opening). kvbench's prompt here is the bare text (no template), which
+    kvbench reconstructs whole: the press gets the GGUF's tokenizer with a template that has the same suffix (the
+    model's <|im_end|> and assistant opening, kvbench's assistant_opening) and no prefix."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir, gguf_file=model_file)
+    tok.chat_template = ("{% for m in messages %}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+    class Loader:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            return tok
+
+    return Loader
+
+
 def run_press(model, press, input_ids, index, n_head_kv):
     from transformers import DynamicCache
     import torch
@@ -239,6 +374,8 @@ def main():
     ap.add_argument("--budget", type=float, default=0.3, help="kept fraction (compression_ratio = 1 - budget)")
     ap.add_argument("--out", default="tests/fixtures/kvpress")
     ap.add_argument("--press", action="append", help="output names to run (default: all of press_table)")
+    ap.add_argument("--profile", help="kvbench profile with the qfilter and duo sections (default: the model's, "
+                                      "under ~/.cache/kvbench/profiles)")
     a = ap.parse_args()
 
     import torch
@@ -270,19 +407,59 @@ def main():
     print(f"full prefill: {len(ids)} tokens in {time.time() - t0:.1f} s")
 
     source = f"kvpress {version('kvpress')} (transformers {transformers.__version__}, torch {torch.__version__})"
-    table = press_table(round(1 - a.budget, 6))
+
+    def profile():
+        """kvbench's calibration profile of the model (~/.cache/kvbench/profiles/<sha256 of the GGUF>.json)"""
+        if a.profile:
+            path = a.profile
+        else:
+            import hashlib
+
+            h = hashlib.sha256()
+            with open(a.model, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            path = os.path.expanduser(f"~/.cache/kvbench/profiles/{h.hexdigest()}.json")
+        if not os.path.exists(path):
+            sys.exit(f"{path}: no kvbench profile: run kvbench calibrate qfilter / duo on {a.model} first")
+        with open(path) as f:
+            return json.load(f)
+
+    table = press_table(round(1 - a.budget, 6), {"n": len(ids), "profile": profile})
+    import kvpress.presses.kvzip_press as kvzip_press
+
+    kvzip_press.AutoTokenizer = kvzip_tokenizer(model_dir, model_file)
+    eager = None  # (model, index): the same GGUF with eager attention, for the presses that read attention weights
     os.makedirs(a.out, exist_ok=True)
     for name in a.press or list(table):
-        method, press, opts = table[name]
+        if name not in table:
+            sys.exit(f"--press {name}: not one of {', '.join(table)}")
+        method, press, opts, extra = table[name]()
+        run_model, run_index = model, index
+        if extra.get("attn") == "eager":
+            if eager is None:  # eager's hidden states differ from sdpa's in the last bits: its own full prefill
+                em = AutoModelForCausalLM.from_pretrained(model_dir, gguf_file=model_file, dtype=torch.float32,
+                                                          attn_implementation="eager").eval()
+                ec = DynamicCache()
+                with torch.no_grad():
+                    em(input_ids, past_key_values=ec, use_cache=True, logits_to_keep=1)
+                eager = (em, [row_index(k) for k in cached_keys(ec, cfg.num_hidden_layers)])
+            run_model, run_index = eager
         t0 = time.time()
         torch.manual_seed(0)  # LeverageScorePress draws its sketch from torch.randn: the same draw every run
-        kept = run_press(model, press, input_ids, index, cfg.num_key_value_heads)
+        kept = run_press(run_model, press, input_ids, run_index, cfg.num_key_value_heads)
         sizes = [len(p) for heads in kept for p in heads]
         per_layer = [sum(len(p) for p in heads) for heads in kept]
+        per_head = extra.get("tokens_per_head") or compute_n_kept(len(ids), press.compression_ratio)
+        if per_head == "kept":  # the press's own count, the same in every head
+            per_head = sizes[0] if len(set(sizes)) == 1 else sys.exit(f"{name}: heads keep different counts")
         header = {"method": method, "opts": opts, "budget": a.budget, "n_prompt": len(ids),
-                  "tokens_per_head": compute_n_kept(len(ids), press.compression_ratio),
-                  "kept_per_layer": per_layer, "source": source, "kvpress_params": press_params(press),
-                  "model": model_file, "prompt": a.prompt}
+                  "tokens_per_head": per_head, "kept_per_layer": per_layer, "source": source,
+                  "kvpress_params": press_params(press), "model": model_file, "prompt": a.prompt}
+        if "note" in extra:
+            header["note"] = extra["note"]
+        if "profile" in extra:
+            header["profile"] = extra["profile"]
         if method == "pyramidkv" and len(set(per_layer)) == 1:
             header["note"] = ("PyramidKVPress fell back to uniform SnapKV (its top layer would keep "
                               "budget/beta < window tokens): every layer keeps round(budget x n)")
