@@ -339,6 +339,32 @@ static void test_below_lambdas_share_snapkv_keeps_the_tokens_then_channels_are_p
     kvb_ctx_free(c);
 }
 
+/* lambda=0 prunes no channel, so below 100% SnapKV's tokens stay whole in the store: the same positions, K and V as
+ * the snapkv method keeps at the budget, and the run's verification holds. */
+static void test_lambda_zero_below_the_budget_is_snapkv(void) {
+    char err[256];
+    enum { N = 160 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 7 + (i * 29) % 290;
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX), *sc = util_tiny_ctx(KVB_F32, CTX);
+    kvb_method *m = util_make_method("think", c, "40%", "lambda=0"), *sm = util_make_method("snapkv", sc, "40%", NULL);
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(kvb_method_prefill(sm, sc, ids, N, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(m->def->read_outside(m, c, 0), 0);
+    int differ = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            util_kv_head a = util_kv_head_copy(c->kv, l, g), b = util_kv_head_copy(sc->kv, l, g);
+            differ += a.n != 64 || b.n != 64 || memcmp(a.pos, b.pos, 64 * sizeof *a.pos) || memcmp(a.k, b.k, 64 * HD * 4) ||
+                      memcmp(a.v, b.v, 64 * HD * 4);
+            util_kv_head_free(&a), util_kv_head_free(&b);
+        }
+    CU_ASSERT_EQUAL(differ, 0);
+    kvb_method_free(sm, sc), kvb_method_free(m, c);
+    kvb_ctx_free(sc), kvb_ctx_free(c);
+}
+
 static int setup(void) {
     const util_tiny_shape shape = {"think", L, E, NH, NKV, FF, V, CTX};
     return util_tiny_setup(&shape, &rng);
@@ -358,6 +384,7 @@ int main(void) {
     CU_add_test(s, "budget 100% and lambda=0 decode as full attention", test_full_budget_and_lambda_zero_decode_as_full_attention);
     CU_add_test(s, "below lambda's share SnapKV keeps the tokens, then their key channels are pruned",
                 test_below_lambdas_share_snapkv_keeps_the_tokens_then_channels_are_pruned);
+    CU_add_test(s, "lambda=0 below the budget keeps SnapKV's tokens whole", test_lambda_zero_below_the_budget_is_snapkv);
     CU_add_test(s, "refusals name the problem", test_refusals_name_the_problem);
     return util_run_suites();
 }
