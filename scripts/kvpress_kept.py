@@ -219,7 +219,18 @@ def press_table(ratio, ctx):
                  "note": f"{R} of {H} heads retrieve (the whole prompt), the other {H - R} keep the first {sink} and "
                          f"the last {w - sink} tokens: kvbench's split at {B} tokens per head"})
 
-    table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo)
+    def think():
+        # ThinK prunes key channels, not tokens: every position stays, and the press zeroes the pruned channels of the
+        # cached keys; the kept channels of a head are those not all zero, written in kvbench's (the GGUF's) channel
+        # order (see channels_kept)
+        from kvpress import ThinKPress
+
+        return ("think", ThinKPress(key_channel_compression_ratio=0.4, window_size=32), "base=none,lambda=0.4,window=32",
+                {"channels": True, "tokens_per_head": ctx["n"],
+                 "note": "key channels kept per layer and KV head (\"channels\", kvbench's GGUF channel order: "
+                         "transformers' channel s d/2 + j is the GGUF's 2j + s); every position is kept"})
+
+    table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo, think=think)
     return table
 
 
@@ -343,6 +354,28 @@ def kvzip_tokenizer(model_dir, model_file):
     return Loader
 
 
+def channels_kept(keys):
+    """Per KV head, the key channels a channel-pruning press (ThinK) left nonzero in one layer's cache, in the GGUF's
+    order: transformers' GGUF loader un-permutes the key projection so that RoPE rotates the pairs (j, j + d/2), where
+    the GGUF (and kvbench) rotates (2j, 2j + 1); transformers' channel s d/2 + j is the GGUF's 2j + s."""
+    d = keys.shape[-1]
+    out = []
+    for h in range(keys.shape[0]):
+        nonzero = (keys[h] != 0).any(dim=0).tolist()
+        out.append(sorted(2 * (c % (d // 2)) + c // (d // 2) for c in range(d) if nonzero[c]))
+    return out
+
+
+def run_channels(model, press, input_ids):
+    from transformers import DynamicCache
+    import torch
+
+    cache = DynamicCache()
+    with torch.no_grad(), press(model):
+        model(input_ids, past_key_values=cache, use_cache=True)
+    return [channels_kept(cache.layers[l].keys[0]) for l in range(len(model.model.layers))]
+
+
 def run_press(model, press, input_ids, index, n_head_kv):
     from transformers import DynamicCache
     import torch
@@ -357,13 +390,15 @@ def run_press(model, press, input_ids, index, n_head_kv):
     return [kept_pruned(index[l], cache.layers[l].keys[0]) for l in range(len(layers))]
 
 
-def write_dump(path, header, kept):
+def write_dump(path, header, kept, channels=None):
     with open(path, "w") as f:
         f.write(json.dumps(header) + "\n")
         for l, heads in enumerate(kept):
             for h, pos in enumerate(heads):
-                f.write(json.dumps({"when": "prefill", "layer": l, "kv_head": h, "positions": pos},
-                                   separators=(",", ":")) + "\n")
+                rec = {"when": "prefill", "layer": l, "kv_head": h, "positions": pos}
+                if channels:
+                    rec["channels"] = channels[l][h]
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
 def main():
@@ -447,7 +482,12 @@ def main():
             run_model, run_index = eager
         t0 = time.time()
         torch.manual_seed(0)  # LeverageScorePress draws its sketch from torch.randn: the same draw every run
-        kept = run_press(run_model, press, input_ids, run_index, cfg.num_key_value_heads)
+        channels = None
+        if extra.get("channels"):
+            channels = run_channels(run_model, press, input_ids)
+            kept = [[list(range(len(ids)))] * cfg.num_key_value_heads for _ in channels]
+        else:
+            kept = run_press(run_model, press, input_ids, run_index, cfg.num_key_value_heads)
         sizes = [len(p) for heads in kept for p in heads]
         per_layer = [sum(len(p) for p in heads) for heads in kept]
         per_head = extra.get("tokens_per_head") or compute_n_kept(len(ids), press.compression_ratio)
@@ -456,6 +496,8 @@ def main():
         header = {"method": method, "opts": opts, "budget": a.budget, "n_prompt": len(ids),
                   "tokens_per_head": per_head, "kept_per_layer": per_layer, "source": source,
                   "kvpress_params": press_params(press), "model": model_file, "prompt": a.prompt}
+        if channels:
+            header["channels_per_head"] = sorted({len(c) for heads in channels for c in heads})
         if "note" in extra:
             header["note"] = extra["note"]
         if "profile" in extra:
@@ -464,7 +506,7 @@ def main():
             header["note"] = ("PyramidKVPress fell back to uniform SnapKV (its top layer would keep "
                               "budget/beta < window tokens): every layer keeps round(budget x n)")
         path = os.path.join(a.out, name + ".jsonl")
-        write_dump(path, header, kept)
+        write_dump(path, header, kept, channels)
         print(f"{name}: kept per head min {min(sizes)} mean {sum(sizes) / len(sizes):.1f} max {max(sizes)}, "
               f"{time.time() - t0:.1f} s -> {path}")
 
