@@ -429,7 +429,7 @@ static int ensure_probs(kvb_ctx *c, size_t bytes) {
 static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     /* a local layer keeps its window: the method works on the global layers (a method's own attention too: KIVI
-     * quantizes the global layers; PoD refuses sliding-window layers when it is created) */
+     * quantizes the global layers; PoD forms its layer blocks over the global layers) */
     const kvb_hooks *H = is_local(cfg, l) ? NULL : c->hooks;
     kvb_backend *be = c->be;
     prof *P = c->prof;
