@@ -72,6 +72,10 @@ static int ref_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
 static void on_visible(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
     lockstep *L = user;
     if (c->in_prefill || n_q != 1) return;
+    if (kvb_layer_window(&c->model->cfg, layer)) { /* a local layer attends the model's window in both contexts (no */
+        L->step_recall[layer] = 1.0;                 /* method hook runs there, nor full's observer): all of it */
+        return;
+    }
     const float *mass = L->mass + (size_t)layer * L->n_head_kv * L->n_pos;
     int32_t *pos = malloc((size_t)(L->n_pos > 0 ? L->n_pos : 1) * sizeof *pos);
     double sum = 0;
@@ -214,7 +218,7 @@ int kvb_fidelity_run(kvb_fid_ref *r, const char *method, const kvb_budget *b, kv
     L.out = out;
     kvb_fid_result_init(out, cfg->n_layer);
     L.step_recall = calloc((size_t)cfg->n_layer, sizeof *L.step_recall);
-    L.mass = malloc((size_t)cfg->n_layer * cfg->n_head_kv * L.n_pos * sizeof *L.mass);
+    L.mass = calloc((size_t)cfg->n_layer * cfg->n_head_kv * L.n_pos, sizeof *L.mass);
     kvb_hooks capture = {0};
     capture.self = &L;
     capture.wants_probs = ref_wants;
