@@ -20,7 +20,14 @@
  * last w - min(sink, w). So the cache holds exactly B x H tokens and every streaming head at least s (the floor
  * leaves them s or more): heads hold different counts, as AdaKV's do, and the budget check compares each layer's
  * mean per head. Ties in the score: the lower layer, then the lower head. Defaults sink=16, recent=64: the paper's
- * 64 + 256 (1:4) for contexts of 32K-1M scaled to the few-thousand-token prompts kvbench runs on a CPU. */
+ * 64 + 256 (1:4) for contexts of 32K-1M scaled to the few-thousand-token prompts kvbench runs on a CPU.
+ *
+ * Against kvpress's DuoAttentionPress (test_kvpress_kept: the default model, prose_4000): the press, which masks the
+ * streaming heads' middle rather than evicting it, is fed this file's split (the profile's scores, the top R heads
+ * retrieving, as head_compression_ratio = (H - R) / H) at 1126 tokens per head, where the streaming heads' share
+ * divides evenly (25 of 90 heads retrieve, 65 keep 16 + 95): the same positions on every head (Jaccard 1). What the
+ * comparison does not cover: the authors' gates (their patterns are for 7-8B models only, and out of reach here),
+ * and the press's fixed sink_size/recent_size, which kvbench derives from the budget instead. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

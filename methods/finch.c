@@ -37,7 +37,12 @@
  *   adopted by re-reading the context's tokens (kvb_ctx.tokens), clearing it and prefilling chunk by chunk: the
  *   method's cache never held the whole prompt, but the run's shared prefill did, and its time is in the cell's TTFT.
  *   A prompt the session prefills in rounds (a dialogue) is re-prefilled the same way at the end of prefill.
- * - A sliding-window (local) layer keeps its window and is not scored. At budget 100% the prompt is prefilled whole. */
+ * - A sliding-window (local) layer keeps its window and is not scored. At budget 100% the prompt is prefilled whole.
+ * - Against kvpress's FinchPress (test_kvpress_kept: the default model, prose_4000, 1129 tokens per head), one chunk
+ *   (chunk=8192: the press scores the whole prompt at once) with the press's window set to the last 32 tokens (no
+ *   delimiter), rerotate_keys=False and normalize_scores=False: Jaccard 0.9965 at least per layer and KV head, 0.9990
+ *   on average. The press's default normalisation moves little here (its sets with and without it: 0.9982 at least,
+ *   0.9994 on average); what differs by design is the chunked prefill (chunk < prompt), which the press does not do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

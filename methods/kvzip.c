@@ -45,7 +45,11 @@
  * - No op of its own: the rows' softmax is the attention op over an index list (kvb_attn_probs); the max over the
  *   group's heads and the rows is probs_reduce's KVB_REDUCE_MAX_HEADS with the group's G x n_q rows taken as its
  *   "heads" (they lie one stride apart in [n_head][n_q][stride]), and the max with the score so far (an engine chunk
- *   holds only part of a reconstruction chunk's rows) is the same reduction over two rows. */
+ *   holds only part of a reconstruction chunk's rows) is the same reduction over two rows.
+ * - Against kvpress's KVzipPress (test_kvpress_kept: the default model, prose_4000 as bare text, 30%, chunk 2048,
+ *   n_sink 4, layerwise=False) given a chat template with no prefix, so that it reconstructs the whole prompt as
+ *   kvbench does, and the model's assistant opening as its suffix: Jaccard 0.9800 at least per layer and KV head,
+ *   0.9982 on average. The press keeps 1129.5 tokens per head on average (its threshold), kvbench 1129. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

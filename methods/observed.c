@@ -22,7 +22,10 @@
  *   The weights are one constant table, T[i] = 1 / (KVB_OBS_MAX - i): the scores are copied to the end of a row of
  *   P = the next power of two >= n zero-padded slots, and the row's weights are the last P entries of T, so slot j
  *   gets 1 / (n - j). The CUDA backend caches rmsnorm weights by address: one row length per power of two keeps that
- *   cache to ~20 entries however many prompt lengths a suite has. */
+ *   cache to ~20 entries however many prompt lengths a suite has.
+ * - Against kvpress's ObservedAttentionPress (test_kvpress_kept: the default model, prose_4000, 1129 tokens per head;
+ *   the press on transformers' eager attention, kvbench's sums taken over from the shared prefill): Jaccard 0.9929 at
+ *   least per layer and KV head, 0.9985 on average; the same definition, the engines' numerics' near-ties. */
 #include "methods/method.h"
 
 #include <pthread.h>

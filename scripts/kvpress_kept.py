@@ -64,6 +64,8 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     QFilterPress()  fed kvbench's filters, negated      qfilter       filters=profile
     DuoAttentionPress()  fed kvbench's head split       duo           split=profile,sink=16,recent=64
     KVzipPress()  (chunk_size 2048, n_sink 4, global)   kvzip         chunk=2048,sinks=4,alloc=global
+    ThinKPress(key_channel_compression_ratio=0.4)       think         base=none,lambda=0.4,window=32 (key channels, not
+                                                        tokens: each line's "channels", in the GGUF's order)
 
 The Hub is out of reach here: QFilterPress's filters and DuoAttentionPress's head patterns are kvbench's own, read
 from the model's kvbench profile (`kvbench calibrate qfilter`, `kvbench calibrate duo`; --profile, default the
@@ -225,10 +227,12 @@ def press_table(ratio, ctx):
         # order (see channels_kept)
         from kvpress import ThinKPress
 
-        return ("think", ThinKPress(key_channel_compression_ratio=0.4, window_size=32), "base=none,lambda=0.4,window=32",
+        press = ThinKPress(key_channel_compression_ratio=0.4, window_size=32)
+        return ("think", press, "base=none,lambda=0.4,window=32",
                 {"channels": True, "tokens_per_head": ctx["n"],
                  "note": "key channels kept per layer and KV head (\"channels\", kvbench's GGUF channel order: "
-                         "transformers' channel s d/2 + j is the GGUF's 2j + s); every position is kept"})
+                         "transformers' channel s d/2 + j is the GGUF's 2j + s); every position is kept "
+                         "(no \"positions\")"})
 
     table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo, think=think)
     return table
@@ -395,9 +399,11 @@ def write_dump(path, header, kept, channels=None):
         f.write(json.dumps(header) + "\n")
         for l, heads in enumerate(kept):
             for h, pos in enumerate(heads):
-                rec = {"when": "prefill", "layer": l, "kv_head": h, "positions": pos}
-                if channels:
+                rec = {"when": "prefill", "layer": l, "kv_head": h}
+                if channels:  # a channel press keeps every position: its channels only
                     rec["channels"] = channels[l][h]
+                else:
+                    rec["positions"] = pos
                 f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 

@@ -18,7 +18,14 @@
  * 0.8 and 0.96; against the press's default 48-column sketch (seeded) min 0.61, mean 0.745: what the sketch's
  * approximation costs, held to 0.55 and 0.7. ExpectedAttention with kvpress's defaults (covariance term, value
  * norms) on the whole prompt's query statistics (window=4096, its own prefill): min 0.9947, mean 0.9992, held to 0.98
- * and 0.99. */
+ * and 0.99. KeyDiff (min 0.9947, mean 0.9986), ObservedAttention (0.9929, 0.9985: the share keeps the accumulated
+ * attention for it), Q-Filters (0.9965, 0.9994) and Finch in one chunk (0.9965, 0.9990) are held to 0.98 and 0.99,
+ * KVzip (0.980, 0.998) to 0.97 and 0.99. ChunkKV over SnapKV at the press's own count (1105: whole chunks) and
+ * DuoAttention given kvbench's split at 1126 are equal on every head: ChunkKV held to 0.96 per head (one chunk of 20
+ * may swap on a near-tie), DuoAttention to 1. Q-Filters and DuoAttention are fed kvbench's calibration (the
+ * fixture's "profile", stored here in a profile directory of the test's own). ThinK's kept key channels (39 of 64 per
+ * head, lambda 0.4) against ThinKPress's: equal on every head, held to 0.95 (one channel swapped) and 0.99 mean.
+ * The fixture README says what differs. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -29,8 +36,11 @@
 #include "engine/kvcache.h"
 #include "engine/tokenizer.h"
 #include "methods/method.h"
+#include "methods/profile.h"
+#include "methods/think.h"
 
 enum { WINDOW = 64, MAX_POS = 8192 };
+static char prof_dir[] = "/tmp/kvb_kvpress_prof_XXXXXX"; /* mkdtemp: the presses' profile sections */
 
 static kvb_model *model;
 static int32_t *ids;
@@ -159,6 +169,27 @@ static void test_expected(void) {
     kvb_ctx_free(c);
 }
 
+/* The kvbench profile sections a press was fed (the fixture header's "profile": Q-Filters' filters, DuoAttention's
+ * head scores), stored in the test's own profile directory, so kvbench's method reads the same. */
+static void store_fixture_profile(const char *fixture_name) {
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "tests/fixtures/kvpress/%s.jsonl", fixture_name);
+    char *text = util_read_file(path, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = 0;
+    cJSON *h = cJSON_Parse(text), *sec;
+    free(text);
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(h, "profile");
+    CU_ASSERT_FATAL(cJSON_IsObject(prof));
+    cJSON_ArrayForEach(sec, prof) {
+        int rc = kvb_profile_store(model, sec->string, sec, err, sizeof err);
+        if (rc) fprintf(stderr, "\n  %s\n", err);
+        CU_ASSERT_FATAL(rc == 0);
+    }
+    cJSON_Delete(h);
+}
+
 static void test_snapkv(void) { compare("snapkv", "snapkv", "window=64,kernel=5,pool=avg", 0.98, 0, 0.98, 0.99); }
 static void test_streamingllm(void) { compare("streamingllm", "streamingllm", "sinks=4", 1.0, 0, 1.0, 1.0); }
 static void test_adakv(void) {
@@ -180,6 +211,75 @@ static void test_criticalkv_ada(void) {
     compare("criticalkv_ada", "criticalkv", "base=adakv,window=64,kernel=5,pool=avg,alpha=0.2", 0.98, 0, 0.98, 0.99);
 }
 
+static void test_keydiff(void) { compare("keydiff", "keydiff", "", 0.98, 0, 0.98, 0.99); }
+static void test_observed(void) { compare("observed", "observed", "", 0.98, 0, 0.98, 0.99); }
+static void test_chunkkv(void) {
+    compare("chunkkv", "chunkkv", "base=snapkv,window=64,kernel=5,pool=avg,chunk=20", 0.96, 0, 0.96, 0.995);
+}
+static void test_qfilter(void) {
+    store_fixture_profile("qfilter");
+    compare("qfilter", "qfilter", "filters=profile", 0.98, 0, 0.98, 0.99);
+}
+static void test_duo(void) {
+    store_fixture_profile("duo");
+    compare("duo", "duo", "split=profile,sink=16,recent=64", 1.0, 0, 1.0, 1.0);
+}
+static void test_finch(void) { compare("finch", "finch", "question=32,chunk=8192", 0.98, 0, 0.98, 0.99); }
+static void test_kvzip(void) {
+    compare("kvzip", "kvzip", "chunk=2048,sinks=4,alloc=global", 0.97, 0, 0.97, 0.99);
+}
+
+/* ThinK prunes key channels, not tokens: per layer and KV head, the channels kvbench's think keeps (ThinK alone,
+ * lambda 0.4: 39 of 64) against those ThinKPress(key_channel_compression_ratio=0.4, window_size=32) left nonzero,
+ * in the GGUF's channel order (the fixture's "channels") */
+static void test_think(void) {
+    char err[512];
+    const int L = model->cfg.n_layer, HK = model->cfg.n_head_kv, D = model->cfg.head_dim;
+    int32_t *want = calloc((size_t)L * HK * D, sizeof *want), got[512];
+    int *n_want = calloc((size_t)L * HK, sizeof *n_want);
+    char *text = util_read_file("tests/fixtures/kvpress/think.jsonl", NULL);
+    CU_ASSERT_FATAL(want && n_want && text && D <= 512);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line), *x;
+        const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "channels");
+        if (ch) {
+            int l = cJSON_GetObjectItemCaseSensitive(o, "layer")->valueint;
+            int h = cJSON_GetObjectItemCaseSensitive(o, "kv_head")->valueint;
+            CU_ASSERT_FATAL(l >= 0 && l < L && h >= 0 && h < HK && cJSON_GetArraySize(ch) <= D);
+            cJSON_ArrayForEach(x, ch) want[((size_t)l * HK + h) * D + n_want[l * HK + h]++] = (int32_t)x->valueint;
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    kvb_budget b = {KVB_BUDGET_FRACTION, 0.9, 0}; /* above lambda's share: the memory is lambda's */
+    kvb_opts o = {0};
+    CU_ASSERT_FATAL(kvb_opts_add(&o, "base=none,lambda=0.4,window=32", err, sizeof err) == 0);
+    kvb_ctx *c = kvb_ctx_fork(base, WINDOW, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_method *m = kvb_method_create("think", c, &b, &o, err, sizeof err);
+    if (!m) fprintf(stderr, "\n  think: %s\n", err);
+    CU_ASSERT_FATAL(m != NULL);
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, share, err, sizeof err) == 0);
+    double lo = 1, sum = 0;
+    int lo_l = -1, lo_h = -1;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HK; h++) {
+            int n = kvb_think_channels(m, c, l, h, got, err, sizeof err);
+            CU_ASSERT_FATAL(n > 0 && n < D && n_want[l * HK + h] == n); /* the same count: kvpress's rounding */
+            double jac = jaccard(got, n, want + ((size_t)l * HK + h) * D, n_want[l * HK + h]);
+            sum += jac;
+            if (jac < lo) lo = jac, lo_l = l, lo_h = h;
+        }
+    fprintf(stderr, "\n  think channels vs kvpress: Jaccard min %.4f (layer %d head %d), mean %.4f ", lo, lo_l, lo_h,
+            sum / (L * HK));
+    CU_ASSERT(lo >= 0.95); /* one channel of 39 swapped on a near-tie: 38/40 */
+    CU_ASSERT(sum / (L * HK) >= 0.99);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    free(want);
+    free(n_want);
+}
+
 int main(void) {
     char path[1024], err[512];
     if (!util_default_model(path, sizeof path)) {
@@ -194,10 +294,16 @@ int main(void) {
         return 1;
     }
     free(text);
+    if (!mkdtemp(prof_dir)) {
+        fprintf(stderr, "mkdtemp %s failed\n", prof_dir);
+        return 1;
+    }
+    setenv("KVB_PROFILE_DIR", prof_dir, 1); /* the profile sections the presses were fed, never the user's profile */
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_ctx = n_ids + 8;
-    if (!(base = kvb_ctx_create(model, &cp, err, sizeof err)) || !(share = kvb_share_create(base, WINDOW, 0, err, sizeof err)) ||
-        kvb_forward(base, ids, n_ids, err, sizeof err)) {
+    /* the share keeps H2O's accumulated attention too, for observed */
+    if (!(base = kvb_ctx_create(model, &cp, err, sizeof err)) ||
+        !(share = kvb_share_create(base, WINDOW, 1, err, sizeof err)) || kvb_forward(base, ids, n_ids, err, sizeof err)) {
         fprintf(stderr, "prefill failed: %s\n", err);
         return 1;
     }
@@ -216,7 +322,18 @@ int main(void) {
     CU_add_test(s, "compactor against LeverageScorePress with a square (exact) sketch", test_compactor);
     CU_add_test(s, "compactor against LeverageScorePress's 48-column sketch", test_compactor_sketch);
     CU_add_test(s, "expected (covariance, value norms) on the whole prompt's statistics", test_expected);
+    CU_add_test(s, "keydiff", test_keydiff);
+    CU_add_test(s, "observed (every prompt query's attention, per voter)", test_observed);
+    CU_add_test(s, "chunkkv over snapkv, chunks of 20", test_chunkkv);
+    CU_add_test(s, "qfilter with kvbench's calibrated filters fed to the press", test_qfilter);
+    CU_add_test(s, "duo with kvbench's calibrated head split fed to the press", test_duo);
+    CU_add_test(s, "finch, the last 32 tokens as the question, one chunk", test_finch);
+    CU_add_test(s, "kvzip, reconstruction in chunks of 2048, global allocation", test_kvzip);
+    CU_add_test(s, "think's kept key channels, lambda=0.4", test_think);
     int rc = util_run_suites();
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", prof_dir);
+    if (system(cmd)) rc = 1;
     kvb_share_free(share, base);
     kvb_ctx_free(base);
     free(ids);
