@@ -92,8 +92,10 @@ neither falls back.
 
 Output, one file per press: line 1 {"method", "opts", "budget", "n_prompt", "tokens_per_head", "kept_per_layer"
 (tokens kept per layer, summed over its KV heads), "source", "kvpress_params", "model", "prompt", "note" (when
-there is one)}, then one line per (layer, KV head): {"when": "prefill", "layer": L, "kv_head": H,
-"positions": [...]}, positions ascending.
+there is one), "profile" (the kvbench profile sections the press was fed: qfilter, duo), "channels_per_head" (a
+channel press: think)}, then one line per (layer, KV head): {"when": "prefill", "layer": L, "kv_head": H,
+"positions": [...]}, positions ascending; a channel press's lines hold "channels": [...] (ascending, the GGUF's
+order) instead, every position being kept.
 """
 import argparse
 import dataclasses
