@@ -10,6 +10,21 @@ Run OUTSIDE CI, in a throwaway virtualenv outside the repository (CPU only, floa
     /work/venv-kvpress/bin/pip install transformers gguf kvpress
     nice /work/venv-kvpress/bin/python scripts/kvpress_kept.py            # every press -> tests/fixtures/kvpress/
 
+The second model (--model qwen2.5-coder-0.5b: Qwen2.5-Coder-0.5B-Instruct.gguf, 24 layers, 14 query heads on 2 KV
+heads, q/k/v biases) runs on a shorter prompt so its test stays cheap, tests/fixtures/kvpress/qwen/prose_1500.txt
+(prose_4000.txt's first 7624 bytes: 1540 ids, 462 per head at 30%), writing tests/fixtures/kvpress/qwen/. It has no
+llama.cpp ids for that prompt: --ids is kvbench's own dump of it (the header's "prompt_ids"),
+
+    build/kvbench generate --model qwen2.5-coder-0.5b --method snapkv --budget 30% -n 1 \
+        --prompt-file tests/fixtures/kvpress/qwen/prose_1500.txt --dump-kept /tmp/qwen_ids.jsonl
+    nice /work/venv-kvpress/bin/python scripts/kvpress_kept.py --model qwen2.5-coder-0.5b --ids /tmp/qwen_ids.jsonl
+
+and transformers' dequantized model (biases included) is checked against llama.cpp's logits on the longest prompt of
+tests/fixtures/llamacpp_ref_qwen.json instead (0.17 at most). Its GGUF is in Hugging Face's channel order already
+(llama.cpp rotates Qwen2's keys NEOX-style, pairs (j, j + d/2)), so nothing is reordered for Q-Filters or ThinK.
+Qwen2Config has no head_dim (CriticalKVPress reads it): it is set to hidden_size / heads. PyramidKVPress falls back
+there at windows 64 and 32 (462 / 20 = 23 tokens on top), so pyramidkv_w16.jsonl is the pyramid's comparison.
+
 Versions the committed fixtures were made with: torch 2.15.0 (the PyPI wheel, run on the CPU), transformers 5.2.0,
 gguf 0.19.0, kvpress 0.5.5 (Python 3.11.7); model SmolLM2-135M-Instruct.Q4_1.gguf dequantized to float32 by
 transformers' GGUF loader, attention "sdpa" (AdaKVPress refuses "eager").
@@ -106,9 +121,18 @@ import time
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's per-tensor progress bars
-DEFAULT_MODEL = os.path.expanduser("~/.cache/kvbench/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-DEFAULT_PROMPT = "tests/fixtures/prompts/prose_4000.txt"
-DEFAULT_IDS = "tests/fixtures/llamacpp_ref.json"
+MODEL_DIR = os.path.expanduser("~/.cache/kvbench/models")
+# --model NAME: the GGUF, the prompt, where its ids come from, the output directory and a llama.cpp fixture whose
+# longest prompt checks transformers' dequantized model (kvbench equals llama.cpp there, test_model_llamacpp)
+MODELS = {
+    "default": {"gguf": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompt": "tests/fixtures/prompts/prose_4000.txt",
+                "ids": "tests/fixtures/llamacpp_ref.json", "out": "tests/fixtures/kvpress", "ref": None},
+    # the second model on a shorter prompt (prose_4000.txt's first 7624 bytes: 1540 ids), so its test stays cheap;
+    # no llama.cpp ids for it: --ids is a kvbench --dump-kept file of the prompt
+    "qwen2.5-coder-0.5b": {"gguf": "Qwen2.5-Coder-0.5B-Instruct.gguf",
+                           "prompt": "tests/fixtures/kvpress/qwen/prose_1500.txt", "ids": None,
+                           "out": "tests/fixtures/kvpress/qwen", "ref": "tests/fixtures/llamacpp_ref_qwen.json"},
+}
 
 
 def press_table(ratio, ctx):
@@ -130,6 +154,10 @@ def press_table(ratio, ctx):
                                                           beta=20), snap + ",beta=20"),
         "pyramidkv_w32": ("pyramidkv", lambda: PyramidKVPress(compression_ratio=ratio, window_size=32, kernel_size=5,
                                                               beta=20), "window=32,kernel=5,pool=avg,beta=20"),
+        # the second model's 1540-token prompt: 462 / 20 = 23 tokens on top, below a window of 32 (the fallback);
+        # a window of 16 keeps the pyramid
+        "pyramidkv_w16": ("pyramidkv", lambda: PyramidKVPress(compression_ratio=ratio, window_size=16, kernel_size=5,
+                                                              beta=20), "window=16,kernel=5,pool=avg,beta=20"),
         "adakv": ("adakv", lambda: AdaKVPress(SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
                                               alpha_safeguard=0.2), "base=snapkv," + snap + ",alpha=0.2"),
         "lagkv": ("lagkv", lambda: LagKVPress(compression_ratio=ratio, n_sink=4, lag_size=128),
@@ -184,8 +212,10 @@ def press_table(ratio, ctx):
         # kvbench's filters are in the GGUF's key layout, where RoPE rotates adjacent pairs (2j, 2j+1); transformers'
         # GGUF loader un-permutes the key projection to its own layout, pairs (j, j + d/2): the same vector, its
         # components reordered, component 2j + s of the GGUF's is component s d/2 + j of transformers'
+        # (Qwen2's GGUF keeps the HF order, NEOX RoPE on (j, j + d/2), and its loader permutes nothing: no reorder)
         L, H, d = filters.shape
-        filters = filters.reshape(L, H, d // 2, 2).transpose(-1, -2).reshape(L, H, d).contiguous()
+        if ctx["permuted"]:
+            filters = filters.reshape(L, H, d // 2, 2).transpose(-1, -2).reshape(L, H, d).contiguous()
         press.post_init_from_model = lambda model: setattr(press, "q_filters", filters)
         return ("qfilter", press, "filters=profile", {"profile": {"qfilter": section}})
 
@@ -232,9 +262,9 @@ def press_table(ratio, ctx):
         press = ThinKPress(key_channel_compression_ratio=0.4, window_size=32)
         return ("think", press, "base=none,lambda=0.4,window=32",
                 {"channels": True, "tokens_per_head": ctx["n"],
-                 "note": "key channels kept per layer and KV head (\"channels\", kvbench's GGUF channel order: "
-                         "transformers' channel s d/2 + j is the GGUF's 2j + s); every position is kept "
-                         "(no \"positions\")"})
+                 "note": "key channels kept per layer and KV head (\"channels\", kvbench's GGUF channel order" +
+                         (": transformers' channel s d/2 + j is the GGUF's 2j + s" if ctx["permuted"] else
+                          ", transformers' too") + "); every position is kept (no \"positions\")"})
 
     table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo, think=think)
     return table
@@ -360,26 +390,27 @@ def kvzip_tokenizer(model_dir, model_file):
     return Loader
 
 
-def channels_kept(keys):
+def channels_kept(keys, permuted):
     """Per KV head, the key channels a channel-pruning press (ThinK) left nonzero in one layer's cache, in the GGUF's
     order: transformers' GGUF loader un-permutes the key projection so that RoPE rotates the pairs (j, j + d/2), where
-    the GGUF (and kvbench) rotates (2j, 2j + 1); transformers' channel s d/2 + j is the GGUF's 2j + s."""
+    the GGUF (and kvbench) rotates (2j, 2j + 1); transformers' channel s d/2 + j is the GGUF's 2j + s. permuted False
+    (Qwen2: the GGUF already rotates (j, j + d/2), the loader permutes nothing): the same order on both sides."""
     d = keys.shape[-1]
     out = []
     for h in range(keys.shape[0]):
         nonzero = (keys[h] != 0).any(dim=0).tolist()
-        out.append(sorted(2 * (c % (d // 2)) + c // (d // 2) for c in range(d) if nonzero[c]))
+        out.append(sorted((2 * (c % (d // 2)) + c // (d // 2) if permuted else c) for c in range(d) if nonzero[c]))
     return out
 
 
-def run_channels(model, press, input_ids):
+def run_channels(model, press, input_ids, permuted):
     from transformers import DynamicCache
     import torch
 
     cache = DynamicCache()
     with torch.no_grad(), press(model):
         model(input_ids, past_key_values=cache, use_cache=True)
-    return [channels_kept(cache.layers[l].keys[0]) for l in range(len(model.model.layers))]
+    return [channels_kept(cache.layers[l].keys[0], permuted) for l in range(len(model.model.layers))]
 
 
 def run_press(model, press, input_ids, index, n_head_kv):
@@ -411,15 +442,23 @@ def write_dump(path, header, kept, channels=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--prompt", default=DEFAULT_PROMPT)
-    ap.add_argument("--ids", default=DEFAULT_IDS, help="llamacpp_ref.json or a kvbench --dump-kept file")
+    ap.add_argument("--model", default="default", help=f"one of {', '.join(MODELS)} (its GGUF under {MODEL_DIR}, "
+                                                        "prompt, ids and output directory) or a GGUF path")
+    ap.add_argument("--prompt", help="default: the model's (MODELS)")
+    ap.add_argument("--ids", help="llamacpp_ref.json or a kvbench --dump-kept file (default: the model's)")
     ap.add_argument("--budget", type=float, default=0.3, help="kept fraction (compression_ratio = 1 - budget)")
-    ap.add_argument("--out", default="tests/fixtures/kvpress")
+    ap.add_argument("--out", help="default: the model's fixture directory")
     ap.add_argument("--press", action="append", help="output names to run (default: all of press_table)")
     ap.add_argument("--profile", help="kvbench profile with the qfilter and duo sections (default: the model's, "
                                       "under ~/.cache/kvbench/profiles)")
     a = ap.parse_args()
+    named = MODELS.get(a.model, MODELS["default"])
+    if a.model in MODELS:
+        a.model = os.path.join(MODEL_DIR, named["gguf"])
+    a.prompt, a.out = a.prompt or named["prompt"], a.out or named["out"]
+    a.ids = a.ids or named["ids"]
+    if not a.ids:
+        sys.exit("--ids: this model has no llama.cpp ids for the prompt: give a kvbench --dump-kept file of it")
 
     import torch
     import transformers
@@ -438,9 +477,19 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(model_dir, gguf_file=model_file, dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
     cfg = model.config
+    if getattr(cfg, "head_dim", None) is None:  # Qwen2Config has none; CriticalKVPress reads it
+        cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
     print(f"model: {model_file} ({cfg.num_hidden_layers} layers, {cfg.num_key_value_heads} KV heads) "
           f"loaded in {time.time() - t0:.1f} s")
     input_ids = torch.tensor([ids])
+    if named["ref"]:  # the dequantized model (Qwen2: with its q/k/v biases) against llama.cpp on its longest prompt
+        with open(named["ref"]) as f:
+            ref = max(json.load(f)["prompts"], key=lambda p: p["n_prompt"])
+        with torch.no_grad():
+            check_logits(model(torch.tensor([ref["prompt_ids"]]), logits_to_keep=1).logits[0, -1], ref)
+    # transformers' GGUF loader un-permutes a Llama GGUF's q/k (RoPE pairs (2j, 2j+1) -> (j, j + d/2)); Qwen2's GGUF
+    # is in the HF order already: channel indices and key-space vectors are reordered only for the first
+    permuted = cfg.model_type in ("llama",)
     t0 = time.time()
     cache = DynamicCache()
     with torch.no_grad():
@@ -468,7 +517,7 @@ def main():
         with open(path) as f:
             return json.load(f)
 
-    table = press_table(round(1 - a.budget, 6), {"n": len(ids), "profile": profile})
+    table = press_table(round(1 - a.budget, 6), {"n": len(ids), "profile": profile, "permuted": permuted})
     import kvpress.presses.kvzip_press as kvzip_press
 
     kvzip_press.AutoTokenizer = kvzip_tokenizer(model_dir, model_file)
@@ -492,7 +541,7 @@ def main():
         torch.manual_seed(0)  # LeverageScorePress draws its sketch from torch.randn: the same draw every run
         channels = None
         if extra.get("channels"):
-            channels = run_channels(run_model, press, input_ids)
+            channels = run_channels(run_model, press, input_ids, permuted)
             kept = [[list(range(len(ids)))] * cfg.num_key_value_heads for _ in channels]
         else:
             kept = run_press(run_model, press, input_ids, run_index, cfg.num_key_value_heads)
