@@ -25,12 +25,19 @@
  * may swap on a near-tie), DuoAttention to 1. Q-Filters and DuoAttention are fed kvbench's calibration (the
  * fixture's "profile", stored here in a profile directory of the test's own). ThinK's kept key channels (39 of 64 per
  * head, lambda 0.4) against ThinKPress's: equal on every head, held to 0.95 (one channel swapped) and 0.99 mean.
- * The fixture README says what differs. */
+ * The fixture README says what differs.
+ * `test_kvpress_kept qwen2.5-coder-0.5b` (test_kvpress_kept_qwen): the second model (24 layers, 14 query heads on 2 KV
+ * heads, q/k/v biases) on tests/fixtures/kvpress/qwen/prose_1500.txt (1540 tokens, 462 per head) against
+ * tests/fixtures/kvpress/qwen/, with qwen_bounds: the same presses (PyramidKV with window 16, since 32 falls back
+ * there), measured means 0.992-1.0 but Compactor's (0.954, 0.741 sketched) and PyramidKV's (0.955); the lowest heads
+ * are layer 0's (SnapKV 0.966, Finch and ExpectedAttention 0.962, ObservedAttention 0.949, Knorm 0.945) and KVzip's
+ * 0.929 (layer 4: the press's threshold against kvbench's count). docs/testing.md has the table. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util_common.h"
 #include "engine/kvcache.h"
@@ -41,6 +48,31 @@
 
 enum { WINDOW = 64, MAX_POS = 8192 };
 static char prof_dir[] = "/tmp/kvb_kvpress_prof_XXXXXX"; /* mkdtemp: the presses' profile sections */
+
+/* test_kvpress_kept [MODEL]: the default model, or qwen2.5-coder-0.5b (kvb_model_resolve) against the fixtures of
+ * tests/fixtures/kvpress/qwen/ on their 1540-token prompt, with the bounds of qwen_bounds */
+static const char *fixture_dir = "tests/fixtures/kvpress";
+
+/* The second model's bounds, measured there (docs/testing.md's kvpress table), replacing those compare() is given
+ * for the same fixture: every head >= min_all, the first `early` layers' >= min_early, the mean >= min_mean. */
+typedef struct {
+    const char *fixture;
+    double min_all;
+    int early;
+    double min_early, min_mean;
+} bound;
+static const bound qwen_bounds[] = {
+    {"snapkv", 0.96, 0, 0.96, 0.995},        {"adakv", 0.96, 0, 0.96, 0.995},
+    {"tova", 0.97, 0, 0.97, 0.99},           {"knorm", 0.94, 0, 0.94, 0.99},
+    {"pyramidkv_w16", 0.55, 16, 0.96, 0.95}, {"lagkv", 0.98, 0, 0.98, 0.995},
+    {"cur", 0.98, 0, 0.98, 0.995},           {"criticalkv", 0.98, 0, 0.98, 0.995},
+    {"criticalkv_ada", 0.98, 0, 0.98, 0.995}, {"compactor_d64", 0.75, 0, 0.75, 0.95},
+    {"compactor", 0.65, 0, 0.65, 0.73},      {"expected", 0.96, 0, 0.96, 0.995},
+    {"keydiff", 0.98, 0, 0.98, 0.995},       {"observed", 0.94, 0, 0.94, 0.995},
+    {"qfilter", 0.97, 0, 0.97, 0.995},       {"finch", 0.96, 0, 0.96, 0.995},
+    {"kvzip", 0.92, 0, 0.92, 0.995},         {NULL, 0, 0, 0, 0},
+};
+static const bound *bounds; /* NULL: the default model's, as written in each test */
 
 static kvb_model *model;
 static int32_t *ids;
@@ -113,7 +145,10 @@ static double jaccard(const int32_t *a, int na, const int32_t *b, int nb) {
 static void compare_on(kvb_ctx *from, kvb_share *sh, int window, const char *fixture_name, const char *method,
                        const char *opts, double min_all, int early, double min_early, double min_mean) {
     char path[256], err[512];
-    snprintf(path, sizeof path, "tests/fixtures/kvpress/%s.jsonl", fixture_name);
+    snprintf(path, sizeof path, "%s/%s.jsonl", fixture_dir, fixture_name);
+    for (const bound *q = bounds; q && q->fixture; q++)
+        if (!strcmp(q->fixture, fixture_name))
+            min_all = q->min_all, early = q->early, min_early = q->min_early, min_mean = q->min_mean;
     fixture f;
     CU_ASSERT_FATAL(load_fixture(path, &f) == 0);
     CU_ASSERT_FATAL(f.n_prompt == n_ids && f.tokens_per_head > 0);
@@ -173,7 +208,7 @@ static void test_expected(void) {
  * head scores), stored in the test's own profile directory, so kvbench's method reads the same. */
 static void store_fixture_profile(const char *fixture_name) {
     char path[256], err[512] = "";
-    snprintf(path, sizeof path, "tests/fixtures/kvpress/%s.jsonl", fixture_name);
+    snprintf(path, sizeof path, "%s/%s.jsonl", fixture_dir, fixture_name);
     char *text = util_read_file(path, NULL);
     CU_ASSERT_FATAL(text != NULL);
     char *nl = strchr(text, '\n');
@@ -198,7 +233,10 @@ static void test_adakv(void) {
 static void test_tova(void) { compare("tova", "tova", "", 0.98, 0, 0.98, 0.99); }
 static void test_knorm(void) { compare("knorm", "knorm", "", 0.8, 0, 0.8, 0.99); }
 static void test_pyramidkv(void) {
-    compare("pyramidkv_w32", "pyramidkv", "window=32,kernel=5,pool=avg,beta=20", 0.5, 21, 0.98, 0.95);
+    if (bounds) /* the second model's 1540 tokens: with window 32 the press falls back to SnapKV (462 / 20 < 32) */
+        compare("pyramidkv_w16", "pyramidkv", "window=16,kernel=5,pool=avg,beta=20", 0.5, 21, 0.98, 0.95);
+    else
+        compare("pyramidkv_w32", "pyramidkv", "window=32,kernel=5,pool=avg,beta=20", 0.5, 21, 0.98, 0.95);
 }
 static void test_lagkv(void) { compare("lagkv", "lagkv", "sinks=4,lag=128,cross=0", 0.98, 0, 0.98, 0.99); }
 static void test_cur(void) { compare("cur", "cur", "leverage=kv_product,sinks=4,window=16", 0.98, 0, 0.98, 0.99); }
@@ -237,7 +275,9 @@ static void test_think(void) {
     const int L = model->cfg.n_layer, HK = model->cfg.n_head_kv, D = model->cfg.head_dim;
     int32_t *want = calloc((size_t)L * HK * D, sizeof *want), got[512];
     int *n_want = calloc((size_t)L * HK, sizeof *n_want);
-    char *text = util_read_file("tests/fixtures/kvpress/think.jsonl", NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/think.jsonl", fixture_dir);
+    char *text = util_read_file(path, NULL);
     CU_ASSERT_FATAL(want && n_want && text && D <= 512);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(line), *x;
@@ -272,22 +312,40 @@ static void test_think(void) {
         }
     fprintf(stderr, "\n  think channels vs kvpress: Jaccard min %.4f (layer %d head %d), mean %.4f ", lo, lo_l, lo_h,
             sum / (L * HK));
-    CU_ASSERT(lo >= 0.95); /* one channel of 39 swapped on a near-tie: 38/40 */
-    CU_ASSERT(sum / (L * HK) >= 0.99);
+    double min_all = 0.95, min_mean = 0.99; /* one channel of 39 swapped on a near-tie: 38/40 */
+    for (const bound *q = bounds; q && q->fixture; q++)
+        if (!strcmp(q->fixture, "think")) min_all = q->min_all, min_mean = q->min_mean;
+    CU_ASSERT(lo >= min_all);
+    CU_ASSERT(sum / (L * HK) >= min_mean);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
     free(want);
     free(n_want);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     char path[1024], err[512];
-    if (!util_default_model(path, sizeof path)) {
+    const char *prompt = "tests/fixtures/prompts/prose_4000.txt";
+    if (argc > 1) {
+        if (strcmp(argv[1], "qwen2.5-coder-0.5b")) {
+            fprintf(stderr, "%s: no kvpress fixtures for this model (qwen2.5-coder-0.5b has them)\n", argv[1]);
+            return 1;
+        }
+        if (kvb_model_resolve(argv[1], path, sizeof path, err, sizeof err) || access(path, R_OK)) {
+            const char *ci = getenv("CI"); /* scripts/test.sh fetches the model: CI must have it */
+            int in_ci = ci && (!strcmp(ci, "true") || !strcmp(ci, "1"));
+            fprintf(stderr, "%s missing: %s (scripts/fetch-model.sh %s)\n", argv[1], in_ci ? "failed" : "skipped",
+                    argv[1]);
+            return in_ci ? 1 : 0;
+        }
+        fixture_dir = "tests/fixtures/kvpress/qwen", prompt = "tests/fixtures/kvpress/qwen/prose_1500.txt";
+        bounds = qwen_bounds;
+    } else if (!util_default_model(path, sizeof path)) {
         fprintf(stderr, "default model missing: run scripts/fetch-model.sh\n");
         return 1;
     }
     size_t len = 0;
-    char *text = util_read_file("tests/fixtures/prompts/prose_4000.txt", &len);
+    char *text = util_read_file(prompt, &len);
     if (!text || !(model = kvb_model_load(path, err, sizeof err)) ||
         tok_encode(model->tok, text, len, 1, 0, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "setup failed: %s\n", err);
@@ -314,7 +372,7 @@ int main(void) {
     CU_add_test(s, "adakv over snapkv alpha=0.2", test_adakv);
     CU_add_test(s, "tova", test_tova);
     CU_add_test(s, "knorm", test_knorm);
-    CU_add_test(s, "pyramidkv window=32 beta=20", test_pyramidkv);
+    CU_add_test(s, bounds ? "pyramidkv window=16 beta=20" : "pyramidkv window=32 beta=20", test_pyramidkv);
     CU_add_test(s, "lagkv sinks=4 lag=128", test_lagkv);
     CU_add_test(s, "cur kv_product window=16", test_cur);
     CU_add_test(s, "criticalkv over snapkv", test_criticalkv);
