@@ -45,6 +45,20 @@ static const struct {
     {"expected", NULL, "expected_attention_no_ada", "ExpectedAttentionPress"},
     {"decoding", "base=knorm", "decoding_knorm", "DecodingPress(KnormPress)"},
     {"decoding", "base=keydiff", "decoding_keydiff", "DecodingPress(KeyDiffPress)"},
+    {"cur", NULL, "cur", "CURPress"},
+    {"lagkv", NULL, "lagkv", "LagKVPress"},
+    {"kvzip", NULL, "kvzip", "KVzipPress"},
+    {"finch", NULL, "finch", "FinchPress"},
+    /* kvbench's filters and head split come from its own calibration (kvbench calibrate qfilter|duo), not the
+     * authors' downloads: the rows stand for the presses, docs/methods.md says how they differ */
+    {"qfilter", NULL, "qfilter", "QFilterPress"},
+    {"duo", NULL, "duo_attention", "DuoAttentionPress"},
+    {"criticalkv", "base=snapkv", "critical_snapkv", "CriticalKVPress(SnapKVPress)"},
+    {"criticalkv", "base=adakv", "critical_adakv_snapkv", "CriticalAdaKVPress(SnapKVPress)"},
+    {"think", "base=none", "think", "ThinKPress"},
+    {"think", "base=snapkv", "snap_think", "ComposedPress([SnapKVPress, ThinKPress])"},
+    /* compactor is the exact leverage score (LeverageScorePress, which has no registry key), not CompactorPress's
+     * blend with non-causal attention: no row */
 };
 
 /* 1 if "key=value" is one of params' space-separated words */
@@ -59,7 +73,8 @@ int kvb_kvpress_press(const char *method, const char *method_params, const char 
     for (size_t i = 0; method && i < sizeof PRESSES / sizeof *PRESSES; i++) {
         if (strcmp(method, PRESSES[i].method)) continue;
         if (PRESSES[i].param && !has_param(method_params, PRESSES[i].param)) continue;
-        if (!PRESSES[i].param && (!strcmp(method, "adakv") || !strcmp(method, "chunkkv") || !strcmp(method, "decoding")))
+        if (!PRESSES[i].param && (!strcmp(method, "adakv") || !strcmp(method, "chunkkv") || !strcmp(method, "decoding") ||
+                                  !strcmp(method, "criticalkv") || !strcmp(method, "think")))
             continue;
         *press_name = PRESSES[i].press_name;
         *press_class = PRESSES[i].press_class;

@@ -194,13 +194,20 @@ static void test_press_and_dataset_names(void) {
         {"observed", "", "observed_attention"}, {"streamingllm", "", "streaming_llm"}, {"tova", "", "tova"},
         {"pyramidkv", "", "pyramidkv"}, {"random", "", "random"},         {"adakv", "base=snapkv alpha=0.2", "adakv_snapkv"},
         {"chunkkv", "base=snapkv chunk=20", "chunkkv"}, {"decoding", "base=knorm interval=512", "decoding_knorm"},
-        {"full", "", "no_press"},      {"expected", "window=32 ada=0", "expected_attention_no_ada"}};
+        {"full", "", "no_press"},      {"expected", "window=32 ada=0", "expected_attention_no_ada"},
+        {"cur", "leverage=kv_product", "cur"}, {"lagkv", "sinks=4 lag=128", "lagkv"}, {"kvzip", "", "kvzip"},
+        {"finch", "", "finch"},         {"qfilter", "", "qfilter"},      {"duo", "", "duo_attention"},
+        {"criticalkv", "base=snapkv eps=0.01", "critical_snapkv"},
+        {"criticalkv", "base=adakv eps=0.01 alpha=0.2", "critical_adakv_snapkv"},
+        {"think", "base=none lambda=0.4", "think"}, {"think", "base=snapkv lambda=0.4", "snap_think"}};
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
         CU_ASSERT_EQUAL(kvb_kvpress_press(pairs[i][0], pairs[i][1], &pn, &pc), 0);
         CU_ASSERT_STRING_EQUAL(pn, pairs[i][2]);
     }
     CU_ASSERT_EQUAL(kvb_kvpress_press("chunkkv", "base=knorm chunk=20", &pn, &pc), -1);
     CU_ASSERT_EQUAL(kvb_kvpress_press("omnikv", "", &pn, &pc), -1);
+    CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "", &pn, &pc), -1); /* the exact leverage: no registry key */
+    CU_ASSERT_EQUAL(kvb_kvpress_press("think", "lambda=0.4", &pn, &pc), -1);
     char ds[32], dd[64], t[64];
     CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "niah_multikey_3_8192", ds, sizeof ds, dd, sizeof dd, t, sizeof t), 0);
     CU_ASSERT_STRING_EQUAL(ds, "ruler");
