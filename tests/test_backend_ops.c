@@ -1078,6 +1078,38 @@ static void random_records(uint8_t *rec, int64_t n_rec, quant_fmt f) {
     }
 }
 
+/* The reference check shared by the ops that merge a new part of attention into the store's (attention_quant,
+ * attention_narrow): scores sf (float, as the kernel computes them; -inf = hidden) and s64 (float64) of one query row
+ * over n rows of v (D wide), their maxima mf and m, the largest |score| term sum mag_s (over dk-wide dot products),
+ * the store part's output o0 and lse l0; the op's o and l are compared with float64 (near) and, on the CPU, with the
+ * header's float order bit for bit (exact). w64 and accf are scratch of n and D. */
+static void merged_row_check(int64_t n, int D, int dk, const float *sf, const double *s64, float mf, double m,
+                             double mag_s, float l0, const float *o0, const float *v, const float *o, float l, int cpu,
+                             double *w64, float *accf, int *near, int *exact) {
+    const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
+    double L = w0, sum_f = 0;
+    for (int e = 0; e < D; e++) accf[e] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
+        L += w64[i];
+        if (sf[i] == -INFINITY) continue;
+        const double wf = exp((double)sf[i] - (double)mf);
+        sum_f += wf;
+        for (int e = 0; e < D; e++) accf[e] += (float)wf * v[i * D + e];
+    }
+    const double Lf = w0f + sum_f, ds = (dk + 2) * 0x1p-23 * mag_s;
+    for (int e = 0; e < D; e++) {
+        double acc = 0, mag = w0 > 0 ? w0 * fabs(o0[e]) : 0;
+        for (int64_t i = 0; i < n; i++) acc += w64[i] * v[i * D + e], mag += w64[i] * fabs(v[i * D + e]);
+        const double ref = ((w0 > 0 ? w0 * o0[e] : 0) + acc) / L;
+        *near &= fabs(o[e] - ref) <= (4 * ds + (double)(n + 4) * 0x1p-23) * mag / L + 1e-30;
+        if (cpu) *exact &= o[e] == (float)(((w0f > 0 ? w0f * o0[e] : 0.0) + accf[e]) / Lf);
+    }
+    const double lse_ref = m + log(L);
+    *near &= fabs(l - lse_ref) <= 2 * ds + 0x1p-23 * (fabs(lse_ref) + 1);
+    if (cpu) *exact &= l == (float)((double)mf + log(Lf));
+}
+
 /* The reference is the header's formula in float64 from the dequantized K and V. Every backend must be within a
  * bound of it: the header computes a logit in float (D products and sums: error ds = (D + 2) 2^-23 sum|scale q k|),
  * which moves each weight and L by up to 2 ds relatively, and sums the weighted values in float ((n + 4) roundings
@@ -1149,28 +1181,7 @@ static void check_attention_quant(kvb_backend *be, int HK, int Gq, quant_fmt f, 
                 kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
                 continue;
             }
-            const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
-            double L = w0, sum_f = 0;
-            for (int e = 0; e < D; e++) accf[e] = 0;
-            for (int64_t i = 0; i < n; i++) {
-                w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
-                L += w64[i];
-                if (sf[i] == -INFINITY) continue;
-                const double wf = exp((double)sf[i] - (double)mf);
-                sum_f += wf;
-                for (int e = 0; e < D; e++) accf[e] += (float)wf * vf[(g * n + i) * D + e];
-            }
-            const double Lf = w0f + sum_f, ds = (D + 2) * 0x1p-23 * mag_s;
-            for (int e = 0; e < D; e++) {
-                double acc = 0, mag = w0 > 0 ? w0 * fabs(o0[e]) : 0;
-                for (int64_t i = 0; i < n; i++) acc += w64[i] * vf[(g * n + i) * D + e], mag += w64[i] * fabs(vf[(g * n + i) * D + e]);
-                const double ref = ((w0 > 0 ? w0 * o0[e] : 0) + acc) / L;
-                near &= fabs(o[e] - ref) <= (4 * ds + (double)(n + 4) * 0x1p-23) * mag / L + 1e-30;
-                if (is_cpu(be)) exact &= o[e] == (float)(((w0f > 0 ? w0f * o0[e] : 0.0) + accf[e]) / Lf);
-            }
-            const double lse_ref = m + log(L);
-            near &= fabs(l - lse_ref) <= 2 * ds + 0x1p-23 * (fabs(lse_ref) + 1);
-            if (is_cpu(be)) exact &= l == (float)((double)mf + log(Lf));
+            merged_row_check(n, D, D, sf, s64, mf, m, mag_s, l0, o0, vf + g * n * D, o, l, is_cpu(be), w64, accf, &near, &exact);
         }
     CU_ASSERT(kept);
     CU_ASSERT(near);
@@ -1300,28 +1311,7 @@ static void check_attention_narrow(kvb_backend *be, int HK, int Gq, int D, int d
                 kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
                 continue;
             }
-            const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
-            double L = w0, sum_f = 0;
-            for (int e = 0; e < D; e++) accf[e] = 0;
-            for (int64_t i = 0; i < n; i++) {
-                w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
-                L += w64[i];
-                if (sf[i] == -INFINITY) continue;
-                const double wf = exp((double)sf[i] - (double)mf);
-                sum_f += wf;
-                for (int e = 0; e < D; e++) accf[e] += (float)wf * vf[(g * n + i) * D + e];
-            }
-            const double Lf = w0f + sum_f, ds = (dk + 2) * 0x1p-23 * mag_s;
-            for (int e = 0; e < D; e++) {
-                double acc = 0, mag = w0 > 0 ? w0 * fabs(o0[e]) : 0;
-                for (int64_t i = 0; i < n; i++) acc += w64[i] * vf[(g * n + i) * D + e], mag += w64[i] * fabs(vf[(g * n + i) * D + e]);
-                const double ref = ((w0 > 0 ? w0 * o0[e] : 0) + acc) / L;
-                near &= fabs(o[e] - ref) <= (4 * ds + (double)(n + 4) * 0x1p-23) * mag / L + 1e-30;
-                if (is_cpu(be)) exact &= o[e] == (float)(((w0f > 0 ? w0f * o0[e] : 0.0) + accf[e]) / Lf);
-            }
-            const double lse_ref = m + log(L);
-            near &= fabs(l - lse_ref) <= 2 * ds + 0x1p-23 * (fabs(lse_ref) + 1);
-            if (is_cpu(be)) exact &= l == (float)((double)mf + log(Lf));
+            merged_row_check(n, D, dk, sf, s64, mf, m, mag_s, l0, o0, vf + g * n * D, o, l, is_cpu(be), w64, accf, &near, &exact);
         }
     CU_ASSERT(kept);
     CU_ASSERT(near);
