@@ -1079,13 +1079,32 @@ static void random_records(uint8_t *rec, int64_t n_rec, quant_fmt f) {
 }
 
 /* The reference check shared by the ops that merge a new part of attention into the store's (attention_quant,
- * attention_narrow): scores sf (float, as the kernel computes them; -inf = hidden) and s64 (float64) of one query row
- * over n rows of v (D wide), their maxima mf and m, the largest |score| term sum mag_s (over dk-wide dot products),
- * the store part's output o0 and lse l0; the op's o and l are compared with float64 (near) and, on the CPU, with the
- * header's float order bit for bit (exact). w64 and accf are scratch of n and D. */
-static void merged_row_check(int64_t n, int D, int dk, const float *sf, const double *s64, float mf, double m,
-                             double mag_s, float l0, const float *o0, const float *v, const float *o, float l, int cpu,
-                             double *w64, float *accf, int *near, int *exact) {
+ * attention_narrow), for one query row qr (dk wide) over n keys k (dk wide, at positions kpos, or pos0 + i when kpos
+ * is NULL; hidden past qpos when masked) and values v (D wide): the scores in float, as the kernel computes them, and
+ * in float64; the op's o and l against the store part's o0 and l0 merged with float64 attention (near) and, on the
+ * CPU, with the header's float order bit for bit (exact); with every key hidden, o and l are o0 and l0 (kept).
+ * sf, s64, w64 (n) and accf (D) are scratch. */
+static void merged_row_check(int64_t n, int D, int dk, const float *qr, const float *k, const float *v, float scale,
+                             int masked, const int32_t *kpos, int32_t pos0, int32_t qpos, float l0, const float *o0,
+                             const float *o, float l, int cpu, float *sf, double *s64, double *w64, float *accf,
+                             int *kept, int *near, int *exact) {
+    float mf = l0; /* the header's float maximum */
+    double m = l0, mag_s = 0;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sf[i] = -INFINITY, s64[i] = -INFINITY;
+        if (masked && (kpos ? kpos[i] : pos0 + (int32_t)i) > qpos) continue;
+        const float *ki = k + i * dk;
+        float dot_f = 0;
+        double dot = 0, dmag = 0;
+        for (int j = 0; j < dk; j++) dot_f += qr[j] * ki[j], dot += (double)qr[j] * ki[j], dmag += fabs((double)qr[j] * ki[j]);
+        sf[i] = scale * dot_f, s64[i] = scale * dot, mag_s = fmax(mag_s, scale * dmag), seen++;
+        mf = sf[i] > mf ? sf[i] : mf, m = fmax(m, s64[i]);
+    }
+    if (!seen) { /* every key hidden: the store's part stands, bit for bit */
+        *kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
+        return;
+    }
     const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
     double L = w0, sum_f = 0;
     for (int e = 0; e < D; e++) accf[e] = 0;
@@ -1164,24 +1183,8 @@ static void check_attention_quant(kvb_backend *be, int HK, int Gq, quant_fmt f, 
             const int g = h / Gq;
             const float *qr = q + (t * H + h) * D, *o0 = out0 + (t * H + h) * D, *o = got + (t * H + h) * D;
             const float l0 = lse0[h * n_q + t], l = lse[h * n_q + t];
-            float mf = l0; /* the header's float maximum */
-            double m = l0, mag_s = 0;
-            int64_t seen = 0;
-            for (int64_t i = 0; i < n; i++) {
-                sf[i] = -INFINITY, s64[i] = -INFINITY;
-                if (masked && pos0 + i > qpos[t]) continue;
-                const float *ki = kf + (g * n + i) * D;
-                float dot_f = 0;
-                double dot = 0, dmag = 0;
-                for (int e = 0; e < D; e++) dot_f += qr[e] * ki[e], dot += (double)qr[e] * ki[e], dmag += fabs((double)qr[e] * ki[e]);
-                sf[i] = scale * dot_f, s64[i] = scale * dot, mag_s = fmax(mag_s, scale * dmag), seen++;
-                mf = sf[i] > mf ? sf[i] : mf, m = fmax(m, s64[i]);
-            }
-            if (!seen) {
-                kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
-                continue;
-            }
-            merged_row_check(n, D, D, sf, s64, mf, m, mag_s, l0, o0, vf + g * n * D, o, l, is_cpu(be), w64, accf, &near, &exact);
+            merged_row_check(n, D, D, qr, kf + g * n * D, vf + g * n * D, scale, masked, NULL, pos0, qpos[t], l0, o0, o, l,
+                             is_cpu(be), sf, s64, w64, accf, &kept, &near, &exact);
         }
     CU_ASSERT(kept);
     CU_ASSERT(near);
@@ -1294,24 +1297,8 @@ static void check_attention_narrow(kvb_backend *be, int HK, int Gq, int D, int d
             const int g = h / Gq;
             const float *qr = qg + (t * H + h) * dk, *o0 = out0 + (t * H + h) * D, *o = got + (t * H + h) * D;
             const float l0 = lse0[h * n_q + t], l = lse[h * n_q + t];
-            float mf = l0; /* the header's float maximum */
-            double m = l0, mag_s = 0;
-            int64_t seen = 0;
-            for (int64_t i = 0; i < n; i++) {
-                sf[i] = -INFINITY, s64[i] = -INFINITY;
-                if (masked && pos[g * n + i] > qpos[t]) continue;
-                const float *ki = kf + (g * n + i) * dk;
-                float dot_f = 0;
-                double dot = 0, dmag = 0;
-                for (int j = 0; j < dk; j++) dot_f += qr[j] * ki[j], dot += (double)qr[j] * ki[j], dmag += fabs((double)qr[j] * ki[j]);
-                sf[i] = scale * dot_f, s64[i] = scale * dot, mag_s = fmax(mag_s, scale * dmag), seen++;
-                mf = sf[i] > mf ? sf[i] : mf, m = fmax(m, s64[i]);
-            }
-            if (!seen) {
-                kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
-                continue;
-            }
-            merged_row_check(n, D, dk, sf, s64, mf, m, mag_s, l0, o0, vf + g * n * D, o, l, is_cpu(be), w64, accf, &near, &exact);
+            merged_row_check(n, D, dk, qr, kf + g * n * dk, vf + g * n * D, scale, masked, pos + g * n, 0, qpos[t], l0, o0, o,
+                             l, is_cpu(be), sf, s64, w64, accf, &kept, &near, &exact);
         }
     CU_ASSERT(kept);
     CU_ASSERT(near);
