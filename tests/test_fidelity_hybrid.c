@@ -8,7 +8,6 @@
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "util_arch_model.h"
 #include "methods/fidelity.h"
@@ -17,7 +16,6 @@
 enum { N = 200 };
 
 static kvb_model *model;
-static char dir[] = "/tmp/kvb_fidhyb_XXXXXX", model_path[256];
 
 static void test_local_layers_recall_one_global_layers_a_share(void) {
     char err[512];
@@ -59,14 +57,8 @@ static void test_local_layers_recall_one_global_layers_a_share(void) {
 }
 
 int main(void) {
-    char err[512];
-    if (!mkdtemp(dir)) return 1;
-    snprintf(model_path, sizeof model_path, "%s/gemma3-deep.gguf", dir);
-    if (util_arch_model_write(&util_gemma3_deep, model_path, NULL, NULL)) return fprintf(stderr, "writing %s failed\n", model_path), 1;
-    model = kvb_model_load(model_path, err, sizeof err);
-    unlink(model_path);
-    rmdir(dir);
-    if (!model) return fprintf(stderr, "%s\n", err), 1;
+    model = util_arch_model_load(&util_gemma3_deep);
+    if (!model) return 1;
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("fidelity_hybrid", NULL, NULL);
     CU_add_test(s, "local layers recall 1, global layers a share of full's mass", test_local_layers_recall_one_global_layers_a_share);

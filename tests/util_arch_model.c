@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util_gguf_writer.h"
 
@@ -127,3 +128,15 @@ int util_arch_model_write(const util_arch_model *M, const char *path, const char
     return rc;
 }
 
+
+kvb_model *util_arch_model_load(const util_arch_model *M) {
+    char dir[] = "/tmp/kvb_arch_XXXXXX", path[256], err[512];
+    if (!mkdtemp(dir)) return fprintf(stderr, "mkdtemp failed\n"), NULL;
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, M->name);
+    kvb_model *m = NULL;
+    if (util_arch_model_write(M, path, NULL, NULL)) fprintf(stderr, "writing %s failed\n", path);
+    else if (!(m = kvb_model_load(path, err, sizeof err))) fprintf(stderr, "%s\n", err);
+    unlink(path);
+    rmdir(dir);
+    return m;
+}

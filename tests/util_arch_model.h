@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "engine/model.h"
+
 typedef struct {
     const char *name, *arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff;
@@ -28,5 +30,8 @@ extern const util_arch_model util_gemma3_deep;
 /* Write model M to path (its weights from M->seed); extra (may be NULL): one more key (a string when value is
  * given, else the float 30) or, named blk.*, one more tensor of n_embd floats. 0 = ok. */
 int util_arch_model_write(const util_arch_model *M, const char *path, const char *extra, const char *value);
+/* M written from its seed into a fresh temporary folder, loaded, and the file and folder removed: the model, or NULL
+ * with a line on stderr. */
+kvb_model *util_arch_model_load(const util_arch_model *M);
 
 #endif
