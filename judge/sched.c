@@ -154,8 +154,7 @@ int kvb_sched_submit(kvb_sched *s, const kvb_sched_req *r, char *err, size_t err
     if (name) snprintf(q->method, sizeof q->method, "%s", name);
     /* a layer-local end of prefill needs the prompt's last chunk to hold the whole prompt (its context's n_batch is
      * made the prompt's length): the scheduler's prefill is whole, or cut in pieces as long as the prompt */
-    q->layerwise = name && (kvb_method_find(name)->traits & KVB_LAYER_LOCAL) &&
-                   (s->o.prefill_chunk <= 0 || s->o.prefill_chunk >= r->n);
+    q->layerwise = kvb_sched_layerwise(name, s->o.prefill_chunk, r->n);
     q->budget = r->method ? r->budget : s->o.budget;
     if (!r->method) q->opts = s->o.opts;
     else if (r->opts) q->opts = *r->opts;
@@ -276,22 +275,31 @@ static void prefill_part(kvb_sched *s, kvb_sched_done_fn done, void *user) {
     if (s->n_run > s->st.max_running) s->st.max_running = s->n_run;
 }
 
-/* The pages q is promised at admission, its peak (q->need, worked out once): full attention's pages for its prompt
- * and max_new tokens, since the prefill holds the whole prompt until the method compresses it; or, when its method
- * ends the prefill layer by layer (one chunk) and imposes its budget, the compressed cache plus one layer's full KV,
- * with room for max_new more tokens per head (kvp_layerwise_pages; its context and method are made here, to know
- * what it keeps). -1 + why when the context or method cannot be made. */
+int kvb_sched_layerwise(const char *method, int64_t prefill_chunk, int64_t n_prompt) {
+    const kvb_method_def *d = method ? kvb_method_find(method) : NULL;
+    return d && (d->traits & KVB_LAYER_LOCAL) && (prefill_chunk <= 0 || prefill_chunk >= n_prompt);
+}
+
+int64_t kvb_sched_peak_pages(const kvp_pool *p, const kvb_config *cfg, const kvb_method *m, int layerwise,
+                             int64_t n_prompt, int64_t max_new, char *why, size_t why_len) {
+    const int64_t full = kvp_full_pages(p, cfg, n_prompt + max_new);
+    if (!layerwise || !m || !m->imposes_budget) return full;
+    int64_t keep = 0;
+    if (kvb_method_budget_tokens(m, n_prompt, &keep, why, why_len)) return -1;
+    const int64_t lw = kvp_layerwise_pages(p, cfg, n_prompt, keep, max_new);
+    return lw < full ? lw : full;
+}
+
+/* The pages q is promised at admission, its peak (q->need, worked out once: kvb_sched_peak_pages); a layer-wise
+ * request's context and method are made here, to know what it keeps. -1 + why when the context or method cannot be
+ * made. */
 static int admission_pages(kvb_sched *s, seq *q, char *why, size_t why_len) {
     if (q->need > 0) return 0;
-    const kvb_config *cfg = &s->o.model->cfg;
-    const int64_t full = kvp_full_pages(&s->pool, cfg, (int64_t)q->r.n + q->r.max_new);
-    int64_t keep = 0;
-    if (q->layerwise && ((!q->c && start_seq(s, q, why, why_len)) ||
-                         (q->m->imposes_budget && kvb_method_budget_tokens(q->m, q->r.n, &keep, why, why_len))))
-        return -1;
-    const int64_t lw = q->layerwise && q->m->imposes_budget
-                           ? kvp_layerwise_pages(&s->pool, cfg, q->r.n, keep, q->r.max_new) : full;
-    q->need = lw < full ? lw : full;
+    if (q->layerwise && !q->c && start_seq(s, q, why, why_len)) return -1;
+    const int64_t need = kvb_sched_peak_pages(&s->pool, &s->o.model->cfg, q->layerwise ? q->m : NULL, q->layerwise,
+                                              q->r.n, q->r.max_new, why, why_len);
+    if (need < 0) return -1;
+    q->need = need;
     return 0;
 }
 

@@ -118,4 +118,15 @@ int kvb_sched_waiting(const kvb_sched *s);
 int kvb_sched_running(const kvb_sched *s);
 void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st);
 
+/* Whether a request's method ends its prefill layer by layer: it declares KVB_LAYER_LOCAL (methods/method.h) and the
+ * prompt is prefilled whole (prefill_chunk 0 or at least n_prompt); its context then prefills the prompt as one chunk
+ * (n_batch = n_prompt) and calls kvb_ctx_end_prefill_by_layer before it. method NULL = full attention (0). */
+int kvb_sched_layerwise(const char *method, int64_t prefill_chunk, int64_t n_prompt);
+/* The pages a request is promised at admission, its peak: full attention's pages for n_prompt + max_new tokens; or,
+ * when layerwise and its method m imposes a budget, the compressed cache plus one layer's whole prompt, with room
+ * for max_new more tokens per head (kvp_layerwise_pages), whichever is less. m NULL = full attention. -1 + why when
+ * m's budget cannot be worked out. */
+int64_t kvb_sched_peak_pages(const kvp_pool *p, const kvb_config *cfg, const kvb_method *m, int layerwise,
+                             int64_t n_prompt, int64_t max_new, char *why, size_t why_len);
+
 #endif
