@@ -70,6 +70,32 @@ static int prefill(const kvb_prefill_env *e, const kvb_method_needs *u, int64_t 
     return 0;
 }
 
+/* The context that prefills sp->p (room for its answer, and for a group's later questions), the share recording
+ * what u needs, and the forward. s: the sample (its group), NULL for bare ids. */
+static int start(const kvb_prefill_env *e, const kvb_sample *s, int carried, const kvb_method_needs *u, int max_new,
+                 kvb_shared_prefill *sp, char *err, size_t err_len) {
+    kvb_ctx_params cp = e->cp;
+    int64_t n_ctx = sp->p.n + max_new + 1;
+    if (sp->hidden && s && s->group) { /* the group's later questions fork this context: room for a longer one (a
+                                        * carried conversation's later turns: the whole context) */
+        n_ctx += carried ? e->n_ctx : QUESTION_SLACK_TOKENS;
+        if (n_ctx > e->n_ctx) n_ctx = e->n_ctx;
+        if (n_ctx < sp->p.n + max_new + 1) n_ctx = sp->p.n + max_new + 1;
+        if (!(sp->group = strdup(s->group))) return ERR("out of memory");
+    }
+    cp.n_ctx = (int)n_ctx;
+    /* the prompt and its answer reserved up front, as full attention's timed decode needs: grown chunk by chunk, a head can end
+     * the prefill with no room left (a 512-token chunk grows it to exactly its rows), and every cell's fork keeps
+     * that capacity, so full attention's first timed decode step would reallocate and copy every head */
+    cp.kv_reserve = sp->p.n + max_new + 1;
+    if (!(sp->base = kvb_ctx_create(e->model, &cp, err, err_len))) return -1;
+    sp->obs_window = u->obs_window;
+    sp->prefill_scores = u->prefill_scores;
+    if (!(sp->share = kvb_share_create(sp->base, u->obs_window, u->prefill_scores, err, err_len))) return -1;
+    /* hidden: the question is prefilled per method, after compression */
+    return prefill(e, u, sp->split ? sp->split : sp->p.n, sp, err, err_len);
+}
+
 int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hidden, const kvb_method_needs *u,
                            int max_new, kvb_shared_prefill *sp, char *err, size_t err_len) {
     kvb_prompt p;
@@ -99,24 +125,15 @@ int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hi
     sp->hidden = hidden;
     sp->split = split;
     sp->own = own;
-    kvb_ctx_params cp = e->cp;
-    int64_t n_ctx = p.n + max_new + 1;
-    if (hidden && s->group) { /* the group's later questions fork this context: room for a longer one (a carried
-                               * conversation's later turns: the whole context) */
-        n_ctx += carried ? e->n_ctx : QUESTION_SLACK_TOKENS;
-        if (n_ctx > e->n_ctx) n_ctx = e->n_ctx;
-        if (n_ctx < p.n + max_new + 1) n_ctx = p.n + max_new + 1;
-        if (!(sp->group = strdup(s->group))) return ERR("out of memory");
-    }
-    cp.n_ctx = (int)n_ctx;
-    /* the prompt and its answer reserved up front, as `kvbench bench` does: grown chunk by chunk, a head can end
-     * the prefill with no room left (a 512-token chunk grows it to exactly its rows), and every cell's fork keeps
-     * that capacity, so full attention's first timed decode step would reallocate and copy every head */
-    cp.kv_reserve = p.n + max_new + 1;
-    if (!(sp->base = kvb_ctx_create(e->model, &cp, err, err_len))) return -1;
-    sp->obs_window = u->obs_window;
-    sp->prefill_scores = u->prefill_scores;
-    if (!(sp->share = kvb_share_create(sp->base, u->obs_window, u->prefill_scores, err, err_len))) return -1;
-    /* hidden: the question is prefilled per method, after compression */
-    return prefill(e, u, split ? split : p.n, sp, err, err_len);
+    return start(e, s, carried, u, max_new, sp, err, err_len);
+}
+
+int kvb_shared_prefill_ids(const kvb_prefill_env *e, const int32_t *ids, int64_t n, const kvb_method_needs *u,
+                           int max_new, kvb_shared_prefill *sp, char *err, size_t err_len) {
+    kvb_shared_prefill_free(sp);
+    if (!(sp->p.ids = malloc((size_t)n * sizeof *ids))) return ERR("out of memory");
+    memcpy(sp->p.ids, ids, (size_t)n * sizeof *ids);
+    sp->p.n = n;
+    if (kvb_rounds_chunk(&sp->p, 0, err, err_len)) return -1;
+    return start(e, NULL, 0, u, max_new, sp, err, err_len);
 }

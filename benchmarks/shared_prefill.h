@@ -55,6 +55,10 @@ typedef struct {
  * still freed by kvb_shared_prefill_free). */
 int kvb_shared_prefill_run(const kvb_prefill_env *e, const kvb_sample *s, int hidden, const kvb_method_needs *u,
                            int max_new, kvb_shared_prefill *sp, char *err, size_t err_len);
+/* The same for a bare prompt of n ids as one round (`kvbench bench`: a synthetic prompt), so bench's cells take the
+ * run's path: one prefill, each method's context forked from it (kvb_shared_prefill_adopt). */
+int kvb_shared_prefill_ids(const kvb_prefill_env *e, const int32_t *ids, int64_t n, const kvb_method_needs *u,
+                           int max_new, kvb_shared_prefill *sp, char *err, size_t err_len);
 /* The forward tokens the sample's records count as prefilled: the whole prompt, or only the question (a carried
  * turn: its own piece) when the context's prefill was reused. */
 int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "benchmarks/shared_prefill.h"
 #include "cli/cli.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -12,8 +14,9 @@
 static const char *HELP =
     "usage: kvbench bench --method M[,M...] [--budget B] [--ctx-len 8000] [-n 32] [--method-opt [M:]K=V]\n"
     "\n"
-    "Prefills one prompt of --ctx-len tokens with each method (full attention first, as the reference), decodes\n"
-    "N greedy tokens, and prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
+    "Prefills one prompt of --ctx-len tokens once; each method (full attention first, as the reference) takes\n"
+    "that prefill over in its own copy of the context, as `kvbench run`'s cells share a sample's prefill, and\n"
+    "decodes N greedy tokens (the same timing path as run's). Prints per method: prefill seconds, decode ms/token, speedup over full, measured KV on\n"
     "the device and host tiers after decode, bytes moved between tiers, the backend's host->device and\n"
     "device->host copies per decode step (count / bytes: positions up and logits down are the engine's own)\n"
     "and mean tokens attended per layer. On a GPU (and on the CPU with --bound) also each method's decode byte\n"
@@ -45,25 +48,25 @@ typedef struct {
     char desc[200];
 } bm_row;
 
-static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *name, const kvb_budget *b, kvb_opts *o,
-                        const int32_t *ids, long n_prompt, long n_dec, int profile, bm_row *row) {
+/* One method on the shared prefill, as `kvbench run` times a cell (benchmarks/runner.c run_cell): its context forked
+ * from sp, the method adopting the prefill (its prefill time is the shared forward's plus the fork and the end of
+ * prefill), then n_dec greedy decode steps through the session. */
+static int bench_method(const kvb_shared_prefill *sp, const char *name, const kvb_budget *b, kvb_opts *o, long n_dec,
+                        bm_row *row) {
     char err[512];
-    kvb_ctx_params p = *base;
-    p.n_ctx = (int)(n_prompt + n_dec + 1);
-    p.kv_reserve = p.n_ctx; /* full attention's heads never grow inside the timed decode */
-    p.profile = profile;
-    kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
+    double t0 = kvb_now_s();
+    kvb_ctx *c = kvb_ctx_fork(sp->base, sp->obs_window, err, sizeof err);
     if (!c) return cli_fail("bench: %s", err);
     kvb_session ses = {0};
-    kvb_rounds prompt = {.ids = (int32_t *)ids, .n = n_prompt};
     kvb_budget full = {KVB_BUDGET_NONE, 0, 0};
     kvb_method *meth = kvb_method_create(name, c, kvb_method_find(name)->traits & KVB_NO_BUDGET ? &full : b, o, err, sizeof err);
     int rc = 1;
     if (!meth) { cli_fail("bench: %s", err); goto done; }
     kvb_session_method seam = kvb_method_seam(meth);
     kvb_gen_params gp = {.max_new = (int)n_dec + 1, .ignore_eos = 1}; /* n_dec decode steps */
-    if (kvb_session_init(&ses, c, &seam, &gp, err, sizeof err) || kvb_rounds_chunk(&prompt, 0, err, sizeof err) ||
-        kvb_session_prefill(&ses, &prompt, 0, err, sizeof err) || kvb_session_decode(&ses, err, sizeof err)) {
+    if (kvb_session_init(&ses, c, &seam, &gp, err, sizeof err) ||
+        kvb_shared_prefill_adopt(&ses, sp, sp->prefill_ms + (kvb_now_s() - t0) * 1e3, err, sizeof err) ||
+        kvb_session_decode(&ses, err, sizeof err)) {
         cli_fail("bench: %s: %s", name, err);
         goto done;
     }
@@ -89,7 +92,6 @@ static int bench_method(kvb_model *m, const kvb_ctx_params *base, const char *na
     rc = 0;
 done:
     kvb_session_free(&ses);
-    free(prompt.round_end);
     kvb_method_free(meth, c);
     kvb_ctx_free(c);
     return rc;
@@ -142,6 +144,7 @@ int cmd_bench_methods(int argc, char **argv) {
     }
     int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);
+    kvb_shared_prefill sp = {0};
     int rc = 1;
     if (!ids || !rows) { cli_fail("bench: out of memory"); goto done; }
     if (m->tok)
@@ -154,11 +157,28 @@ int cmd_bench_methods(int argc, char **argv) {
     double h2d_gbs = 0, copy_gbs = cli_copy_gbs_for(eo.ctx.backend, eo.ctx.n_threads, bound, profile, &discrete, &h2d_gbs);
     if (discrete) bound = 1;
     const double w_bytes = cli_step_weight_bytes(m, discrete), kv_tok = cli_kv_token_bytes(&m->cfg, eo.ctx.kv_dtype);
+    kvb_method_needs u = {0}; /* what the shared prefill records: the union of the methods' needs */
+    for (int k = 0; k < n_names; k++) {
+        kvb_opts o;
+        kvb_method_needs nd;
+        if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err) ||
+            kvb_method_needs_of(names[k], &o, &nd, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        u.prefill_scores |= nd.prefill_scores;
+        u.own_prefill |= nd.own_prefill;
+        if (nd.obs_window > u.obs_window) u.obs_window = nd.obs_window;
+    }
+    kvb_prefill_env env = {.model = m, .cp = eo.ctx, .n_ctx = (int)(ctx_len + n_dec + 1)};
+    env.cp.profile = profile;
+    fprintf(stderr, "prefill %ld tokens (shared by every method, as `kvbench run` shares a sample's) ...\n", ctx_len);
+    if (kvb_shared_prefill_ids(&env, ids, ctx_len, &u, (int)n_dec + 1, &sp, err, sizeof err)) {
+        cli_fail("bench: prefill: %s", err);
+        goto done;
+    }
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
         if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
-        fprintf(stderr, "[%d/%d] %s: prefill %ld tokens, decode %ld ...\n", k + 1, n_names, names[k], ctx_len, n_dec);
-        if (bench_method(m, &eo.ctx, names[k], &budget, &o, ids, ctx_len, n_dec, profile, &rows[k])) goto done;
+        fprintf(stderr, "[%d/%d] %s: decode %ld ...\n", k + 1, n_names, names[k], n_dec);
+        if (bench_method(&sp, names[k], &budget, &o, n_dec, &rows[k])) goto done;
     }
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,
@@ -270,6 +290,7 @@ int cmd_bench_methods(int argc, char **argv) {
     }
     rc = 0;
 done:
+    kvb_shared_prefill_free(&sp); /* the forks went with their rows */
     free(ids);
     free(rows);
     kvb_model_free(m);

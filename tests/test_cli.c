@@ -1,6 +1,7 @@
 /* test_cli.c — the kvbench binary under good and bad input: each failure is one line on stderr naming the
  * problem and a non-zero exit, never a crash. Runs build/kvbench (path from KVB_BIN, set by CTest). */
 #include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,6 +321,48 @@ static void test_bench_byte_bound_counts_weights_and_kv(void) {
     }
 }
 
+/* bench --method all: one prefill shared by every method, as run shares a sample's (each method forks it and takes it
+ * over), so every registered method that takes a budget gets a row, full attention first, each timed, each measured
+ * against the same full-attention reference; full attention attends the prompt and the steps' own rows (steps
+ * attend 301..304 tokens). Methods from the registry, so a new one is covered. */
+static void test_bench_methods_share_one_prefill(void) {
+    run_result *r = malloc(sizeof *r);
+    static char json[1 << 16];
+    unlink(tp("kvb_methods.json"));
+    run(r, "bench --model default --method all --ctx-len 300 -n 4 --json $KVB_T/kvb_methods.json");
+    CU_ASSERT_EQUAL(r->exit_code, 0);
+    CU_ASSERT(strstr(r->err, "prefill 300 tokens (shared by every method") != NULL);
+    slurp(tp("kvb_methods.json"), json, sizeof json);
+    cJSON *root = cJSON_Parse(json), *rows = cJSON_GetObjectItem(root, "methods");
+    CU_ASSERT_FATAL(cJSON_IsArray(rows));
+    int k = 0;
+    double full_bytes = -1;
+    for (int i = 0; i < kvb_method_count(); i++) {
+        const kvb_method_def *d = kvb_method_at(i);
+        if (i > 0 && (d->traits & KVB_NO_BUDGET)) continue;
+        cJSON *row = cJSON_GetArrayItem(rows, k++);
+        const cJSON *name = cJSON_GetObjectItem(row, "method");
+        CU_ASSERT(cJSON_IsString(name) && !strcmp(name->valuestring, d->name));
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, d->name)) {
+            fprintf(stderr, "\n  bench --method all: row %d is not method %s\n", k - 1, d->name);
+            continue;
+        }
+        const double ms = cJSON_GetObjectItem(row, "decode_ms_per_token")->valuedouble,
+                     dev = cJSON_GetObjectItem(row, "kv_device_bytes")->valuedouble,
+                     ref = cJSON_GetObjectItem(row, "kv_full_bytes")->valuedouble;
+        CU_ASSERT(ms > 0);
+        if (full_bytes < 0) { /* full attention: the reference, held whole, every token attended */
+            full_bytes = ref;
+            CU_ASSERT_DOUBLE_EQUAL(dev, ref, 0.5);
+            CU_ASSERT_DOUBLE_EQUAL(cJSON_GetObjectItem(row, "attended_per_layer")->valuedouble, 302.5, 1e-9);
+        }
+        CU_ASSERT_DOUBLE_EQUAL(ref, full_bytes, 0.5);
+    }
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(rows), k);
+    cJSON_Delete(root);
+    free(r);
+}
+
 /* The PyTorch shape peer gets the model's shapes and its figures land beside ours: a stand-in "python" checks
  * the arguments and answers for one context (the real script needs torch; scripts/torch_synth_bench.py). */
 static void test_bench_shape_peer_gets_the_shapes(void) {
@@ -592,6 +635,7 @@ int main(void) {
     CU_add_test(s, "generate says when the first token ends generation", test_generate_says_when_the_first_token_ends_generation);
     CU_add_test(s, "--backend cuda without a GPU says no GPU", test_backend_cuda_without_a_gpu_says_no_gpu);
     CU_add_test(s, "bench's byte bound counts the weights and the K/V rows", test_bench_byte_bound_counts_weights_and_kv);
+    CU_add_test(s, "bench --method all: every method on one shared prefill", test_bench_methods_share_one_prefill);
     CU_add_test(s, "bench's PyTorch shape peer gets the model's shapes", test_bench_shape_peer_gets_the_shapes);
     CU_add_test(s, "bench --method refuses contexts beyond the model", test_bench_method_refuses_contexts_beyond_the_model);
     CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
