@@ -26,15 +26,15 @@ int64_t kvp_full_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_token
     return pages * cfg->n_head_kv;
 }
 
-int64_t kvp_layerwise_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_tokens, int64_t keep,
+int64_t kvp_layerwise_pages(const kvp_pool *p, const kvb_config *cfg, int64_t n_tokens, const int64_t *keep,
                             int64_t grow_tokens) {
-    const int64_t kept = keep < n_tokens ? keep : n_tokens;
     int64_t pages = 0, whole = 0; /* whole: the most one global layer adds while it holds the whole prompt */
     for (int l = 0; l < cfg->n_layer; l++) {
         if (kvb_layer_window(cfg, l)) {
             pages += div_up(kvb_full_tokens_at(cfg, l, n_tokens + grow_tokens), p->page_tokens);
             continue;
         }
+        const int64_t kept = keep[l] < n_tokens ? keep[l] : n_tokens;
         const int64_t at_keep = div_up(kept + grow_tokens, p->page_tokens);
         const int64_t at_full = div_up(n_tokens + grow_tokens, p->page_tokens);
         pages += at_keep;
@@ -56,6 +56,16 @@ int64_t kvp_ctx_pages(const kvp_pool *p, const kvb_ctx *c, int64_t grow_tokens, 
         }
     }
     return pages + div_up(extra_bytes, p->page_bytes);
+}
+
+int64_t kvp_store_pages(const kvp_pool *p, const kvb_config *cfg, const kvc_store *s, int64_t grow_tokens) {
+    int64_t pages = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int h = 0; h < cfg->n_head_kv; h++) {
+            kvc_view v = kvc_head_view(s, l, h);
+            if (v.tier == KVB_TIER_DEVICE && v.n > 0) pages += div_up(v.n + grow_tokens, p->page_tokens);
+        }
+    return pages;
 }
 
 int kvp_reserve(kvp_pool *p, int64_t pages) {

@@ -220,9 +220,9 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
 /* The prompt has been processed: runs the method's after_prefill hook; later calls are decode. */
 int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len);
 /* The prompt ends at n_prompt tokens and the method's end of prefill is layer-local (methods/method.h
- * KVB_LAYER_LOCAL: a layer's compression reads that layer alone, and no later layer's input depends on it): the
- * forward chunk that reaches n_prompt runs after_prefill for each layer right after the layer's attention (the hook
- * sees n_past = n_prompt), so a prompt prefilled as one chunk holds at most one layer's full KV beside compressed
+ * KVB_LAYER_LOCAL: ending a layer reads only that layer and earlier ones, and no later layer's input depends on it):
+ * the forward chunk that reaches n_prompt runs after_prefill for each layer right after the layer's attention (the
+ * hook sees n_past = n_prompt), so a prompt prefilled as one chunk holds at most one layer's full KV beside the ended
  * ones; kvb_ctx_end_prefill then runs it for the layers left. Call before the prefill's last chunk. */
 void kvb_ctx_end_prefill_by_layer(kvb_ctx *c, int64_t n_prompt);
 /* The layers an after_prefill hook ends now, [*from, *to): the one layer of a layer-wise end, else those left. */

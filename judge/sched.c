@@ -193,13 +193,18 @@ static void end_seq(kvb_sched *s, seq *q, int ok, const char *why, kvb_sched_don
     seq_free(q);
 }
 
-/* Device pages q holds now (store heads and the method's own device buffers), its slots grown by grow tokens. */
+/* Device pages q holds now (store heads, the method's packed-load heads and its other device buffers), the heads'
+ * slots grown by grow tokens (a packed-load head takes each decoded token's row as a store head does: OmniKV's sparse
+ * layers, Round Attention's deep ones). */
 static int64_t held_pages(const kvb_sched *s, const seq *q, int64_t grow) {
     kvb_kv_usage u;
     if (q->m) kvb_method_usage(q->m, q->c, &u);
     else kvb_ctx_kv_usage(q->c, &u);
+    const kvc_store *vis = q->m ? q->m->vis : NULL;
     int64_t extra = u.device_bytes - kvc_used_bytes(q->c->kv, KVB_TIER_DEVICE);
-    return kvp_ctx_pages(&s->pool, q->c, grow, extra > 0 ? extra : 0);
+    if (vis) extra -= kvc_used_bytes(vis, KVB_TIER_DEVICE);
+    return kvp_ctx_pages(&s->pool, q->c, grow, extra > 0 ? extra : 0) +
+           (vis ? kvp_store_pages(&s->pool, &q->c->model->cfg, vis, grow) : 0);
 }
 
 /* Move q's promise to `pages`: pages given back, or taken (an overdraft when the pool lacks them). */
@@ -283,9 +288,14 @@ int kvb_sched_layerwise(const char *method, int64_t prefill_chunk, int64_t n_pro
 int64_t kvb_sched_peak_pages(const kvp_pool *p, const kvb_config *cfg, const kvb_method *m, int layerwise,
                              int64_t n_prompt, int64_t max_new, char *why, size_t why_len) {
     const int64_t full = kvp_full_pages(p, cfg, n_prompt + max_new);
-    if (!layerwise || !m || !m->imposes_budget) return full;
-    int64_t keep = 0;
-    if (kvb_method_budget_tokens(m, n_prompt, &keep, why, why_len)) return -1;
+    if (!layerwise || !m || (!m->def->kept_tokens && !m->imposes_budget)) return full;
+    int64_t keep[KVB_MAX_LAYERS]; /* per layer, at the end of prefill */
+    if (m->def->kept_tokens) {
+        if (m->def->kept_tokens(m, n_prompt, keep, why, why_len)) return -1;
+    } else {
+        if (kvb_method_budget_tokens(m, n_prompt, &keep[0], why, why_len)) return -1;
+        for (int l = 1; l < cfg->n_layer; l++) keep[l] = keep[0];
+    }
     const int64_t lw = kvp_layerwise_pages(p, cfg, n_prompt, keep, max_new);
     return lw < full ? lw : full;
 }

@@ -4,13 +4,15 @@
  *   - admission in arrival order (FIFO, no overtaking: a large request is not starved by small ones); a request
  *     is admitted when the pool can promise its peak: full attention's pages for its prompt and its max_new
  *     tokens (the prefill holds the whole prompt before the method compresses it), or, for a method whose end of
- *     prefill is layer-local (methods/method.h KVB_LAYER_LOCAL) and a prompt prefilled whole, the compressed cache
- *     plus one layer's full KV and room for max_new more tokens per head: its context prefills the prompt as one
- *     chunk (n_batch = the prompt's length) and compresses each layer right after that layer's attention;
+ *     prefill is layer-local (methods/method.h KVB_LAYER_LOCAL) and a prompt prefilled whole, what each layer keeps
+ *     after the prefill plus one layer's full KV and room for max_new more tokens per head: its context prefills the
+ *     prompt as one chunk (n_batch = the prompt's length) and ends each layer's prefill (compresses it, or OmniKV
+ *     moves it to the host) right after that layer's attention;
  *   - its prefill runs between two decode steps, whole or (prefill_chunk) one piece per step, one request in
  *     prefill at a time;
  *   - after the prefill the promise shrinks to what its method measurably holds plus room for max_new more tokens
- *     per head (so a method that keeps 25% leaves the rest of the pool to others), and is released when it ends;
+ *     per head, the method's packed-load heads included (so a method that keeps 25% leaves the rest of the pool to
+ *     others), and is released when it ends;
  *   - a full pool makes new requests wait; nothing admitted is preempted, so no request is recomputed, dropped or
  *     failed for lack of room. A request larger than the whole pool is refused with an error, never waited on;
  *   - what each running sequence holds is measured at every step, and at every layer of its prefill, against its
@@ -123,9 +125,10 @@ void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st);
  * (n_batch = n_prompt) and calls kvb_ctx_end_prefill_by_layer before it. method NULL = full attention (0). */
 int kvb_sched_layerwise(const char *method, int64_t prefill_chunk, int64_t n_prompt);
 /* The pages a request is promised at admission, its peak: full attention's pages for n_prompt + max_new tokens; or,
- * when layerwise and its method m imposes a budget, the compressed cache plus one layer's whole prompt, with room
- * for max_new more tokens per head (kvp_layerwise_pages), whichever is less. m NULL = full attention. -1 + why when
- * m's budget cannot be worked out. */
+ * when layerwise, the sum over layers of what each keeps after the prefill (its method's kept_tokens; without one,
+ * kvb_method_budget_tokens in every global layer when m imposes its budget) plus the most one layer adds while it
+ * holds the whole prompt, with room for max_new more tokens per head (kvp_layerwise_pages), whichever is less.
+ * m NULL = full attention. -1 + why when m's budget cannot be worked out. */
 int64_t kvb_sched_peak_pages(const kvp_pool *p, const kvb_config *cfg, const kvb_method *m, int layerwise,
                              int64_t n_prompt, int64_t max_new, char *why, size_t why_len);
 

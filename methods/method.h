@@ -49,6 +49,12 @@ struct kvb_method_def {
     kvb_hooks hooks;
     /* Device-tier tokens per KV head the method means to hold in a layer now (store + vis); -1 = no claim. */
     int64_t (*expected_tokens)(kvb_method *m, kvb_ctx *c, int layer);
+    /* Before any prompt: device-tier tokens per KV head each layer keeps (store + vis) at the end of an n-token
+     * prompt's prefill, into keep[n_layer] (a local layer's entry is not read: it keeps its window); -1 + err when
+     * the budget cannot be met at n. What a server promises a layer-wise end of prefill (KVB_LAYER_LOCAL,
+     * judge/sched.h kvb_sched_peak_pages); NULL = kvb_method_budget_tokens in every global layer when the method
+     * imposes its budget (SnapKV, StreamingLLM), else the whole prompt. */
+    int (*kept_tokens)(const kvb_method *m, int64_t n, int64_t *keep, char *err, size_t err_len);
     /* The device share of the full KV the paper's memory formula gives for the current state (Round
      * Attention eq. 2, OmniKV's Mem%, PoD's key saving from its blocks); NULL = no formula. */
     double (*formula_frac)(kvb_method *m, kvb_ctx *c);
@@ -108,11 +114,13 @@ enum {
     KVB_PREFILL_SCORES = 1 << 2,
     KVB_OWN_PREFILL = 1 << 3,
     KVB_SHARES_PREFILL = 1 << 4,
-    /* its end of prefill is layer-local: after_prefill compresses each layer from that layer alone (its KV, its
-     * observation-window rows), to kvb_method_budget_tokens per head of every global layer when it imposes its
-     * budget, over the layers kvb_prefill_layers names; so a prompt prefilled as one chunk may end layer by layer
-     * (engine/model.h kvb_ctx_end_prefill_by_layer) with the same kept sets, and a server promises it the
-     * compressed cache plus one layer's full KV (judge/sched.h) */
+    /* its end of prefill is layer-local: after_prefill ends the layers kvb_prefill_layers names, and ending layer l
+     * reads only layer l and earlier ones (their KV, their observation-window rows: SnapKV and StreamingLLM compress
+     * l from l alone; OmniKV moves a sparse layer to the host and, once the last sparse layer a filter layer serves
+     * has ended, selects from the filter layer and loads them) and changes nothing a later layer's input is computed
+     * from; so a prompt prefilled as one chunk may end layer by layer (engine/model.h kvb_ctx_end_prefill_by_layer)
+     * with the same kept sets, and a server promises it what each layer keeps (kept_tokens) plus one layer's full KV
+     * (judge/sched.h) */
     KVB_LAYER_LOCAL = 1 << 5,
 };
 

@@ -51,6 +51,9 @@ typedef struct {
     int n_filter, filter[MAX_FILTER];
     int *kind;       /* per layer: 0 full, 1 filter, 2 sparse, 3 local (sliding window: keeps it, no role) */
     int *served_by;  /* sparse layer -> filter layer index that selects for it */
+    int first_global; /* the first global layer: the end of prefill starts there (the budget, the buffers) */
+    int group_end[MAX_FILTER]; /* per filter layer: the last layer its selection needs ended (its last sparse layer,
+                                  or itself): its packed load waits for it */
     int selector;    /* 0 last, 1 uniform, 2 exp */
     int window, offload;
     double full_share; /* G_f / G: the full global layers' share of the global layers (the whole cache without
@@ -116,6 +119,8 @@ static int parse_layers(omnikv *s, const char *v, int n_layer, char *err, size_t
 static void classify(omnikv *s, const kvb_config *cfg) {
     int n_full = 0, prev_global = -1;
     s->n_global = 0;
+    s->first_global = -1;
+    for (int f = 0; f < s->n_filter; f++) s->group_end[f] = s->filter[f];
     for (int l = 0; l < cfg->n_layer; l++) {
         s->served_by[l] = -1;
         if (kvb_layer_window(cfg, l)) {
@@ -129,7 +134,9 @@ static void classify(omnikv *s, const kvb_config *cfg) {
             else if (prev_global >= 0 && prev_global == s->filter[f]) s->kind[l] = K_FULL;
             if (s->kind[l] == K_SPARSE && l > s->filter[f]) s->served_by[l] = f;
         }
+        if (s->kind[l] == K_SPARSE) s->group_end[s->served_by[l]] = l;
         n_full += s->kind[l] != K_SPARSE;
+        if (s->first_global < 0) s->first_global = l;
         s->n_global++;
         prev_global = l;
     }
@@ -146,11 +153,11 @@ static double held_share(const omnikv *s, int64_t n, int64_t windows_tokens, dou
     return ((double)s->n_full_global * (double)n + (double)windows_tokens + s->n_sparse * t) / whole;
 }
 
-/* the local layers' tokens summed (each its window, or the sequence while shorter) */
-static int64_t windows_tokens(const kvb_ctx *c) {
+/* the local layers' tokens summed at n tokens (each its window, or the sequence while shorter) */
+static int64_t windows_tokens(const kvb_config *cfg, int64_t n) {
     int64_t w = 0;
-    for (int l = 0; l < c->model->cfg.n_layer; l++)
-        if (kvb_layer_window(&c->model->cfg, l)) w += kvb_ctx_full_tokens(c, l);
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (kvb_layer_window(cfg, l)) w += kvb_full_tokens_at(cfg, l, n);
     return w;
 }
 
@@ -267,36 +274,44 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
     return rc;
 }
 
-static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
-    omnikv *s = self;
-    const kvb_config *cfg = &c->model->cfg;
-    int64_t n = c->n_past;
-    s->base.n_prompt = n;
+/* The sparse layers' budget at the end of an n-token prompt (the header's rule): T tokens, and for a Mem% budget tp,
+ * the share that tracks the sequence (0 for a token budget). -1 + err when the budget cannot be met at n. */
+static int sparse_budget(const omnikv *s, const kvb_config *cfg, int64_t n, double *tp, int64_t *T, char *err,
+                         size_t err_len) {
+    *tp = 0.0;
     if (s->base.budget.kind == KVB_BUDGET_TOKENS) {
         if (s->base.budget.tokens > n)
             return ERR("budget of %lld tokens is more than the prompt's %lld tokens", (long long)s->base.budget.tokens,
                        (long long)n);
-        s->T = s->base.budget.tokens;
-    } else {
-        double f = s->base.budget.frac;
-        const int64_t w = windows_tokens(c);
-        const double floor_share = held_share(s, n, w, 0.0);
-        if (f < floor_share - 1e-9) {
-            if (w > 0)
-                return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers and the local layers' "
-                           "windows in the cache the model holds at %lld tokens (%.1f%%, the windows %.1f%%)", 100 * f,
-                           (long long)n, 100 * floor_share, 100 * (double)w / ((double)s->n_global * n + (double)w));
-            return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * f,
-                       100 * floor_share);
-        }
-        /* T from f (G n + W_loc) = G_f n + W_loc + G_s T (the header); the paper's (f - F) / (1 - F) n without windows */
-        s->tp = s->n_sparse > 0 ? (f - floor_share) * ((double)s->n_global * n + (double)w) / ((double)s->n_sparse * n)
-                                : 1.0;
-        if (s->tp > 1.0) s->tp = 1.0;
-        s->T = (int64_t)llround(s->tp * (double)n);
-        if (s->T < 1) s->T = 1;
-        if (s->T > n) s->T = n;
+        *T = s->base.budget.tokens;
+        return 0;
     }
+    const double f = s->base.budget.frac;
+    const int64_t w = windows_tokens(cfg, n);
+    const double floor_share = held_share(s, n, w, 0.0);
+    if (f < floor_share - 1e-9) {
+        if (w > 0)
+            return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers and the local layers' "
+                       "windows in the cache the model holds at %lld tokens (%.1f%%, the windows %.1f%%)", 100 * f,
+                       (long long)n, 100 * floor_share, 100 * (double)w / ((double)s->n_global * n + (double)w));
+        return ERR("omnikv: budget %.1f%% is below the share of its full-attention layers (%.1f%%)", 100 * f,
+                   100 * floor_share);
+    }
+    /* T from f (G n + W_loc) = G_f n + W_loc + G_s T (the header); the paper's (f - F) / (1 - F) n without windows */
+    *tp = s->n_sparse > 0 ? (f - floor_share) * ((double)s->n_global * n + (double)w) / ((double)s->n_sparse * n) : 1.0;
+    if (*tp > 1.0) *tp = 1.0;
+    *T = (int64_t)llround(*tp * (double)n);
+    if (*T < 1) *T = 1;
+    if (*T > n) *T = n;
+    return 0;
+}
+
+/* The start of the end of prefill, once (at the first global layer): the budget and the buffers. */
+static int begin_end_of_prefill(omnikv *s, kvb_ctx *c, char *err, size_t err_len) {
+    const kvb_config *cfg = &c->model->cfg;
+    const int64_t n = c->n_past;
+    s->base.n_prompt = n;
+    if (sparse_budget(s, cfg, n, &s->tp, &s->T, err, err_len)) return -1;
     for (int f = 0; f < s->n_filter; f++) { /* k grows with the sequence */
         if (!s->sel[f]) s->sel[f] = kvb_method_alloc(c, (size_t)c->params.n_ctx * sizeof(int32_t));
         if (!s->sel[f]) return ERR("out of memory");
@@ -315,20 +330,13 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
             return ERR("out of memory");
         }
     }
-    if (s->offload)
-        for (int l = 0; l < cfg->n_layer; l++)
-            if (s->kind[l] == K_SPARSE) {
-                prof_begin(c->prof, PROF_D2H, l);
-                int rc = kvc_set_layer_tier(c->kv, l, KVB_TIER_HOST, err, err_len);
-                prof_end(c->prof, PROF_D2H, l, n, 0);
-                if (rc) return -1;
-            }
     s->step_n = 0;
     if (s->offload && kvc_bytes(s->base.vis, KVB_TIER_COUNT) == 0) {
         /* The packed buffer's heads would be allocated at exactly the first selection's size, so the first decode
          * step's append of its own row reallocated every sparse head (four allocations, a copy and four frees
          * that wait for the device, per head). Start them with the room the store's growth rule would give them
-         * (a quarter more, plus 64): the first selection, its growth and the step's rows fit. */
+         * (a quarter more, plus 64): the first selection, its growth and the step's rows fit. (Made at the first
+         * layer's end: a head takes memory only when a load fills it.) */
         int64_t k0 = s->base.budget.kind == KVB_BUDGET_TOKENS ? s->T : (int64_t)llround(s->tp * (double)n);
         if (k0 < 1) k0 = 1;
         if (k0 > n) k0 = n;
@@ -338,8 +346,31 @@ static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
         kvc_free(s->base.vis);
         s->base.vis = vis;
     }
+    return 0;
+}
+
+/* The end of prefill over the layers kvb_prefill_layers names: every layer at the end of prefill, or one right after
+ * its attention (the trait KVB_LAYER_LOCAL; each layer's end needs only that layer and earlier ones, and no later
+ * layer's input depends on it). A sparse layer moves to the host tier as it ends; a filter layer selects for its
+ * sparse layers and loads them packed once the last of them has ended (its group_end), from the filter layer's
+ * observation window and KV, which nothing changes after its attention: the same selection and loads as at the end
+ * of prefill. */
+static int omnikv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
+    omnikv *s = self;
+    const int64_t n = c->n_past;
+    int from, to;
+    kvb_prefill_layers(c, &from, &to);
+    if (from <= s->first_global && s->first_global < to && begin_end_of_prefill(s, c, err, err_len)) return -1;
+    for (int l = from; l < to && s->offload; l++)
+        if (s->kind[l] == K_SPARSE) {
+            prof_begin(c->prof, PROF_D2H, l);
+            int rc = kvc_set_layer_tier(c->kv, l, KVB_TIER_HOST, err, err_len);
+            prof_end(c->prof, PROF_D2H, l, n, 0);
+            if (rc) return -1;
+        }
     for (int f = 0; f < s->n_filter; f++)
-        if (select_and_load(s, c, f, n, NULL, 0, err, err_len)) return -1;
+        if (from <= s->group_end[f] && s->group_end[f] < to && select_and_load(s, c, f, n, NULL, 0, err, err_len))
+            return -1;
     return 0;
 }
 
@@ -418,13 +449,25 @@ static int64_t omnikv_expected(kvb_method *m, kvb_ctx *c, int layer) {
     return s->n_sel[s->served_by[layer]] + s->step_n;
 }
 
+/* What each layer keeps on the device at the end of an n-token prompt's prefill (the promise of a layer-wise end):
+ * with offload, the sparse layers their T and the others the prompt; without, every layer the prompt. */
+static int omnikv_kept(const kvb_method *m, int64_t n, int64_t *keep, char *err, size_t err_len) {
+    const omnikv *s = (const omnikv *)m;
+    const kvb_config *cfg = &s->c->model->cfg;
+    double tp;
+    int64_t T;
+    if (sparse_budget(s, cfg, n, &tp, &T, err, err_len)) return -1;
+    for (int l = 0; l < cfg->n_layer; l++) keep[l] = s->offload && s->kind[l] == K_SPARSE ? T : n;
+    return 0;
+}
+
 /* Mem% = F + |T|/|p| (1 - F) (sec. 5), with |T| the tokens the sparse layers hold now; on a hybrid model the shares
  * are of the cache it holds (held_share: the local layers' windows on both sides) */
 static double omnikv_formula(kvb_method *m, kvb_ctx *c) {
     omnikv *s = (omnikv *)m;
     if (!s->offload || c->n_past == 0 || !s->n_sparse) return 1.0;
     int64_t t = s->n_sel[0] + s->step_n;
-    return held_share(s, c->n_past, windows_tokens(c), (double)t);
+    return held_share(s, c->n_past, windows_tokens(&c->model->cfg, c->n_past), (double)t);
 }
 
 static void omnikv_describe(kvb_method *m, char *buf, size_t cap) {
@@ -543,12 +586,13 @@ fail:
 const kvb_method_def kvb_method_omnikv = {
     .name = "omnikv",
     .summary = "filter layers pick the tokens the sparse layers attend to",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = omnikv_obs_window,
     .profile = omnikv_profile,
     .create = omnikv_create,
     .hooks = {.pre_attend = omnikv_pre_attend, .select = omnikv_select, .wants_probs = omnikv_wants, .observe = omnikv_observe, .after_prefill = omnikv_after_prefill},
     .expected_tokens = omnikv_expected,
+    .kept_tokens = omnikv_kept,
     .formula_frac = omnikv_formula,
     .describe = omnikv_describe,
     .destroy = omnikv_destroy,
