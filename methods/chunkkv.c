@@ -184,11 +184,13 @@ static int chunkkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     const int per_head = n < s->chunk; /* no whole chunk: the base scorer's own top B */
     bufs b;
     int rc = bufs_make(s, c, n, &b, err, err_len) || (!per_head && chunk_map(c, &b, n, s->chunk, err, err_len));
-    for (int l = 0; l < cfg->n_layer && !rc; l++) {
+    for (int l = from; l < to && !rc; l++) {
         if (kvb_layer_window(cfg, l)) continue; /* a local layer keeps its window */
         rc = base_scores(s, c, &b, l, n, err, err_len);
         if (!rc && !per_head)
@@ -250,7 +252,7 @@ static kvb_method *chunkkv_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, 
 const kvb_method_def kvb_method_chunkkv = {
     .name = "chunkkv",
     .summary = "keeps whole chunks of 20 tokens, ranked by a base scorer's mean (snapkv, knorm, keydiff, expected)",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = chunkkv_obs_window,
     .create = chunkkv_create,
     .hooks = {.after_prefill = chunkkv_after_prefill},

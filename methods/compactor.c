@@ -139,7 +139,9 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     const int d = cfg->head_dim;
     cp->base.n_prompt = n;
     if (kvb_method_budget_tokens(&cp->base, n, &cp->keep, err, err_len)) return -1;
-    if (cp->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (cp->keep >= n || from >= to) return 0;
     if (n * d >= INT32_MAX) return ERR("compactor: %lld tokens of %d dimensions are too many", (long long)n, d);
     scratch s = {0};
     s.nd_bytes = (size_t)n * d * sizeof(float);
@@ -169,7 +171,7 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     rc = rc || be->copy(be, s.tr, host, (size_t)n * d * sizeof *host, KVB_COPY_H2D, err, err_len) ||
          (be->sync && be->sync(be));
     free(host);
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = head_scores(c, l, g, n, &s, err, err_len) ||
                  be->topk_idx(be, s.idx, s.score, n, cp->keep, err, err_len) ||
@@ -209,7 +211,7 @@ static kvb_method *compactor_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o
 const kvb_method_def kvb_method_compactor = {
     .name = "compactor",
     .summary = "Compactor's leverage scores: keeps the tokens whose pre-RoPE keys are the outliers of the head's keys",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = compactor_create,
     .hooks = {.after_prefill = compactor_after_prefill},
     .expected_tokens = compactor_expected,

@@ -72,13 +72,15 @@ static int cur_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     const int64_t n = c->n_past, n_sink = s->sinks < n ? s->sinks : n;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     const size_t vec_bytes = (size_t)n * sizeof(float), idx_bytes = (size_t)(s->keep + n_sink + 1) * sizeof(int32_t);
     float *k2 = kvb_method_alloc(c, vec_bytes), *v2 = kvb_method_alloc(c, vec_bytes), *score = kvb_method_alloc(c, vec_bytes);
     int32_t *idx = kvb_method_alloc(c, idx_bytes), *sink = idx + s->keep;
     int rc = k2 && v2 && score && idx ? 0 : ERR("cur: out of memory");
     if (!rc) rc = be->iota(be, sink, 0, n_sink, err, err_len);
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = cur_scores(s, c, l, g, n, k2, v2, score, err, err_len) ||
                  be->fill_idx_f32(be, score, sink, n_sink, SINK_SCORE, err, err_len) ||
@@ -142,7 +144,7 @@ fail:
 const kvb_method_def kvb_method_cur = {
     .name = "cur",
     .summary = "CurDKV: keeps the tokens of highest key x value leverage (squared norms over local windows), once after prefill",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = cur_create,
     .hooks = {.after_prefill = cur_after_prefill},
     .expected_tokens = cur_expected,

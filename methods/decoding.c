@@ -88,7 +88,9 @@ static int decoding_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    for (int l = 0; l < c->model->cfg.n_layer; l++) {
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    for (int l = from; l < to; l++) {
         if (kvb_layer_window(&c->model->cfg, l)) continue; /* a local layer keeps its window */
         if (cut_layer(s, c, l, n, s->keep, err, err_len)) return -1;
         s->held[l] = s->keep, s->held_len[l] = n;
@@ -186,7 +188,7 @@ static kvb_method *decoding_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
 const kvb_method_def kvb_method_decoding = {
     .name = "decoding",
     .summary = "a scorer (snapkv, knorm, keydiff) every `interval` decode steps down to `target` tokens (DecodingPress)",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = decoding_obs_window,
     .create = decoding_create,
     .hooks = {.pre_attend = decoding_pre_attend, .select = decoding_select, .after_prefill = decoding_after_prefill},

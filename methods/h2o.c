@@ -62,13 +62,15 @@ static int h2o_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     int64_t b;
     if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
     b = kvb_method_budget_at(&s->base, n);
-    if (b >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (b >= n || from >= to) return 0;
     int64_t recent = recent_of(s, b), heavy = b - recent, cand = n - recent;
     size_t idx_bytes = (size_t)b * sizeof(int32_t), tmp_bytes = (size_t)(b > 0 ? b : 1) * sizeof(float);
     int32_t *idx = kvb_method_alloc(c, idx_bytes ? idx_bytes : 1);
     float *tmp = kvb_method_alloc(c, tmp_bytes);
     int rc = idx && tmp ? 0 : ERR("h2o: out of memory");
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ {
             kvb_score_row *a = acc_at(s, l, h);
             /* slots are in position order after prefill: candidates are [0, cand), recent [cand, n) */
@@ -139,7 +141,7 @@ static kvb_method *h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
 const kvb_method_def kvb_method_h2o = {
     .name = "h2o",
     .summary = "heavy hitters + recent tokens, evicting every step",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES | KVB_LAYER_LOCAL,
     .create = h2o_create,
     .hooks = {.wants_probs = h2o_wants, .observe = h2o_observe, .after_prefill = h2o_after_prefill},
     .expected_tokens = h2o_expected,

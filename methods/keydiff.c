@@ -55,7 +55,9 @@ static int keydiff_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     const int64_t n = c->n_past, d = cfg->head_dim;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     const size_t rows_bytes = (size_t)n * d * sizeof(float), vec_bytes = (size_t)d * sizeof(float),
                  score_bytes = (size_t)n * sizeof(float), idx_bytes = (size_t)s->keep * sizeof(int32_t);
     float *kf = kvb_method_alloc(c, rows_bytes), *kn = kvb_method_alloc(c, rows_bytes);
@@ -63,7 +65,7 @@ static int keydiff_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     float *score = kvb_method_alloc(c, score_bytes);
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     int rc = kf && kn && a && an && score && idx ? 0 : ERR("keydiff: out of memory");
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = kvb_keydiff_scores(c, l, g, n, kf, kn, a, an, score, err, err_len) ||
                  be->topk_idx(be, idx, score, n, s->keep, err, err_len) ||
@@ -108,7 +110,7 @@ static kvb_method *keydiff_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, 
 const kvb_method_def kvb_method_keydiff = {
     .name = "keydiff",
     .summary = "keeps the tokens whose keys are least like the mean key (cosine), once after prefill",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = keydiff_create,
     .hooks = {.after_prefill = keydiff_after_prefill},
     .expected_tokens = keydiff_expected,

@@ -28,13 +28,15 @@ static int knorm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     int64_t n = c->n_past;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     int64_t w = s->window < s->keep ? s->window : s->keep, cand = n - w;
     size_t idx_bytes = (size_t)s->keep * sizeof(int32_t), score_bytes = (size_t)n * sizeof(float);
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     float *score = kvb_method_alloc(c, score_bytes);
     int rc = idx && score ? 0 : ERR("knorm: out of memory");
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */ {
             kvc_view v = kvc_head_view(c->kv, l, g); /* slots in position order after prefill */
             rc = be->row_norms(be, score, v.k, v.dtype, cfg->head_dim, cand, 1, err, err_len) ||
@@ -74,7 +76,7 @@ static kvb_method *knorm_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
 const kvb_method_def kvb_method_knorm = {
     .name = "knorm",
     .summary = "keeps the tokens whose keys have the lowest L2 norm, once after prefill",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = knorm_create,
     .hooks = {.after_prefill = knorm_after_prefill},
     .expected_tokens = knorm_expected,

@@ -96,7 +96,9 @@ static int lagkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const int64_t n = c->n_past, d = cfg->head_dim;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     const int full = n >= s->sinks + 2 * s->lag;
     const int64_t n_part = full ? (n - s->sinks) / s->lag : 0;
     const size_t range_bytes = (size_t)(n_part * d) * sizeof(float), vec_bytes = (size_t)n * sizeof(float),
@@ -110,7 +112,7 @@ static int lagkv_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     w.idx = kvb_method_alloc(c, idx_bytes);
     w.fixed = w.idx ? w.idx + s->keep : NULL;
     int rc = w.idx && (!full || (w.lo && w.hi && w.sk && w.sv && w.score)) ? 0 : ERR("lagkv: out of memory");
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */
             rc = full ? lagkv_head(s, c, l, g, n, &w, err, err_len) : lagkv_short(s, c, l, g, n, w.idx, err, err_len);
     if (full) {
@@ -165,7 +167,7 @@ fail:
 const kvb_method_def kvb_method_lagkv = {
     .name = "lagkv",
     .summary = "LagKV: keeps the tokens whose keys and values stand out against the next partition's ranges, once after prefill",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = lagkv_create,
     .hooks = {.after_prefill = lagkv_after_prefill},
     .expected_tokens = lagkv_expected,

@@ -74,7 +74,9 @@ static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     if (n > KVB_OBS_MAX) return ERR("observed: a prompt of %lld tokens is over %lld", (long long)n, (long long)KVB_OBS_MAX);
     pthread_once(&INV_ONCE, inv_count_init);
     if (!INV_COUNT) return ERR("out of memory");
@@ -85,7 +87,7 @@ static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     float *row = kvb_method_alloc(c, row_bytes), *norm = kvb_method_alloc(c, row_bytes); /* zeroed */
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     int rc = row && norm && idx ? 0 : ERR("observed: out of memory");
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < cfg->n_head_kv && !rc && !kvb_layer_window(cfg, l); g++) /* a local layer keeps its window */ {
             kvb_score_row *a = acc_at(s, l, g);
             if (a->n != n) {
@@ -161,7 +163,7 @@ static kvb_method *observed_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
 const kvb_method_def kvb_method_observed = {
     .name = "observed",
     .summary = "keeps the tokens the prompt's queries attended most, averaged over the queries that saw them",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES | KVB_LAYER_LOCAL,
     .create = observed_create,
     .hooks = {.wants_probs = observed_wants, .observe = observed_observe, .after_prefill = observed_after_prefill},
     .expected_tokens = observed_expected,

@@ -48,17 +48,18 @@ typedef struct {
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* filters=window: the SVD of each layer's observation-window queries (host, after one counted copy per layer) */
-static int window_filters(qfilter *s, kvb_ctx *c, char *err, size_t err_len) {
+/* filters=window: the SVD of the observation-window queries of layers [from, to) (host, after one counted copy per
+ * layer) */
+static int window_filters(qfilter *s, kvb_ctx *c, int from, int to, char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
-    const int L = cfg->n_layer, HK = cfg->n_head_kv, d = cfg->head_dim;
+    const int HK = cfg->n_head_kv, d = cfg->head_dim;
     const int64_t rows = c->obs_n < s->window ? c->obs_n : s->window;
     if (rows < 1) return ERR("qfilter: filters=window needs the prompt's observation window (none was kept)");
     float *q = malloc((size_t)rows * cfg->q_dim * sizeof *q);
     double *S = calloc((size_t)HK * d * d, sizeof *S), *sum = calloc((size_t)HK * d, sizeof *sum);
     int rc = q && S && sum ? 0 : ERR("out of memory");
-    for (int l = 0; l < L && !rc; l++) {
+    for (int l = from; l < to && !rc; l++) {
         const float *src = c->obs_q + ((size_t)l * c->obs_cap + (size_t)(c->obs_n - rows)) * cfg->q_dim;
         memset(S, 0, (size_t)HK * d * d * sizeof *S);
         memset(sum, 0, (size_t)HK * d * sizeof *sum);
@@ -82,20 +83,22 @@ static int qfilter_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_l
     const int HK = cfg->n_head_kv;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
-    if (s->from_window && window_filters(s, c, err, err_len)) return -1;
-    const size_t rows_bytes = (size_t)n * d * sizeof(float), f_bytes = (size_t)cfg->n_layer * HK * d * sizeof(float),
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
+    if (s->from_window && window_filters(s, c, from, to, err, err_len)) return -1;
+    const size_t rows_bytes = (size_t)n * d * sizeof(float), f_bytes = (size_t)(to - from) * HK * d * sizeof(float),
                  score_bytes = (size_t)n * sizeof(float), idx_bytes = (size_t)s->keep * sizeof(int32_t);
     float *kmin = kvb_method_alloc(c, rows_bytes), *kmax = kvb_method_alloc(c, rows_bytes);
     float *f = kvb_method_alloc(c, f_bytes), *score = kvb_method_alloc(c, score_bytes);
     int32_t *idx = kvb_method_alloc(c, idx_bytes);
     int rc = kmin && kmax && f && score && idx ? 0 : ERR("qfilter: out of memory");
-    if (!rc) rc = be->copy(be, f, s->f, f_bytes, KVB_COPY_H2D, err, err_len);
-    for (int l = 0; l < cfg->n_layer && !rc; l++)
+    if (!rc) rc = be->copy(be, f, s->f + (size_t)from * HK * d, f_bytes, KVB_COPY_H2D, err, err_len); /* [from, to) */
+    for (int l = from; l < to && !rc; l++)
         for (int g = 0; g < HK && !rc && !kvb_layer_window(cfg, l); g++) { /* a local layer keeps its window */
             kvc_view v = kvc_head_view(c->kv, l, g);
             rc = be->block_minmax(be, kmin, kmax, v.k, v.dtype, (int)d, 1, 0, n, err, err_len) ||
-                 be->block_scores(be, score, f + ((size_t)l * HK + g) * d, kmin, kmax, 1, (int)d, n, 0, err, err_len) ||
+                 be->block_scores(be, score, f + ((size_t)(l - from) * HK + g) * d, kmin, kmax, 1, (int)d, n, 0, err, err_len) ||
                  be->topk_idx(be, idx, score, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
         }
@@ -182,7 +185,7 @@ fail:
 const kvb_method_def kvb_method_qfilter = {
     .name = "qfilter",
     .summary = "keeps the tokens whose keys project most on the head's query direction (SVD, calibrated)",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = qfilter_obs_window,
     .profile = qfilter_profile,
     .create = qfilter_create,

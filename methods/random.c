@@ -12,7 +12,7 @@
  * RandomPress draws one score per KV head and token (torch.rand over batch x heads x tokens) and keeps each
  * head's top-k; with a seed it reseeds at every layer and so repeats one draw across layers, which is not
  * kept here. Each (layer, head) draw is its own splitmix64 stream of (seed, layer, head), so a fork of a shared
- * prefill keeps exactly what an own prefill keeps. */
+ * prefill, and an end of prefill layer by layer, keep exactly what an own prefill keeps. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -48,13 +48,15 @@ static int random_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_le
     int64_t n = c->n_past;
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
-    if (s->keep >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (s->keep >= n || from >= to) return 0;
     int64_t sinks = s->sinks < s->keep ? s->sinks : s->keep;
     int64_t window = s->window < s->keep - sinks ? s->window : s->keep - sinks;
     int32_t *idx = malloc((size_t)s->keep * sizeof *idx);
     if (!idx) return ERR("out of memory");
     int rc = 0;
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++)
+    for (int l = from; l < to && !rc; l++)
         for (int h = 0; h < c->model->cfg.n_head_kv && !rc && !kvb_layer_window(&c->model->cfg, l); h++) /* a local layer keeps its window */ {
             /* slots are in position order after prefill; one stream per (layer, head) */
             choose(s, (uint64_t)l * (uint64_t)c->model->cfg.n_head_kv + (uint64_t)h, n, sinks, window, idx);
@@ -101,7 +103,7 @@ fail:
 const kvb_method_def kvb_method_random = {
     .name = "random",
     .summary = "the control: a seeded random subset + sinks + window, once after prefill",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .create = random_create,
     .hooks = {.after_prefill = random_after_prefill},
     .expected_tokens = random_expected,

@@ -105,12 +105,14 @@ static int tova_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len)
     s->base.n_prompt = n;
     if (kvb_method_budget_tokens(&s->base, n, &b, err, err_len)) return -1;
     b = kvb_method_budget_at(&s->base, n);
-    if (b >= n) return 0;
+    int from, to; /* every layer, or one (a layer-wise end of prefill: engine/model.h kvb_prefill_layers) */
+    kvb_prefill_layers(c, &from, &to);
+    if (b >= n || from >= to) return 0;
     if (c->obs_n < 1) return ERR("tova: no query of the prompt was kept (observation window)");
     int32_t *idx = kvb_method_alloc(c, (size_t)b * sizeof(int32_t));
     int rc = idx && !fit_score(s, n, err, err_len) ? 0 : -1;
     if (!idx) ERR("tova: out of memory");
-    for (int l = 0; l < c->model->cfg.n_layer && !rc; l++) rc = kvb_layer_window(&c->model->cfg, l) ? 0 : compress_layer(s, c, l, n, b, idx, err, err_len);
+    for (int l = from; l < to && !rc; l++) rc = kvb_layer_window(&c->model->cfg, l) ? 0 : compress_layer(s, c, l, n, b, idx, err, err_len);
     kvb_method_release(c, idx, (size_t)b * sizeof(int32_t));
     return rc;
 }
@@ -154,7 +156,7 @@ static kvb_method *tova_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, cha
 const kvb_method_def kvb_method_tova = {
     .name = "tova",
     .summary = "TOVA: evicts the token the current query attends least (head mean), every step",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = tova_obs_window,
     .create = tova_create,
     .hooks = {.wants_probs = tova_wants, .observe = tova_observe, .after_prefill = tova_after_prefill},
