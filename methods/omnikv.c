@@ -26,6 +26,14 @@
  * The initial selection is made when the prompt is in (from the prompt's last queries), so the device holds
  * the budget from the end of prefill on.
  *
+ * The end of prefill works on the layers kvb_prefill_layers names, so a server may run it layer by layer, right after
+ * each layer's attention (KVB_LAYER_LOCAL; engine/model.h kvb_ctx_end_prefill_by_layer): the prefill is exact and no
+ * later layer's input depends on it. T and the buffers come at the first global layer; a sparse layer moves to the
+ * host tier as it ends; a filter layer selects and loads its sparse layers once the last of them has ended (its KV
+ * and observation-window rows do not change after its attention, so the kept sets, logits and tokens are the end of
+ * prefill's, tests/test_layer_prefill.c). What each layer keeps after the prefill is the server's promise
+ * (kept_tokens: the prompt in full layers, T in sparse ones; with offload=0 the prompt everywhere, nothing saved).
+ *
  * Hybrid models (Gemma 3's sliding-window local layers; docs/methods.md "Hybrid models"): a local layer keeps its
  * window and takes no role (the engine runs no hook there); the roles are dealt over the global layers in order:
  * global layers before the first filter layer, each filter layer and the next global layer after it are full, the

@@ -1,9 +1,11 @@
-/* test_sched.c — continuous batching on a fixed KV pool (judge/sched.h), on a seeded random-weight model: every
- * request completes with the tokens it gets decoded alone; a pool sized for two full-attention sequences never runs
- * more than two of them (the rest wait, counted), and never promises more pages than it has; a method that keeps
- * 25% runs more sequences at once in the same pool, more still when it ends its prefill layer by layer (promised and
- * measured at its compressed cache plus one layer's whole prompt); a request larger than the pool is refused with an error while
- * the others complete; the pages all come back; malformed requests are refused at submit. */
+/* test_sched.c — continuous batching on a fixed KV pool (judge/sched.h), on a seeded random-weight model (16 layers,
+ * so that OmniKV's full layers fit 25%): every request completes with the tokens it gets decoded alone; a pool sized
+ * for two full-attention sequences never runs more than two of them (the rest wait, counted), and never promises
+ * more pages than it has; a method that keeps 25% runs more sequences at once in the same pool, more still when it
+ * ends its prefill layer by layer (promised what each layer keeps plus one layer's whole prompt, and measured within
+ * it: SnapKV and StreamingLLM exactly at it, OmniKV below, its packed loads coming after its last layer's
+ * attention); a request larger than the pool is refused with an error while the others complete; the pages all come
+ * back; malformed requests are refused at submit. */
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 #include "engine/session.h"
 #include "judge/sched.h"
 
-enum { L = 2, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 64, V = 200, CTX = 512, NREQ = 8, PROMPT = 96, NEW = 12 };
+enum { L = 16, NH = 4, NKV = 2, HD = 16, E = NH * HD, FF = 64, V = 200, CTX = 512, NREQ = 8, PROMPT = 96, NEW = 12 };
 
 static uint64_t rng = 0x5c4edull;
 static int32_t prompts[NREQ][PROMPT];
@@ -188,6 +190,44 @@ static void test_layer_local_methods_are_promised_the_compressed_cache_and_one_l
     }
 }
 
+/* OmniKV ends its prefill layer by layer too: a sparse layer moves to the host as its attention ends, a filter layer's
+ * selection is loaded packed once the last sparse layer it serves has ended. At 25% on these 16 layers its default
+ * filter layers (the paper's 2;8;18 of 32 scaled: 1;4;9, holding 7/16) drop to layer 1 (methods/omnikv.c): layers
+ * 0-2 keep the prompt, 3-15 T = llround((25% - 3/16) / (13/16) x 96) = 7 tokens per head. Its promise: those kept
+ * sizes, each with room for NEW more, plus the most one layer adds while it holds the prompt; its measured peak: at a
+ * sparse layer's attention, the three full layers and that layer at the whole prompt (the packed load comes after the
+ * last layer). Without the layer-wise end, or with offload=0 (every layer stays on the device), full attention's
+ * pages. No overdraft, each request decodes as alone (check_case), more run when prefilled whole. */
+static void test_omnikv_prefilled_whole_is_promised_its_kept_layers_and_one_layer(void) {
+    char err[384];
+    const int64_t at_full = div_up(PROMPT + NEW, 16), at_t = div_up(7 + NEW, 16);
+    const int64_t promise = NKV * (3 * at_full + (L - 3) * at_t + (at_full - at_t)), full = NKV * L * at_full;
+    kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX), *c0 = util_tiny_ctx(KVB_F16, CTX);
+    kvp_pool p;
+    CU_ASSERT_FATAL(kvp_init(&p, 1 << 30, kvc_slot_bytes(c->kv), 16, err, sizeof err) == 0);
+    kvb_method *m = util_make_method("omnikv", c, "25%", NULL), *m0 = util_make_method("omnikv", c0, "25%", "offload=0");
+    const kvb_config *cfg = &util_tiny->cfg;
+    CU_ASSERT(kvb_sched_peak_pages(&p, cfg, m, 1, PROMPT, NEW, err, sizeof err) == promise);
+    CU_ASSERT(kvb_sched_peak_pages(&p, cfg, m, 0, PROMPT, NEW, err, sizeof err) == full);
+    CU_ASSERT(kvb_sched_peak_pages(&p, cfg, m0, 1, PROMPT, NEW, err, sizeof err) == full);
+    kvb_method_free(m, c);
+    kvb_method_free(m0, c0);
+    kvb_ctx_free(c);
+    kvb_ctx_free(c0);
+
+    int mr_pieces = 0, mr_whole = 0;
+    prefill_chunk = 64;
+    check_case("omnikv", "25%", 2, &mr_pieces);
+    const int64_t peak_pieces = last.peak_prefill;
+    prefill_chunk = 0;
+    check_case("omnikv", "25%", 2, &mr_whole);
+    printf("(omnikv: promised %lld pages, prefill peak %lld whole, %lld in pieces; %d and %d running) ", (long long)promise,
+           (long long)last.peak_prefill, (long long)peak_pieces, mr_whole, mr_pieces);
+    CU_ASSERT(last.peak_prefill == NKV * 4 * div_up(PROMPT, 16) && last.peak_prefill <= promise);
+    CU_ASSERT(peak_pieces == NKV * L * div_up(PROMPT, 16));
+    CU_ASSERT(mr_whole > mr_pieces);
+}
+
 static void test_request_larger_than_the_pool_is_refused_others_complete(void) {
     kvb_ctx *probe = util_tiny_ctx(KVB_F16, CTX);
     kvb_sched *s = new_sched(NULL, NULL, pool_for(1, probe));
@@ -322,6 +362,8 @@ int main(void) {
                 test_chunked_prefill_between_steps_decodes_as_alone);
     CU_add_test(s, "SnapKV, StreamingLLM prefilled whole: promised and measured at the compressed cache + one layer",
                 test_layer_local_methods_are_promised_the_compressed_cache_and_one_layer);
+    CU_add_test(s, "OmniKV prefilled whole: promised its kept layers + one layer, measured within it, no overdraft",
+                test_omnikv_prefilled_whole_is_promised_its_kept_layers_and_one_layer);
     CU_add_test(s, "a request larger than the pool is refused with an error; the others complete",
                 test_request_larger_than_the_pool_is_refused_others_complete);
     CU_add_test(s, "malformed requests are refused at submit", test_malformed_requests_refused_at_submit);
