@@ -29,6 +29,7 @@
 #include "engine/chat.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
+#include "judge/sched.h"
 #include "judge/serve_batch.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -453,6 +454,55 @@ done:
     return rc;
 }
 
+/* What a generation is made from, once its request is validated and its prompt encoded. */
+typedef struct {
+    gen *g;
+    const char *method;
+    kvb_budget budget;
+    kvb_opts opts;
+    int n_ids, max_tokens, ignore_eos;
+    double temp, top_p, seed;
+    int layerwise;   /* --batching: the method ends its prefill layer by layer, the prompt prefilled as one chunk */
+    unsigned status; /* gen_prepare's failure: 400 (the request's method or budget) or 500 (the server's) */
+} gen_plan;
+
+/* The generation's context, method and session, ready to prefill (with --batching, made at the head of the
+ * admission queue, to work out what it is promised): 0, or -1 + err and pl->status. */
+static int gen_prepare(gen_plan *pl, char *err, size_t err_len) {
+    gen *g = pl->g;
+    server *s = g->s;
+    sb_engine *eng = s->eng;
+    kvb_ctx_params cp = eng ? sb_ctx_params(eng) : kvb_ctx_default_params();
+    cp.n_ctx = pl->n_ids + pl->max_tokens + 1;
+    if (!eng) cp.n_threads = s->threads_per;
+    if (pl->layerwise && cp.n_batch < pl->n_ids) cp.n_batch = pl->n_ids; /* the prompt in one forward chunk */
+    pl->status = 500;
+    if (!(g->c = kvb_ctx_create(s->model, &cp, err, err_len))) return -1;
+    pl->status = 400;
+    if (!(g->m = kvb_method_create(pl->method, g->c, &pl->budget, &pl->opts, err, err_len))) return -1;
+    /* a token budget the prompt cannot fill is the request's error (400), found before the prefill, whose
+     * budget check would make it a server error */
+    int64_t budget_tokens;
+    if (g->m->imposes_budget && kvb_budget_tokens(&g->m->budget, pl->n_ids, &budget_tokens, err, err_len)) return -1;
+    if (pl->layerwise) kvb_ctx_end_prefill_by_layer(g->c, pl->n_ids);
+    kvb_session_method seam = kvb_method_seam(g->m);
+    /* a layer-wise end needs the prompt as one chunk: a gone client or a stop is then noticed after the prefill */
+    kvb_gen_params gp = {.max_new = pl->max_tokens, .stop = g->stop, .n_stop = g->n_stop, .temp = (float)pl->temp,
+                         .top_p = (float)pl->top_p, .seed = (uint64_t)pl->seed, .ignore_eos = pl->ignore_eos,
+                         .chunk = pl->layerwise ? 0 : PREFILL_CHUNK, .cancel = client_left, .user = g};
+    return kvb_session_init(&g->ses, g->c, &seam, &gp, err, err_len);
+}
+
+/* --batching, at the head of the admission queue (the engine's lock held): the generation made, its promise. */
+static int64_t plan_peak(void *user, char *err, size_t err_len) {
+    gen_plan *pl = user;
+    if (gen_prepare(pl, err, err_len)) return -1;
+    pl->status = 400; /* a budget the promise cannot work out, or a pool too small for it: the request's */
+    return sb_peak_pages(pl->g->s->eng, pl->g->m, pl->layerwise, pl->n_ids, pl->max_tokens, err, err_len);
+}
+
+static int plan_left(void *user) { return client_left(((gen_plan *)user)->g); }
+
 /* Build the generation: validates the request (4xx on error) and prefills. */
 static void sse_token(sb_job *j, const char *piece, size_t n);
 
@@ -467,13 +517,11 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         req_params_free(&p);
         return NULL;
     }
-    int max_tokens = p.max_tokens, ignore_eos = p.ignore_eos;
-    double temp = p.temp, top_p = p.top_p, seed = p.seed;
-    const char *method = p.method;
-    kvb_budget budget = p.budget;
-    kvb_opts opts = p.opts;
+    gen_plan pl = {.method = p.method, .budget = p.budget, .opts = p.opts, .max_tokens = p.max_tokens,
+                   .ignore_eos = p.ignore_eos, .temp = p.temp, .top_p = p.top_p, .seed = p.seed, .status = 400};
     gen *g = calloc(1, sizeof *g);
     if (!g) { req_params_free(&p); ERR("out of memory"); return NULL; }
+    pl.g = g;
     g->s = s;
     g->conn = conn;
     atomic_fetch_add(&s->in_flight, 1);
@@ -493,21 +541,24 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     int rc = kvb_serve_encode_prompt(s->model, p.msgs, p.n_msgs, &ids, &n_ids, err, err_len);
     req_params_free(&p);
     if (rc) { gen_free(g); free(ids); return NULL; }
-    if (n_ids + max_tokens + 1 > s->model->cfg.n_ctx_train) {
-        ERR("prompt of %d tokens + max_tokens %d exceeds the model's context of %d", n_ids, max_tokens, s->model->cfg.n_ctx_train);
+    if (n_ids + pl.max_tokens + 1 > s->model->cfg.n_ctx_train) {
+        ERR("prompt of %d tokens + max_tokens %d exceeds the model's context of %d", n_ids, pl.max_tokens,
+            s->model->cfg.n_ctx_train);
         gen_free(g);
         free(ids);
         return NULL;
     }
-    g->prompt_tokens = n_ids;
-    /* --batching: wait for room in the batch and the pool; the prefill then runs under the engine's lock, between
-     * two decode steps */
+    g->prompt_tokens = pl.n_ids = n_ids;
+    /* --batching: wait for room in the batch and the pool for what bench-serve's scheduler promises (a layer-local
+     * method's prompt prefilled as one chunk, so the promise is its compressed cache plus one layer's whole prompt);
+     * the prefill then runs under the engine's lock, between two decode steps */
     sb_engine *eng = s->eng;
+    pl.layerwise = eng && kvb_sched_layerwise(pl.method, 0, n_ids);
     int64_t promised = 0;
     if (eng) {
-        int a = sb_admit(eng, (int64_t)n_ids + max_tokens + 1, &promised, client_left, g, err, err_len);
+        int a = sb_admit(eng, plan_peak, &promised, plan_left, &pl, err, err_len);
         if (a) {
-            *status = a < 0 ? 400 : *s->stop ? 503 : 499;
+            *status = a < 0 ? pl.status : *s->stop ? 503 : 499;
             if (a > 0) ERR("server stopping");
             gen_free(g);
             free(ids);
@@ -530,27 +581,16 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         }
     }
     g->locked = !eng;
-    *status = 500;
-    kvb_ctx_params cp = eng ? sb_ctx_params(eng) : kvb_ctx_default_params();
-    cp.n_ctx = n_ids + max_tokens + 1;
-    if (!eng) cp.n_threads = s->threads_per;
-    g->c = kvb_ctx_create(s->model, &cp, err, err_len);
-    if (g->c) {
-        *status = 400;
-        g->m = kvb_method_create(method, g->c, &budget, &opts, err, err_len);
-    }
-    kvb_session_method seam = kvb_method_seam(g->m);
-    kvb_gen_params gp = {.max_new = max_tokens, .stop = g->stop, .n_stop = g->n_stop, .temp = (float)temp, .top_p = (float)top_p,
-                         .seed = (uint64_t)seed, .ignore_eos = ignore_eos, .chunk = PREFILL_CHUNK, .cancel = client_left, .user = g};
     kvb_rounds prompt = {.ids = ids, .n = n_ids};
-    /* a token budget the prompt cannot fill is the request's error (400), found before the prefill, whose
-     * budget check would make it a server error */
-    int64_t budget_tokens;
-    rc = !g->c || !g->m || (g->m->imposes_budget && kvb_budget_tokens(&g->m->budget, n_ids, &budget_tokens, err, err_len)) ||
-         kvb_session_init(&g->ses, g->c, &seam, &gp, err, err_len) || kvb_rounds_chunk(&prompt, 0, err, err_len);
+    rc = !eng && gen_prepare(&pl, err, err_len);
+    if (rc) *status = pl.status;
+    if (!rc && eng) {
+        g->job.promised = promised;
+        sb_prefill(eng, &g->job, g->m, g->c);
+    }
     if (!rc) {
         *status = 500;
-        rc = kvb_session_prefill(&g->ses, &prompt, 0, err, err_len);
+        rc = kvb_rounds_chunk(&prompt, 0, err, err_len) || kvb_session_prefill(&g->ses, &prompt, 0, err, err_len);
         if (rc && (g->gone || *s->stop)) {
             *status = g->gone ? 499 : 503;
             if (s->o->verbose)
@@ -569,9 +609,8 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
         g->job.ses = &g->ses;
         g->job.on_token = g->stream ? sse_token : NULL;
         g->job.user = g;
-        g->job.promised = promised;
         g->admitted = 1;
-        sb_start(eng, &g->job, g->m, g->c, max_tokens);
+        sb_start(eng, &g->job, pl.max_tokens);
     }
     *status = 200;
     return g;
@@ -816,7 +855,8 @@ static enum MHD_Result handle_stats(server *s, struct MHD_Connection *conn) {
                  {"held_page_ms", st.held_page_ms}, {"overdrafts", (double)st.overdrafts},
                  {"running", st.running}, {"admitted", st.admitted}, {"max_running", st.max_running},
                  {"max_batch", st.max_batch}, {"pool_pages", (double)st.pool_pages}, {"page_bytes", (double)st.page_bytes},
-                 {"pool_reserved", (double)st.pool_reserved}, {"pool_peak_reserved", (double)st.peak_reserved}};
+                 {"pool_reserved", (double)st.pool_reserved}, {"pool_peak_reserved", (double)st.peak_reserved},
+                 {"peak_prefill", (double)st.peak_prefill}};
         for (size_t i = 0; i < sizeof f / sizeof *f; i++) cJSON_AddNumberToObject(j, f[i].k, f[i].v);
     }
     return send_json(conn, 200, j);

@@ -3,7 +3,7 @@
  * One mutex guards the running set, the pool and every job's engine fields; the engine thread holds it for a
  * decode step and lets go between steps, waiting a little when another thread asked for it, so a waiting
  * admission or a reply is not starved by the next step. Admissions queue in arrival order; only the head may
- * admit. */
+ * admit, and only the head holds a context while it waits (made to work out its promise). */
 #include "judge/serve_batch.h"
 
 #include <pthread.h>
@@ -17,6 +17,7 @@
 #include "engine/batch.h"
 #include "engine/kvcache.h"
 #include "engine/kvpool.h"
+#include "judge/sched.h"
 
 typedef struct waiter {
     struct waiter *next;
@@ -224,22 +225,37 @@ static void dequeue(sb_engine *e, waiter *w) {
     }
 }
 
-int sb_admit(sb_engine *e, int64_t n_tokens, int64_t *promised, int (*give_up)(void *), void *user, char *err,
-             size_t err_len) {
-    const int64_t need = kvp_full_pages(&e->pool, &e->model->cfg, n_tokens);
-    if (e->pooled && need > e->pool.n_pages) {
-        snprintf(err, err_len, "the request needs %lld KV pages (%.1f MiB) at its peak; the pool holds %lld (%.1f MiB)",
-                 (long long)need, need * (double)e->pool.page_bytes / 1048576.0, (long long)e->pool.n_pages,
-                 e->pool.n_pages * (double)e->pool.page_bytes / 1048576.0);
-        return -1;
-    }
+int64_t sb_peak_pages(const sb_engine *e, const kvb_method *m, int layerwise, int64_t n_prompt, int64_t max_new,
+                      char *err, size_t err_len) {
+    return kvb_sched_peak_pages(&e->pool, &e->model->cfg, m, layerwise, n_prompt, max_new, err, err_len);
+}
+
+int sb_admit(sb_engine *e, int64_t (*peak)(void *user, char *err, size_t err_len), int64_t *promised,
+             int (*give_up)(void *), void *user, char *err, size_t err_len) {
     waiter w = {NULL};
     int waited = 0;
+    int64_t need = -1; /* worked out at the head of the queue: only the head holds a context while it waits */
     sb_lock(e);
     if (e->queue_tail) e->queue_tail->next = &w;
     else e->queue_head = &w;
     e->queue_tail = &w;
     for (;;) {
+        if (e->queue_head == &w && need < 0) {
+            need = peak(user, err, err_len);
+            const int never = need >= 0 && e->pooled && need > e->pool.n_pages;
+            if (never)
+                snprintf(err, err_len,
+                         "the request needs %lld KV pages (%.1f MiB) at its peak; the pool holds %lld (%.1f MiB)",
+                         (long long)need, need * (double)e->pool.page_bytes / 1048576.0, (long long)e->pool.n_pages,
+                         e->pool.n_pages * (double)e->pool.page_bytes / 1048576.0);
+            if (need < 0 || never) { /* refused at its turn: a failure, as the scheduler counts it */
+                e->st.failed++;
+                dequeue(e, &w);
+                pthread_cond_broadcast(&e->cv);
+                sb_unlock(e);
+                return -1;
+            }
+        }
         if (e->queue_head == &w && e->n_admitted < e->max_batch) {
             if (!kvp_reserve(&e->pool, need)) break;
             if (!waited) e->st.waits++; /* the pool, not the batch, holds the head of the queue */
@@ -260,12 +276,35 @@ int sb_admit(sb_engine *e, int64_t n_tokens, int64_t *promised, int (*give_up)(v
     return 0;
 }
 
-void sb_start(sb_engine *e, sb_job *j, const kvb_method *m, const kvb_ctx *c, int max_new) {
+/* The engine's observer of each layer's attention during a job's prefill (its KV appended; with a layer-wise end,
+ * the layers before it already compressed): what the job holds there, the prefill's peak, measured. */
+static void watch_prefill(void *user, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q) {
+    (void)c, (void)layer, (void)src, (void)n_q;
+    sb_job *j = user;
+    const int64_t h = held_pages(j->e, j, 0);
+    if (h > j->prefill_peak) j->prefill_peak = h;
+}
+
+void sb_prefill(sb_engine *e, sb_job *j, const kvb_method *m, kvb_ctx *c) {
     j->m = m;
     j->c = c;
-    int64_t pages = held_pages(e, j, max_new);
+    j->e = e;
+    j->prefill_peak = 0;
+    if (!e->pooled) return;
+    c->on_visible = watch_prefill;
+    c->on_visible_user = j;
+}
+
+void sb_start(sb_engine *e, sb_job *j, int max_new) {
+    j->c->on_visible = NULL;
+    if (j->prefill_peak > e->st.peak_prefill) e->st.peak_prefill = j->prefill_peak;
+    if (j->prefill_peak > j->promised) e->st.overdrafts++; /* measured above its promise while it prefilled */
+    const int64_t pages = held_pages(e, j, max_new);
     if (pages < j->promised) kvp_release(&e->pool, j->promised - pages);
-    else if (pages > j->promised) kvp_force(&e->pool, pages - j->promised);
+    else if (pages > j->promised && kvp_reserve(&e->pool, pages - j->promised)) {
+        kvp_force(&e->pool, pages - j->promised);
+        e->st.overdrafts++;
+    }
     j->promised = pages;
     j->done = 0;
     j->in = 1;

@@ -2,10 +2,13 @@
  * with one token per byte: concurrent requests, decoded together in one batched step, get the replies the
  * unbatched server gives each alone (greedy), streamed or not, each with its own method; with a KV pool for one
  * request, concurrent requests wait their turn and all complete; a request larger than the pool is a 400 naming
- * the pool, never a wait forever. */
+ * the pool, never a wait forever; a SnapKV request is promised bench-serve's layer-wise peak (its compressed cache
+ * plus one layer's whole prompt), so it is served on a pool too small for full attention's; a client that leaves
+ * while it waits for the pool gives its place back. */
 #include <CUnit/Basic.h>
 #include <curl/curl.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -13,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "util_common.h"
@@ -21,7 +26,7 @@
 #include "engine/model.h"
 #include "judge/serve.h"
 
-enum { LAYERS = 2, KV_HEADS = 2, N_REQ = 6, MAX_TOK = 12 };
+enum { LAYERS = 2, KV_HEADS = 2, N_REQ = 6, MAX_TOK = 12, N_CTX = 4096, LONG_TOK = 3000 };
 
 static char tmpdir[64] = "/tmp/kvb_sbatch_XXXXXX", model_path[128];
 static kvb_serve_opts sopts;
@@ -224,11 +229,172 @@ static void test_pool_for_one_request_serves_all_in_turn(void) {
     stop();
 }
 
+/* GET /v1/kvbench/stats: the engine's counters (NULL when the request fails). */
+static cJSON *get_stats(void) {
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/kvbench/stats", sport);
+    http_res *h = calloc(1, sizeof *h);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, 30L);
+    cJSON *j = curl_easy_perform(e) == CURLE_OK ? cJSON_Parse(h->body) : NULL;
+    curl_easy_cleanup(e);
+    free(h);
+    return j;
+}
+
+static double stat_of(const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(j, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* Bytes of one pool page (16 slots of one layer and KV head) on the test model. */
+static int64_t page_bytes(void) {
+    char err[128];
+    kvb_model *m = kvb_model_load(model_path, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = 16;
+    kvb_ctx *c = kvb_ctx_create(m, &cp, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    const int64_t b = 16 * kvc_slot_bytes(c->kv);
+    kvb_ctx_free(c);
+    kvb_model_free(m);
+    return b;
+}
+
+static int64_t pages_of(int64_t tokens) { return (tokens + 15) / 16; }
+
+/* a prompt of about 430 tokens (one a byte) for SnapKV at 25%: about 108 kept per head, beyond its 32-token window */
+static void snapkv_body(char *out, size_t cap, const char *extra) {
+    char text[512];
+    int n = 0;
+    for (int i = 0; n < 420; i++) n += snprintf(text + n, sizeof text - (size_t)n, "item %d is %c; ", i, 'a' + i % 26);
+    snprintf(out, cap,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,\"temperature\":0,"
+             "\"kvbench\":{\"method\":\"snapkv\",\"budget\":\"25%%\"}%s}",
+             text, MAX_TOK, extra);
+}
+
+static void test_layerwise_method_is_promised_its_compressed_peak(void) {
+    static char body[1024];
+    snapkv_body(body, sizeof body, "");
+    http_res *h = calloc(1, sizeof *h);
+    h->req = body;
+    CU_ASSERT_FATAL(start(0, 1, 0) == 0); /* the reference: the unbatched server */
+    post_thread(h);
+    stop();
+    CU_ASSERT_FATAL(h->status == 200);
+    char want[1024], got[1024];
+    reply_text(h, want, sizeof want);
+    cJSON *r = cJSON_Parse(h->body);
+    const int64_t n = (int64_t)stat_of(cJSON_GetObjectItem(r, "usage"), "prompt_tokens");
+    cJSON_Delete(r);
+    CU_ASSERT_FATAL(n > 400 && n < 600);
+    /* the peak, per KV head: full attention holds prompt + max_tokens in every layer; SnapKV's layer-wise prefill
+     * holds one layer's whole prompt and the other layers' kept tokens, each with room for max_tokens */
+    const int64_t keep = llround(0.25 * (double)n);
+    const int64_t full = KV_HEADS * LAYERS * pages_of(n + MAX_TOK);
+    const int64_t layerwise = KV_HEADS * (pages_of(n + MAX_TOK) + (LAYERS - 1) * pages_of(keep + MAX_TOK));
+    const int64_t prompt_everywhere = KV_HEADS * LAYERS * pages_of(n); /* a prefill that ends at the last layer */
+    CU_ASSERT_FATAL(layerwise < full);
+    /* a pool of exactly the layer-wise peak: a promise of full attention's pages would be refused (400) */
+    CU_ASSERT_FATAL(start(1, 8, layerwise * page_bytes()) == 0);
+    post_thread(h);
+    CU_ASSERT(h->status == 200);
+    if (h->status != 200) fprintf(stderr, "\n  %ld %s\n", h->status, h->body);
+    reply_text(h, got, sizeof got);
+    CU_ASSERT(strlen(got) > 0 && strcmp(got, want) == 0);
+    cJSON *st = get_stats();
+    CU_ASSERT_FATAL(st != NULL);
+    CU_ASSERT(stat_of(st, "pool_pages") == (double)layerwise);
+    CU_ASSERT(stat_of(st, "pool_peak_reserved") == (double)layerwise); /* promised exactly its layer-wise peak */
+    CU_ASSERT(stat_of(st, "finished") == 1 && stat_of(st, "pool_reserved") == 0);
+    /* measured at every layer of its prefill: within the promise, and below the whole prompt in every layer */
+    CU_ASSERT(stat_of(st, "overdrafts") == 0);
+    CU_ASSERT(stat_of(st, "peak_prefill") >= KV_HEADS * pages_of(n));
+    CU_ASSERT(stat_of(st, "peak_prefill") <= layerwise && stat_of(st, "peak_prefill") < prompt_everywhere);
+    cJSON_Delete(st);
+    stop();
+    free(h);
+}
+
+/* A request sent on a raw connection (closed by the caller: a client that leaves). -1 on failure. */
+static int send_raw(const char *body) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sport)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    char head[256];
+    int hn = snprintf(head, sizeof head,
+                      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n\r\n",
+                      strlen(body));
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) || send(fd, head, (size_t)hn, MSG_NOSIGNAL) != hn ||
+        send(fd, body, strlen(body), MSG_NOSIGNAL) != (ssize_t)strlen(body)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Poll the stats until key reaches at least v (10 s at most): 1 when it did. */
+static int stats_reach(const char *key, double v) {
+    for (int i = 0; i < 5000; i++) {
+        cJSON *st = get_stats();
+        const double x = stat_of(st, key);
+        cJSON_Delete(st);
+        if (x >= v) return 1;
+        usleep(2000);
+    }
+    return 0;
+}
+
+static void test_client_leaving_while_it_waits_gives_its_place_back(void) {
+    static char a_body[1024], b_body[1024];
+    snapkv_body(b_body, sizeof b_body, "");
+    /* A: a long generation (thousands of steps, so it still runs when B leaves) on nearly the whole pool (full
+     * attention: no method shrinks its promise) */
+    snprintf(a_body, sizeof a_body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a long one\"}],\"max_tokens\":%d,"
+             "\"ignore_eos\":true,\"temperature\":0}",
+             LONG_TOK);
+    const int64_t pool = KV_HEADS * LAYERS * pages_of(LONG_TOK + 100);
+    CU_ASSERT_FATAL(start(1, 8, pool * page_bytes()) == 0);
+    http_res *a = calloc(1, sizeof *a), *c = calloc(1, sizeof *c);
+    a->req = a_body;
+    pthread_t ta;
+    CU_ASSERT_FATAL(pthread_create(&ta, NULL, post_thread, a) == 0);
+    CU_ASSERT_FATAL(stats_reach("running", 1));
+    /* B waits at the head of the queue for the pool (its context and method made, to know its promise), then its
+     * client leaves */
+    const int fd = send_raw(b_body);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(stats_reach("waits", 1));
+    close(fd);
+    pthread_join(ta, NULL);
+    CU_ASSERT(a->status == 200);
+    /* C, the same request as B, is then served, and the pool ends empty: B held nothing once it left */
+    c->req = b_body;
+    post_thread(c);
+    CU_ASSERT(c->status == 200);
+    cJSON *st = get_stats();
+    CU_ASSERT_FATAL(st != NULL);
+    /* B never ran: A and C finished, nothing failed or was cancelled */
+    CU_ASSERT(stat_of(st, "finished") == 2 && stat_of(st, "failed") == 0 && stat_of(st, "cancelled") == 0);
+    CU_ASSERT(stat_of(st, "pool_reserved") == 0 && stat_of(st, "admitted") == 0 && stat_of(st, "running") == 0);
+    cJSON_Delete(st);
+    stop();
+    free(a);
+    free(c);
+}
+
 static int setup(void) {
     if (!mkdtemp(tmpdir)) return -1;
     snprintf(model_path, sizeof model_path, "%s/tiny-bytes.gguf", tmpdir);
     gw_random r = {11, 0.5f, NULL};
-    gw_tiny t = {"llama", LAYERS, 32, 4, KV_HEADS, 48, GW_BYTE_VOCAB, 1024, 1,
+    gw_tiny t = {"llama", LAYERS, 32, 4, KV_HEADS, 48, GW_BYTE_VOCAB, N_CTX, 1,
                  "<|im_start|>system\nYou are tiny.<|im_end|>\n{% for m in messages %}...{% endfor %}", gw_random_tensor, &r};
     int rc = gw_write_tiny(&t, model_path);
     free(r.buf);
@@ -250,5 +416,9 @@ int main(void) {
                 test_concurrent_batched_replies_equal_unbatched_alone);
     CU_add_test(s, "a KV pool for one request serves concurrent requests in turn; a request over the pool is a 400",
                 test_pool_for_one_request_serves_all_in_turn);
+    CU_add_test(s, "a SnapKV request is promised its layer-wise peak: served on a pool too small for full attention's",
+                test_layerwise_method_is_promised_its_compressed_peak);
+    CU_add_test(s, "a client that leaves while it waits for the pool gives its place back",
+                test_client_leaving_while_it_waits_gives_its_place_back);
     return util_run_suites();
 }
