@@ -196,15 +196,18 @@ static void end_seq(kvb_sched *s, seq *q, int ok, const char *why, kvb_sched_don
 /* Device pages q holds now (store heads, the method's packed-load heads and its other device buffers), the heads'
  * slots grown by grow tokens (a packed-load head takes each decoded token's row as a store head does: OmniKV's sparse
  * layers, Round Attention's deep ones). */
-static int64_t held_pages(const kvb_sched *s, const seq *q, int64_t grow) {
+int64_t kvb_sched_held_pages(const kvp_pool *p, const kvb_method *m, const kvb_ctx *c, int64_t grow) {
     kvb_kv_usage u;
-    if (q->m) kvb_method_usage(q->m, q->c, &u);
-    else kvb_ctx_kv_usage(q->c, &u);
-    const kvc_store *vis = q->m ? q->m->vis : NULL;
-    int64_t extra = u.device_bytes - kvc_used_bytes(q->c->kv, KVB_TIER_DEVICE);
+    if (m) kvb_method_usage(m, c, &u);
+    else kvb_ctx_kv_usage(c, &u);
+    const kvc_store *vis = m ? m->vis : NULL;
+    int64_t extra = u.device_bytes - kvc_used_bytes(c->kv, KVB_TIER_DEVICE);
     if (vis) extra -= kvc_used_bytes(vis, KVB_TIER_DEVICE);
-    return kvp_ctx_pages(&s->pool, q->c, grow, extra > 0 ? extra : 0) +
-           (vis ? kvp_store_pages(&s->pool, &q->c->model->cfg, vis, grow) : 0);
+    return kvp_ctx_pages(p, c, grow, extra > 0 ? extra : 0) + (vis ? kvp_store_pages(p, &c->model->cfg, vis, grow) : 0);
+}
+
+static int64_t held_pages(const kvb_sched *s, const seq *q, int64_t grow) {
+    return kvb_sched_held_pages(&s->pool, q->m, q->c, grow);
 }
 
 /* Move q's promise to `pages`: pages given back, or taken (an overdraft when the pool lacks them). */

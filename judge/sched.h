@@ -120,6 +120,10 @@ int kvb_sched_waiting(const kvb_sched *s);
 int kvb_sched_running(const kvb_sched *s);
 void kvb_sched_get_stats(const kvb_sched *s, kvb_sched_stats *st);
 
+/* The device pages a sequence holds now, with room for grow more tokens in each of its heads: its context's store,
+ * its method's packed-load heads (m->vis: OmniKV's, Round Attention's; they grow with each decoded token) and its
+ * method's other device buffers, measured (kvb_method_usage). m NULL = full attention. */
+int64_t kvb_sched_held_pages(const kvp_pool *p, const kvb_method *m, const kvb_ctx *c, int64_t grow);
 /* Whether a request's method ends its prefill layer by layer: it declares KVB_LAYER_LOCAL (methods/method.h) and the
  * prompt is prefilled whole (prefill_chunk 0 or at least n_prompt); its context then prefills the prompt as one chunk
  * (n_batch = n_prompt) and calls kvb_ctx_end_prefill_by_layer before it. method NULL = full attention (0). */

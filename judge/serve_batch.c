@@ -84,13 +84,9 @@ static void drop(sb_engine *e, int i, const char *err) {
     e->n_run--;
 }
 
-/* Device pages job j holds now: its store's heads and its method's own device buffers (judge/sched.c's measure). */
+/* Device pages job j holds now, with room for grow more tokens per head: the scheduler's measure. */
 static int64_t held_pages(const sb_engine *e, const sb_job *j, int64_t grow) {
-    kvb_kv_usage u;
-    if (j->m) kvb_method_usage(j->m, j->c, &u);
-    else kvb_ctx_kv_usage(j->c, &u);
-    int64_t extra = u.device_bytes - kvc_used_bytes(j->c->kv, KVB_TIER_DEVICE);
-    return kvp_ctx_pages(&e->pool, j->c, grow, extra > 0 ? extra : 0);
+    return kvb_sched_held_pages(&e->pool, j->m, j->c, grow);
 }
 
 /* Lock held: one batched step of every running job (cancelled ones dropped first). */
