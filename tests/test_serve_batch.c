@@ -199,18 +199,25 @@ static void test_concurrent_batched_replies_equal_unbatched_alone(void) {
     stop();
 }
 
-static void test_pool_for_one_request_serves_all_in_turn(void) {
+/* Bytes of one KV slot (one token of one layer and KV head) on model m. */
+static int64_t slot_bytes(kvb_model *m) {
     char err[128];
-    kvb_model *m = kvb_model_load(model_path, err, sizeof err);
-    CU_ASSERT_FATAL(m != NULL);
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_ctx = 16;
     kvb_ctx *c = kvb_ctx_create(m, &cp, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
-    kvp_pool p;
-    CU_ASSERT_FATAL(kvp_init(&p, 1 << 30, kvc_slot_bytes(c->kv), 16, err, sizeof err) == 0);
-    const int64_t one = kvp_full_pages(&p, &m->cfg, 200) * p.page_bytes; /* room for one prompt + max_tokens */
+    const int64_t b = kvc_slot_bytes(c->kv);
     kvb_ctx_free(c);
+    return b;
+}
+
+static void test_pool_for_one_request_serves_all_in_turn(void) {
+    char err[128];
+    kvb_model *m = kvb_model_load(model_path, err, sizeof err);
+    CU_ASSERT_FATAL(m != NULL);
+    kvp_pool p;
+    CU_ASSERT_FATAL(kvp_init(&p, 1 << 30, slot_bytes(m), 16, err, sizeof err) == 0);
+    const int64_t one = kvp_full_pages(&p, &m->cfg, 200) * p.page_bytes; /* room for one prompt + max_tokens */
     kvb_model_free(m);
     long st[N_REQ];
     static char got[N_REQ][1024];
@@ -255,12 +262,7 @@ static int64_t page_bytes(void) {
     char err[128];
     kvb_model *m = kvb_model_load(model_path, err, sizeof err);
     CU_ASSERT_FATAL(m != NULL);
-    kvb_ctx_params cp = kvb_ctx_default_params();
-    cp.n_ctx = 16;
-    kvb_ctx *c = kvb_ctx_create(m, &cp, err, sizeof err);
-    CU_ASSERT_FATAL(c != NULL);
-    const int64_t b = 16 * kvc_slot_bytes(c->kv);
-    kvb_ctx_free(c);
+    const int64_t b = 16 * slot_bytes(m);
     kvb_model_free(m);
     return b;
 }
