@@ -333,7 +333,9 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         return ERR("%s: question hidden and carried turns are not supported (the method prefills the question round itself)", cl->method);
     const kvb_ctx *from = nd->own_prefill && sp->hist ? sp->hist : sp->base;
     double t0 = kvb_now_s();
-    kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : sp->obs_window, err, err_len);
+    /* the window this method reads, not the shared prefill's (the union of the cells'): a window kept is a window
+     * recorded at every decode step */
+    kvb_ctx *c = kvb_ctx_fork(from, nd->own_prefill ? 0 : nd->obs_window, err, err_len);
     if (!c) return -1;
     kvb_method *m = kvb_method_create(cl->method, c, &cl->budget, &o, err, err_len);
     kvb_session_method seam = kvb_method_seam(m);
@@ -533,9 +535,7 @@ static int run_sample(run_state *st, const task *t, const kvb_sample *s, char *e
             held[n_held++] = cJSON_Duplicate(e->pending, 1);
             continue;
         }
-        u.prefill_scores |= cl->needs.prefill_scores;
-        u.own_prefill |= cl->needs.own_prefill;
-        if (cl->needs.obs_window > u.obs_window) u.obs_window = cl->needs.obs_window;
+        kvb_method_needs_merge(&u, &cl->needs);
         todo[n_todo++] = k;
     }
     int max_new = s->max_new_tokens > 0 ? s->max_new_tokens : 64;

@@ -49,13 +49,13 @@ typedef struct {
 } bm_row;
 
 /* One method on the shared prefill, as `kvbench run` times a cell (benchmarks/runner.c run_cell): its context forked
- * from sp, the method adopting the prefill (its prefill time is the shared forward's plus the fork and the end of
+ * from sp (with the observation window nd says it reads), the method adopting the prefill (its prefill time is the shared forward's plus the fork and the end of
  * prefill), then n_dec greedy decode steps through the session. */
-static int bench_method(const kvb_shared_prefill *sp, const char *name, const kvb_budget *b, kvb_opts *o, long n_dec,
-                        bm_row *row) {
+static int bench_method(const kvb_shared_prefill *sp, const char *name, const kvb_budget *b, kvb_opts *o,
+                        const kvb_method_needs *nd, long n_dec, bm_row *row) {
     char err[512];
     double t0 = kvb_now_s();
-    kvb_ctx *c = kvb_ctx_fork(sp->base, sp->obs_window, err, sizeof err);
+    kvb_ctx *c = kvb_ctx_fork(sp->base, nd->obs_window, err, sizeof err); /* the window it reads, as run's cells */
     if (!c) return cli_fail("bench: %s", err);
     kvb_session ses = {0};
     kvb_budget full = {KVB_BUDGET_NONE, 0, 0};
@@ -144,6 +144,7 @@ int cmd_bench_methods(int argc, char **argv) {
     }
     int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);
+    kvb_method_needs needs[MAX_NAMES];
     kvb_shared_prefill sp = {0};
     int rc = 1;
     if (!ids || !rows) { cli_fail("bench: out of memory"); goto done; }
@@ -160,12 +161,9 @@ int cmd_bench_methods(int argc, char **argv) {
     kvb_method_needs u = {0}; /* what the shared prefill records: the union of the methods' needs */
     for (int k = 0; k < n_names; k++) {
         kvb_opts o;
-        kvb_method_needs nd;
         if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err) ||
-            kvb_method_needs_of(names[k], &o, &nd, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
-        u.prefill_scores |= nd.prefill_scores;
-        u.own_prefill |= nd.own_prefill;
-        if (nd.obs_window > u.obs_window) u.obs_window = nd.obs_window;
+            kvb_method_needs_of(names[k], &o, &needs[k], err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
+        kvb_method_needs_merge(&u, &needs[k]);
     }
     kvb_prefill_env env = {.model = m, .cp = eo.ctx, .n_ctx = (int)(ctx_len + n_dec + 1)};
     env.cp.profile = profile;
@@ -178,7 +176,7 @@ int cmd_bench_methods(int argc, char **argv) {
         kvb_opts o;
         if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err)) { cli_fail("bench: %s", err); goto done; }
         fprintf(stderr, "[%d/%d] %s: decode %ld ...\n", k + 1, n_names, names[k], n_dec);
-        if (bench_method(&sp, names[k], &budget, &o, n_dec, &rows[k])) goto done;
+        if (bench_method(&sp, names[k], &budget, &o, &needs[k], n_dec, &rows[k])) goto done;
     }
     const double MiB = 1024.0 * 1024.0;
     printf("\nmethods at %ld tokens, budget %s, %ld decode steps (%s, backend %s)\n\n", ctx_len, bud, n_dec, m->path,

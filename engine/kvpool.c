@@ -81,4 +81,16 @@ void kvp_force(kvp_pool *p, int64_t pages) {
 
 void kvp_release(kvp_pool *p, int64_t pages) { p->reserved -= pages; }
 
+int kvp_repromise(kvp_pool *p, int64_t *promised, int64_t pages) {
+    const int64_t d = pages - *promised;
+    *promised = pages;
+    if (d <= 0) {
+        kvp_release(p, -d);
+        return 0;
+    }
+    if (!kvp_reserve(p, d)) return 0;
+    kvp_force(p, d);
+    return 1;
+}
+
 int64_t kvp_free_pages(const kvp_pool *p) { return p->n_pages - p->reserved; }

@@ -45,6 +45,9 @@ int kvp_reserve(kvp_pool *p, int64_t pages);
  * occupancy, it is never hidden). */
 void kvp_force(kvp_pool *p, int64_t pages);
 void kvp_release(kvp_pool *p, int64_t pages);
+/* Moves a promise of *promised pages to `pages`: the difference given back, or promised; 1 when the pool lacked it
+ * (promised anyway, kvp_force: an overdraft), else 0. */
+int kvp_repromise(kvp_pool *p, int64_t *promised, int64_t pages);
 /* Pages not promised (negative when overdrawn). */
 int64_t kvp_free_pages(const kvp_pool *p);
 

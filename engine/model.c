@@ -206,17 +206,6 @@ fail:
     return NULL;
 }
 
-/* Frees the observation window (none after). */
-static void obs_free(kvb_ctx *c) {
-    if (!c->obs_q) return;
-    const kvb_config *cfg = &c->model->cfg;
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q, (size_t)cfg->n_layer * c->obs_cap * cfg->q_dim * sizeof(float));
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_pos, (size_t)c->obs_cap * sizeof(int32_t));
-    c->obs_q = NULL;
-    c->obs_pos = NULL;
-    c->obs_cap = c->obs_n = 0;
-}
-
 void kvb_ctx_free(kvb_ctx *c) {
     if (!c) return;
     const kvb_config *cfg = &c->model->cfg;
@@ -246,7 +235,12 @@ void kvb_ctx_free(kvb_ctx *c) {
     free(c->dec_attended);
     free(c->tokens);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
-    obs_free(c);
+    if (c->obs_q) {
+        int W = c->obs_cap;
+        kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q,
+                     (size_t)cfg->n_layer * W * cfg->q_dim * sizeof(float));
+        kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_pos, (size_t)W * sizeof(int32_t));
+    }
     kvc_free(c->kv);
     prof_free(c->prof);
     if (!c->params.share_backend) kvb_backend_free(c->be);
@@ -336,8 +330,6 @@ int kvb_ctx_set_hooks(kvb_ctx *c, const kvb_hooks *h, char *err, size_t err_len)
     if (!c->obs_q && c->n_past && h && h->obs_window > 0)
         return ERR("method needs an observation window, but the context was prefilled without one");
     c->hooks = h;
-    if (c->obs_q && (!h || h->obs_window <= 0)) obs_free(c); /* a fork of a shared prefill: the window was the other
-                                                               * methods'; recording it would cost every decode step */
     if (h && h->obs_window > 0 && !c->obs_q) {
         size_t bytes = (size_t)cfg->n_layer * h->obs_window * cfg->q_dim * sizeof(float);
         c->obs_q = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, bytes);

@@ -212,12 +212,7 @@ static int64_t held_pages(const kvb_sched *s, const seq *q, int64_t grow) {
 
 /* Move q's promise to `pages`: pages given back, or taken (an overdraft when the pool lacks them). */
 static void repromise(kvb_sched *s, seq *q, int64_t pages) {
-    if (pages < q->promised) kvp_release(&s->pool, q->promised - pages);
-    else if (pages > q->promised && kvp_reserve(&s->pool, pages - q->promised)) {
-        kvp_force(&s->pool, pages - q->promised);
-        s->st.overdrafts++;
-    }
-    q->promised = pages;
+    if (kvp_repromise(&s->pool, &q->promised, pages)) s->st.overdrafts++;
 }
 
 /* The engine's observer of each layer's attention during q's prefill (its KV appended; with a layer-wise end, the

@@ -124,9 +124,8 @@ static void step(sb_engine *e) {
         sb_job *j = e->run[i];
         const int64_t h = held_pages(e, j, 0);
         held += h;
-        if (h > j->promised) {
-            kvp_force(&e->pool, h - j->promised);
-            j->promised = h;
+        if (h > j->promised) { /* above its promise: an overdraft whether or not the pool had the pages */
+            kvp_repromise(&e->pool, &j->promised, h);
             e->st.overdrafts++;
         }
     }
@@ -296,12 +295,7 @@ void sb_start(sb_engine *e, sb_job *j, int max_new) {
     if (j->prefill_peak > e->st.peak_prefill) e->st.peak_prefill = j->prefill_peak;
     if (j->prefill_peak > j->promised) e->st.overdrafts++; /* measured above its promise while it prefilled */
     const int64_t pages = held_pages(e, j, max_new);
-    if (pages < j->promised) kvp_release(&e->pool, j->promised - pages);
-    else if (pages > j->promised && kvp_reserve(&e->pool, pages - j->promised)) {
-        kvp_force(&e->pool, pages - j->promised);
-        e->st.overdrafts++;
-    }
-    j->promised = pages;
+    if (kvp_repromise(&e->pool, &j->promised, pages)) e->st.overdrafts++;
     j->done = 0;
     j->in = 1;
     e->run[e->n_run++] = j;

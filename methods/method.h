@@ -145,6 +145,9 @@ void kvb_method_names_all(char *buf, size_t cap);
 /* What method `name` with options o needs from the session (aliases resolved); -1 + one-line error for an
  * unknown method or a malformed option it reads. Does not mark options used. */
 int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *out, char *err, size_t err_len);
+/* Adds nd to u, the needs of a shared prefill that several methods adopt: the largest window, the scores and the own
+ * prefill if any of them asks. */
+void kvb_method_needs_merge(kvb_method_needs *u, const kvb_method_needs *nd);
 
 /* Create a method by name on a context and install its hooks. Unknown name, bad option or impossible
  * budget: NULL + one-line error. Options no method read are an error. */

@@ -63,6 +63,12 @@ static int unknown_method(const char *name, char *err, size_t err_len) {
     return ERR("unknown method '%s' (available: %s)", name, list);
 }
 
+void kvb_method_needs_merge(kvb_method_needs *u, const kvb_method_needs *nd) {
+    u->prefill_scores |= nd->prefill_scores;
+    u->own_prefill |= nd->own_prefill;
+    if (nd->obs_window > u->obs_window) u->obs_window = nd->obs_window;
+}
+
 int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *out, char *err, size_t err_len) {
     const kvb_method_def *info = kvb_method_find(name);
     if (!info) return unknown_method(name, err, err_len);

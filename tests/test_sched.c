@@ -351,9 +351,29 @@ static int setup(void) {
 
 static int teardown(void) { return util_tiny_teardown(); }
 
+/* A promise moved down gives pages back, moved up takes them while the pool has them, and beyond the pool takes them
+ * anyway and says so (an overdraft: the free count goes negative, never hidden). */
+static void test_repromise_moves_the_reserved_pages(void) {
+    char err[128];
+    kvp_pool p;
+    CU_ASSERT_FATAL(kvp_init(&p, 10 * 16 * 64, 64, 16, err, sizeof err) == 0); /* 10 pages of 16 slots */
+    CU_ASSERT_EQUAL(p.n_pages, 10);
+    int64_t promised = 0;
+    CU_ASSERT_EQUAL(kvp_repromise(&p, &promised, 6), 0);
+    CU_ASSERT(promised == 6 && kvp_free_pages(&p) == 4);
+    CU_ASSERT_EQUAL(kvp_repromise(&p, &promised, 2), 0);
+    CU_ASSERT(promised == 2 && kvp_free_pages(&p) == 8);
+    CU_ASSERT_EQUAL(kvp_repromise(&p, &promised, 12), 1);
+    CU_ASSERT(promised == 12 && kvp_free_pages(&p) == -2);
+    CU_ASSERT_EQUAL(kvp_repromise(&p, &promised, 12), 0);
+    CU_ASSERT_EQUAL(kvp_repromise(&p, &promised, 0), 0);
+    CU_ASSERT_EQUAL(kvp_free_pages(&p), 10);
+}
+
 int main(void) {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("sched", setup, teardown);
+    CU_add_test(s, "kvp_repromise: pages given back, taken, and overdrawn", test_repromise_moves_the_reserved_pages);
     CU_add_test(s, "full attention, a pool for two: two run, the rest wait, each decodes as alone",
                 test_full_attention_pool_of_two_runs_two_and_decodes_as_alone);
     CU_add_test(s, "SnapKV at 25% runs more sequences than full in the same pool, each as alone",
