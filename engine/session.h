@@ -86,7 +86,7 @@ typedef struct {
     uint64_t seed;
     /* choose the next token instead of the sampler (teacher forcing: fidelity feeds full attention's token) */
     int32_t (*pick)(void *user, const float *logits);
-    int64_t chunk;                 /* prefill: at most this many tokens per forward call (0 = all at once) */                 /* prefill: at most this many tokens per forward call (0 = all at once) */
+    int64_t chunk;                 /* prefill: at most this many tokens per forward call (0 = all at once) */
     int (*cancel)(void *user);     /* prefill: nonzero between chunks stops it ("cancelled") */
     /* phase "prefill" or "decode", done of total tokens (called per chunk / per token) */
     void (*progress)(void *user, const char *phase, int64_t done, int64_t total);

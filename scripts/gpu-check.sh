@@ -33,8 +33,9 @@
 #   KVB_PEER_PYTHON     the python3 with torch + transformers for the PyTorch peer (default python3)
 #
 # Steps (each one row of summary.md, its log beside it):
-#   tests             test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA), and
-#                     test_cuda_model again on the candidate set
+#   tests             test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA, each method
+#                     with its own prefill and adopting a shared one as bench and run do), test_cuda_model again on
+#                     the candidate set, test_layer_prefill on CUDA (every layer-local method ended layer by layer)
 #   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
@@ -63,11 +64,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+# what a GPU box runs: the CLI and the tests of the CUDA paths (test_layer_prefill: the layer-wise end of prefill
+# against the end of prefill, on the backend KVB_BACKEND names)
+gpu_bins="kvbench test_cuda_ops test_cuda_model test_backend_ops test_layer_prefill"
 build_gpu() { # $1 = build dir, extra cmake args after
     local dir=$1; shift
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=on "$@" >/dev/null || return 1
-    cmake --build "$dir" -j"$(nproc)" --target kvbench test_cuda_ops test_cuda_model test_backend_ops >/dev/null || {
-        cmake --build "$dir" -j1 --target kvbench test_cuda_ops test_cuda_model test_backend_ops 2>&1 | grep -E "error" | head -20
+    cmake --build "$dir" -j"$(nproc)" --target $gpu_bins >/dev/null || {
+        cmake --build "$dir" -j1 --target $gpu_bins 2>&1 | grep -E "error" | head -20
         return 1
     }
 }
@@ -78,7 +82,7 @@ if [ "${1:-}" = "--bundle" ]; then
     stage=$(mktemp -d)
     mkdir -p "$stage/bin/lib" "$stage/bin/model"
     command -v patchelf >/dev/null || { echo "gpu-check: --bundle needs patchelf (apt-get install patchelf)" >&2; exit 1; }
-    for b in kvbench test_cuda_ops test_cuda_model test_backend_ops; do
+    for b in $gpu_bins; do
         strip -o "$stage/bin/$b" "build-gpu-bundle/$b"
         # DT_RPATH (not RUNPATH): the bundled libraries' own dependencies are found there too, and nothing
         # leaks into LD_LIBRARY_PATH (the PyTorch peer the binaries start keeps the box's own libraries)
@@ -125,7 +129,7 @@ if [ "${1:-}" = "--check-bundle" ]; then
     echo "files of the bundle:"
     (cd "$r" && find bin -type f | sort | sed 's/^/  /')
     fails=0
-    for exe in kvbench test_cuda_ops test_cuda_model test_backend_ops; do
+    for exe in $gpu_bins; do
         args=""; [ $exe = kvbench ] && args=--version
         out=$(env -i "$(command -v chroot)" "$r" "/bin/$exe" $args 2>&1 | tail -1)
         case "$out" in *"error while loading"* | *"not found"* | *"No such file"* | "") echo "  $exe: FAILED: $out"; fails=$((fails + 1)) ;;
@@ -134,17 +138,26 @@ if [ "${1:-}" = "--check-bundle" ]; then
     exit $((fails > 0))
 fi
 
-# Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = not run there, estimated from its
-# neighbours), and the four groups of steps, each sized to one call (<= 480 s with a 20% margin)
-declare -A est=([tests]=45 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=320 [omnikv-128k]=~150
+# Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = estimated: not run there, or changed since:
+# `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
+# omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
+# (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
+# the warm machine where 6 minutes are left, the rest in later leases.
+declare -A est=([tests]=~70 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~120 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=~35)
-groups=("tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic-profile"
-    "synthetic-new synthetic-batch synthetic omnikv-profile omnikv-128k"
-    "synthetic-qwen3 flashinfer-engine"
-    "methods-8b")
-group_env=("" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_SYNTH_CTX_NEW=32768,65536,131072" "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
+# group 1: correctness first, then what the issue's must-shows are read from (decode attention against the copy and
+# SDPA, the packed loads, the default model, the 8B model at 32K-128K beside PyTorch, OmniKV at 128K); group 2: every
+# method on the 8B shapes, FlashInfer on the engine, Qwen3; groups 3 and 4: where the time goes (ncu, profiles)
+groups=("tests sanitize bench-attention loads model synthetic-new omnikv-128k"
+    "methods-8b flashinfer-engine synthetic-qwen3"
+    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile synthetic-profile"
+    "synthetic synthetic-batch omnikv-profile")
+# each group's variables (space-separated NAME=VALUE)
+group_env=("KVB_SYNTH_CTX_NEW=32768,65536,131072"
+    "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff KVB_SYNTH_CTX_NEW=32768,65536,131072"
+    "" "")
 if [ "${1:-}" = "--plan" ]; then
     echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 (docs/gpu.md), ~ = estimated;"
     echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
@@ -164,7 +177,7 @@ fi
 if [ -n "${KVB_GPU_GROUP:-}" ]; then
     if [[ "$KVB_GPU_GROUP" =~ ^[1-9]$ ]] && [ "$KVB_GPU_GROUP" -le ${#groups[@]} ]; then
         KVB_GPU_STEPS=${groups[KVB_GPU_GROUP - 1]}
-        [ -n "${group_env[KVB_GPU_GROUP - 1]}" ] && export "${group_env[KVB_GPU_GROUP - 1]}"
+        for kv in ${group_env[KVB_GPU_GROUP - 1]}; do export "${kv?}"; done
     else
         echo "gpu-check: KVB_GPU_GROUP must be 1 to ${#groups[@]} (see --plan)" >&2; exit 2
     fi
@@ -179,7 +192,7 @@ outdir=${1:?usage: gpu-check.sh [--bin DIR] OUTDIR}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
-steps=${KVB_GPU_STEPS:-tests bench-attention sanitize ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer model methods methods-profile loads synthetic synthetic-new synthetic-qwen3 flashinfer-engine synthetic-batch synthetic-profile methods-8b omnikv-profile omnikv-128k nsys}
+steps=${KVB_GPU_STEPS:-${groups[*]} nsys}
 # the candidate kernels, off by default until a run like this one has validated and timed them
 # (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
 read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
@@ -284,6 +297,12 @@ step_tests() {
     else
         skip test_cuda_model "default model not in $model_dir"
     fi
+    # on a seeded 16-layer model (written by the test), and on the default model only where it is here whole: the
+    # bundle's 4-layer copy has too few layers for OmniKV's configurations there
+    local whole=$model_dir
+    [ ${#small[@]} -gt 0 ] && whole=$outdir/no-model
+    step "test_layer_prefill on CUDA (layer-wise end of prefill = the end of prefill, every layer-local method)" \
+        layer_prefill_cuda.log env KVB_BACKEND=cuda KVB_MODEL_DIR="$whole" "$bin/test_layer_prefill"
 }
 step_bench_attention() {
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \

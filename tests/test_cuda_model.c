@@ -10,6 +10,12 @@
  * Every registered method runs (the registry's list). Methods that select by scores may select a different token where two
  * scores are within rounding of each other, after which the two contexts legitimately differ: for them the
  * max |Δ| is printed, not bounded. Prints per method: steps agreeing, max |Δ|, each differing step.
+ *
+ * Each method runs on both backends on two paths, CUDA held to the CPU on the same path by the same rule: with its
+ * own prefill (kvb_method_prefill), and on the path `kvbench bench --method` and `kvbench run` take
+ * (benchmarks/shared_prefill.h): the prompt prefilled once on a context recording what the method needs
+ * (kvb_share_create), forked with the observation window it reads, and the method adopting that prefill
+ * (kvb_method_adopt).
  * Without a GPU the suite prints one line and passes. */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -41,16 +47,19 @@ typedef struct {
 } tally;
 
 /* Run one method on one backend. ref_tokens NULL: greedy, writing tokens[] and logits[]; otherwise teacher-forced,
- * comparing against ref logits. */
-static int run(const char *backend, const char *method, int p, int32_t *tokens, float *logits, const float *ref,
-               tally *t) {
+ * comparing against ref logits. adopt: the method adopts a shared prefill (bench's and run's path) instead of
+ * prefilling itself. */
+static int run(const char *backend, const char *method, int adopt, int p, int32_t *tokens, float *logits,
+               const float *ref, tally *t) {
     char err[512];
     const int V = model->cfg.n_vocab;
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.backend = backend;
     cp.n_ctx = prompt_n[p] + N_GEN + 8;
-    kvb_ctx *c = kvb_ctx_create(model, &cp, err, sizeof err);
-    if (!c) return fprintf(stderr, "\n  %s ctx: %s\n", backend, err), -1;
+    kvb_ctx *base = NULL, *c = NULL;
+    kvb_share *share = NULL;
+    kvb_method *m = NULL;
+    int rc = -1;
     kvb_budget b;
     /* 30%; OmniKV on a shallow model (gpu-check's trimmed copy) needs more: its dense layers alone are half of 4 */
     const int shallow = model->cfg.n_layer < 18;
@@ -72,11 +81,25 @@ static int run(const char *backend, const char *method, int p, int32_t *tokens, 
         kvb_opts_add(&o, lw, err, sizeof err);
     }
     if (!strcmp(method, "pod")) kvb_opts_add(&o, "block=3", err, sizeof err);
-    kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
-    int rc = -1;
+    if (adopt) { /* one prefill recording what the method reads, then its own fork (cli/cmd_bench_methods.c) */
+        kvb_method_needs nd;
+        if (kvb_method_needs_of(method, &o, &nd, err, sizeof err) ||
+            !(base = kvb_ctx_create(model, &cp, err, sizeof err)) ||
+            !(share = kvb_share_create(base, nd.obs_window, nd.prefill_scores, err, sizeof err)) ||
+            kvb_forward(base, prompts[p], prompt_n[p], err, sizeof err) ||
+            !(c = kvb_ctx_fork(base, nd.obs_window, err, sizeof err))) {
+            fprintf(stderr, "\n  %s %s shared prefill: %s\n", backend, method, err);
+            goto done;
+        }
+    } else if (!(c = kvb_ctx_create(model, &cp, err, sizeof err))) {
+        fprintf(stderr, "\n  %s ctx: %s\n", backend, err);
+        goto done;
+    }
+    m = kvb_method_create(method, c, &b, &o, err, sizeof err);
     if (!m) { fprintf(stderr, "\n  %s: %s\n", method, err); goto done; }
-    if (kvb_method_prefill(m, c, prompts[p], prompt_n[p], err, sizeof err)) {
-        fprintf(stderr, "\n  %s %s prefill: %s\n", backend, method, err);
+    if (adopt ? kvb_method_adopt(m, c, share, err, sizeof err)
+              : kvb_method_prefill(m, c, prompts[p], prompt_n[p], err, sizeof err)) {
+        fprintf(stderr, "\n  %s %s %s: %s\n", backend, method, adopt ? "adopting the shared prefill" : "prefill", err);
         goto done;
     }
     for (int i = 0; i < N_GEN; i++) {
@@ -99,8 +122,8 @@ static int run(const char *backend, const char *method, int p, int32_t *tokens, 
                 float top = r[tokens[i]], second = -INFINITY;
                 for (int j = 0; j < V; j++)
                     if (j != tokens[i] && r[j] > second) second = r[j];
-                fprintf(stderr, "\n  %s prompt %d step %d: cuda picks %d, cpu %d (cpu margin %.3f, step max |d| %.3f)",
-                        method, p, i, got, tokens[i], top - second, d);
+                fprintf(stderr, "\n  %s%s prompt %d step %d: cuda picks %d, cpu %d (cpu margin %.3f, step max |d| %.3f)",
+                        method, adopt ? " (adopted)" : "", p, i, got, tokens[i], top - second, d);
                 CU_ASSERT(top - second <= 2 * d);
             }
         }
@@ -112,7 +135,9 @@ static int run(const char *backend, const char *method, int p, int32_t *tokens, 
     rc = 0;
 done:
     kvb_method_free(m, c);
-    kvb_ctx_free(c);
+    kvb_ctx_free(c); /* the fork before its base: it uses the base's backend */
+    kvb_share_free(share, base);
+    kvb_ctx_free(base);
     return rc;
 }
 
@@ -120,16 +145,21 @@ static void check_method(const char *method, int bounded) {
     const int V = model->cfg.n_vocab;
     float *logits = malloc((size_t)N_GEN * V * sizeof(float));
     CU_ASSERT_FATAL(logits != NULL);
-    tally t = {0, 0, 0};
-    for (int p = 0; p < N_PROMPT; p++) {
-        int32_t tokens[N_GEN];
-        CU_ASSERT_FATAL(run("cpu", method, p, tokens, logits, NULL, NULL) == 0);
-        CU_ASSERT_FATAL(run("cuda", method, p, tokens, NULL, logits, &t) == 0);
+    tally t[2] = {{0, 0, 0}, {0, 0, 0}}; /* own prefill, adopted */
+    for (int p = 0; p < N_PROMPT; p++)
+        for (int adopt = 0; adopt < 2; adopt++) { /* each path against the CPU on the same path (Round Attention
+                                                     adopting one prompt keeps it as one round: not its own rounds) */
+            int32_t tokens[N_GEN];
+            CU_ASSERT_FATAL(run("cpu", method, adopt, p, tokens, logits, NULL, NULL) == 0);
+            CU_ASSERT_FATAL(run("cuda", method, adopt, p, tokens, NULL, logits, &t[adopt]) == 0);
+        }
+    for (int adopt = 0; adopt < 2; adopt++) {
+        printf("\n    %-12s %-9s greedy steps agreeing %d/%d, max |logit cpu - cuda| %.3f", adopt ? "" : method,
+               adopt ? "adopted" : "own", t[adopt].agree, t[adopt].steps, t[adopt].max_d);
+        if (bounded) printf(" (bound %.1f)", LOGIT_BOUND);
+        CU_ASSERT(!bounded || t[adopt].max_d <= LOGIT_BOUND);
+        CU_ASSERT(t[adopt].agree >= MIN_AGREE * t[adopt].steps);
     }
-    printf("\n    %-12s greedy steps agreeing %d/%d, max |logit cpu - cuda| %.3f", method, t.agree, t.steps, t.max_d);
-    if (bounded) printf(" (bound %.1f)", LOGIT_BOUND);
-    CU_ASSERT(!bounded || t.max_d <= LOGIT_BOUND);
-    CU_ASSERT(t.agree >= MIN_AGREE * t.steps);
     free(logits);
 }
 
@@ -181,7 +211,7 @@ int main(void) {
         free(text);
     }
     CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("every method on CUDA as on the CPU (5 prompts x 32 tokens, budget 30%)", NULL, NULL);
+    CU_pSuite s = CU_add_suite("every method on CUDA as on the CPU, own prefill and adopted (5 prompts x 32 tokens, budget 30%)", NULL, NULL);
     const int n_methods = kvb_method_count();
     if (n_methods > MAX_METHODS) {
         fprintf(stderr, "test_cuda_model: %d methods registered, %d test slots: raise MAX_METHODS\n", n_methods, MAX_METHODS);
