@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh — validate kvbench on a GPU box: build the CUDA targets, run every CUDA test and the GPU
-# benchmarks, and write logs and tables into OUTDIR (summary.md lists each step and its result).
+# benchmarks, and write logs and tables into OUTDIR (summary.md lists each step and its result, then the issue's
+# must-shows read from the logs by scripts/gpu_verdict.py: PASS, FAIL or NOT RUN each).
 #
 #   scripts/gpu-check.sh OUTDIR                 build into build-gpu (needs the apt packages of setup.sh, nvcc)
 #   scripts/gpu-check.sh --bin DIR OUTDIR       use binaries already built in DIR (e.g. an unpacked bundle)
@@ -57,6 +58,7 @@
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
+#   methods-8b-profile the same at 30% with --profile: each decode step by phase, the share outside attention and GEMVs
 #   omnikv-profile    OmniKV (2048 tokens, no offload) against full at 32K with --profile: the decode step by phase
 #   omnikv-128k       OmniKV (2048 tokens, no offload) against full on synthetic:llama3.1-8b at 128K
 #   nsys              a decode timeline (where nsys exists)
@@ -144,14 +146,14 @@ fi
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
 # the warm machine where 6 minutes are left, the rest in later leases.
 declare -A est=([tests]=~70 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~120 [omnikv-128k]=~100
+    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~120 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=~35)
 # group 1: correctness first, then what the must-shows are read from (decode attention against the copy and
 # SDPA, the packed loads, the default model, the 8B model at 32K-128K beside PyTorch, OmniKV at 128K); group 2: every
 # method on the 8B shapes, FlashInfer on the engine, Qwen3; groups 3 and 4: where the time goes (ncu, profiles)
 groups=("tests sanitize bench-attention loads model synthetic-new omnikv-128k"
-    "methods-8b flashinfer-engine synthetic-qwen3"
+    "methods-8b methods-8b-profile flashinfer-engine synthetic-qwen3"
     "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile synthetic-profile"
     "synthetic synthetic-batch omnikv-profile")
 # each group's variables (space-separated NAME=VALUE)
@@ -477,6 +479,12 @@ step_methods_8b() {
             --budget "$budget" --ctx-len 32768 -n 16 "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
     done
 }
+step_methods_8b_profile() { # the same methods at 30% with --profile: each decode step by phase, the share outside
+    # attention and the matmuls (each phase waits for the device, so its ms/token are not methods-8b's)
+    step "synthetic:llama3-8b, 32K, methods $methods_8b, 30%, --profile, candidate kernels" bench_methods_8b_profile.md \
+        "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --method "$methods_8b" \
+        --budget 30% --ctx-len 32768 -n 8 --profile "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
+}
 step_omnikv_128k() {
     step "synthetic:llama3.1-8b, 128K, omnikv 2048 (no offload) vs full, candidate kernels" bench_omnikv_128k.md \
         "${new_kernels[@]}" "$bin/kvbench" bench \
@@ -496,6 +504,8 @@ for s in $steps; do # in the order given: the most wanted first, so a deadline c
 done
 echo >>"$summary"
 echo "failed steps: $fails; steps not run: $skips" >>"$summary"
+echo >>"$summary"
+python3 "$root/scripts/gpu_verdict.py" "$outdir" >>"$summary" 2>&1 # the must-shows, read from these logs
 pack
 echo "gpu-check: $fails failed step(s), $skips not run; summary in $summary"
 [ $fails -eq 0 ] && [ $skips -eq 0 ]
