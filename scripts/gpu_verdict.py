@@ -190,7 +190,10 @@ def main(argv):
         return 2
     v = Verdict(load(argv[1]))
     for part in (v.correctness, v.attention, v.synthetic, v.methods, v.omnikv, v.loads, v.model):
-        part()
+        try:
+            part()
+        except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:  # a log cut short or malformed
+            v.rows.append((part.__name__, f"unreadable: {type(e).__name__} {e}", "", "NOT RUN", "-"))
     print("## The must-shows (scripts/gpu_verdict.py)\n")
     print("| must-show | measured | target | verdict | from |")
     print("|---|---|---|---|---|")

@@ -6,7 +6,8 @@
    against the same figure found in the raw table by its column's position in the header, and its PASS / FAIL
    against the must-show's threshold applied here.
 2. Made-up logs on both sides of every threshold (bench-attention's CSV, the 8B table beside PyTorch, OmniKV at 128K,
-   the packed loads, summary.md), each expected verdict spelled out; a missing log is NOT RUN.
+   the packed loads, summary.md), each expected verdict spelled out; a missing log is NOT RUN, and so are the
+   must-shows of a log cut short (with the reason), the others still read.
 Needs the default model (scripts/fetch-model.sh): without it, one line and a pass outside CI, a failure in CI.
 """
 import os
@@ -158,11 +159,24 @@ def made_up():
                                                   for k in sorted(set(v) | set(want)) if v.get(k) != want.get(k)))
 
 
+def malformed():
+    """A log cut short: its must-shows are NOT RUN with the reason, the others still read."""
+    d = tempfile.mkdtemp(prefix="kvb_verdict_")
+    with open(os.path.join(d, "bench_attention.csv"), "w") as f:
+        f.write("ctx,batch,case,us,gbps\n32768,1,full_v4,12.")  # cut inside a row
+    with open(os.path.join(d, "bench_loads_cuda.md"), "w") as f:
+        f.write("| method | loads | MiB | ms | GB/s | % of pinned copy |\n|---|---:|---:|---:|---:|---:|\n| round | 1 | 17.00 | 0.4 | 45.00 | 90% |\n")
+    v = verdict(d)
+    check(v.get("attention", ("", ""))[0].startswith("unreadable: ") and v["attention"][1] == "NOT RUN", f"cut csv: {v.get('attention')}")
+    check(v.get("Round Attention's packed host->device load: % of the pinned copy") == ("90%", "PASS"), "the others read")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__.strip())
         return 2
     made_up()
+    malformed()
     home = os.environ.get("KVB_MODEL_DIR") or os.path.join(os.environ.get("HOME", "/root"), ".cache", "kvbench", "models")
     model = os.path.join(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
     if os.path.exists(model):
