@@ -145,7 +145,7 @@ fi
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
 # the warm machine where 6 minutes are left, the rest in later leases.
-declare -A est=([tests]=~70 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+declare -A est=([tests]=~90 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~120 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=~35)
