@@ -256,6 +256,7 @@ void kvb_ctx_reset(kvb_ctx *c) {
     c->layer_end_at = 0;
     c->layers_ended = 0;
     c->obs_n = 0;
+    c->obs_stopped = 0;
     c->dec_calls = 0;
     memset(c->dec_attended, 0, (size_t)c->model->cfg.n_layer * sizeof *c->dec_attended);
 }
@@ -375,6 +376,12 @@ int kvb_ctx_end_prefill(kvb_ctx *c, char *err, size_t err_len) {
         count_copies(c, &t0);
         if (rc) return -1;
     }
+    /* a window nobody reads after the prefill stops here: a decode step would shift it in every layer (three device
+     * copies a layer, memmoves on the CPU) for nothing */
+    if (c->obs_q && !(c->hooks && c->hooks->obs_decode) && !c->params.keep_window) {
+        c->obs_stopped = 1;
+        c->obs_n = 0;
+    }
     return 0;
 }
 
@@ -390,7 +397,10 @@ double kvb_ctx_mean_attended(const kvb_ctx *c, int layer) {
 }
 
 /* The observation window keeps the newest obs_window query rows per layer, oldest first. At the start of a
- * chunk the positions advance (obs_begin); each layer then shifts its rows the same way (obs_push). */
+ * chunk the positions advance (obs_begin); each layer then shifts its rows the same way (obs_push). It records
+ * while it exists and the end of prefill has not stopped it (kvb_ctx_end_prefill). */
+static int obs_live(const kvb_ctx *c) { return c->obs_q && !c->obs_stopped; }
+
 static int obs_begin(kvb_ctx *c, int64_t n, char *err, size_t err_len) {
     const int W = c->obs_cap;
     int have = c->obs_n;
@@ -588,7 +598,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     if (be->copy(be, c->pos_d, c->pos, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len) ||
         be->copy(be, c->rounds_d, c->rounds, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len))
         return -1;
-    if (c->obs_q && obs_begin(c, n, err, err_len)) return -1;
+    if (obs_live(c) && obs_begin(c, n, err, err_len)) return -1;
 
     prof_begin(P, PROF_EMBED, -1);
     be->get_rows(be, c->x, &m->tok_embd, ids, n);
@@ -615,7 +625,7 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         tap(c, "Kcur", l, c->k, n, kv_dim);
         tap(c, "Vcur", l, c->v, n, kv_dim);
 
-        if (c->obs_q && obs_push(c, l, c->q, n, err, err_len)) return -1;
+        if (obs_live(c) && obs_push(c, l, c->q, n, err, err_len)) return -1;
 
         prof_begin(P, PROF_UPDATE_CACHE, l);
         if (kvc_append(c->kv, l, n, c->k, c->v, c->pos_d, c->rounds_d, err, err_len)) return -1;
@@ -786,7 +796,7 @@ int kvb_fwd_seq_begin(kvb_ctx *c, char *err, size_t err_len) {
     if (c->be->copy(c->be, c->pos_d, c->pos, sizeof(int32_t), KVB_COPY_H2D, err, err_len) ||
         c->be->copy(c->be, c->rounds_d, c->rounds, sizeof(int32_t), KVB_COPY_H2D, err, err_len))
         return -1;
-    return c->obs_q ? obs_begin(c, 1, err, err_len) : 0;
+    return obs_live(c) ? obs_begin(c, 1, err, err_len) : 0;
 }
 
 /* Layer l for one token whose q, k, v rows (after RoPE) sit in the batch's buffers: the context's activation
@@ -794,7 +804,7 @@ int kvb_fwd_seq_begin(kvb_ctx *c, char *err, size_t err_len) {
  * c->k, c->v) and the attention op see exactly what forward_chunk would give them for n = 1, and the output lands
  * in the batch's att row. */
 int kvb_fwd_seq_attend(kvb_ctx *c, int l, float *q, float *k, float *v, float *att, char *err, size_t err_len) {
-    if (c->obs_q && obs_push(c, l, q, 1, err, err_len)) return -1;
+    if (obs_live(c) && obs_push(c, l, q, 1, err, err_len)) return -1;
     prof_begin(c->prof, PROF_UPDATE_CACHE, l);
     if (kvc_append(c->kv, l, 1, k, v, c->pos_d, c->rounds_d, err, err_len)) return -1;
     prof_end(c->prof, PROF_UPDATE_CACHE, l, 1, 0);

@@ -91,6 +91,8 @@ typedef struct {
     kvb_prefill_gemm prefill_gemm; /* default AUTO */
     int64_t kv_reserve;   /* KV slots per head allocated up front (0: 256 on the CPU, the context on a GPU); the
                            * benchmarks reserve the whole context so no decode step pays a growth copy */
+    int keep_window;      /* the observation window records after the end of prefill whatever the hooks say (tests:
+                           * a method that reads it in decode must say so, kvb_hooks.obs_decode) */
 } kvb_ctx_params;
 
 typedef struct kvb_ctx kvb_ctx;
@@ -128,6 +130,9 @@ typedef struct {
     int (*on_round)(void *self, kvb_ctx *c, int32_t round, int is_question, char *err, size_t err_len);
     /* keep the last obs_window query rows per layer (post-RoPE) in c->obs_q, for window scores */
     int obs_window;
+    /* 1: the window is read after the end of prefill too (OmniKV's filter layers, DecodingPress's cuts), so decode
+     * keeps recording it; 0: the end of prefill stops it (obs_n 0, no copies per decode step) */
+    int obs_decode;
 } kvb_hooks;
 
 /* Observer of what each layer's attention read (kvbench fidelity): called after select. */
@@ -184,6 +189,8 @@ struct kvb_ctx {
     int32_t *obs_pos;       /* [w] positions of the kept rows */
     int obs_n;              /* rows kept (<= obs_window) */
     int obs_cap;            /* obs_window the buffer was sized for */
+    int obs_stopped;        /* the end of prefill stopped the window (hooks->obs_decode 0): obs_n 0, nothing recorded
+                             * until kvb_ctx_reset */
     int obs_have;           /* rows kept before the current chunk */
     /* the end of prefill layer by layer (kvb_ctx_end_prefill_by_layer): the chunk that reaches layer_end_at tokens
      * runs after_prefill for each layer right after that layer's attention (0 = at the end of prefill only) */

@@ -188,7 +188,7 @@ static kvb_method *decoding_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o,
 const kvb_method_def kvb_method_decoding = {
     .name = "decoding",
     .summary = "a scorer (snapkv, knorm, keydiff) every `interval` decode steps down to `target` tokens (DecodingPress)",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL | KVB_DECODE_WINDOW,
     .obs_window = decoding_obs_window,
     .create = decoding_create,
     .hooks = {.pre_attend = decoding_pre_attend, .select = decoding_select, .after_prefill = decoding_after_prefill},

@@ -122,6 +122,10 @@ enum {
      * with the same kept sets, and a server promises it what each layer keeps (kept_tokens) plus one layer's full KV
      * (judge/sched.h) */
     KVB_LAYER_LOCAL = 1 << 5,
+    /* it reads the observation window after the end of prefill (OmniKV's filter layers score with it every step,
+     * DecodingPress's SnapKV base at each cut), so decode keeps recording it; for every other method the end of
+     * prefill stops the window (engine/model.h kvb_hooks.obs_decode; test_obs_window holds each method to it) */
+    KVB_DECODE_WINDOW = 1 << 6,
 };
 
 /* A method's budget on its model (kvb_budget_tokens, kvb_budget_at) per global layer. On a hybrid model (Gemma 3's

@@ -107,6 +107,7 @@ kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b,
     m->hooks = def->hooks;
     m->hooks.self = m;
     m->hooks.obs_window = nd.obs_window;
+    m->hooks.obs_decode = !!(def->traits & KVB_DECODE_WINDOW);
     kvb_method_bind_layers(m, &c->model->cfg); /* a hybrid model's budget is its global layers' */
     const char *unused = kvb_opts_unused(o);
     if (unused) {

@@ -47,6 +47,7 @@ kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *e
     s->want_scores = want_scores;
     s->hooks.self = s;
     s->hooks.obs_window = obs_window;
+    s->hooks.obs_decode = 1; /* the shared prefill's forks copy the window whenever they are made */
     if (want_scores) {
         s->hooks.wants_probs = share_wants;
         s->hooks.observe = share_observe;

@@ -206,6 +206,7 @@ static kvb_ctx *new_ctx(void) {
     p.n_ctx = CTX;
     p.n_threads = 1;
     p.n_batch = 64;
+    p.keep_window = 1; /* the references below read a context's window after its prefill */
     kvb_ctx *c = kvb_ctx_create(model, &p, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
     return c;

@@ -293,6 +293,7 @@ static void test_below_lambdas_share_snapkv_keeps_the_tokens_then_channels_are_p
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = 3 + (i * 41) % 290;
     kvb_ctx *c = util_tiny_ctx(KVB_F16, CTX);
+    c->params.keep_window = 1; /* the reference below reads the window ThinK scored channels with */
     kvb_method *m = util_make_method("think", c, "35%", NULL);
     CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, N, err, sizeof err) == 0);
     const int dk = HD - (int)(0.4 * HD); /* lambda 0.4, kvpress's int() */
