@@ -36,7 +36,8 @@
 # Steps (each one row of summary.md, its log beside it):
 #   tests             test_cuda_ops, test_backend_ops, test_cuda_model (every op and method, CPU vs CUDA, each method
 #                     with its own prefill and adopting a shared one as bench and run do), test_cuda_model again on
-#                     the candidate set, test_layer_prefill on CUDA (every layer-local method ended layer by layer)
+#                     the candidate set, test_layer_prefill on CUDA (every layer-local method ended layer by layer),
+#                     test_obs_window on CUDA (every method with its observation window stopped after the prefill)
 #   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
@@ -67,8 +68,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 # what a GPU box runs: the CLI and the tests of the CUDA paths (test_layer_prefill: the layer-wise end of prefill
-# against the end of prefill, on the backend KVB_BACKEND names)
-gpu_bins="kvbench test_cuda_ops test_cuda_model test_backend_ops test_layer_prefill"
+# against the end of prefill; test_obs_window: every method decoding with its window stopped as with it kept; both
+# on the backend KVB_BACKEND names)
+gpu_bins="kvbench test_cuda_ops test_cuda_model test_backend_ops test_layer_prefill test_obs_window"
 build_gpu() { # $1 = build dir, extra cmake args after
     local dir=$1; shift
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=on "$@" >/dev/null || return 1
@@ -305,6 +307,8 @@ step_tests() {
     [ ${#small[@]} -gt 0 ] && whole=$outdir/no-model
     step "test_layer_prefill on CUDA (layer-wise end of prefill = the end of prefill, every layer-local method)" \
         layer_prefill_cuda.log env KVB_BACKEND=cuda KVB_MODEL_DIR="$whole" "$bin/test_layer_prefill"
+    step "test_obs_window on CUDA (every method: the window stopped after the prefill decodes as with it kept)" \
+        obs_window_cuda.log env KVB_BACKEND=cuda "$bin/test_obs_window"
 }
 step_bench_attention() {
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \
