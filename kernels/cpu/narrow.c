@@ -47,7 +47,7 @@ static int cpu_gather_cols(kvb_backend *be, void *out, int64_t out_stride, const
 typedef struct {
     const kvb_attn_args *a;
     const kvb_narrow_kv *s;
-    float *scratch; /* per task slot: Gq x (n weights + head_dim sums), then one key row */
+    float *scratch; /* per task slot: Gq x (n weights + head_dim sums), then a tile of key rows and one row */
     int Gq;
 } narrow_job;
 
@@ -55,24 +55,89 @@ static float elem(const void *x, kvb_dtype dt, int64_t i) {
     return dt == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)x)[i]) : ((const float *)x)[i];
 }
 
-/* acc[r][e] += w[r][i] v[e] for the group's rows r < Gq, e < D (each product rounded, then the sum: the header's
- * float order, the lanes across e) */
-static void add_weighted_row(float *acc, const float *const *w, int64_t i, int Gq, int D, const void *v, kvb_dtype dt) {
-    int e = 0;
+/* acc[r][e] = sum of w[r][i] v_i[e] over the visible tokens i ascending, for the group's rows r < Gq and e < D: each
+ * product rounded, then its add (the header's float order). The lanes run across e in register blocks of up to 4
+ * rows x 4 vectors, each block one pass over the tokens, so a sum stays in a register rather than going through
+ * memory at every token; a zero weight is skipped there (adding 0 x v changes no sum), the tail channels add it. */
+static void weighted_values(float *acc, float *const *w, int Gq, int D, const void *v, kvb_dtype dt, int64_t n,
+                            const int32_t *pos, const int32_t *q_pos_t) {
+    int e0 = 0;
 #if VF_LANES > 1
-    for (; e + VF_LANES <= D; e += VF_LANES) {
-        const vf x = dt == KVB_F16 ? vf_load_f16((const uint16_t *)v + e) : vf_load((const float *)v + e);
-        for (int r = 0; r < Gq; r++) {
-            if (w[r][i] == 0) continue; /* masked for this row (adding 0 x v changes no sum) */
-            float *a = acc + (size_t)r * D + e;
-            vf_store(a, vf_add(vf_load(a), vf_mul(vf_set1(w[r][i]), x)));
+    const int nvec = D / VF_LANES;
+    for (int r0 = 0; r0 < Gq; r0 += 4)
+        for (int c0 = 0; c0 < nvec; c0 += 4) {
+            const int nr = Gq - r0 < 4 ? Gq - r0 : 4, nc = nvec - c0 < 4 ? nvec - c0 : 4;
+            vf a[4][4];
+#pragma GCC unroll 4
+            for (int rr = 0; rr < 4; rr++)
+#pragma GCC unroll 4
+                for (int cc = 0; cc < 4; cc++) a[rr][cc] = vf_zero();
+            for (int64_t i = 0; i < n; i++) {
+                if (q_pos_t && pos[i] > *q_pos_t) continue;
+                vf x[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+#pragma GCC unroll 4
+                for (int cc = 0; cc < 4; cc++)
+                    if (cc < nc) {
+                        const int64_t at = i * D + (int64_t)(c0 + cc) * VF_LANES;
+                        x[cc] = dt == KVB_F16 ? vf_load_f16((const uint16_t *)v + at) : vf_load((const float *)v + at);
+                    }
+#pragma GCC unroll 4
+                for (int rr = 0; rr < 4; rr++) {
+                    if (rr >= nr || w[r0 + rr][i] == 0) continue;
+                    const vf ws = vf_set1(w[r0 + rr][i]);
+#pragma GCC unroll 4
+                    for (int cc = 0; cc < 4; cc++)
+                        if (cc < nc) a[rr][cc] = vf_add(a[rr][cc], vf_mul(ws, x[cc]));
+                }
+            }
+            for (int rr = 0; rr < nr; rr++)
+                for (int cc = 0; cc < nc; cc++) vf_store(acc + (size_t)(r0 + rr) * D + (size_t)(c0 + cc) * VF_LANES, a[rr][cc]);
+        }
+    e0 = nvec * VF_LANES;
+#endif
+    for (int r = 0; r < Gq; r++)
+        for (int e = e0; e < D; e++) acc[(size_t)r * D + e] = 0;
+    for (int64_t i = 0; i < n && e0 < D; i++) {
+        if (q_pos_t && pos[i] > *q_pos_t) continue;
+        for (int e = e0; e < D; e++) {
+            const float x = elem(v, dt, i * D + e);
+            for (int r = 0; r < Gq; r++) acc[(size_t)r * D + e] += w[r][i] * x;
         }
     }
+}
+
+/* The logits of tokens [i0, i0 + nt) (nt <= KT_TILE) for the group's Gq query rows into w[r][i0..]: the tile's key
+ * rows as f32, channel-major (kt[c][lane]), then per lane the header's float dot, channels ascending, each product
+ * rounded before its add (ISO C: no contraction), times scale; the lanes are tokens, so every token's sum keeps that
+ * order exactly. Lanes past nt are zero and not stored. */
+enum { KT_TILE = VF_LANES > 8 ? VF_LANES : 8 * VF_LANES };
+static void tile_logits(float *const *w, const float *const *qg, int Gq, int dk, float scale, const void *k,
+                        kvb_dtype dt, int64_t i0, int nt, float *kt, float *row) {
+    for (int lane = 0; lane < KT_TILE; lane++) {
+        if (lane < nt) {
+            int c = 0;
+            if (dt == KVB_F16) {
+                const uint16_t *src = (const uint16_t *)k + (i0 + lane) * dk;
+#if VF_LANES > 1
+                for (; c + VF_LANES <= dk; c += VF_LANES) vf_store(row + c, vf_load_f16(src + c));
 #endif
-    for (; e < D; e++) {
-        const float x = elem(v, dt, e);
-        for (int r = 0; r < Gq; r++) acc[(size_t)r * D + e] += w[r][i] * x;
+                for (; c < dk; c++) row[c] = kvb_f16_to_f32(src[c]);
+            } else {
+                memcpy(row, (const float *)k + (i0 + lane) * dk, (size_t)dk * sizeof *row);
+            }
+            for (c = 0; c < dk; c++) kt[c * KT_TILE + lane] = row[c];
+        } else {
+            for (int c = 0; c < dk; c++) kt[c * KT_TILE + lane] = 0;
+        }
     }
+    for (int r = 0; r < Gq; r++)
+        for (int b = 0; b < KT_TILE; b += VF_LANES) {
+            vf dot = vf_zero();
+            for (int c = 0; c < dk; c++) dot = vf_add(dot, vf_mul(vf_set1(qg[r][c]), vf_load(kt + c * KT_TILE + b)));
+            float out[VF_LANES];
+            vf_store(out, vf_mul(vf_set1(scale), dot));
+            for (int e = 0; e < VF_LANES && b + e < nt; e++) w[r][i0 + b + e] = out[e];
+        }
 }
 
 /* query row t of KV head g: its Gq query heads together, so each K and V row is read once for the group */
@@ -84,8 +149,7 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
     const kvb_dtype dt = a->kv_dtype;
     const int32_t *pos = s->pos[g];
     const void *k = s->k[g], *v = s->v[g];
-    const size_t vrow = (size_t)D * (dt == KVB_F16 ? 2 : 4);
-    float *w[MAX_G], m[MAX_G], *acc = scratch + (size_t)Gq * s->n, *kr = acc + (size_t)Gq * D;
+    float *w[MAX_G], m[MAX_G], *acc = scratch + (size_t)Gq * s->n, *kt = acc + (size_t)Gq * D;
     double l[MAX_G];
     const float *qg[MAX_G];
     for (int r = 0; r < Gq; r++) {
@@ -96,20 +160,16 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
         l[r] = 0;
     }
     int64_t seen = 0;
-    for (int64_t i = 0; i < s->n; i++) {
-        const int masked = a->q_pos && pos[i] > a->q_pos[t];
-        seen += !masked;
-        if (!masked) /* the key row as f32, once for the group */
-            for (int c = 0; c < dk; c++) kr[c] = elem(k, dt, i * dk + c);
-        for (int r = 0; r < Gq; r++) {
-            if (masked) {
-                w[r][i] = -INFINITY;
-                continue;
+    for (int64_t i0 = 0; i0 < s->n; i0 += KT_TILE) { /* the logits a tile of tokens at a time, lanes over tokens */
+        const int nt = s->n - i0 < KT_TILE ? (int)(s->n - i0) : KT_TILE;
+        tile_logits(w, qg, Gq, dk, a->scale, k, dt, i0, nt, kt, kt + (size_t)dk * KT_TILE);
+        for (int64_t i = i0; i < i0 + nt; i++) {
+            const int masked = a->q_pos && pos[i] > a->q_pos[t];
+            seen += !masked;
+            for (int r = 0; r < Gq; r++) {
+                if (masked) w[r][i] = -INFINITY;
+                else m[r] = w[r][i] > m[r] ? w[r][i] : m[r];
             }
-            float dot = 0;
-            for (int c = 0; c < dk; c++) dot += qg[r][c] * kr[c];
-            w[r][i] = a->scale * dot;
-            m[r] = w[r][i] > m[r] ? w[r][i] : m[r];
         }
     }
     if (!seen) return; /* nothing visible: out and lse kept */
@@ -119,9 +179,7 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
             l[r] += wi;
             w[r][i] = (float)wi;
         }
-    memset(acc, 0, (size_t)Gq * D * sizeof *acc);
-    for (int64_t i = 0; i < s->n; i++)
-        if (!a->q_pos || pos[i] <= a->q_pos[t]) add_weighted_row(acc, (const float *const *)w, i, Gq, D, (const uint8_t *)v + i * vrow, dt);
+    weighted_values(acc, w, Gq, D, v, dt, s->n, pos, a->q_pos ? &a->q_pos[t] : NULL);
     for (int r = 0; r < Gq; r++) {
         const int h = g * Gq + r;
         float *lse = a->lse + (int64_t)h * a->n_q + t, *out = a->out + (t * a->n_head + h) * D;
@@ -131,10 +189,15 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
     }
 }
 
+/* floats of one task slot's scratch: Gq x (n weights + head_dim sums), a tile of dk-channel key rows, one row */
+static size_t slot_floats(int Gq, int64_t n, int D, int dk) {
+    return (size_t)Gq * (size_t)(n + D) + (size_t)dk * (KT_TILE + 1);
+}
+
 static void narrow_task(void *arg, int ith, int nth) {
     const narrow_job *j = arg;
     const kvb_attn_args *a = j->a;
-    float *scratch = j->scratch + (size_t)ith * ((size_t)j->Gq * (size_t)(j->s->n + a->head_dim) + (size_t)j->s->dk);
+    float *scratch = j->scratch + (size_t)ith * slot_floats(j->Gq, j->s->n, a->head_dim, j->s->dk);
     long lo, hi;
     kvb_split((long)(a->n_q * a->n_head_kv), ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) narrow_rows(j, r / a->n_head_kv, (int)(r % a->n_head_kv), scratch);
@@ -153,7 +216,7 @@ static int cpu_attention_narrow(kvb_backend *be, const kvb_attn_args *a, const k
     kvb_pool *pool = cpu_backend_pool(be);
     const int nth = kvb_pool_size(pool);
     narrow_job j = {.a = a, .s = s, .Gq = a->n_head / a->n_head_kv};
-    j.scratch = malloc((size_t)nth * ((size_t)j.Gq * (size_t)(s->n + a->head_dim) + (size_t)s->dk) * sizeof *j.scratch);
+    j.scratch = malloc((size_t)nth * slot_floats(j.Gq, s->n, a->head_dim, s->dk) * sizeof *j.scratch);
     if (!j.scratch) return ERR("attention_narrow: out of memory");
     kvb_pool_run(pool, narrow_task, &j);
     free(j.scratch);
