@@ -76,9 +76,21 @@ static void group_sz(const uint8_t *rec, int G, int bits, float *sc, float *z) {
 
 static int code_at(const uint8_t *codes, int i, int bits) { return (codes[i * bits / 8] >> (i * bits % 8)) & ((1 << bits) - 1); }
 
-/* codes i0 .. i0 + VF_LANES - 1 of a group record, as floats (AVX2: the 8 codes' bytes shifted apart per lane) */
+/* codes i0 .. i0 + VF_LANES - 1 of a group record, as floats (AVX2, AVX-512: the codes' bytes shifted apart per
+ * lane; code k of the vector sits at bit k x bits of the little-endian stream from code i0) */
 static inline vf codes_vec(const uint8_t *codes, int i0, int bits) {
-#if VF_LANES == 8
+#if VF_LANES == 16
+    if (bits == 8) return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + i0))));
+    const uint8_t *at = codes + i0 * bits / 8; /* the 16 codes' 2 x bits bytes */
+    uint32_t lo, hi;
+    if (bits == 4) memcpy(&lo, at, 4), memcpy(&hi, at + 4, 4); /* codes 0-7 in lo, 8-15 in hi */
+    else if (bits == 2) memcpy(&lo, at, 4), hi = lo;
+    else { uint16_t h; memcpy(&h, at, 2); lo = hi = h; }
+    const __m512i word = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)lo)), _mm256_set1_epi32((int)hi), 1);
+    const __m512i k = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i sh = _mm512_mullo_epi32(bits == 4 ? _mm512_and_si512(k, _mm512_set1_epi32(7)) : k, _mm512_set1_epi32(bits));
+    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(word, sh), _mm512_set1_epi32((1 << bits) - 1)));
+#elif VF_LANES == 8
     if (bits == 8) return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i0))));
     uint32_t word;
     const uint8_t *at = codes + i0 * bits / 8; /* the 8 codes' `bits` bytes */
