@@ -462,23 +462,70 @@ static int cpu_block_minmax(kvb_backend *be, float *kmin, float *kmax, const voi
     return 0;
 }
 
-static int cpu_block_scores(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
-                            int dim, int64_t n_block, int group_max, char *err, size_t err_len) {
-    if (G <= 0 || dim <= 0) return ERR("block_scores: %d query heads of dim %d", G, dim);
-    for (int64_t b = 0; b < n_block; b++) {
-        const float *lo = kmin + (size_t)b * dim, *hi = kmax + (size_t)b * dim;
+typedef struct {
+    float *score;
+    const float *q, *kmin, *kmax;
+    int G, dim, group_max;
+    int64_t n_block;
+} block_scores_job;
+
+/* blocks [b0, b1) in the header's order: on AVX-512 eight blocks at a time, their kmin and kmax transposed once into
+ * double tiles ([e][block]) that serve every query head, the lanes over blocks (each lane's sums keep e and r
+ * ascending; max_pd picks as `a > c ? a : c` does, zeros and NaN included); the rest one by one */
+enum { BS_MAX_DIM = 256 };
+static void block_scores_range(const block_scores_job *j, int64_t b0, int64_t b1) {
+    const int dim = j->dim, G = j->G;
+    int64_t b = b0;
+#if defined(__AVX512F__)
+    double tlo[BS_MAX_DIM * 8], thi[BS_MAX_DIM * 8];
+    for (; b + 8 <= b1 && dim <= BS_MAX_DIM; b += 8) {
+        const float *lo = j->kmin + (size_t)b * dim, *hi = j->kmax + (size_t)b * dim;
+        for (int k = 0; k < 8; k++)
+            for (int e = 0; e < dim; e++) tlo[e * 8 + k] = lo[(size_t)k * dim + e], thi[e * 8 + k] = hi[(size_t)k * dim + e];
+        __m512d acc = _mm512_setzero_pd();
+        for (int r = 0; r < G; r++) {
+            const float *qr = j->q + (size_t)r * dim;
+            __m512d u = _mm512_setzero_pd();
+            for (int e = 0; e < dim; e++) {
+                const __m512d qd = _mm512_set1_pd((double)qr[e]);
+                const __m512d a = _mm512_mul_pd(qd, _mm512_loadu_pd(tlo + e * 8));
+                const __m512d c = _mm512_mul_pd(qd, _mm512_loadu_pd(thi + e * 8));
+                u = _mm512_add_pd(u, _mm512_max_pd(a, c));
+            }
+            acc = j->group_max ? (r == 0 ? u : _mm512_max_pd(u, acc)) : _mm512_add_pd(acc, u);
+        }
+        _mm256_storeu_ps(j->score + b, _mm512_cvtpd_ps(acc));
+    }
+#endif
+    for (; b < b1; b++) {
+        const float *lo = j->kmin + (size_t)b * dim, *hi = j->kmax + (size_t)b * dim;
         double acc = 0;
         for (int r = 0; r < G; r++) {
-            const float *qr = q + (size_t)r * dim;
+            const float *qr = j->q + (size_t)r * dim;
             double u = 0;
             for (int e = 0; e < dim; e++) {
                 const double a = (double)qr[e] * lo[e], c = (double)qr[e] * hi[e];
                 u += a > c ? a : c;
             }
-            acc = group_max ? (r == 0 || u > acc ? u : acc) : acc + u;
+            acc = j->group_max ? (r == 0 || u > acc ? u : acc) : acc + u;
         }
-        score[b] = (float)acc;
+        j->score[b] = (float)acc;
     }
+}
+
+static void block_scores_task(void *arg, int ith, int nth) {
+    const block_scores_job *j = arg;
+    long lo, hi;
+    kvb_split((long)((j->n_block + 7) / 8), ith, nth, &lo, &hi); /* whole vectors of blocks per thread */
+    const int64_t b1 = (int64_t)hi * 8;
+    block_scores_range(j, (int64_t)lo * 8, b1 < j->n_block ? b1 : j->n_block);
+}
+
+static int cpu_block_scores(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
+                            int dim, int64_t n_block, int group_max, char *err, size_t err_len) {
+    if (G <= 0 || dim <= 0) return ERR("block_scores: %d query heads of dim %d", G, dim);
+    block_scores_job j = {score, q, kmin, kmax, G, dim, group_max, n_block};
+    kvb_pool_run(n_block >= 64 ? cpu_backend_pool(be) : NULL, block_scores_task, &j);
     return 0;
 }
 
