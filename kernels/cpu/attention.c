@@ -165,18 +165,6 @@ static scratch carve(const attn_job *job, int ith) {
     return s;
 }
 
-/* widen n elements of a K or V row to f32 and zero the padding up to dp */
-ALWAYS_INLINE void load_row(float *dst, const void *src_rows, int64_t slot, int d, int dp, kvb_dtype dt) {
-    if (dt == KVB_F32) {
-        memcpy(dst, (const float *)src_rows + slot * d, (size_t)d * sizeof(float));
-    } else {
-        const uint16_t *src = (const uint16_t *)src_rows + slot * d;
-        int i = 0;
-        for (; i + VF_LANES <= d; i += VF_LANES) vf_store(dst + i, vf_load_f16(src + i));
-        for (; i < d; i++) dst[i] = kvb_f16_to_f32(src[i]);
-    }
-    for (int i = d; i < dp; i++) dst[i] = 0.0f;
-}
 
 /* ---- many rows: logits S^T[b][r] with query rows in the vector lanes ---- */
 
@@ -443,8 +431,8 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
             vb = (const float *)a->v[g] + jb * D;
         } else if (!inplace) {
             for (int b = 0; b < nb; b++) {
-                load_row(sc->kb + (int64_t)b * Dp, a->k[g], sc->slots[b], D, Dp, a->kv_dtype);
-                load_row(sc->vb + (int64_t)b * Dp, a->v[g], sc->slots[b], D, Dp, a->kv_dtype);
+                vf_widen_row(sc->kb + (int64_t)b * Dp, a->k[g], sc->slots[b], D, Dp, a->kv_dtype);
+                vf_widen_row(sc->vb + (int64_t)b * Dp, a->v[g], sc->slots[b], D, Dp, a->kv_dtype);
             }
             kb = sc->kb;
             vb = sc->vb;

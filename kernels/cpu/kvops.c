@@ -324,9 +324,6 @@ typedef struct {
     float *od;              /* [G][head_dim], zeroed */
 } pod_merge_job;
 
-static inline vf pod_row(const void *v, kvb_dtype dtype, size_t at) {
-    return dtype == KVB_F16 ? vf_load_f16((const uint16_t *)v + at) : vf_load((const float *)v + at);
-}
 
 /* merged heads m0..m0+nh-1, elements [e0, e0 + POD_CW), rows [i0, i1); nh is a constant where inlined */
 static inline __attribute__((always_inline)) void pod_merge_block(const pod_merge_job *j, int m0, int nh, int e0,
@@ -340,7 +337,7 @@ static inline __attribute__((always_inline)) void pod_merge_block(const pod_merg
     }
     for (int64_t i = i0; i < i1; i++) {
         const size_t at = (size_t)i * D + (size_t)e0;
-        const vf x0 = pod_row(j->v, j->dtype, at), x1 = pod_row(j->v, j->dtype, at + VF_LANES);
+        const vf x0 = vf_load_kv(j->v, j->dtype, at), x1 = vf_load_kv(j->v, j->dtype, at + VF_LANES);
         for (int r = 0; r < nh; r++) {
             const vf wi = vf_set1(j->w[m0 + r][i]);
             a[r][0] = vf_add(a[r][0], vf_mul(wi, x0));

@@ -77,10 +77,7 @@ static void weighted_values(float *acc, float *const *w, int Gq, int D, const vo
                 vf x[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
 #pragma GCC unroll 4
                 for (int cc = 0; cc < 4; cc++)
-                    if (cc < nc) {
-                        const int64_t at = i * D + (int64_t)(c0 + cc) * VF_LANES;
-                        x[cc] = dt == KVB_F16 ? vf_load_f16((const uint16_t *)v + at) : vf_load((const float *)v + at);
-                    }
+                    if (cc < nc) x[cc] = vf_load_kv(v, dt, i * D + (int64_t)(c0 + cc) * VF_LANES);
 #pragma GCC unroll 4
                 for (int rr = 0; rr < 4; rr++) {
                     if (rr >= nr || w[r0 + rr][i] == 0) continue;
@@ -115,17 +112,8 @@ static void tile_logits(float *const *w, const float *const *qg, int Gq, int dk,
                         kvb_dtype dt, int64_t i0, int nt, float *kt, float *row) {
     for (int lane = 0; lane < KT_TILE; lane++) {
         if (lane < nt) {
-            int c = 0;
-            if (dt == KVB_F16) {
-                const uint16_t *src = (const uint16_t *)k + (i0 + lane) * dk;
-#if VF_LANES > 1
-                for (; c + VF_LANES <= dk; c += VF_LANES) vf_store(row + c, vf_load_f16(src + c));
-#endif
-                for (; c < dk; c++) row[c] = kvb_f16_to_f32(src[c]);
-            } else {
-                memcpy(row, (const float *)k + (i0 + lane) * dk, (size_t)dk * sizeof *row);
-            }
-            for (c = 0; c < dk; c++) kt[c * KT_TILE + lane] = row[c];
+            vf_widen_row(row, k, i0 + lane, dk, dk, dt);
+            for (int c = 0; c < dk; c++) kt[c * KT_TILE + lane] = row[c];
         } else {
             for (int c = 0; c < dk; c++) kt[c * KT_TILE + lane] = 0;
         }

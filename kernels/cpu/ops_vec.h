@@ -1,4 +1,4 @@
-/* ops_vec.h — private SIMD helpers shared by ops.c and attention.c (not a public contract).
+/* ops_vec.h — private SIMD helpers shared by the CPU kernels (ops, attention, the methods' data ops; not a public contract).
  *
  * One float vector type `vf` of VF_LANES lanes: AVX-512 when the compiler targets it, else AVX2+FMA,
  * else plain scalar floats, so the kernels are written once. We use intrinsics rather than GCC
@@ -8,6 +8,9 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "kernels/dtype.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -180,5 +183,26 @@ static inline vf vf_load_f16(const uint16_t *p) { return kvb_f16_to_f32(*p); }
 static inline vf vf_sum_each(const vf *v) { return v[0]; }
 
 #endif
+
+/* ---- KV rows (f16 or f32), shared by the attention kernels and the methods' data ops ---- */
+
+/* VF_LANES elements of f16 or f32 rows from element `at` */
+static inline __attribute__((always_inline)) vf vf_load_kv(const void *rows, kvb_dtype dt, int64_t at) {
+    return dt == KVB_F16 ? vf_load_f16((const uint16_t *)rows + at) : vf_load((const float *)rows + at);
+}
+
+/* row `slot` (d elements) of f16 or f32 rows widened to f32 into dst, zeros from d up to dp */
+static inline __attribute__((always_inline)) void vf_widen_row(float *dst, const void *rows, int64_t slot, int d, int dp,
+                                                               kvb_dtype dt) {
+    if (dt == KVB_F32) {
+        memcpy(dst, (const float *)rows + slot * d, (size_t)d * sizeof(float));
+    } else {
+        const uint16_t *src = (const uint16_t *)rows + slot * d;
+        int i = 0;
+        for (; i + VF_LANES <= d; i += VF_LANES) vf_store(dst + i, vf_load_f16(src + i));
+        for (; i < d; i++) dst[i] = kvb_f16_to_f32(src[i]);
+    }
+    for (int i = d; i < dp; i++) dst[i] = 0.0f;
+}
 
 #endif
