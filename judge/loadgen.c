@@ -373,7 +373,11 @@ static void on_event(stream_state *s, const char *data) {
         s->t_last = t;
     }
     const double ct = jnum(cJSON_GetObjectItemCaseSensitive(j, "usage"), "completion_tokens");
-    if (!isnan(ct)) s->n_gen = (int)ct;
+    if (!isnan(ct) && !(ct >= 0 && ct <= INT_MAX && ct == floor(ct))) { /* a count no int holds: never cast */
+        if (!s->err[0]) snprintf(s->err, sizeof s->err, "malformed SSE event: usage.completion_tokens %.6g is not a token count", ct);
+    } else if (!isnan(ct)) {
+        s->n_gen = (int)ct;
+    }
     cJSON_Delete(j);
 }
 

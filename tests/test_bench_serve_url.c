@@ -316,6 +316,9 @@ static void test_secrets_echoed_by_a_server_are_redacted(void) {
 
 static void test_broken_streams_and_server_errors_count_as_failed(void) {
     check_fake("data: {not json\n\n", 200, "malformed SSE");
+    /* a token count no int holds (found by fuzz_sse_stream): a reason, never a cast out of range */
+    check_fake("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"completion_tokens\":2e40}}\n\n"
+               "data: [DONE]\n\n", 200, "usage.completion_tokens 2e+40 is not a token count");
     check_fake("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", 200, "without \"data: [DONE]\"");
     check_fake("{\"error\":{\"message\":\"engine on fire\"}}", 500, "HTTP 500: engine on fire");
 }
