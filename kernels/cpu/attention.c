@@ -36,6 +36,7 @@
 
 enum {
     KB = 64,               /* keys per block */
+    PF_AHEAD = 32,         /* index lists: K rows are prefetched this many keys ahead of the logits */
     ROWS_TARGET = 64,      /* query rows (queries x group heads) per item */
     ROWS_TRANSPOSED = 8,   /* from this many rows on, use the S^T kernel */
     ITEMS_TARGET = 64,     /* split keys until there are this many items (load balance, any pool size) */
@@ -259,14 +260,30 @@ ALWAYS_INLINE vf kv_chunk(const void *base, int64_t slot, int d, int c, const in
                : vf_load((const float *)base + slot * d + c * VF_LANES);
 }
 
+/* Prefetch of the rows an index list names. Its rows are scattered, so the hardware's stream prefetch, which
+ * carries the dense path, misses them and an index-list step read them at half the dense path's bytes/s. */
+static inline void prefetch_row(const void *base, int32_t slot, int row_bytes) {
+    const char *r = (const char *)base + (int64_t)slot * row_bytes;
+    for (int o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o);
+}
+
 /* s[r][b] = scale * q_r . k_slot[b] for r < R (< ROWS_TRANSPOSED), b < nb: each key is widened once for
- * all rows; per row the VF_LANES partial-sum vectors of a group of keys are reduced together */
+ * all rows; per row the VF_LANES partial-sum vectors of a group of keys are reduced together. With an index
+ * list (`list`: its n_list entries from this block's first key on), each group of keys asks for the K rows
+ * PF_AHEAD keys on and for its own V rows, which dec_accum reads after this block; values are unchanged. */
 ALWAYS_INLINE void dec_logits_nv(float *s, const float *q, int R, const void *kbase, const int64_t *slots, int nb,
-                                 int d, float scale, const int f16, const int nv) {
+                                 int d, float scale, const int f16, const int nv, const int32_t *list,
+                                 int64_t n_list, const void *vbase) {
     vf part[ROWS_TRANSPOSED - 1][VF_LANES];
     const vf vs = vf_set1(scale);
+    const int row_bytes = d * (f16 ? 2 : 4);
     for (int b0 = 0; b0 < nb; b0 += VF_LANES) {
         const int n = nb - b0 < VF_LANES ? nb - b0 : VF_LANES;
+        if (list)
+            for (int i = 0; i < n; i++) {
+                if (b0 + i + PF_AHEAD < n_list) prefetch_row(kbase, list[b0 + i + PF_AHEAD], row_bytes);
+                prefetch_row(vbase, list[b0 + i], row_bytes);
+            }
         for (int i = 0; i < VF_LANES; i++) {
             if (i >= n) {
                 for (int r = 0; r < R; r++) part[r][i] = vf_zero();
@@ -290,11 +307,11 @@ ALWAYS_INLINE void dec_logits_nv(float *s, const float *q, int R, const void *kb
 }
 
 static void dec_logits(float *s, const float *q, int R, const void *kbase, const int64_t *slots, int nb, int d,
-                       float scale, int f16) {
-#define DEC_LOGITS_CASE(NV)                                                                  \
-    case NV:                                                                                 \
-        if (f16) dec_logits_nv(s, q, R, kbase, slots, nb, d, scale, 1, NV);                  \
-        else dec_logits_nv(s, q, R, kbase, slots, nb, d, scale, 0, NV);                      \
+                       float scale, int f16, const int32_t *list, int64_t n_list, const void *vbase) {
+#define DEC_LOGITS_CASE(NV)                                                                         \
+    case NV:                                                                                        \
+        if (f16) dec_logits_nv(s, q, R, kbase, slots, nb, d, scale, 1, NV, list, n_list, vbase);    \
+        else dec_logits_nv(s, q, R, kbase, slots, nb, d, scale, 0, NV, list, n_list, vbase);        \
         break;
     switch (d / VF_LANES) {
         DEC_LOGITS_CASE(1) DEC_LOGITS_CASE(2) DEC_LOGITS_CASE(3) DEC_LOGITS_CASE(4)
@@ -473,7 +490,11 @@ static void run_item(attn_job *job, scratch *sc, const item_desc *it) {
             }
         } else {
             if (inplace) {
-                dec_logits(sc->s, sc->q, R, a->k[g], sc->slots, nb, D, a->scale, f16);
+                if (idx && jb == it->j0) /* the first PF_AHEAD keys of the item: nothing asked for them */
+                    for (int64_t j = jb; j < jb + PF_AHEAD && j < it->j1; j++)
+                        prefetch_row(a->k[g], idx[j], D * (f16 ? 2 : 4));
+                dec_logits(sc->s, sc->q, R, a->k[g], sc->slots, nb, D, a->scale, f16, idx ? idx + jb : NULL,
+                           it->j1 - jb, a->v[g]);
             } else {
                 for (int r = 0; r < R; r++) {
                     const float *qr = sc->q + (int64_t)r * Dp;
