@@ -1,48 +1,49 @@
-/* topk.c — a heap of the k best kept in the output, sorted in place at the end. */
+/* topk.c — the k best of a host array in slot order: a radix select of the k-th best key, then one ordered pass.
+ * The CUDA backend's k_topk_radix (kernels/cuda/kvops.cu) makes the same selection the same way on the device. */
 #include "base/topk.h"
 
 #include <math.h>
+#include <string.h>
 
-/* total order for top-k: larger value first, NaN after every number, then lower index first */
-static int ranks_before(const float *x, int32_t a, int32_t b) {
-    const float va = x[a], vb = x[b];
-    const int na = isnan(va), nb = isnan(vb);
-    if (na != nb) return nb;
-    if (!na && va != vb) return va > vb;
-    return a < b;
+/* A float's rank as an unsigned key: larger numbers larger keys, -0 the same as +0, every NaN 0 (below -inf,
+ * whose key is 0x007fffff). Equal keys are exactly the ties of the order, which then go to the lower slot. */
+static inline uint32_t order_key(float v) {
+    if (isnan(v)) return 0u;
+    if (v == 0.0f) v = 0.0f;
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* heap whose root is the element that ranks last among those kept */
-static void heap_sift_down(const float *x, int32_t *h, int64_t n, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, worst = i;
-        if (l < n && ranks_before(x, h[worst], h[l])) worst = l;
-        if (r < n && ranks_before(x, h[worst], h[r])) worst = r;
-        if (worst == i) return;
-        int32_t t = h[i];
-        h[i] = h[worst];
-        h[worst] = t;
-        i = worst;
-    }
-}
+enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
 
-void kvb_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out) {
+void kvb_topk_slots(const float *x, int64_t n, int64_t k, int32_t *idx_out) {
     if (k > n) k = n;
     if (k <= 0) return;
-    int32_t *h = idx_out; /* the heap is built in the output and sorted in place at the end */
-    for (int64_t i = 0; i < k; i++) h[i] = (int32_t)i;
-    for (int64_t i = k / 2; i-- > 0;) heap_sift_down(x, h, k, i);
-    for (int64_t i = k; i < n; i++) {
-        if (ranks_before(x, (int32_t)i, h[0])) {
-            h[0] = (int32_t)i;
-            heap_sift_down(x, h, k, 0);
+    /* MSB first, digits of 11, 11 and 10 bits: after each pass, `prefix` holds the chosen high bits of the k-th
+     * best key T and `need` its rank among the slots that share them (1 = the best of them) */
+    static const int shifts[3] = {21, 10, 0};
+    uint32_t prefix = 0;
+    int64_t need = k;
+    for (int p = 0; p < 3; p++) {
+        const int s = shifts[p];
+        const uint32_t digit_mask = p == 0 ? DIGITS - 1 : (1u << (shifts[p - 1] - s)) - 1;
+        const int high = shifts[p] + (p == 0 ? DIGIT_BITS : shifts[p - 1] - s); /* bits above this digit */
+        int64_t hist[DIGITS];
+        memset(hist, 0, (size_t)(digit_mask + 1) * sizeof hist[0]);
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t key = order_key(x[i]);
+            if (high < 32 && (key >> high) != (prefix >> high)) continue;
+            hist[(key >> s) & digit_mask]++;
         }
+        int64_t d = digit_mask;
+        for (; d > 0 && hist[d] < need; d--) need -= hist[d];
+        prefix |= (uint32_t)d << s;
     }
-    /* heapsort: the root ranks last, so moving it to the end leaves the array in rank order */
-    for (int64_t m = k; m > 1; m--) {
-        int32_t t = h[0];
-        h[0] = h[m - 1];
-        h[m - 1] = t;
-        heap_sift_down(x, h, m - 1, 0);
+    /* every slot with a key above T, and the first `need` slots with key T */
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t key = order_key(x[i]);
+        if (key > prefix || (key == prefix && need-- > 0)) idx_out[m++] = (int32_t)i;
     }
 }

@@ -20,8 +20,7 @@ void kvb_sort_i32(int32_t *v, int64_t n) { qsort(v, (size_t)n, sizeof *v, cmp_i3
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
     if (k > n) k = n;
     if (k <= 0) return 0;
-    kvb_topk(score, n, k, out);
-    kvb_sort_i32(out, k);
+    kvb_topk_slots(score, n, k, out);
     return 0;
 }
 

@@ -505,7 +505,8 @@ static void check_topk(kvb_backend *be, int64_t n, int64_t k) {
     float *x = malloc((size_t)n * 4 + 4);
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = rnd(20);
-        x[i] = c == 0 ? NAN : c == 1 ? INFINITY : c == 2 ? -INFINITY : (float)rnd(8) * 0.25f; /* ties galore */
+        x[i] = c == 0 ? NAN : c == 1 ? INFINITY : c == 2 ? -INFINITY : c == 3 ? -0.0f : c == 4 ? -NAN
+             : (float)rnd(8) * 0.25f; /* ties galore, -0 among the zeros, NaN of either sign */
     }
     const int64_t kk = k < 0 ? 0 : k > n ? n : k;
     int32_t *ref = malloc((size_t)n * 4 + 4), *got = malloc((size_t)(kk + 1) * 4);

@@ -1,12 +1,14 @@
 /* test_ops.c — rmsnorm, rope, swiglu, add, softmax, top-k against float64 references
  * (and, for rmsnorm and rope, against ggml's exact float formula). */
 #include <CUnit/Basic.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/topk.h"
 #include "kernels/cpu/ops.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -253,19 +255,26 @@ static int cmp_rank(const void *pa, const void *pb) {
     return a < b ? -1 : 1;
 }
 
+static int cmp_slot(const void *pa, const void *pb) {
+    const int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* the reference: every slot sorted by the rank order, its first k, then sorted by slot */
 static void check_topk(const float *x, int64_t n, int64_t k) {
     int32_t *all = malloc(n * sizeof(int32_t)), *got = malloc((k + 1) * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) all[i] = (int32_t)i;
     cmp_vals = x;
     qsort(all, n, sizeof *all, cmp_rank);
+    qsort(all, k, sizeof *all, cmp_slot);
     got[k] = -77;
-    cpu_topk(x, n, k, got);
+    kvb_topk_slots(x, n, k, got);
     CU_ASSERT(memcmp(all, got, k * sizeof(int32_t)) == 0);
     CU_ASSERT(got[k] == -77); /* writes exactly k */
     free(all), free(got);
 }
 
-static void test_topk_sorted_descending_ties_by_lower_index(void) {
+static void test_topk_is_the_k_best_in_slot_order_ties_by_lower_index(void) {
     const int64_t n = 1000;
     float *x = malloc(n * sizeof(float));
     for (int64_t i = 0; i < n; i++) x[i] = (float)(rng_u64() % 10); /* many ties */
@@ -273,6 +282,17 @@ static void test_topk_sorted_descending_ties_by_lower_index(void) {
     for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) check_topk(x, n, ks[i]);
     for (int64_t i = 0; i < n; i++) x[i] = rng_normal();
     x[3] = NAN, x[500] = -INFINITY, x[501] = INFINITY;
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) check_topk(x, n, ks[i]);
+    /* the radix select's edges: -0 ties +0, NaNs of either sign tie each other below -inf, denormals, keys that
+     * differ only in the low digit, and ties across the k-th value */
+    const float edge[] = {0.0f, -0.0f, -NAN, NAN, -INFINITY, 1e-45f, -1e-45f, 1.0f, nextafterf(1.0f, 2.0f),
+                          nextafterf(1.0f, 0.0f), -0.0f, 0.0f, 1.0f, -NAN, FLT_MAX, -FLT_MAX, 1.0f};
+    const int64_t ne = sizeof edge / sizeof *edge;
+    for (int64_t kk = 0; kk <= ne; kk++) check_topk(edge, ne, kk);
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t c = rng_u64() % 6;
+        x[i] = c == 0 ? -0.0f : c == 1 ? 0.0f : c == 2 ? (i & 1 ? NAN : -NAN) : c == 3 ? nextafterf(2.0f, 3.0f) : 2.0f;
+    }
     for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) check_topk(x, n, ks[i]);
     const float small[3] = {1.0f, 1.0f, 1.0f};
     check_topk(small, 3, 3);
@@ -294,7 +314,7 @@ int main(void) {
     ADD(test_add_is_exact_float_sum);
     ADD(test_softmax_matches_f64_with_masked_entries);
     ADD(test_softmax_of_all_masked_row_is_zero_not_nan);
-    ADD(test_topk_sorted_descending_ties_by_lower_index);
+    ADD(test_topk_is_the_k_best_in_slot_order_ties_by_lower_index);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     printf("\nmax errors: rmsnorm rel %.3g, rope abs (same float angles) %.3g, rope abs (f64 angles) %.3g, "

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/ops.h" /* cpu_topk */
+#include "base/topk.h"
 #include "kernels/cpu/ops_vec.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -240,17 +240,11 @@ static int cpu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const flo
     return 0;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cpu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                         size_t err_len) {
     if (k > n) k = n;
     if (k <= 0) return 0;
-    cpu_topk(score, n, k, idx); /* the k best by the tie rule, then in slot order */
-    qsort(idx, (size_t)k, sizeof *idx, cmp_i32);
+    kvb_topk_slots(score, n, k, idx);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax, top-k (base/topk.c's).
+/* ops.c — elementwise and row kernels: rmsnorm, rope, swiglu, add, softmax.
  * Attention lives in attention.c. rmsnorm, rope and swiglu take llama.cpp's CPU float order exactly
  * (ggml_compat.h says why that matters), so the forward pass matches it bit for bit. */
 #include "kernels/cpu/ops.h"
@@ -6,7 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "base/topk.h"
 #include "kernels/cpu/ggml_compat.h"
 #include "kernels/cpu/ops_vec.h"
 
@@ -137,5 +136,3 @@ void cpu_softmax(float *x, int64_t n) {
     for (; i < n; i++) x[i] *= inv;
 }
 
-/* the top-k of base/topk.c, which host-side method helpers share */
-void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out) { kvb_topk(x, n, k, idx_out); }

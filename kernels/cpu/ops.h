@@ -35,9 +35,6 @@ void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
 void cpu_add(float *out, const float *a, const float *b, int64_t n);
 /* in place, max-subtracted: x = exp(x - max) / sum; -inf entries become 0; all -inf gives all 0 */
 void cpu_softmax(float *x, int64_t n);
-/* indices of the k largest values, sorted by value descending, ties broken by lower index; k <= n
- * (NaN ranks below every number) */
-void cpu_topk(const float *x, int64_t n, int64_t k, int32_t *idx_out);
 
 /* the attention arguments are the backend op interface's (kernels/backend.h) */
 typedef struct kvb_attn_args cpu_attn_args;
