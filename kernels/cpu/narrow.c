@@ -47,7 +47,7 @@ static int cpu_gather_cols(kvb_backend *be, void *out, int64_t out_stride, const
 typedef struct {
     const kvb_attn_args *a;
     const kvb_narrow_kv *s;
-    float *scratch; /* per task slot: Gq x (n weights + head_dim sums), then a tile of key rows and one row */
+    float *scratch; /* per task slot: Gq x (n weights + head_dim sums), then a tile of key rows twice */
     int Gq;
 } narrow_job;
 
@@ -104,27 +104,37 @@ static void weighted_values(float *acc, float *const *w, int Gq, int D, const vo
 }
 
 /* The logits of tokens [i0, i0 + nt) (nt <= KT_TILE) for the group's Gq query rows into w[r][i0..]: the tile's key
- * rows as f32, channel-major (kt[c][lane]), then per lane the header's float dot, channels ascending, each product
- * rounded before its add (ISO C: no contraction), times scale; the lanes are tokens, so every token's sum keeps that
- * order exactly. Lanes past nt are zero and not stored. */
+ * rows (contiguous in the segment) widened to f32 at once, turned channel-major (kt[c][lane]) VF_LANES x VF_LANES
+ * in registers, then per lane the header's float dot, channels ascending, each product rounded before its add (ISO
+ * C: no contraction), times scale; the lanes are tokens, so every token's sum keeps that order exactly. Lanes past
+ * nt are zero and not stored. rows: KT_TILE x dk + VF_LANES floats (a transpose's last loads run past the rows). */
 enum { KT_TILE = VF_LANES > 8 ? VF_LANES : 8 * VF_LANES };
 static void tile_logits(float *const *w, const float *const *qg, int Gq, int dk, float scale, const void *k,
-                        kvb_dtype dt, int64_t i0, int nt, float *kt, float *row) {
-    for (int lane = 0; lane < KT_TILE; lane++) {
-        if (lane < nt) {
-            vf_widen_row(row, k, i0 + lane, dk, dk, dt);
-            for (int c = 0; c < dk; c++) kt[c * KT_TILE + lane] = row[c];
-        } else {
-            for (int c = 0; c < dk; c++) kt[c * KT_TILE + lane] = 0;
+                        kvb_dtype dt, int64_t i0, int nt, float *kt, float *rows) {
+    const void *tile = (const char *)k + (size_t)i0 * dk * (dt == KVB_F16 ? 2 : 4);
+    vf_widen_row(rows, tile, 0, nt * dk, KT_TILE * dk + VF_LANES, dt);
+    for (int b = 0; b < KT_TILE; b += VF_LANES)
+        for (int c0 = 0; c0 < dk; c0 += VF_LANES) {
+            vf x[VF_LANES]; /* tokens b.. at channels c0.. (past dk: the next row's, never stored) */
+            for (int lane = 0; lane < VF_LANES; lane++) x[lane] = vf_load(rows + (size_t)(b + lane) * dk + c0);
+            vf_transpose(x);
+            for (int c = 0; c < VF_LANES && c0 + c < dk; c++) vf_store(kt + (size_t)(c0 + c) * KT_TILE + b, x[c]);
         }
-    }
-    for (int r = 0; r < Gq; r++)
-        for (int b = 0; b < KT_TILE; b += VF_LANES) {
-            vf dot = vf_zero();
-            for (int c = 0; c < dk; c++) dot = vf_add(dot, vf_mul(vf_set1(qg[r][c]), vf_load(kt + c * KT_TILE + b)));
-            float out[VF_LANES];
-            vf_store(out, vf_mul(vf_set1(scale), dot));
-            for (int e = 0; e < VF_LANES && b + e < nt; e++) w[r][i0 + b + e] = out[e];
+    for (int b = 0; b < KT_TILE; b += VF_LANES)
+        for (int r0 = 0; r0 < Gq; r0 += 4) { /* four rows' sums at once: four chains of adds, one load of K */
+            const int nr = Gq - r0 < 4 ? Gq - r0 : 4;
+            vf dot[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+            for (int c = 0; c < dk; c++) {
+                const vf x = vf_load(kt + c * KT_TILE + b);
+#pragma GCC unroll 4
+                for (int rr = 0; rr < 4; rr++)
+                    if (rr < nr) dot[rr] = vf_add(dot[rr], vf_mul(vf_set1(qg[r0 + rr][c]), x));
+            }
+            for (int rr = 0; rr < nr; rr++) {
+                float out[VF_LANES];
+                vf_store(out, vf_mul(vf_set1(scale), dot[rr]));
+                for (int e = 0; e < VF_LANES && b + e < nt; e++) w[r0 + rr][i0 + b + e] = out[e];
+            }
         }
 }
 
@@ -177,9 +187,10 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
     }
 }
 
-/* floats of one task slot's scratch: Gq x (n weights + head_dim sums), a tile of dk-channel key rows, one row */
+/* floats of one task slot's scratch: Gq x (n weights + head_dim sums), a tile of dk-channel key rows channel-major,
+ * the same tile as rows (tile_logits) */
 static size_t slot_floats(int Gq, int64_t n, int D, int dk) {
-    return (size_t)Gq * (size_t)(n + D) + (size_t)dk * (KT_TILE + 1);
+    return (size_t)Gq * (size_t)(n + D) + (size_t)dk * KT_TILE * 2 + VF_LANES;
 }
 
 static void narrow_task(void *arg, int ith, int nth) {

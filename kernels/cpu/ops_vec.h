@@ -67,6 +67,21 @@ static inline vf vf_exp(vf x) {
 }
 /* VF_LANES halves to f32 */
 static inline vf vf_load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+/* r[i][j] <- r[j][i]: a 16 x 16 transpose in registers (32-bit unpacks, 64-bit shuffles, then 128-bit lanes) */
+static inline void vf_transpose(vf *r) {
+    vf t[16], u[16];
+    for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    for (int a = 0; a < 16; a += 4) { /* u[a + b], lane k: rows a..a+3 at column 4k + b */
+        u[a] = _mm512_shuffle_ps(t[a], t[a + 2], 0x44), u[a + 1] = _mm512_shuffle_ps(t[a], t[a + 2], 0xEE);
+        u[a + 2] = _mm512_shuffle_ps(t[a + 1], t[a + 3], 0x44), u[a + 3] = _mm512_shuffle_ps(t[a + 1], t[a + 3], 0xEE);
+    }
+    for (int b = 0; b < 4; b++) {
+        const vf v0 = _mm512_shuffle_f32x4(u[b], u[4 + b], 0x44), v1 = _mm512_shuffle_f32x4(u[b], u[4 + b], 0xEE);
+        const vf v2 = _mm512_shuffle_f32x4(u[8 + b], u[12 + b], 0x44), v3 = _mm512_shuffle_f32x4(u[8 + b], u[12 + b], 0xEE);
+        r[b] = _mm512_shuffle_f32x4(v0, v2, 0x88), r[4 + b] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + b] = _mm512_shuffle_f32x4(v1, v3, 0x88), r[12 + b] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
 /* lane i of the result = sum of the lanes of v[i], for VF_LANES vectors: a transpose-and-add tree,
  * about 3 instructions per sum instead of ~8 for one horizontal sum each */
 static inline vf vf_sum_each(const vf *v) {
@@ -147,6 +162,17 @@ static inline vf vf_exp(vf x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); /* NaN stays NaN */
 }
 static inline vf vf_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+/* r[i][j] <- r[j][i]: an 8 x 8 transpose in registers (32-bit unpacks, 64-bit shuffles, then 128-bit halves) */
+static inline void vf_transpose(vf *r) {
+    vf t[8], u[8];
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int a = 0; a < 8; a += 4) { /* u[a + b], half k: rows a..a+3 at column 4k + b */
+        u[a] = _mm256_shuffle_ps(t[a], t[a + 2], 0x44), u[a + 1] = _mm256_shuffle_ps(t[a], t[a + 2], 0xEE);
+        u[a + 2] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0x44), u[a + 3] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0xEE);
+    }
+    for (int b = 0; b < 4; b++)
+        r[b] = _mm256_permute2f128_ps(u[b], u[4 + b], 0x20), r[4 + b] = _mm256_permute2f128_ps(u[b], u[4 + b], 0x31);
+}
 static inline vf vf_sum_each(const vf *v) {
     __m256 t[4], u[2];
     for (int k = 0; k < 4; k++)
@@ -180,6 +206,7 @@ static inline vf vf_mask_after(vf x, const int32_t *pos, int32_t lim) { return *
 static inline vf vf_mask_before(vf x, int32_t kpos, const int32_t *qpos) { return kpos > *qpos ? -INFINITY : x; }
 static inline vf vf_exp(vf x) { return expf(x); }
 static inline vf vf_load_f16(const uint16_t *p) { return kvb_f16_to_f32(*p); }
+static inline void vf_transpose(vf *r) { (void)r; }
 static inline vf vf_sum_each(const vf *v) { return v[0]; }
 
 #endif
