@@ -35,7 +35,7 @@ static const char *USAGE =
     "  export --kvpress RUN_DIR OUT  a run in kvpress's evaluation layout (predictions, metrics, config per press/ratio)\n"
     "  history RUN_DIR...   history.md and an SVG trend per method@budget over runs' dates and commits\n"
     "  serve                OpenAI-compatible chat-completions server on the engine (any method per request)\n"
-    "  bench-attention      decode attention GB/s on the GPU vs a device copy and PyTorch SDPA (CUDA builds)\n"
+    "  bench-attention      decode attention GB/s vs a copy: the GPU (beside PyTorch SDPA) or --backend cpu\n"
     "  bench-judge          judgments/s of the judge client against a local kvbench serve, by concurrency\n"
     "  bench-serve          requests/s and tokens/s per method on a fixed KV pool, continuous batching, N clients\n"
     "  calibrate KIND       model profiles for round (watershed layer), omnikv (filter layers), pod (layer blocks),\n"

@@ -215,6 +215,33 @@ static void test_cuda_kernels_option_is_checked(void) {
     free(r);
 }
 
+/* bench-attention on the CPU backend: every point's row for both cases, the float64 checks, the CSV; bad flags */
+static void test_bench_attention_cpu_measures_full_and_index_lists_and_checks_them(void) {
+    run_result *r = malloc(sizeof *r);
+    char args[512];
+    snprintf(args, sizeof args, "bench-attention --backend cpu --ctx 256,300 --batch 1,2 --heads 4 --kv-heads 2 --head-dim 64 "
+                                "--iters 2 --threads 2 --rotate-mib 1 --csv %s", tp("ba.csv"));
+    run(r, args);
+    CU_ASSERT(r->exit_code == 0);
+    CU_ASSERT(strstr(r->out, "check: full at 256 tokens") && strstr(r->out, "check: index list at 256 tokens"));
+    CU_ASSERT(!strstr(r->out, "FAIL"));
+    int rows = 0;
+    for (const char *p = r->out; (p = strstr(p, "\n| ")); p++) rows += p[3] >= '0' && p[3] <= '9';
+    CU_ASSERT(rows == 8); /* 2 contexts x 2 batches x (full, index list) */
+    char csv[4096];
+    slurp(tp("ba.csv"), csv, sizeof csv);
+    CU_ASSERT(strstr(csv, "ctx,batch,case,us,gbps") == csv && count_lines(csv) == 9);
+    CU_ASSERT(strstr(csv, "\n300,2,sparse,") != NULL);
+    const char *bad[] = {"bench-attention --backend tpu", "bench-attention --backend cpu --ctx 0",
+                         "bench-attention --backend cpu --heads 5 --kv-heads 2", "bench-attention --backend cpu --sparse 2",
+                         "bench-attention --backend cpu --batch 1,x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        run(r, bad[i]);
+        CU_ASSERT(r->exit_code != 0 && count_lines(r->err) == 1);
+    }
+    free(r);
+}
+
 static void test_help_explains_every_command(void) {
     run_result *r = malloc(sizeof *r);
     run(r, "--help");
@@ -648,6 +675,7 @@ int main(void) {
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
     CU_add_test(s, "--version names the commit it was built from", test_version_names_the_built_commit);
     CU_add_test(s, "--cuda-kernels is checked", test_cuda_kernels_option_is_checked);
+    CU_add_test(s, "bench-attention --backend cpu measures and checks", test_bench_attention_cpu_measures_full_and_index_lists_and_checks_them);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
     CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);

@@ -109,7 +109,8 @@ static const char *HELP =
     "for full attention and for a --sparse index list per KV head, beside a device-to-device copy measured in the\n"
     "same run (its GB/s counts bytes read + written) and, when python3 can import torch with CUDA, PyTorch's\n"
     "scaled_dot_product_attention on the same shapes (sparse: index_select gather + SDPA). Target: >= 75% of the\n"
-    "copy bandwidth at >= 32K tokens, and not slower than PyTorch. Defaults are Llama-3-8B's shapes.\n";
+    "copy bandwidth at >= 32K tokens, and not slower than PyTorch. Defaults are Llama-3-8B's shapes.\n"
+    "--backend cpu measures the CPU backend's attention instead (kvbench bench-attention --backend cpu --help).\n";
 
 extern "C" int kvb_bench_attention_main(int argc, char **argv) {
     opts o = {"8192,32768,65536,131072", "1,8", 0.1, 32, 8, 128, 50, 1, NULL};
@@ -139,7 +140,7 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
-        fprintf(stderr, "kvbench: bench-attention: no GPU: no CUDA device is usable (%s)\n", e ? cudaGetErrorString(e) : "no devices");
+        fprintf(stderr, "kvbench: bench-attention: no GPU: no CUDA device is usable (%s); --backend cpu measures the CPU\n", e ? cudaGetErrorString(e) : "no devices");
         return 1;
     }
     cudaDeviceProp prop;
