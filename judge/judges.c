@@ -124,7 +124,7 @@ static int number_after(const char *reply, const char *key, double *out) {
 
 int kvb_quality_parse(const char *reply, double *score) {
     double v;
-    if (number_after(reply, "overall score", &v) || v < 1 || v > 10) return -1;
+    if (number_after(reply, "overall score", &v) || !(v >= 1 && v <= 10)) return -1; /* NaN too ("score: nan") */
     *score = v;
     return 0;
 }
@@ -137,7 +137,7 @@ char *kvb_rubric_prompt(const char *question, const char *reference, const char 
 
 int kvb_rubric_parse(const char *reply, double *score) {
     double v;
-    if (number_after(reply, "score", &v) || v < 1 || v > 10) return -1;
+    if (number_after(reply, "score", &v) || !(v >= 1 && v <= 10)) return -1; /* NaN too */
     *score = v;
     return 0;
 }

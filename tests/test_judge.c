@@ -829,6 +829,11 @@ static void test_prompts_and_parsers(void) {
     CU_ASSERT(kvb_quality_parse("overall score: eleven", &v) == -1);
     CU_ASSERT(kvb_quality_parse("{'overall score': 42}", &v) == -1);
     CU_ASSERT(kvb_rubric_parse("Score: 9", &v) == 0 && v == 9);
+    /* strtod reads "nan": no comparison fails on NaN, so the range check must be written to refuse it (found by
+     * fuzz_judge_reply; its input is in tests/fuzz/corpus/judge_reply) */
+    CU_ASSERT(kvb_rubric_parse("Score: =nan", &v) == -1);
+    CU_ASSERT(kvb_quality_parse("{'overall score': NaN}", &v) == -1);
+    CU_ASSERT(kvb_rubric_parse("Score: inf", &v) == -1);
 }
 
 int main(void) {
