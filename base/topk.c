@@ -15,21 +15,19 @@ static inline uint32_t order_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
 
 void kvb_topk_slots(const float *x, int64_t n, int64_t k, int32_t *idx_out) {
     if (k > n) k = n;
     if (k <= 0) return;
-    /* MSB first, digits of 11, 11 and 10 bits: after each pass, `prefix` holds the chosen high bits of the k-th
-     * best key T and `need` its rank among the slots that share them (1 = the best of them) */
-    static const int shifts[3] = {21, 10, 0};
+    /* MSB first, the digits bits [21, 32), [10, 21) and [0, 10): after each pass, `prefix` holds the chosen high
+     * bits of the k-th best key T and `need` its rank among the slots that share them (1 = the best of them) */
+    static const int lo_bit[4] = {32, 21, 10, 0};
     uint32_t prefix = 0;
     int64_t need = k;
-    for (int p = 0; p < 3; p++) {
-        const int s = shifts[p];
-        const uint32_t digit_mask = p == 0 ? DIGITS - 1 : (1u << (shifts[p - 1] - s)) - 1;
-        const int high = shifts[p] + (p == 0 ? DIGIT_BITS : shifts[p - 1] - s); /* bits above this digit */
-        int64_t hist[DIGITS];
+    for (int p = 1; p < 4; p++) {
+        const int s = lo_bit[p], high = lo_bit[p - 1]; /* this digit's bits: [s, high) */
+        const uint32_t digit_mask = (1u << (high - s)) - 1;
+        int64_t hist[1 << 11];
         memset(hist, 0, (size_t)(digit_mask + 1) * sizeof hist[0]);
         for (int64_t i = 0; i < n; i++) {
             const uint32_t key = order_key(x[i]);

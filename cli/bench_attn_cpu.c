@@ -118,7 +118,7 @@ int kvb_bench_attention_cpu(int argc, char **argv) {
     const char *ctx_s = "8192,32768", *batch_s = "1", *csv_path = NULL;
     double sparse = 0.1;
     int H = 32, HK = 8, D = 128, iters = 20, threads = 0, rotate_mib = 512;
-    const char *backend = NULL;
+    const char *backend = NULL; /* cpu: cmd_bench_attn.c has checked it and routed here */
     const cli_opt opts[] = {CLI_STR("--backend", &backend), CLI_STR("--ctx", &ctx_s), CLI_STR("--batch", &batch_s),
                             CLI_FLOAT("--sparse", &sparse, 1e-9, 1), CLI_INT("--heads", &H, 1, 1024),
                             CLI_INT("--kv-heads", &HK, 1, 1024), CLI_INT("--head-dim", &D, 1, 512),

@@ -18,9 +18,7 @@ static int cmp_i32(const void *a, const void *b) {
 void kvb_sort_i32(int32_t *v, int64_t n) { qsort(v, (size_t)n, sizeof *v, cmp_i32); }
 
 int kvb_topk_ascending(const float *score, int64_t n, int64_t k, int32_t *out) {
-    if (k > n) k = n;
-    if (k <= 0) return 0;
-    kvb_topk_slots(score, n, k, out);
+    kvb_topk_slots(score, n, k, out); /* k clamped to [0, n] */
     return 0;
 }
 

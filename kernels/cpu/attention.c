@@ -261,7 +261,7 @@ ALWAYS_INLINE vf kv_chunk(const void *base, int64_t slot, int d, int c, const in
 }
 
 /* Prefetch of the rows an index list names. Its rows are scattered, so the hardware's stream prefetch, which
- * carries the dense path, misses them and an index-list step read them at half the dense path's bytes/s. */
+ * carries the dense path, misses them, and an index list was read at half the dense path's bytes/s or less. */
 static inline void prefetch_row(const void *base, int32_t slot, int row_bytes) {
     const char *r = (const char *)base + (int64_t)slot * row_bytes;
     for (int o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o);

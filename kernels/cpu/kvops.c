@@ -242,9 +242,7 @@ static int cpu_pool1d(kvb_backend *be, float *out, int64_t out_stride, const flo
 
 static int cpu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                         size_t err_len) {
-    if (k > n) k = n;
-    if (k <= 0) return 0;
-    kvb_topk_slots(score, n, k, idx);
+    kvb_topk_slots(score, n, k, idx); /* k clamped to [0, n] */
     return 0;
 }
 
