@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/expd.h"
 #include "kernels/dtype.h"
 #include "util_common.h"
 
@@ -1083,7 +1084,7 @@ static void random_records(uint8_t *rec, int64_t n_rec, quant_fmt f) {
  * attention_narrow), for one query row qr (dk wide) over n keys k (dk wide, at positions kpos, or pos0 + i when kpos
  * is NULL; hidden past qpos when masked) and values v (D wide): the scores in float, as the kernel computes them, and
  * in float64; the op's o and l against the store part's o0 and l0 merged with float64 attention (near) and, on the
- * CPU, with the header's float order bit for bit (exact); with every key hidden, o and l are o0 and l0 (kept).
+ * CPU, with the header's float order and the CPU's double exp (kernels/cpu/expd.h) bit for bit (exact); with every key hidden, o and l are o0 and l0 (kept).
  * sf, s64, w64 (n) and accf (D) are scratch. */
 static void merged_row_check(int64_t n, int D, int dk, const float *qr, const float *k, const float *v, float scale,
                              int masked, const int32_t *kpos, int32_t pos0, int32_t qpos, float l0, const float *o0,
@@ -1106,14 +1107,14 @@ static void merged_row_check(int64_t n, int D, int dk, const float *qr, const fl
         *kept &= !memcmp(o, o0, (size_t)D * 4) && !memcmp(&l, &l0, 4);
         return;
     }
-    const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? exp((double)l0 - mf) : 0.0;
+    const double w0 = isfinite(l0) ? exp(l0 - m) : 0.0, w0f = isfinite(l0) ? kvb_exp_d((double)l0 - mf) : 0.0;
     double L = w0, sum_f = 0;
     for (int e = 0; e < D; e++) accf[e] = 0;
     for (int64_t i = 0; i < n; i++) {
         w64[i] = sf[i] == -INFINITY ? 0.0 : exp(s64[i] - m);
         L += w64[i];
         if (sf[i] == -INFINITY) continue;
-        const double wf = exp((double)sf[i] - (double)mf);
+        const double wf = kvb_exp_d((double)sf[i] - (double)mf); /* the CPU's double exp (kernels/cpu/expd.h) */
         sum_f += wf;
         for (int e = 0; e < D; e++) accf[e] += (float)wf * v[i * D + e];
     }

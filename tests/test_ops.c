@@ -1,5 +1,5 @@
 /* test_ops.c — rmsnorm, rope, swiglu, add, softmax, top-k against float64 references
- * (and, for rmsnorm and rope, against ggml's exact float formula). */
+ * (and, for rmsnorm and rope, against ggml's exact float formula); the ops' double exp against long double. */
 #include <CUnit/Basic.h>
 #include <float.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/topk.h"
+#include "kernels/cpu/expd.h"
 #include "kernels/cpu/ops.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -299,6 +300,60 @@ static void test_topk_is_the_k_best_in_slot_order_ties_by_lower_index(void) {
     free(x);
 }
 
+/* ---- the ops' double exp (kernels/cpu/expd.h) ---- */
+
+/* |got - want| in units of the double spacing at want (long double want; subnormal spacing below 2^-1022) */
+static double ulps(double got, long double want) {
+    const long double sp = want == 0 ? 0x1p-1074L : fmaxl(ldexpl(1.0L, ilogbl(want) - 52), 0x1p-1074L);
+    return (double)(fabsl((long double)got - want) / sp);
+}
+
+static double max_ulp_expd;
+
+static void test_expd_within_an_ulp_of_expl_and_its_vector_form_gives_the_same_bits(void) {
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof *x);
+    double *out = malloc(N * sizeof *out);
+    double worst = 0;
+    /* scalar against long double: across the range that gives normal, subnormal, 0 and inf */
+    for (int i = 0; i < 200000; i++) {
+        const double v = i < 100000 ? -40.0 * rng_unit() : -760.0 + 1480.0 * rng_unit();
+        const double got = kvb_exp_d(v);
+        const long double want = expl((long double)v);
+        if (want > 0x1p-1022L && want < 0x1p1023L) worst = fmax(worst, ulps(got, want));
+        else if (want <= 0x1p-1022L) { CU_ASSERT(fabsl((long double)got - want) <= 0x1p-1074L); } /* subnormal: a step */
+        else { CU_ASSERT(isinf(got) || ulps(got, want) <= 1.0); }
+    }
+    max_ulp_expd = worst;
+    CU_ASSERT(worst <= 1.0);
+    CU_ASSERT(kvb_exp_d(0.0) == 1.0 && kvb_exp_d(-INFINITY) == 0.0 && kvb_exp_d(1e300) == INFINITY);
+    CU_ASSERT(kvb_exp_d(-800.0) == 0.0 && isnan(kvb_exp_d(NAN)) && kvb_exp_d(-745.0) > 0.0);
+    /* the array form: -inf gives 0, the rest the scalar's bits, in the vector body and the tail alike */
+    const float edge[] = {-INFINITY, NAN, 0.0f, -0.0f, 1.0f, -1.0f, 88.0f, -87.0f, 700.0f, 710.0f, 1e30f, -1e30f, -744.0f,
+                          -745.5f, -708.5f, 0.5f * 0.6931472f, -0.5f * 0.6931472f, INFINITY};
+    const int ne = (int)(sizeof edge / sizeof *edge);
+    const double ms[] = {0.0, 3.5, -2.25, 40.0};
+    for (int mi = 0; mi < 4; mi++) {
+        for (int i = 0; i < N; i++)
+            x[i] = i < ne ? edge[i] : i % 97 == 0 ? -INFINITY : (float)(ms[mi] + (rng_unit() * 2 - 1) * (i % 3 ? 20.0 : 800.0));
+        for (int64_t n = 0; n <= 19; n++) { /* every tail length */
+            kvb_exp_d_n(x + 3, ms[mi], out, n);
+            for (int64_t i = 0; i < n; i++) {
+                const double want = x[3 + i] == -INFINITY ? 0.0 : kvb_exp_d((double)x[3 + i] - ms[mi]);
+                CU_ASSERT(!memcmp(&out[i], &want, sizeof want));
+            }
+        }
+        kvb_exp_d_n(x, ms[mi], out, N);
+        int same = 1;
+        for (int i = 0; i < N; i++) {
+            const double want = x[i] == -INFINITY ? 0.0 : kvb_exp_d((double)x[i] - ms[mi]);
+            same &= !memcmp(&out[i], &want, sizeof want);
+        }
+        CU_ASSERT(same);
+    }
+    free(x), free(out);
+}
+
 /* the test's name is its function name: it states the behaviour pinned down */
 #define ADD(fn) CU_add_test(s, #fn + 5, fn)
 
@@ -315,11 +370,12 @@ int main(void) {
     ADD(test_softmax_matches_f64_with_masked_entries);
     ADD(test_softmax_of_all_masked_row_is_zero_not_nan);
     ADD(test_topk_is_the_k_best_in_slot_order_ties_by_lower_index);
+    ADD(test_expd_within_an_ulp_of_expl_and_its_vector_form_gives_the_same_bits);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     printf("\nmax errors: rmsnorm rel %.3g, rope abs (same float angles) %.3g, rope abs (f64 angles) %.3g, "
-           "swiglu rel %.3g, softmax rel %.3g\n",
-           max_err_rmsnorm, max_err_rope_same_theta, max_err_rope_f64, max_err_swiglu, max_err_softmax);
+           "swiglu rel %.3g, softmax rel %.3g, double exp %.3g ulp\n",
+           max_err_rmsnorm, max_err_rope_same_theta, max_err_rope_f64, max_err_swiglu, max_err_softmax, max_ulp_expd);
     const unsigned fails = CU_get_number_of_failures();
     CU_cleanup_registry();
     return fails != 0;

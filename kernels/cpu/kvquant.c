@@ -3,13 +3,15 @@
  *
  * attention_quant takes the query rows of every KV head in blocks of at most ROW_BLOCK rows per head, in three
  * passes over the backend's thread pool: the logits, split by blocks of `group` tokens (a block's K is
- * dequantized once into an f32 tile that serves every row, the dot products vectorised across its tokens); the
+ * dequantized once into an f32 tile that serves every row, the dot products vectorised across its tokens, up to 4
+ * rows x 2 vectors of tokens at once so that the sums' adds overlap); the
  * softmax weights, split by row; the weighted values, split by channel group (a token's values dequantized a
  * vector at a time for up to 4 rows, their sums in registers). Codes widen with AVX2 variable shifts where
  * built for it. Every sum keeps the header's order (e ascending for a logit, tokens ascending for L and acc),
  * whatever the split or the thread count. */
 #include "kernels/cpu/kvquant.h"
 
+#include "kernels/cpu/expd.h"
 #include "kernels/cpu/kvops.h"
 #include "kernels/cpu/pool.h"
 
@@ -114,14 +116,26 @@ static inline vf deq_vec(const uint8_t *rec, int i0, int bits, float sc, float z
 
 static float deq_at(const uint8_t *rec, int i, int bits, float sc, float z) { return z + (float)code_at(rec, i, bits) * sc; }
 
-/* the G values of a group record into out[0..G) */
-static void dequant_group(const uint8_t *rec, int G, int bits, float *out) {
-    float sc, z;
-    group_sz(rec, G, bits, &sc, &z);
-    int i = 0;
-    if (G % VF_LANES == 0)
-        for (; i < G; i += VF_LANES) vf_store(out + i, deq_vec(rec, i, bits, sc, z));
-    for (; i < G; i++) out[i] = deq_at(rec, i, bits, sc, z);
+/* the D group records of a K block (rb bytes apart) dequantized channel-major into kt ([D][G]); bits a constant
+ * where inlined */
+static inline __attribute__((always_inline)) void dequant_tile_bits(const uint8_t *k, int D, int G, int bits, float *kt) {
+    const size_t rb = kvb_quant_group_bytes(G, bits);
+    const int iv = G - G % VF_LANES;
+    for (int e = 0; e < D; e++, k += rb, kt += G) {
+        float sc, z;
+        group_sz(k, G, bits, &sc, &z);
+        for (int i = 0; i < iv; i += VF_LANES) vf_store(kt + i, deq_vec(k, i, bits, sc, z));
+        for (int i = iv; i < G; i++) kt[i] = deq_at(k, i, bits, sc, z);
+    }
+}
+
+static void dequant_tile(const uint8_t *k, int D, int G, int bits, float *kt) {
+    switch (bits) {
+    case 1: dequant_tile_bits(k, D, G, 1, kt); break;
+    case 2: dequant_tile_bits(k, D, G, 2, kt); break;
+    case 4: dequant_tile_bits(k, D, G, 4, kt); break;
+    default: dequant_tile_bits(k, D, G, 8, kt); break;
+    }
 }
 
 static int check_format(int G, int bits, int d, const char *op, char *err, size_t err_len) {
@@ -168,6 +182,30 @@ static size_t slot(int g, int rr) { return (size_t)g * ROW_BLOCK + (size_t)rr; }
 static int64_t row_t(const quant_job *j, int rr) { return (j->r0 + rr) / j->Gq; }
 static int row_h(const quant_job *j, int g, int rr) { return g * j->Gq + (int)((j->r0 + rr) % j->Gq); }
 
+/* rows r0 .. r0 + nr - 1's logits for tokens i0 .. i0 + nc x VF_LANES - 1 of a block (nr, nc constants where
+ * inlined): nr x nc independent sums, each e ascending, so that the adds' latency overlaps */
+static inline __attribute__((always_inline)) void logits_block(const quant_job *j, const float *kt, int g, int64_t b,
+                                                               int r0, int nr, int i0, int nc) {
+    const kvb_attn_args *a = j->a;
+    const float *qr[4];
+    vf acc[4][2];
+    for (int r = 0; r < nr; r++) {
+        qr[r] = a->q + (row_t(j, r0 + r) * a->n_head + row_h(j, g, r0 + r)) * j->D;
+        for (int c = 0; c < nc; c++) acc[r][c] = vf_zero();
+    }
+    for (int e = 0; e < j->D; e++) {
+        vf k[2];
+        for (int c = 0; c < nc; c++) k[c] = vf_load(kt + (size_t)e * j->G + i0 + c * VF_LANES);
+        for (int r = 0; r < nr; r++) {
+            const vf qe = vf_set1(qr[r][e]);
+            for (int c = 0; c < nc; c++) acc[r][c] = vf_add(acc[r][c], vf_mul(qe, k[c]));
+        }
+    }
+    const vf sc = vf_set1(a->scale);
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) vf_store(j->w + slot(g, r0 + r) * j->n + b * j->G + i0 + c * VF_LANES, vf_mul(sc, acc[r][c]));
+}
+
 /* pass 1, per (KV head, block of G tokens): K dequantized channel-major ([D][G]: a channel's G tokens side by
  * side), then each row's G logits, e ascending, masked by position */
 static void pass_logits(void *arg, int ith, int nth) {
@@ -175,6 +213,7 @@ static void pass_logits(void *arg, int ith, int nth) {
     const kvb_attn_args *a = j->a;
     const int64_t nb = j->n / j->G;
     const size_t rb = kvb_quant_group_bytes(j->G, j->q->bits);
+    const int iv = j->G - j->G % VF_LANES; /* tokens done in vectors */
     float *kt = j->tile + (size_t)ith * j->D * j->G;
     long lo, hi;
     kvb_split((long)(j->HK * nb), ith, nth, &lo, &hi);
@@ -182,26 +221,30 @@ static void pass_logits(void *arg, int ith, int nth) {
         const int g = (int)(task / nb);
         const int64_t b = task % nb;
         const uint8_t *k = j->q->k[g];
-        for (int e = 0; e < j->D; e++) dequant_group(k + (size_t)(b * j->D + e) * rb, j->G, j->q->bits, kt + (size_t)e * j->G);
+        dequant_tile(k + (size_t)(b * j->D) * rb, j->D, j->G, j->q->bits, kt);
+        for (int i0 = 0; i0 < iv; i0 += 2 * VF_LANES) {
+            const int nc = iv - i0 >= 2 * VF_LANES ? 2 : 1;
+            for (int r0 = 0; r0 < j->nr; r0 += 4) {
+                const int nr = j->nr - r0 < 4 ? j->nr - r0 : 4;
+#define LB(R, C) logits_block(j, kt, g, b, r0, R, i0, C)
+                if (nc == 2) switch (nr) { case 4: LB(4, 2); break; case 3: LB(3, 2); break; case 2: LB(2, 2); break; default: LB(1, 2); }
+                else switch (nr) { case 4: LB(4, 1); break; case 3: LB(3, 1); break; case 2: LB(2, 1); break; default: LB(1, 1); }
+#undef LB
+            }
+        }
         for (int rr = 0; rr < j->nr; rr++) {
             const int64_t t = row_t(j, rr);
             const float *qr = a->q + (t * a->n_head + row_h(j, g, rr)) * j->D;
             float *w = j->w + slot(g, rr) * j->n + b * j->G;
-            int i0 = 0;
-            for (; i0 + VF_LANES <= j->G; i0 += VF_LANES) {
-                vf dot = vf_zero();
-                for (int e = 0; e < j->D; e++) dot = vf_add(dot, vf_mul(vf_set1(qr[e]), vf_load(kt + (size_t)e * j->G + i0)));
-                vf_store(w + i0, dot);
-            }
-            for (; i0 < j->G; i0++) {
+            for (int i0 = iv; i0 < j->G; i0++) {
                 float dot = 0;
                 for (int e = 0; e < j->D; e++) dot += qr[e] * kt[(size_t)e * j->G + i0];
-                w[i0] = dot;
+                w[i0] = a->scale * dot;
             }
-            for (int i = 0; i < j->G; i++) {
-                const int visible = !a->q_pos || j->q->pos0 + b * j->G + i <= a->q_pos[t];
-                w[i] = visible ? a->scale * w[i] : -INFINITY;
-            }
+            const int64_t p0 = j->q->pos0 + b * j->G; /* the block's first position */
+            if (a->q_pos && p0 + j->G - 1 > a->q_pos[t])
+                for (int i = 0; i < j->G; i++)
+                    if (p0 + i > a->q_pos[t]) w[i] = -INFINITY;
         }
     }
 }
@@ -215,38 +258,40 @@ static void pass_weights(void *arg, int ith, int nth) {
         const int g = (int)(task / j->nr), rr = (int)(task % j->nr);
         float *w = j->w + slot(g, rr) * j->n, m = j->a->lse[row_h(j, g, rr) * j->a->n_q + row_t(j, rr)];
         for (int64_t i = 0; i < j->n; i++) m = w[i] > m ? w[i] : m;
-        double l = 0;
-        for (int64_t i = 0; i < j->n; i++) {
-            const double wi = w[i] == -INFINITY ? 0.0 : exp((double)w[i] - (double)m);
-            l += wi;
-            w[i] = (float)wi;
-        }
+        const double l = kvb_exp_weights(w, j->n, (double)m);
         j->m[slot(g, rr)] = m;
         j->l[slot(g, rr)] = l;
         memset(j->acc + slot(g, rr) * j->D, 0, (size_t)j->D * sizeof(float));
     }
 }
 
-/* pass 3, per (KV head, channel group): rows r0 .. r0 + nr - 1 (nr a constant where inlined) over elements
- * e0 .. e0 + VF_LANES - 1 of the group, each token's values dequantized once for every row, sums in registers */
-static inline __attribute__((always_inline)) void values_block(const quant_job *j, int g, int cg, int e0, int r0, int nr) {
+/* pass 3, per (KV head, channel group): rows r0 .. r0 + nr - 1 over elements e0 .. e0 + nc x VF_LANES - 1 of
+ * the group (nr, nc constants where inlined), each token's values dequantized once for every row, the nr x nc
+ * sums in registers (each tokens ascending) */
+static inline __attribute__((always_inline)) void values_block(const quant_job *j, int g, int cg, int e0, int nc,
+                                                               int r0, int nr) {
     const int n_cg = j->D / j->G;
     const size_t rb = kvb_quant_group_bytes(j->G, j->q->bits);
     const uint8_t *v = j->q->v[g];
-    vf a[4];
+    vf a[4][2];
     const float *w[4];
     for (int r = 0; r < nr; r++) {
-        a[r] = vf_load(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0);
+        for (int c = 0; c < nc; c++) a[r][c] = vf_load(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0 + c * VF_LANES);
         w[r] = j->w + slot(g, r0 + r) * j->n;
     }
     for (int64_t i = 0; i < j->n; i++) {
         const uint8_t *rec = v + (size_t)(i * n_cg + cg) * rb;
         float sc, z;
         group_sz(rec, j->G, j->q->bits, &sc, &z);
-        const vf x = deq_vec(rec, e0, j->q->bits, sc, z);
-        for (int r = 0; r < nr; r++) a[r] = vf_add(a[r], vf_mul(vf_set1(w[r][i]), x));
+        vf x[2];
+        for (int c = 0; c < nc; c++) x[c] = deq_vec(rec, e0 + c * VF_LANES, j->q->bits, sc, z);
+        for (int r = 0; r < nr; r++) {
+            const vf wr = vf_set1(w[r][i]);
+            for (int c = 0; c < nc; c++) a[r][c] = vf_add(a[r][c], vf_mul(wr, x[c]));
+        }
     }
-    for (int r = 0; r < nr; r++) vf_store(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0, a[r]);
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) vf_store(j->acc + slot(g, r0 + r) * j->D + (size_t)cg * j->G + e0 + c * VF_LANES, a[r][c]);
 }
 
 static void pass_values(void *arg, int ith, int nth) {
@@ -258,13 +303,16 @@ static void pass_values(void *arg, int ith, int nth) {
     kvb_split((long)j->HK * n_cg, ith, nth, &lo, &hi);
     for (long task = lo; task < hi; task++) {
         const int g = (int)(task / n_cg), cg = (int)(task % n_cg);
-        for (int e0 = 0; e0 < ev; e0 += VF_LANES)
-            for (int r0 = 0; r0 < j->nr; r0 += 4) switch (j->nr - r0 < 4 ? j->nr - r0 : 4) {
-                case 4: values_block(j, g, cg, e0, r0, 4); break;
-                case 3: values_block(j, g, cg, e0, r0, 3); break;
-                case 2: values_block(j, g, cg, e0, r0, 2); break;
-                default: values_block(j, g, cg, e0, r0, 1); break;
-                }
+        for (int e0 = 0; e0 < ev; e0 += 2 * VF_LANES) {
+            const int nc = ev - e0 >= 2 * VF_LANES ? 2 : 1;
+            for (int r0 = 0; r0 < j->nr; r0 += 4) {
+                const int nr = j->nr - r0 < 4 ? j->nr - r0 : 4;
+#define VB(R, C) values_block(j, g, cg, e0, C, r0, R)
+                if (nc == 2) switch (nr) { case 4: VB(4, 2); break; case 3: VB(3, 2); break; case 2: VB(2, 2); break; default: VB(1, 2); }
+                else switch (nr) { case 4: VB(4, 1); break; case 3: VB(3, 1); break; case 2: VB(2, 1); break; default: VB(1, 1); }
+#undef VB
+            }
+        }
         for (int e = ev; e < G; e++) /* groups of fewer values than a vector: one element at a time */
             for (int rr = 0; rr < j->nr; rr++) {
                 float *acc = j->acc + slot(g, rr) * j->D + (size_t)cg * G + e;
@@ -286,7 +334,7 @@ static void merge_rows(const quant_job *j) {
         for (int rr = 0; rr < j->nr; rr++) {
             const int64_t t = row_t(j, rr), h = row_h(j, g, rr);
             float *lse = a->lse + h * a->n_q + t, *out = a->out + (t * a->n_head + h) * j->D;
-            const double m = j->m[slot(g, rr)], w0 = isfinite(*lse) ? exp((double)*lse - m) : 0.0;
+            const double m = j->m[slot(g, rr)], w0 = isfinite(*lse) ? kvb_exp_d((double)*lse - m) : 0.0;
             const double l = w0 + j->l[slot(g, rr)];
             if (!(l > 0)) continue; /* nothing visible */
             const float *acc = j->acc + slot(g, rr) * j->D;

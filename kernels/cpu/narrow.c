@@ -8,6 +8,7 @@
  * the header's order whatever the split or the thread count. */
 #include "kernels/cpu/narrow.h"
 
+#include "kernels/cpu/expd.h"
 #include "kernels/cpu/kvops.h"
 #include "kernels/cpu/pool.h"
 
@@ -171,17 +172,12 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
         }
     }
     if (!seen) return; /* nothing visible: out and lse kept */
-    for (int r = 0; r < Gq; r++)
-        for (int64_t i = 0; i < s->n; i++) {
-            const double wi = w[r][i] == -INFINITY ? 0.0 : exp((double)w[r][i] - (double)m[r]);
-            l[r] += wi;
-            w[r][i] = (float)wi;
-        }
+    for (int r = 0; r < Gq; r++) l[r] = kvb_exp_weights(w[r], s->n, (double)m[r]);
     weighted_values(acc, w, Gq, D, v, dt, s->n, pos, a->q_pos ? &a->q_pos[t] : NULL);
     for (int r = 0; r < Gq; r++) {
         const int h = g * Gq + r;
         float *lse = a->lse + (int64_t)h * a->n_q + t, *out = a->out + (t * a->n_head + h) * D;
-        const double w0 = isfinite(*lse) ? exp((double)*lse - (double)m[r]) : 0.0, L = w0 + l[r];
+        const double w0 = isfinite(*lse) ? kvb_exp_d((double)*lse - (double)m[r]) : 0.0, L = w0 + l[r];
         for (int e = 0; e < D; e++) out[e] = (float)(((w0 > 0 ? w0 * out[e] : 0.0) + acc[(size_t)r * D + e]) / L);
         *lse = (float)((double)m[r] + log(L));
     }
