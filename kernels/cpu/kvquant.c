@@ -249,7 +249,7 @@ static void pass_logits(void *arg, int ith, int nth) {
     }
 }
 
-/* pass 2, per row: the maximum (with the store part's lse), the weights (double exp), their sum */
+/* pass 2, per row: the maximum (with the store part's lse), the weights (expd.h's double exp, in vectors), their sum */
 static void pass_weights(void *arg, int ith, int nth) {
     const quant_job *j = arg;
     long lo, hi;
