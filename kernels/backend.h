@@ -130,6 +130,9 @@ enum {
  * 16) followed by its scale s and minimum z as f16: kvb_quant_group_bytes(G, bits) bytes. Code i sits at bits
  * [i*bits, (i+1)*bits) of the group's code bytes, least significant first; it dequantizes to
  * (float)z + (float)code * (float)s (the product rounded to float first, then the sum). */
+/* pod_merge's chunk of distant rows (its order of the sum) */
+#define KVB_POD_CHUNK 512
+
 static inline size_t kvb_quant_group_bytes(int G, int bits) { return (size_t)G * (size_t)bits / 8 + 4; }
 /* A quantized KV segment per KV head: n tokens at positions pos0 .. pos0 + n - 1 (n a multiple of group), K in
  * per-channel groups and V in per-token groups (quant_groups' layouts, per_channel 1 and 0). k, v: host arrays of
@@ -263,8 +266,10 @@ struct kvb_backend {
                      int64_t first, int64_t n_dist, char *err, size_t err_len);
     /* PoD's merge for the G query heads of one KV head (eq. 4): gate = 1 / (1 + exp(lse_d[r] - lse_p[r])) in
      * double (1 when lse_d[r] is not finite); gate >= tau: skipped (counts[1]++); else counts[0]++ and
-     * out[r] = gate out[r] + (1 - gate) o_d with o_d = sum_i pd[r][i] v[i] (float, i ascending) over the n_dist
-     * distant V rows (head_dim elements of dtype). out: [G][head_dim]; counts: device int64[2]. */
+     * out[r] = gate out[r] + (1 - gate) o_d over the n_dist distant V rows (head_dim elements of dtype), in float:
+     * o_d = 0 + s_0 + s_1 + ... (chunks c ascending), s_c = 0 + the sum of pd[r][i] v[i] over the c-th
+     * KVB_POD_CHUNK rows, i ascending (the last chunk partial), so that chunks can run in parallel. out:
+     * [G][head_dim]; counts: device int64[2]. */
     int (*pod_merge)(kvb_backend *be, float *out, const float *lse_p, const float *lse_d, const float *pd,
                      int64_t pd_stride, const void *v, kvb_dtype dtype, int G, int head_dim, int64_t n_dist,
                      double tau, int64_t *counts, char *err, size_t err_len);

@@ -694,12 +694,13 @@ static void check_pod_merge(kvb_backend *be, int G, int head_dim, int64_t n_dist
         merged++;
         for (int e = 0; e < head_dim; e++) {
             double od = 0, mag = 0;
-            float od_f = 0; /* the header's float order, for the CPU */
+            float od_f = 0, s_f = 0; /* the header's float order, for the CPU: chunk sums s_f added in chunk order */
             for (int64_t i = 0; i < n_dist; i++) {
                 const size_t at = (size_t)(i * head_dim + e);
                 const float x = dt == KVB_F16 ? kvb_f16_to_f32(((kvb_f16 *)v)[at]) : ((float *)v)[at];
                 od += (double)pd[r * pd_stride + i] * x, mag += fabs((double)pd[r * pd_stride + i] * x);
-                od_f += pd[r * pd_stride + i] * x;
+                s_f += pd[r * pd_stride + i] * x;
+                if ((i + 1) % KVB_POD_CHUNK == 0 || i + 1 == n_dist) od_f += s_f, s_f = 0;
             }
             const double o = out0[r * head_dim + e], ref = gate * o + (1 - gate) * od;
             CU_ASSERT(fabs(got[r * head_dim + e] - ref) <= 1e-6 * (fabs(o) + (double)(n_dist + 1) * mag) + 1e-30);
@@ -713,7 +714,7 @@ static void check_pod_merge(kvb_backend *be, int G, int head_dim, int64_t n_dist
 
 static void test_pod_merge_gates_the_distant_output_and_counts_merged_and_skipped_heads(void) {
     const int dims[] = {1, 17, 64, 300};
-    const int64_t ns[] = {0, 1, 50, 300}; /* 300: the threaded path */
+    const int64_t ns[] = {0, 1, 50, 300, 1300}; /* 300: the threaded path; 1300: three chunks, the last partial */
     const double taus[] = {1.0, 0.5, 0.0};
     EACH_BACKEND(be) for (int gi = 0; gi < COUNT(groups); gi++) for (int di = 0; di < COUNT(dims); di++)
         for (int ni = 0; ni < COUNT(ns); ni++) for (int dt = 0; dt < 2; dt++)

@@ -296,9 +296,10 @@ static int cpu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *l
 
 
 /* pod_merge's o_D, split into tasks of up to POD_NH merged heads x 2 POD_CW elements (a cache line of f16
- * rows on AVX2): a task streams the distant rows in tiles of POD_TILE, each tile once per POD_CW elements
- * (the second pass hits L1), with its sums in registers within a tile and in od between tiles. Per element
- * the sum is the header's: products added in ascending row order, a multiply then an add (no FMA), so the
+ * rows on AVX2) x one KVB_POD_CHUNK of distant rows: a task streams its chunk's rows in tiles of POD_TILE, each
+ * tile once per POD_CW elements (the second pass hits L1), with its sums in registers within a tile and in the
+ * chunk's partial sums between tiles; the chunks' sums are then added in chunk order. Per element the sums are
+ * the header's: products added in ascending row order within a chunk, a multiply then an add (no FMA), so the
  * result is the same bits whatever the split, the vector width or the thread count. */
 #define POD_NH 4               /* merged heads per task */
 #define POD_CW (2 * VF_LANES)  /* elements per register block */
@@ -307,23 +308,24 @@ enum { POD_MAX_G = 256 };      /* query heads per KV head */
 
 typedef struct {
     const float *w[POD_MAX_G]; /* per merged head: its distant weights */
-    int head[POD_MAX_G];       /* per merged head: its row in od */
-    int n_merged;
+    int head[POD_MAX_G];       /* per merged head: its row in a chunk's sums */
+    int n_merged, G;
     const void *v;
     kvb_dtype dtype;
     int head_dim;
-    int64_t n_dist;
-    float *od;              /* [G][head_dim], zeroed */
+    int64_t n_dist, n_chunks;
+    float *part;               /* [n_chunks][G][head_dim]: each chunk's sums, zeroed */
 } pod_merge_job;
 
 
-/* merged heads m0..m0+nh-1, elements [e0, e0 + POD_CW), rows [i0, i1); nh is a constant where inlined */
-static inline __attribute__((always_inline)) void pod_merge_block(const pod_merge_job *j, int m0, int nh, int e0,
-                                                                  int64_t i0, int64_t i1) {
+/* merged heads m0..m0+nh-1, elements [e0, e0 + POD_CW), rows [i0, i1) into sums od ([G][head_dim]); nh is a
+ * constant where inlined */
+static inline __attribute__((always_inline)) void pod_merge_block(const pod_merge_job *j, float *od, int m0, int nh,
+                                                                  int e0, int64_t i0, int64_t i1) {
     const size_t D = (size_t)j->head_dim;
     vf a[POD_NH][2];
     for (int r = 0; r < nh; r++) {
-        const float *o = j->od + (size_t)j->head[m0 + r] * D + (size_t)e0;
+        const float *o = od + (size_t)j->head[m0 + r] * D + (size_t)e0;
         a[r][0] = vf_load(o);
         a[r][1] = vf_load(o + VF_LANES);
     }
@@ -337,47 +339,48 @@ static inline __attribute__((always_inline)) void pod_merge_block(const pod_merg
         }
     }
     for (int r = 0; r < nh; r++) {
-        float *o = j->od + (size_t)j->head[m0 + r] * D + (size_t)e0;
+        float *o = od + (size_t)j->head[m0 + r] * D + (size_t)e0;
         vf_store(o, a[r][0]);
         vf_store(o + VF_LANES, a[r][1]);
     }
 }
 
-static void pod_merge_span(const pod_merge_job *j, int m0, int nh, int e0, int64_t i0, int64_t i1) {
+static void pod_merge_span(const pod_merge_job *j, float *od, int m0, int nh, int e0, int64_t i0, int64_t i1) {
     switch (nh) {
-    case 4: pod_merge_block(j, m0, 4, e0, i0, i1); break;
-    case 3: pod_merge_block(j, m0, 3, e0, i0, i1); break;
-    case 2: pod_merge_block(j, m0, 2, e0, i0, i1); break;
-    default: pod_merge_block(j, m0, 1, e0, i0, i1); break;
+    case 4: pod_merge_block(j, od, m0, 4, e0, i0, i1); break;
+    case 3: pod_merge_block(j, od, m0, 3, e0, i0, i1); break;
+    case 2: pod_merge_block(j, od, m0, 2, e0, i0, i1); break;
+    default: pod_merge_block(j, od, m0, 1, e0, i0, i1); break;
     }
 }
 
-/* elements [e0, e1) under POD_CW wide, one at a time in the same order */
-static void pod_merge_tail(const pod_merge_job *j, int m0, int nh, int e0, int e1) {
+/* elements [e0, e1) under POD_CW wide, rows [i0, i1), one element at a time in the same order */
+static void pod_merge_tail(const pod_merge_job *j, float *od, int m0, int nh, int e0, int e1, int64_t i0, int64_t i1) {
     for (int e = e0; e < e1; e++)
         for (int r = m0; r < m0 + nh; r++) {
-            float s = 0;
-            for (int64_t i = 0; i < j->n_dist; i++) {
-                s += j->w[r][i] * row_elem(j->v, j->dtype, (size_t)i * j->head_dim + (size_t)e);
-            }
-            j->od[(size_t)j->head[r] * j->head_dim + (size_t)e] = s;
+            float *s = od + (size_t)j->head[r] * j->head_dim + (size_t)e;
+            for (int64_t i = i0; i < i1; i++) *s += j->w[r][i] * row_elem(j->v, j->dtype, (size_t)i * j->head_dim + (size_t)e);
         }
 }
 
-/* task t: head group t / n_spans, element span t % n_spans; a thread takes a contiguous run of tasks */
+/* task t: chunk t % n_chunks of head group and element span t / n_chunks; a thread takes a contiguous run of tasks */
 static void pod_merge_tasks(void *arg, int ith, int nth) {
     const pod_merge_job *j = arg;
     const int n_groups = (j->n_merged + POD_NH - 1) / POD_NH, n_spans = (j->head_dim + 2 * POD_CW - 1) / (2 * POD_CW);
-    const int n_tasks = n_groups * n_spans, t0 = (int)((int64_t)n_tasks * ith / nth), t1 = (int)((int64_t)n_tasks * (ith + 1) / nth);
-    for (int t = t0; t < t1; t++) {
-        const int m0 = t / n_spans * POD_NH, nh = j->n_merged - m0 < POD_NH ? j->n_merged - m0 : POD_NH;
-        const int e0 = t % n_spans * 2 * POD_CW, e1 = e0 + 2 * POD_CW < j->head_dim ? e0 + 2 * POD_CW : j->head_dim;
+    const int64_t n_tasks = (int64_t)n_groups * n_spans * j->n_chunks;
+    const int64_t t0 = n_tasks * ith / nth, t1 = n_tasks * (ith + 1) / nth;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t c = t % j->n_chunks, hs = t / j->n_chunks;
+        const int m0 = (int)(hs / n_spans) * POD_NH, nh = j->n_merged - m0 < POD_NH ? j->n_merged - m0 : POD_NH;
+        const int e0 = (int)(hs % n_spans) * 2 * POD_CW, e1 = e0 + 2 * POD_CW < j->head_dim ? e0 + 2 * POD_CW : j->head_dim;
         const int ev = e0 + (e1 - e0) / POD_CW * POD_CW; /* end of the vector blocks */
-        for (int64_t i0 = 0; i0 < j->n_dist && ev > e0; i0 += POD_TILE) {
-            const int64_t i1 = i0 + POD_TILE < j->n_dist ? i0 + POD_TILE : j->n_dist;
-            for (int e = e0; e < ev; e += POD_CW) pod_merge_span(j, m0, nh, e, i0, i1);
+        const int64_t c0 = c * KVB_POD_CHUNK, c1 = c0 + KVB_POD_CHUNK < j->n_dist ? c0 + KVB_POD_CHUNK : j->n_dist;
+        float *od = j->part + (size_t)c * j->G * j->head_dim;
+        for (int64_t i0 = c0; i0 < c1 && ev > e0; i0 += POD_TILE) {
+            const int64_t i1 = i0 + POD_TILE < c1 ? i0 + POD_TILE : c1;
+            for (int e = e0; e < ev; e += POD_CW) pod_merge_span(j, od, m0, nh, e, i0, i1);
         }
-        pod_merge_tail(j, m0, nh, ev, e1);
+        pod_merge_tail(j, od, m0, nh, ev, e1, c0, c1);
     }
 }
 
@@ -386,7 +389,7 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
                          double tau, int64_t *counts, char *err, size_t err_len) {
     if (G < 1 || G > POD_MAX_G) return ERR("pod_merge: %d query heads per KV head (1..%d)", G, POD_MAX_G);
     double gate[POD_MAX_G];
-    pod_merge_job job = {.v = v, .dtype = dtype, .head_dim = head_dim, .n_dist = n_dist};
+    pod_merge_job job = {.v = v, .dtype = dtype, .head_dim = head_dim, .n_dist = n_dist, .G = G};
     for (int r = 0; r < G; r++) {
         const double lp = lse_p[r], ld = lse_d[r];
         gate[r] = isfinite(ld) ? 1.0 / (1.0 + exp(ld - lp)) : 1.0; /* eq. 4 */
@@ -398,19 +401,24 @@ static int cpu_pod_merge(kvb_backend *be, float *out, const float *lse_p, const 
         }
     }
     if (!job.n_merged) return 0;
-    /* o_D of every merged head at once, split across the pool's threads */
-    _Alignas(64) float od_stack[4 * 128];
-    float *od = (size_t)G * head_dim <= 4 * 128 ? od_stack : malloc((size_t)G * head_dim * sizeof *od);
-    if (!od) return ERR("pod_merge: out of memory");
-    memset(od, 0, (size_t)G * head_dim * sizeof *od);
-    job.od = od;
+    /* each chunk's sums for every merged head at once, split across the pool's threads, then o_D = their sum */
+    job.n_chunks = n_dist > 0 ? (n_dist + KVB_POD_CHUNK - 1) / KVB_POD_CHUNK : 1;
+    const size_t per = (size_t)G * head_dim, floats = per * (size_t)(job.n_chunks + 1);
+    _Alignas(64) float stack[8192];
+    float *buf = floats <= sizeof stack / sizeof *stack ? stack : malloc(floats * sizeof *buf);
+    if (!buf) return ERR("pod_merge: out of memory");
+    memset(buf, 0, floats * sizeof *buf);
+    float *od = buf;
+    job.part = buf + per;
     kvb_pool_run(n_dist >= 256 ? cpu_backend_pool(be) : NULL, pod_merge_tasks, &job);
+    for (int64_t c = 0; c < job.n_chunks; c++)
+        for (size_t k = 0; k < per; k++) od[k] += job.part[(size_t)c * per + k];
     for (int r = 0; r < G; r++) {
         if (gate[r] >= tau) continue;
         float *o = out + (int64_t)r * head_dim;
         for (int e = 0; e < head_dim; e++) o[e] = (float)(gate[r] * o[e] + (1.0 - gate[r]) * od[(size_t)r * head_dim + e]);
     }
-    if (od != od_stack) free(od);
+    if (buf != stack) free(buf);
     return 0;
 }
 

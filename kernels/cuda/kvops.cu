@@ -791,10 +791,12 @@ static int cu_pod_share(kvb_backend *be, float *pd, int64_t pd_stride, float *ls
     return CK_LAUNCH(k_pod_share) ? failed(o, err, err_len) : 0;
 }
 
-/* rows of V a pod_merge chunk stages (as floats: at most POD_MERGE_FLOATS of them) */
+/* rows of V a pod_merge chunk stages (as floats: at most POD_MERGE_FLOATS of them): a power of two up to 256, so
+ * that a staged chunk never straddles the header's KVB_POD_CHUNK rows */
 static int pod_merge_rows(int head_dim) {
-    const int r = POD_MERGE_FLOATS / head_dim;
-    return r < 1 ? 1 : r > 256 ? 256 : r;
+    int r = 1;
+    while (r < 256 && 2 * r * head_dim <= POD_MERGE_FLOATS) r *= 2;
+    return r;
 }
 
 enum { POD_MERGE_THREADS = 512, POD_U = 8 };
@@ -819,7 +821,7 @@ __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, 
     const float *w = pd + (int64_t)r * pd_stride;
     const __half *vh = (const __half *)v;
     const float *vf = (const float *)v;
-    float od = 0;
+    float od = 0, part = 0; /* the header's order: part sums a KVB_POD_CHUNK of rows, od adds the chunks */
     for (int64_t i0 = 0; i0 < n_dist; i0 += rows) {
         const int nr = n_dist - i0 < rows ? (int)(n_dist - i0) : rows;
         const int64_t base = i0 * head_dim;
@@ -839,9 +841,11 @@ __global__ void k_pod_merge(float *out, const float *lse_p, const float *lse_d, 
         }
         for (int k = threadIdx.x; k < nr; k += blockDim.x) ws[k] = w[i0 + k];
         __syncthreads();
-        if (e < head_dim)
+        if (e < head_dim) {
 #pragma unroll 8
-            for (int j = 0; j < nr; j++) od += ws[j] * vs[j * head_dim + e];
+            for (int j = 0; j < nr; j++) part += ws[j] * vs[j * head_dim + e];
+            if ((i0 + nr) % KVB_POD_CHUNK == 0 || i0 + nr == n_dist) od += part, part = 0;
+        }
         __syncthreads(); /* the chunk is read before the next one overwrites it */
     }
     if (e < head_dim) {
