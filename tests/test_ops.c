@@ -354,6 +354,44 @@ static void test_expd_within_an_ulp_of_expl_and_its_vector_form_gives_the_same_b
     free(x), free(out);
 }
 
+/* kvb_exp_weights_rows against the header's loop row by row (kvb_exp_d, sums in double in order): the same bits for
+ * every row count, lengths across the chunk and vector boundaries, -inf and NaN weights */
+static void test_exp_weights_rows_are_each_rows_softmax_weights_and_sum_in_order(void) {
+    enum { MAXN = 700 };
+    float *buf = malloc((size_t)KVB_EXPD_ROWS * MAXN * 2 * sizeof *buf);
+    const int64_t ns[] = {0, 1, 7, 16, 255, 256, 257, 513, MAXN};
+    for (int nr = 1; nr <= KVB_EXPD_ROWS; nr++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const int64_t n = ns[ni];
+            float *w[KVB_EXPD_ROWS], m[KVB_EXPD_ROWS];
+            double l[KVB_EXPD_ROWS];
+            int same = 1;
+            for (int r = 0; r < nr; r++) {
+                w[r] = buf + (size_t)r * MAXN;
+                float *ref = buf + (size_t)(KVB_EXPD_ROWS + r) * MAXN;
+                m[r] = (float)(rng_unit() * 8 - 2);
+                for (int64_t i = 0; i < n; i++) {
+                    const uint64_t c = rng_u64() % 50;
+                    ref[i] = w[r][i] = c == 0 ? -INFINITY : c == 1 ? NAN : m[r] - (float)(rng_unit() * 30);
+                }
+            }
+            kvb_exp_weights_rows(w, nr, n, m, l);
+            for (int r = 0; r < nr; r++) {
+                const float *ref = buf + (size_t)(KVB_EXPD_ROWS + r) * MAXN;
+                double lr = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    const double e = ref[i] == -INFINITY ? 0.0 : kvb_exp_d((double)ref[i] - (double)m[r]);
+                    lr += e;
+                    const float ef = (float)e;
+                    same &= !memcmp(&w[r][i], &ef, sizeof ef);
+                }
+                same &= !memcmp(&l[r], &lr, sizeof lr);
+            }
+            CU_ASSERT(same);
+        }
+    free(buf);
+}
+
 /* the test's name is its function name: it states the behaviour pinned down */
 #define ADD(fn) CU_add_test(s, #fn + 5, fn)
 
@@ -371,6 +409,7 @@ int main(void) {
     ADD(test_softmax_of_all_masked_row_is_zero_not_nan);
     ADD(test_topk_is_the_k_best_in_slot_order_ties_by_lower_index);
     ADD(test_expd_within_an_ulp_of_expl_and_its_vector_form_gives_the_same_bits);
+    ADD(test_exp_weights_rows_are_each_rows_softmax_weights_and_sum_in_order);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     printf("\nmax errors: rmsnorm rel %.3g, rope abs (same float angles) %.3g, rope abs (f64 angles) %.3g, "

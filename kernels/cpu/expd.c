@@ -50,16 +50,36 @@ void kvb_exp_d_n(const float *x, double m, double *out, int64_t n) {
 }
 
 
-double kvb_exp_weights(float *w, int64_t n, double m) {
-    enum { CHUNK = 256 };
-    double e[CHUNK], l = 0;
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        const int c = n - i0 < CHUNK ? (int)(n - i0) : CHUNK;
-        kvb_exp_d_n(w + i0, m, e, c);
-        for (int i = 0; i < c; i++) {
-            l += e[i];
-            w[i0 + i] = (float)e[i];
+enum { EXPD_CHUNK = 256 };
+
+/* rows r < nr (a constant where inlined) of one chunk: e[r][0..c) into w[r][i0..) and added to l[r] in order */
+static inline __attribute__((always_inline)) void sum_chunk(float *const *w, int nr, int64_t i0, int c,
+                                                            double (*e)[EXPD_CHUNK], double *l) {
+    double s[KVB_EXPD_ROWS];
+    for (int r = 0; r < nr; r++) s[r] = l[r];
+    for (int i = 0; i < c; i++)
+        for (int r = 0; r < nr; r++) {
+            s[r] += e[r][i];
+            w[r][i0 + i] = (float)e[r][i];
+        }
+    for (int r = 0; r < nr; r++) l[r] = s[r];
+}
+
+void kvb_exp_weights_rows(float *const *w, int nr, int64_t n, const float *m, double *l) {
+    double e[KVB_EXPD_ROWS][EXPD_CHUNK];
+    for (int r = 0; r < nr; r++) l[r] = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += EXPD_CHUNK) {
+        const int c = n - i0 < EXPD_CHUNK ? (int)(n - i0) : EXPD_CHUNK;
+        for (int r = 0; r < nr; r++) kvb_exp_d_n(w[r] + i0, (double)m[r], e[r], c);
+        switch (nr) {
+        case 1: sum_chunk(w, 1, i0, c, e, l); break;
+        case 2: sum_chunk(w, 2, i0, c, e, l); break;
+        case 3: sum_chunk(w, 3, i0, c, e, l); break;
+        case 4: sum_chunk(w, 4, i0, c, e, l); break;
+        case 5: sum_chunk(w, 5, i0, c, e, l); break;
+        case 6: sum_chunk(w, 6, i0, c, e, l); break;
+        case 7: sum_chunk(w, 7, i0, c, e, l); break;
+        default: sum_chunk(w, 8, i0, c, e, l); break;
         }
     }
-    return l;
 }

@@ -53,8 +53,10 @@ static inline double kvb_exp_d(double x) {
 /* out[i] = x[i] == -inf ? 0 : kvb_exp_d((double)x[i] - m) for i < n, in vectors where built for them (expd.c) */
 void kvb_exp_d_n(const float *x, double m, double *out, int64_t n);
 
-/* softmax weights in place, as the ops' headers say: w[i] = (float)e_i with e_i = kvb_exp_d((double)w[i] - m) (0
- * for -inf); returns the sum of the e_i in double, i ascending */
-double kvb_exp_weights(float *w, int64_t n, double m);
+/* softmax weights in place, as the ops' headers say, for rows w[r] (r < nr, nr <= KVB_EXPD_ROWS) of n weights
+ * each: w[r][i] = (float)e_i with e_i = kvb_exp_d((double)w[r][i] - m[r]) (0 for -inf), and l[r] = the sum of the
+ * e_i in double, i ascending (the rows' sums interleaved so that their adds overlap) */
+enum { KVB_EXPD_ROWS = 8 };
+void kvb_exp_weights_rows(float *const *w, int nr, int64_t n, const float *m, double *l);
 
 #endif

@@ -249,19 +249,42 @@ static void pass_logits(void *arg, int ith, int nth) {
     }
 }
 
-/* pass 2, per row: the maximum (with the store part's lse), the weights (expd.h's double exp, in vectors), their sum */
+/* a row's maximum with m, as the scalar `m = w[i] > m ? w[i] : m` keeps it (NaN skipped), in vectors */
+static float row_max(const float *w, int64_t n, float m) {
+    if (m != m) return m; /* nothing is above NaN there */
+    int64_t i = 0;
+    vf v = vf_set1(m);
+    for (; i + VF_LANES <= n; i += VF_LANES) v = vf_max(vf_load(w + i), v); /* lane: w > v ? w : v */
+    float r = vf_hmax(v);
+    r = m > r ? m : r;
+    for (; i < n; i++) r = w[i] > r ? w[i] : r;
+    return r;
+}
+
+/* pass 2, per task of up to KVB_EXPD_ROWS rows (as many tasks as threads where the rows allow): each row's
+ * maximum (with the store part's lse), the weights (expd.h's double exp, in vectors) and their sum, the rows'
+ * sums interleaved */
 static void pass_weights(void *arg, int ith, int nth) {
     const quant_job *j = arg;
+    const int rows = j->HK * j->nr, per = (rows + nth - 1) / nth < KVB_EXPD_ROWS ? (rows + nth - 1) / nth : KVB_EXPD_ROWS;
     long lo, hi;
-    kvb_split((long)j->HK * j->nr, ith, nth, &lo, &hi);
+    kvb_split((long)((rows + per - 1) / per), ith, nth, &lo, &hi);
     for (long task = lo; task < hi; task++) {
-        const int g = (int)(task / j->nr), rr = (int)(task % j->nr);
-        float *w = j->w + slot(g, rr) * j->n, m = j->a->lse[row_h(j, g, rr) * j->a->n_q + row_t(j, rr)];
-        for (int64_t i = 0; i < j->n; i++) m = w[i] > m ? w[i] : m;
-        const double l = kvb_exp_weights(w, j->n, (double)m);
-        j->m[slot(g, rr)] = m;
-        j->l[slot(g, rr)] = l;
-        memset(j->acc + slot(g, rr) * j->D, 0, (size_t)j->D * sizeof(float));
+        float *w[KVB_EXPD_ROWS], m[KVB_EXPD_ROWS];
+        double l[KVB_EXPD_ROWS];
+        const int q0 = (int)task * per, k = rows - q0 < per ? rows - q0 : per;
+        for (int r = 0; r < k; r++) {
+            const int g = (q0 + r) / j->nr, rr = (q0 + r) % j->nr;
+            w[r] = j->w + slot(g, rr) * j->n;
+            m[r] = row_max(w[r], j->n, j->a->lse[row_h(j, g, rr) * j->a->n_q + row_t(j, rr)]);
+        }
+        kvb_exp_weights_rows(w, k, j->n, m, l);
+        for (int r = 0; r < k; r++) {
+            const int g = (q0 + r) / j->nr, rr = (q0 + r) % j->nr;
+            j->m[slot(g, rr)] = m[r];
+            j->l[slot(g, rr)] = l[r];
+            memset(j->acc + slot(g, rr) * j->D, 0, (size_t)j->D * sizeof(float));
+        }
     }
 }
 

@@ -172,7 +172,8 @@ static void narrow_rows(const narrow_job *j, int64_t t, int g, float *scratch) {
         }
     }
     if (!seen) return; /* nothing visible: out and lse kept */
-    for (int r = 0; r < Gq; r++) l[r] = kvb_exp_weights(w[r], s->n, (double)m[r]);
+    for (int r0 = 0; r0 < Gq; r0 += KVB_EXPD_ROWS)
+        kvb_exp_weights_rows(w + r0, Gq - r0 < KVB_EXPD_ROWS ? Gq - r0 : KVB_EXPD_ROWS, s->n, m + r0, l + r0);
     weighted_values(acc, w, Gq, D, v, dt, s->n, pos, a->q_pos ? &a->q_pos[t] : NULL);
     for (int r = 0; r < Gq; r++) {
         const int h = g * Gq + r;
