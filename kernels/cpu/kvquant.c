@@ -4,11 +4,11 @@
  * attention_quant takes the query rows of every KV head in blocks of at most ROW_BLOCK rows per head, in three
  * passes over the backend's thread pool: the logits, split by blocks of `group` tokens (a block's K is
  * dequantized once into an f32 tile that serves every row, the dot products vectorised across its tokens, up to 4
- * rows x 2 vectors of tokens at once so that the sums' adds overlap); the
- * softmax weights, split by row; the weighted values, split by channel group (a token's values dequantized a
- * vector at a time for up to 4 rows, their sums in registers). Codes widen with AVX2 variable shifts where
- * built for it. Every sum keeps the header's order (e ascending for a logit, tokens ascending for L and acc),
- * whatever the split or the thread count. */
+ * rows x 2 vectors of tokens at once so that the sums' adds overlap); the softmax weights, the rows grouped into a
+ * task per thread (expd.h's double exp, the rows' sums interleaved); the weighted values, split by channel group
+ * (a token's values dequantized a vector at a time for up to 4 rows, their sums in registers). Codes widen with
+ * AVX2 variable shifts where built for it. Every sum keeps the header's order (e ascending for a logit, tokens
+ * ascending for L and acc), whatever the split or the thread count. */
 #include "kernels/cpu/kvquant.h"
 
 #include "kernels/cpu/expd.h"
