@@ -73,6 +73,52 @@ static int cpu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_of
     return 0;
 }
 
+/* kv_load's rows, all heads' lists end to end, split evenly across the pool's threads: a listed row is scattered,
+ * so each thread asks for the K and V rows LOAD_AHEAD rows ahead of the ones it copies */
+enum { LOAD_AHEAD = 16, LOAD_MIN_ROWS = 256 };
+
+typedef struct {
+    int n_heads;
+    const kvb_kv_head *dst, *src;
+    const int64_t *dst_off, *n;
+    const int32_t *const *idx;
+    size_t row_bytes;
+    int64_t rows;
+} load_job;
+
+static void prefetch_bytes(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+}
+
+static void load_rows(void *arg, int ith, int nth) {
+    const load_job *jb = arg;
+    const size_t rb = jb->row_bytes;
+    int64_t lo = jb->rows * ith / nth, hi = jb->rows * (ith + 1) / nth;
+    for (int j = 0; j < jb->n_heads && lo < hi; j++) { /* the part of [lo, hi) in head j's rows */
+        const int64_t nj = jb->n[j];
+        if (lo >= nj) {
+            lo -= nj, hi -= nj;
+            continue;
+        }
+        const int64_t i1 = hi < nj ? hi : nj;
+        const int32_t *ix = jb->idx ? jb->idx[j] : NULL;
+        const kvb_kv_head *d = &jb->dst[j], *s = &jb->src[j];
+        uint8_t *dk = (uint8_t *)d->k + (size_t)jb->dst_off[j] * rb, *dv = (uint8_t *)d->v + (size_t)jb->dst_off[j] * rb;
+        for (int64_t i = lo; i < i1; i++) {
+            if (ix && i + LOAD_AHEAD < i1) {
+                prefetch_bytes((const uint8_t *)s->k + (size_t)ix[i + LOAD_AHEAD] * rb, rb);
+                prefetch_bytes((const uint8_t *)s->v + (size_t)ix[i + LOAD_AHEAD] * rb, rb);
+            }
+            const size_t sl = (size_t)(ix ? ix[i] : i);
+            memcpy(dk + (size_t)i * rb, (const uint8_t *)s->k + sl * rb, rb);
+            memcpy(dv + (size_t)i * rb, (const uint8_t *)s->v + sl * rb, rb);
+            d->pos[jb->dst_off[j] + i] = s->pos[sl];
+            d->round[jb->dst_off[j] + i] = s->round[sl];
+        }
+        lo = 0, hi -= nj;
+    }
+}
+
 static int cpu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off,
                        const kvb_kv_head *src, const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err,
                        size_t err_len) {
@@ -83,18 +129,9 @@ static int cpu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, con
         if (check_idx(idx ? idx[j] : NULL, n[j], "kv_load", err, err_len)) return -1;
         rows += n[j];
     }
-    for (int j = 0; j < n_heads; j++) {
-        const int32_t *ix = idx ? idx[j] : NULL;
-        uint8_t *dk = (uint8_t *)dst[j].k + (size_t)dst_off[j] * row_bytes;
-        uint8_t *dv = (uint8_t *)dst[j].v + (size_t)dst_off[j] * row_bytes;
-        for (int64_t i = 0; i < n[j]; i++) {
-            const size_t s = (size_t)(ix ? ix[i] : i);
-            memcpy(dk + (size_t)i * row_bytes, (const uint8_t *)src[j].k + s * row_bytes, row_bytes);
-            memcpy(dv + (size_t)i * row_bytes, (const uint8_t *)src[j].v + s * row_bytes, row_bytes);
-            dst[j].pos[dst_off[j] + i] = src[j].pos[s];
-            dst[j].round[dst_off[j] + i] = src[j].round[s];
-        }
-    }
+    load_job job = {.n_heads = n_heads, .dst = dst, .dst_off = dst_off, .src = src, .idx = idx, .n = n,
+                    .row_bytes = row_bytes, .rows = rows};
+    kvb_pool_run(rows >= LOAD_MIN_ROWS ? cpu_backend_pool(be) : NULL, load_rows, &job);
     if (rows) add_traffic(be, KVB_COPY_H2D, 1, rows * (int64_t)(2 * row_bytes + 2 * sizeof(int32_t)));
     return 0;
 }
