@@ -260,13 +260,6 @@ ALWAYS_INLINE vf kv_chunk(const void *base, int64_t slot, int d, int c, const in
                : vf_load((const float *)base + slot * d + c * VF_LANES);
 }
 
-/* Prefetch of the rows an index list names. Its rows are scattered, so the hardware's stream prefetch, which
- * carries the dense path, misses them, and an index list was read at half the dense path's bytes/s or less. */
-static inline void prefetch_row(const void *base, int32_t slot, int row_bytes) {
-    const char *r = (const char *)base + (int64_t)slot * row_bytes;
-    for (int o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o);
-}
-
 /* s[r][b] = scale * q_r . k_slot[b] for r < R (< ROWS_TRANSPOSED), b < nb: each key is widened once for
  * all rows; per row the VF_LANES partial-sum vectors of a group of keys are reduced together. With an index
  * list (`list`: its n_list entries from this block's first key on), each group of keys asks for the K rows

@@ -86,10 +86,6 @@ typedef struct {
     int64_t rows;
 } load_job;
 
-static void prefetch_bytes(const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
-}
-
 static void load_rows(void *arg, int ith, int nth) {
     const load_job *jb = arg;
     const size_t rb = jb->row_bytes;
@@ -106,8 +102,8 @@ static void load_rows(void *arg, int ith, int nth) {
         uint8_t *dk = (uint8_t *)d->k + (size_t)jb->dst_off[j] * rb, *dv = (uint8_t *)d->v + (size_t)jb->dst_off[j] * rb;
         for (int64_t i = lo; i < i1; i++) {
             if (ix && i + LOAD_AHEAD < i1) {
-                prefetch_bytes((const uint8_t *)s->k + (size_t)ix[i + LOAD_AHEAD] * rb, rb);
-                prefetch_bytes((const uint8_t *)s->v + (size_t)ix[i + LOAD_AHEAD] * rb, rb);
+                prefetch_row(s->k, ix[i + LOAD_AHEAD], (int)rb);
+                prefetch_row(s->v, ix[i + LOAD_AHEAD], (int)rb);
             }
             const size_t sl = (size_t)(ix ? ix[i] : i);
             memcpy(dk + (size_t)i * rb, (const uint8_t *)s->k + sl * rb, rb);

@@ -272,18 +272,19 @@ static void pass_weights(void *arg, int ith, int nth) {
     for (long task = lo; task < hi; task++) {
         float *w[KVB_EXPD_ROWS], m[KVB_EXPD_ROWS];
         double l[KVB_EXPD_ROWS];
+        size_t sl[KVB_EXPD_ROWS];
         const int q0 = (int)task * per, k = rows - q0 < per ? rows - q0 : per;
         for (int r = 0; r < k; r++) {
             const int g = (q0 + r) / j->nr, rr = (q0 + r) % j->nr;
-            w[r] = j->w + slot(g, rr) * j->n;
+            sl[r] = slot(g, rr);
+            w[r] = j->w + sl[r] * j->n;
             m[r] = row_max(w[r], j->n, j->a->lse[row_h(j, g, rr) * j->a->n_q + row_t(j, rr)]);
         }
         kvb_exp_weights_rows(w, k, j->n, m, l);
         for (int r = 0; r < k; r++) {
-            const int g = (q0 + r) / j->nr, rr = (q0 + r) % j->nr;
-            j->m[slot(g, rr)] = m[r];
-            j->l[slot(g, rr)] = l[r];
-            memset(j->acc + slot(g, rr) * j->D, 0, (size_t)j->D * sizeof(float));
+            j->m[sl[r]] = m[r];
+            j->l[sl[r]] = l[r];
+            memset(j->acc + sl[r] * j->D, 0, (size_t)j->D * sizeof(float));
         }
     }
 }

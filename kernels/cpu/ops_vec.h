@@ -213,6 +213,14 @@ static inline vf vf_sum_each(const vf *v) { return v[0]; }
 
 /* ---- KV rows (f16 or f32), shared by the attention kernels and the methods' data ops ---- */
 
+/* Prefetch of a row an index list names (row_bytes from base + slot x row_bytes). A list's rows are scattered, so
+ * the hardware's stream prefetch, which carries the dense path, misses them: attention over a list was read at half
+ * the dense path's bytes/s or less without it (attention.c), and kv_load's copies likewise (kvops.c). */
+static inline void prefetch_row(const void *base, int32_t slot, int row_bytes) {
+    const char *r = (const char *)base + (int64_t)slot * row_bytes;
+    for (int o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o);
+}
+
 /* VF_LANES elements of f16 or f32 rows from element `at` */
 static inline __attribute__((always_inline)) vf vf_load_kv(const void *rows, kvb_dtype dt, int64_t at) {
     return dt == KVB_F16 ? vf_load_f16((const uint16_t *)rows + at) : vf_load((const float *)rows + at);
