@@ -1,6 +1,7 @@
 /* runcal.c — the calibrations a run makes before its cells (runcal.h). */
 #include "benchmarks/runcal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -32,25 +33,48 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-/* One missing section: calibrated here (benchmarks/calibration.h, the run's engine settings), or with
- * --no-calibrate an error naming the command that makes it. */
-static int make_section(const kvb_run_opts *o, kvb_model *m, kvb_cal_request *rq, FILE *log, char *err, size_t err_len) {
+/* One missing section: calibrated here (benchmarks/calibration.h, the caller's engine settings), or with refuse an
+ * error naming the command that makes it. */
+static int make_section(const char *who, kvb_model *m, const kvb_ctx_params *cp, kvb_cal_request *rq, int refuse,
+                        const char *refuse_flag, FILE *log, char *err, size_t err_len) {
     const char *name = base_name(m->path);
-    if (o->no_calibrate)
-        return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first%s", rq->kind, name, rq->kind,
-                   m->path, o->no_calibrate ? " (or drop --no-calibrate)" : "");
+    if (refuse)
+        return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first (or drop %s)", rq->kind, name,
+                   rq->kind, m->path, refuse_flag);
     if (!strcmp(rq->kind, "duo")) /* DuoAttention's calibration makes its own inputs (benchmarks/calibration.c) */
-        fprintf(log, "run: no duo calibration for %s: calibrating (%d synthetic passkey prompt%s) ...\n", name,
+        fprintf(log, "%s: no duo calibration for %s: calibrating (%d synthetic passkey prompt%s) ...\n", who, name,
                 rq->samples, rq->samples == 1 ? "" : "s");
     else
-        fprintf(log, "run: no %s calibration for %s: calibrating (%d dialogue%s of %d rounds) ...\n", rq->kind, name,
+        fprintf(log, "%s: no %s calibration for %s: calibrating (%d dialogue%s of %d rounds) ...\n", who, rq->kind, name,
                 rq->samples, rq->samples == 1 ? "" : "s", rq->rounds);
     double t0 = kvb_now_s();
-    kvb_ctx_params cp = kvb_run_ctx_params(o);
     char why[512];
-    if (kvb_calibrate_request(m, &cp, rq, why, sizeof why)) return ERR("%s calibration failed: %s", rq->kind, why);
+    if (kvb_calibrate_request(m, cp, rq, why, sizeof why)) return ERR("%s calibration failed: %s", rq->kind, why);
     fprintf(log, "%s: %s; %.0f s, stored in the model's profile, tables in %s\n", rq->kind, rq->result, kvb_now_s() - t0,
             rq->out_dir);
+    return 0;
+}
+
+int kvb_calibrate_missing(const char *who, kvb_model *m, const kvb_ctx_params *cp, const char *const *kinds, int n_kinds,
+                          int samples, int rounds, const char *out_dir, int refuse, const char *refuse_flag, FILE *log,
+                          char *err, size_t err_len) {
+    char tmp[] = "/tmp/kvb_calibration_XXXXXX";
+    kvb_cal_request rq = {.out_dir = out_dir, .samples = samples, .rounds = rounds};
+    for (int i = 0; i < n_kinds; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= !strcmp(kinds[i], kinds[j]);
+        if (seen) continue;
+        /* under the lock: another shard may be making this section now; then it is there when the lock comes */
+        if (kvb_profile_lock(m, err, err_len)) return -1;
+        int has = kvb_profile_has(m, kinds[i], err, err_len), rc = has < 0 ? -1 : 0;
+        if (has == 0 && !rq.out_dir && !refuse && !(rq.out_dir = mkdtemp(tmp)))
+            rc = ERR("cannot make a folder for the calibration tables (%s)", tmp);
+        rq.kind = kinds[i];
+        rq.result[0] = 0;
+        if (has == 0 && !rc) rc = make_section(who, m, cp, &rq, refuse, refuse_flag, log, err, err_len);
+        kvb_profile_unlock();
+        if (rc) return -1;
+    }
     return 0;
 }
 
@@ -58,26 +82,14 @@ int kvb_run_calibrate(const kvb_run_opts *o, kvb_model *m, const cJSON *suite, c
                       FILE *log, char *err, size_t err_len) {
     const char *kinds[KVB_MAX_CELLS];
     int n = 0;
-    for (int k = 0; k < cs->n; k++) {
-        const char *p = cs->v[k].needs.profile;
-        int seen = 0;
-        for (int i = 0; i < n && p; i++) seen |= !strcmp(kinds[i], p);
-        if (p && !seen) kinds[n++] = p;
-    }
+    for (int k = 0; k < cs->n; k++)
+        if (cs->v[k].needs.profile) kinds[n++] = cs->v[k].needs.profile;
     if (!n) return 0;
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/calibration", out_dir);
-    kvb_cal_request rq = {.out_dir = dir};
-    if (read_inputs(suite, &rq.samples, &rq.rounds, err, err_len)) return -1;
-    for (int i = 0; i < n; i++) {
-        /* under the lock: another shard may be making this section now; then it is there when the lock comes */
-        if (kvb_profile_lock(m, err, err_len)) return -1;
-        int has = kvb_profile_has(m, kinds[i], err, err_len);
-        rq.kind = kinds[i];
-        rq.result[0] = 0;
-        int rc = has < 0 ? -1 : has ? 0 : make_section(o, m, &rq, log, err, err_len);
-        kvb_profile_unlock();
-        if (rc) return -1;
-    }
-    return 0;
+    int samples, rounds;
+    if (read_inputs(suite, &samples, &rounds, err, err_len)) return -1;
+    kvb_ctx_params cp = kvb_run_ctx_params(o);
+    return kvb_calibrate_missing("run", m, &cp, kinds, n, samples, rounds, dir, o->no_calibrate, "--no-calibrate", log,
+                                 err, err_len);
 }

@@ -99,6 +99,13 @@ int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *er
     "  --compression-ratio R  kvpress's: remove R of the prompt's KV, = --budget (1-R)x100% (0.75 = 25%)\n"       \
     "  --method-opt K=V       a method parameter (repeatable; see README \"Methods\")\n"
 
+/* Before a command runs methods names[0..n) (options from raw --method-opt values): each calibration profile section
+ * they read that the model lacks is made, once, as `kvbench run` does (benchmarks/runcal.h: progress and result on
+ * stderr, tables in a /tmp folder the result line names); with refuse (--no-calibrate) a missing one is an error
+ * naming `kvbench calibrate KIND`. 0, or 1 after one line on stderr. */
+int cli_calibrate_methods(const char *who, kvb_model *m, const kvb_ctx_params *cp, char *const *names, int n,
+                          const char *const *raw, int n_raw, int refuse);
+
 /* One line of measured KV: device / host bytes, share of full, bytes moved. */
 void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when, FILE *out);
 

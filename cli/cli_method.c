@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "benchmarks/runcal.h"
 #include "cli/cli.h"
+#include "methods/calibrate.h"
 
 void cli_method_defaults(cli_method_opts *o) {
     memset(o, 0, sizeof *o);
@@ -42,4 +44,24 @@ void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when,
     fprintf(out, "kv %-12s device %8.2f MiB (%5.1f%% of full %.2f MiB)  host %8.2f MiB  moved h2d %.2f MiB d2h %.2f MiB\n",
             when, u.device_bytes / MiB, 100.0 * u.device_frac, u.full_bytes / MiB, u.host_bytes / MiB, u.moved_h2d / MiB,
             u.moved_d2h / MiB);
+}
+
+int cli_calibrate_methods(const char *who, kvb_model *m, const kvb_ctx_params *cp, char *const *names, int n,
+                          const char *const *raw, int n_raw, int refuse) {
+    enum { MAX_KINDS = 64 };
+    const char *kinds[MAX_KINDS];
+    int n_kinds = 0;
+    char err[768];
+    for (int k = 0; k < n && n_kinds < MAX_KINDS; k++) {
+        kvb_opts o;
+        kvb_method_needs nd;
+        if (kvb_opts_for_method(names[k], raw, n_raw, &o, err, sizeof err) ||
+            kvb_method_needs_of(names[k], &o, &nd, err, sizeof err))
+            return cli_fail("%s: %s", who, err);
+        if (nd.profile) kinds[n_kinds++] = nd.profile;
+    }
+    if (kvb_calibrate_missing(who, m, cp, kinds, n_kinds, KVB_CAL_SAMPLES, KVB_CAL_ROUNDS, NULL, refuse, "--no-calibrate",
+                              stderr, err, sizeof err))
+        return cli_fail("%s: %s", who, err);
+    return 0;
 }

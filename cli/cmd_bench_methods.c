@@ -21,19 +21,22 @@ static const char *HELP =
     "device->host copies per decode step (count / bytes: positions up and logits down are the engine's own)\n"
     "and mean tokens attended per layer. On a GPU (and on the CPU with --bound) also each method's decode byte\n"
     "bound: the bytes a step must read (every matmul weight as held, and the K and V rows it attends) over the\n"
-    "backend's device copy rate measured in this run, and how close its ms/token comes to that (%% of bound).\n"
+    "backend's device copy rate measured in this run, and how close its ms/token comes to that (% of bound).\n"
     "`--method all` runs every method. A --method-opt prefixed `M:` applies to that method only, an unprefixed\n"
-    "one to every method but full.\n"
+    "one to every method but full. A method that reads the model's calibration profile (round without lw=, pod\n"
+    "without block=, omnikv with layers=profile, qfilter, duo) on a model whose profile lacks its section is\n"
+    "calibrated first, once, as `kvbench run` does (the profile keeps it for later commands).\n"
     "\n"
     "options:\n"
     "  --ctx-len N            prompt tokens (default 8000)\n"
     "  -n N                   decode steps (default 32)\n"
     "  --json FILE            also write the table as JSON\n"
     "  --bound                the byte-bound columns on the CPU too (its copy rate is one thread's memmove)\n"
+    "  --no-calibrate         a missing calibration is an error naming the command to run, not calibrated here\n"
     "  --profile              time the phases (on a GPU each waits for the device: decode ms/token then counts\n"
     "                         those waits); report each method's decode step by phase, with the share outside\n"
     "                         attention and the matmul phases, and its packed host->device loads (Round\n"
-    "                         Attention's per question, OmniKV's with offload=1): loads, MiB, GB/s and %% of the\n"
+    "                         Attention's per question, OmniKV's with offload=1): loads, MiB, GB/s and % of the\n"
     "                         pinned copy rate measured in the same run\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
 
@@ -111,13 +114,14 @@ int cmd_bench_methods(int argc, char **argv) {
     const char *raw_opts[32];
     cli_list raw = {raw_opts, 0, 32};
     long ctx_len = 8000, n_dec = 32;
-    int bound = 0, profile = 0;
+    int bound = 0, profile = 0, no_calibrate = 0;
     char err[512];
     cli_opt opts[] = {CLI_STR("--method", &methods), CLI_STR("--methods", &methods),
                       CLI_FN("--budget", &budget, cli_fn_budget),
                       CLI_FN("--compression-ratio", &budget, cli_fn_compression_ratio), CLI_LIST("--method-opt", &raw),
                       CLI_LONG("--ctx-len", &ctx_len, 16, 1 << 20), CLI_LONG("-n", &n_dec, 0, 1 << 16),
                       CLI_STR("--json", &json), CLI_FLAG("--bound", &bound), CLI_FLAG("--profile", &profile),
+                      CLI_FLAG("--no-calibrate", &no_calibrate),
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
@@ -141,6 +145,10 @@ int cmd_bench_methods(int argc, char **argv) {
     if (ctx_len + n_dec + 1 > ctx_train && eo.ctx.n_ctx == 0) { /* as plain bench: --ctx N goes beyond on purpose */
         kvb_model_free(m);
         return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", ctx_len, n_dec, ctx_train);
+    }
+    if (cli_calibrate_methods("bench", m, &eo.ctx, names, n_names, raw.v, raw.n, no_calibrate)) {
+        kvb_model_free(m);
+        return 1;
     }
     int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);

@@ -23,6 +23,8 @@ static const char *HELP =
     "            heads) on the positions the method let that layer read, averaged over decode steps.\n"
     "Results are summed over the prompts. `--methods all` = every compressing method; add full for a\n"
     "sanity row (top-1 100%, KL 0, recall 1). A --method-opt prefixed `M:` applies to that method only.\n"
+    "A method that reads the model's calibration profile (round, pod, qfilter, duo; omnikv with layers=profile)\n"
+    "on a model whose profile lacks its section is calibrated first, once, as `kvbench run` does.\n"
     "The table's `max KV/head` is the most slots any layer's KV head held, measured in the store after the\n"
     "prefill and after every decode step, and the step it was reached at (a method compressing while decoding\n"
     "must keep it bounded: `decoding` holds at most target + interval).\n"
@@ -36,6 +38,7 @@ static const char *HELP =
     "  --ignore-eos           full attention keeps generating past its end of generation: exactly N positions\n"
     "  --max-tokens T         keep the first T tokens of each prompt (default: all)\n"
     "  --method-opt [M:]K=V   a method parameter (repeatable)\n"
+    "  --no-calibrate         a missing calibration is an error naming the command to run, not calibrated here\n"
     "  --json FILE            also write every figure (per prompt, per layer) as JSON\n" CLI_ENGINE_HELP;
 
 #define MAX_PROMPTS 16
@@ -129,12 +132,13 @@ int cmd_fidelity(int argc, char **argv) {
     cli_list prompt_list = {prompts, 0, MAX_PROMPTS}, raw = {raw_opts, 0, 32};
     char err[512];
     long n_gen = 32, max_tokens = 0;
-    int ignore_eos = 0;
+    int ignore_eos = 0, no_calibrate = 0;
     cli_opt opts[] = {CLI_STR("--methods", &methods), CLI_STR("--method", &methods),
                       CLI_LIST("--prompt-file", &prompt_list), CLI_FN("--budget", &budget, cli_fn_budget),
                       CLI_FN("--compression-ratio", &budget, cli_fn_compression_ratio),
                       CLI_LIST("--method-opt", &raw), CLI_LONG("-n", &n_gen, 1, 1 << 16),
-                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_FLAG("--ignore-eos", &ignore_eos), CLI_ENGINE_OPTS(&eo),
+                      CLI_LONG("--max-tokens", &max_tokens, 2, 1 << 24), CLI_STR("--json", &json), CLI_FLAG("--ignore-eos", &ignore_eos),
+                      CLI_FLAG("--no-calibrate", &no_calibrate), CLI_ENGINE_OPTS(&eo),
                       CLI_END};
     int stop = cli_parse("fidelity", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
@@ -172,6 +176,11 @@ int cmd_fidelity(int argc, char **argv) {
                      pn[p], n_gen, m->cfg.n_ctx_train);
             goto done;
         }
+    }
+    {
+        char *names[MAX_METHODS];
+        for (int k = 0; k < n_methods; k++) names[k] = (char *)tot[k].name;
+        if (cli_calibrate_methods("fidelity", m, &eo.ctx, names, n_methods, raw.v, raw.n, no_calibrate)) goto done;
     }
     double t0 = cli_now();
     for (int p = 0; p < n_prompts; p++) {

@@ -44,8 +44,9 @@ static const char *USAGE =
     "  help                 this text; `kvbench <command> --help` explains a command\n"
     "  --version            the commit this binary was built from and its build flags\n"
     "\n"
-    "MODEL is a GGUF path, `default` (SmolLM2-135M-Instruct Q4_1) or `qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-Instruct,\n"
-    "32K context), each fetched by scripts/fetch-model.sh [NAME].\n";
+    "MODEL is a GGUF path, `default` (SmolLM2-135M-Instruct Q4_1), `qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-Instruct,\n"
+    "32K context) or `gemma-3-270m` (Gemma-3-270M Q4_K_M, 32K context, sliding window), each fetched by\n"
+    "scripts/fetch-model.sh [NAME].\n";
 
 int cli_fail(const char *fmt, ...) {
     va_list ap;

@@ -446,6 +446,48 @@ static void test_run_no_calibrate_names_the_command(void) {
     expect_clean_failure(args, "`kvbench calibrate omnikv --model ");
 }
 
+/* bench --method and fidelity calibrate what their methods read, as run does: a fresh profile directory gets round's
+ * section once (one line saying so, one with the result naming the tables' folder, which holds the table), the
+ * second command finds it; --no-calibrate is a one-line error naming the command, before any prefill. */
+static void test_bench_and_fidelity_calibrate_what_their_methods_read(void) {
+    UTIL_REQUIRE_FILE(model);
+    char prof[300], args[900], prompt[300];
+    snprintf(prof, sizeof prof, "%s/bench-profiles", tmp_dir);
+    run_result *r = malloc(sizeof *r);
+    run(r, prof, "bench --model default --method round,omnikv --ctx-len 200 -n 2 --threads 2");
+    if (r->exit_code) fprintf(stderr, "\n  exit %d: %s\n", r->exit_code, r->err);
+    CU_ASSERT_EQUAL_FATAL(r->exit_code, 0);
+    CU_ASSERT(count_of(r->err, "bench: no round calibration for SmolLM2") == 1 && count_of(r->err, "calibrating") == 1);
+    const char *tables = strstr(r->err, "tables in /tmp/kvb_calibration_");
+    CU_ASSERT_FATAL(tables != NULL && strstr(r->err, "round: watershed layer ") != NULL);
+    char dir[200] = "", path[300];
+    sscanf(tables, "tables in %199s", dir);
+    snprintf(path, sizeof path, "%s/calibrate-round.md", dir);
+    char *table = util_read_file(path, NULL);
+    CU_ASSERT(table && strstr(table, "<- watershed"));
+    free(table);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    CU_ASSERT(strlen(dir) > 20 && system(args) == 0);
+    CU_ASSERT(strstr(r->out, "| round |") != NULL && strstr(r->out, "lw=") != NULL);
+    cJSON *j = load_profile(prof);
+    CU_ASSERT(j && cJSON_GetObjectItem(j, "round") && !cJSON_GetObjectItem(j, "omnikv"));
+    cJSON_Delete(j);
+    snprintf(prompt, sizeof prompt, "%s/fid-prompt.txt", tmp_dir);
+    FILE *f = fopen(prompt, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 30; i++) fprintf(f, "Line %d of a short note about rivers and the sea. ", i);
+    fclose(f);
+    snprintf(args, sizeof args, "fidelity --model default --methods round --prompt-file '%s' -n 2 --threads 2", prompt);
+    run(r, prof, args); /* the profile has round now */
+    CU_ASSERT(r->exit_code == 0 && !strstr(r->err, "calibrat"));
+    if (r->exit_code || strstr(r->err, "calibrat")) fprintf(stderr, "\n  fidelity: exit %d: %s\n", r->exit_code, r->err);
+    free(r);
+    expect_clean_failure("bench --model default --method snapkv,pod --ctx-len 200 -n 2 --no-calibrate",
+                         "bench: no pod calibration for SmolLM2-135M-Instruct.Q4_1.gguf: run `kvbench calibrate pod --model ");
+    snprintf(args, sizeof args, "fidelity --model default --methods qfilter --prompt-file '%s' -n 2 --no-calibrate", prompt);
+    expect_clean_failure(args, "fidelity: no qfilter calibration for SmolLM2-135M-Instruct.Q4_1.gguf: run `kvbench calibrate qfilter");
+}
+
 /* Two shards started together on an empty profile directory: one calibrates under the profile's lock, the other
  * waits and reuses it; both finish. */
 static void test_concurrent_shards_calibrate_once(void) {
@@ -511,6 +553,7 @@ int main(void) {
     CU_add_test(s, "run calibrates what the suite needs, once", test_run_calibrates_what_the_suite_needs_once);
     CU_add_test(s, "run --no-calibrate names the command", test_run_no_calibrate_names_the_command);
     CU_add_test(s, "concurrent shards calibrate once", test_concurrent_shards_calibrate_once);
+    CU_add_test(s, "bench --method and fidelity calibrate what their methods read", test_bench_and_fidelity_calibrate_what_their_methods_read);
     int rc = util_run_suites();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);

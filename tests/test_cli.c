@@ -260,6 +260,37 @@ static void test_help_explains_every_command(void) {
     free(r);
 }
 
+/* Every command `kvbench --help` lists (read from that list, so a new command is covered) answers --help with its
+ * usage line and exit 0, and prints its text as written: no printf escape such as "%%" left in it (bench's help
+ * once showed "100%%"). bench --method has a help of its own. */
+static void test_every_commands_help_prints_clean(void) {
+    run_result *top = malloc(sizeof *top), *r = malloc(sizeof *r);
+    run(top, "--help");
+    CU_ASSERT_FATAL(top->exit_code == 0);
+    const char *p = strstr(top->out, "\ncommands:\n");
+    CU_ASSERT_FATAL(p != NULL);
+    int n = 0;
+    for (p = strchr(p + 1, '\n') + 1; p[0] == ' ' && p[1] == ' '; p = strchr(p, '\n') + 1) {
+        char cmd[32] = "";
+        if (p[2] != ' ' && sscanf(p, " %31[a-z-]", cmd) == 1 && cmd[0] != '-' && strcmp(cmd, "help") != 0) {
+            char line[96], usage[64];
+            snprintf(line, sizeof line, "%s --help", cmd);
+            run(r, line);
+            snprintf(usage, sizeof usage, "usage: kvbench %s", cmd);
+            CU_ASSERT(r->exit_code == 0 && strstr(r->out, usage) != NULL);
+            CU_ASSERT(strstr(r->out, "%%") == NULL && strstr(r->err, "%%") == NULL);
+            if (r->exit_code != 0 || !strstr(r->out, usage) || strstr(r->out, "%%"))
+                fprintf(stderr, "\n  `kvbench %s` prints no clean usage (exit %d)\n", line, r->exit_code);
+            n++;
+        }
+        if (!strchr(p, '\n')) break;
+    }
+    CU_ASSERT(n >= 15); /* inspect ... fidelity */
+    run(r, "bench --method all --help");
+    CU_ASSERT(r->exit_code == 0 && strstr(r->out, "usage: kvbench bench --method") && !strstr(r->out, "%%"));
+    free(top), free(r);
+}
+
 static void test_inspect_prints_metadata_and_tensors(void) {
     UTIL_REQUIRE_FILE(model);
     run_result *r = malloc(sizeof *r);
@@ -677,6 +708,7 @@ int main(void) {
     CU_add_test(s, "--cuda-kernels is checked", test_cuda_kernels_option_is_checked);
     CU_add_test(s, "bench-attention --backend cpu measures and checks", test_bench_attention_cpu_measures_full_and_index_lists_and_checks_them);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
+    CU_add_test(s, "every command's help prints clean", test_every_commands_help_prints_clean);
     CU_add_test(s, "inspect prints metadata and tensors", test_inspect_prints_metadata_and_tensors);
     CU_add_test(s, "dump-activations: index, data, residual stream", test_dump_activations_index_and_residual_stream);
     CU_add_test(s, "generate --chat produces text and speed", test_generate_chat_produces_text_and_speed);
