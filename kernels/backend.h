@@ -132,6 +132,9 @@ enum {
  * (float)z + (float)code * (float)s (the product rounded to float first, then the sum). */
 /* pod_merge's chunk of distant rows (its order of the sum) */
 #define KVB_POD_CHUNK 512
+/* pod_share's distant mass: slot first + i adds into partial sum i % KVB_POD_LANES (its slots in ascending order),
+ * and the partial sums are then added in lane order, so that vectors (and a warp's lanes) can run the sum */
+#define KVB_POD_LANES 32
 
 static inline size_t kvb_quant_group_bytes(int G, int bits) { return (size_t)G * (size_t)bits / 8 + 4; }
 /* A quantized KV segment per KV head: n tokens at positions pos0 .. pos0 + n - 1 (n a multiple of group), K in
@@ -258,7 +261,8 @@ struct kvb_backend {
                         int64_t stride, int n_head, int n_head_kv, int64_t n_q, const int32_t *const *round,
                         const int64_t *n, int32_t skip, char *err, size_t err_len);
     /* PoD, base heads (is_base[h] host, n_head entries): from one decode query's probabilities over slots in
-     * position order, the distant slots first .. first + n_dist - 1 give m = their mass (double sum),
+     * position order, the distant slots first .. first + n_dist - 1 give m = their mass (a double sum in
+     * KVB_POD_LANES interleaved partial sums, each in slot order, added in lane order from 0),
      * pd[h][i] = p[h][first + i] * (float)(1/m) (0 when m = 0) and lse_d[h] = lse_p[h] + log m (-inf when
      * m = 0). Other heads are not written. */
     int (*pod_share)(kvb_backend *be, float *pd, int64_t pd_stride, float *lse_d, const float *probs,

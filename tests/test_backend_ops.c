@@ -641,8 +641,9 @@ static void check_pod_share(kvb_backend *be, int H, int64_t first, int64_t n_dis
             CU_ASSERT(lse[h] == 123.0f && !memcmp(pd + h * pd_stride, pd0 + h * pd_stride, (size_t)pd_stride * 4));
             continue;
         }
-        double m = 0;
-        for (int64_t i = 0; i < n_dist; i++) m += p[h * stride + first + i];
+        double lane[KVB_POD_LANES] = {0}, m = 0; /* the header's order: interleaved partial sums, then lane order */
+        for (int64_t i = 0; i < n_dist; i++) lane[i % KVB_POD_LANES] += p[h * stride + first + i];
+        for (int k = 0; k < KVB_POD_LANES; k++) m += lane[k];
         const float inv = m > 0 ? (float)(1.0 / m) : 0.0f; /* the header's float steps, for the CPU */
         for (int64_t i = 0; i < n_dist; i++) {
             const double ref = m > 0 ? p[h * stride + first + i] / m : 0;
@@ -657,7 +658,7 @@ static void check_pod_share(kvb_backend *be, int H, int64_t first, int64_t n_dis
 }
 
 static void test_pod_share_normalises_base_heads_distant_mass_and_leaves_others(void) {
-    const int64_t ns[] = {0, 1, 37, 300};
+    const int64_t ns[] = {0, 1, 37, 300, 5568};
     EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) for (int H = 1; H <= 16; H += 5)
         check_pod_share(be, H, rnd(2) ? 16 : 0, ns[ni]);
 }

@@ -731,7 +731,7 @@ static int cu_round_scores(kvb_backend *be, double *out, int32_t *present, int n
 
 /* ---- PoD: pod_share (a block per base head), pod_merge (a block per query head) ----
  *
- * Both keep the header's serial orders (a double sum of the distant mass in slot order by one thread; per output
+ * Both keep the header's orders (the distant mass in KVB_POD_LANES double partial sums, one thread each; per output
  * channel a float sum over the distant rows in row order by one thread), but no longer wait on a global load per
  * term: the block first stages a chunk of the terms in shared memory with every thread loading (coalesced, many
  * loads in flight), then the owning threads add the chunk from shared memory. The sums are the same operations in
@@ -739,6 +739,7 @@ static int cu_round_scores(kvb_backend *be, double *out, int32_t *present, int n
  * shapes spent ~60 ms in these two kernels' serial global loads. */
 
 enum { POD_SHARE_THREADS = 256, POD_SHARE_CHUNK = 2048, POD_MERGE_FLOATS = 8192 };
+static_assert(POD_SHARE_CHUNK % KVB_POD_LANES == 0 && POD_SHARE_THREADS >= KVB_POD_LANES, "pod_share's lanes");
 
 __global__ void __launch_bounds__(POD_SHARE_THREADS) k_pod_share(float *pd, int64_t pd_stride, float *lse_d,
                                                                  const float *p, int64_t stride, const float *lse_p,
@@ -748,8 +749,8 @@ __global__ void __launch_bounds__(POD_SHARE_THREADS) k_pod_share(float *pd, int6
     if (!is_base[h]) return;
     const float *ph = p + (int64_t)h * stride + first;
     __shared__ float chunk[POD_SHARE_CHUNK];
-    __shared__ double m;
-    double s = 0; /* thread 0's running sum, in slot order */
+    __shared__ double lane[KVB_POD_LANES], m;
+    double s = 0; /* thread t < KVB_POD_LANES: partial sum t (slots t, t + 32, ... in order); chunks hold whole lanes */
     for (int64_t c0 = 0; c0 < n_dist; c0 += POD_SHARE_CHUNK) {
         const int nc = n_dist - c0 < POD_SHARE_CHUNK ? (int)(n_dist - c0) : POD_SHARE_CHUNK;
         for (int i0 = 0; i0 < nc; i0 += POD_SHARE_THREADS * 8) { /* 8 loads in flight a thread */
@@ -766,12 +767,18 @@ __global__ void __launch_bounds__(POD_SHARE_THREADS) k_pod_share(float *pd, int6
             }
         }
         __syncthreads();
-        if (threadIdx.x == 0)
+        if (threadIdx.x < KVB_POD_LANES)
 #pragma unroll 8
-            for (int i = 0; i < nc; i++) s += chunk[i];
+            for (int i = threadIdx.x; i < nc; i += KVB_POD_LANES) s += chunk[i];
         __syncthreads(); /* the chunk is read before the next one overwrites it */
     }
-    if (threadIdx.x == 0) m = s;
+    if (threadIdx.x < KVB_POD_LANES) lane[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0;
+        for (int k = 0; k < KVB_POD_LANES; k++) t += lane[k]; /* the header's lane order */
+        m = t;
+    }
     __syncthreads();
     const float inv = m > 0 ? (float)(1.0 / m) : 0.0f;
     for (int64_t i = threadIdx.x; i < n_dist; i += blockDim.x) pd[(int64_t)h * pd_stride + i] = ph[i] * inv;
