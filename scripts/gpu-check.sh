@@ -82,10 +82,21 @@ build_gpu() { # $1 = build dir, extra cmake args after
 
 if [ "${1:-}" = "--bundle" ]; then
     out=${2:?usage: gpu-check.sh --bundle FILE.tar.xz}
+    # patchelf sets the bundled binaries' rpath: installed first (as root), so a missing one costs no build
+    if ! command -v patchelf >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "gpu-check: installing patchelf (the bundle's rpaths)" >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf; } >/dev/null 2>&1
+    fi
+    command -v patchelf >/dev/null || { echo "gpu-check: --bundle needs patchelf (apt-get install patchelf)" >&2; exit 1; }
+    # the gguf package trims the default model for the bundle (scripts/trim-gguf.py), pinned
+    if ! python3 -c "import gguf" 2>/dev/null; then
+        echo "gpu-check: installing gguf==0.17.1 from PyPI (scripts/trim-gguf.py)" >&2
+        python3 -m pip install -q gguf==0.17.1 >/dev/null 2>&1 ||
+            { echo "gpu-check: --bundle needs the gguf package (python3 -m pip install gguf==0.17.1)" >&2; exit 1; }
+    fi
     build_gpu build-gpu-bundle -DKVB_MARCH=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES="90-real;80-virtual" || exit 1
     stage=$(mktemp -d)
     mkdir -p "$stage/bin/lib" "$stage/bin/model"
-    command -v patchelf >/dev/null || { echo "gpu-check: --bundle needs patchelf (apt-get install patchelf)" >&2; exit 1; }
     for b in $gpu_bins; do
         strip -o "$stage/bin/$b" "build-gpu-bundle/$b"
         # DT_RPATH (not RUNPATH): the bundled libraries' own dependencies are found there too, and nothing

@@ -9,7 +9,10 @@ one model (gpu-check's test_cuda_model on a GPU box the full default model canno
 for a bundle under 40 MiB."""
 import sys
 
-import gguf
+try:
+    import gguf
+except ImportError as e:
+    sys.exit(f"trim-gguf: {e} (python3 -m pip install gguf==0.17.1)")
 
 
 def main():
