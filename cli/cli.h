@@ -102,7 +102,8 @@ int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *er
 /* Before a command runs methods names[0..n) (options from raw --method-opt values): each calibration profile section
  * they read that the model lacks is made, once, as `kvbench run` does (benchmarks/runcal.h: progress and result on
  * stderr, tables in a /tmp folder the result line names); with refuse (--no-calibrate) a missing one is an error
- * naming `kvbench calibrate KIND`. 0, or 1 after one line on stderr. */
+ * naming `kvbench calibrate KIND`. A model without a tokenizer (synthetic:) is left alone: its methods then name the
+ * option that stands in for the profile. 0, or 1 after one line on stderr. */
 int cli_calibrate_methods(const char *who, kvb_model *m, const kvb_ctx_params *cp, char *const *names, int n,
                           const char *const *raw, int n_raw, int refuse);
 

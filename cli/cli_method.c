@@ -48,6 +48,7 @@ void cli_print_kv_usage(const kvb_method *m, const kvb_ctx *c, const char *when,
 
 int cli_calibrate_methods(const char *who, kvb_model *m, const kvb_ctx_params *cp, char *const *names, int n,
                           const char *const *raw, int n_raw, int refuse) {
+    if (!m->tok) return 0; /* synthetic: nothing to calibrate on; the method names the option that stands in */
     enum { MAX_KINDS = 64 };
     const char *kinds[MAX_KINDS];
     int n_kinds = 0;

@@ -486,6 +486,11 @@ static void test_bench_and_fidelity_calibrate_what_their_methods_read(void) {
                          "bench: no pod calibration for SmolLM2-135M-Instruct.Q4_1.gguf: run `kvbench calibrate pod --model ");
     snprintf(args, sizeof args, "fidelity --model default --methods qfilter --prompt-file '%s' -n 2 --no-calibrate", prompt);
     expect_clean_failure(args, "fidelity: no qfilter calibration for SmolLM2-135M-Instruct.Q4_1.gguf: run `kvbench calibrate qfilter");
+    /* a synthetic model has no text to calibrate on: not attempted, the method names its option */
+    run_result *syn = malloc(sizeof *syn);
+    run(syn, tmp_dir, "bench --model synthetic:tiny --method round --ctx-len 64 -n 2");
+    CU_ASSERT(syn->exit_code == 1 && strstr(syn->err, "--method-opt lw=N") && !strstr(syn->err, "calibrating"));
+    free(syn);
 }
 
 /* Two shards started together on an empty profile directory: one calibrates under the profile's lock, the other
