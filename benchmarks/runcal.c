@@ -36,11 +36,11 @@ static const char *base_name(const char *path) {
 /* One missing section: calibrated here (benchmarks/calibration.h, the caller's engine settings), or with refuse an
  * error naming the command that makes it. */
 static int make_section(const char *who, kvb_model *m, const kvb_ctx_params *cp, kvb_cal_request *rq, int refuse,
-                        const char *refuse_flag, FILE *log, char *err, size_t err_len) {
+                        FILE *log, char *err, size_t err_len) {
     const char *name = base_name(m->path);
     if (refuse)
-        return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first (or drop %s)", rq->kind, name,
-                   rq->kind, m->path, refuse_flag);
+        return ERR("no %s calibration for %s: run `kvbench calibrate %s --model %s` first (or drop --no-calibrate)",
+                   rq->kind, name, rq->kind, m->path);
     if (!strcmp(rq->kind, "duo")) /* DuoAttention's calibration makes its own inputs (benchmarks/calibration.c) */
         fprintf(log, "%s: no duo calibration for %s: calibrating (%d synthetic passkey prompt%s) ...\n", who, name,
                 rq->samples, rq->samples == 1 ? "" : "s");
@@ -56,7 +56,7 @@ static int make_section(const char *who, kvb_model *m, const kvb_ctx_params *cp,
 }
 
 int kvb_calibrate_missing(const char *who, kvb_model *m, const kvb_ctx_params *cp, const char *const *kinds, int n_kinds,
-                          int samples, int rounds, const char *out_dir, int refuse, const char *refuse_flag, FILE *log,
+                          int samples, int rounds, const char *out_dir, int refuse, FILE *log,
                           char *err, size_t err_len) {
     char tmp[] = "/tmp/kvb_calibration_XXXXXX";
     kvb_cal_request rq = {.out_dir = out_dir, .samples = samples, .rounds = rounds};
@@ -71,7 +71,7 @@ int kvb_calibrate_missing(const char *who, kvb_model *m, const kvb_ctx_params *c
             rc = ERR("cannot make a folder for the calibration tables (%s)", tmp);
         rq.kind = kinds[i];
         rq.result[0] = 0;
-        if (has == 0 && !rc) rc = make_section(who, m, cp, &rq, refuse, refuse_flag, log, err, err_len);
+        if (has == 0 && !rc) rc = make_section(who, m, cp, &rq, refuse, log, err, err_len);
         kvb_profile_unlock();
         if (rc) return -1;
     }
@@ -90,6 +90,6 @@ int kvb_run_calibrate(const kvb_run_opts *o, kvb_model *m, const cJSON *suite, c
     int samples, rounds;
     if (read_inputs(suite, &samples, &rounds, err, err_len)) return -1;
     kvb_ctx_params cp = kvb_run_ctx_params(o);
-    return kvb_calibrate_missing("run", m, &cp, kinds, n, samples, rounds, dir, o->no_calibrate, "--no-calibrate", log,
-                                 err, err_len);
+    return kvb_calibrate_missing("run", m, &cp, kinds, n, samples, rounds, dir, o->no_calibrate, log, err,
+                                 err_len);
 }

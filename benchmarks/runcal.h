@@ -17,18 +17,19 @@
 #include "benchmarks/runner.h"
 #include "engine/model.h"
 
-/* Make the sections the cells read and the model lacks (one progress line and one result line each on log).
- * 0, or -1 + one-line err: a failed calibration, a corrupt profile, a malformed suite "calibration", or, with
- * o->no_calibrate, a missing section (naming `kvbench calibrate KIND --model PATH`). */
 /* The sections kinds[0..n_kinds) (repeats allowed) that m's profile lacks, each made once under the profile's lock
  * with `kvbench calibrate KIND`'s inputs (samples dialogues of rounds rounds), the engine settings cp, tables under
  * out_dir (NULL: a new /tmp/kvb_calibration_XXXXXX, made only when something is calibrated), one progress line and
  * one result line each on log, prefixed by who. With refuse, a missing section is an error naming the command
- * that makes it and refuse_flag. `bench --method` and `fidelity` call it for their methods. 0, or -1 + err. */
+ * that makes it (and --no-calibrate, the flag that asks for refuse). `bench --method` and `fidelity` call it for
+ * their methods. 0, or -1 + err. */
 int kvb_calibrate_missing(const char *who, kvb_model *m, const kvb_ctx_params *cp, const char *const *kinds, int n_kinds,
-                          int samples, int rounds, const char *out_dir, int refuse, const char *refuse_flag, FILE *log,
-                          char *err, size_t err_len);
+                          int samples, int rounds, const char *out_dir, int refuse, FILE *log, char *err,
+                          size_t err_len);
 
+/* Make the sections the cells read and the model lacks (one progress line and one result line each on log).
+ * 0, or -1 + one-line err: a failed calibration, a corrupt profile, a malformed suite "calibration", or, with
+ * o->no_calibrate, a missing section (naming `kvbench calibrate KIND --model PATH`). */
 int kvb_run_calibrate(const kvb_run_opts *o, kvb_model *m, const cJSON *suite, const kvb_cells *cs, const char *out_dir,
                       FILE *log, char *err, size_t err_len);
 

@@ -61,8 +61,8 @@ int cli_calibrate_methods(const char *who, kvb_model *m, const kvb_ctx_params *c
             return cli_fail("%s: %s", who, err);
         if (nd.profile) kinds[n_kinds++] = nd.profile;
     }
-    if (kvb_calibrate_missing(who, m, cp, kinds, n_kinds, KVB_CAL_SAMPLES, KVB_CAL_ROUNDS, NULL, refuse, "--no-calibrate",
-                              stderr, err, sizeof err))
+    if (kvb_calibrate_missing(who, m, cp, kinds, n_kinds, KVB_CAL_SAMPLES, KVB_CAL_ROUNDS, NULL, refuse, stderr, err,
+                              sizeof err))
         return cli_fail("%s: %s", who, err);
     return 0;
 }
