@@ -41,12 +41,14 @@
  *   attention query per head over the slots from `sinks` on (kvb_attn_probs, the model's softmax scale: 1/sqrt(d)
  *   where kvpress divides by sqrt(d) too), the group summed (probs_reduce), the sinks filled (fill_idx_f32), top B
  *   (topk_idx) retained. The window rows are the prompt's last w tokens: the engine's positions are token indices.
- *   With cov: the rotated window rows minus their mean (axpby_f32) are carried by R̄ as the mean is (replicated,
- *   roped over u = 0..F-1, summed: a chunk of rows at a time, at most 64 MB), gathered by head; per query head the
- *   logits are block_scores' q.k (keys as f32 through block_minmax) x attn_scale plus proj_sqnorms / (2 d w)
- *   (axpby_f32), softmax_rows, summed over the group (axpby_f32). With vnorm: axpby_f32 (/ G + eps), row_norms of V,
- *   mul_f32. Cost of the covariance term: n x w x head_dim double products per query head and layer, and w x F
- *   rotated rows per layer.
+ *   With cov: R̄ itself, one 2x2 matrix per RoPE pair, is read once per prefill off the RoPE of two basis rows
+ *   replicated F times (mean_rotation); the rotated window rows minus their mean (axpby_f32), gathered by head and
+ *   by RoPE partner (gather_f32), are carried by it elementwise (mul_f32, axpby_f32); per query head the logits are
+ *   block_scores' q.k (keys as f32 through block_minmax) x attn_scale plus proj_sqnorms / (2 d w) (axpby_f32),
+ *   softmax_rows, summed over the group (axpby_f32). With vnorm: axpby_f32 (/ G + eps), row_norms of V, mul_f32.
+ *   Cost of the covariance term: n x w x head_dim double products per query head and layer. (Until 2026-11-27 the
+ *   centred rows were each replicated F times and roped, w x F rotated rows per layer: at window=4096, 97 s of
+ *   test_kvpress_kept, against 10 s now.)
  * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept, ExpectedAttentionPress's defaults,
  *   window=4096 so the statistics are kvpress's): Jaccard 0.9947 at least per head, 0.9992 on average. */
 #include "methods/expected_attention.h"
@@ -69,9 +71,9 @@ struct kvb_ea_scratch {
     float *rows, *m, *mu;   /* [max(w, F)][q_dim]; [q_dim]; [q_dim] */
     size_t rows_bytes;
     /* cov=1 and vnorm=1 (NULL otherwise) */
-    int64_t chunk;          /* centred rows carried through the future rotations at once */
-    float *cw, *big, *uc, *ut; /* [w][q_dim] centred at n; [chunk F][q_dim]; [w][q_dim] R̄ c_t; [n_head][w][head_dim] */
-    int32_t *big_pos, *tr;  /* [chunk F] u = i % F; [w q_dim] ut's gather list */
+    float *cw, *uc, *ut;    /* [w][q_dim] centred at n; [n_head][w][head_dim] partners; R̄ c_t */
+    float *rp, *rq;         /* [n_head][w][head_dim] R̄'s coefficients of a slot and of its RoPE partner */
+    int32_t *tr, *trp;      /* [w q_dim] ut's gather lists: the slots, their partners */
     float *kf, *kf2, *lg, *qd, *vn; /* [rest][head_dim] x2 keys as f32; [rest] logits, quadratic terms, value norms */
 };
 
@@ -117,14 +119,15 @@ void kvb_ea_scratch_free(kvb_ctx *c, kvb_ea_scratch *ws) {
     kvb_method_release(c, ws->rows, ws->rows_bytes);
     kvb_method_release(c, ws->m, (size_t)ws->q_dim * sizeof(float));
     kvb_method_release(c, ws->mu, (size_t)ws->q_dim * sizeof(float));
-    const size_t wd = (size_t)(ws->w ? ws->w : 1) * ws->q_dim, cf = (size_t)ws->chunk * ws->F;
+    const size_t wd = (size_t)(ws->w ? ws->w : 1) * ws->q_dim;
     const size_t rd = (size_t)(rest ? rest : 1) * ws->head_dim, r1 = (size_t)(rest ? rest : 1);
     kvb_method_release(c, ws->cw, wd * sizeof(float));
-    kvb_method_release(c, ws->big, cf * ws->q_dim * sizeof(float));
     kvb_method_release(c, ws->uc, wd * sizeof(float));
     kvb_method_release(c, ws->ut, wd * sizeof(float));
-    kvb_method_release(c, ws->big_pos, cf * sizeof(int32_t));
+    kvb_method_release(c, ws->rp, wd * sizeof(float));
+    kvb_method_release(c, ws->rq, wd * sizeof(float));
     kvb_method_release(c, ws->tr, wd * sizeof(int32_t));
+    kvb_method_release(c, ws->trp, wd * sizeof(int32_t));
     kvb_method_release(c, ws->kf, rd * sizeof(float));
     kvb_method_release(c, ws->kf2, rd * sizeof(float));
     kvb_method_release(c, ws->lg, r1 * sizeof(float));
@@ -133,7 +136,64 @@ void kvb_ea_scratch_free(kvb_ctx *c, kvb_ea_scratch *ws) {
     free(ws);
 }
 
-#define BIG_FLOATS (16 << 20) /* the replicated centred rows: 64 MB at most */
+/* Slot e of a head and its RoPE partner: the pairs are (i, i + n_rot/2) with NEOX, (2i, 2i+1) otherwise; slots past
+ * n_rot are not rotated (their own partner). *first: e is the pair's first slot (or unrotated). */
+static int rope_partner(const kvb_config *cfg, int e, int *first) {
+    int n_rot = cfg->n_rot < cfg->head_dim ? cfg->n_rot : cfg->head_dim;
+    n_rot &= ~1;
+    const int half = n_rot / 2;
+    if (e >= n_rot) return *first = 1, e;
+    if (cfg->rope_neox) return *first = e < half, e < half ? e + half : e - half;
+    return *first = !(e & 1), e ^ 1;
+}
+
+/* R̄ = (1/F) sum_u R(u) is one 2x2 matrix [[a, -b], [b, a]] per RoPE pair, a and b the mean cos and sin (kvpress
+ * averages the cos and sin tables the same way). It is read off the layer's own RoPE of two basis rows, each
+ * replicated F times and rotated by u = 0..F-1, then summed: E1 (1 at each pair's first slot and at the unrotated
+ * slots) gives (sum cos, sum sin) on a pair, E2 (1 at its second slot) (-sum sin, sum cos). So
+ * (F R̄ c)_e = P_e c_e + Q_e c_partner(e), P and Q read from E1's and E2's sums; they are laid out as ut (by head,
+ * then window row) and scaled by 1 / (F mscale^2), as the mean is. */
+static int mean_rotation(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const kvb_config *cfg = &c->model->cfg;
+    const int64_t D = ws->q_dim, d = ws->head_dim, H = cfg->n_head, w = ws->w ? ws->w : 1;
+    const size_t wd = (size_t)w * D;
+    const double s = (double)ws->inv_scale * (double)w; /* 1 / (F mscale^2) */
+    float *basis = malloc((size_t)D * sizeof *basis), *sum[2] = {malloc((size_t)D * sizeof(float)),
+                                                                 malloc((size_t)D * sizeof(float))};
+    float *p = malloc(wd * sizeof *p), *q = malloc(wd * sizeof *q);
+    int32_t *trp = malloc(wd * sizeof *trp);
+    int rc = basis && sum[0] && sum[1] && p && q && trp ? 0 : ERR("expected: out of memory");
+    for (int b = 0; b < 2 && !rc; b++) {
+        for (int64_t i = 0; i < D; i++) {
+            int first;
+            rope_partner(cfg, (int)(i % d), &first);
+            basis[i] = (float)(first == !b);
+        }
+        rc = be->copy(be, ws->m, basis, (size_t)D * sizeof *basis, KVB_COPY_H2D, err, err_len) ||
+             be->gather_f32(be, ws->rows, ws->m, ws->rep, ws->F * D, err, err_len);
+        if (!rc) rope_rows(c, ws->rows, ws->F, ws->fut_pos);
+        rc = rc ||
+             be->probs_reduce(be, ws->mu, D, ws->rows, D, 1, 1, ws->F, D, NULL, KVB_REDUCE_GROUP_SUM, 0, err,
+                              err_len) ||
+             be->copy(be, sum[b], ws->mu, (size_t)D * sizeof(float), KVB_COPY_D2H, err, err_len);
+    }
+    if (!rc && be->sync && be->sync(be)) rc = ERR("%s", be->error);
+    for (int64_t h = 0; !rc && h < H; h++) /* head 0's coefficients: every head turns alike */
+        for (int64_t t = 0; t < w; t++)
+            for (int64_t e = 0; e < d; e++) {
+                int first;
+                const int64_t at = (h * w + t) * d + e, pe = rope_partner(cfg, (int)e, &first);
+                p[at] = (float)((double)sum[first ? 0 : 1][e] * s);
+                q[at] = pe == e ? 0.0f : (float)((double)sum[first ? 1 : 0][e] * s);
+                trp[at] = (int32_t)(t * D + h * d + pe);
+            }
+    rc = rc || be->copy(be, ws->rp, p, wd * sizeof *p, KVB_COPY_H2D, err, err_len) ||
+         be->copy(be, ws->rq, q, wd * sizeof *q, KVB_COPY_H2D, err, err_len) ||
+         be->copy(be, ws->trp, trp, wd * sizeof *trp, KVB_COPY_H2D, err, err_len);
+    free(basis), free(sum[0]), free(sum[1]), free(p), free(q), free(trp);
+    return rc ? -1 : 0;
+}
 
 /* The covariance term's and the value norms' scratch, and the index tables the covariance reads (host-made, one
  * counted copy each). */
@@ -145,32 +205,28 @@ static int full_scratch(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, in
     int rc = 0;
     if (p->vnorm && !(ws->vn = kvb_method_alloc(c, r1 * sizeof(float)))) return ERR("expected: out of memory");
     if (!p->cov) return 0;
-    ws->chunk = BIG_FLOATS / (ws->F * D);
-    if (ws->chunk < 1) ws->chunk = 1;
-    if (ws->chunk > w) ws->chunk = w;
-    const size_t cf = (size_t)ws->chunk * ws->F, wd = (size_t)w * D;
+    const size_t wd = (size_t)w * D;
     ws->cw = kvb_method_alloc(c, wd * sizeof(float));
-    ws->big = kvb_method_alloc(c, cf * D * sizeof(float));
     ws->uc = kvb_method_alloc(c, wd * sizeof(float));
     ws->ut = kvb_method_alloc(c, wd * sizeof(float));
-    ws->big_pos = kvb_method_alloc(c, cf * sizeof(int32_t));
+    ws->rp = kvb_method_alloc(c, wd * sizeof(float));
+    ws->rq = kvb_method_alloc(c, wd * sizeof(float));
     ws->tr = kvb_method_alloc(c, wd * sizeof(int32_t));
+    ws->trp = kvb_method_alloc(c, wd * sizeof(int32_t));
     ws->kf = kvb_method_alloc(c, r1 * d * sizeof(float));
     ws->kf2 = kvb_method_alloc(c, r1 * d * sizeof(float));
     ws->lg = kvb_method_alloc(c, r1 * sizeof(float));
     ws->qd = kvb_method_alloc(c, r1 * sizeof(float));
-    int32_t *pos = malloc(cf * sizeof *pos), *tr = malloc(wd * sizeof *tr);
-    if (!(ws->cw && ws->big && ws->uc && ws->ut && ws->big_pos && ws->tr && ws->kf && ws->kf2 && ws->lg && ws->qd &&
-          pos && tr))
+    int32_t *tr = malloc(wd * sizeof *tr);
+    if (!(ws->cw && ws->uc && ws->ut && ws->rp && ws->rq && ws->tr && ws->trp && ws->kf && ws->kf2 && ws->lg &&
+          ws->qd && tr))
         rc = ERR("expected: out of memory");
-    for (size_t i = 0; !rc && i < cf; i++) pos[i] = (int32_t)(i % (size_t)ws->F);
     for (int64_t h = 0; !rc && h < H; h++) /* ut[h][t][e] = uc[t][h d + e] */
         for (int64_t t = 0; t < w; t++)
             for (int64_t e = 0; e < d; e++) tr[(h * w + t) * d + e] = (int32_t)(t * D + h * d + e);
-    rc = rc || be->copy(be, ws->big_pos, pos, cf * sizeof *pos, KVB_COPY_H2D, err, err_len) ||
-         be->copy(be, ws->tr, tr, wd * sizeof *tr, KVB_COPY_H2D, err, err_len);
-    free(pos), free(tr);
-    return rc ? -1 : 0;
+    rc = rc || be->copy(be, ws->tr, tr, wd * sizeof *tr, KVB_COPY_H2D, err, err_len);
+    free(tr);
+    return rc || mean_rotation(c, ws, err, err_len) ? -1 : 0;
 }
 
 kvb_ea_scratch *kvb_ea_scratch_new(kvb_ctx *c, const kvb_ea_opts *p, int64_t n, char *err, size_t err_len) {
@@ -242,25 +298,21 @@ static int expected_query(kvb_ctx *c, kvb_ea_scratch *ws, int l, char *err, size
 }
 
 /* R̄ c_t for the window's centred queries into ws->ut as [n_head][w][head_dim] (after expected_query, which left
- * R(n) q_t in ws->cw and sum_t R(n) q_t in ws->m): c_t = R(n) q_t - m / w, replicated F times, rotated by u = 0..F-1
- * and summed (F R̄ c_t, as the mean), a chunk of rows at a time; scaled by 1 / (F mscale^2), then gathered by head. */
+ * R(n) q_t in ws->cw and sum_t R(n) q_t in ws->m): c_t = R(n) q_t - m / w, gathered by head twice (the slots, their
+ * RoPE partners), then P c + Q c_partner (mean_rotation's coefficients, already scaled by 1 / (F mscale^2)). */
 static int centred_queries(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_len) {
     kvb_backend *be = c->be;
-    const int64_t D = ws->q_dim, F = ws->F, w = ws->w;
+    const int64_t D = ws->q_dim, w = ws->w;
     for (int64_t t = 0; t < w; t++)
         if (be->axpby_f32(be, ws->cw + t * D, ws->cw + t * D, 1.0, ws->m, -1.0 / (double)w, 0.0, D, err, err_len))
             return -1;
-    for (int64_t t0 = 0; t0 < w; t0 += ws->chunk) {
-        const int64_t nc = w - t0 < ws->chunk ? w - t0 : ws->chunk;
-        for (int64_t t = 0; t < nc; t++)
-            if (be->gather_f32(be, ws->big + t * F * D, ws->cw + (t0 + t) * D, ws->rep, F * D, err, err_len)) return -1;
-        rope_rows(c, ws->big, nc * F, ws->big_pos);
-        if (be->probs_reduce(be, ws->uc + t0 * D, D, ws->big, D, (int)nc, (int)nc, F, D, NULL, KVB_REDUCE_GROUP_SUM, 0,
-                             err, err_len))
-            return -1;
-    }
-    be->scale(be, ws->uc, ws->inv_scale * (float)w, w * D);
-    return be->gather_f32(be, ws->ut, ws->uc, ws->tr, w * D, err, err_len);
+    return be->gather_f32(be, ws->ut, ws->cw, ws->tr, w * D, err, err_len) ||
+                   be->gather_f32(be, ws->uc, ws->cw, ws->trp, w * D, err, err_len) ||
+                   be->mul_f32(be, ws->ut, ws->ut, ws->rp, w * D, err, err_len) ||
+                   be->mul_f32(be, ws->uc, ws->uc, ws->rq, w * D, err, err_len) ||
+                   be->axpby_f32(be, ws->ut, ws->ut, 1.0, ws->uc, 1.0, 0.0, w * D, err, err_len)
+               ? -1
+               : 0;
 }
 
 /* With cov: KV head g's group sum of softmax_j(attn_scale mu_r . k_j + ||U_r k_j||^2 / (2 d w)) over the slots from
