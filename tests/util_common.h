@@ -27,7 +27,8 @@ void util_require_file(const char *path, const char *file, unsigned line);
 #define UTIL_SHARED_DATA(rel, path, cap) util_shared_data((rel), (path), (cap), __FILE__, __LINE__)
 int util_shared_data(const char *rel, char *path, size_t cap, const char *file, unsigned line);
 
-/* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). */
+/* Run every registered suite verbosely, clean up, and return the exit code (1 if anything failed). $KVB_TEST_ONLY
+ * names the one test to run, $KVB_TEST_SKIP one to leave out (exact names; a name that is no test fails). */
 int util_run_suites(void);
 /* A request body gathered across a microhttpd handler's calls (tests' judge servers): 1 while data arrives
  * (the handler returns MHD_YES), 0 when the body is complete (*body: NUL-terminated, NULL when empty). *con
