@@ -34,8 +34,8 @@ static const char *SUITE =
     " \"methods\": [{\"name\": \"full\"}, {\"name\": \"streamingllm\"}, {\"name\": \"snapkv\", \"opts\": {\"window\": 8}},\n"
     "             {\"name\": \"round\", \"opts\": {\"lw\": 12}}],\n"
     " \"budgets\": [\"50%%\"],\n"
-    " \"benchmarks\": [{\"type\": \"2stage\", \"samples\": 2, \"min_pairs\": 6, \"max_pairs\": 9},\n"
-    "                {\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 4}]}\n";
+    " \"benchmarks\": [{\"type\": \"2stage\", \"samples\": 2, \"min_pairs\": 6, \"max_pairs\": 9, \"max_new_tokens\": 16},\n"
+    "                {\"type\": \"recall\", \"dialogues\": 1, \"rounds\": 4, \"max_new_tokens\": 16}]}\n";
 
 static void write_suite(const char *path, const char *name) {
     FILE *f = fopen(path, "w");
@@ -321,7 +321,7 @@ static void test_two_runs_at_once_into_one_folder_give_one_record_per_cell(void)
         if (pid[i] == 0) {
             int fd = open(errs[i], O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_WRONLY);
             dup2(null, 1), dup2(fd, 2);
-            execl(bin, bin, "run", suite, "--out", out, "--quiet", "--threads", "1", (char *)NULL);
+            execl(bin, bin, "run", suite, "--out", out, "--quiet", "--threads", "2", (char *)NULL);
             _exit(127);
         }
     }
