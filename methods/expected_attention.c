@@ -152,7 +152,8 @@ static int rope_partner(const kvb_config *cfg, int e, int *first) {
  * replicated F times and rotated by u = 0..F-1, then summed: E1 (1 at each pair's first slot and at the unrotated
  * slots) gives (sum cos, sum sin) on a pair, E2 (1 at its second slot) (-sum sin, sum cos). So
  * (F R̄ c)_e = P_e c_e + Q_e c_partner(e), P and Q read from E1's and E2's sums; they are laid out as ut (by head,
- * then window row) and scaled by 1 / (F mscale^2), as the mean is. */
+ * then window row) and scaled by 1 / (F mscale^2), as the mean is. The same pass writes ut's gather lists: tr (each
+ * slot of the centred rows) and trp (its RoPE partner). */
 static int mean_rotation(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const kvb_config *cfg = &c->model->cfg;
@@ -162,8 +163,8 @@ static int mean_rotation(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_l
     float *basis = malloc((size_t)D * sizeof *basis), *sum[2] = {malloc((size_t)D * sizeof(float)),
                                                                  malloc((size_t)D * sizeof(float))};
     float *p = malloc(wd * sizeof *p), *q = malloc(wd * sizeof *q);
-    int32_t *trp = malloc(wd * sizeof *trp);
-    int rc = basis && sum[0] && sum[1] && p && q && trp ? 0 : ERR("expected: out of memory");
+    int32_t *tr = malloc(wd * sizeof *tr), *trp = malloc(wd * sizeof *trp);
+    int rc = basis && sum[0] && sum[1] && p && q && tr && trp ? 0 : ERR("expected: out of memory");
     for (int b = 0; b < 2 && !rc; b++) {
         for (int64_t i = 0; i < D; i++) {
             int first;
@@ -186,23 +187,22 @@ static int mean_rotation(kvb_ctx *c, kvb_ea_scratch *ws, char *err, size_t err_l
                 const int64_t at = (h * w + t) * d + e, pe = rope_partner(cfg, (int)e, &first);
                 p[at] = (float)((double)sum[first ? 0 : 1][e] * s);
                 q[at] = pe == e ? 0.0f : (float)((double)sum[first ? 1 : 0][e] * s);
+                tr[at] = (int32_t)(t * D + h * d + e); /* ut[h][t][e] = uc[t][h d + e] */
                 trp[at] = (int32_t)(t * D + h * d + pe);
             }
     rc = rc || be->copy(be, ws->rp, p, wd * sizeof *p, KVB_COPY_H2D, err, err_len) ||
          be->copy(be, ws->rq, q, wd * sizeof *q, KVB_COPY_H2D, err, err_len) ||
+         be->copy(be, ws->tr, tr, wd * sizeof *tr, KVB_COPY_H2D, err, err_len) ||
          be->copy(be, ws->trp, trp, wd * sizeof *trp, KVB_COPY_H2D, err, err_len);
-    free(basis), free(sum[0]), free(sum[1]), free(p), free(q), free(trp);
+    free(basis), free(sum[0]), free(sum[1]), free(p), free(q), free(tr), free(trp);
     return rc ? -1 : 0;
 }
 
-/* The covariance term's and the value norms' scratch, and the index tables the covariance reads (host-made, one
- * counted copy each). */
+/* The covariance term's and the value norms' scratch; the tables the covariance reads (mean_rotation). */
 static int full_scratch(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int64_t rest, char *err,
                         size_t err_len) {
-    kvb_backend *be = c->be;
-    const int64_t D = ws->q_dim, d = ws->head_dim, H = c->model->cfg.n_head, w = ws->w ? ws->w : 1;
+    const int64_t D = ws->q_dim, d = ws->head_dim, w = ws->w ? ws->w : 1;
     const size_t r1 = (size_t)(rest ? rest : 1);
-    int rc = 0;
     if (p->vnorm && !(ws->vn = kvb_method_alloc(c, r1 * sizeof(float)))) return ERR("expected: out of memory");
     if (!p->cov) return 0;
     const size_t wd = (size_t)w * D;
@@ -217,16 +217,10 @@ static int full_scratch(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, in
     ws->kf2 = kvb_method_alloc(c, r1 * d * sizeof(float));
     ws->lg = kvb_method_alloc(c, r1 * sizeof(float));
     ws->qd = kvb_method_alloc(c, r1 * sizeof(float));
-    int32_t *tr = malloc(wd * sizeof *tr);
     if (!(ws->cw && ws->uc && ws->ut && ws->rp && ws->rq && ws->tr && ws->trp && ws->kf && ws->kf2 && ws->lg &&
-          ws->qd && tr))
-        rc = ERR("expected: out of memory");
-    for (int64_t h = 0; !rc && h < H; h++) /* ut[h][t][e] = uc[t][h d + e] */
-        for (int64_t t = 0; t < w; t++)
-            for (int64_t e = 0; e < d; e++) tr[(h * w + t) * d + e] = (int32_t)(t * D + h * d + e);
-    rc = rc || be->copy(be, ws->tr, tr, wd * sizeof *tr, KVB_COPY_H2D, err, err_len);
-    free(tr);
-    return rc || mean_rotation(c, ws, err, err_len) ? -1 : 0;
+          ws->qd))
+        return ERR("expected: out of memory");
+    return mean_rotation(c, ws, err, err_len);
 }
 
 kvb_ea_scratch *kvb_ea_scratch_new(kvb_ctx *c, const kvb_ea_opts *p, int64_t n, char *err, size_t err_len) {

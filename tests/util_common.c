@@ -113,17 +113,18 @@ void util_kv_head_free(util_kv_head *hc) {
  * cannot drop out unnoticed. */
 static int select_tests(void) {
     const char *only = getenv("KVB_TEST_ONLY"), *skip = getenv("KVB_TEST_SKIP");
-    const char *name = only && *only ? only : skip && *skip ? skip : NULL;
+    const int keep_only = only && *only;
+    const char *name = keep_only ? only : skip && *skip ? skip : NULL;
     if (!name) return 0;
     int found = 0;
     for (CU_pSuite s = CU_get_registry()->pSuite; s; s = s->pNext)
         for (CU_pTest t = s->pTest; t; t = t->pNext) {
             const int match = !strcmp(t->pName, name);
             found += match;
-            CU_set_test_active(t, (only && *only) ? match : !match);
+            CU_set_test_active(t, keep_only == match);
         }
     if (!found) {
-        fprintf(stderr, "%s=\"%s\": no test of that name\n", only && *only ? "KVB_TEST_ONLY" : "KVB_TEST_SKIP", name);
+        fprintf(stderr, "%s=\"%s\": no test of that name\n", keep_only ? "KVB_TEST_ONLY" : "KVB_TEST_SKIP", name);
         return -1;
     }
     CU_set_fail_on_inactive(CU_FALSE);
