@@ -27,7 +27,8 @@
 #                       KVB_PROBS_KERNEL=2"; "none": the defaults, and no second test_cuda_model)
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
 #   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
-#                       out), KVB_METHODS_8B_BUDGETS its budgets (default "30% 2048")
+#                       out); lists split by ';' run as separate benches, each its own log; KVB_METHODS_8B_BUDGETS
+#                       its budgets (default "30% 2048")
 #   KVB_MODEL_DIR       the default model's folder (an unpacked bundle's bin/model: its 4-layer copy, for
 #                       test_cuda_model; the bench steps then use the model's shapes, synthetic:smollm2-135m)
 #   KVB_NCU_GEMV        the GEMV versions ncu-decode profiles (default "1 4")
@@ -487,11 +488,19 @@ step_synthetic_profile() {
         bench_synth_profile.md "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "$synth8b" \
         --contexts 32768 -n 8 --profile --no-peer
 }
-step_methods_8b() {
+step_methods_8b() { # KVB_METHODS_8B may hold several lists split by ';': each its own bench and log (_1, _2, ...),
+    # so a method that outlasts the step's time loses only its own list's table
+    local lists list i
+    IFS=';' read -r -a lists <<<"$methods_8b"
     for budget in $budgets_8b; do
-        step "synthetic:llama3-8b, 32K, methods $methods_8b, budget $budget, candidate kernels" "bench_methods_8b_${budget%\%}.md" \
-            "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --method "$methods_8b" \
-            --budget "$budget" --ctx-len 32768 -n 16 "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
+        i=0
+        for list in "${lists[@]}"; do
+            local log="bench_methods_8b_${budget%\%}.md"
+            [ ${#lists[@]} -gt 1 ] && { i=$((i + 1)); log="bench_methods_8b_${budget%\%}_$i.md"; }
+            step "synthetic:llama3-8b, 32K, methods $list, budget $budget, candidate kernels" "$log" \
+                "${new_kernels[@]}" "$bin/kvbench" bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" \
+                --method "$list" --budget "$budget" --ctx-len 32768 -n 16 "${pins[@]}" --method-opt "omnikv:layers=2;8;18"
+        done
     done
 }
 step_methods_8b_profile() { # the same methods at 30% with --profile: each decode step by phase, the share outside

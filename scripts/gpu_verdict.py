@@ -108,7 +108,7 @@ class Verdict:
                      None if pct is None else f"{pct:.0f}%", ">= 85%", pct is not None and pct >= 85, src)
 
     def methods(self):
-        names = sorted(n for n in self.files if re.match(r"bench_methods_8b_\d+\.md$", n))
+        names = sorted(n for n in self.files if re.match(r"bench_methods_8b_\d+(_\d+)?\.md$", n))
         if not names:
             self.add("every method on synthetic:llama3-8b at 32K", None, "", False, "bench_methods_8b_*.md")
         for src in names:
