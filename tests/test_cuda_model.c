@@ -29,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "methods/method.h"
+#include "methods/profile.h"
 
 #define N_GEN 32
 #define N_PROMPT 5
@@ -81,6 +82,13 @@ static int run(const char *backend, const char *method, int adopt, int p, int32_
         kvb_opts_add(&o, lw, err, sizeof err);
     }
     if (!strcmp(method, "pod")) kvb_opts_add(&o, "block=3", err, sizeof err);
+    /* Q-Filters and DuoAttention read their calibrated section where the model's profile has it (the default model
+     * after the quickstart), else their window fallbacks (gpu-check's trimmed copy has no profile): the same device
+     * ops either way, only where the directions or scores come from differs */
+    if (!strcmp(method, "qfilter") && kvb_profile_has(model, "qfilter", err, sizeof err) != 1)
+        kvb_opts_add(&o, "filters=window", err, sizeof err);
+    if (!strcmp(method, "duo") && kvb_profile_has(model, "duo", err, sizeof err) != 1)
+        kvb_opts_add(&o, "split=window", err, sizeof err);
     if (adopt) { /* one prefill recording what the method reads, then its own fork (cli/cmd_bench_methods.c) */
         kvb_method_needs nd;
         if (kvb_method_needs_of(method, &o, &nd, err, sizeof err) ||
