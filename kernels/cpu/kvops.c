@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/evict_plan.h"
 #include "base/topk.h"
 #include "kernels/cpu/ops_vec.h"
 
@@ -141,52 +142,28 @@ static int key_below(const float *score, const int32_t *pos, int64_t a, int64_t 
     return score ? score[a] < score[b] : pos[a] < pos[b];
 }
 
-static int cmp_pos_slot(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* kv_evict by position (score NULL) of many slots at once, as the header's one-at-a-time loop does it: with
- * distinct positions the victims are the `count` lowest in [lo, hi), in ascending order, whatever the moves,
- * so one sort and a slot map replace a scan per eviction (PoD spills thousands after prefill). 1 = done;
- * 0 = positions repeat (or no memory): the caller runs the loop; -1 = fewer candidates than count. */
+/* kv_evict by position (score NULL) of many slots at once (base/evict_plan.h): the spill read first, then the
+ * survivors' moves. 1 = done; 0 = positions repeat (or no memory): the caller runs the loop; -1 = fewer candidates
+ * than count. */
 static int evict_by_pos(const kvb_kv_head *h, int64_t n, size_t row_bytes, int32_t lo, int32_t hi, int64_t count,
                         void *spill_v, char *err, size_t err_len) {
-    int done = 0;
-    int64_t *key = malloc((size_t)n * sizeof *key), *where = malloc((size_t)n * sizeof *where);
-    int64_t *at = malloc((size_t)n * sizeof *at);
-    int64_t m = 0;
-    if (key && where && at) {
-        for (int64_t j = 0; j < n; j++)
-            if (h->pos[j] >= lo && h->pos[j] < hi) key[m++] = ((int64_t)h->pos[j] - lo) << 32 | j; /* pos, then slot */
-        qsort(key, (size_t)m, sizeof *key, cmp_pos_slot);
-        int distinct = 1;
-        for (int64_t i = 1; i < m && distinct; i++) distinct = key[i] >> 32 != key[i - 1] >> 32;
-        if (distinct && m < count) {
-            free(key), free(where), free(at);
-            return ERR("kv_evict: no slot with position in [%d, %d) among %lld (eviction %lld of %lld)", lo, hi,
-                       (long long)(n - m), (long long)m + 1, (long long)count);
-        }
-        if (distinct) {
-            uint8_t *k = h->k, *v = h->v;
-            for (int64_t j = 0; j < n; j++) where[j] = at[j] = j; /* slot of each original row, and back */
-            for (int64_t c = 0; c < count; c++, n--) {
-                const int64_t victim = where[key[c] & 0xffffffff], last = n - 1;
-                if (spill_v) memcpy((uint8_t *)spill_v + (size_t)c * row_bytes, v + (size_t)victim * row_bytes, row_bytes);
-                if (victim != last) {
-                    memcpy(k + (size_t)victim * row_bytes, k + (size_t)last * row_bytes, row_bytes);
-                    memcpy(v + (size_t)victim * row_bytes, v + (size_t)last * row_bytes, row_bytes);
-                    h->pos[victim] = h->pos[last];
-                    h->round[victim] = h->round[last];
-                    at[victim] = at[last];
-                    where[at[victim]] = victim;
-                }
-            }
-            done = 1;
+    int64_t *plan = malloc((size_t)count * 3 * sizeof *plan), moves = 0;
+    if (!plan) return 0;
+    int64_t *spill = plan, *dst = plan + count, *src = plan + 2 * count;
+    const int rc = kvb_evict_plan(h->pos, n, lo, hi, count, spill, dst, src, &moves, err, err_len);
+    if (rc == 1) {
+        uint8_t *k = h->k, *v = h->v;
+        for (int64_t c = 0; spill_v && c < count; c++)
+            memcpy((uint8_t *)spill_v + (size_t)c * row_bytes, v + (size_t)spill[c] * row_bytes, row_bytes);
+        for (int64_t i = 0; i < moves; i++) {
+            memcpy(k + (size_t)dst[i] * row_bytes, k + (size_t)src[i] * row_bytes, row_bytes);
+            memcpy(v + (size_t)dst[i] * row_bytes, v + (size_t)src[i] * row_bytes, row_bytes);
+            h->pos[dst[i]] = h->pos[src[i]];
+            h->round[dst[i]] = h->round[src[i]];
         }
     }
-    free(key), free(where), free(at);
-    return done;
+    free(plan);
+    return rc;
 }
 
 static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/evict_plan.h"
 #include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in be->error (needs `o` in scope); CK_LAUNCH: the same for the
@@ -439,12 +440,74 @@ __global__ void __launch_bounds__(EVICT_THREADS) k_kv_evict(kvb_kv_head h, int64
     }
 }
 
+/* the planned eviction's two passes (base/evict_plan.h): V rows of the victims out, then survivors into their slots */
+__global__ void k_evict_spill(uint8_t *spill, const uint8_t *v, const int64_t *from, int64_t count, size_t rb) {
+    for (int64_t c = blockIdx.x; c < count; c += gridDim.x) copy_row(spill + c * rb, v + from[c] * rb, rb);
+}
+
+__global__ void k_evict_moves(kvb_kv_head h, const int64_t *dst, const int64_t *src, int64_t m, size_t rb) {
+    for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const int64_t d = dst[i], s = src[i];
+        copy_row((uint8_t *)h.k + d * rb, (const uint8_t *)h.k + s * rb, rb);
+        copy_row((uint8_t *)h.v + d * rb, (const uint8_t *)h.v + s * rb, rb);
+        if (threadIdx.x == 0) {
+            h.pos[d] = h.pos[s];
+            h.round[d] = h.round[s];
+        }
+    }
+}
+
+/* Many evictions by position (PoD's spill after prefill: ~23K a head at 32K): the positions down, the plan made on
+ * the host, two gathers. k_kv_evict's scan per eviction took ~2.7 s per decode step of PoD on the 8B shapes at 32K
+ * (H200, 2026-11-27). 1 = done; 0 = positions repeat (the loop decides); -1 = failed. */
+static int evict_planned(cuda_kvops *o, kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t rb, int32_t lo,
+                         int32_t hi, int64_t count, uint8_t *spill_v, char *err, size_t err_len) {
+    int32_t *pos = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    int64_t *plan = (int64_t *)malloc((size_t)count * 3 * sizeof(int64_t)), moves = 0;
+    int rc = 0;
+    if (!pos || !plan) goto done; /* the loop then */
+    if (CK(cudaMemcpyAsync(pos, h->pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, o->stream)) ||
+        CK(cudaStreamSynchronize(o->stream))) {
+        rc = failed(o, err, err_len);
+        goto done;
+    }
+    add_traffic(be, KVB_COPY_D2H, 1, n * (int64_t)sizeof(int32_t));
+    rc = kvb_evict_plan(pos, n, lo, hi, count, plan, plan + count, plan + 2 * count, &moves, err, err_len);
+    if (rc == 1) {
+        /* the plan up as one parameter block: spill sources, then the moves' destinations and sources */
+        const int64_t *d = (const int64_t *)params_in(o, plan, (size_t)count * 3 * sizeof(int64_t));
+        if (!d) {
+            rc = failed(o, err, err_len);
+            goto done;
+        }
+        const unsigned threads = rb >= 512 ? 128 : 64;
+        if (spill_v) {
+            k_evict_spill<<<(unsigned)(count < 65535 ? count : 65535), threads, 0, o->stream>>>(spill_v, (const uint8_t *)h->v, d,
+                                                                                           count, rb);
+            if (CK_LAUNCH(k_evict_spill)) rc = failed(o, err, err_len);
+        }
+        if (rc == 1 && moves) {
+            k_evict_moves<<<(unsigned)(moves < 65535 ? moves : 65535), threads, 0, o->stream>>>(*h, d + count, d + 2 * count,
+                                                                                            moves, rb);
+            if (CK_LAUNCH(k_evict_moves)) rc = failed(o, err, err_len);
+        }
+    }
+done:
+    free(pos);
+    free(plan);
+    return rc;
+}
+
 static int cu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo,
                        int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
     if (count > n) return kvb_errf(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
     if (count <= 0) return 0;
+    if (!score && count > 1) {
+        const int rc = evict_planned(o, be, h, n, row_bytes, lo, hi, count, (uint8_t *)spill_v, err, err_len);
+        if (rc) return rc < 0 ? -1 : 0;
+    }
     k_kv_evict<<<1, EVICT_THREADS, 0, o->stream>>>(*h, n, row_bytes, score, lo, hi, count, (uint8_t *)spill_v);
     return CK_LAUNCH(k_kv_evict) ? failed(o, err, err_len) : 0;
 }
