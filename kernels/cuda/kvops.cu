@@ -30,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+extern "C" {
 #include "base/evict_plan.h"
+}
 #include "kernels/cuda/kvops.h"
 
 /* CK(call): 0, or -1 with the failure recorded in be->error (needs `o` in scope); CK_LAUNCH: the same for the
