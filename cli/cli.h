@@ -60,7 +60,7 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
     "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP CLI_CUDA_KERNELS_HELP
 #define CLI_CUDA_KERNELS_HELP                                                                            \
     "  --cuda-kernels SPEC    CUDA kernels, any of attn=1|2|3|4|5,prefill=tc|tc2|cuda,gemv=1|2|3|4|5,probs=1|2\n"        \
-    "                         (defaults: attn=4,prefill=tc,gemv=5 [v4 from 8192 rows, else v1],probs=2, or\n"    \
+    "                         (defaults: attn=4,prefill=tc2,gemv=5 [v4 from 8192 rows, else v1],probs=2, or\n"    \
     "                         $KVB_ATTN_KERNEL, $KVB_PREFILL_TC, ...);\n"                                          \
     "                         bench prints them, run.json and the record fingerprint name them\n"
 #define CLI_PREFILL_GEMM_HELP                                                                            \

@@ -23,8 +23,8 @@
 #   KVB_GPU_PACK        FILE.tgz: OUTDIR re-packed there (summary.md beside it) after every step
 #   KVB_GPU_DRY=1       no GPU: every step's command resolved and written to its log, its program checked
 #   KVB_GPU_NEW         the candidate kernel set of the *-new, methods-8b and omnikv-128k steps and of the second
-#                       test_cuda_model (default "KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4
-#                       KVB_PROBS_KERNEL=2"; "none": the defaults, and no second test_cuda_model)
+#                       test_cuda_model (default "none": the defaults, and no second test_cuda_model; e.g.
+#                       "KVB_ATTN_KERNEL=5" for FlashInfer)
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
 #   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
 #                       out); lists split by ';' run as separate benches, each its own log; KVB_METHODS_8B_BUDGETS
@@ -159,23 +159,25 @@ fi
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
 # the warm machine where 6 minutes are left, the rest in later leases.
-declare -A est=([tests]=~90 [bench-attention]=12 [sanitize]=23 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~120 [methods-8b-profile]=~60 [omnikv-128k]=~100
+declare -A est=([tests]=231 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+    [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
-    [flashinfer-engine]=~35)
-# group 1: correctness first, then what the issue's must-shows are read from (decode attention against the copy and
-# SDPA, the packed loads, the default model, the 8B model at 32K-128K beside PyTorch, OmniKV at 128K); group 2: every
-# method on the 8B shapes, FlashInfer on the engine, Qwen3; groups 3 and 4: where the time goes (ncu, profiles)
-groups=("tests sanitize bench-attention loads model synthetic-new omnikv-128k"
-    "methods-8b methods-8b-profile flashinfer-engine synthetic-qwen3"
-    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile synthetic-profile"
-    "synthetic synthetic-batch omnikv-profile")
+    [flashinfer-engine]=121)
+# group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, test_cuda_model 103 s), then what the issue's
+# must-shows are read from (decode attention against the copy and SDPA, the packed loads, the 8B model at 32K-128K
+# beside PyTorch); group 2: every method on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s
+# on 2026-11-27), OmniKV at 128K; groups 3 and 4: FlashInfer on the engine, Qwen3, where the time goes (ncu, profiles)
+groups=("tests bench-attention loads synthetic-new"
+    "methods-8b omnikv-128k sanitize"
+    "flashinfer-engine synthetic-qwen3 methods-8b-profile model"
+    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile synthetic-profile synthetic synthetic-batch omnikv-profile")
 # each group's variables (space-separated NAME=VALUE)
 group_env=("KVB_SYNTH_CTX_NEW=32768,65536,131072"
-    "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff KVB_SYNTH_CTX_NEW=32768,65536,131072"
-    "" "")
+    "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip KVB_METHODS_8B_BUDGETS=30%"
+    "KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff"
+    "")
 if [ "${1:-}" = "--plan" ]; then
-    echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 (docs/gpu.md), ~ = estimated;"
+    echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 and -27 (docs/gpu.md), ~ = estimated;"
     echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
     total=0
     for ((g = 1; g <= ${#groups[@]}; g++)); do
@@ -209,9 +211,10 @@ mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 summary=$outdir/summary.md
 steps=${KVB_GPU_STEPS:-${groups[*]} nsys}
-# the candidate kernels, off by default until a run like this one has validated and timed them
-# (KVB_GPU_NEW overrides the set, e.g. "KVB_ATTN_KERNEL=2 KVB_GEMV_KERNEL=2")
-read -r -a new_set <<<"${KVB_GPU_NEW:-KVB_ATTN_KERNEL=4 KVB_PREFILL_TC=2 KVB_GEMV_KERNEL=4 KVB_PROBS_KERNEL=2}"
+# the candidate kernels, off by default until a run like this one has validated and timed them (KVB_GPU_NEW names
+# the set, e.g. "KVB_ATTN_KERNEL=5"; none, the default since prefill v2 became the default on 2026-11-27: every
+# candidate has been timed, and the *-new steps run the defaults)
+read -r -a new_set <<<"${KVB_GPU_NEW:-none}"
 new_kernels=(env "${new_set[@]}")
 [ "${new_set[*]}" = none ] && new_kernels=(env) # none: the defaults everywhere, no second test_cuda_model
 step_timeout=${KVB_STEP_TIMEOUT:-540}

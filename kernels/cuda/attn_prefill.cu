@@ -454,13 +454,14 @@ static int g_prefill_tc = -1; /* -1 = not chosen yet, 0 = off, 1 = v1, 2 = v2 */
 
 extern "C" void kvb_cuda_attention_set_prefill_tc(int v) { g_prefill_tc = v == 1 || v == 2 ? v : 0; }
 
-/* v1 on by default since the H200 run of 2026-11-26 (synthetic:llama3.1-8b at 32K: TTFT 31.4 s -> 7.3 s; test_cuda_ops
- * within its 3e-3 bound, test_cuda_model green); KVB_PREFILL_TC=0 turns it off, =2 takes v2 */
+/* Tensor cores on by default since the H200 run of 2026-11-26 (v1: synthetic:llama3.1-8b at 32K, TTFT 31.4 s ->
+ * 7.3 s), v2 since the H200 run of 2026-11-27 (32K prefill 4435 -> 6890 tok/s in one call; test_cuda_ops within v1's
+ * bounds, test_cuda_model agreeing step for step with v1); KVB_PREFILL_TC=0 turns them off, =1 takes v1 */
 extern "C" int kvb_cuda_attention_prefill_tc(void) {
     if (g_prefill_tc < 0) {
         const char *v = getenv("KVB_PREFILL_TC");
-        const int k = v && *v ? atoi(v) : 1;
-        g_prefill_tc = k == 0 ? 0 : k == 2 ? 2 : 1;
+        const int k = v && *v ? atoi(v) : 2;
+        g_prefill_tc = k == 0 ? 0 : k == 1 ? 1 : 2;
     }
     return g_prefill_tc;
 }
