@@ -366,18 +366,19 @@ extern "C" const char *kvb_cuda_kernels(void) {
         snprintf(attn, sizeof attn, "FlashInfer%s (v4 where it does not apply)", kvb_fi_compiled() ? "" : " [not built]");
     else
         snprintf(attn, sizeof attn, "v%d", kvb_cuda_attention_kernel());
-    snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d", attn,
-             kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores"
+    snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d%s", attn,
+             kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores v1"
                                                                                         : "CUDA cores", gemv_kernel(),
-             gemv_kernel() == 5 ? " (v4 from 8192 rows, v1 below)" : "", kvb_cuda_attention_probs_kernel());
+             gemv_kernel() == 5 ? " (v4 from 8192 rows, v1 below)" : "", kvb_cuda_attention_probs_kernel(),
+             kvb_cuda_quant_kernel() == 2 ? ", KIVI attention v2" : "");
     return line;
 }
 
 extern "C" const char *kvb_cuda_kernels_tag(void) {
     static char tag[48];
-    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d.probs%d", kvb_cuda_attention_kernel(),
+    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d.probs%d%s", kvb_cuda_attention_kernel(),
              kvb_cuda_attention_prefill_tc() == 2 ? "tc2" : kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(),
-             kvb_cuda_attention_probs_kernel());
+             kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "");
     return tag;
 }
 

@@ -1147,3 +1147,5 @@ int cuda_kvops_check(cuda_kvops *o, cudaError_t e, const char *call, const char 
 }
 
 int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len) { return failed(o, err, err_len); }
+
+void *cuda_kvops_scratch(cuda_kvops *o, size_t need) { return grow_dev(o, &o->scratch, &o->scratch_bytes, need) ? NULL : o->scratch; }

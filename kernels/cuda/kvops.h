@@ -37,8 +37,13 @@ void cuda_kvops_release(cuda_kvops *ops);
  * an int-returning op's answer once the backend has failed (-1, be->error in err). */
 int cuda_kvops_check(cuda_kvops *o, cudaError_t e, const char *call, const char *file, int line);
 int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len);
+/* The ops' device scratch, at least need bytes, for kernels enqueued next on the stream (the next op that asks may
+ * reuse it, stream-ordered after them); NULL with the failure in be->error. */
+void *cuda_kvops_scratch(cuda_kvops *o, size_t need);
 /* KIVI's quantized-KV ops (kvquant.cu): install be's quant_groups and attention_quant. */
 void cuda_install_kvquant_ops(kvb_backend *be);
+/* attention_quant's kernel: 1 (default) or 2 (the candidate: tokens split across blocks), $KVB_QUANT_KERNEL */
+extern "C" int kvb_cuda_quant_kernel(void);
 /* The newer architectures' elementwise ops (arch_ops.cu): install be's rope_ext, geglu and scale. */
 void cuda_install_arch_ops(kvb_backend *be);
 /* The elementwise ops on per-slot vectors (elemops.cu): install be's mul_f32 .. block_ranks. */
