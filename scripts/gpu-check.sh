@@ -159,23 +159,24 @@ fi
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
 # the warm machine where 6 minutes are left, the rest in later leases.
-declare -A est=([tests]=231 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+declare -A est=([tests]=~336 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=121)
-# group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, test_cuda_model 103 s), then what the issue's
-# must-shows are read from (decode attention against the copy and SDPA, the packed loads, the 8B model at 32K-128K
-# beside PyTorch); group 2: every method on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s
-# on 2026-11-27), OmniKV at 128K; groups 3 and 4: FlashInfer on the engine, Qwen3, where the time goes (ncu, profiles)
-groups=("tests bench-attention loads synthetic-new"
-    "methods-8b omnikv-128k sanitize"
-    "flashinfer-engine synthetic-qwen3 methods-8b-profile model"
-    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile synthetic-profile synthetic synthetic-batch omnikv-profile")
-# each group's variables (space-separated NAME=VALUE)
-group_env=("KVB_SYNTH_CTX_NEW=32768,65536,131072"
-    "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip KVB_METHODS_8B_BUDGETS=30%"
-    "KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff"
-    "")
+# group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, test_cuda_model 103 s, here twice: the
+# defaults and the candidate KIVI kernel), decode attention against the copy and SDPA, the packed loads; group 2: every
+# method on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s on 2026-11-27) and the 8B model
+# at 32K-128K beside PyTorch; groups 3 and 4: FlashInfer on the engine, Qwen3, OmniKV at 128K, compute-sanitizer, where
+# the time goes (ncu, profiles)
+groups=("tests bench-attention loads"
+    "methods-8b synthetic-new"
+    "flashinfer-engine synthetic-qwen3 omnikv-128k sanitize"
+    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
+# each group's variables (space-separated NAME=VALUE): groups 1 and 2 test and time KIVI's attention v2
+group_env=("KVB_GPU_NEW=KVB_QUANT_KERNEL=2"
+    "KVB_GPU_NEW=KVB_QUANT_KERNEL=2 KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip KVB_METHODS_8B_BUDGETS=30%"
+    ""
+    "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
 if [ "${1:-}" = "--plan" ]; then
     echo "gpu-check plan: seconds per step as measured on an NVIDIA H200 on 2026-11-26 and -27 (docs/gpu.md), ~ = estimated;"
     echo "a group's estimate is its steps' sum plus 20%, each at most 480 s (one call: KVB_GPU_GROUP=N)"
@@ -307,6 +308,8 @@ skip() { skips=$((skips + 1)); echo "| $1 | NOT RUN: $2 | - | - |" >>"$summary";
 step_tests() {
     step "test_cuda_ops (every op incl. attention paths vs float64)" cuda_ops.log "$bin/test_cuda_ops"
     step "test_backend_ops (the methods' data ops, CPU and CUDA, vs exact/float64)" backend_ops.log "$bin/test_backend_ops"
+    [ "${new_set[*]}" != none ] && step "test_backend_ops, candidate kernels ${new_set[*]}" backend_ops_new.log \
+        "${new_kernels[@]}" "$bin/test_backend_ops"
     if [ $have_model = 1 ]; then
         step "test_cuda_model (every method, CPU vs CUDA greedy)" cuda_model.log "$bin/test_cuda_model"
         if [ "${new_set[*]}" != none ]; then
