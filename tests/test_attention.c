@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util_common.h"
 #include "kernels/dtype.h"
 #include "kernels/cpu/arch_ops.h"
 #include "kernels/cpu/ops.h"
@@ -21,7 +22,7 @@ static uint64_t rng_u64(void) { /* splitmix64 */
     return z ^ (z >> 31);
 }
 static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-static float rng_normal(void) {
+UTIL_REFERENCE static float rng_normal(void) {
     double u = rng_unit() + 1e-300, v = rng_unit();
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
@@ -159,7 +160,7 @@ static int run_attn(const problem *p, kvb_pool *pool, result *r, char *err) {
 static void result_free(result *r) { free(r->out), free(r->probs), free(r->lse); }
 
 /* naive float64 attention for every (head, query) */
-static void check_against_reference(const problem *p, const result *r) {
+UTIL_REFERENCE static void check_against_reference(const problem *p, const result *r) {
     const cfg *c = &p->c;
     const int D = c->d, G = c->n_head / c->n_head_kv;
     const double scale = 1.0f / sqrtf((float)D);

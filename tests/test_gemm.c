@@ -47,8 +47,8 @@ static float *random_floats(int64_t n, unsigned *s) {
 }
 
 /* worst |out - ref| / (1 + sum |w||x|) over the outputs, ref in float64 of the dequantized weights and f32 x */
-static double worst_error(const float *out, const uint8_t *w, ggml_type t, int64_t rows, int64_t cols, const float *x,
-                          int64_t n_tok) {
+UTIL_REFERENCE static double worst_error(const float *out, const uint8_t *w, ggml_type t, int64_t rows, int64_t cols,
+                                         const float *x, int64_t n_tok) {
     size_t rb = ggml_row_bytes(t, (uint64_t)cols);
     float *row = malloc(sizeof(float) * (size_t)cols);
     double worst = 0;
