@@ -530,7 +530,16 @@ template <int E> static size_t tile_smem(void) {
  * into the split's partial, in the layout k_attn_merge reads. No shared-memory staging of K or V, so the only
  * limit on the bytes in flight is registers. */
 enum { V3_WARPS = 4 };
-static int g_sms; /* the GPU's multiprocessors (plan() reads them once) */
+extern "C" int kvb_cuda_sm_count(void) {
+    static int sms;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0)
+            sms = 1;
+    }
+    return sms;
+}
 
 /* WIN: a sliding-window layer's mask (a.window > 0); a template switch so that the causal instantiations keep their
  * registers (a runtime test reshuffled them: 244 -> 168 for d = 128, 4 rows) */
@@ -743,17 +752,11 @@ extern "C" int kvb_cuda_attention_kernel(void) { return kvb_switch_pick(&g_kerne
 static int kernel_of(const kvb_cuda_attn *a) { return a->kernel >= 1 && a->kernel <= 5 ? a->kernel : kvb_cuda_attention_kernel(); }
 
 static void plan(const kvb_cuda_attn *a, int *n_split, int *n_rows, int *n_chunks) {
-    if (!g_sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
-        if (g_sms <= 0) g_sms = 1;
-    }
     const int G = a->n_head / a->n_head_kv;
     *n_rows = (int)(a->n_q * G);
     *n_chunks = (*n_rows + RMAX - 1) / RMAX;
     int64_t blocks = (int64_t)a->n_head_kv * *n_chunks;
-    int64_t want = (4LL * g_sms + blocks - 1) / blocks;
+    int64_t want = (4LL * kvb_cuda_sm_count() + blocks - 1) / blocks;
     int64_t cap = (a->max_len + 255) / 256;
     if (want > cap) want = cap;
     if (want < 1) want = 1;

@@ -57,8 +57,9 @@ typedef struct {
 void kvb_cuda_attention_set_kernel(int kernel);
 int kvb_cuda_attention_kernel(void);
 /* Prefill (>= 64 queries, f16 K/V, head_dim 64/128) on tensor cores (attn_prefill.cu: Q and P rounded to f16,
- * |error| ~1e-3 of the output's scale): on by default since the same run (TTFT 4.3x shorter at 32K), off where
- * $KVB_PREFILL_TC is 0 before the first call, or as set here. */
+ * |error| ~1e-3 of the output's scale): 2 (v2, the default since the H200 run of 2026-11-27: 1.55x v1 at 32K),
+ * 1 (v1, on since 2026-11-26: TTFT 4.3x shorter at 32K) or 0 (off), from $KVB_PREFILL_TC before the first call,
+ * or as set here. */
 void kvb_cuda_attention_set_prefill_tc(int on);
 int kvb_cuda_attention_prefill_tc(void);
 /* The probabilities' pass: 2 (the default since the H200 run of 2026-11-26: a block per KV head, query and chunk of
@@ -66,6 +67,8 @@ int kvb_cuda_attention_prefill_tc(void);
  * call: $KVB_PROBS_KERNEL, else 2. */
 void kvb_cuda_attention_set_probs_kernel(int k);
 int kvb_cuda_attention_probs_kernel(void);
+/* The GPU's multiprocessors (asked once; 1 when the driver cannot say): what the split kernels size their grids by. */
+int kvb_cuda_sm_count(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */
 size_t kvb_cuda_attention_ws(const kvb_cuda_attn *a);
 /* Enqueue the attention on stream (a cudaStream_t; NULL = default). ws: device memory of at least

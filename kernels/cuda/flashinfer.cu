@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/attn_split.cuh"
 #include "kernels/cuda/flashinfer.h"
 #include "kernels/cuda/flashinfer/fi_inst.h"
@@ -85,16 +86,6 @@ extern "C" int kvb_fi_compiled(void) { return 1; }
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static int n_sms(void) {
-    static int sms;
-    if (!sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (sms <= 0) sms = 1;
-    }
-    return sms;
-}
 
 /* Bounds from FlashInfer's DecodePlan: the requests after splitting are at most max(n_req, the plan's grid), and its
  * grid is at most 32 blocks an SM (the hardware's limit of resident blocks). */
@@ -129,7 +120,7 @@ static fi_ws carve(const kvb_cuda_attn *a, void *base) {
     const bool pre = a->n_q > 1;
     size_t fi_int = 0, fi_float = 0;
     if (pre) fi_int = kvb_fi_prefill_int_ws(H, G, a->n_q);
-    else kvb_fi_decode_ws(H, G, a->head_dim, n_sms(), &fi_int, &fi_float);
+    else kvb_fi_decode_ws(H, G, a->head_dim, kvb_cuda_sm_count(), &fi_int, &fi_float);
     const size_t rows = (size_t)a->n_q * (size_t)a->n_head;
     char *p = (char *)base;
     size_t off = 0;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/candidate.h"
 #include "kernels/cuda/kvops.h"
 
@@ -287,15 +288,9 @@ extern "C" int kvb_cuda_quant_kernel(void) { return kvb_switch_pick(&g_quant_ker
 
 static int attention_quant2(cuda_kvops *o, const kvb_attn_args *a, const quant_args &p, const quant_heads &qh, char *err,
                             size_t err_len) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 132;
-    }
     /* about two blocks an SM; a split's logits of the whole group fit the block's shared memory */
     const int64_t cap = Q2_SMEM_LOGITS / p.Gq;
-    int64_t want = (2 * (int64_t)sms + a->n_head_kv * a->n_q - 1) / (a->n_head_kv * a->n_q);
+    int64_t want = (2 * (int64_t)kvb_cuda_sm_count() + a->n_head_kv * a->n_q - 1) / (a->n_head_kv * a->n_q);
     if (want < 1) want = 1;
     int64_t split = (p.n + want - 1) / want;
     split = (split + 31) / 32 * 32;
