@@ -496,17 +496,41 @@ int kvc_retain_dev(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t 
     return retain_gather(kv, hd, idx, n, err, err_len);
 }
 
+int kvc_evict_heads(kvc_store *kv, int layer, int n_heads, const int *heads, float *const *score, int32_t lo,
+                    int32_t hi, int64_t keep, void *const *spill_v, char *err, size_t err_len) {
+    enum { CHUNK = 32 }; /* heads per backend call (a GPU's one launch) */
+    if (keep < 0) return ERR("kv store: evict down to %lld slots", (long long)keep);
+    for (int j0 = 0; j0 < n_heads; j0 += CHUNK) {
+        kvb_kv_head x[CHUNK];
+        int64_t n[CHUNK], count[CHUNK];
+        float *sc[CHUNK];
+        void *sp[CHUNK];
+        const int m = n_heads - j0 < CHUNK ? n_heads - j0 : CHUNK;
+        int any = 0;
+        for (int i = 0; i < m; i++) {
+            const int h = heads ? heads[j0 + i] : j0 + i;
+            if (check_head(kv, layer, h, err, err_len)) return -1;
+            const kv_head *hd = head_at(kv, layer, h);
+            count[i] = hd->n > keep ? hd->n - keep : 0;
+            if (count[i] && hd->tier != KVB_TIER_DEVICE)
+                return ERR("kv store: eviction from a host-tier head (layer %d)", layer);
+            x[i] = ops_head(hd), n[i] = hd->n;
+            sc[i] = score ? score[j0 + i] : NULL, sp[i] = spill_v ? spill_v[j0 + i] : NULL;
+            any |= count[i] > 0;
+        }
+        if (any && kv->be->kv_evict(kv->be, m, x, n, kv->row_bytes, sc, lo, hi, count, sp, err, err_len)) return -1;
+        for (int i = 0; i < m; i++) head_at(kv, layer, heads ? heads[j0 + i] : j0 + i)->n -= count[i];
+    }
+    return 0;
+}
+
 int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t hi, int64_t count, void *spill_v,
               char *err, size_t err_len) {
     if (check_head(kv, layer, h, err, err_len)) return -1;
-    kv_head *hd = head_at(kv, layer, h);
+    const kv_head *hd = head_at(kv, layer, h);
     if (count <= 0) return 0;
     if (count > hd->n) return ERR("kv store: evict %lld of %lld slots", (long long)count, (long long)hd->n);
-    if (hd->tier != KVB_TIER_DEVICE) return ERR("kv store: eviction from a host-tier head (layer %d)", layer);
-    kvb_kv_head x = ops_head(hd);
-    if (kv->be->kv_evict(kv->be, &x, hd->n, kv->row_bytes, score, lo, hi, count, spill_v, err, err_len)) return -1;
-    hd->n -= count;
-    return 0;
+    return kvc_evict_heads(kv, layer, 1, &h, &score, lo, hi, hd->n - count, &spill_v, err, err_len);
 }
 
 int kvc_drop_front(kvc_store *kv, int layer, int h, int64_t count, char *err, size_t err_len) {

@@ -86,6 +86,11 @@ int kvc_retain_dev(kvc_store *kv, int layer, int h, const int32_t *idx, int64_t 
  * spill_v (device, optional): receives the victims' V rows in eviction order. Storage is kept for reuse. */
 int kvc_evict(kvc_store *kv, int layer, int h, float *score, int32_t lo, int32_t hi, int64_t count, void *spill_v,
               char *err, size_t err_len);
+/* kvc_evict over several heads of one layer, each down to `keep` slots (a head holding no more is left alone):
+ * head heads[j] (heads NULL: head j) with score[j] and spill_v[j] (host arrays, or NULL for none). One backend
+ * call for up to 32 heads, where a GPU evicts them side by side in one launch. */
+int kvc_evict_heads(kvc_store *kv, int layer, int n_heads, const int *heads, float *const *score, int32_t lo,
+                    int32_t hi, int64_t keep, void *const *spill_v, char *err, size_t err_len);
 /* Append slots idx[0..n) (host list) of src head (sl, sh) to dst head (dl, dh) (same row size): one backend
  * gather (host->device from a host-tier head, device->host into one). count_move = count the bytes as a move
  * between the two heads' tiers in the byte accounting when they differ (a packed load or an offload write). */

@@ -228,13 +228,16 @@ struct kvb_backend {
     int (*kv_load)(kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off,
                    const kvb_kv_head *src, const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err,
                    size_t err_len);
-    /* Evict `count` slots from a head of n slots, one at a time: the victim is the slot with lo <= pos < hi
-     * whose key (score[s], or pos[s] when score is NULL) is lowest, ties to the lowest slot; its V row is
-     * written to row i of spill_v (optional, for the i-th eviction); then the last slot moves into the victim's
-     * place (K, V, pos, round and score[]), and n shrinks by one. The caller guarantees a candidate each time
-     * (the CPU backend reports a violation). */
-    int (*kv_evict)(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
-                    int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len);
+    /* Evict from n_heads heads at once (distinct heads; h, n, score, count, spill_v are host arrays of device
+     * pointers and counts): head j, of n[j] slots, loses count[j] slots one at a time. The victim is the slot
+     * with lo <= pos < hi whose key (score[j][s], or pos[s] when score or score[j] is NULL) is lowest, ties to
+     * the lowest slot; its V row is written to row i of spill_v[j] (optional: spill_v or spill_v[j] NULL) for
+     * the i-th eviction; then the last slot moves into the victim's place (K, V, pos, round and score[j][]), and
+     * n[j] shrinks by one. The caller guarantees a candidate each time (the CPU backend reports a violation).
+     * One call per layer, not per head: a GPU evicts the heads side by side in one launch. */
+    int (*kv_evict)(kvb_backend *be, int n_heads, const kvb_kv_head *h, const int64_t *n, size_t row_bytes,
+                    float *const *score, int32_t lo, int32_t hi, const int64_t *count, void *const *spill_v,
+                    char *err, size_t err_len);
     /* Reduce attention probabilities (probs: [n_head][n_q][stride], columns 0..n-1 read) into per-slot scores
      * out (rows out_stride apart), by mode (KVB_REDUCE_*); accumulate = add to out instead of overwriting. */
     int (*probs_reduce)(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,

@@ -21,6 +21,7 @@ typedef struct {
     kvb_ctx *c;
     double heavy_share;
     kvb_score_row *acc; /* [layer][head], aligned with the store's slots */
+    float **rows;       /* host [n_head_kv]: one layer's accumulators, for kvc_evict_heads */
 } h2o;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -44,12 +45,13 @@ static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, co
     if (c->in_prefill) return 0;
     /* decode: evict the lowest-scoring non-recent tokens down to the budget (ties: the lowest slot) */
     int64_t len = kvb_cur_len(c, n_q), b = kvb_method_budget_at(&s->base, len), recent = recent_of(s, b);
+    for (int g = 0; g < cfg->n_head_kv; g++) s->rows[g] = acc_at(s, layer, g)->v;
+    if (kvc_evict_heads(c->kv, layer, cfg->n_head_kv, NULL, s->rows, INT32_MIN, (int32_t)(len - recent), b, NULL, err,
+                        err_len))
+        return -1;
     for (int g = 0; g < cfg->n_head_kv; g++) {
         kvb_score_row *a = acc_at(s, layer, g);
-        int64_t over = kvc_n(c->kv, layer, g) - b;
-        if (over <= 0) continue;
-        if (kvc_evict(c->kv, layer, g, a->v, INT32_MIN, (int32_t)(len - recent), over, NULL, err, err_len)) return -1;
-        a->n -= over;
+        if (a->n > b) a->n = b; /* each row followed its head's slots down to the budget */
     }
     return 0;
 }
@@ -120,6 +122,7 @@ static void h2o_destroy(kvb_method *m) {
         for (int i = 0; i < n; i++) kvb_score_row_free(s->c, &s->acc[i]);
         free(s->acc);
     }
+    free(s->rows);
     free(s);
 }
 
@@ -132,7 +135,8 @@ static kvb_method *h2o_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     if (r < 0) { free(s); return NULL; }
     if (!(s->heavy_share >= 0 && s->heavy_share < 1)) { ERR("h2o: heavy must be in [0, 1)"); free(s); return NULL; }
     s->acc = calloc((size_t)c->model->cfg.n_layer * c->model->cfg.n_head_kv, sizeof *s->acc);
-    if (!s->acc) { ERR("out of memory"); free(s); return NULL; }
+    s->rows = malloc((size_t)c->model->cfg.n_head_kv * sizeof *s->rows);
+    if (!s->acc || !s->rows) { ERR("out of memory"); free(s->acc); free(s->rows); free(s); return NULL; }
     s->base.budget = *b;
     s->base.imposes_budget = 1;
     return &s->base;

@@ -31,13 +31,10 @@ static int64_t keep_at(sllm *s, int64_t len) {
 }
 
 /* Evict the oldest non-sink tokens of every head of a layer until it holds `keep` (on the backend: a head holds
- * at least one non-sink token while it holds more than keep >= sinks). */
+ * at least one non-sink token while it holds more than keep >= sinks), the layer's heads in one backend call. */
 static int evict_to(sllm *s, kvb_ctx *c, int l, int64_t keep, char *err, size_t err_len) {
-    for (int h = 0; h < c->model->cfg.n_head_kv; h++) {
-        int64_t over = kvc_n(c->kv, l, h) - keep;
-        if (over > 0 && kvc_evict(c->kv, l, h, NULL, (int32_t)s->sinks, INT32_MAX, over, NULL, err, err_len)) return -1;
-    }
-    return 0;
+    return kvc_evict_heads(c->kv, l, c->model->cfg.n_head_kv, NULL, NULL, (int32_t)s->sinks, INT32_MAX, keep, NULL,
+                           err, err_len);
 }
 
 static int sllm_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {

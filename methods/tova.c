@@ -28,6 +28,7 @@ typedef struct {
     int per_head;
     float *score;     /* [n_head_kv][score_cap] one step's scores (device) */
     int64_t score_cap;
+    float **rows;     /* host [n_head_kv]: the heads' rows of score, for kvc_evict_heads */
 } tova;
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -35,11 +36,13 @@ typedef struct {
 static int fit_score(tova *s, int64_t n, char *err, size_t err_len) {
     if (n <= s->score_cap) return 0;
     const int HK = s->c->model->cfg.n_head_kv;
+    if (!s->rows && !(s->rows = malloc((size_t)HK * sizeof *s->rows))) return ERR("tova: out of memory");
     int64_t cap = n + n / 4 + 64;
     kvb_method_release(s->c, s->score, (size_t)HK * s->score_cap * sizeof(float));
     s->score_cap = 0;
     if (!(s->score = kvb_method_alloc(s->c, (size_t)HK * cap * sizeof(float)))) return ERR("tova: out of memory");
     s->score_cap = cap;
+    for (int g = 0; g < HK; g++) s->rows[g] = s->score + (size_t)g * cap;
     return 0;
 }
 
@@ -74,13 +77,7 @@ static int tova_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, c
     const int HK = c->model->cfg.n_head_kv;
     int64_t b = kvb_method_budget_at(&s->base, kvb_cur_len(c, n_q)), n = src[0].n;
     if (fit_score(s, n, err, err_len) || score_row(s, probs, stride, n_q, n_q - 1, n, err, err_len)) return -1;
-    for (int g = 0; g < HK; g++) {
-        int64_t over = kvc_n(c->kv, layer, g) - b;
-        if (over > 0 && kvc_evict(c->kv, layer, g, s->score + (size_t)g * s->score_cap, INT32_MIN, INT32_MAX, over,
-                                  NULL, err, err_len))
-            return -1;
-    }
-    return 0;
+    return kvc_evict_heads(c->kv, layer, HK, NULL, s->rows, INT32_MIN, INT32_MAX, b, NULL, err, err_len);
 }
 
 /* One layer after prefill: the last query's attention over the prompt; keep the top b - 1 earlier tokens + the last. */
@@ -130,6 +127,7 @@ static void tova_describe(kvb_method *m, char *buf, size_t cap) {
 static void tova_destroy(kvb_method *m) {
     tova *s = (tova *)m;
     kvb_method_release(s->c, s->score, (size_t)s->c->model->cfg.n_head_kv * s->score_cap * sizeof(float));
+    free(s->rows);
     free(s);
 }
 

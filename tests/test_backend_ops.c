@@ -347,62 +347,98 @@ static int64_t ref_victim(const host_head *h, const float *score, int64_t n, int
     return victim;
 }
 
-static void check_kv_evict(kvb_backend *be, kvb_dtype dt, int head_dim, int with_score, int with_spill) {
+/* One head of a kv_evict call: its host copy (the reference evicts from it), scores, count and spill. */
+typedef struct {
+    host_head h;
+    int64_t n, cand, count;
+    float *score; /* NULL: evicted by position */
+    int spill;
+} evict_case;
+
+/* kv_evict over nh heads in one call (score: 0 none, 1 every head, 2 each head's own choice; spill likewise) */
+static void check_kv_evict(kvb_backend *be, kvb_dtype dt, int head_dim, int nh, int score_mode, int spill_mode) {
     char err[256];
     const size_t rb = (size_t)head_dim * elt(dt);
-    const int64_t n = rnd(70);
-    host_head h = head_alloc(n, rb), got = head_alloc(n, rb);
-    fill_rows(h.k, n * head_dim, dt), fill_rows(h.v, n * head_dim, dt);
-    const int repeat = rnd(4) == 0; /* now and then positions shared by two slots: ties by slot */
-    for (int64_t i = 0; i < n; i++) h.pos[i] = (int32_t)(repeat ? i / 2 : i) * 3 + 100, h.round[i] = (int32_t)rnd(5);
-    for (int64_t i = n - 1; i > 0; i--) { /* positions in slot order as evictions leave them */
-        int64_t j = rnd(i + 1);
-        int32_t t = h.pos[i]; h.pos[i] = h.pos[j]; h.pos[j] = t;
+    const int32_t lo = 100 + (int32_t)rnd(40), hi = rnd(3) ? INT32_MAX : lo + (int32_t)rnd(3 * 70 + 1);
+    evict_case *e = calloc((size_t)nh, sizeof *e);
+    kvb_kv_head *d = calloc((size_t)nh, sizeof *d);
+    int64_t *n = calloc((size_t)nh, sizeof *n), *count = calloc((size_t)nh, sizeof *count);
+    float **dscore = calloc((size_t)nh, sizeof *dscore);
+    void **dspill = calloc((size_t)nh, sizeof *dspill);
+    for (int j = 0; j < nh; j++) {
+        evict_case *c = &e[j];
+        c->n = n[j] = rnd(70);
+        c->h = head_alloc(c->n, rb);
+        fill_rows(c->h.k, c->n * head_dim, dt), fill_rows(c->h.v, c->n * head_dim, dt);
+        const int repeat = rnd(4) == 0; /* now and then positions shared by two slots: ties by slot */
+        for (int64_t i = 0; i < c->n; i++) c->h.pos[i] = (int32_t)(repeat ? i / 2 : i) * 3 + 100, c->h.round[i] = (int32_t)rnd(5);
+        for (int64_t i = c->n - 1; i > 0; i--) { /* positions in slot order as evictions leave them */
+            int64_t k = rnd(i + 1);
+            int32_t t = c->h.pos[i]; c->h.pos[i] = c->h.pos[k]; c->h.pos[k] = t;
+        }
+        for (int64_t i = 0; i < c->n; i++) c->cand += c->h.pos[i] >= lo && c->h.pos[i] < hi;
+        c->count = count[j] = rnd(3) == 0 ? 0 : rnd(2) ? c->cand : rnd(c->cand + 1);
+        if (score_mode == 1 || (score_mode == 2 && rnd(2))) {
+            c->score = malloc((size_t)c->n * 4 + 4);
+            for (int64_t i = 0; i < c->n; i++) c->score[i] = (float)rnd(6) * 0.125f; /* few levels: ties */
+            dscore[j] = up(be, c->score, (size_t)c->n * 4);
+        }
+        c->spill = spill_mode == 1 || (spill_mode == 2 && rnd(2));
+        if (c->spill) dspill[j] = dev(be, (size_t)c->count * rb + 1);
+        d[j] = head_put(be, &c->h, c->n, rb, KVB_TIER_DEVICE);
     }
-    float *score = malloc((size_t)n * 4 + 4), *score_got = malloc((size_t)n * 4 + 4);
-    for (int64_t i = 0; i < n; i++) score[i] = (float)rnd(6) * 0.125f; /* few levels: ties */
-    int32_t lo = 100 + (int32_t)rnd(40), hi = rnd(3) ? INT32_MAX : lo + (int32_t)rnd(3 * n + 1);
-    int64_t cand = 0;
-    for (int64_t i = 0; i < n; i++) cand += h.pos[i] >= lo && h.pos[i] < hi;
-    const int64_t count = rnd(2) ? cand : rnd(cand + 1);
-    kvb_kv_head d = head_put(be, &h, n, rb, KVB_TIER_DEVICE);
-    float *dscore = with_score ? up(be, score, (size_t)n * 4) : NULL;
-    uint8_t *dspill = with_spill ? dev(be, (size_t)count * rb) : NULL;
-    CU_ASSERT(be->kv_evict(be, &d, n, rb, dscore, lo, hi, count, dspill, err, sizeof err) == 0);
-    uint8_t *spill_ref = malloc((size_t)count * rb + 1), *spill_got = malloc((size_t)count * rb + 1);
-    int64_t m = n;
-    for (int64_t c = 0; c < count; c++, m--) {
-        const int64_t v = ref_victim(&h, with_score ? score : NULL, m, lo, hi), last = m - 1;
-        CU_ASSERT_FATAL(v >= 0);
-        memcpy(spill_ref + c * rb, h.v + v * rb, rb);
-        memcpy(h.k + v * rb, h.k + last * rb, rb), memcpy(h.v + v * rb, h.v + last * rb, rb);
-        h.pos[v] = h.pos[last], h.round[v] = h.round[last], score[v] = score[last];
+    CU_ASSERT(be->kv_evict(be, nh, d, n, rb, score_mode ? dscore : NULL, lo, hi, count, spill_mode ? dspill : NULL, err,
+                           sizeof err) == 0);
+    for (int j = 0; j < nh; j++) {
+        evict_case *c = &e[j];
+        uint8_t *spill_ref = malloc((size_t)c->count * rb + 1), *spill_got = malloc((size_t)c->count * rb + 1);
+        int64_t m = c->n;
+        for (int64_t k = 0; k < c->count; k++, m--) {
+            const int64_t v = ref_victim(&c->h, c->score, m, lo, hi), last = m - 1;
+            CU_ASSERT_FATAL(v >= 0);
+            memcpy(spill_ref + k * rb, c->h.v + v * rb, rb);
+            memcpy(c->h.k + v * rb, c->h.k + last * rb, rb), memcpy(c->h.v + v * rb, c->h.v + last * rb, rb);
+            c->h.pos[v] = c->h.pos[last], c->h.round[v] = c->h.round[last];
+            if (c->score) c->score[v] = c->score[last];
+        }
+        host_head got = head_alloc(c->n, rb);
+        head_get(be, &got, &d[j], m, rb, KVB_TIER_DEVICE);
+        CU_ASSERT(heads_equal(&got, &c->h, m, rb));
+        if (c->score) {
+            float *score_got = malloc((size_t)m * 4 + 4);
+            down(be, score_got, dscore[j], (size_t)m * 4);
+            CU_ASSERT(memcmp(score_got, c->score, (size_t)m * 4) == 0);
+            free(score_got);
+        }
+        if (c->spill) {
+            down(be, spill_got, dspill[j], (size_t)c->count * rb);
+            CU_ASSERT(memcmp(spill_got, spill_ref, (size_t)c->count * rb) == 0);
+        }
+        n[j] = m;
+        head_free(&got), free(spill_ref), free(spill_got);
     }
-    head_get(be, &got, &d, m, rb, KVB_TIER_DEVICE);
-    CU_ASSERT(heads_equal(&got, &h, m, rb));
-    if (with_score) {
-        down(be, score_got, dscore, (size_t)m * 4);
-        CU_ASSERT(memcmp(score_got, score, (size_t)m * 4) == 0);
-    }
-    if (with_spill) {
-        down(be, spill_got, dspill, (size_t)count * rb);
-        CU_ASSERT(memcmp(spill_got, spill_ref, (size_t)count * rb) == 0);
-    }
-    if (is_cpu(be)) { /* one eviction more than there are candidates left: a violation the CPU reports */
-        const int64_t left = cand - count, k = rnd(2) ? 1 : left + 1;
+    if (is_cpu(be)) { /* one head asked for one eviction more than it has candidates left: a violation the CPU reports */
+        const int bad = (int)rnd(nh);
+        for (int j = 0; j < nh; j++) count[j] = j == bad ? e[j].cand - e[j].count + (rnd(2) ? 1 : 0) : 0;
+        const int over = count[bad] > e[bad].cand - e[bad].count;
         err[0] = 0;
-        CU_ASSERT(be->kv_evict(be, &d, m, rb, dscore, lo, hi, k, NULL, err, sizeof err) == (k > left ? -1 : 0));
-        CU_ASSERT(k <= left || err[0]);
+        CU_ASSERT(be->kv_evict(be, nh, d, n, rb, score_mode ? dscore : NULL, lo, hi, count, NULL, err, sizeof err) ==
+                  (over ? -1 : 0));
+        CU_ASSERT(!over || strstr(err, "kv_evict"));
     }
-    head_free(&h), head_free(&got);
-    free(score), free(score_got), free(spill_ref), free(spill_got);
+    for (int j = 0; j < nh; j++) head_free(&e[j].h), free(e[j].score);
+    free(e), free(d), free(n), free(count), free(dscore), free(dspill);
     release_all(be);
 }
 
+/* Heads evicted together end as each evicted alone would (the reference's one-at-a-time loop); more than one
+ * launch's worth of heads (32 on CUDA) now and then. */
 static void test_kv_evict_removes_lowest_key_in_window_ties_to_lower_slot_and_spills_v(void) {
     EACH_BACKEND(be) for (int rep = 0; rep < 6; rep++) for (int hd = 0; hd < COUNT(head_dims); hd++)
-        for (int dt = 0; dt < 2; dt++) for (int sc = 0; sc < 2; sc++)
-            check_kv_evict(be, (kvb_dtype)dt, head_dims[hd], sc, (int)rnd(2));
+        for (int dt = 0; dt < 2; dt++) for (int sc = 0; sc < 3; sc++) {
+            const int nh = rnd(8) == 0 ? 33 + (int)rnd(8) : 1 + (int)rnd(4);
+            check_kv_evict(be, (kvb_dtype)dt, head_dims[hd], nh, sc, (int)rnd(3));
+        }
 }
 
 /* ---- probs_reduce ---- */

@@ -279,9 +279,10 @@ GUARDED_INT(kv_gather, (kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off
 GUARDED_INT(kv_load, (kvb_backend *be, int n_heads, const kvb_kv_head *dst, const int64_t *dst_off, const kvb_kv_head *src,
                       const int32_t *const *idx, const int64_t *n, size_t row_bytes, char *err, size_t err_len),
             n_heads, dst, dst_off, src, idx, n, row_bytes, err, err_len)
-GUARDED_INT(kv_evict, (kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo,
-                       int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len),
-            h, n, row_bytes, score, lo, hi, count, spill_v, err, err_len)
+GUARDED_INT(kv_evict, (kvb_backend *be, int n_heads, const kvb_kv_head *h, const int64_t *n, size_t row_bytes,
+                       float *const *score, int32_t lo, int32_t hi, const int64_t *count, void *const *spill_v,
+                       char *err, size_t err_len),
+            n_heads, h, n, row_bytes, score, lo, hi, count, spill_v, err, err_len)
 GUARDED_INT(probs_reduce, (kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
                            int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode, int accumulate,
                            char *err, size_t err_len),

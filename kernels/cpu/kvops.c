@@ -166,8 +166,8 @@ static int evict_by_pos(const kvb_kv_head *h, int64_t n, size_t row_bytes, int32
     return rc;
 }
 
-static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score,
-                        int32_t lo, int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
+static int evict_head(const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo, int32_t hi,
+                      int64_t count, void *spill_v, char *err, size_t err_len) {
     if (count > n) return ERR("kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
     const int fast = !score && count > 1 ? evict_by_pos(h, n, row_bytes, lo, hi, count, spill_v, err, err_len) : 0;
     if (fast) return fast < 0 ? -1 : 0;
@@ -189,6 +189,16 @@ static int cpu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t
             if (score) score[victim] = score[last];
         }
     }
+    return 0;
+}
+
+static int cpu_kv_evict(kvb_backend *be, int n_heads, const kvb_kv_head *h, const int64_t *n, size_t row_bytes,
+                        float *const *score, int32_t lo, int32_t hi, const int64_t *count, void *const *spill_v,
+                        char *err, size_t err_len) {
+    for (int j = 0; j < n_heads; j++)
+        if (count[j] > 0 && evict_head(&h[j], n[j], row_bytes, score ? score[j] : NULL, lo, hi, count[j],
+                                       spill_v ? spill_v[j] : NULL, err, err_len))
+            return -1;
     return 0;
 }
 

@@ -391,9 +391,17 @@ static int cu_kv_load(kvb_backend *be, int n_heads, const kvb_kv_head *dst, cons
     return 0;
 }
 
-/* ---- kv_evict: one block evicts one slot after another ---- */
+/* ---- kv_evict: one block per head, each evicting one slot after another ---- */
 
-enum { EVICT_THREADS = 256 };
+enum { EVICT_THREADS = 256, EVICT_BATCH = 32 };
+
+/* up to EVICT_BATCH heads of one call, passed by value (64 bytes a head, 2 KiB in all) */
+typedef struct {
+    kvb_kv_head h[EVICT_BATCH];
+    int64_t n[EVICT_BATCH], count[EVICT_BATCH];
+    float *score[EVICT_BATCH];
+    uint8_t *spill[EVICT_BATCH];
+} evict_batch;
 
 /* slot a (key ka or position pa) is evicted before slot b: lower key, then lower slot */
 __device__ bool evicts_before(const float *score, float ka, int32_t pa, int64_t a, float kb, int32_t pb, int64_t b) {
@@ -401,12 +409,16 @@ __device__ bool evicts_before(const float *score, float ka, int32_t pa, int64_t 
     return a < b;
 }
 
-__global__ void __launch_bounds__(EVICT_THREADS) k_kv_evict(kvb_kv_head h, int64_t n, size_t rb, float *score, int32_t lo,
-                                                            int32_t hi, int64_t count, uint8_t *spill) {
+__global__ void __launch_bounds__(EVICT_THREADS) k_kv_evict(evict_batch b, size_t rb, int32_t lo, int32_t hi) {
     __shared__ float skey[EVICT_THREADS];
     __shared__ int32_t spos[EVICT_THREADS];
     __shared__ int64_t sslot[EVICT_THREADS];
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, head = blockIdx.x;
+    const kvb_kv_head h = b.h[head];
+    float *score = b.score[head];
+    uint8_t *spill = b.spill[head];
+    const int64_t count = b.count[head];
+    int64_t n = b.n[head];
     for (int64_t c = 0; c < count; c++, n--) {
         int64_t best = -1;
         float bk = 0;
@@ -500,18 +512,37 @@ done:
     return rc;
 }
 
-static int cu_kv_evict(kvb_backend *be, const kvb_kv_head *h, int64_t n, size_t row_bytes, float *score, int32_t lo,
-                       int32_t hi, int64_t count, void *spill_v, char *err, size_t err_len) {
+static int cu_kv_evict(kvb_backend *be, int n_heads, const kvb_kv_head *h, const int64_t *n, size_t row_bytes,
+                       float *const *score, int32_t lo, int32_t hi, const int64_t *count, void *const *spill_v,
+                       char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (count > n) return kvb_errf(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count, (long long)n);
-    if (count <= 0) return 0;
-    if (!score && count > 1) {
-        const int rc = evict_planned(o, be, h, n, row_bytes, lo, hi, count, (uint8_t *)spill_v, err, err_len);
-        if (rc) return rc < 0 ? -1 : 0;
+    for (int j = 0; j < n_heads; j++)
+        if (count[j] > n[j])
+            return kvb_errf(err, err_len, "kv_evict: %lld evictions from %lld slots", (long long)count[j], (long long)n[j]);
+    evict_batch b;
+    int m = 0;
+    for (int j = 0; j < n_heads; j++) {
+        if (count[j] <= 0) continue;
+        float *sc = score ? score[j] : NULL;
+        uint8_t *sp = spill_v ? (uint8_t *)spill_v[j] : NULL;
+        if (!sc && count[j] > 1) { /* many by position: planned on the host (0: positions repeat, the loop then) */
+            const int rc = evict_planned(o, be, &h[j], n[j], row_bytes, lo, hi, count[j], sp, err, err_len);
+            if (rc < 0) return -1;
+            if (rc) continue;
+        }
+        b.h[m] = h[j], b.n[m] = n[j], b.count[m] = count[j], b.score[m] = sc, b.spill[m] = sp;
+        if (++m == EVICT_BATCH) {
+            k_kv_evict<<<(unsigned)m, EVICT_THREADS, 0, o->stream>>>(b, row_bytes, lo, hi);
+            if (CK_LAUNCH(k_kv_evict)) return failed(o, err, err_len);
+            m = 0;
+        }
     }
-    k_kv_evict<<<1, EVICT_THREADS, 0, o->stream>>>(*h, n, row_bytes, score, lo, hi, count, (uint8_t *)spill_v);
-    return CK_LAUNCH(k_kv_evict) ? failed(o, err, err_len) : 0;
+    if (m) {
+        k_kv_evict<<<(unsigned)m, EVICT_THREADS, 0, o->stream>>>(b, row_bytes, lo, hi);
+        if (CK_LAUNCH(k_kv_evict)) return failed(o, err, err_len);
+    }
+    return 0;
 }
 
 /* ---- probs_reduce, pool1d ---- */
