@@ -251,6 +251,10 @@ struct kvb_backend {
      * below every number); k is clipped to n. */
     int (*topk_idx)(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                     size_t err_len);
+    /* topk_idx for rows r < rows at once: idx + r * idx_stride from score + r * score_stride (a GPU takes the rows
+     * side by side in one launch: Quest's pages of a layer's KV heads) */
+    int (*topk_rows)(kvb_backend *be, int32_t *idx, int64_t idx_stride, const float *score, int64_t score_stride,
+                     int64_t rows, int64_t n, int64_t k, char *err, size_t err_len);
     /* idx[i] = start + i for i < n */
     int (*iota)(kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len);
     /* dst[i] = src[idx[i]] for i < n (dst and src must not overlap) */

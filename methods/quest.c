@@ -102,13 +102,17 @@ static int quest_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t
     if (m >= n_pages - 1) return 0; /* every page: full attention */
     if (fit_scratch(s, c, n_pages, m * P + r, err, err_len)) return -1;
     for (int g = 0; g < cfg->n_head_kv; g++) {
-        float *score = s->score + (size_t)g * s->page_cap;
-        int32_t *pages = s->pages + (size_t)g * s->page_cap, *idx = s->idx + (size_t)g * s->tok_cap;
         const kvb_score_row *lo = &s->kmin[at(s, layer, g)], *hi = &s->kmax[at(s, layer, g)];
-        if (be->block_scores(be, score, c->q + (size_t)g * G * D, lo->v, hi->v, G, D, n_pages - 1, s->group_max, err,
-                             err_len) ||
-            be->topk_idx(be, pages, score, n_pages - 1, m, err, err_len) ||
-            be->iota(be, pages + m, (int32_t)(n_pages - 1), 1, err, err_len) ||
+        if (be->block_scores(be, s->score + (size_t)g * s->page_cap, c->q + (size_t)g * G * D, lo->v, hi->v, G, D,
+                             n_pages - 1, s->group_max, err, err_len))
+            return -1;
+    }
+    /* every KV head's top m pages in one call (a GPU ranks the heads side by side) */
+    if (be->topk_rows(be, s->pages, s->page_cap, s->score, s->page_cap, cfg->n_head_kv, n_pages - 1, m, err, err_len))
+        return -1;
+    for (int g = 0; g < cfg->n_head_kv; g++) {
+        int32_t *pages = s->pages + (size_t)g * s->page_cap, *idx = s->idx + (size_t)g * s->tok_cap;
+        if (be->iota(be, pages + m, (int32_t)(n_pages - 1), 1, err, err_len) ||
             be->block_expand(be, idx, pages, P, m * P + r, err, err_len))
             return -1;
         src[g].idx = idx;

@@ -537,30 +537,50 @@ static int ranks_before(const float *x, int64_t a, int64_t b) {
     return a < b;
 }
 
-static void check_topk(kvb_backend *be, int64_t n, int64_t k) {
+static const float *rank_x; /* the list topk_ref's comparator ranks */
+static int rank_cmp(const void *a, const void *b) {
+    const int64_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return ranks_before(rank_x, i, j) ? -1 : ranks_before(rank_x, j, i) ? 1 : 0;
+}
+static int slot_cmp(const void *a, const void *b) { return (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b); }
+
+/* out[0..k) = the slots of rank < k (ranks_before's order: a total one), ascending */
+static void topk_ref(const float *x, int64_t n, int64_t k, int32_t *out) {
+    int32_t *order = malloc((size_t)n * 4 + 4);
+    for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;
+    rank_x = x;
+    qsort(order, (size_t)n, sizeof *order, rank_cmp);
+    qsort(order, (size_t)k, sizeof *order, slot_cmp);
+    memcpy(out, order, (size_t)k * 4);
+    free(order);
+}
+
+/* rows = 0: topk_idx on one list; rows >= 1: topk_rows over rows lists with strides past their lengths (the gaps
+ * must stay untouched) */
+static void check_topk(kvb_backend *be, int64_t n, int64_t k, int64_t rows) {
     char err[256];
-    float *x = malloc((size_t)n * 4 + 4);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t c = rnd(20);
-        x[i] = c == 0 ? NAN : c == 1 ? INFINITY : c == 2 ? -INFINITY : c == 3 ? -0.0f : c == 4 ? -NAN
-             : (float)rnd(8) * 0.25f; /* ties galore, -0 among the zeros, NaN of either sign */
-    }
-    const int64_t kk = k < 0 ? 0 : k > n ? n : k;
-    int32_t *ref = malloc((size_t)n * 4 + 4), *got = malloc((size_t)(kk + 1) * 4);
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t rank = 0;
-        for (int64_t j = 0; j < n; j++) rank += ranks_before(x, j, i);
-        if (rank < kk) ref[m++] = (int32_t)i;
-    }
-    CU_ASSERT_FATAL(m == kk);
+    const int64_t R = rows ? rows : 1, kk = k < 0 ? 0 : k > n ? n : k;
+    const int64_t xs = n + (rows ? rnd(3) : 0), is = kk + 1 + (rows ? rnd(3) : 0); /* strides */
+    float *x = malloc((size_t)(R * xs) * 4 + 4);
+    int32_t *ref = malloc((size_t)(R * is) * 4), *got = malloc((size_t)(R * is) * 4);
     const int32_t sentinel = -77;
-    for (int64_t i = 0; i <= kk; i++) got[i] = sentinel;
-    int32_t *didx = up(be, got, (size_t)(kk + 1) * 4);
-    CU_ASSERT(be->topk_idx(be, didx, up(be, x, (size_t)n * 4), n, k, err, sizeof err) == 0);
-    down(be, got, didx, (size_t)(kk + 1) * 4);
-    CU_ASSERT(memcmp(got, ref, (size_t)kk * 4) == 0);
-    CU_ASSERT(got[kk] == sentinel); /* writes exactly min(k, n) */
+    for (int64_t i = 0; i < R * is; i++) ref[i] = got[i] = sentinel;
+    for (int64_t r = 0; r < R; r++) {
+        float *xr = x + r * xs;
+        for (int64_t i = 0; i < xs; i++) {
+            const int64_t c = rnd(20);
+            xr[i] = c == 0 ? NAN : c == 1 ? INFINITY : c == 2 ? -INFINITY : c == 3 ? -0.0f : c == 4 ? -NAN
+                  : (float)rnd(8) * 0.25f; /* ties galore, -0 among the zeros, NaN of either sign */
+        }
+        topk_ref(xr, n, kk, ref + r * is);
+    }
+    int32_t *didx = up(be, got, (size_t)(R * is) * 4);
+    const float *dx = up(be, x, (size_t)(R * xs) * 4);
+    const int rc = rows ? be->topk_rows(be, didx, is, dx, xs, rows, n, k, err, sizeof err)
+                        : be->topk_idx(be, didx, dx, n, k, err, sizeof err);
+    CU_ASSERT(rc == 0);
+    down(be, got, didx, (size_t)(R * is) * 4);
+    CU_ASSERT(memcmp(got, ref, (size_t)(R * is) * 4) == 0); /* writes exactly min(k, n) a row, nothing between */
     free(x), free(ref), free(got);
     release_all(be);
 }
@@ -570,7 +590,16 @@ static void test_topk_idx_is_the_k_largest_in_slot_order_ties_to_lower_slot_nan_
     const int64_t ns[] = {0, 1, 5, 64, 1000, 1024, 1025, 3001};
     EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) {
         const int64_t n = ns[ni], ks[] = {-1, 0, 1, n / 3, n - 1, n, n + 5};
-        for (int ki = 0; ki < COUNT(ks); ki++) check_topk(be, n, ks[ki]);
+        for (int ki = 0; ki < COUNT(ks); ki++) check_topk(be, n, ks[ki], 0);
+    }
+}
+
+/* every row as topk_idx alone on it */
+static void test_topk_rows_is_topk_idx_on_every_row(void) {
+    const int64_t ns[] = {0, 1, 64, 1025, 2100}, rowss[] = {2, 5};
+    EACH_BACKEND(be) for (int ni = 0; ni < COUNT(ns); ni++) for (int ri = 0; ri < COUNT(rowss); ri++) {
+        const int64_t n = ns[ni], ks[] = {0, n / 3, n + 5};
+        for (int ki = 0; ki < COUNT(ks); ki++) check_topk(be, n, ks[ki], rowss[ri]);
     }
 }
 
@@ -1685,7 +1714,7 @@ static const struct {
     size_t offset;
 } op_fields[] = {
     OP(copy),         OP(zero),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
-    OP(pool1d),       OP(topk_idx),     OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
+    OP(pool1d),       OP(topk_idx),     OP(topk_rows),    OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
     OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
     OP(proj_sqnorms), OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
@@ -1778,6 +1807,7 @@ int main(void) {
     ADD(test_probs_reduce_group_sum_and_max_heads_match_f64_and_cpu_keeps_the_float_order);
     ADD(test_pool1d_max_is_exact_and_avg_counts_the_padding);
     ADD(test_topk_idx_is_the_k_largest_in_slot_order_ties_to_lower_slot_nan_last);
+    ADD(test_topk_rows_is_topk_idx_on_every_row);
     ADD(test_iota_and_gather_f32_are_exact);
     ADD(test_round_scores_sum_each_rounds_attention_and_mark_it_present);
     ADD(test_pod_share_normalises_base_heads_distant_mass_and_leaves_others);

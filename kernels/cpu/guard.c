@@ -292,6 +292,9 @@ GUARDED_INT(pool1d, (kvb_backend *be, float *out, int64_t out_stride, const floa
             out, out_stride, in, in_stride, rows, n, kernel, avg, err, err_len)
 GUARDED_INT(topk_idx, (kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                        size_t err_len), idx, score, n, k, err, err_len)
+GUARDED_INT(topk_rows, (kvb_backend *be, int32_t *idx, int64_t idx_stride, const float *score, int64_t score_stride,
+                        int64_t rows, int64_t n, int64_t k, char *err, size_t err_len),
+            idx, idx_stride, score, score_stride, rows, n, k, err, err_len)
 GUARDED_INT(iota, (kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len), idx, start, n,
             err, err_len)
 GUARDED_INT(gather_f32, (kvb_backend *be, float *dst, const float *src, const int32_t *idx, int64_t n, char *err,
@@ -409,7 +412,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(matmul); WRAP(get_rows); WRAP(rmsnorm); WRAP(rope); WRAP(swiglu); WRAP(add); WRAP(add_bias);
     WRAP(attention); WRAP(matmul_n); WRAP(add_rmsnorm); WRAP(rope_qk);
     WRAP(rope_ext); WRAP(geglu); WRAP(scale); WRAP(attention_window); /* arch_ops.c */
-    WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx);
+    WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx); WRAP(topk_rows);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
     WRAP(quant_groups); WRAP(attention_quant);

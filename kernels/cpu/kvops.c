@@ -266,6 +266,12 @@ static int cpu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64
     return 0;
 }
 
+static int cpu_topk_rows(kvb_backend *be, int32_t *idx, int64_t idx_stride, const float *score, int64_t score_stride,
+                         int64_t rows, int64_t n, int64_t k, char *err, size_t err_len) {
+    for (int64_t r = 0; r < rows; r++) kvb_topk_slots(score + r * score_stride, n, k, idx + r * idx_stride);
+    return 0;
+}
+
 static int cpu_iota(kvb_backend *be, int32_t *idx, int32_t start, int64_t n, char *err, size_t err_len) {
     for (int64_t i = 0; i < n; i++) idx[i] = start + (int32_t)i;
     return 0;
@@ -612,6 +618,7 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->probs_reduce = cpu_probs_reduce;
     be->pool1d = cpu_pool1d;
     be->topk_idx = cpu_topk_idx;
+    be->topk_rows = cpu_topk_rows;
     be->iota = cpu_iota;
     be->gather_f32 = cpu_gather_f32;
     be->round_scores = cpu_round_scores;

@@ -663,7 +663,9 @@ __device__ int block_scan(int v, int *ws, int *total) {
  * the slots still matching the digits chosen so far), which leaves `need` = how many slots of key T the top k
  * takes (the lowest ones); then idx = the slots with key > T and the first `need` with key T, in slot order,
  * through prefix sums per chunk of TOPK_THREADS slots. Reads the scores five times: O(n), no scratch. */
-__global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, const float *x, int64_t n, int64_t k) {
+__global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, int64_t idx_stride, const float *x,
+                                                              int64_t x_stride, int64_t n, int64_t k) {
+    idx += blockIdx.x * idx_stride, x += blockIdx.x * x_stride; /* one row a block (topk_rows) */
     __shared__ unsigned int hist[256];
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ long long s_need;
@@ -722,7 +724,9 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_radix(int32_t *idx, const
  * histogram passes with their syncs. */
 enum { TOPK_SMALL = 1024 };
 
-__global__ void __launch_bounds__(TOPK_THREADS) k_topk_rank(int32_t *idx, const float *x, int n, int k) {
+__global__ void __launch_bounds__(TOPK_THREADS) k_topk_rank(int32_t *idx, int64_t idx_stride, const float *x,
+                                                             int64_t x_stride, int n, int k) {
+    idx += blockIdx.x * idx_stride, x += blockIdx.x * x_stride;
     __shared__ uint32_t keys[TOPK_SMALL];
     __shared__ int ws[32];
     const int i = threadIdx.x;
@@ -743,18 +747,37 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_rank(int32_t *idx, const 
     if (take) idx[at] = (int32_t)i;
 }
 
+/* rows of one launch at most (the grid's x) */
+static int topk_launch(cuda_kvops *o, int32_t *idx, int64_t idx_stride, const float *score, int64_t score_stride,
+                       int64_t rows, int64_t n, int64_t k, char *err, size_t err_len) {
+    if (k > n) k = n;
+    for (int64_t r0 = 0; r0 < rows && k > 0; r0 += 65535) {
+        const unsigned m = (unsigned)(rows - r0 < 65535 ? rows - r0 : 65535);
+        int32_t *i0 = idx + r0 * idx_stride;
+        const float *s0 = score + r0 * score_stride;
+        if (n <= TOPK_SMALL) {
+            k_topk_rank<<<m, TOPK_THREADS, 0, o->stream>>>(i0, idx_stride, s0, score_stride, (int)n, (int)k);
+            if (CK_LAUNCH(k_topk_rank)) return failed(o, err, err_len);
+        } else {
+            k_topk_radix<<<m, TOPK_THREADS, 0, o->stream>>>(i0, idx_stride, s0, score_stride, n, k);
+            if (CK_LAUNCH(k_topk_radix)) return failed(o, err, err_len);
+        }
+    }
+    return 0;
+}
+
 static int cu_topk_idx(kvb_backend *be, int32_t *idx, const float *score, int64_t n, int64_t k, char *err,
                        size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (k > n) k = n;
-    if (k <= 0) return 0;
-    if (n <= TOPK_SMALL) {
-        k_topk_rank<<<1, TOPK_THREADS, 0, o->stream>>>(idx, score, (int)n, (int)k);
-        return CK_LAUNCH(k_topk_rank) ? failed(o, err, err_len) : 0;
-    }
-    k_topk_radix<<<1, TOPK_THREADS, 0, o->stream>>>(idx, score, n, k);
-    return CK_LAUNCH(k_topk_radix) ? failed(o, err, err_len) : 0;
+    return topk_launch(o, idx, 0, score, 0, 1, n, k, err, err_len);
+}
+
+static int cu_topk_rows(kvb_backend *be, int32_t *idx, int64_t idx_stride, const float *score, int64_t score_stride,
+                        int64_t rows, int64_t n, int64_t k, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    return topk_launch(o, idx, idx_stride, score, score_stride, rows, n, k, err, err_len);
 }
 
 __global__ void k_iota(int32_t *idx, int32_t start, int64_t n) {
@@ -1143,6 +1166,7 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->probs_reduce = cu_probs_reduce;
     be->pool1d = cu_pool1d;
     be->topk_idx = cu_topk_idx;
+    be->topk_rows = cu_topk_rows;
     be->iota = cu_iota;
     be->gather_f32 = cu_gather_f32;
     be->round_scores = cu_round_scores;
