@@ -54,6 +54,8 @@ typedef struct {
     float *probs;       /* [n_head][probs_cap] base heads' probabilities (scratch) */
     int64_t probs_cap;
     int64_t *counts;    /* [2]: query heads merged, skipped (pod_merge) */
+    int *ev_heads;      /* host [n_head_kv]: one layer's spilling heads and their V row destinations (spill_layer) */
+    void **ev_spill;
     int64_t skipped, merged; /* read back from counts */
     char blocks_desc[96];
 } pod;
@@ -93,17 +95,24 @@ static int vrows_reserve(pod *s, vrows *d, int64_t more, char *err, size_t err_l
     return 0;
 }
 
-/* Move the oldest non-sink tokens of a non-base head into its distant V rows until it holds `prox`: the
- * backend evicts them in position order (n_s, n_s + 1, ...) and writes their V rows after the held ones. */
-static int spill(pod *s, kvb_ctx *c, int l, int g, int64_t prox, char *err, size_t err_len) {
-    vrows *d = dist_at(s, l, g);
-    int64_t over = kvc_n(c->kv, l, g) - prox;
-    if (over <= 0) return 0;
-    if (vrows_reserve(s, d, over, err, err_len) ||
-        kvc_evict(c->kv, l, g, NULL, (int32_t)s->sinks, INT32_MAX, over, d->v + (size_t)d->n * s->row_bytes, err, err_len))
+/* Move the oldest non-sink tokens of every non-base head of layer l into its distant V rows until it holds
+ * `prox`: the backend evicts them in position order (n_s, n_s + 1, ...) and writes their V rows after the held
+ * ones, the layer's heads in one call. */
+static int spill_layer(pod *s, kvb_ctx *c, int l, int64_t prox, char *err, size_t err_len) {
+    int m = 0;
+    int64_t rows = 0;
+    for (int g = 0; g < c->model->cfg.n_head_kv; g++) {
+        vrows *d = dist_at(s, l, g);
+        const int64_t over = kvc_n(c->kv, l, g) - prox;
+        if (is_base(s, g, l) || over <= 0) continue;
+        if (vrows_reserve(s, d, over, err, err_len)) return -1;
+        s->ev_heads[m] = g, s->ev_spill[m++] = d->v + (size_t)d->n * s->row_bytes;
+        d->n += over, rows += over; /* the rows the eviction below writes */
+    }
+    if (m && kvc_evict_heads(c->kv, l, m, s->ev_heads, NULL, (int32_t)s->sinks, INT32_MAX, prox, s->ev_spill, err,
+                             err_len))
         return -1;
-    d->n += over;
-    s->base.extra_device_bytes += over * (int64_t)s->row_bytes; /* rows held (the allocation's slack is in kvb_mem) */
+    s->base.extra_device_bytes += rows * (int64_t)s->row_bytes; /* rows held (the allocation's slack is in kvb_mem) */
     return 0;
 }
 
@@ -115,8 +124,7 @@ static int pod_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
     if (kvb_method_budget_tokens(&s->base, c->n_past, &b, err, err_len)) return -1;
     int64_t prox = prox_at(s, c->n_past);
     for (int l = 0; l < cfg->n_layer; l++)
-        for (int g = 0; g < cfg->n_head_kv; g++)
-            if (!is_base(s, g, l) && spill(s, c, l, g, prox, err, err_len)) return -1;
+        if (spill_layer(s, c, l, prox, err, err_len)) return -1;
     /* spill leaves slots unordered; that is fine: attention reads positions per slot */
     return 0;
 }
@@ -124,10 +132,7 @@ static int pod_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) 
 static int pod_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t n_q, char *err, size_t err_len) {
     pod *s = self;
     if (c->in_prefill) return 0;
-    const int HK = c->model->cfg.n_head_kv;
-    int64_t len = kvb_cur_len(c, n_q), prox = prox_at(s, len);
-    for (int g = 0; g < HK; g++)
-        if (!is_base(s, g, layer) && spill(s, c, layer, g, prox, err, err_len)) return -1;
+    if (spill_layer(s, c, layer, prox_at(s, kvb_cur_len(c, n_q)), err, err_len)) return -1;
     kvb_src_from_store(c, layer, src);
     return 0;
 }
@@ -243,6 +248,8 @@ static void pod_destroy(kvb_method *m) {
     kvb_method_release(s->c, s->probs, (size_t)cfg->n_head * s->probs_cap * sizeof(float));
     kvb_method_release(s->c, s->counts, 2 * sizeof(int64_t));
     free(s->bases);
+    free(s->ev_heads);
+    free(s->ev_spill);
     free(s);
 }
 
@@ -272,7 +279,12 @@ static kvb_method *pod_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char
     s->lse_d = kvb_method_alloc(c, (size_t)cfg->n_layer * cfg->n_head * sizeof(float));
     s->lse_p = kvb_method_alloc(c, (size_t)cfg->n_head * sizeof(float));
     s->counts = kvb_method_alloc(c, 2 * sizeof(int64_t));
-    if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->counts) { ERR("out of memory"); goto fail; }
+    s->ev_heads = malloc((size_t)cfg->n_head_kv * sizeof *s->ev_heads);
+    s->ev_spill = malloc((size_t)cfg->n_head_kv * sizeof *s->ev_spill);
+    if (!s->bases || !s->dist || !s->lse_d || !s->lse_p || !s->counts || !s->ev_heads || !s->ev_spill) {
+        ERR("out of memory");
+        goto fail;
+    }
     if (cfg->n_head > 256) { ERR("pod: more than 256 query heads"); goto fail; }
     int64_t block = 0;
     int r;
