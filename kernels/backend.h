@@ -350,6 +350,10 @@ struct kvb_backend {
      * (double)u[r][e] x[j][e] (double), for rows j < n of x (dim elements of dtype); u: [m][dim] f32. */
     int (*proj_sqnorms)(kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                         const float *u, int m, char *err, size_t err_len);
+    /* The Gram matrix X^T X of n rows of d floats: out[a][b] = (float) of the sum over j < n ascending of
+     * (double)x[j][a] (double)x[j][b] (double), for a, b < d (out: [d][d]; Compactor's key geometry; a GPU
+     * computes the d x d sums side by side, each in that order). */
+    int (*gram_f32)(kvb_backend *be, float *out, const float *x, int64_t n, int d, char *err, size_t err_len);
     /* ||U x_j||_1: out[j] = (float) of the sum over r < m ascending of |d_r|, d_r = sum over e ascending of
      * (double)u[r u_stride + e] x[j][e] (double), for rows j < n of x (dim elements of dtype); u: m rows of dim f32,
      * u_stride apart (a column slice of a wider matrix: W_o's columns of one head) */

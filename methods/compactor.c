@@ -22,9 +22,10 @@
  * - Budget B per head = budget x prompt length rounded (kvb_budget_tokens; kvpress: int(n (1 - ratio))); ties to
  *   the earlier token.
  * - How it is computed: the keys as f32 (block_minmax with one-row blocks), derotated (rope / rope_ext), centred
- *   (probs_reduce's column sum, gather_f32 replicating it, axpby_f32), transposed (gather_f32), the Gram matrix's rows
- *   by block_scores (double sums), d x d floats copied to the host (one counted copy per head), Cholesky and L^-1 on
- *   the host in double, L^-1 copied up, proj_sqnorms, topk_idx, kvc_retain_dev.
+ *   (probs_reduce's column sum, gather_f32 replicating it, axpby_f32), the Gram matrix by gram_f32 (double sums over
+ *   the tokens in order; one launch on CUDA, where d block_scores calls over rows of n tokens took seconds a layer),
+ *   d x d floats copied to the host (one counted copy per head), Cholesky and L^-1 on the host in double, L^-1
+ *   copied up, proj_sqnorms, topk_idx, kvc_retain_dev.
  * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept): LeverageScorePress with a
  *   square sketch (64 columns = head_dim: invertible, so the exact leverage) Jaccard 0.848 at least per head (layer
  *   0), 0.972 on average; with its default 48-column sketch 0.61 and 0.745, the sketch's approximation. */
@@ -45,8 +46,8 @@ typedef struct {
 } compactor;
 
 typedef struct {
-    float *kf, *kc, *kt, *rep, *m, *gram, *linv, *score; /* device */
-    int32_t *neg_pos, *mod_d, *tr, *idx;                 /* device */
+    float *kf, *kc, *rep, *m, *gram, *linv, *score; /* device */
+    int32_t *neg_pos, *mod_d, *idx;                 /* device */
     double *g, *l;                                       /* host [d][d] */
     float *gh;                                           /* host [d][d] */
     size_t nd_bytes;
@@ -89,7 +90,7 @@ static int head_scores(kvb_ctx *c, int l, int g, int64_t n, scratch *s, char *er
     const kvb_config *cfg = &c->model->cfg;
     const int d = cfg->head_dim;
     const kvc_view v = kvc_head_view(c->kv, l, g); /* slots in position order after prefill */
-    if (be->block_minmax(be, s->kf, s->kt, v.k, v.dtype, d, 1, 0, n, err, err_len)) return -1;
+    if (be->block_minmax(be, s->kf, s->rep, v.k, v.dtype, d, 1, 0, n, err, err_len)) return -1; /* kmax into rep: overwritten below */
     kvb_rope_params r = cfg->rope;
     r.freq_factors = c->model->rope_freqs;
     if (r.freq_scale == 1.0f && r.ext_factor == 0.0f && r.attn_factor == 1.0f && !r.freq_factors)
@@ -99,12 +100,8 @@ static int head_scores(kvb_ctx *c, int l, int g, int64_t n, scratch *s, char *er
     if (be->probs_reduce(be, s->m, d, s->kf, d, 1, 1, n, d, NULL, KVB_REDUCE_GROUP_SUM, 0, err, err_len) ||
         be->gather_f32(be, s->rep, s->m, s->mod_d, n * d, err, err_len) ||
         be->axpby_f32(be, s->kc, s->kf, 1.0, s->rep, -1.0 / (double)n, 0.0, n * d, err, err_len) ||
-        be->gather_f32(be, s->kt, s->kc, s->tr, n * d, err, err_len))
+        be->gram_f32(be, s->gram, s->kc, n, d, err, err_len)) /* X^T X, each entry's sum in double */
         return -1;
-    for (int a = 0; a < d; a++) /* row a of X^T X: column a's dot with every column, in double */
-        if (be->block_scores(be, s->gram + (size_t)a * d, s->kt + (size_t)a * n, s->kt, s->kt, 1, (int)n, d, 0, err,
-                             err_len))
-            return -1;
     if (be->copy(be, s->gh, s->gram, (size_t)d * d * sizeof(float), KVB_COPY_D2H, err, err_len)) return -1;
     if (be->sync && be->sync(be)) return ERR("%s", be->error);
     float *lf = malloc((size_t)d * d * sizeof *lf);
@@ -121,13 +118,13 @@ static int head_scores(kvb_ctx *c, int l, int g, int64_t n, scratch *s, char *er
 
 static void scratch_free(kvb_ctx *c, scratch *s, int64_t n, int d) {
     const size_t dd = (size_t)d * d * sizeof(float);
-    float *nd[] = {s->kf, s->kc, s->kt, s->rep};
-    for (int i = 0; i < 4; i++) kvb_method_release(c, nd[i], s->nd_bytes);
+    float *nd[] = {s->kf, s->kc, s->rep};
+    for (int i = 0; i < 3; i++) kvb_method_release(c, nd[i], s->nd_bytes);
     kvb_method_release(c, s->m, (size_t)d * sizeof(float));
     kvb_method_release(c, s->gram, dd), kvb_method_release(c, s->linv, dd);
     kvb_method_release(c, s->score, (size_t)n * sizeof(float));
     kvb_method_release(c, s->neg_pos, (size_t)n * sizeof(int32_t)), kvb_method_release(c, s->idx, (size_t)n * sizeof(int32_t));
-    kvb_method_release(c, s->mod_d, (size_t)n * d * sizeof(int32_t)), kvb_method_release(c, s->tr, (size_t)n * d * sizeof(int32_t));
+    kvb_method_release(c, s->mod_d, (size_t)n * d * sizeof(int32_t));
     free(s->g), free(s->l), free(s->gh);
 }
 
@@ -146,29 +143,25 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     scratch s = {0};
     s.nd_bytes = (size_t)n * d * sizeof(float);
     s.kf = kvb_method_alloc(c, s.nd_bytes), s.kc = kvb_method_alloc(c, s.nd_bytes);
-    s.kt = kvb_method_alloc(c, s.nd_bytes), s.rep = kvb_method_alloc(c, s.nd_bytes);
+    s.rep = kvb_method_alloc(c, s.nd_bytes);
     s.m = kvb_method_alloc(c, (size_t)d * sizeof(float));
     s.gram = kvb_method_alloc(c, (size_t)d * d * sizeof(float)), s.linv = kvb_method_alloc(c, (size_t)d * d * sizeof(float));
     s.score = kvb_method_alloc(c, (size_t)n * sizeof(float));
     s.neg_pos = kvb_method_alloc(c, (size_t)n * sizeof(int32_t)), s.idx = kvb_method_alloc(c, (size_t)n * sizeof(int32_t));
-    s.mod_d = kvb_method_alloc(c, (size_t)n * d * sizeof(int32_t)), s.tr = kvb_method_alloc(c, (size_t)n * d * sizeof(int32_t));
+    s.mod_d = kvb_method_alloc(c, (size_t)n * d * sizeof(int32_t));
     s.g = malloc((size_t)d * d * sizeof *s.g), s.l = malloc((size_t)d * d * sizeof *s.l);
     s.gh = malloc((size_t)d * d * sizeof *s.gh);
     int32_t *host = malloc((size_t)n * d * sizeof *host);
-    int rc = s.kf && s.kc && s.kt && s.rep && s.m && s.gram && s.linv && s.score && s.neg_pos && s.idx && s.mod_d && s.tr &&
+    int rc = s.kf && s.kc && s.rep && s.m && s.gram && s.linv && s.score && s.neg_pos && s.idx && s.mod_d &&
                      s.g && s.l && s.gh && host
                  ? 0
                  : ERR("compactor: out of memory");
-    /* the index tables, made once: -position per slot, i % d (the mean replicated), the transpose [d][n] */
+    /* the index tables, made once: -position per slot, i % d (the mean replicated) */
     for (int64_t j = 0; !rc && j < n; j++) host[j] = (int32_t)-j;
     rc = rc || be->copy(be, s.neg_pos, host, (size_t)n * sizeof *host, KVB_COPY_H2D, err, err_len) ||
          (be->sync && be->sync(be));
     for (int64_t i = 0; !rc && i < n * d; i++) host[i] = (int32_t)(i % d);
     rc = rc || be->copy(be, s.mod_d, host, (size_t)n * d * sizeof *host, KVB_COPY_H2D, err, err_len) ||
-         (be->sync && be->sync(be));
-    for (int64_t e = 0; !rc && e < d; e++)
-        for (int64_t j = 0; j < n; j++) host[e * n + j] = (int32_t)(j * d + e);
-    rc = rc || be->copy(be, s.tr, host, (size_t)n * d * sizeof *host, KVB_COPY_H2D, err, err_len) ||
          (be->sync && be->sync(be));
     free(host);
     for (int l = from; l < to && !rc; l++)

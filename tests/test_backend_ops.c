@@ -1483,6 +1483,41 @@ static void test_softmax_rows_are_each_rows_double_softmax_in_place_nan_and_minu
     }
 }
 
+/* the Gram matrix entry by entry, each sum over the rows in order (the header's arithmetic) */
+UTIL_REFERENCE static void gram_ref(float *ref, const float *x, int64_t n, int d) {
+    for (int a = 0; a < d; a++)
+        for (int b = 0; b < d; b++) {
+            double acc = 0;
+            for (int64_t j = 0; j < n; j++) acc += (double)x[j * d + a] * (double)x[j * d + b];
+            ref[a * d + b] = (float)acc;
+        }
+}
+
+static void check_gram_f32(kvb_backend *be, int d, int64_t n) {
+    char err[256];
+    float *x = malloc((size_t)(n * d + 1) * 4), *ref = malloc((size_t)(d * d + 1) * 4), *got = malloc((size_t)(d * d + 1) * 4);
+    fill_signed(x, n * d + 1, 3.0);
+    for (int64_t i = 0; i <= (int64_t)d * d; i++) ref[i] = got[i] = -777.0f;
+    gram_ref(ref, x, n, d);
+    float *dout = up(be, got, (size_t)(d * d + 1) * 4);
+    CU_ASSERT(be->gram_f32(be, dout, up(be, x, (size_t)(n * d + 1) * 4), n, d, err, sizeof err) == 0);
+    down(be, got, dout, (size_t)(d * d + 1) * 4);
+    CU_ASSERT(same_bits(got, ref, (int64_t)d * d + 1)); /* every entry, and nothing past the last */
+    free(x), free(ref), free(got);
+    release_all(be);
+}
+
+/* Compactor's X^T X: bit for bit the ordered double sums, on the head sizes and row counts around a warp */
+static void test_gram_f32_is_each_entrys_double_sum_over_the_rows_in_order(void) {
+    char err[256];
+    const int64_t ns[] = {0, 1, 31, 257};
+    EACH_BACKEND(be) {
+        for (int hd = 0; hd < COUNT(head_dims); hd++) for (int ni = 0; ni < COUNT(ns); ni++)
+            check_gram_f32(be, head_dims[hd], ns[ni]);
+        CU_ASSERT(be->gram_f32(be, NULL, NULL, 4, 0, err, sizeof err) == -1 && strstr(err, "gram_f32") != NULL);
+    }
+}
+
 static void check_proj_sqnorms(kvb_backend *be, kvb_dtype dt, int dim, int64_t n, int m) {
     char err[256];
     const size_t es = elt(dt);
@@ -1717,7 +1752,7 @@ static const struct {
     OP(pool1d),       OP(topk_idx),     OP(topk_rows),    OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
     OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
-    OP(proj_sqnorms), OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
+    OP(proj_sqnorms), OP(gram_f32),     OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
     OP(gather_cols),  OP(attention_narrow),
 };
 #undef OP
@@ -1825,6 +1860,7 @@ int main(void) {
     ADD(test_mul_f32_and_axpby_f32_are_the_float_product_and_the_double_combination);
     ADD(test_softmax_rows_are_each_rows_double_softmax_in_place_nan_and_minus_inf_as_torch);
     ADD(test_proj_sqnorms_and_proj_l1norms_are_the_double_sums_of_each_rows_projections);
+    ADD(test_gram_f32_is_each_entrys_double_sum_over_the_rows_in_order);
     ADD(test_block_scaled_std_is_each_rows_sample_std_after_its_blocks_range_scaling);
     ADD(test_block_normalize_and_block_ranks_divide_by_and_rank_within_each_block);
     ADD(test_every_data_op_in_backend_h_has_a_test_here);

@@ -232,11 +232,35 @@ static int cpu_block_ranks(kvb_backend *be, float *out, const float *x, int64_t 
     return 0;
 }
 
+/* j outer, so each row is read once; every sum still runs over j ascending (a product then an add, never fused:
+ * ISO C, no contraction); out is symmetric, as double products commute */
+static int cpu_gram_f32(kvb_backend *be, float *out, const float *x, int64_t n, int d, char *err, size_t err_len) {
+    if (d <= 0 || n < 0) return ERR("gram_f32: %lld rows of %d", (long long)n, d);
+    double *acc = calloc((size_t)d * (size_t)d, sizeof *acc);
+    if (!acc) return ERR("gram_f32: out of memory");
+    for (int64_t j = 0; j < n; j++) {
+        const float *r = x + j * d;
+        for (int a = 0; a < d; a++) {
+            const double xa = r[a];
+            double *row = acc + (size_t)a * d;
+            for (int b = a; b < d; b++) {
+                const double p = xa * r[b];
+                row[b] += p;
+            }
+        }
+    }
+    for (int a = 0; a < d; a++)
+        for (int b = a; b < d; b++) out[(size_t)a * d + b] = out[(size_t)b * d + a] = (float)acc[(size_t)a * d + b];
+    free(acc);
+    return 0;
+}
+
 void cpu_install_elem_ops(kvb_backend *be) {
     be->mul_f32 = cpu_mul_f32;
     be->axpby_f32 = cpu_axpby_f32;
     be->softmax_rows = cpu_softmax_rows;
     be->proj_sqnorms = cpu_proj_sqnorms;
+    be->gram_f32 = cpu_gram_f32;
     be->proj_l1norms = cpu_proj_l1norms;
     be->block_scaled_std = cpu_block_scaled_std;
     be->block_normalize = cpu_block_normalize;

@@ -348,6 +348,8 @@ GUARDED_INT(axpby_f32, (kvb_backend *be, float *out, const float *a, double alph
                         double gamma, int64_t n, char *err, size_t err_len), out, a, alpha, b, beta, gamma, n, err, err_len)
 GUARDED_INT(softmax_rows, (kvb_backend *be, float *x, int64_t stride, int64_t rows, int64_t n, char *err, size_t err_len),
             x, stride, rows, n, err, err_len)
+GUARDED_INT(gram_f32, (kvb_backend *be, float *out, const float *x, int64_t n, int d, char *err, size_t err_len), out, x, n,
+            d, err, err_len)
 GUARDED_INT(proj_sqnorms, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
                            const float *u, int m, char *err, size_t err_len), out, x, dtype, dim, n, u, m, err, err_len)
 GUARDED_INT(proj_l1norms, (kvb_backend *be, float *out, const void *x, kvb_dtype dtype, int dim, int64_t n,
@@ -418,7 +420,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(quant_groups); WRAP(attention_quant);
     WRAP(gather_cols); WRAP(attention_narrow);
     WRAP(fill_idx_f32); WRAP(split_rows_idx);
-    WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(proj_l1norms); WRAP(block_scaled_std);
+    WRAP(mul_f32); WRAP(axpby_f32); WRAP(softmax_rows); WRAP(proj_sqnorms); WRAP(gram_f32); WRAP(proj_l1norms); WRAP(block_scaled_std);
     WRAP(block_normalize); WRAP(block_ranks);
     WRAP(sync); WRAP(kv_writer);
 #undef WRAP

@@ -135,6 +135,26 @@ static int cu_proj_sqnorms(kvb_backend *be, float *out, const void *x, kvb_dtype
     return launched(o, "k_proj_sqnorms<<<>>>", err, err_len);
 }
 
+/* a thread per entry (a, b), a <= b: its sum over the rows in order, mirrored (threads of a warp read one row's
+ * consecutive columns); -fmad=false keeps each product and add apart, as on the CPU */
+__global__ void k_gram_f32(float *out, const float *x, int64_t n, int d) {
+    EACH(i, (int64_t)d * d) {
+        const int a = (int)(i / d), b = (int)(i % d);
+        if (b < a) continue;
+        double acc = 0;
+        for (int64_t j = 0; j < n; j++) acc += (double)x[j * d + a] * (double)x[j * d + b];
+        out[(int64_t)a * d + b] = out[(int64_t)b * d + a] = (float)acc;
+    }
+}
+
+static int cu_gram_f32(kvb_backend *be, float *out, const float *x, int64_t n, int d, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return cuda_kvops_failed(o, err, err_len);
+    if (d <= 0 || n < 0) return kvb_errf(err, err_len, "gram_f32: %lld rows of %d", (long long)n, d);
+    k_gram_f32<<<grid_for((int64_t)d * d), THREADS, 0, o->stream>>>(out, x, n, d);
+    return launched(o, "k_gram_f32<<<>>>", err, err_len);
+}
+
 __global__ void k_proj_l1norms(float *out, const void *x, int f16, int dim, int64_t n, const float *u, int64_t u_stride,
                                int m) {
     EACH(j, n) {
@@ -233,6 +253,7 @@ void cuda_install_elem_ops(kvb_backend *be) {
     be->axpby_f32 = cu_axpby_f32;
     be->softmax_rows = cu_softmax_rows;
     be->proj_sqnorms = cu_proj_sqnorms;
+    be->gram_f32 = cu_gram_f32;
     be->proj_l1norms = cu_proj_l1norms;
     be->block_scaled_std = cu_block_scaled_std;
     be->block_normalize = cu_block_normalize;
