@@ -513,7 +513,9 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         if (handled < 0) return -1;
     }
     if (!handled && (a.window ? be->attention_window(be, &a, err, err_len) : be->attention(be, &a, err, err_len))) return -1;
-    if (want && be_sync(be, err, err_len)) return -1;
+    /* no sync: observe's reads of the probabilities are backend ops on the same stream, and a method that copies
+     * something down syncs before it reads it (kernels/backend.h); a sync here drained the GPU every layer of every
+     * step for TOVA and H2O */
     if (want && H->observe(H->self, c, l, c->src, a.probs, a.probs_stride, n, err, err_len)) return -1;
     prof_end(P, PROF_ATTN_FORWARD, l, n, 0);
     return 0;
