@@ -145,6 +145,14 @@ static void test_bench_method_refuses_contexts_beyond_the_model(void) {
     expect_clean_failure("bench --model default --contexts 9000", "exceeds the model's context of 8192");
 }
 
+/* a method that cannot be made (no Round profile for a synthetic model; a bad option) is refused before the prefill:
+ * one line on stderr, not the prefill's and the methods' before it */
+static void test_bench_method_refuses_a_method_it_cannot_make_before_the_prefill(void) {
+    expect_clean_failure("bench --model synthetic:tiny --method snapkv,round --ctx-len 64 -n 2", "no watershed layer");
+    expect_clean_failure("bench --model synthetic:tiny --method snapkv --method-opt snapkv:window=0 --ctx-len 64 -n 2",
+                         "window must be in");
+}
+
 static void test_invalid_utf8_prompt_is_reported(void) {
     UTIL_REQUIRE_FILE(model);
     write_bytes(tp("kvb_bad_utf8.txt"), "hello \xff\xfe world", 14);
@@ -696,6 +704,8 @@ int main(void) {
     CU_add_test(s, "bench --method all: every method on one shared prefill", test_bench_methods_share_one_prefill);
     CU_add_test(s, "bench's PyTorch shape peer gets the model's shapes", test_bench_shape_peer_gets_the_shapes);
     CU_add_test(s, "bench --method refuses contexts beyond the model", test_bench_method_refuses_contexts_beyond_the_model);
+    CU_add_test(s, "bench --method refuses a method it cannot make before the prefill",
+                test_bench_method_refuses_a_method_it_cannot_make_before_the_prefill);
     CU_add_test(s, "wrong magic is reported", test_wrong_magic_is_reported);
     CU_add_test(s, "truncated model is reported", test_truncated_model_is_reported);
     CU_add_test(s, "unknown arch, missing key and unknown tensor type are reported", test_unknown_arch_and_missing_key_are_reported);
