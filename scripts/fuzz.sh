@@ -7,12 +7,8 @@
 #   scripts/fuzz.sh            12 s per harness, one harness per core at a time (the CI step; build + runs are
 #                              meant to stay near 2 minutes)
 #   scripts/fuzz.sh 3600       an hour each; KVB_FUZZ_ONLY=gguf scripts/fuzz.sh 3600 for one harness
-#   scripts/fuzz.sh --build-only   build and stop (scripts/test.sh builds beside its other builds, runs at the end;
-#                              a later run finds the build up to date)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build_only=0
-[ "${1:-}" = --build-only ] && { build_only=1; shift; }
 secs=${1:-${KVB_FUZZ_SECONDS:-12}}
 harnesses=${KVB_FUZZ_ONLY:-"gguf loaders suite serve_request judge_reply sse_stream"}
 if ! command -v clang > /dev/null; then
@@ -26,7 +22,6 @@ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON -DKVB_C
     cmake --build build-fuzz -j"$(nproc 2>/dev/null || echo 2)" --target $targets >> build-fuzz/build.log 2>&1 ||
     { tail -n 30 build-fuzz/build.log; echo "fuzz: build failed (build-fuzz/build.log)"; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - t0 )) s"
-[ "$build_only" = 1 ] && exit 0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 work=$(mktemp -d)
