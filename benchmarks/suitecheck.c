@@ -185,29 +185,36 @@ int kvb_suite_check(const cJSON *suite, const char *path, int n_ctx, char *err, 
     return 0;
 }
 
-int kvb_suite_check_methods(const kvb_cells *cs, const char *path, kvb_model *m, const kvb_ctx_params *p, int with_profile,
-                            char *err, size_t err_len) {
+kvb_ctx *kvb_method_check_ctx(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len) {
     kvb_ctx_params small = *p;
     small.n_ctx = 256, small.kv_reserve = 0, small.profile = small.trace = 0;
+    return kvb_ctx_create(m, &small, err, err_len);
+}
+
+int kvb_method_check(kvb_ctx *c, const char *name, kvb_opts *o, char *err, size_t err_len) {
+    /* at the whole budget: the options are checked here; whether a budget is feasible for a method on a sample
+     * (OmniKV below its full layers' share) stays a per-cell error record */
+    kvb_budget whole = {.kind = KVB_BUDGET_FRACTION, .frac = 1.0};
+    kvb_method *meth = kvb_method_create(name, c, &whole, o, err, err_len);
+    kvb_method_free(meth, c);
+    return meth ? 0 : -1;
+}
+
+int kvb_suite_check_methods(const kvb_cells *cs, const char *path, kvb_model *m, const kvb_ctx_params *p, int with_profile,
+                            char *err, size_t err_len) {
     kvb_ctx *c = NULL;
     int rc = 0;
     for (int k = 0; !rc && k < cs->n; k++) {
         const kvb_run_cell *cl = &cs->v[k];
         if (!!cl->needs.profile != !!with_profile) continue;
         char e2[512];
-        if (!c && !(c = kvb_ctx_create(m, &small, e2, sizeof e2))) {
+        if (!c && !(c = kvb_method_check_ctx(m, p, e2, sizeof e2))) {
             rc = ERR("suite %s: checking the methods' options: %s", path, e2);
             break;
         }
-        /* at the whole budget: the options are checked here; whether a budget is feasible for a method on a sample
-         * (OmniKV below its full layers' share) stays a per-cell error record */
-        kvb_budget whole = {.kind = KVB_BUDGET_FRACTION, .frac = 1.0};
         kvb_opts o = {0};
-        kvb_method *meth = NULL;
-        if (kvb_opts_add_json(&o, cl->opts, cl->method, e2, sizeof e2) ||
-            !(meth = kvb_method_create(cl->method, c, &whole, &o, e2, sizeof e2)))
+        if (kvb_opts_add_json(&o, cl->opts, cl->method, e2, sizeof e2) || kvb_method_check(c, cl->method, &o, e2, sizeof e2))
             rc = ERR("suite %s: method %s: %s", path, cl->method, e2);
-        kvb_method_free(meth, c);
     }
     kvb_ctx_free(c);
     return rc;

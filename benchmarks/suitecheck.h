@@ -37,5 +37,10 @@ int kvb_suite_check(const cJSON *suite, const char *path, int n_ctx, char *err, 
  * run's calibrations made the profile). 0, or -1 + one line. */
 int kvb_suite_check_methods(const kvb_cells *cs, const char *path, kvb_model *m, const kvb_ctx_params *p, int with_profile,
                             char *err, size_t err_len);
+/* The pieces of that check, for a list of methods not in a suite (`bench --method`): the small context of m (256
+ * tokens, nothing reserved, no profiling) the methods are made on, or NULL + one line; and method `name` with
+ * options o made at the whole budget on it and freed again: 0, or -1 + the method's one line. */
+kvb_ctx *kvb_method_check_ctx(kvb_model *m, const kvb_ctx_params *p, char *err, size_t err_len);
+int kvb_method_check(kvb_ctx *c, const char *name, kvb_opts *o, char *err, size_t err_len);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "benchmarks/shared_prefill.h"
+#include "benchmarks/suitecheck.h"
 #include "cli/cli.h"
 #include "engine/sampler.h"
 #include "engine/synthetic.h"
@@ -150,27 +151,20 @@ int cmd_bench_methods(int argc, char **argv) {
         kvb_model_free(m);
         return 1;
     }
-    /* every method made once on a small context before the prefill: a bad option or a missing profile (Round's
-     * watershed layer on a synthetic model) fails now, not after the prefill and the methods before it */
-    {
-        kvb_ctx_params small = eo.ctx;
-        small.n_ctx = 256, small.kv_reserve = 0, small.profile = small.trace = 0;
-        kvb_ctx *c = kvb_ctx_create(m, &small, err, sizeof err);
-        kvb_budget whole = {.kind = KVB_BUDGET_FRACTION, .frac = 1.0};
-        int bad = !c ? cli_fail("bench: %s", err) : 0;
-        for (int k = 1; k < n_names && !bad; k++) {
-            kvb_opts o;
-            kvb_method *meth = NULL;
-            if (kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err) ||
-                !(meth = kvb_method_create(names[k], c, &whole, &o, err, sizeof err)))
-                bad = cli_fail("bench: %s", err); /* the method names itself */
-            kvb_method_free(meth, c);
-        }
-        kvb_ctx_free(c);
-        if (bad) {
-            kvb_model_free(m);
-            return 1;
-        }
+    /* every method made once on a small context before the prefill (as `run` checks a suite's): a bad option or a
+     * missing profile (Round's watershed layer on a synthetic model) fails now, not after the prefill and the
+     * methods before it */
+    kvb_ctx *chk = kvb_method_check_ctx(m, &eo.ctx, err, sizeof err);
+    int bad = !chk;
+    for (int k = 1; k < n_names && !bad; k++) {
+        kvb_opts o;
+        bad = kvb_opts_for_method(names[k], raw.v, raw.n, &o, err, sizeof err) ||
+              kvb_method_check(chk, names[k], &o, err, sizeof err); /* the method names itself */
+    }
+    kvb_ctx_free(chk);
+    if (bad) {
+        kvb_model_free(m);
+        return cli_fail("bench: %s", err);
     }
     int32_t *ids = malloc((size_t)ctx_len * sizeof *ids);
     bm_row *rows = calloc((size_t)n_names, sizeof *rows);

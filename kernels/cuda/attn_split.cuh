@@ -77,11 +77,9 @@ __device__ __forceinline__ void merge_warps(const float (*sm)[RC], const float (
 
 /* blocks of `kernel` (threads a block, no dynamic shared memory) the whole GPU holds at once */
 template <typename Kernel> static int resident_blocks(Kernel kernel, int threads) {
-    int dev = 0, sms = 1, per_sm = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 1;
+    int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) per_sm = 1;
-    return per_sm * sms;
+    return per_sm * kvb_cuda_sm_count();
 }
 
 /* splits of a one-wave decode kernel: at most n_split (the workspace is sized for those) and no more blocks than
