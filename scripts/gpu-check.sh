@@ -157,21 +157,23 @@ fi
 # Seconds each step took on the H200 of 2026-11-26 (docs/gpu.md; `~` = estimated: not run there, or changed since:
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
-# (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1 and the machine's start; group 2 follows on
-# the warm machine where 6 minutes are left, the rest in later leases.
-declare -A est=([tests]=~336 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+# (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
+# machine (~217 + ~433 s), the rest in later leases.
+declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=121)
-# group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, test_cuda_model 103 s, here twice: the
-# defaults and the candidate KIVI kernel), decode attention against the copy and SDPA, the packed loads; group 2: every
-# method on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s on 2026-11-27) and the 8B model
-# at 32K-128K beside PyTorch; groups 3 and 4: FlashInfer on the engine, Qwen3, OmniKV at 128K, compute-sanitizer, where
-# the time goes (ncu, profiles)
+# group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, its float64 references on one core, now on
+# every core; test_cuda_model 103 s, most of it the CPU side, run once and read back from KVB_CPU_REF_DIR by the second
+# run, the candidate KIVI kernel), decode attention against the copy and SDPA, the packed loads; group 2: every method
+# on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s on 2026-11-27), the 8B model at
+# 32K-128K beside PyTorch, and every kernel of two 8B decode steps (what the 2 ms outside attention and the GEMVs are);
+# groups 3 and 4: FlashInfer on the engine, Qwen3, OmniKV at 128K, compute-sanitizer, where the time goes (ncu,
+# profiles)
 groups=("tests bench-attention loads"
-    "methods-8b synthetic-new"
+    "methods-8b synthetic-new ncu-decode-all"
     "flashinfer-engine synthetic-qwen3 omnikv-128k sanitize"
-    "ncu ncu-decode ncu-decode-all ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
+    "ncu ncu-decode ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
 # each group's variables (space-separated NAME=VALUE): groups 1 and 2 test and time KIVI's attention v2
 group_env=("KVB_GPU_NEW=KVB_QUANT_KERNEL=2"
     "KVB_GPU_NEW=KVB_QUANT_KERNEL=2 KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip KVB_METHODS_8B_BUDGETS=30%"
@@ -249,6 +251,11 @@ if ldd "$bin/kvbench" 2>/dev/null | grep -q "not found"; then # cuBLAS: PyTorch'
 fi
 [ -d "$bin/model" ] && [ -z "${KVB_MODEL_DIR:-}" ] && export KVB_MODEL_DIR=$bin/model
 export KVB_SOURCE_DIR=$root KVB_BIN=$bin/kvbench
+# test_cuda_model's CPU runs (most of its time) are written here by its first run and read back by the next ones (the
+# candidate kernels, FlashInfer), in this call or a later one on the same machine: each file is named by a sha256 of
+# the test binary, the model, the method and the prompt, so nothing from another build is read. Outside OUTDIR: 1.3 GB.
+export KVB_CPU_REF_DIR=${KVB_CPU_REF_DIR:-${TMPDIR:-/tmp}/kvbench-cpu-ref}
+[ "$dry" = 1 ] || mkdir -p "$KVB_CPU_REF_DIR"
 model_dir=${KVB_MODEL_DIR:-$HOME/.cache/kvbench/models}
 have_model=0
 [ -r "$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf" ] && have_model=1

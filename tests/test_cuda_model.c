@@ -16,12 +16,18 @@
  * (benchmarks/shared_prefill.h): the prompt prefilled once on a context recording what the method needs
  * (kvb_share_create), forked with the observation window it reads, and the method adopting that prefill
  * (kvb_method_adopt), on two of the prompts (prose and C code).
+ * KVB_CPU_REF_DIR, when set, keeps each CPU run's tokens and logits in that folder, and a later run of this test reads
+ * them back where the test binary, the model file, the method, the path and the prompt are the same (a sha256 of all
+ * of them names the file). gpu-check runs the test once per kernel set: the CPU side is most of its time and the
+ * same each time.
+ *
  * Without a GPU the suite prints one line and passes. */
 #include <CUnit/Basic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -30,6 +36,7 @@
 #include "engine/sampler.h"
 #include "methods/method.h"
 #include "methods/profile.h"
+#include "base/sha256.h"
 
 #define N_GEN 32
 #define N_PROMPT 5
@@ -41,6 +48,10 @@ static int32_t *prompts[N_PROMPT];
 static int prompt_n[N_PROMPT];
 static const char *prompt_files[N_PROMPT] = {"prose_4000.txt", "prose_2000.txt", "code_c.txt", "code_python.py.txt",
                                              "digits.txt"};
+
+static char model_sha[65], self_sha[65]; /* the model file's and this binary's (KVB_CPU_REF_DIR only) */
+static const char *ref_dir;
+static int refs_read, refs_written;
 
 typedef struct {
     int agree, steps;
@@ -149,6 +160,46 @@ done:
     return rc;
 }
 
+/* The CPU run of (method, adopt, p): read from KVB_CPU_REF_DIR where an earlier run of this binary on this model
+ * wrote it, else run (and write it there). A file that does not read back whole is run again. */
+enum { REF_MAGIC = 0x4b425246 }; /* "KBRF" */
+static int cpu_run(const char *method, int adopt, int p, int32_t *tokens, float *logits) {
+    const int V = model->cfg.n_vocab;
+    if (!ref_dir) return run("cpu", method, adopt, p, tokens, logits, NULL, NULL);
+    char hex[65], path[1200], tmp[1300];
+    const char ad[2] = {(char)('0' + adopt), 0}, pp[2] = {(char)('0' + p), 0};
+    const void *parts[6] = {self_sha, model_sha, method, ad, pp, prompts[p]};
+    const size_t lens[6] = {64, 64, strlen(method), 1, 1, (size_t)prompt_n[p] * sizeof(int32_t)};
+    if (kvb_sha256(parts, lens, 6, NULL, hex)) return run("cpu", method, adopt, p, tokens, logits, NULL, NULL);
+    snprintf(path, sizeof path, "%s/%s.ref", ref_dir, hex);
+    const size_t n_logits = (size_t)N_GEN * V;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        int32_t head[3];
+        int ok = fread(head, sizeof head, 1, f) == 1 && head[0] == REF_MAGIC && head[1] == N_GEN && head[2] == V &&
+                 fread(tokens, sizeof *tokens, N_GEN, f) == N_GEN && fread(logits, sizeof *logits, n_logits, f) == n_logits &&
+                 fgetc(f) == EOF;
+        fclose(f);
+        if (ok) {
+            refs_read++;
+            return 0;
+        }
+    }
+    if (run("cpu", method, adopt, p, tokens, logits, NULL, NULL)) return -1;
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    const int32_t head[3] = {REF_MAGIC, N_GEN, V};
+    f = fopen(tmp, "wb");
+    int ok = f && fwrite(head, sizeof head, 1, f) == 1 && fwrite(tokens, sizeof *tokens, N_GEN, f) == N_GEN &&
+             fwrite(logits, sizeof *logits, n_logits, f) == n_logits;
+    if (f) ok &= fclose(f) == 0;
+    if (ok && rename(tmp, path) == 0) refs_written++;
+    else {
+        remove(tmp); /* a full disk costs the next run its reuse, never this run its reference */
+        fprintf(stderr, "\n  KVB_CPU_REF_DIR: cannot write %s", path);
+    }
+    return 0;
+}
+
 static void check_method(const char *method, int bounded) {
     const int V = model->cfg.n_vocab;
     float *logits = malloc((size_t)N_GEN * V * sizeof(float));
@@ -159,7 +210,7 @@ static void check_method(const char *method, int bounded) {
                                                      adopting one prompt keeps it as one round: not its own rounds) */
             if (adopt && p != 0 && p != 2) continue; /* adopted: prose and C code (64 steps) */
             int32_t tokens[N_GEN];
-            CU_ASSERT_FATAL(run("cpu", method, adopt, p, tokens, logits, NULL, NULL) == 0);
+            CU_ASSERT_FATAL(cpu_run(method, adopt, p, tokens, logits) == 0);
             CU_ASSERT_FATAL(run("cuda", method, adopt, p, tokens, NULL, logits, &t[adopt]) == 0);
         }
     for (int adopt = 0; adopt < 2; adopt++) {
@@ -219,6 +270,13 @@ int main(void) {
         }
         free(text);
     }
+    ref_dir = getenv("KVB_CPU_REF_DIR");
+    if (ref_dir && !*ref_dir) ref_dir = NULL;
+    if (ref_dir && (kvb_sha256_file(path, model_sha, err, sizeof err) ||
+                    kvb_sha256_file("/proc/self/exe", self_sha, err, sizeof err))) {
+        fprintf(stderr, "KVB_CPU_REF_DIR: %s\n", err);
+        return 1;
+    }
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("every method on CUDA as on the CPU, own prefill (5 prompts) and adopted (2) x 32 tokens, budget 30%", NULL, NULL);
     const int n_methods = kvb_method_count();
@@ -231,6 +289,7 @@ int main(void) {
         CU_add_test(s, method_at[i], slots[i]);
     }
     int rc = util_run_suites();
+    if (ref_dir) printf("KVB_CPU_REF_DIR %s: %d CPU runs read back, %d written\n", ref_dir, refs_read, refs_written);
     for (int p = 0; p < N_PROMPT; p++) free(prompts[p]);
     kvb_model_free(model);
     return rc;

@@ -26,6 +26,7 @@
 #include "kernels/cuda/flashinfer_layout.h"
 #include "engine/mem.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/pool.h"
 
 static kvb_backend *be, *cpu; /* cpu: the reference for the architectures' ops */
 static kvb_mem mem;
@@ -479,6 +480,90 @@ static int qpos_causal_tail;
  * would hold them: FlashInfer's layout rule (V at one distance from K) holds whatever the allocator does */
 static int kv_slab;
 
+/* check_attention's float64 reference: every (query, head) row's scores, softmax, output and lse against what the
+ * kernel wrote, rows split over a thread pool (on one core it was most of this suite's time on a GPU box: 121 s,
+ * the 33-billion-product prefill cases above all). Each thread keeps its own worst errors; the caller takes the
+ * largest. */
+typedef struct {
+    int D, HK, G, n_q, n_head;
+    int64_t n_kv, longest;
+    int use_idx;
+    int32_t *const *idx;
+    const int64_t *ni;
+    const int32_t *hpos, *qpos;
+    const float *q;
+    const double *kd, *vd;
+    const float *out, *probs, *lse;
+    float scale;
+    double *we, *wp, *wl; /* per thread */
+    int *blind;
+} attn_ref;
+
+static kvb_pool *ref_pool;
+
+static void attn_ref_rows(void *arg, int ith, int nth) {
+    const attn_ref *r = arg;
+    const int D = r->D, G = r->G, n_q = r->n_q, n_head = r->n_head;
+    const int64_t n_kv = r->n_kv, longest = r->longest;
+    double *sc = malloc((size_t)(longest > 0 ? longest : 1) * sizeof(double)), *o = malloc((size_t)D * sizeof(double));
+    double we = 0, wp = 0, wl = 0;
+    int blind = 0;
+    long lo, hi;
+    kvb_split((long)n_q * n_head, ith, nth, &lo, &hi);
+    for (long row = lo; row < hi && sc && o; row++) {
+        const int t = (int)(row / n_head), h = (int)(row % n_head), g = h / G;
+        const int32_t *list = r->use_idx ? r->idx[g] : NULL;
+        const int64_t len = list ? r->ni[g] : n_kv;
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j < len; j++) {
+            int64_t sl = list ? list[j] : j;
+            const int32_t kp = r->hpos[g * n_kv + sl];
+            if (kp > r->qpos[t] || (attn_window && (int64_t)r->qpos[t] - kp >= attn_window)) { sc[j] = -INFINITY; continue; }
+            double d = 0;
+            for (int i = 0; i < D; i++) d += (double)r->q[((int64_t)t * n_head + h) * D + i] * r->kd[((size_t)g * n_kv + sl) * D + i];
+            sc[j] = d * r->scale;
+            if (sc[j] > m) m = sc[j];
+        }
+        for (int64_t j = 0; j < len; j++) l += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
+        for (int i = 0; i < D; i++) o[i] = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double p = sc[j] == -INFINITY ? 0 : exp(sc[j] - m) / l;
+            int64_t sl = list ? list[j] : j;
+            for (int i = 0; i < D; i++) o[i] += p * r->vd[((size_t)g * n_kv + sl) * D + i];
+            double e = fabs(r->probs[((int64_t)h * n_q + t) * longest + j] - p);
+            if (e > wp) wp = e;
+        }
+        for (int i = 0; i < D; i++) {
+            double e = fabs(r->out[((int64_t)t * n_head + h) * D + i] - o[i]);
+            if (e > we) we = e;
+        }
+        blind += m == -INFINITY;
+        const float ls = r->lse[h * n_q + t];
+        double e = m == -INFINITY ? (ls == -INFINITY ? 0 : INFINITY) : fabs(ls - (m + log(l)));
+        if (e > wl) wl = e;
+    }
+    if (!sc || !o) we = INFINITY; /* out of memory fails the check, never passes it */
+    r->we[ith] = we, r->wp[ith] = wp, r->wl[ith] = wl, r->blind[ith] = blind;
+    free(sc), free(o);
+}
+
+static void attn_ref_check(attn_ref *r, double *we, double *wp, double *wl, int *blind) {
+    const int nth = kvb_pool_size(ref_pool);
+    double *w = calloc((size_t)nth * 3, sizeof(double));
+    int *b = calloc((size_t)nth, sizeof(int));
+    CU_ASSERT_FATAL(w && b);
+    r->we = w, r->wp = w + nth, r->wl = w + 2 * nth, r->blind = b;
+    kvb_pool_run(ref_pool, attn_ref_rows, r);
+    *we = *wp = *wl = 0, *blind = 0;
+    for (int i = 0; i < nth; i++) {
+        if (r->we[i] > *we) *we = r->we[i];
+        if (r->wp[i] > *wp) *wp = r->wp[i];
+        if (r->wl[i] > *wl) *wl = r->wl[i];
+        *blind += b[i];
+    }
+    free(w), free(b);
+}
+
 static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16, int use_idx) {
     const int n_head = HK * G;
     const size_t es = f16 ? 2 : 4;
@@ -583,40 +668,10 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     get(out, dout, nqe * 4);
     get(probs, dprobs, probs_bytes);
     get(lse, dlse, lse_bytes);
-    double we = 0, wp = 0, wl = 0;
-    int blind = 0; /* rows that see no key (lse must be -inf, out 0) */
-    double *sc = malloc(longest * sizeof(double)), *o = malloc(D * sizeof(double));
-    for (int t = 0; t < n_q; t++)
-        for (int h = 0; h < n_head; h++) {
-            const int g = h / G;
-            const int64_t len = idx[g] && use_idx ? ni[g] : n_kv;
-            double m = -INFINITY, l = 0;
-            for (int64_t j = 0; j < len; j++) {
-                int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
-                const int32_t kp = hpos[g * n_kv + sl];
-                if (kp > qpos[t] || (attn_window && (int64_t)qpos[t] - kp >= attn_window)) { sc[j] = -INFINITY; continue; }
-                double d = 0;
-                for (int i = 0; i < D; i++) d += (double)q[((int64_t)t * n_head + h) * D + i] * kd[((size_t)g * n_kv + sl) * D + i];
-                sc[j] = d * a.scale;
-                if (sc[j] > m) m = sc[j];
-            }
-            for (int64_t j = 0; j < len; j++) l += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
-            for (int i = 0; i < D; i++) o[i] = 0;
-            for (int64_t j = 0; j < len; j++) {
-                double p = sc[j] == -INFINITY ? 0 : exp(sc[j] - m) / l;
-                int64_t sl = idx[g] && use_idx ? idx[g][j] : j;
-                for (int i = 0; i < D; i++) o[i] += p * vd[((size_t)g * n_kv + sl) * D + i];
-                double e = fabs(probs[((int64_t)h * n_q + t) * longest + j] - p);
-                if (e > wp) wp = e;
-            }
-            for (int i = 0; i < D; i++) {
-                double e = fabs(out[((int64_t)t * n_head + h) * D + i] - o[i]);
-                if (e > we) we = e;
-            }
-            blind += m == -INFINITY;
-            double e = m == -INFINITY ? (lse[h * n_q + t] == -INFINITY ? 0 : INFINITY) : fabs(lse[h * n_q + t] - (m + log(l)));
-            if (e > wl) wl = e;
-        }
+    attn_ref r = {D, HK, G, n_q, n_head, n_kv, longest, use_idx, idx, ni, hpos, qpos, q, kd, vd, out, probs, lse, a.scale, NULL, NULL, NULL, NULL};
+    double we, wp, wl;
+    int blind; /* rows that see no key (lse must be -inf, out 0) */
+    attn_ref_check(&r, &we, &wp, &wl, &blind);
     /* f32 accumulation over up to 20K keys of values in [-1, 1]: errors of a few 1e-6 */
     printf("\n    attention d=%d kv_heads=%d group=%d n_q=%d n_kv=%lld %s%s: out %.2e, probs %.2e, lse %.2e", D, HK, G,
            n_q, (long long)n_kv, f16 ? "f16" : "f32", use_idx ? " idx" : "", we, wp, wl);
@@ -636,7 +691,7 @@ static void check_attention(int D, int HK, int G, int n_q, int64_t n_kv, int f16
     if (slab) kvb_mem_free(&mem, KVB_TIER_DEVICE, KVB_MEM_KV, slab, 2 * HK * n_kv * D * es);
     free(k); free(v); free(kpos); free(idx); free(didx); free(nk); free(ni); free(kd); free(vd);
     free(hk); free(hv); free(hpos); free(q); free(qpos);
-    free(out); free(probs); free(lse); free(sc); free(o);
+    free(out); free(probs); free(lse);
 }
 
 static void test_attention(void) {
@@ -941,6 +996,7 @@ int main(void) {
     }
     kvb_mem_init(&mem);
     kvb_mem_set_allocator(&mem, be->allocator);
+    ref_pool = kvb_pool_create(0); /* the float64 references' threads: every CPU this process may use */
     /* every kernel switch pinned to the reference kernels, whatever the environment says (KVB_ATTN_KERNEL,
      * KVB_PREFILL_TC, KVB_PROBS_KERNEL, KVB_GEMV_KERNEL): the cases below hold them to their own bounds, and
      * each candidate's test turns it on for its cases and back off */
@@ -971,6 +1027,7 @@ int main(void) {
     CU_add_test(s, "attention_window (sliding window) on every kernel path", test_attention_window);
     CU_add_test(s, "KV rows written on the device", test_kv_writer);
     int rc = util_run_suites();
+    kvb_pool_free(ref_pool);
     kvb_backend_free(be);
     kvb_backend_free(cpu);
     kvb_mem_destroy(&mem);
