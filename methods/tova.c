@@ -58,10 +58,18 @@ static int score_row(tova *s, const float *probs, int64_t stride, int64_t rows, 
     if (s->per_head)
         return be->probs_reduce(be, s->score, s->score_cap, p, hstride, cfg->n_head, cfg->n_head_kv, 1, n, NULL,
                                 KVB_REDUCE_GROUP_SUM, 0, err, err_len);
-    for (int g = 0; g < cfg->n_head_kv; g++)
-        if (be->probs_reduce(be, s->score + (size_t)g * s->score_cap, n, p, hstride, cfg->n_head, 1, 1, n, NULL,
-                             KVB_REDUCE_GROUP_SUM, 0, err, err_len))
+    /* one sum over every head into row 0, then copied to the other KV heads' rows, doubling the rows each copy: the
+     * same sums as reducing once per KV head, which read every head's probabilities n_head_kv times (8 passes a layer
+     * on the 8B shapes). Each head needs its own row: kv_evict moves its entries as it evicts. */
+    if (be->probs_reduce(be, s->score, n, p, hstride, cfg->n_head, 1, 1, n, NULL, KVB_REDUCE_GROUP_SUM, 0, err, err_len))
+        return -1;
+    const int HK = cfg->n_head_kv;
+    for (int k = 1; k < HK; k *= 2) {
+        const int m = k < HK - k ? k : HK - k; /* rows 0..m-1 to k..k+m-1 (n <= score_cap: no overlap) */
+        if (be->copy(be, s->score + (size_t)k * s->score_cap, s->score, ((size_t)(m - 1) * s->score_cap + n) * sizeof(float),
+                     KVB_COPY_D2D, err, err_len))
             return -1;
+    }
     return 0;
 }
 
@@ -88,9 +96,10 @@ static int compress_layer(tova *s, kvb_ctx *c, int l, int64_t n, int64_t b, int3
     int64_t stride = 0;
     if (kvb_attn_probs(c, l, q, c->obs_pos + (c->obs_n - 1), 1, NULL, &probs, &stride, NULL, err, err_len)) return -1;
     int rc = score_row(s, probs, stride, 1, 0, n - 1, err, err_len);
-    for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++)
-        rc = be->topk_idx(be, idx, s->score + (size_t)g * s->score_cap, n - 1, b - 1, err, err_len) ||
-             be->iota(be, idx + b - 1, (int32_t)(n - 1), 1, err, err_len) ||
+    for (int g = 0; g < c->model->cfg.n_head_kv && !rc; g++) /* per_head=0: every head keeps head 0's list */
+        rc = ((s->per_head || g == 0) &&
+              (be->topk_idx(be, idx, s->score + (size_t)g * s->score_cap, n - 1, b - 1, err, err_len) ||
+               be->iota(be, idx + b - 1, (int32_t)(n - 1), 1, err, err_len))) ||
              kvc_retain_dev(c->kv, l, g, idx, b, err, err_len);
     kvb_attn_probs_free(c, probs, 1, stride);
     return rc ? -1 : 0;
