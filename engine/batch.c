@@ -114,9 +114,10 @@ int kvb_batch_decode(kvb_batch *b, kvb_ctx *const *cs, const int32_t *ids, int n
 
     be->get_rows(be, b->x, &m->tok_embd, ids, n);
     if (cfg->embd_scale != 0.0f) be->scale(be, b->x, cfg->embd_scale, n * D);
+    int normed = 0; /* b->xn holds this layer's attn_norm already (fused into the previous layer's residual add) */
     for (int l = 0; l < cfg->n_layer; l++) {
         const kvb_layer *L = &m->layers[l];
-        be->rmsnorm(be, b->xn, b->x, L->attn_norm, D, n, cfg->rms_eps);
+        if (!normed) be->rmsnorm(be, b->xn, b->x, L->attn_norm, D, n, cfg->rms_eps);
         float *qkv[3] = {b->q, b->k, b->v};
         const kvb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         if (kvb_fwd_matmul_n(be, 3, qkv, wqkv, b->xn, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
@@ -145,9 +146,13 @@ int kvb_batch_decode(kvb_batch *b, kvb_ctx *const *cs, const int32_t *ids, int n
         else be->swiglu(be, b->ffn_g, b->ffn_g, b->ffn_u, n * cfg->n_ff);
         if (be->matmul(be, b->xn, &L->w_down, b->ffn_g, n)) return ERR("matmul failed in layer %d: %s", l, be->error);
         if (L->ffn_post_norm) be->rmsnorm(be, b->xn, b->xn, L->ffn_post_norm, D, n, cfg->rms_eps);
-        be->add(be, b->x, b->x, b->xn, n * D);
+        /* the residual add with the next norm (the next layer's, or the output norm) in one op where fused */
+        const float *next_norm = l + 1 < cfg->n_layer ? m->layers[l + 1].attn_norm : m->output_norm;
+        normed = be->add_rmsnorm != NULL;
+        if (normed) be->add_rmsnorm(be, b->x, b->xn, b->xn, next_norm, D, n, cfg->rms_eps);
+        else be->add(be, b->x, b->x, b->xn, n * D);
     }
-    be->rmsnorm(be, b->xn, b->x, m->output_norm, D, n, cfg->rms_eps);
+    if (!normed) be->rmsnorm(be, b->xn, b->x, m->output_norm, D, n, cfg->rms_eps);
     if (be->matmul(be, b->logits_d, &m->output, b->xn, n)) return ERR("matmul failed in the output layer: %s", be->error);
     const size_t row_bytes = (size_t)cfg->n_vocab * sizeof(float);
     for (int i = 0; i < n; i++)

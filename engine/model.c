@@ -607,11 +607,12 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
     if (cfg->embd_scale != 0.0f) be->scale(be, c->x, cfg->embd_scale, n * D);
     prof_end(P, PROF_EMBED, -1, n, 0);
 
+    int normed = 0; /* c->xn holds this layer's attn_norm already: the previous layer's residual add took the norm */
     for (int l = 0; l < cfg->n_layer; l++) {
         const kvb_layer *L = &m->layers[l];
 
         prof_begin(P, PROF_CALC_QKV_AND_ROPE, l);
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, D, n, cfg->rms_eps);
+        if (!normed) be->rmsnorm(be, c->xn, c->x, L->attn_norm, D, n, cfg->rms_eps);
         tap(c, "attn_norm", l, c->xn, n, D);
         float *qkv[3] = {c->q, c->k, c->v};
         const kvb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -678,14 +679,20 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
             be->rmsnorm(be, c->xn, c->xn, L->ffn_post_norm, D, n, cfg->rms_eps);
             tap(c, "ffn_post_norm", l, c->xn, n, D);
         }
-        be->add(be, c->x, c->x, c->xn, n * D);
+        /* the residual add with the next norm in one op where the backend fuses them (the same results bit for
+         * bit; a GPU saves a launch a layer): the next layer's attn_norm, or after the last layer the output norm
+         * where the chunk is one token (the LM head reads the last row's norm only) */
+        const float *next_norm = l + 1 < cfg->n_layer ? m->layers[l + 1].attn_norm : n == 1 ? m->output_norm : NULL;
+        normed = be->add_rmsnorm && next_norm;
+        if (normed) be->add_rmsnorm(be, c->x, c->xn, c->xn, next_norm, D, n, cfg->rms_eps);
+        else be->add(be, c->x, c->x, c->xn, n * D);
         tap(c, "l_out", l, c->x, n, D);
         prof_end(P, PROF_MLP, l, n, 0);
     }
 
     prof_begin(P, PROF_LM_HEAD, -1);
     const float *last = c->x + (n - 1) * D;
-    be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
+    if (!normed) be->rmsnorm(be, c->xn, last, m->output_norm, D, 1, cfg->rms_eps);
     tap(c, "result_norm", -1, c->xn, 1, D);
     if (be->matmul(be, c->logits_d, &m->output, c->xn, 1)) return ERR("matmul failed in the output layer: %s", be->error);
     if (be->copy(be, c->logits, c->logits_d, (size_t)cfg->n_vocab * sizeof(float), KVB_COPY_D2H, err, err_len) ||
