@@ -304,6 +304,20 @@ struct kvb_backend {
      * block may be cut short by n). */
     int (*block_expand)(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
                         size_t err_len);
+    /* The three above over a layer's KV heads in one call each (Quest's decode step: a GPU takes the heads side by
+     * side in one launch), each head's results those of the one-head op bit for bit. block_minmax_heads: head j <
+     * n_heads is block_minmax(kmin[j], kmax[j], k[j], ...) (host arrays of device pointers). block_scores_heads: head
+     * j is block_scores(score + j * score_stride, q + j * G * dim, kmin[j], kmax[j], ...). block_expand_rows: row j <
+     * rows lists n_listed blocks at blocks + j * blocks_stride, then blocks tail, tail + 1, ...: idx + j * idx_stride
+     * gets slot (b < n_listed ? blocks[b] : tail + b - n_listed) * block + i % block, b = i / block, for i < n. */
+    int (*block_minmax_heads)(kvb_backend *be, int n_heads, float *const *kmin, float *const *kmax, const void *const *k,
+                              kvb_dtype dtype, int dim, int64_t block, int64_t from, int64_t n, char *err, size_t err_len);
+    int (*block_scores_heads)(kvb_backend *be, int n_heads, float *score, int64_t score_stride, const float *q,
+                              const float *const *kmin, const float *const *kmax, int G, int dim, int64_t n_block,
+                              int group_max, char *err, size_t err_len);
+    int (*block_expand_rows)(kvb_backend *be, int rows, int32_t *idx, int64_t idx_stride, const int32_t *blocks,
+                             int64_t blocks_stride, int64_t n_listed, int64_t tail, int64_t block, int64_t n, char *err,
+                             size_t err_len);
     /* ---- KIVI: asymmetric group quantization of KV rows, and attention over it (kvb_quant_kv) ---- */
     /* Quantize n rows of d elements of dtype at x into groups at out (kvb_quant_group_bytes each, in group order).
      * per_channel = 1 (keys): n a multiple of G; group b*d + c holds rows b*G .. b*G + G - 1 of column c.

@@ -54,17 +54,23 @@ static int update_meta(quest *s, kvb_ctx *c, int l, int64_t n, char *err, size_t
     const int D = c->model->cfg.head_dim;
     int64_t from = s->meta_n[l], grown = pages_of(s, n) - pages_of(s, from);
     if (n <= from) return 0;
-    for (int g = 0; g < c->model->cfg.n_head_kv; g++) {
+    const int HK = c->model->cfg.n_head_kv;
+    float *lo_v[KVB_MAX_KV_HEADS], *hi_v[KVB_MAX_KV_HEADS];
+    const void *k[KVB_MAX_KV_HEADS];
+    kvb_dtype dtype = KVB_F16;
+    for (int g = 0; g < HK; g++) {
         kvb_score_row *lo = &s->kmin[at(s, l, g)], *hi = &s->kmax[at(s, l, g)];
         kvc_view v = kvc_head_view(c->kv, l, g);
         if (v.n != n) return ERR("quest: layer %d head %d holds %lld tokens, head 0 %lld", l, g, (long long)v.n, (long long)n);
         if (kvb_score_row_fit(c, lo, pages_of(s, n) * D, err, err_len) ||
-            kvb_score_row_fit(c, hi, pages_of(s, n) * D, err, err_len) ||
-            c->be->block_minmax(c->be, lo->v, hi->v, v.k, v.dtype, D, s->page, from, n, err, err_len))
+            kvb_score_row_fit(c, hi, pages_of(s, n) * D, err, err_len))
             return -1;
         lo->n = hi->n = pages_of(s, n) * D;
         s->base.extra_device_bytes += 2 * grown * D * (int64_t)sizeof(float);
+        lo_v[g] = lo->v, hi_v[g] = hi->v, k[g] = v.k, dtype = v.dtype;
     }
+    /* the layer's heads in one call (a decode step rebuilds each head's last page) */
+    if (c->be->block_minmax_heads(c->be, HK, lo_v, hi_v, k, dtype, D, s->page, from, n, err, err_len)) return -1;
     s->meta_n[l] = n;
     return 0;
 }
@@ -101,21 +107,19 @@ static int quest_select(void *self, kvb_ctx *c, int layer, kvb_src *src, int64_t
     int64_t m = b > r ? (b - r + P / 2) / P : 0;
     if (m >= n_pages - 1) return 0; /* every page: full attention */
     if (fit_scratch(s, c, n_pages, m * P + r, err, err_len)) return -1;
-    for (int g = 0; g < cfg->n_head_kv; g++) {
-        const kvb_score_row *lo = &s->kmin[at(s, layer, g)], *hi = &s->kmax[at(s, layer, g)];
-        if (be->block_scores(be, s->score + (size_t)g * s->page_cap, c->q + (size_t)g * G * D, lo->v, hi->v, G, D,
-                             n_pages - 1, s->group_max, err, err_len))
-            return -1;
-    }
-    /* every KV head's top m pages in one call (a GPU ranks the heads side by side) */
-    if (be->topk_rows(be, s->pages, s->page_cap, s->score, s->page_cap, cfg->n_head_kv, n_pages - 1, m, err, err_len))
+    /* every KV head at once (a GPU takes the heads side by side: one launch each for the scores, the top m pages
+     * and their slots, where a head at a time took 4 launches a head) */
+    const int HK = cfg->n_head_kv;
+    const float *lo_v[KVB_MAX_KV_HEADS], *hi_v[KVB_MAX_KV_HEADS];
+    for (int g = 0; g < HK; g++) lo_v[g] = s->kmin[at(s, layer, g)].v, hi_v[g] = s->kmax[at(s, layer, g)].v;
+    if (be->block_scores_heads(be, HK, s->score, s->page_cap, c->q, lo_v, hi_v, G, D, n_pages - 1, s->group_max, err,
+                               err_len) ||
+        be->topk_rows(be, s->pages, s->page_cap, s->score, s->page_cap, HK, n_pages - 1, m, err, err_len) ||
+        be->block_expand_rows(be, HK, s->idx, s->tok_cap, s->pages, s->page_cap, m, n_pages - 1, P, m * P + r, err,
+                              err_len))
         return -1;
-    for (int g = 0; g < cfg->n_head_kv; g++) {
-        int32_t *pages = s->pages + (size_t)g * s->page_cap, *idx = s->idx + (size_t)g * s->tok_cap;
-        if (be->iota(be, pages + m, (int32_t)(n_pages - 1), 1, err, err_len) ||
-            be->block_expand(be, idx, pages, P, m * P + r, err, err_len))
-            return -1;
-        src[g].idx = idx;
+    for (int g = 0; g < HK; g++) {
+        src[g].idx = s->idx + (size_t)g * s->tok_cap;
         src[g].n_idx = m * P + r;
     }
     return 0;

@@ -940,6 +940,87 @@ static void test_block_expand_lists_each_blocks_slots_and_cuts_the_last_at_n(voi
         check_block_expand(be, blocks[bi], ns[ni]);
 }
 
+/* The layer-wide forms Quest's decode step takes (block_minmax_heads, block_scores_heads, block_expand_rows): each
+ * head's results are those of the one-head op called on it alone, bit for bit, with every head's own pointers (K
+ * rows and metadata in separate allocations), head counts past one launch's 32, and the gaps between strided rows
+ * left as they were. */
+enum { PART_MINMAX = 1, PART_SCORES = 2, PART_EXPAND = 4 };
+static void check_heads_ops(kvb_backend *be, int parts, kvb_dtype dt, int dim, int G, int64_t block, int64_t n, int H) {
+    char err[256];
+    const size_t es = elt(dt);
+    const int64_t from = n ? rnd(n) : 0, nbk = (n + block - 1) / block, nb = (nbk + 1) * dim;
+    /* block_minmax_heads against block_minmax a head at a time, on the same rows and the same starting bounds (the
+     * bounds block_scores_heads reads below) */
+    void **k = calloc((size_t)H, sizeof *k);
+    float **lo1 = calloc((size_t)H, sizeof *lo1), **hi1 = calloc((size_t)H, sizeof *hi1);
+    float **lo2 = calloc((size_t)H, sizeof *lo2), **hi2 = calloc((size_t)H, sizeof *hi2);
+    uint8_t *rows = malloc((size_t)(n * dim) * es + 1);
+    float *init = malloc((size_t)nb * 4), *a = malloc((size_t)nb * 4), *b = malloc((size_t)nb * 4);
+    for (int64_t i = 0; i < nb; i++) init[i] = 1000.0f + (float)i;
+    for (int h = 0; h < H; h++) {
+        fill_rows(rows, n * dim, dt);
+        k[h] = up(be, rows, (size_t)(n * dim) * es);
+        lo1[h] = up(be, init, (size_t)nb * 4), hi1[h] = up(be, init, (size_t)nb * 4);
+        lo2[h] = up(be, init, (size_t)nb * 4), hi2[h] = up(be, init, (size_t)nb * 4);
+        CU_ASSERT(be->block_minmax(be, lo1[h], hi1[h], k[h], dt, dim, block, from, n, err, sizeof err) == 0);
+    }
+    CU_ASSERT(be->block_minmax_heads(be, H, lo2, hi2, (const void *const *)k, dt, dim, block, from, n, err, sizeof err) == 0);
+    int same = 1;
+    for (int h = 0; h < H; h++) {
+        down(be, a, lo1[h], (size_t)nb * 4), down(be, b, lo2[h], (size_t)nb * 4);
+        same &= memcmp(a, b, (size_t)nb * 4) == 0;
+        down(be, a, hi1[h], (size_t)nb * 4), down(be, b, hi2[h], (size_t)nb * 4);
+        same &= memcmp(a, b, (size_t)nb * 4) == 0;
+    }
+    if (parts & PART_MINMAX) CU_ASSERT(same);
+    /* block_scores_heads over those bounds: score rows `stride` apart (a gap after each), query heads G a KV head */
+    const int64_t stride = nbk + 1 + rnd(3), ns = (int64_t)H * stride, nq = (int64_t)H * G * dim;
+    float *q = malloc((size_t)nq * 4), *s1 = malloc((size_t)ns * 4), *s2 = malloc((size_t)ns * 4);
+    for (int64_t i = 0; i < nq; i++) q[i] = (float)(unit() * 4 - 2);
+    for (int64_t i = 0; i < ns; i++) s1[i] = -777.0f - (float)i;
+    float *dq = up(be, q, (size_t)nq * 4), *ds1 = up(be, s1, (size_t)ns * 4), *ds2 = up(be, s1, (size_t)ns * 4);
+    const int gm = (int)rnd(2);
+    for (int h = 0; h < H; h++)
+        CU_ASSERT(be->block_scores(be, ds1 + h * stride, dq + (int64_t)h * G * dim, lo1[h], hi1[h], G, dim, nbk, gm, err,
+                                   sizeof err) == 0);
+    CU_ASSERT(be->block_scores_heads(be, H, ds2, stride, dq, (const float *const *)lo2, (const float *const *)hi2, G, dim,
+                                     nbk, gm, err, sizeof err) == 0);
+    down(be, s1, ds1, (size_t)ns * 4), down(be, s2, ds2, (size_t)ns * 4);
+    if (parts & PART_SCORES) CU_ASSERT(same && memcmp(s1, s2, (size_t)ns * 4) == 0);
+    /* block_expand_rows: each row's listed blocks, then tail, tail + 1, ...; against the formula, gaps untouched */
+    const int64_t listed = nbk > 0 ? rnd(nbk + 1) : 0, tail = rnd(1000), bstride = listed + 1 + rnd(2);
+    const int64_t istride = n + 1 + rnd(5), ni = (int64_t)H * istride, nl = (int64_t)H * bstride;
+    int32_t *list = malloc((size_t)nl * 4 + 4), *ref = malloc((size_t)ni * 4 + 4), *got = malloc((size_t)ni * 4 + 4);
+    for (int64_t i = 0; i < nl; i++) list[i] = (int32_t)rnd(100000 / block);
+    for (int64_t i = 0; i < ni; i++) ref[i] = got[i] = -7 - (int32_t)(i % 1000);
+    for (int h = 0; h < H; h++)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t bl = i / block;
+            ref[h * istride + i] = (int32_t)((bl < listed ? list[h * bstride + bl] : tail + bl - listed) * block + i % block);
+        }
+    int32_t *didx = up(be, got, (size_t)ni * 4);
+    CU_ASSERT(be->block_expand_rows(be, H, didx, istride, up(be, list, (size_t)nl * 4), bstride, listed, tail, block, n, err,
+                                    sizeof err) == 0);
+    down(be, got, didx, (size_t)ni * 4);
+    if (parts & PART_EXPAND) CU_ASSERT(memcmp(got, ref, (size_t)ni * 4) == 0);
+    free(k), free(lo1), free(hi1), free(lo2), free(hi2), free(rows), free(init), free(a), free(b);
+    free(q), free(s1), free(s2), free(list), free(ref), free(got);
+    release_all(be);
+}
+
+static void check_heads_cases(int parts) {
+    const int heads[] = {1, 3, 33};
+    const int64_t blocks[] = {1, 16}, ns[] = {0, 1, 17, 100};
+    EACH_BACKEND(be) for (int hi = 0; hi < COUNT(heads); hi++) for (int bi = 0; bi < COUNT(blocks); bi++)
+        for (int ni = 0; ni < COUNT(ns); ni++) for (int dt = 0; dt < 2; dt++)
+            check_heads_ops(be, parts, (kvb_dtype)dt, head_dims[rnd(COUNT(head_dims))], groups[rnd(COUNT(groups))],
+                            blocks[bi], ns[ni], heads[hi]);
+}
+
+static void test_block_minmax_heads_is_block_minmax_a_head_at_a_time(void) { check_heads_cases(PART_MINMAX); }
+static void test_block_scores_heads_is_block_scores_a_head_at_a_time(void) { check_heads_cases(PART_SCORES); }
+static void test_block_expand_rows_lists_each_rows_blocks_then_the_tail(void) { check_heads_cases(PART_EXPAND); }
+
 /* ---- AdaKV: fill_idx_f32, split_rows_idx (exact: stores and integer arithmetic) ---- */
 
 static void check_fill_idx_f32(kvb_backend *be, int64_t n, float value) {
@@ -1750,7 +1831,8 @@ static const struct {
 } op_fields[] = {
     OP(copy),         OP(zero),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
     OP(pool1d),       OP(topk_idx),     OP(topk_rows),    OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
-    OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(quant_groups),
+    OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(block_minmax_heads),
+    OP(block_scores_heads), OP(block_expand_rows), OP(quant_groups),
     OP(attention_quant), OP(fill_idx_f32), OP(split_rows_idx), OP(mul_f32),    OP(axpby_f32),       OP(softmax_rows),
     OP(proj_sqnorms), OP(gram_f32),     OP(proj_l1norms), OP(block_scaled_std), OP(block_normalize), OP(block_ranks),
     OP(gather_cols),  OP(attention_narrow),
@@ -1851,6 +1933,9 @@ int main(void) {
     ADD(test_block_minmax_rewrites_the_blocks_from_from_on_with_their_rows_min_and_max);
     ADD(test_block_scores_sum_or_max_each_heads_upper_bound_in_double);
     ADD(test_block_expand_lists_each_blocks_slots_and_cuts_the_last_at_n);
+    ADD(test_block_minmax_heads_is_block_minmax_a_head_at_a_time);
+    ADD(test_block_scores_heads_is_block_scores_a_head_at_a_time);
+    ADD(test_block_expand_rows_lists_each_rows_blocks_then_the_tail);
     ADD(test_quant_groups_are_the_headers_records_bit_for_bit_within_half_a_step);
     ADD(test_attention_quant_merges_the_quantized_softmax_into_the_stores_as_float64_says);
     ADD(test_gather_cols_copies_each_rows_listed_columns_bit_for_bit);

@@ -586,6 +586,43 @@ static int cpu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks
     return 0;
 }
 
+/* the heads one by one through the one-head ops (their results by construction) */
+static int cpu_block_minmax_heads(kvb_backend *be, int n_heads, float *const *kmin, float *const *kmax,
+                                  const void *const *k, kvb_dtype dtype, int dim, int64_t block, int64_t from, int64_t n,
+                                  char *err, size_t err_len) {
+    if (n_heads < 0) return ERR("block_minmax_heads: %d heads", n_heads);
+    for (int j = 0; j < n_heads; j++)
+        if (cpu_block_minmax(be, kmin[j], kmax[j], k[j], dtype, dim, block, from, n, err, err_len)) return -1;
+    return 0;
+}
+
+static int cpu_block_scores_heads(kvb_backend *be, int n_heads, float *score, int64_t score_stride, const float *q,
+                                  const float *const *kmin, const float *const *kmax, int G, int dim, int64_t n_block,
+                                  int group_max, char *err, size_t err_len) {
+    if (n_heads < 0) return ERR("block_scores_heads: %d heads", n_heads);
+    for (int j = 0; j < n_heads; j++)
+        if (cpu_block_scores(be, score + (size_t)j * score_stride, q + (size_t)j * G * dim, kmin[j], kmax[j], G, dim,
+                             n_block, group_max, err, err_len))
+            return -1;
+    return 0;
+}
+
+static int cpu_block_expand_rows(kvb_backend *be, int rows, int32_t *idx, int64_t idx_stride, const int32_t *blocks,
+                                 int64_t blocks_stride, int64_t n_listed, int64_t tail, int64_t block, int64_t n,
+                                 char *err, size_t err_len) {
+    if (block <= 0 || rows < 0 || n_listed < 0)
+        return ERR("block_expand_rows: %d rows, block %lld, %lld listed", rows, (long long)block, (long long)n_listed);
+    for (int j = 0; j < rows; j++) {
+        int32_t *out = idx + (size_t)j * idx_stride;
+        const int32_t *list = blocks + (size_t)j * blocks_stride;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t b = i / block;
+            out[i] = (int32_t)((b < n_listed ? list[b] : tail + b - n_listed) * block + i % block);
+        }
+    }
+    return 0;
+}
+
 /* ---- AdaKV: fill_idx_f32, split_rows_idx ---- */
 
 static int cpu_fill_idx_f32(kvb_backend *be, float *dst, const int32_t *idx, int64_t n, float value, char *err,
@@ -628,6 +665,9 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->block_minmax = cpu_block_minmax;
     be->block_scores = cpu_block_scores;
     be->block_expand = cpu_block_expand;
+    be->block_minmax_heads = cpu_block_minmax_heads;
+    be->block_scores_heads = cpu_block_scores_heads;
+    be->block_expand_rows = cpu_block_expand_rows;
     be->fill_idx_f32 = cpu_fill_idx_f32;
     be->split_rows_idx = cpu_split_rows_idx;
     cpu_install_elem_ops(be);

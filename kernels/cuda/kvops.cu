@@ -1025,9 +1025,9 @@ static int cu_row_norms(kvb_backend *be, float *out, const void *k, kvb_dtype dt
     return CK_LAUNCH(k_row_norms) ? failed(o, err, err_len) : 0;
 }
 
-/* a thread per (block, element) of the blocks first_block.. */
-__global__ void k_block_minmax(float *kmin, float *kmax, const void *k, int f16, int dim, int64_t block,
-                               int64_t first_block, int64_t n_out, int64_t n) {
+/* a thread per (block, element) of the blocks first_block.. (grid-strided over x); one head's metadata */
+__device__ void block_minmax_one(float *kmin, float *kmax, const void *k, int f16, int dim, int64_t block,
+                                 int64_t first_block, int64_t n_out, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = first_block + i / dim, e = i % dim;
         const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
@@ -1042,21 +1042,68 @@ __global__ void k_block_minmax(float *kmin, float *kmax, const void *k, int f16,
     }
 }
 
+__global__ void k_block_minmax(float *kmin, float *kmax, const void *k, int f16, int dim, int64_t block,
+                               int64_t first_block, int64_t n_out, int64_t n) {
+    block_minmax_one(kmin, kmax, k, f16, dim, block, first_block, n_out, n);
+}
+
+/* the *_heads ops take up to HEADS_BATCH heads a launch, their pointers by value, a head per grid row (y) */
+enum { HEADS_BATCH = 32 };
+typedef struct {
+    float *kmin[HEADS_BATCH], *kmax[HEADS_BATCH];
+    const void *k[HEADS_BATCH];
+} minmax_batch;
+
+__global__ void k_block_minmax_heads(minmax_batch h, int f16, int dim, int64_t block, int64_t first_block,
+                                     int64_t n_out, int64_t n) {
+    const int j = blockIdx.y;
+    block_minmax_one(h.kmin[j], h.kmax[j], h.k[j], f16, dim, block, first_block, n_out, n);
+}
+
+static int minmax_args(int dim, int64_t block, int64_t from, int64_t n, int64_t *first, int64_t *n_block, char *err,
+                       size_t err_len) {
+    if (dim <= 0 || block <= 0 || from < 0)
+        return kvb_errf(err, err_len, "block_minmax: dim %d, block %lld, from %lld", dim, (long long)block, (long long)from);
+    *first = from / block;
+    *n_block = (n + block - 1) / block - *first;
+    return 0;
+}
+
 static int cu_block_minmax(kvb_backend *be, float *kmin, float *kmax, const void *k, kvb_dtype dtype, int dim,
                            int64_t block, int64_t from, int64_t n, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
     if (be->error[0]) return failed(o, err, err_len);
-    if (dim <= 0 || block <= 0 || from < 0)
-        return kvb_errf(err, err_len, "block_minmax: dim %d, block %lld, from %lld", dim, (long long)block, (long long)from);
-    const int64_t first = from / block, n_block = (n + block - 1) / block - first;
+    int64_t first, n_block;
+    if (minmax_args(dim, block, from, n, &first, &n_block, err, err_len)) return -1;
     if (n_block <= 0) return 0;
     k_block_minmax<<<blocks_for(n_block * dim, 256), 256, 0, o->stream>>>(kmin, kmax, k, dtype == KVB_F16, dim, block,
                                                                          first, n_block * dim, n);
     return CK_LAUNCH(k_block_minmax) ? failed(o, err, err_len) : 0;
 }
 
-__global__ void k_block_scores(float *score, const float *q, const float *kmin, const float *kmax, int G, int dim,
-                               int64_t n_block, int group_max) {
+static int cu_block_minmax_heads(kvb_backend *be, int n_heads, float *const *kmin, float *const *kmax,
+                                 const void *const *k, kvb_dtype dtype, int dim, int64_t block, int64_t from, int64_t n,
+                                 char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (n_heads < 0) return kvb_errf(err, err_len, "block_minmax_heads: %d heads", n_heads);
+    int64_t first, n_block;
+    if (minmax_args(dim, block, from, n, &first, &n_block, err, err_len)) return -1;
+    if (n_block <= 0) return 0;
+    for (int j0 = 0; j0 < n_heads; j0 += HEADS_BATCH) {
+        const int m = n_heads - j0 < HEADS_BATCH ? n_heads - j0 : HEADS_BATCH;
+        minmax_batch h;
+        for (int j = 0; j < m; j++) h.kmin[j] = kmin[j0 + j], h.kmax[j] = kmax[j0 + j], h.k[j] = k[j0 + j];
+        dim3 grid(blocks_for(n_block * dim, 256), (unsigned)m);
+        k_block_minmax_heads<<<grid, 256, 0, o->stream>>>(h, dtype == KVB_F16, dim, block, first, n_block * dim, n);
+        if (CK_LAUNCH(k_block_minmax_heads)) return failed(o, err, err_len);
+    }
+    return 0;
+}
+
+/* a thread per block b (grid-strided over x): one KV head's page scores */
+__device__ void block_scores_one(float *score, const float *q, const float *kmin, const float *kmax, int G, int dim,
+                                 int64_t n_block, int group_max) {
     for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_block; b += (int64_t)gridDim.x * blockDim.x) {
         const float *lo = kmin + b * dim, *hi = kmax + b * dim;
         double acc = 0;
@@ -1072,6 +1119,22 @@ __global__ void k_block_scores(float *score, const float *q, const float *kmin, 
     }
 }
 
+__global__ void k_block_scores(float *score, const float *q, const float *kmin, const float *kmax, int G, int dim,
+                               int64_t n_block, int group_max) {
+    block_scores_one(score, q, kmin, kmax, G, dim, n_block, group_max);
+}
+
+typedef struct {
+    const float *kmin[HEADS_BATCH], *kmax[HEADS_BATCH];
+} scores_batch;
+
+/* head j0 + y: its scores at score + y * score_stride, its query rows at q + y * G * dim (score and q advanced to j0) */
+__global__ void k_block_scores_heads(scores_batch h, float *score, int64_t score_stride, const float *q, int G, int dim,
+                                     int64_t n_block, int group_max) {
+    const int j = blockIdx.y;
+    block_scores_one(score + j * score_stride, q + (int64_t)j * G * dim, h.kmin[j], h.kmax[j], G, dim, n_block, group_max);
+}
+
 static int cu_block_scores(kvb_backend *be, float *score, const float *q, const float *kmin, const float *kmax, int G,
                            int dim, int64_t n_block, int group_max, char *err, size_t err_len) {
     cuda_kvops *o = OPS(be);
@@ -1082,9 +1145,40 @@ static int cu_block_scores(kvb_backend *be, float *score, const float *q, const 
     return CK_LAUNCH(k_block_scores) ? failed(o, err, err_len) : 0;
 }
 
+static int cu_block_scores_heads(kvb_backend *be, int n_heads, float *score, int64_t score_stride, const float *q,
+                                 const float *const *kmin, const float *const *kmax, int G, int dim, int64_t n_block,
+                                 int group_max, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (G <= 0 || dim <= 0 || n_heads < 0)
+        return kvb_errf(err, err_len, "block_scores_heads: %d heads of %d query heads of dim %d", n_heads, G, dim);
+    if (n_block <= 0) return 0;
+    for (int j0 = 0; j0 < n_heads; j0 += HEADS_BATCH) {
+        const int m = n_heads - j0 < HEADS_BATCH ? n_heads - j0 : HEADS_BATCH;
+        scores_batch h;
+        for (int j = 0; j < m; j++) h.kmin[j] = kmin[j0 + j], h.kmax[j] = kmax[j0 + j];
+        dim3 grid(blocks_for(n_block, 128), (unsigned)m);
+        k_block_scores_heads<<<grid, 128, 0, o->stream>>>(h, score + (size_t)j0 * score_stride, score_stride,
+                                                          q + (size_t)j0 * G * dim, G, dim, n_block, group_max);
+        if (CK_LAUNCH(k_block_scores_heads)) return failed(o, err, err_len);
+    }
+    return 0;
+}
+
 __global__ void k_block_expand(int32_t *idx, const int32_t *blocks, int64_t block, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         idx[i] = (int32_t)(blocks[i / block] * block + i % block);
+}
+
+/* row y: the listed blocks, then tail, tail + 1, ... */
+__global__ void k_block_expand_rows(int32_t *idx, int64_t idx_stride, const int32_t *blocks, int64_t blocks_stride,
+                                    int64_t n_listed, int64_t tail, int64_t block, int64_t n) {
+    int32_t *out = idx + blockIdx.y * idx_stride;
+    const int32_t *list = blocks + blockIdx.y * blocks_stride;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / block;
+        out[i] = (int32_t)((b < n_listed ? list[b] : tail + b - n_listed) * block + i % block);
+    }
 }
 
 static int cu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
@@ -1095,6 +1189,25 @@ static int cu_block_expand(kvb_backend *be, int32_t *idx, const int32_t *blocks,
     if (n <= 0) return 0;
     k_block_expand<<<blocks_for(n, 256), 256, 0, o->stream>>>(idx, blocks, block, n);
     return CK_LAUNCH(k_block_expand) ? failed(o, err, err_len) : 0;
+}
+
+static int cu_block_expand_rows(kvb_backend *be, int rows, int32_t *idx, int64_t idx_stride, const int32_t *blocks,
+                                int64_t blocks_stride, int64_t n_listed, int64_t tail, int64_t block, int64_t n,
+                                char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    if (block <= 0 || rows < 0 || n_listed < 0)
+        return kvb_errf(err, err_len, "block_expand_rows: %d rows, block %lld, %lld listed", rows, (long long)block,
+                        (long long)n_listed);
+    for (int j0 = 0; j0 < rows && n > 0; j0 += 65535) { /* grid rows */
+        const int m = rows - j0 < 65535 ? rows - j0 : 65535;
+        dim3 grid(blocks_for(n, 256), (unsigned)m);
+        k_block_expand_rows<<<grid, 256, 0, o->stream>>>(idx + (size_t)j0 * idx_stride, idx_stride,
+                                                         blocks + (size_t)j0 * blocks_stride, blocks_stride, n_listed,
+                                                         tail, block, n);
+        if (CK_LAUNCH(k_block_expand_rows)) return failed(o, err, err_len);
+    }
+    return 0;
 }
 
 /* ---- AdaKV: fill_idx_f32 (a thread per index), split_rows_idx (a block per row, bounds by binary search) ---- */
@@ -1176,6 +1289,9 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->block_minmax = cu_block_minmax;
     be->block_scores = cu_block_scores;
     be->block_expand = cu_block_expand;
+    be->block_minmax_heads = cu_block_minmax_heads;
+    be->block_scores_heads = cu_block_scores_heads;
+    be->block_expand_rows = cu_block_expand_rows;
     be->fill_idx_f32 = cu_fill_idx_f32;
     be->split_rows_idx = cu_split_rows_idx;
     return 0;
