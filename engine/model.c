@@ -453,8 +453,10 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
      * KV writer may still be writing: while the store holds host-tier rows, wait for it before a hook or the
      * observer runs. Device-tier work needs no wait (the hooks' ops queue behind it on the same stream, and a
      * hook that copies device data down waits for its own copy), so a method whose heads are all on the device
-     * decodes without a sync per layer, as full attention does. */
-    if (((H && kvc_used_bytes(c->kv, KVB_TIER_HOST) > 0) || c->on_visible) && be_sync(be, err, err_len)) return -1;
+     * decodes without a sync per layer, as full attention does; so does one whose hooks never read the host tier
+     * from host code (no_host_reads: OmniKV's offloaded layers, loaded by device reads in the stream's order). */
+    if (((H && !H->no_host_reads && kvc_used_bytes(c->kv, KVB_TIER_HOST) > 0) || c->on_visible) && be_sync(be, err, err_len))
+        return -1;
     if (H && (H->pre_attend || H->select)) {
         prof_begin(P, PROF_SELECT, l);
         if (H->pre_attend && H->pre_attend(H->self, c, l, c->q, n, err, err_len)) return -1;

@@ -126,6 +126,11 @@ enum {
      * DecodingPress's SnapKV base at each cut), so decode keeps recording it; for every other method the end of
      * prefill stops the window (engine/model.h kvb_hooks.obs_decode; test_obs_window holds each method to it) */
     KVB_DECODE_WINDOW = 1 << 6,
+    /* no hook reads host-tier KV memory from host code (OmniKV: its loads read the host tier on the device, in the
+     * stream's order, and its selection comes down by its own synced copy), so the engine does not wait for the
+     * device before each layer's hooks while host-tier rows exist (engine/model.h kvb_hooks.no_host_reads); Round
+     * Attention reads its offloaded round ids on the host and keeps the wait */
+    KVB_NO_HOST_READS = 1 << 7,
 };
 
 /* A method's budget on its model (kvb_budget_tokens, kvb_budget_at) per global layer. On a hybrid model (Gemma 3's

@@ -594,7 +594,7 @@ fail:
 const kvb_method_def kvb_method_omnikv = {
     .name = "omnikv",
     .summary = "filter layers pick the tokens the sparse layers attend to",
-    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL | KVB_DECODE_WINDOW,
+    .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL | KVB_DECODE_WINDOW | KVB_NO_HOST_READS,
     .obs_window = omnikv_obs_window,
     .profile = omnikv_profile,
     .create = omnikv_create,

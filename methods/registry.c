@@ -108,6 +108,7 @@ kvb_method *kvb_method_create(const char *name, kvb_ctx *c, const kvb_budget *b,
     m->hooks.self = m;
     m->hooks.obs_window = nd.obs_window;
     m->hooks.obs_decode = !!(def->traits & KVB_DECODE_WINDOW);
+    m->hooks.no_host_reads = !!(def->traits & KVB_NO_HOST_READS);
     kvb_method_bind_layers(m, &c->model->cfg); /* a hybrid model's budget is its global layers' */
     const char *unused = kvb_opts_unused(o);
     if (unused) {

@@ -72,6 +72,44 @@ static void expect_default(int n_layer, const char *budget, const char *want_lay
     kvb_model_free(model);
 }
 
+/* With offload, the host tier holds the sparse layers, and the device's KV writer may still be writing their new
+ * rows: a method whose hooks read the host tier from host code waits for the device before each layer's hooks.
+ * OmniKV's do not (KVB_NO_HOST_READS: its loads read the host tier on the device), so a decode step waits only for
+ * each filter layer's selection coming down and for the logits: counted here by a sync op on the CPU backend. */
+static int n_syncs;
+static int count_sync(kvb_backend *be) {
+    (void)be;
+    n_syncs++;
+    return 0;
+}
+
+static void test_offloaded_decode_waits_only_for_the_selections_and_the_logits(void) {
+    char err[256] = "", desc[240];
+    kvb_model *model = load(12);
+    kvb_ctx *c = new_ctx(model);
+    kvb_method *m = make(c, "32", "offload=1,layers=1;5", err, sizeof err);
+    if (!m) fprintf(stderr, "\n  %s\n", err);
+    CU_ASSERT_FATAL(m != NULL);
+    m->def->describe(m, desc, sizeof desc);
+    int32_t ids[120];
+    for (int i = 0; i < 120; i++) ids[i] = 3 + (i * 37) % 250;
+    const int rc = kvb_method_prefill(m, c, ids, 120, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", desc, err);
+    CU_ASSERT_FATAL(rc == 0);
+    CU_ASSERT_FATAL(kvc_used_bytes(c->kv, KVB_TIER_HOST) > 0); /* the sparse layers are offloaded */
+    int (*was)(kvb_backend *) = c->be->sync;
+    c->be->sync = count_sync;
+    n_syncs = 0;
+    int32_t next = 17;
+    CU_ASSERT(kvb_forward(c, &next, 1, err, sizeof err) == 0);
+    c->be->sync = was;
+    printf("\n    %s: %d waits in a decode step of 12 layers", desc, n_syncs);
+    CU_ASSERT(n_syncs == 2 + 1); /* filter layers 1 and 5, then the logits */
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    kvb_model_free(model);
+}
+
 /* 30 layers (the default model's depth): 2;8;17 hold 8/30 = 26.7% <= 30%, so the quick suite keeps them */
 static void test_30_layers_at_30pct_keep_the_papers_scaled_layers(void) { expect_default(30, "30%", "2;8;17", 0); }
 
@@ -181,5 +219,7 @@ int main(void) {
     CU_add_test(s, "a token budget keeps the scaled layers", test_token_budget_keeps_the_scaled_layers);
     CU_add_test(s, "too small a budget names the smallest that fits", test_too_small_a_budget_names_the_smallest_that_fits);
     CU_add_test(s, "a hybrid model's roles are over its global layers", test_hybrid_model_roles_over_the_global_layers);
+    CU_add_test(s, "an offloaded decode step waits only for the selections and the logits",
+                test_offloaded_decode_waits_only_for_the_selections_and_the_logits);
     return util_run_suites();
 }
