@@ -99,10 +99,10 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
         if (!strcmp(kv, "attn") && digit >= 1 && digit <= 5) attn = digit; /* 5: FlashInfer (flashinfer.h) */
         else if (!strcmp(kv, "prefill") && (!strcmp(val, "tc") || !strcmp(val, "tc2") || !strcmp(val, "cuda")))
             tc = !strcmp(val, "tc") ? 1 : !strcmp(val, "tc2") ? 2 : 0;
-        else if (!strcmp(kv, "gemv") && digit >= 1 && digit <= 5) gemv = digit;
+        else if (!strcmp(kv, "gemv") && digit >= 1 && digit <= 6) gemv = digit; /* 6: a candidate */
         else if (!strcmp(kv, "probs") && digit >= 1 && digit <= 2) probs = digit;
         else
-            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3|4|5, prefill=tc|tc2|cuda, gemv=1|2|3|4|5, probs=1|2",
+            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3|4|5, prefill=tc|tc2|cuda, gemv=1|2|3|4|5|6, probs=1|2",
                             opt, kv, eq ? "=" : "", val), -1;
     }
     if (attn) kvb_cuda_attention_set_kernel(attn);

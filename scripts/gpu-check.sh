@@ -31,7 +31,7 @@
 #                       its budgets (default "30% 2048")
 #   KVB_MODEL_DIR       the default model's folder (an unpacked bundle's bin/model: its 4-layer copy, for
 #                       test_cuda_model; the bench steps then use the model's shapes, synthetic:smollm2-135m)
-#   KVB_NCU_GEMV        the GEMV versions ncu-decode profiles (default "1 4")
+#   KVB_NCU_GEMV        the GEMV versions ncu-decode profiles (default "1 4 6")
 #   KVB_PEER_PYTHON     the python3 with torch + transformers for the PyTorch peer (default python3)
 #
 # Steps (each one row of summary.md, its log beside it):
@@ -42,8 +42,8 @@
 #   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
-#                     GEMVs v1 and v4; decode attention v4's detailed sections
-#   ncu-decode        a decode step's kernels on the 8B shapes under Nsight Compute: GEMVs by shape (v1, v4), attention
+#                     GEMVs (KVB_NCU_GEMV: v1, v4, v6); decode attention v4's detailed sections
+#   ncu-decode        a decode step's kernels on the 8B shapes under Nsight Compute: GEMVs by shape (v1, v4, v6), attention
 #   ncu-prefill       the tensor-core prefill attention and the prefill GEMMs under Nsight Compute (one launch each)
 #   ncu-decode-all    every kernel of two decode steps (2K context) under Nsight Compute, summed by kernel
 #   ncu-prefill-layer every kernel of two layers of a prefill chunk under Nsight Compute, summed by kernel and grid
@@ -57,6 +57,7 @@
 #   flashinfer-engine FlashInfer (attention kernel 5) on the engine's KV cache, the per-layer slab it lays out:
 #                     test_cuda_model on kernel 5, then synthetic:llama3.1-8b full at 32K on v4 and on kernel 5
 #                     (each log ends with FlashInfer's served and refused calls)
+#   gemv-8b           synthetic:llama3.1-8b full at 32K on GEMV v5 (the default) and on the candidate v6, one call
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
@@ -158,19 +159,20 @@ fi
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
-# machine (~217 + ~433 s), the rest in later leases.
-declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=43 [model]=35 [methods]=16 [methods-profile]=15
+# machine (~247 + ~433 s), the rest in later leases.
+declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
-    [ncu-decode]=50 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
-    [flashinfer-engine]=121)
+    [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
+    [flashinfer-engine]=121 [gemv-8b]=~25)
 # group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, its float64 references on one core, now on
 # every core; test_cuda_model 103 s, most of it the CPU side, run once and read back from KVB_CPU_REF_DIR by the second
-# run, the candidate KIVI kernel), decode attention against the copy and SDPA, the packed loads; group 2: every method
+# run, the candidate KIVI kernel), decode attention against the copy and SDPA, the 8B decode on GEMV v5 and v6, the
+# packed loads; group 2: every method
 # on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s on 2026-11-27), the 8B model at
 # 32K-128K beside PyTorch, and every kernel of two 8B decode steps (what the 2 ms outside attention and the GEMVs are);
 # groups 3 and 4: FlashInfer on the engine, Qwen3, OmniKV at 128K, compute-sanitizer, where the time goes (ncu,
 # profiles)
-groups=("tests bench-attention loads"
+groups=("tests bench-attention gemv-8b loads"
     "methods-8b synthetic-new ncu-decode-all"
     "flashinfer-engine synthetic-qwen3 omnikv-128k sanitize"
     "ncu ncu-decode ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
@@ -363,7 +365,7 @@ step_ncu() {
             --kernel-name regex:k_attn_dec_tc --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section Occupancy --section LaunchStats --section WarpStateStats \
             "$bin/kvbench" bench-attention --ctx 32768 --batch 1,8 --iters 1 --torch off
-        for gv in ${KVB_NCU_GEMV:-1 4}; do
+        for gv in ${KVB_NCU_GEMV:-1 4 6}; do
             step "ncu: decode GEMVs, kernel v$gv (default model's shapes, 2048 tokens)" "ncu_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 400 --csv \
                     --page raw --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
@@ -374,12 +376,12 @@ step_ncu() {
         skip ncu "ncu not on PATH"
     fi
 }
-step_ncu_decode() { # a decode step's kernels on the 8B shapes at 32K, each alone: the GEMVs by shape (v1 and v4), the
+step_ncu_decode() { # a decode step's kernels on the 8B shapes at 32K, each alone: the GEMVs by shape (v1, v4, v6), the
     # attention and its merge (the sum of their times against the step's wall time is the rest: small ops, launches)
     if command -v ncu >/dev/null 2>&1; then
         local syn=(bench --backend cuda --model "synthetic:llama3-8b?ctx=33000" --contexts 32768 --batch 8192 -n 2 --no-peer)
         local metrics=dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum,launch__grid_size
-        for gv in ${KVB_NCU_GEMV:-1 4}; do
+        for gv in ${KVB_NCU_GEMV:-1 4 6}; do
             step "ncu: decode GEMVs v$gv by shape, 8B shapes, 32K (two steps)" "ncu_decode_gemv$gv.log" bash -c '
                 KVB_GEMV_KERNEL=$4 ncu --clock-control none --kernel-name regex:k_gemv --launch-count 258 --csv --page raw \
                     --metrics "$5" "$1" "${@:6}" >"$2/ncu_decode_gemv$4.csv" || exit 1
@@ -487,6 +489,13 @@ step_flashinfer_engine() { # kernel 5 on the engine's cache: with it chosen the 
         step "synthetic:llama3.1-8b full, 32K, attention kernel $kern (5: FlashInfer on the slab)" \
             "bench_synth_attn$kern.md" env KVB_ATTN_KERNEL=$kern "$bin/kvbench" bench --backend cuda --model "$synth8b" \
             --contexts 32768 -n 16 --no-peer
+    done
+}
+step_gemv_8b() { # the decode GEMV candidate end to end: full attention at 32K on the default GEMV (v5) and on v6 (a
+    # block of four warps a row) in one call, same GPU, so the two decode rates and byte-bound shares compare
+    for gv in 5 6; do
+        step "synthetic:llama3.1-8b full, 32K, GEMV v$gv" "bench_synth_gemv$gv.md" env KVB_GEMV_KERNEL=$gv \
+            "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts 32768 -n 16 --no-peer
     done
 }
 step_synthetic_batch() { # TTFT by prefill chunk: 64 chunks of 512 tokens at 32K run GEMMs of N = 512

@@ -132,7 +132,7 @@ static void test_fused_ops_equal_the_separate_ops(void) {
     put(dx, x, 4 * cols * 4);
     for (int i = 0; i < 3; i++) dsep[i] = dev_f32(4 * rows[i]), dfused[i] = dev_f32(4 * rows[i]);
     int same = 1;
-    for (int kern = 1; kern <= 5; kern++) {
+    for (int kern = 1; kern <= 6; kern++) {
         kvb_cuda_set_gemv_kernel(kern);
         for (int64_t n_tok = 1; n_tok <= 4; n_tok++)
             for (int k = 2; k <= 3; k++) {
@@ -234,6 +234,22 @@ static void check_gemv_equals_v1(int kern) {
     dev_free(dy, rows * 4);
     keep(wq);
     free(x), free(a), free(b);
+}
+
+/* v6 (the candidate: a block of four warps a row, four loads in flight a thread, the warps' sums added in order):
+ * a partial pass, the unrolled body with a tail, every token count, fused sets through matmul_n, and cols % 8 != 0
+ * on v1's scalar path; float64 bounds, as v2's (its sums run in another order than v1's) */
+static void test_matmul_gemv6(void) {
+    kvb_cuda_set_gemv_kernel(6);
+    check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: the tail loop only */
+    check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: the unrolled body */
+    check_matmul(GGML_T_F16, 129, 4104, 2);  /* 513 groups: the body, then a one-group tail */
+    check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
+    check_matmul(GGML_T_Q4_1, 100, 14336, 3);
+    check_matmul(GGML_T_F16, 64, 1032, 4);
+    check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the v1 scalar path */
+    check_matmul(GGML_T_F16, 3, 8, 2);       /* one group a row */
+    kvb_cuda_set_gemv_kernel(1);
 }
 
 static void test_matmul_gemv3(void) { check_gemv_equals_v1(3); }
@@ -1011,6 +1027,7 @@ int main(void) {
     CU_add_test(s, "matmul through GEMV v3 (KVB_GEMV_KERNEL=3), equal to v1", test_matmul_gemv3);
     CU_add_test(s, "matmul through GEMV v4 (KVB_GEMV_KERNEL=4), equal to v1", test_matmul_gemv4);
     CU_add_test(s, "matmul through GEMV v5 (v4 from 8192 rows, the default), equal to v1", test_matmul_gemv5);
+    CU_add_test(s, "matmul through the candidate GEMV v6 (KVB_GEMV_KERNEL=6: four warps a row)", test_matmul_gemv6);
     CU_add_test(s, "fused matmul_n, add_rmsnorm and rope_qk equal the separate ops", test_fused_ops_equal_the_separate_ops);
     CU_add_test(s, "get_rows", test_get_rows);
     CU_add_test(s, "rmsnorm, swiglu, add, add_bias", test_rmsnorm_swiglu_add);

@@ -348,16 +348,16 @@ __device__ __forceinline__ void gemv_group(float (&acc)[NT], uint4 raw, const fl
     }
 }
 
-static int g_gemv_kernel; /* 0 = not chosen yet, else 1..5 */
+static int g_gemv_kernel; /* 0 = not chosen yet, else 1..6 */
 
 /* 5, the default: v4 for launches of GEMV5_V4_ROWS rows or more, v1 below (the same sums bit for bit). On the H200
  * (ncu, 2026-11-26, 8B shapes): v4 read 79% of DRAM peak on gate+up (28672 rows) and 86% on lm_head where v1 read
  * 74% and 81%; on 4096 rows (256 blocks of v4 against v1's 512) v4 read 43% where v1 read 56% */
 enum { GEMV5_V4_ROWS = 8192 };
 
-extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k >= 1 && k <= 5 ? k : 5; }
+extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k >= 1 && k <= 6 ? k : 5; }
 
-static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 5, 5); }
+static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 6, 5); }
 
 extern "C" const char *kvb_cuda_kernels(void) {
     static char line[160];
@@ -504,6 +504,52 @@ __global__ void __launch_bounds__(GEMV4_WARPS * 32) k_gemv_r4(gemv_set s, const 
 #pragma unroll
     for (int k = 0; k < GEMV4_ROWS; k++)
         if (out[k]) gemv_store<NT>(acc[k], out[k], rows[k], row[k], lane);
+}
+
+/* v6 (KVB_GEMV_KERNEL=6, a candidate): a block of GEMV6_WARPS warps a row, the row's 16-byte groups dealt to its
+ * 128 threads in turn (thread i takes groups i, i + 128, ...) with four loads in flight a thread; each thread's sums,
+ * then each warp's by shuffles, then the warps' in order (float rounding differs from v1's, as v2's does). On the
+ * H200's 8B shapes v1 gives a 4096-row matrix one warp a row, 4096 warps: about 31 an SM with one 16-byte load
+ * each in flight, which read 56% of DRAM peak (v4: 43%); v6 puts 4 warps on each row (16384, a full SM's 64) and
+ * four loads in flight on each thread. Not yet run on a GPU. */
+enum { GEMV6_WARPS = 4, GEMV6_THREADS = GEMV6_WARPS * 32 };
+
+template <int NT>
+__global__ void __launch_bounds__(GEMV6_THREADS) k_gemv_v6(gemv_set s, const float *x, int64_t cols) {
+    __shared__ float part[GEMV6_WARPS][NT];
+    int64_t r = blockIdx.x;
+    int i = 0;
+    while (i < 3 && r >= s.rows[i]) r -= s.rows[i++];
+    if (i == 3) return; /* the whole block: no barrier is skipped by part of it */
+    const uint4 *w4 = (const uint4 *)(s.w[i] + r * cols);
+    const int64_t nv = cols >> 3;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    int64_t v = threadIdx.x;
+    for (; v + 3 * GEMV6_THREADS < nv; v += 4 * GEMV6_THREADS) {
+        const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + GEMV6_THREADS), r2 = __ldg(w4 + v + 2 * GEMV6_THREADS),
+                    r3 = __ldg(w4 + v + 3 * GEMV6_THREADS);
+        gemv_group<NT>(acc, r0, x, cols, v * 8);
+        gemv_group<NT>(acc, r1, x, cols, (v + GEMV6_THREADS) * 8);
+        gemv_group<NT>(acc, r2, x, cols, (v + 2 * GEMV6_THREADS) * 8);
+        gemv_group<NT>(acc, r3, x, cols, (v + 3 * GEMV6_THREADS) * 8);
+    }
+    for (; v < nv; v += GEMV6_THREADS) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float sum = acc[t];
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) part[warp][t] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x < NT) {
+        float sum = part[0][threadIdx.x];
+#pragma unroll
+        for (int w = 1; w < GEMV6_WARPS; w++) sum += part[w][threadIdx.x];
+        s.out[i][threadIdx.x * s.rows[i] + r] = sum;
+    }
 }
 
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
@@ -676,6 +722,18 @@ static int cuda_sync(kvb_backend *be) {
 static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const float *x, int64_t cols, int64_t n_tok) {
     int ver = gemv_kernel();
     if (ver == 5) ver = total >= GEMV5_V4_ROWS ? 4 : 1;
+    if (ver == 6 && (cols & 7) == 0) { /* a block a row (cols % 8 != 0: v1's scalar path below) */
+        const unsigned g6 = (unsigned)total;
+#define GEMV_V6(NT) k_gemv_v6<NT><<<g6, GEMV6_THREADS, 0, im->stream>>>(*s, x, cols)
+        switch (n_tok) {
+        case 1: GEMV_V6(1); break;
+        case 2: GEMV_V6(2); break;
+        case 3: GEMV_V6(3); break;
+        default: GEMV_V6(4); break;
+        }
+#undef GEMV_V6
+        return CK_LAUNCH(k_gemv_v6);
+    }
     if (ver == 4 && (cols & 7) == 0) {
         const int64_t per = (int64_t)GEMV4_WARPS * GEMV4_ROWS;
         const unsigned g4 = (unsigned)((total + per - 1) / per);
