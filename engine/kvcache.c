@@ -691,14 +691,34 @@ int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl
     return 0;
 }
 
+int kvc_reserve_heads(kvc_store *dst, int n_heads, const int *layer, const int *head, const int64_t *n, char *err,
+                      size_t err_len) {
+    if (n_heads < 0 || n_heads > dst->n_layer * dst->n_head_kv) return ERR("kv store: a reserve of %d heads", n_heads);
+    int64_t *add = calloc((size_t)dst->n_layer * (size_t)dst->n_head_kv, sizeof *add); /* slab heads: by layer */
+    if (!add) return ERR("out of memory");
+    int rc = 0;
+    for (int j = 0; j < n_heads && !rc; j++) {
+        if (check_head(dst, layer[j], head[j], err, err_len) || n[j] < 0) {
+            rc = n[j] < 0 ? ERR("kv store: a reserve of %lld slots", (long long)n[j]) : -1;
+            break;
+        }
+        kv_head *d = head_at(dst, layer[j], head[j]);
+        if (d->in_slab) add[(size_t)layer[j] * dst->n_head_kv + head[j]] = n[j];
+        else rc = reserve(dst, d, n[j], err, err_len);
+    }
+    for (int l = 0; l < dst->n_layer && !rc && dst->layout == KVC_LAYOUT_SLAB; l++)
+        if (slab_reserve(dst, l, add + (size_t)l * dst->n_head_kv, err, err_len)) rc = -1;
+    free(add);
+    return rc;
+}
+
 int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer, const int *head,
              const int32_t *const *idx, const int64_t *n, char *err, size_t err_len) {
     if (n_heads < 0 || n_heads > dst->n_layer * dst->n_head_kv) return ERR("kv store: a load of %d heads", n_heads);
     if (dst->row_bytes != src->row_bytes) return ERR("kv store: copy between stores of different row sizes");
     kvb_kv_head *x = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *x), *y = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *y);
     int64_t *off = malloc((size_t)(n_heads ? n_heads : 1) * sizeof *off);
-    int64_t *add = calloc((size_t)dst->n_layer * (size_t)dst->n_head_kv, sizeof *add); /* slab heads: reserved by layer */
-    int rc = x && y && off && add ? 0 : ERR("out of memory");
+    int rc = x && y && off ? 0 : ERR("out of memory");
     int64_t moved = 0;
     for (int j = 0; j < n_heads && !rc; j++) {
         const int l = layer[j], h = head[j];
@@ -714,14 +734,12 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
         const int32_t *ix = idx ? idx[j] : NULL;
         if (!rc && (n[j] < 0 || (!ix && n[j] > sh->n)))
             rc = ERR("kv store: %lld slots of a head of %lld", (long long)n[j], (long long)sh->n);
-        if (rc || (ix && check_list(sh, ix, n[j], err, err_len)) || (!d->in_slab && reserve(dst, d, n[j], err, err_len))) {
+        if (rc || (ix && check_list(sh, ix, n[j], err, err_len))) {
             rc = -1;
             break;
         }
-        if (d->in_slab) add[(size_t)l * dst->n_head_kv + h] = n[j];
     }
-    for (int l = 0; l < dst->n_layer && !rc && dst->layout == KVC_LAYOUT_SLAB; l++)
-        if (slab_reserve(dst, l, add + (size_t)l * dst->n_head_kv, err, err_len)) rc = -1;
+    if (!rc) rc = kvc_reserve_heads(dst, n_heads, layer, head, n, err, err_len); /* nothing where a caller reserved */
     for (int j = 0; j < n_heads && !rc; j++) { /* after every reserve: a reserve may move a head */
         kv_head *d = head_at(dst, layer[j], head[j]);
         x[j] = ops_head(d);
@@ -735,7 +753,6 @@ int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer
     free(x);
     free(y);
     free(off);
-    free(add);
     return rc;
 }
 

@@ -99,6 +99,12 @@ int kvc_evict_heads(kvc_store *kv, int layer, int n_heads, const int *heads, flo
  * tier: one backend kv_load, one counted H2D copy, the bytes counted as a move host -> device. */
 int kvc_load(kvc_store *dst, const kvc_store *src, int n_heads, const int *layer, const int *head,
              const int32_t *const *idx, const int64_t *n, char *err, size_t err_len);
+/* What kvc_load does before its copy, alone: room for n[j] more slots in dst's head (layer[j], head[j]) for every
+ * j < n_heads, allocated (by layer on a slab store) where it is lacking. A load of the same counts then allocates
+ * nothing, so a method can keep its allocations out of the timed copy (Round Attention, OmniKV: PROF_H2D is the
+ * transfer that bench's loads table holds to the pinned copy rate). */
+int kvc_reserve_heads(kvc_store *dst, int n_heads, const int *layer, const int *head, const int64_t *n, char *err,
+                      size_t err_len);
 int kvc_append_from(kvc_store *dst, int dl, int dh, const kvc_store *src, int sl, int sh, const int32_t *idx,
                     int64_t n, int count_move, char *err, size_t err_len);
 /* Occupied bytes of one layer in a tier (KVB_TIER_COUNT = both). */

@@ -263,7 +263,8 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
     s->n_sel[f] = k;
     s->idx_len[f] = -1; /* a new selection: the sparse layers' list is rebuilt */
     if (!s->offload) return 0;
-    prof_begin(c->prof, PROF_H2D, l);
+    /* the selection down (a wait for the filter layer's work: the selection's phase), the sparse heads emptied and
+     * given room; then PROF_H2D times the transfer alone, what bench's loads table holds to the pinned copy rate */
     if (be->copy(be, s->sel_host, s->sel[f], (size_t)k * sizeof(int32_t), KVB_COPY_D2H, err, err_len) ||
         (be->sync && be->sync(be)))
         return be->error[0] ? ERR("%s", be->error) : -1;
@@ -277,6 +278,8 @@ static int select_and_load(omnikv *s, kvb_ctx *c, int f, int64_t upto, const flo
             lay[m] = j, hd[m] = h, s->load_list[m] = s->sel_host, s->load_n[m] = k, m++;
         }
     }
+    if (!rc) rc = kvc_reserve_heads(s->base.vis, m, lay, hd, s->load_n, err, err_len);
+    prof_begin(c->prof, PROF_H2D, l);
     if (!rc) rc = kvc_load(s->base.vis, c->kv, m, lay, hd, s->load_list, s->load_n, err, err_len);
     prof_end(c->prof, PROF_H2D, l, k, rc ? 0 : (int64_t)m * k * kvc_slot_bytes(c->kv));
     return rc;

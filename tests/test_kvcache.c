@@ -196,6 +196,21 @@ static void test_tier_moves_and_packed_gathers_are_counted(void) {
     CU_ASSERT(pv.n == 2 && pv.pos[1] == 106 && pv.round[1] == 1);
     CU_ASSERT(kvc_append_from(vis, 0, 0, kv, 0, 0, idx, 2, 1, err, sizeof err) != 0 && strstr(err, "within the device"));
     kvc_free(vis);
+    /* room reserved ahead (kvc_reserve_heads): the packed load of the same counts then allocates nothing, and loads
+     * the listed rows; a negative count is refused */
+    vis = create(&m, KVB_F16, 0);
+    const int lay[2] = {1, 1}, hd[2] = {0, 2};
+    const int32_t l0[] = {6, 1}, l2[] = {0, 3, 7}, *lists[2] = {l0, l2};
+    const int64_t cnt[2] = {2, 3}, bad[2] = {2, -1};
+    CU_ASSERT(kvc_reserve_heads(vis, 2, lay, hd, cnt, err, sizeof err) == 0);
+    const int64_t reserved = kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV);
+    CU_ASSERT(kvc_load(vis, kv, 2, lay, hd, lists, cnt, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(kvb_mem_current(&m, KVB_TIER_DEVICE, KVB_MEM_KV), reserved);
+    pv = kvc_head_view(vis, 1, 2);
+    CU_ASSERT(pv.n == 3 && pv.pos[0] == 100 && pv.pos[1] == 103 && pv.pos[2] == 107);
+    CU_ASSERT(kvc_head_view(vis, 1, 0).n == 2 && kvc_head_view(vis, 1, 0).pos[0] == 106);
+    CU_ASSERT(kvc_reserve_heads(vis, 2, lay, hd, bad, err, sizeof err) != 0 && strstr(err, "-1 slots"));
+    kvc_free(vis);
     /* an append to a host-tier layer is written in place by the backend's writer: one copy down for all the
      * layer's heads, counted as an offload write */
     float kr[H * D], vr[H * D];
