@@ -429,9 +429,12 @@ const char *kvb_backend_cpu_gemm_name(kvb_gemm gemm);
 /* The CUDA backend on GPU 0 ($KVB_CUDA_DEVICE picks another). It converts each weight matrix to f16 on first use
  * and caches it by host address for its lifetime: weights must stay mapped and unchanged while it lives (builds with KVB_HAVE_CUDA). NULL + err when there is no GPU or no CUDA build. */
 kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
-/* The CUDA decode GEMV: 1 (the default), 2 (four weight loads in flight per lane) or 3 (eight, v1's sums bit for
- * bit); before any call: $KVB_GEMV_KERNEL. Builds with KVB_HAVE_CUDA only. */
+/* The CUDA decode GEMV: 5 (the default: v4 from 8192 rows, v1 below), 1, 2 (four weight loads in flight per lane),
+ * 3 (eight, v1's sums bit for bit), 4 (four rows a warp) or 6 (a candidate: a block of warps a row, their count
+ * kvb_cuda_set_gemv6_warps: 2, 4 or 8, else 4); before any call: $KVB_GEMV_KERNEL and $KVB_GEMV6_WARPS. Builds
+ * with KVB_HAVE_CUDA only. */
 void kvb_cuda_set_gemv_kernel(int k);
+void kvb_cuda_set_gemv6_warps(int w);
 /* The CUDA kernels this process uses, one line ("attention v3, prefill tensor cores, GEMV v1, probabilities v1"):
  * bench prints it and run.json records it, since each switch changes timings and some change rounding. */
 const char *kvb_cuda_kernels(void);

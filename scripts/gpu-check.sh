@@ -57,7 +57,8 @@
 #   flashinfer-engine FlashInfer (attention kernel 5) on the engine's KV cache, the per-layer slab it lays out:
 #                     test_cuda_model on kernel 5, then synthetic:llama3.1-8b full at 32K on v4 and on kernel 5
 #                     (each log ends with FlashInfer's served and refused calls)
-#   gemv-8b           synthetic:llama3.1-8b full at 32K on GEMV v5 (the default) and on the candidate v6, one call
+#   gemv-8b           synthetic:llama3.1-8b full at 32K on GEMV v5 (the default) and on the candidate v6 with 2, 4
+#                     and 8 warps a row (KVB_GEMV6_WARPS), one call
 #   synthetic-profile the candidate set at 32K with --profile (prefill and decode by phase), no peer
 #   synthetic-batch   the candidate set at 32K with prefill chunks of 2048 and 8192 tokens (--batch; default 512)
 #   methods-8b        every method on synthetic:llama3-8b at 32K, on the candidate set
@@ -159,11 +160,11 @@ fi
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
-# machine (~247 + ~433 s), the rest in later leases.
+# machine (~271 + ~433 s), the rest in later leases.
 declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
-    [flashinfer-engine]=121 [gemv-8b]=~25)
+    [flashinfer-engine]=121 [gemv-8b]=~45)
 # group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, its float64 references on one core, now on
 # every core; test_cuda_model 103 s, most of it the CPU side, run once and read back from KVB_CPU_REF_DIR by the second
 # run, the candidate KIVI kernel), decode attention against the copy and SDPA, the 8B decode on GEMV v5 and v6, the
@@ -491,11 +492,14 @@ step_flashinfer_engine() { # kernel 5 on the engine's cache: with it chosen the 
             --contexts 32768 -n 16 --no-peer
     done
 }
-step_gemv_8b() { # the decode GEMV candidate end to end: full attention at 32K on the default GEMV (v5) and on v6 (a
-    # block of four warps a row) in one call, same GPU, so the two decode rates and byte-bound shares compare
-    for gv in 5 6; do
-        step "synthetic:llama3.1-8b full, 32K, GEMV v$gv" "bench_synth_gemv$gv.md" env KVB_GEMV_KERNEL=$gv \
-            "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts 32768 -n 16 --no-peer
+step_gemv_8b() { # the decode GEMV candidate end to end: full attention at 32K on the default GEMV (v5) and on v6 with
+    # 2, 4 and 8 warps a row, in one call on the same GPU, so the decode rates and byte-bound shares compare
+    step "synthetic:llama3.1-8b full, 32K, GEMV v5" bench_synth_gemv5.md env KVB_GEMV_KERNEL=5 \
+        "$bin/kvbench" bench --backend cuda --model "$synth8b" --contexts 32768 -n 16 --no-peer
+    for w in 2 4 8; do
+        step "synthetic:llama3.1-8b full, 32K, GEMV v6, $w warps a row" "bench_synth_gemv6w$w.md" \
+            env KVB_GEMV_KERNEL=6 KVB_GEMV6_WARPS=$w "$bin/kvbench" bench --backend cuda --model "$synth8b" \
+            --contexts 32768 -n 16 --no-peer
     done
 }
 step_synthetic_batch() { # TTFT by prefill chunk: 64 chunks of 512 tokens at 32K run GEMMs of N = 512

@@ -241,14 +241,19 @@ static void check_gemv_equals_v1(int kern) {
  * on v1's scalar path; float64 bounds, as v2's (its sums run in another order than v1's) */
 static void test_matmul_gemv6(void) {
     kvb_cuda_set_gemv_kernel(6);
-    check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: the tail loop only */
-    check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: the unrolled body */
-    check_matmul(GGML_T_F16, 129, 4104, 2);  /* 513 groups: the body, then a one-group tail */
-    check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
-    check_matmul(GGML_T_Q4_1, 100, 14336, 3);
-    check_matmul(GGML_T_F16, 64, 1032, 4);
-    check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the v1 scalar path */
-    check_matmul(GGML_T_F16, 3, 8, 2);       /* one group a row */
+    for (int w = 2; w <= 8; w *= 2) { /* 2, 4 and 8 warps a row (KVB_GEMV6_WARPS) */
+        kvb_cuda_set_gemv6_warps(w);
+        printf("\n    %d warps a row:", w);
+        check_matmul(GGML_T_F16, 577, 576, 1);   /* 72 groups: the tail loop only */
+        check_matmul(GGML_T_F16, 300, 4096, 1);  /* 512 groups: the unrolled body */
+        check_matmul(GGML_T_F16, 129, 4104, 2);  /* 513 groups: the body, then a one-group tail */
+        check_matmul(GGML_T_Q8_0, 1536, 1568, 2);
+        check_matmul(GGML_T_Q4_1, 100, 14336, 3);
+        check_matmul(GGML_T_F16, 64, 1032, 4);
+        check_matmul(GGML_T_F16, 333, 100, 3);   /* cols % 8 != 0: the v1 scalar path */
+        check_matmul(GGML_T_F16, 3, 8, 2);       /* one group a row */
+    }
+    kvb_cuda_set_gemv6_warps(4);
     kvb_cuda_set_gemv_kernel(1);
 }
 

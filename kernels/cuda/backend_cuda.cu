@@ -359,8 +359,13 @@ extern "C" void kvb_cuda_set_gemv_kernel(int k) { g_gemv_kernel = k >= 1 && k <=
 
 static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_KERNEL", 6, 5); }
 
+static int gemv6_warps(void);
+
 extern "C" const char *kvb_cuda_kernels(void) {
     static char line[160];
+    char gv[40] = ""; /* v5's rule, v6's warps a row (they change its rounding) */
+    if (gemv_kernel() == 5) snprintf(gv, sizeof gv, " (v4 from 8192 rows, v1 below)");
+    if (gemv_kernel() == 6) snprintf(gv, sizeof gv, " (%d warps a row)", gemv6_warps());
     char attn[64]; /* kernel 5 is FlashInfer's decode where it applies, v4 elsewhere (flashinfer.h) */
     if (kvb_cuda_attention_kernel() == 5)
         snprintf(attn, sizeof attn, "FlashInfer%s (v4 where it does not apply)", kvb_fi_compiled() ? "" : " [not built]");
@@ -369,16 +374,18 @@ extern "C" const char *kvb_cuda_kernels(void) {
     snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d%s", attn,
              kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores v1"
                                                                                         : "CUDA cores", gemv_kernel(),
-             gemv_kernel() == 5 ? " (v4 from 8192 rows, v1 below)" : "", kvb_cuda_attention_probs_kernel(),
+             gv, kvb_cuda_attention_probs_kernel(),
              kvb_cuda_quant_kernel() == 2 ? ", KIVI attention v2" : "");
     return line;
 }
 
 extern "C" const char *kvb_cuda_kernels_tag(void) {
     static char tag[48];
-    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d.probs%d%s", kvb_cuda_attention_kernel(),
+    char w6[8] = "";
+    if (gemv_kernel() == 6) snprintf(w6, sizeof w6, "w%d", gemv6_warps());
+    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d%s.probs%d%s", kvb_cuda_attention_kernel(),
              kvb_cuda_attention_prefill_tc() == 2 ? "tc2" : kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(),
-             kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "");
+             w6, kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "");
     return tag;
 }
 
@@ -506,17 +513,16 @@ __global__ void __launch_bounds__(GEMV4_WARPS * 32) k_gemv_r4(gemv_set s, const 
         if (out[k]) gemv_store<NT>(acc[k], out[k], rows[k], row[k], lane);
 }
 
-/* v6 (KVB_GEMV_KERNEL=6, a candidate): a block of GEMV6_WARPS warps a row, the row's 16-byte groups dealt to its
- * 128 threads in turn (thread i takes groups i, i + 128, ...) with four loads in flight a thread; each thread's sums,
- * then each warp's by shuffles, then the warps' in order (float rounding differs from v1's, as v2's does). On the
- * H200's 8B shapes v1 gives a 4096-row matrix one warp a row, 4096 warps: about 31 an SM with one 16-byte load
- * each in flight, which read 56% of DRAM peak (v4: 43%); v6 puts 4 warps on each row (16384, a full SM's 64) and
- * four loads in flight on each thread. Not yet run on a GPU. */
-enum { GEMV6_WARPS = 4, GEMV6_THREADS = GEMV6_WARPS * 32 };
-
-template <int NT>
-__global__ void __launch_bounds__(GEMV6_THREADS) k_gemv_v6(gemv_set s, const float *x, int64_t cols) {
-    __shared__ float part[GEMV6_WARPS][NT];
+/* v6 (KVB_GEMV_KERNEL=6, a candidate): a block of W warps a row (W = 4, or KVB_GEMV6_WARPS = 2, 4 or 8), the row's
+ * 16-byte groups dealt to its threads in turn (thread i takes groups i, i + 32 W, ...) with four loads in flight a
+ * thread; each thread's sums, then each warp's by shuffles, then the warps' in order (float rounding differs from
+ * v1's, as v2's does). On the H200's 8B shapes v1 gives a 4096-row matrix one warp a row, 4096 warps: about 31 an SM
+ * with one 16-byte load each in flight, which read 56% of DRAM peak (v4: 43%); v6 puts W warps on each row and four
+ * loads in flight on each thread. Not yet run on a GPU: gpu-check's gemv-8b step times W = 2, 4 and 8. */
+template <int NT, int W>
+__global__ void __launch_bounds__(W * 32) k_gemv_v6(gemv_set s, const float *x, int64_t cols) {
+    constexpr int T = W * 32;
+    __shared__ float part[W][NT];
     int64_t r = blockIdx.x;
     int i = 0;
     while (i < 3 && r >= s.rows[i]) r -= s.rows[i++];
@@ -527,15 +533,14 @@ __global__ void __launch_bounds__(GEMV6_THREADS) k_gemv_v6(gemv_set s, const flo
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.f;
     int64_t v = threadIdx.x;
-    for (; v + 3 * GEMV6_THREADS < nv; v += 4 * GEMV6_THREADS) {
-        const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + GEMV6_THREADS), r2 = __ldg(w4 + v + 2 * GEMV6_THREADS),
-                    r3 = __ldg(w4 + v + 3 * GEMV6_THREADS);
+    for (; v + 3 * T < nv; v += 4 * T) {
+        const uint4 r0 = __ldg(w4 + v), r1 = __ldg(w4 + v + T), r2 = __ldg(w4 + v + 2 * T), r3 = __ldg(w4 + v + 3 * T);
         gemv_group<NT>(acc, r0, x, cols, v * 8);
-        gemv_group<NT>(acc, r1, x, cols, (v + GEMV6_THREADS) * 8);
-        gemv_group<NT>(acc, r2, x, cols, (v + 2 * GEMV6_THREADS) * 8);
-        gemv_group<NT>(acc, r3, x, cols, (v + 3 * GEMV6_THREADS) * 8);
+        gemv_group<NT>(acc, r1, x, cols, (v + T) * 8);
+        gemv_group<NT>(acc, r2, x, cols, (v + 2 * T) * 8);
+        gemv_group<NT>(acc, r3, x, cols, (v + 3 * T) * 8);
     }
-    for (; v < nv; v += GEMV6_THREADS) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
+    for (; v < nv; v += T) gemv_group<NT>(acc, __ldg(w4 + v), x, cols, v * 8);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -547,9 +552,22 @@ __global__ void __launch_bounds__(GEMV6_THREADS) k_gemv_v6(gemv_set s, const flo
     if (threadIdx.x < NT) {
         float sum = part[0][threadIdx.x];
 #pragma unroll
-        for (int w = 1; w < GEMV6_WARPS; w++) sum += part[w][threadIdx.x];
+        for (int w = 1; w < W; w++) sum += part[w][threadIdx.x];
         s.out[i][threadIdx.x * s.rows[i] + r] = sum;
     }
+}
+
+static int g_gemv6_warps; /* 0 = not read yet */
+
+/* v6's warps a row: $KVB_GEMV6_WARPS when it is 2, 4 or 8, else 4 (read once; the tests' setter first) */
+extern "C" void kvb_cuda_set_gemv6_warps(int w) { g_gemv6_warps = w == 2 || w == 8 ? w : 4; }
+
+static int gemv6_warps(void) {
+    if (!g_gemv6_warps) {
+        const char *v = getenv("KVB_GEMV6_WARPS");
+        kvb_cuda_set_gemv6_warps(v ? atoi(v) : 4);
+    }
+    return g_gemv6_warps;
 }
 
 /* ---- KV rows: one launch per layer for every head (kv_writer) ---- */
@@ -724,7 +742,11 @@ static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const fl
     if (ver == 5) ver = total >= GEMV5_V4_ROWS ? 4 : 1;
     if (ver == 6 && (cols & 7) == 0) { /* a block a row (cols % 8 != 0: v1's scalar path below) */
         const unsigned g6 = (unsigned)total;
-#define GEMV_V6(NT) k_gemv_v6<NT><<<g6, GEMV6_THREADS, 0, im->stream>>>(*s, x, cols)
+        const int w6 = gemv6_warps();
+#define GEMV_V6(NT)                                                                                                 \
+    (w6 == 2   ? k_gemv_v6<NT, 2><<<g6, 64, 0, im->stream>>>(*s, x, cols)                                           \
+     : w6 == 8 ? k_gemv_v6<NT, 8><<<g6, 256, 0, im->stream>>>(*s, x, cols)                                          \
+               : k_gemv_v6<NT, 4><<<g6, 128, 0, im->stream>>>(*s, x, cols))
         switch (n_tok) {
         case 1: GEMV_V6(1); break;
         case 2: GEMV_V6(2); break;
