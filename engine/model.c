@@ -235,6 +235,7 @@ void kvb_ctx_free(kvb_ctx *c) {
     free(c->dec_attended);
     free(c->tokens);
     kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->lse, c->lse_bytes);
     if (c->obs_q) {
         int W = c->obs_cap;
         kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->obs_q,
@@ -424,14 +425,15 @@ static int obs_push(kvb_ctx *c, int l, const float *q, int64_t n, char *err, siz
     return dev_copy(c->be, rows + (size_t)keep * D, q + (n - take) * D, (size_t)take * D * sizeof(float), err, err_len);
 }
 
-static int ensure_probs(kvb_ctx *c, size_t bytes) {
-    if (bytes <= c->probs_bytes) return 0;
+/* *buf (of *cap bytes) grown to hold bytes, a quarter spare (its contents are one call's) */
+static int ensure_buf(kvb_ctx *c, float **buf, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return 0;
     size_t nb = bytes + bytes / 4;
     float *p = kvb_mem_alloc(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, nb);
     if (!p) return -1;
-    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, c->probs, c->probs_bytes);
-    c->probs = p;
-    c->probs_bytes = nb;
+    kvb_mem_free(&c->mem, KVB_TIER_DEVICE, KVB_MEM_METHOD, *buf, *cap);
+    *buf = p;
+    *cap = nb;
     return 0;
 }
 
@@ -503,18 +505,30 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
     int want = H && H->observe && H->wants_probs && H->wants_probs(H->self, c, l, n);
     if (want) {
         int64_t stride = longest > 0 ? longest : 1;
-        if (ensure_probs(c, (size_t)cfg->n_head * n * stride * sizeof(float)))
+        if (ensure_buf(c, &c->probs, &c->probs_bytes, (size_t)cfg->n_head * n * stride * sizeof(float)))
             return ERR("out of memory for attention probabilities (%lld queries x %lld keys)", (long long)n,
                        (long long)stride);
         a.probs = c->probs;
         a.probs_stride = stride;
     }
+    /* a method that reads only the probabilities' column sums (sum_rows) gets them from attention_colsum over the
+     * call's lse: the n_head x n x stride probabilities of a prefill chunk are never written */
+    float *sums[KVB_MAX_KV_HEADS];
+    int want_sums = 0;
+    if (!want && H && H->sum_rows) {
+        if ((want_sums = H->sum_rows(H->self, c, l, c->src, n, sums, err, err_len)) < 0) return -1;
+        if (want_sums && ensure_buf(c, &c->lse, &c->lse_bytes, (size_t)cfg->n_head * n * sizeof(float)))
+            return ERR("out of memory for the attention's log-sum-exp (%lld queries)", (long long)n);
+        if (want_sums) a.lse = c->lse;
+    }
     int handled = 0;
     if (H && H->attend) {
         handled = H->attend(H->self, c, l, &a, err, err_len);
         if (handled < 0) return -1;
+        if (handled && want_sums) return ERR("a method's own attention cannot give the column sums its sum_rows asks for");
     }
     if (!handled && (a.window ? be->attention_window(be, &a, err, err_len) : be->attention(be, &a, err, err_len))) return -1;
+    if (want_sums && be->attention_colsum(be, &a, sums, err, err_len)) return -1;
     /* no sync: observe's reads of the probabilities are backend ops on the same stream, and a method that copies
      * something down syncs before it reads it (kernels/backend.h); a sync here drained the GPU every layer of every
      * step for TOVA and H2O */

@@ -122,6 +122,12 @@ typedef struct {
     /* probs: [n_head][n_q][stride] over each head's visible list (src order) */
     int (*observe)(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
                    int64_t n_q, char *err, size_t err_len);
+    /* the probabilities' column sums over each KV head's group and this call's queries, never written out (H2O's and
+     * ObservedAttention's prefill scores: backend attention_colsum): fill rows[g] with the device row, holding
+     * src[g]'s list (new entries zeroed), that the sums are added to, and return 1; 0 = none this call; -1 = error.
+     * Called when wants_probs does not want this call's probabilities, after select. */
+    int (*sum_rows)(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
+                    size_t err_len);
     /* replace the attention op for a layer: return 1 when handled, 0 to use the normal op, -1 on error (PoD) */
     int (*attend)(void *self, kvb_ctx *c, int layer, kvb_attn_args *a, char *err, size_t err_len);
     /* the prompt is in the cache: compress, offload, freeze budgets (SnapKV, H2O, StreamingLLM, OmniKV, PoD) */
@@ -183,9 +189,12 @@ struct kvb_ctx {
     void *tap_user;
     int32_t cur_round;      /* round id tagged on appended tokens (multi-round sessions) */
     int in_prefill;         /* 1 until kvb_ctx_end_prefill */
-    /* probabilities buffer for observe (device, grown on demand, method category) */
+    /* probabilities buffer for observe, and the lse of a call whose column sums a method takes (sum_rows) (device,
+     * grown on demand, method category) */
     float *probs;
     size_t probs_bytes;
+    float *lse;
+    size_t lse_bytes;
     /* observation window: last obs_window query rows per layer, oldest first ([layer][w][n_head*head_dim]);
      * device memory, as is obs_pos */
     float *obs_q;

@@ -243,6 +243,15 @@ struct kvb_backend {
     int (*probs_reduce)(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
                         int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode,
                         int accumulate, char *err, size_t err_len);
+    /* The sums probs_reduce (KVB_REDUCE_GROUP_SUM, accumulate) takes of attention's probabilities, without writing
+     * them: for every KV head g and entry j of its list (a->idx[g], else slots 0..n_kv[g]-1), out[g][j] += p for its
+     * group's query heads r ascending, then the queries t ascending, each added in float, with p = expf(s - lse) for
+     * s = a->scale * (the float dot product of q[t][g G + r] with the key as float, elements ascending) and lse =
+     * a->lse[g G + r][t] as `attention` wrote it for the same arguments; p = 0 where the key is hidden from t (k_pos >
+     * q_pos; with a->window > 0, window or more positions earlier) or lse is -inf. out: host array of n_head_kv
+     * device rows. H2O's and ObservedAttention's prefill scores: the n_head x n_q x n probabilities of a chunk are
+     * never written (2.2 TB over a 32K prefill on the 8B shapes). */
+    int (*attention_colsum)(kvb_backend *be, const kvb_attn_args *a, float *const *out, char *err, size_t err_len);
     /* out[r][i] = max (avg = 0) or sum / kernel (avg = 1, double sum) of in[r][i - kernel/2 .. i + kernel/2]
      * clipped to [0, n), for rows r < rows (max_pool1d / avg_pool1d with same padding, count_include_pad). */
     int (*pool1d)(kvb_backend *be, float *out, int64_t out_stride, const float *in, int64_t in_stride,

@@ -68,18 +68,13 @@ typedef struct {
 
 static kvb_score_row *acc_at(finch *s, int l, int g) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + g]; }
 
-static int finch_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
+/* the question's rows: their attention summed into s->acc, the probabilities never written */
+static int finch_sum_rows(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
+                          size_t err_len) {
     (void)n_q;
-    return ((finch *)self)->scoring && !kvb_layer_window(&c->model->cfg, layer);
-}
-
-static int finch_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
-                         int64_t n_q, char *err, size_t err_len) {
     finch *s = self;
     if (!s->scoring || kvb_layer_window(&c->model->cfg, layer)) return 0;
-    for (int g = 0; g < c->model->cfg.n_head_kv; g++)
-        if (kvb_score_row_add(c, acc_at(s, layer, g), probs, stride, g, n_q, src[g].n, err, err_len)) return -1;
-    return 0;
+    return kvb_score_rows_for_sums(c, acc_at(s, layer, 0), src, rows, err, err_len);
 }
 
 /* Feed the question ids[0..q) to x with its rows scored into s->acc (fresh). */
@@ -267,7 +262,7 @@ static kvb_method *finch_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     for (int l = 0; l < c->model->cfg.n_layer; l++) s->windowed |= kvb_layer_window(&c->model->cfg, l) != 0;
     s->chunk = chunk;
     s->question = question;
-    s->fork_hooks = (kvb_hooks){.self = s, .wants_probs = finch_wants, .observe = finch_observe};
+    s->fork_hooks = (kvb_hooks){.self = s, .sum_rows = finch_sum_rows};
     s->base.budget = *b;
     s->base.imposes_budget = 1;
     return &s->base;
@@ -278,7 +273,7 @@ const kvb_method_def kvb_method_finch = {
     .summary = "prefills the prompt chunk by chunk, keeping after each the tokens its question's tokens attend most",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL,
     .create = finch_create,
-    .hooks = {.wants_probs = finch_wants, .observe = finch_observe, .after_prefill = finch_after_prefill},
+    .hooks = {.sum_rows = finch_sum_rows, .after_prefill = finch_after_prefill},
     .expected_tokens = finch_expected,
     .describe = finch_describe,
     .destroy = finch_destroy,

@@ -30,9 +30,18 @@ static kvb_score_row *acc_at(h2o *s, int l, int h) { return &s->acc[(size_t)l * 
 
 static int64_t recent_of(h2o *s, int64_t b) { return b - (int64_t)floor(s->heavy_share * (double)b); }
 
+/* decode: the step's probabilities (one query: n_head rows), for the eviction that follows */
 static int h2o_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
-    (void)self; (void)c; (void)layer; (void)n_q;
-    return 1;
+    (void)self; (void)layer; (void)n_q;
+    return !c->in_prefill;
+}
+
+/* prefill: every query's attention summed into the accumulators, the probabilities never written */
+static int h2o_sum_rows(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
+                        size_t err_len) {
+    (void)n_q;
+    h2o *s = self;
+    return c->in_prefill ? kvb_score_rows_for_sums(c, acc_at(s, layer, 0), src, rows, err, err_len) : 0;
 }
 
 static int h2o_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
@@ -147,7 +156,7 @@ const kvb_method_def kvb_method_h2o = {
     .summary = "heavy hitters + recent tokens, evicting every step",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES | KVB_LAYER_LOCAL,
     .create = h2o_create,
-    .hooks = {.wants_probs = h2o_wants, .observe = h2o_observe, .after_prefill = h2o_after_prefill},
+    .hooks = {.wants_probs = h2o_wants, .observe = h2o_observe, .sum_rows = h2o_sum_rows, .after_prefill = h2o_after_prefill},
     .expected_tokens = h2o_expected,
     .describe = h2o_describe,
     .destroy = h2o_destroy,

@@ -144,13 +144,27 @@ int kvb_score_row_fit(kvb_ctx *c, kvb_score_row *a, int64_t n, char *err, size_t
     return 0;
 }
 
+/* a grown to n slots, the new ones 0 */
+static int score_row_grow(kvb_ctx *c, kvb_score_row *a, int64_t n, char *err, size_t err_len) {
+    if (kvb_score_row_fit(c, a, n, err, err_len)) return -1;
+    if (n > a->n && c->be->zero(c->be, a->v + a->n, (size_t)(n - a->n) * sizeof(float), err, err_len)) return -1;
+    a->n = n;
+    return 0;
+}
+
+int kvb_score_rows_for_sums(kvb_ctx *c, kvb_score_row *rows, const kvb_src *src, float **out, char *err, size_t err_len) {
+    for (int g = 0; g < c->model->cfg.n_head_kv; g++) {
+        if (score_row_grow(c, &rows[g], src[g].n, err, err_len)) return -1;
+        out[g] = rows[g].v;
+    }
+    return 1;
+}
+
 int kvb_score_row_add(kvb_ctx *c, kvb_score_row *a, const float *probs, int64_t stride, int g, int64_t n_q, int64_t n,
                       char *err, size_t err_len) {
     kvb_backend *be = c->be;
     const int G = c->model->cfg.n_head / c->model->cfg.n_head_kv;
-    if (kvb_score_row_fit(c, a, n, err, err_len)) return -1;
-    if (n > a->n && be->zero(be, a->v + a->n, (size_t)(n - a->n) * sizeof(float), err, err_len)) return -1;
-    a->n = n;
+    if (score_row_grow(c, a, n, err, err_len)) return -1;
     /* the group's G query heads are rows g*G.. of probs: reduce them as a one-KV-head layer */
     return be->probs_reduce(be, a->v, n, probs + (int64_t)g * G * n_q * stride, stride, G, 1, n_q, n, NULL,
                             KVB_REDUCE_GROUP_SUM, 1, err, err_len);

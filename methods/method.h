@@ -234,6 +234,10 @@ int kvb_score_row_fit(kvb_ctx *c, kvb_score_row *a, int64_t n, char *err, size_t
  * query heads, summed over the group and the rows (backend probs_reduce). */
 int kvb_score_row_add(kvb_ctx *c, kvb_score_row *a, const float *probs, int64_t stride, int g, int64_t n_q, int64_t n,
                       char *err, size_t err_len);
+/* A sum_rows hook's answer (engine/model.h) for one layer's score rows rows[0..n_head_kv): each grown to its head's
+ * list (src[g].n slots, new ones 0) and handed out in out[g], for the engine to add the probabilities' column sums
+ * to (attention_colsum, never writing the probabilities); 1, or -1 + err. */
+int kvb_score_rows_for_sums(kvb_ctx *c, kvb_score_row *rows, const kvb_src *src, float **out, char *err, size_t err_len);
 void kvb_score_row_free(kvb_ctx *c, kvb_score_row *a);
 /* Allocate zeroed method state accounted to (device, method): device memory, for backend ops. */
 void *kvb_method_alloc(kvb_ctx *c, size_t bytes);

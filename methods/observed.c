@@ -15,8 +15,8 @@
  *   topk leaves them unspecified).
  * - The group's heads summed rather than averaged: a positive multiple, the same top-B.
  * - The probabilities are the engine's prefill attention in f32, accumulated per slot as H2O accumulates them
- *   (observe during prefill: probs_reduce's group sum, chunk after chunk), or taken over from a shared prefill
- *   (kvb_share_scores, the same sums).
+ *   (sum_rows during prefill: the backend's attention_colsum, the group's column sums chunk after chunk, the
+ *   probabilities never written), or taken over from a shared prefill (kvb_share_scores, the same sums).
  * - No op of its own: the division by n - j is rmsnorm with host weights w, out_j = x_j w_j / rms(x), rms(x) > 0
  *   the same for every slot of the head (the scores of a head sum to n x G > 0), so the same top-B as x_j / (n - j).
  *   The weights are one constant table, T[i] = 1 / (KVB_OBS_MAX - i): the scores are copied to the end of a row of
@@ -53,18 +53,12 @@ typedef struct {
 
 static kvb_score_row *acc_at(observed *s, int l, int g) { return &s->acc[(size_t)l * s->c->model->cfg.n_head_kv + g]; }
 
-static int observed_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
-    (void)self, (void)layer, (void)n_q;
-    return c->in_prefill; /* the prompt's queries only */
-}
-
-static int observed_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
-                            int64_t n_q, char *err, size_t err_len) {
+/* the prompt's queries only: their attention summed into the accumulators, the probabilities never written */
+static int observed_sum_rows(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
+                             size_t err_len) {
+    (void)n_q;
     observed *s = self;
-    if (!c->in_prefill) return 0;
-    for (int g = 0; g < c->model->cfg.n_head_kv; g++)
-        if (kvb_score_row_add(c, acc_at(s, layer, g), probs, stride, g, n_q, src[g].n, err, err_len)) return -1;
-    return 0;
+    return c->in_prefill ? kvb_score_rows_for_sums(c, acc_at(s, layer, 0), src, rows, err, err_len) : 0;
 }
 
 static int observed_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
@@ -165,7 +159,7 @@ const kvb_method_def kvb_method_observed = {
     .summary = "keeps the tokens the prompt's queries attended most, averaged over the queries that saw them",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_PREFILL_SCORES | KVB_LAYER_LOCAL,
     .create = observed_create,
-    .hooks = {.wants_probs = observed_wants, .observe = observed_observe, .after_prefill = observed_after_prefill},
+    .hooks = {.sum_rows = observed_sum_rows, .after_prefill = observed_after_prefill},
     .expected_tokens = observed_expected,
     .describe = observed_describe,
     .destroy = observed_destroy,

@@ -15,19 +15,13 @@ struct kvb_share {
     kvb_score_row *acc; /* [layer][head] */
 };
 
-static int share_wants(void *self, kvb_ctx *c, int layer, int64_t n_q) {
-    (void)layer; (void)n_q;
+/* the prefill's queries: their attention summed per slot (H2O's score), the probabilities never written */
+static int share_sum_rows(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
+                          size_t err_len) {
+    (void)n_q;
     kvb_share *s = self;
-    return s->want_scores && c->in_prefill;
-}
-
-static int share_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
-                         int64_t n_q, char *err, size_t err_len) {
-    kvb_share *s = self;
-    const int HK = c->model->cfg.n_head_kv;
-    for (int g = 0; g < HK; g++)
-        if (kvb_score_row_add(c, &s->acc[(size_t)layer * HK + g], probs, stride, g, n_q, src[g].n, err, err_len)) return -1;
-    return 0;
+    if (!s->want_scores || !c->in_prefill) return 0;
+    return kvb_score_rows_for_sums(c, &s->acc[(size_t)layer * c->model->cfg.n_head_kv], src, rows, err, err_len);
 }
 
 kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *err, size_t err_len) {
@@ -48,10 +42,7 @@ kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *e
     s->hooks.self = s;
     s->hooks.obs_window = obs_window;
     s->hooks.obs_decode = 1; /* the shared prefill's forks copy the window whenever they are made */
-    if (want_scores) {
-        s->hooks.wants_probs = share_wants;
-        s->hooks.observe = share_observe;
-    }
+    if (want_scores) s->hooks.sum_rows = share_sum_rows;
     if (kvb_ctx_set_hooks(c, &s->hooks, err, err_len)) {
         kvb_share_free(s, NULL);
         return NULL;

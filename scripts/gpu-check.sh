@@ -26,8 +26,9 @@
 #                       test_cuda_model (default "none": the defaults, and no second test_cuda_model; e.g.
 #                       "KVB_ATTN_KERNEL=5" for FlashInfer)
 #   KVB_SYNTH_CTX       contexts of the synthetic step (default 32768); KVB_SYNTH_CTX_NEW those of synthetic-new
-#   KVB_METHODS_8B      methods of methods-8b (default all; H2O at 32K writes 2.2 TB of probabilities: leave it
-#                       out); lists split by ';' run as separate benches, each its own log; KVB_METHODS_8B_BUDGETS
+#   KVB_METHODS_8B      methods of methods-8b (default all; H2O, ObservedAttention and FINCH score the prefill with
+#                       attention_colsum since 2026-11-27, untimed: their own list); lists split by ';' run as
+#                       separate benches, each its own log; KVB_METHODS_8B_BUDGETS
 #                       its budgets (default "30% 2048")
 #   KVB_MODEL_DIR       the default model's folder (an unpacked bundle's bin/model: its 4-layer copy, for
 #                       test_cuda_model; the bench steps then use the model's shapes, synthetic:smollm2-135m)
@@ -160,9 +161,9 @@ fi
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
-# machine (~271 + ~433 s), the rest in later leases.
+# machine (~271 + ~463 s), the rest in later leases.
 declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
-    [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~190 [methods-8b-profile]=~60 [omnikv-128k]=~100
+    [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~215 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=121 [gemv-8b]=~45)
 # group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, its float64 references on one core, now on
@@ -179,7 +180,7 @@ groups=("tests bench-attention gemv-8b loads"
     "ncu ncu-decode ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
 # each group's variables (space-separated NAME=VALUE): groups 1 and 2 test and time KIVI's attention v2
 group_env=("KVB_GPU_NEW=KVB_QUANT_KERNEL=2"
-    "KVB_GPU_NEW=KVB_QUANT_KERNEL=2 KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip KVB_METHODS_8B_BUDGETS=30%"
+    "KVB_GPU_NEW=KVB_QUANT_KERNEL=2 KVB_SYNTH_CTX_NEW=32768,65536,131072 KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff;expected,chunkkv,cur,lagkv,criticalkv,finch,cake,think,decoding;compactor,kvzip;h2o,observed KVB_METHODS_8B_BUDGETS=30%"
     ""
     "KVB_METHODS_8B=streamingllm,snapkv,omnikv,round,pod,random,pyramidkv,tova,knorm,adakv,quest,kivi,keydiff")
 if [ "${1:-}" = "--plan" ]; then

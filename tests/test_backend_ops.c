@@ -489,6 +489,100 @@ static void check_probs_reduce(kvb_backend *be, int mode, int HK, int G, int64_t
     release_all(be);
 }
 
+/* attention_colsum: on random queries and keys (shuffled positions, index lists on the even heads, windows), each
+ * head's accumulated sums against (a) what `attention` writes as probabilities reduced by probs_reduce's group sum,
+ * as H2O scored a chunk before, and (b) float64 from the logits; the lse comes from `attention` on the same
+ * arguments. Both within 2e-5 of the sum, relative (float sums of exps of up to 700 terms); no lse is refused. */
+static void check_colsum(kvb_backend *be, kvb_dtype dt, int D, int HK, int G, int64_t n_q, int64_t n_kv, int use_idx,
+                         int32_t window) {
+    char err[256];
+    const int H = HK * G;
+    const size_t es = elt(dt);
+    const void *k[8];
+    const int32_t *kpos[8], *idx[8];
+    int64_t nk[8], ni[8], len[8], longest = 1;
+    float *rows_a[8], *rows_b[8];
+    int32_t *hpos = malloc((size_t)HK * n_kv * 4), *hidx = malloc((size_t)HK * n_kv * 4), *qpos = malloc((size_t)n_q * 4);
+    uint8_t *hk = malloc((size_t)HK * n_kv * D * es + 1);
+    float *q = malloc((size_t)n_q * H * D * 4);
+    fill_rows(hk, (int64_t)HK * n_kv * D, dt);
+    for (int64_t i = 0; i < n_q * H * D; i++) q[i] = (float)(unit() * 2 - 1);
+    for (int64_t t = 0; t < n_q; t++) qpos[t] = (int32_t)(n_kv - n_q + t); /* the chunk's queries are the last keys */
+    for (int g = 0; g < HK; g++) {
+        for (int64_t sl = 0; sl < n_kv; sl++) hpos[g * n_kv + sl] = (int32_t)((sl * 7919) % n_kv);
+        nk[g] = n_kv;
+        ni[g] = use_idx && g % 2 == 0 ? n_kv * 3 / 10 + 1 : 0;
+        for (int64_t j = 0; j < ni[g]; j++) hidx[g * n_kv + j] = (int32_t)((j * 37 + 11) % n_kv);
+        len[g] = ni[g] ? ni[g] : n_kv;
+        longest = len[g] > longest ? len[g] : longest;
+        k[g] = up(be, hk + (size_t)g * n_kv * D * es, (size_t)n_kv * D * es);
+        kpos[g] = up(be, hpos + g * n_kv, (size_t)n_kv * 4);
+        idx[g] = ni[g] ? up(be, hidx + g * n_kv, (size_t)ni[g] * 4) : NULL;
+    }
+    kvb_attn_args a = {0};
+    a.n_q = n_q, a.n_head = H, a.n_head_kv = HK, a.head_dim = D, a.kv_dtype = dt, a.scale = 1.0f / sqrtf((float)D);
+    a.q = up(be, q, (size_t)n_q * H * D * 4), a.q_pos = up(be, qpos, (size_t)n_q * 4);
+    a.k = k, a.v = k, a.k_pos = kpos, a.n_kv = nk, a.idx = use_idx ? idx : NULL, a.n_idx = use_idx ? ni : NULL;
+    a.out = dev(be, (size_t)n_q * H * D * 4), a.probs = dev(be, (size_t)H * n_q * longest * 4), a.probs_stride = longest;
+    a.lse = dev(be, (size_t)H * n_q * 4), a.window = window;
+    CU_ASSERT_FATAL((window ? be->attention_window(be, &a, err, sizeof err) : be->attention(be, &a, err, sizeof err)) == 0);
+    float *r0 = malloc((size_t)HK * longest * 4), *ga = malloc((size_t)longest * 4), *gb = malloc((size_t)longest * 4);
+    float *lse = malloc((size_t)H * n_q * 4);
+    down(be, lse, a.lse, (size_t)H * n_q * 4);
+    for (int g = 0; g < HK; g++) {
+        float *start = r0 + (size_t)g * longest; /* earlier chunks' sums, accumulated onto */
+        for (int64_t j = 0; j < len[g]; j++) start[j] = (float)unit();
+        rows_a[g] = up(be, start, (size_t)len[g] * 4), rows_b[g] = up(be, start, (size_t)len[g] * 4);
+        CU_ASSERT(be->probs_reduce(be, rows_a[g], len[g], a.probs + (int64_t)g * G * n_q * longest, longest, G, 1, n_q,
+                                   len[g], NULL, KVB_REDUCE_GROUP_SUM, 1, err, sizeof err) == 0);
+    }
+    CU_ASSERT(be->attention_colsum(be, &a, rows_b, err, sizeof err) == 0);
+    double worst_a = 0, worst_f = 0;
+    for (int g = 0; g < HK; g++) {
+        down(be, ga, rows_a[g], (size_t)len[g] * 4);
+        down(be, gb, rows_b[g], (size_t)len[g] * 4);
+        for (int64_t j = 0; j < len[g]; j++) {
+            const int64_t sl = ni[g] && use_idx ? hidx[g * n_kv + j] : j;
+            const int32_t kp = hpos[g * n_kv + sl];
+            double f = r0[(size_t)g * longest + j];
+            for (int r = 0; r < G; r++)
+                for (int64_t t = 0; t < n_q; t++) {
+                    const int h = g * G + r;
+                    if (kp > qpos[t] || (window > 0 && qpos[t] - kp >= window) || lse[h * n_q + t] == -INFINITY) continue;
+                    double d = 0;
+                    for (int e = 0; e < D; e++) {
+                        const size_t at = ((size_t)g * n_kv + sl) * D + e;
+                        d += (double)q[(t * H + h) * D + e] *
+                             (dt == KVB_F16 ? kvb_f16_to_f32(((kvb_f16 *)hk)[at]) : ((float *)hk)[at]);
+                    }
+                    f += exp(d * a.scale - lse[h * n_q + t]);
+                }
+            const double ea = fabs((double)gb[j] - ga[j]) / (1 + fabs(ga[j])), ef = fabs((double)gb[j] - f) / (1 + fabs(f));
+            worst_a = ea > worst_a ? ea : worst_a;
+            worst_f = ef > worst_f ? ef : worst_f;
+        }
+    }
+    printf("\n    colsum %s d=%d kv_heads=%d group=%d n_q=%lld n_kv=%lld%s window=%d: vs probabilities %.1e", be->name, D,
+           HK, G, (long long)n_q, (long long)n_kv, use_idx ? " idx" : "", (int)window, worst_a);
+    printf(", vs float64 %.1e", worst_f);
+    CU_ASSERT(worst_a <= 2e-5);
+    CU_ASSERT(worst_f <= 2e-5);
+    a.lse = NULL;
+    CU_ASSERT(be->attention_colsum(be, &a, rows_b, err, sizeof err) == -1 && strstr(err, "lse"));
+    free(hpos), free(hidx), free(qpos), free(hk), free(q), free(r0), free(ga), free(gb), free(lse);
+    release_all(be);
+}
+
+static void test_attention_colsum_is_the_group_sum_of_the_probabilities_never_written(void) {
+    EACH_BACKEND(be) for (int dt = 0; dt < 2; dt++) {
+        check_colsum(be, (kvb_dtype)dt, 128, 2, 4, 37, 300, 1, 0);
+        check_colsum(be, (kvb_dtype)dt, 64, 3, 3, 16, 500, 0, 0);
+        check_colsum(be, (kvb_dtype)dt, 80, 1, 2, 5, 200, 1, 0);  /* head_dim with no fast path */
+        check_colsum(be, (kvb_dtype)dt, 128, 2, 4, 40, 700, 1, 64); /* a sliding window */
+        check_colsum(be, (kvb_dtype)dt, 64, 1, 1, 1, 1, 0, 0);      /* one key, one query */
+    }
+}
+
 static void test_probs_reduce_group_sum_and_max_heads_match_f64_and_cpu_keeps_the_float_order(void) {
     const int64_t ns[] = {0, 1, 13, 300};
     EACH_BACKEND(be) for (int gi = 0; gi < COUNT(groups); gi++) for (int HK = 1; HK <= 3; HK++)
@@ -1829,7 +1923,7 @@ static const struct {
     const char *name;
     size_t offset;
 } op_fields[] = {
-    OP(copy),         OP(zero),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
+    OP(copy),         OP(zero), OP(attention_colsum),         OP(kv_gather),    OP(kv_load),         OP(kv_evict),     OP(probs_reduce),
     OP(pool1d),       OP(topk_idx),     OP(topk_rows),    OP(iota),         OP(gather_f32),      OP(round_scores), OP(pod_share),
     OP(pod_merge),    OP(row_norms),    OP(block_minmax), OP(block_scores),    OP(block_expand), OP(block_minmax_heads),
     OP(block_scores_heads), OP(block_expand_rows), OP(quant_groups),
@@ -1922,6 +2016,7 @@ int main(void) {
     ADD(test_kv_load_brings_many_heads_up_in_one_counted_copy);
     ADD(test_kv_evict_removes_lowest_key_in_window_ties_to_lower_slot_and_spills_v);
     ADD(test_probs_reduce_group_sum_and_max_heads_match_f64_and_cpu_keeps_the_float_order);
+    ADD(test_attention_colsum_is_the_group_sum_of_the_probabilities_never_written);
     ADD(test_pool1d_max_is_exact_and_avg_counts_the_padding);
     ADD(test_topk_idx_is_the_k_largest_in_slot_order_ties_to_lower_slot_nan_last);
     ADD(test_topk_rows_is_topk_idx_on_every_row);

@@ -76,7 +76,7 @@ static void observed_ref(float *const *chunk, const int64_t *bounds, int n_chunk
     for (int64_t j = 0; j < n; j++) score[j] /= (double)G * (double)(n - j);
 }
 
-/* Prefill in chunks through the observe hook (the slots grow chunk by chunk, as in a chunked prefill), then the
+/* Prefill in chunks through the sum_rows hook (the slots grow chunk by chunk, as in a chunked prefill), then the
  * kept set of every layer and KV head against the float64 restatement. */
 static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t B) {
     char err[256];
@@ -90,11 +90,16 @@ static void check_keeps_most_attended(kvb_dtype dt, const char *budget, int64_t 
     for (int k = 0; k < n_chunks; k++) {
         append_tokens(c, bounds[k], bounds[k + 1]);
         chunk[k] = causal_probs(bounds[k], bounds[k + 1]);
-        CU_ASSERT(m->hooks.wants_probs(m, c, 0, bounds[k + 1] - bounds[k]) == 1);
+        const int64_t nq = bounds[k + 1] - bounds[k];
         for (int l = 0; l < L; l++) {
             kvb_src_from_store(c, l, src);
-            CU_ASSERT_FATAL(m->hooks.observe(m, c, l, src, chunk[k], bounds[k + 1], bounds[k + 1] - bounds[k], err,
-                                             sizeof err) == 0);
+            float *rows[NKV];
+            CU_ASSERT_FATAL(m->hooks.sum_rows(m, c, l, src, nq, rows, err, sizeof err) == 1);
+            /* what the engine adds to them (attention_colsum): each group's column sums of the chunk's rows */
+            for (int g = 0; g < NKV; g++)
+                CU_ASSERT_FATAL(c->be->probs_reduce(c->be, rows[g], src[g].n, chunk[k] + (int64_t)g * (NH / NKV) * nq * bounds[k + 1],
+                                                    bounds[k + 1], NH / NKV, 1, nq, src[g].n, NULL, KVB_REDUCE_GROUP_SUM, 1,
+                                                    err, sizeof err) == 0);
         }
     }
     int32_t want[NKV][MAXB];
@@ -148,7 +153,10 @@ static void test_engine_prefill_holds_budget_decode_appends(void) {
     int32_t ids[150];
     for (int i = 0; i < 150; i++) ids[i] = 3 + (i * 37) % 290;
     CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 150, err, sizeof err) == 0);
-    CU_ASSERT(m->hooks.wants_probs(m, c, 0, 1) == 0);
+    kvb_src src[NKV];
+    float *rows[NKV];
+    kvb_src_from_store(c, 0, src);
+    CU_ASSERT(m->hooks.wants_probs == NULL && m->hooks.sum_rows(m, c, 0, src, 1, rows, err, sizeof err) == 0);
     for (int s = 0; s < 4; s++) {
         int32_t id = 9 + s;
         CU_ASSERT_FATAL(kvb_forward(c, &id, 1, err, sizeof err) == 0);

@@ -322,6 +322,8 @@ GUARDED_INT(block_scores, (kvb_backend *be, float *score, const float *q, const 
             score, q, kmin, kmax, G, dim, n_block, group_max, err, err_len)
 GUARDED_INT(block_expand, (kvb_backend *be, int32_t *idx, const int32_t *blocks, int64_t block, int64_t n, char *err,
                            size_t err_len), idx, blocks, block, n, err, err_len)
+GUARDED_INT(attention_colsum, (kvb_backend *be, const kvb_attn_args *a, float *const *out, char *err, size_t err_len), a,
+            out, err, err_len)
 GUARDED_INT(block_minmax_heads, (kvb_backend *be, int n_heads, float *const *kmin, float *const *kmax, const void *const *k,
                                  kvb_dtype dtype, int dim, int64_t block, int64_t from, int64_t n, char *err, size_t err_len),
             n_heads, kmin, kmax, k, dtype, dim, block, from, n, err, err_len)
@@ -428,7 +430,7 @@ kvb_backend *kvb_guard_wrap(kvb_backend *in, char *err, size_t err_len) {
     WRAP(copy); WRAP(zero); WRAP(kv_gather); WRAP(kv_load); WRAP(kv_evict); WRAP(probs_reduce); WRAP(pool1d); WRAP(topk_idx); WRAP(topk_rows);
     WRAP(iota); WRAP(gather_f32); WRAP(round_scores); WRAP(pod_share); WRAP(pod_merge);
     WRAP(row_norms); WRAP(block_minmax); WRAP(block_scores); WRAP(block_expand); /* knorm, quest */
-    WRAP(block_minmax_heads); WRAP(block_scores_heads); WRAP(block_expand_rows);
+    WRAP(block_minmax_heads); WRAP(block_scores_heads); WRAP(block_expand_rows); WRAP(attention_colsum);
     WRAP(quant_groups); WRAP(attention_quant);
     WRAP(gather_cols); WRAP(attention_narrow);
     WRAP(fill_idx_f32); WRAP(split_rows_idx);

@@ -202,6 +202,57 @@ static int cpu_kv_evict(kvb_backend *be, int n_heads, const kvb_kv_head *h, cons
     return 0;
 }
 
+/* attention_colsum: every (KV head, list entry) a task of its own sums, split over the pool by entries */
+typedef struct {
+    const kvb_attn_args *a;
+    float *const *out;
+    int64_t total; /* entries over every KV head */
+} colsum_job;
+
+static void colsum_task(void *arg, int ith, int nth) {
+    const colsum_job *jb = arg;
+    const kvb_attn_args *a = jb->a;
+    const int G = a->n_head / a->n_head_kv, D = a->head_dim;
+    long lo, hi;
+    kvb_split((long)jb->total, ith, nth, &lo, &hi);
+    int g = 0;
+    int64_t first = 0; /* the entries of heads before g */
+    for (long e = lo; e < hi; e++) {
+        int64_t len = a->idx && a->idx[g] ? a->n_idx[g] : a->n_kv[g];
+        while (e - first >= len) first += len, g++, len = a->idx && a->idx[g] ? a->n_idx[g] : a->n_kv[g];
+        const int64_t j = e - first, slot = a->idx && a->idx[g] ? a->idx[g][j] : j;
+        const int32_t kp = a->k_pos && a->k_pos[g] ? a->k_pos[g][slot] : 0;
+        float acc = jb->out[g][j];
+        for (int r = 0; r < G; r++) {
+            const int h = g * G + r;
+            for (int64_t t = 0; t < a->n_q; t++) {
+                const float lse = a->lse[(int64_t)h * a->n_q + t];
+                if (lse == -INFINITY) continue;
+                if (a->q_pos && a->k_pos && a->k_pos[g]) {
+                    const int32_t qp = a->q_pos[t];
+                    if (kp > qp || (a->window > 0 && (int64_t)qp - kp >= a->window)) continue;
+                }
+                const float *q = a->q + (t * a->n_head + h) * (int64_t)D;
+                float d = 0;
+                for (int i = 0; i < D; i++) d += q[i] * row_elem(a->k[g], a->kv_dtype, (size_t)slot * D + i);
+                acc += expf(a->scale * d - lse);
+            }
+        }
+        jb->out[g][j] = acc;
+    }
+}
+
+static int cpu_attention_colsum(kvb_backend *be, const kvb_attn_args *a, float *const *out, char *err, size_t err_len) {
+    if (a->n_head <= 0 || a->n_head_kv <= 0 || a->n_head % a->n_head_kv || !a->lse)
+        return ERR("attention_colsum: %d query heads over %d KV heads%s", a->n_head, a->n_head_kv,
+                   a->lse ? "" : ", no lse");
+    colsum_job jb = {a, out, 0};
+    for (int g = 0; g < a->n_head_kv; g++) jb.total += a->idx && a->idx[g] ? a->n_idx[g] : a->n_kv[g];
+    if (jb.total <= 0 || a->n_q <= 0) return 0;
+    kvb_pool_run(jb.total * a->n_q >= 4096 ? cpu_backend_pool(be) : NULL, colsum_task, &jb);
+    return 0;
+}
+
 static int cpu_probs_reduce(kvb_backend *be, float *out, int64_t out_stride, const float *probs, int64_t stride,
                             int n_head, int n_head_kv, int64_t n_q, int64_t n, const double *w, int mode,
                             int accumulate, char *err, size_t err_len) {
@@ -668,6 +719,7 @@ void cpu_install_data_ops(kvb_backend *be) {
     be->block_minmax_heads = cpu_block_minmax_heads;
     be->block_scores_heads = cpu_block_scores_heads;
     be->block_expand_rows = cpu_block_expand_rows;
+    be->attention_colsum = cpu_attention_colsum;
     be->fill_idx_f32 = cpu_fill_idx_f32;
     be->split_rows_idx = cpu_split_rows_idx;
     cpu_install_elem_ops(be);

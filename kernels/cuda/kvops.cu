@@ -545,6 +545,134 @@ static int cu_kv_evict(kvb_backend *be, int n_heads, const kvb_kv_head *h, const
     return 0;
 }
 
+/* ---- attention_colsum: the group column sums of the probabilities, never written ----
+ * A thread per list entry (KV head = grid row), its sums in the header's order: the group's heads r ascending, then
+ * the queries t ascending. f16 keys of head_dim 64 or 128 sit in the thread's registers and the queries of one head
+ * come through shared memory COLSUM_T at a time; other shapes read both from memory. */
+enum { COLSUM_THREADS = 128, COLSUM_T = 32 };
+__device__ float row_elem(const void *k, int f16, int64_t at); /* knorm's, below */
+
+typedef struct { /* every KV head's list, by value (2.5 KiB) */
+    const void *k[KVB_MAX_KV_HEADS];
+    const int32_t *k_pos[KVB_MAX_KV_HEADS], *idx[KVB_MAX_KV_HEADS];
+    float *out[KVB_MAX_KV_HEADS];
+    int64_t len[KVB_MAX_KV_HEADS];
+} colsum_heads;
+
+__device__ __forceinline__ bool colsum_hidden(const int32_t *q_pos, const int32_t *kpos, int32_t kp, int32_t qp,
+                                              int32_t window) {
+    return q_pos && kpos && (kp > qp || (window > 0 && (int64_t)qp - kp >= window));
+}
+
+template <int D>
+__global__ void __launch_bounds__(COLSUM_THREADS) k_attention_colsum_f16(colsum_heads hs, const float *q,
+                                                                         const int32_t *q_pos, const float *lse,
+                                                                         int64_t n_q, int n_head, int G, float scale,
+                                                                         int32_t window) {
+    __shared__ float4 qs[COLSUM_T][D / 4];
+    __shared__ float ls[COLSUM_T];
+    __shared__ int32_t qps[COLSUM_T];
+    const int g = blockIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * COLSUM_THREADS + threadIdx.x;
+    const bool live = j < hs.len[g];
+    const int64_t slot = live ? (hs.idx[g] ? hs.idx[g][j] : j) : 0;
+    const int32_t *kpos = hs.k_pos[g];
+    const int32_t kp = live && kpos ? kpos[slot] : 0;
+    float kr[D];
+    const __half *kh = (const __half *)hs.k[g] + slot * D;
+#pragma unroll
+    for (int i = 0; i < D; i++) kr[i] = live ? __half2float(kh[i]) : 0.f;
+    float acc = live ? hs.out[g][j] : 0.f;
+    for (int r = 0; r < G; r++) {
+        const int h = g * G + r;
+        for (int64_t t0 = 0; t0 < n_q; t0 += COLSUM_T) {
+            const int nt = n_q - t0 < COLSUM_T ? (int)(n_q - t0) : COLSUM_T;
+            __syncthreads(); /* the previous chunk is read */
+            for (int x = threadIdx.x; x < nt * (D / 4); x += COLSUM_THREADS) {
+                const int tt = x / (D / 4), c4 = x % (D / 4);
+                qs[tt][c4] = ((const float4 *)(q + ((t0 + tt) * n_head + h) * (int64_t)D))[c4];
+            }
+            for (int tt = threadIdx.x; tt < nt; tt += COLSUM_THREADS) {
+                ls[tt] = lse[(int64_t)h * n_q + t0 + tt];
+                qps[tt] = q_pos ? q_pos[t0 + tt] : 0;
+            }
+            __syncthreads();
+            if (!live) continue;
+            for (int tt = 0; tt < nt; tt++) {
+                const float l = ls[tt];
+                if (l == -INFINITY || colsum_hidden(q_pos, kpos, kp, qps[tt], window)) continue;
+                float d = 0.f;
+#pragma unroll
+                for (int c4 = 0; c4 < D / 4; c4++) {
+                    const float4 qv = qs[tt][c4];
+                    d += qv.x * kr[4 * c4];
+                    d += qv.y * kr[4 * c4 + 1];
+                    d += qv.z * kr[4 * c4 + 2];
+                    d += qv.w * kr[4 * c4 + 3];
+                }
+                acc += expf(scale * d - l);
+            }
+        }
+    }
+    if (live) hs.out[g][j] = acc;
+}
+
+__global__ void __launch_bounds__(COLSUM_THREADS) k_attention_colsum(colsum_heads hs, const float *q, const int32_t *q_pos,
+                                                                     const float *lse, int64_t n_q, int n_head, int G,
+                                                                     int D, int f16, float scale, int32_t window) {
+    const int g = blockIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * COLSUM_THREADS + threadIdx.x;
+    if (j >= hs.len[g]) return;
+    const int64_t slot = hs.idx[g] ? hs.idx[g][j] : j;
+    const int32_t *kpos = hs.k_pos[g];
+    const int32_t kp = kpos ? kpos[slot] : 0;
+    float acc = hs.out[g][j];
+    for (int r = 0; r < G; r++) {
+        const int h = g * G + r;
+        for (int64_t t = 0; t < n_q; t++) {
+            const float l = lse[(int64_t)h * n_q + t];
+            if (l == -INFINITY || colsum_hidden(q_pos, kpos, kp, q_pos ? q_pos[t] : 0, window)) continue;
+            const float *qr = q + (t * n_head + h) * (int64_t)D;
+            float d = 0.f;
+            for (int i = 0; i < D; i++) d += qr[i] * row_elem(hs.k[g], f16, slot * D + i);
+            acc += expf(scale * d - l);
+        }
+    }
+    hs.out[g][j] = acc;
+}
+
+static int cu_attention_colsum(kvb_backend *be, const kvb_attn_args *a, float *const *out, char *err, size_t err_len) {
+    cuda_kvops *o = OPS(be);
+    if (be->error[0]) return failed(o, err, err_len);
+    const int HK = a->n_head_kv;
+    if (a->n_head <= 0 || HK <= 0 || HK > KVB_MAX_KV_HEADS || a->n_head % HK || !a->lse)
+        return kvb_errf(err, err_len, "attention_colsum: %d query heads over %d KV heads%s", a->n_head, HK,
+                        a->lse ? "" : ", no lse");
+    colsum_heads hs;
+    int64_t longest = 0;
+    for (int g = 0; g < HK; g++) {
+        hs.k[g] = a->k[g];
+        hs.k_pos[g] = a->k_pos ? a->k_pos[g] : NULL;
+        hs.idx[g] = a->idx ? a->idx[g] : NULL;
+        hs.len[g] = hs.idx[g] ? a->n_idx[g] : a->n_kv[g];
+        hs.out[g] = out[g];
+        longest = hs.len[g] > longest ? hs.len[g] : longest;
+    }
+    if (longest <= 0 || a->n_q <= 0) return 0;
+    const dim3 grid((unsigned)((longest + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)HK);
+    const int G = a->n_head / HK, f16 = a->kv_dtype == KVB_F16;
+    if (f16 && a->head_dim == 128)
+        k_attention_colsum_f16<128><<<grid, COLSUM_THREADS, 0, o->stream>>>(hs, a->q, a->q_pos, a->lse, a->n_q, a->n_head,
+                                                                            G, a->scale, a->window);
+    else if (f16 && a->head_dim == 64)
+        k_attention_colsum_f16<64><<<grid, COLSUM_THREADS, 0, o->stream>>>(hs, a->q, a->q_pos, a->lse, a->n_q, a->n_head,
+                                                                           G, a->scale, a->window);
+    else
+        k_attention_colsum<<<grid, COLSUM_THREADS, 0, o->stream>>>(hs, a->q, a->q_pos, a->lse, a->n_q, a->n_head, G,
+                                                                   a->head_dim, f16, a->scale, a->window);
+    return CK_LAUNCH(k_attention_colsum) ? failed(o, err, err_len) : 0;
+}
+
 /* ---- probs_reduce, pool1d ---- */
 
 __global__ void k_group_sum(float *out, int64_t out_stride, const float *p, int64_t stride, int G, int64_t n_q,
@@ -1277,6 +1405,7 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
     be->kv_load = cu_kv_load;
     be->kv_evict = cu_kv_evict;
     be->probs_reduce = cu_probs_reduce;
+    be->attention_colsum = cu_attention_colsum;
     be->pool1d = cu_pool1d;
     be->topk_idx = cu_topk_idx;
     be->topk_rows = cu_topk_rows;
