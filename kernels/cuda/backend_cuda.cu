@@ -737,6 +737,15 @@ static int cuda_sync(kvb_backend *be) {
 
 /* k_gemv_n (v1, v2, v3) or k_gemv_r4 (v4) over the matrices of s (total rows) for n_tok <= 4 tokens, by KVB_GEMV_KERNEL
  * (5: by the rows) */
+/* L(NT), a launch for NT tokens, taken for the call's n_tok (1..3, else 4) */
+#define BY_TOKENS(L)                                                                                                 \
+    switch (n_tok) {                                                                                                 \
+    case 1: L(1); break;                                                                                             \
+    case 2: L(2); break;                                                                                             \
+    case 3: L(3); break;                                                                                             \
+    default: L(4); break;                                                                                            \
+    }
+
 static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const float *x, int64_t cols, int64_t n_tok) {
     int ver = gemv_kernel();
     if (ver == 5) ver = total >= GEMV5_V4_ROWS ? 4 : 1;
@@ -747,12 +756,7 @@ static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const fl
     (w6 == 2   ? k_gemv_v6<NT, 2><<<g6, 64, 0, im->stream>>>(*s, x, cols)                                           \
      : w6 == 8 ? k_gemv_v6<NT, 8><<<g6, 256, 0, im->stream>>>(*s, x, cols)                                          \
                : k_gemv_v6<NT, 4><<<g6, 128, 0, im->stream>>>(*s, x, cols))
-        switch (n_tok) {
-        case 1: GEMV_V6(1); break;
-        case 2: GEMV_V6(2); break;
-        case 3: GEMV_V6(3); break;
-        default: GEMV_V6(4); break;
-        }
+        BY_TOKENS(GEMV_V6)
 #undef GEMV_V6
         return CK_LAUNCH(k_gemv_v6);
     }
@@ -760,12 +764,7 @@ static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const fl
         const int64_t per = (int64_t)GEMV4_WARPS * GEMV4_ROWS;
         const unsigned g4 = (unsigned)((total + per - 1) / per);
 #define GEMV_R4(NT) k_gemv_r4<NT><<<g4, GEMV4_WARPS * 32, 0, im->stream>>>(*s, x, cols, total)
-        switch (n_tok) {
-        case 1: GEMV_R4(1); break;
-        case 2: GEMV_R4(2); break;
-        case 3: GEMV_R4(3); break;
-        default: GEMV_R4(4); break;
-        }
+        BY_TOKENS(GEMV_R4)
 #undef GEMV_R4
         return CK_LAUNCH(k_gemv_r4);
     }
@@ -774,15 +773,11 @@ static int gemv_launch(cuda_impl *im, const gemv_set *s, int64_t total, const fl
 #define GEMV_N(NT) (ver == 3   ? k_gemv_n<NT, 3><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
                     : ver == 2 ? k_gemv_n<NT, 2><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols) \
                                : k_gemv_n<NT, 1><<<grid, warps * 32, 0, im->stream>>>(*s, x, cols))
-    switch (n_tok) {
-    case 1: GEMV_N(1); break;
-    case 2: GEMV_N(2); break;
-    case 3: GEMV_N(3); break;
-    default: GEMV_N(4); break;
-    }
+    BY_TOKENS(GEMV_N)
 #undef GEMV_N
     return CK_LAUNCH(k_gemv_n);
 }
+#undef BY_TOKENS
 
 static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const float *x, int64_t n_tok) {
     cuda_impl *im = IM(be);
