@@ -425,6 +425,14 @@ static int obs_push(kvb_ctx *c, int l, const float *q, int64_t n, char *err, siz
     return dev_copy(c->be, rows + (size_t)keep * D, q + (n - take) * D, (size_t)take * D * sizeof(float), err, err_len);
 }
 
+/* The largest probabilities of a call (bytes) that a sum_rows method has written and reduced, where attention_colsum
+ * takes over: $KVB_COLSUM_MIB MiB (0: always attention_colsum), default 256. */
+static size_t colsum_bytes(void) {
+    const char *v = getenv("KVB_COLSUM_MIB"); /* read each call: a test switches it between prefills */
+    const long mib = v && *v ? atol(v) : 256;
+    return (size_t)(mib > 0 ? mib : 0) << 20;
+}
+
 /* *buf (of *cap bytes) grown to hold bytes, a quarter spare (its contents are one call's) */
 static int ensure_buf(kvb_ctx *c, float **buf, size_t *cap, size_t bytes) {
     if (bytes <= *cap) return 0;
@@ -511,15 +519,28 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         a.probs = c->probs;
         a.probs_stride = stride;
     }
-    /* a method that reads only the probabilities' column sums (sum_rows) gets them from attention_colsum over the
-     * call's lse: the n_head x n x stride probabilities of a prefill chunk are never written */
+    /* a method that reads only the probabilities' column sums (sum_rows): where the call's probabilities are small
+     * they are written and reduced (probs_reduce, the cheaper way on a CPU, which the methods took before); past
+     * colsum_bytes (a prefill chunk over a long prompt: 2 GB a layer at 32K on the 8B shapes) attention_colsum adds
+     * them from the call's lse without writing them */
     float *sums[KVB_MAX_KV_HEADS];
-    int want_sums = 0;
+    int want_sums = 0; /* 1: probabilities reduced, 2: attention_colsum */
     if (!want && H && H->sum_rows) {
         if ((want_sums = H->sum_rows(H->self, c, l, c->src, n, sums, err, err_len)) < 0) return -1;
-        if (want_sums && ensure_buf(c, &c->lse, &c->lse_bytes, (size_t)cfg->n_head * n * sizeof(float)))
-            return ERR("out of memory for the attention's log-sum-exp (%lld queries)", (long long)n);
-        if (want_sums) a.lse = c->lse;
+        const int64_t stride = longest > 0 ? longest : 1;
+        const size_t pb = (size_t)cfg->n_head * n * stride * sizeof(float);
+        if (want_sums && pb <= colsum_bytes()) {
+            if (ensure_buf(c, &c->probs, &c->probs_bytes, pb))
+                return ERR("out of memory for attention probabilities (%lld queries x %lld keys)", (long long)n,
+                           (long long)stride);
+            a.probs = c->probs;
+            a.probs_stride = stride;
+        } else if (want_sums) {
+            if (ensure_buf(c, &c->lse, &c->lse_bytes, (size_t)cfg->n_head * n * sizeof(float)))
+                return ERR("out of memory for the attention's log-sum-exp (%lld queries)", (long long)n);
+            a.lse = c->lse;
+            want_sums = 2;
+        }
     }
     int handled = 0;
     if (H && H->attend) {
@@ -528,7 +549,14 @@ static int attention_layer(kvb_ctx *c, int l, int64_t n, char *err, size_t err_l
         if (handled && want_sums) return ERR("a method's own attention cannot give the column sums its sum_rows asks for");
     }
     if (!handled && (a.window ? be->attention_window(be, &a, err, err_len) : be->attention(be, &a, err, err_len))) return -1;
-    if (want_sums && be->attention_colsum(be, &a, sums, err, err_len)) return -1;
+    if (want_sums == 2 && be->attention_colsum(be, &a, sums, err, err_len)) return -1;
+    for (int g = 0; g < HK && want_sums == 1; g++) { /* each KV head's group of heads, as one KV head's layer */
+        const int G = cfg->n_head / HK;
+        const int64_t len = c->hidx[g] ? c->hnidx[g] : c->hn[g];
+        if (be->probs_reduce(be, sums[g], len, a.probs + (int64_t)g * G * n * a.probs_stride, a.probs_stride, G, 1, n,
+                             len, NULL, KVB_REDUCE_GROUP_SUM, 1, err, err_len))
+            return -1;
+    }
     /* no sync: observe's reads of the probabilities are backend ops on the same stream, and a method that copies
      * something down syncs before it reads it (kernels/backend.h); a sync here drained the GPU every layer of every
      * step for TOVA and H2O */

@@ -122,10 +122,11 @@ typedef struct {
     /* probs: [n_head][n_q][stride] over each head's visible list (src order) */
     int (*observe)(void *self, kvb_ctx *c, int layer, const kvb_src *src, const float *probs, int64_t stride,
                    int64_t n_q, char *err, size_t err_len);
-    /* the probabilities' column sums over each KV head's group and this call's queries, never written out (H2O's and
-     * ObservedAttention's prefill scores: backend attention_colsum): fill rows[g] with the device row, holding
-     * src[g]'s list (new entries zeroed), that the sums are added to, and return 1; 0 = none this call; -1 = error.
-     * Called when wants_probs does not want this call's probabilities, after select. */
+    /* the probabilities' column sums over each KV head's group and this call's queries (H2O's and ObservedAttention's
+     * prefill scores): fill rows[g] with the device row, holding src[g]'s list (new entries zeroed), that the sums
+     * are added to, and return 1; 0 = none this call; -1 = error. Called when wants_probs does not want this call's
+     * probabilities, after select. The engine adds them by probs_reduce over the written probabilities, or, where
+     * those would pass $KVB_COLSUM_MIB (default 256), by attention_colsum without writing them. */
     int (*sum_rows)(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
                     size_t err_len);
     /* replace the attention op for a layer: return 1 when handled, 0 to use the normal op, -1 on error (PoD) */

@@ -175,6 +175,33 @@ static void test_engine_prefill_holds_budget_decode_appends(void) {
     kvb_ctx_free(c);
 }
 
+/* Through the engine both ways a prefill's column sums are taken: the probabilities written and reduced (small
+ * calls, the default) and attention_colsum from the lse (KVB_COLSUM_MIB=0, what a long prompt takes): the same kept
+ * slots in every layer and KV head. */
+static void test_column_sums_from_the_lse_keep_what_the_written_probabilities_keep(void) {
+    char err[256];
+    int32_t ids[150], pos[2][L][NKV][CTX];
+    int64_t n[2][L][NKV];
+    for (int i = 0; i < 150; i++) ids[i] = 3 + (i * 37) % 290;
+    for (int way = 0; way < 2; way++) {
+        if (way) setenv("KVB_COLSUM_MIB", "0", 1);
+        kvb_ctx *c = new_ctx(KVB_F16);
+        c->params.n_batch = 64; /* three chunks: sums accumulated chunk after chunk */
+        kvb_method *m = make(c, "40");
+        CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 150, err, sizeof err) == 0);
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < NKV; g++) n[way][l][g] = util_head_positions(c, l, g, pos[way][l][g]);
+        kvb_method_free(m, c);
+        kvb_ctx_free(c);
+        unsetenv("KVB_COLSUM_MIB");
+    }
+    int same = 1;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++)
+            same &= n[0][l][g] == 40 && n[1][l][g] == 40 && !memcmp(pos[0][l][g], pos[1][l][g], 40 * sizeof(int32_t));
+    CU_ASSERT(same);
+}
+
 static void test_needs_and_options(void) {
     char err[256];
     kvb_method_needs nd;
@@ -195,6 +222,8 @@ static int teardown(void) { return util_tiny_teardown(); }
 int main(void) {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("observed", setup, teardown);
+    CU_add_test(s, "column sums from the lse keep what the written probabilities keep",
+                test_column_sums_from_the_lse_keep_what_the_written_probabilities_keep);
     CU_add_test(s, "keeps the keys most attended per voting query, as float64 kvpress (f32, chunked)", test_keeps_most_attended_per_voter_f32);
     CU_add_test(s, "keeps the keys most attended per voting query, as float64 kvpress (f16, tokens)", test_keeps_most_attended_per_voter_f16);
     CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
