@@ -363,7 +363,7 @@ static void *long_request(void *arg) {
 
 /* SIGTERM while a long generation runs (counting to 2000: some 25 s of decoding on two threads; a prefill was
  * already cut short when the daemon shut the client's socket): kvbench serve ends the generation at its next
- * step and exits, cleanly, within 2 s. */
+ * step and exits, cleanly, within 2 s (6 s in an ASan build). */
 static void test_sigterm_stops_serve_during_a_generation(void) {
     CU_ASSERT_FATAL(start_serve("") == 0);
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Count from 1 to 2000, separated by commas: 1, 2, 3, 4, 5,\"}],"
@@ -379,7 +379,12 @@ static void test_sigterm_stops_serve_during_a_generation(void) {
     serve_pid = 0;
     fprintf(stderr, "\n  SIGTERM during a 1500-token generation: exited in %.2f s (status %d)\n", secs, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    CU_ASSERT(secs < 2.0);
+#ifdef __SANITIZE_ADDRESS__
+    const double bound = 6.0; /* ASan's slower decode step and its leak check at exit (2.34 s once, on a busy box) */
+#else
+    const double bound = 2.0;
+#endif
+    CU_ASSERT(secs < bound);
     pthread_join(th, NULL);
 }
 
