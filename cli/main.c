@@ -87,7 +87,7 @@ int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, si
 int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     (void)dst; /* process-wide switches: set now, before any context exists; run.json and the fingerprint name them */
 #ifdef KVB_HAVE_CUDA
-    int attn = 0, tc = -1, gemv = 0, probs = 0;
+    int attn = 0, tc = -1, gemv = 0, probs = 0, prefetch = 0;
     char spec[128];
     if (strlen(v) >= sizeof spec) return snprintf(err, err_len, "%s: '%.40s...' is too long", opt, v), -1;
     snprintf(spec, sizeof spec, "%s", v);
@@ -101,14 +101,18 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
             tc = !strcmp(val, "tc") ? 1 : !strcmp(val, "tc2") ? 2 : 0;
         else if (!strcmp(kv, "gemv") && digit >= 1 && digit <= 6) gemv = digit; /* 6: a candidate */
         else if (!strcmp(kv, "probs") && digit >= 1 && digit <= 2) probs = digit;
+        else if (!strcmp(kv, "prefetch") && digit >= 1 && digit <= 2) prefetch = digit; /* v4's L2 prefetch, a candidate */
         else
-            return snprintf(err, err_len, "%s: '%s%s%s' is not one of attn=1|2|3|4|5, prefill=tc|tc2|cuda, gemv=1|2|3|4|5|6, probs=1|2",
+            return snprintf(err, err_len,
+                            "%s: '%s%s%s' is not one of attn=1|2|3|4|5, prefill=tc|tc2|cuda, gemv=1|2|3|4|5|6, probs=1|2, "
+                            "prefetch=1|2",
                             opt, kv, eq ? "=" : "", val), -1;
     }
     if (attn) kvb_cuda_attention_set_kernel(attn);
     if (tc >= 0) kvb_cuda_attention_set_prefill_tc(tc);
     if (gemv) kvb_cuda_set_gemv_kernel(gemv);
     if (probs) kvb_cuda_attention_set_probs_kernel(probs);
+    if (prefetch) kvb_cuda_set_attn_prefetch(prefetch);
     return 0;
 #else
     (void)v;

@@ -40,7 +40,8 @@
 #                     with its own prefill and adopting a shared one as bench and run do), test_cuda_model again on
 #                     the candidate set, test_layer_prefill on CUDA (every layer-local method ended layer by layer),
 #                     test_obs_window on CUDA (every method with its observation window stopped after the prefill)
-#   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA
+#   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA; then
+#                     again with v4's candidate L2 prefetch 1 and 2 tiles ahead (KVB_ATTN_PREFETCH)
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
 #   ncu               DRAM throughput (% of peak) under Nsight Compute: the attention kernels and the decode
 #                     GEMVs (KVB_NCU_GEMV: v1, v4, v6); decode attention v4's detailed sections
@@ -162,7 +163,7 @@ fi
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
 # machine (~271 + ~463 s), the rest in later leases.
-declare -A est=([tests]=~165 [bench-attention]=12 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
+declare -A est=([tests]=~165 [bench-attention]=~30 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~215 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
     [flashinfer-engine]=121 [gemv-8b]=~45)
@@ -342,6 +343,12 @@ step_tests() {
 step_bench_attention() {
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \
         --csv "$outdir/bench_attention.csv"
+    # v4's candidate L2 prefetch, 1 and 2 tiles ahead (the same kernels otherwise; its rows against this call's copy
+    # rate, and each kernel's float64 check again): the default run's rows are the comparison
+    for pf in 1 2; do
+        step "bench-attention, v4 prefetching $pf tiles ahead (KVB_ATTN_PREFETCH=$pf)" "bench_attention_pf$pf.md" \
+            env KVB_ATTN_PREFETCH=$pf "$bin/kvbench" bench-attention --torch off --csv "$outdir/bench_attention_pf$pf.csv"
+    done
 }
 step_sanitize() {
     if command -v compute-sanitizer >/dev/null 2>&1; then

@@ -214,7 +214,12 @@ static void test_cuda_kernels_option_is_checked(void) {
 #else
     CU_ASSERT(strstr(r->err, "--cuda-kernels") && strstr(r->err, "no CUDA backend"));
 #endif
-    run(r, "generate --cuda-kernels attn=1,prefill=cuda,gemv=3,probs=2 --prompt hi -n 1");
+    run(r, "bench --cuda-kernels prefetch=3 --contexts 16"); /* v4's prefetch takes 1 or 2 tiles */
+    CU_ASSERT(r->exit_code != 0 && count_lines(r->err) == 1);
+#ifdef KVB_HAVE_CUDA
+    CU_ASSERT(strstr(r->err, "prefetch=3") && strstr(r->err, "prefetch=1|2"));
+#endif
+    run(r, "generate --cuda-kernels attn=1,prefill=cuda,gemv=3,probs=2,prefetch=2 --prompt hi -n 1");
 #ifdef KVB_HAVE_CUDA
     CU_ASSERT(r->exit_code == 0);
 #else

@@ -831,6 +831,23 @@ static void test_attention_v3(void) { check_decode_kernel(3); }
 
 static void test_attention_v4(void) { check_decode_kernel(4); }
 
+/* v4 with the candidate L2 prefetch (KVB_ATTN_PREFETCH=1 and 2: bulk prefetches of contiguous rows, or an index
+ * list's rows one by one): a hint, so the same bounds on every shape, windows included, and no fault from a prefetch
+ * past a list's or a split's end */
+static void test_attention_v4_prefetch(void) {
+    const int was = kvb_cuda_attention_kernel();
+    for (int pf = 1; pf <= 2; pf++) {
+        kvb_cuda_set_attn_prefetch(pf);
+        CU_ASSERT_EQUAL(kvb_cuda_attn_prefetch(), pf);
+        check_decode_kernel(4);
+        kvb_cuda_attention_set_kernel(4);
+        check_window_paths();
+        kvb_cuda_attention_set_kernel(was);
+    }
+    kvb_cuda_set_attn_prefetch(0);
+    CU_ASSERT(be->sync(be) == 0);
+}
+
 /* the candidate probabilities pass (KVB_PROBS_KERNEL=2): decode and prefill-sized blocks, index lists, masks,
  * more entries than one chunk of a block, head_dim 64 and 128 */
 static void test_attention_probs_v2(void) {
@@ -1043,6 +1060,7 @@ int main(void) {
     CU_add_test(s, "attention v2 (double-buffered tiles) through the op table", test_attention_v2);
     CU_add_test(s, "attention v3 (register-only) through the op table", test_attention_v3);
     CU_add_test(s, "attention v4 (tensor-core decode) through the op table", test_attention_v4);
+    CU_add_test(s, "attention v4 with the candidate L2 prefetch (1 and 2 tiles ahead)", test_attention_v4_prefetch);
     CU_add_test(s, "prefill attention on tensor cores through the op table", test_attention_prefill_tc);
     CU_add_test(s, "attention probabilities, candidate pass (KVB_PROBS_KERNEL=2)", test_attention_probs_v2);
     CU_add_test(s, "attention kernel 5 (FlashInfer decode) through the op table, and its refusals", test_attention_flashinfer);

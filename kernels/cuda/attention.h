@@ -67,6 +67,12 @@ int kvb_cuda_attention_prefill_tc(void);
  * call: $KVB_PROBS_KERNEL, else 2. */
 void kvb_cuda_attention_set_probs_kernel(int k);
 int kvb_cuda_attention_probs_kernel(void);
+/* Decode v4's L2 prefetch, a candidate (attn_decode.cu): 0 = off (the default), 1 or 2 = each warp prefetches the K and
+ * V rows of its tile that many turns ahead into L2 (bulk prefetches of contiguous rows; with an index list, the
+ * slots' rows one by one). A hint: results are bit for bit those without it. $KVB_ATTN_PREFETCH before the first
+ * call, or as set here. */
+void kvb_cuda_set_attn_prefetch(int tiles);
+int kvb_cuda_attn_prefetch(void);
 /* The GPU's multiprocessors (asked once; 1 when the driver cannot say): what the split kernels size their grids by. */
 int kvb_cuda_sm_count(void);
 /* Device workspace bytes kvb_cuda_attention needs for these shapes (split-KV partials). */

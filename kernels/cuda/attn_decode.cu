@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/attn_decode.h"
 #include "kernels/cuda/attn_split.cuh"
@@ -38,6 +39,16 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &v, int w) {
     return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
+/* bytes at p (16-byte aligned, a multiple of 16) into L2, a hint: nothing read depends on it. Hopper: one bulk
+ * prefetch; the PTX for older GPUs: a prefetch per 128-byte line */
+__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    for (uint32_t o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
+#endif
+}
+
 /* K's permuted order: k-step s of the QK product takes, from lane c, halves h = 0..3 (b0 = h 0-1, b1 = h 2-3)
  * of the physical dimension below; lane c loads 16-byte pieces 4j + c of the row, j < D/32 */
 __device__ __forceinline__ int k_dim(int s, int c, int h) { return 8 * (4 * (s >> 1) + c) + 4 * (s & 1) + h; }
@@ -49,8 +60,9 @@ __device__ __forceinline__ int v_dim(int g, int hh) { return 8 * (8 * (hh >> 3) 
 /* WIN: a sliding-window layer's mask (a.window > 0), a template switch: at 168 registers (three blocks a
  * multiprocessor) the runtime test makes d = 128 spill, so the causal instantiation stays as it was and the window's
  * takes the one-compare test (key_hidden_win) */
-template <int D, bool WIN>
-__global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn a, int n_split, int n_rows, float *part) {
+template <int D, bool WIN, bool PF>
+__global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn a, int n_split, int n_rows, float *part,
+                                                                  int pf) {
     constexpr int KS = D / 16; /* k-steps of S = Q K^T, and m-tiles (16 dims) of O^T */
     constexpr int KJ = D / 32; /* 16-byte pieces of a K row per lane */
     constexpr int VJ = D / 64; /* 16-byte pieces of a V row per lane */
@@ -81,7 +93,22 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
     float acc[KS][4];             /* O^T m-tile i: (dim(i, g), row 2c), (dim(i, g), 2c + 1), (dim(i, g + 8), 2c), ... */
 #pragma unroll
     for (int i = 0; i < KS; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    int32_t pix = -1; /* with pf and an index list: the slot of key (lane) of the tile pf ahead, prefetched at the end */
     for (int64_t t0 = sp.j0 + (int64_t)warp * V4_TILE; t0 < sp.j1; t0 += (int64_t)V4_WARPS * V4_TILE) {
+        /* the candidate prefetch (KVB_ATTN_PREFETCH, pf > 0): the K and V rows of this warp's tile pf turns ahead into
+         * L2, so its loads then wait on L2 rather than DRAM. All slots: two bulk prefetches of the tile's contiguous
+         * rows; an index list: its 16 slots read now, their rows prefetched after this tile's arithmetic */
+        if (PF) {
+            const int64_t tn = t0 + (int64_t)pf * V4_WARPS * V4_TILE;
+            if (!sp.ix) {
+                if (lane < 2 && tn < sp.j1) {
+                    const int64_t n = sp.j1 - tn < V4_TILE ? sp.j1 - tn : V4_TILE;
+                    prefetch_l2((lane ? V : K) + tn * D, (uint32_t)(n * D * sizeof(__half)));
+                }
+            } else {
+                pix = lane < V4_TILE && tn + lane < sp.j1 ? __ldg(sp.ix + tn + lane) : -1;
+            }
+        }
         /* K rows this lane loads: keys g and 8 + g of the tile; V rows (and S's columns): 2c, 2c + 1, 8 + 2c, 9 + 2c */
         int64_t ks[2], vs[4];
 #pragma unroll
@@ -155,6 +182,10 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
             mma_16816(acc[i], a0, a1, a2, a3, ph0, ph1);
             mma_16816(acc[i], a0, a1, a2, a3, pl0, pl1);
         }
+        if (PF && pix >= 0) {
+            prefetch_l2(K + (int64_t)pix * D, D * sizeof(__half));
+            prefetch_l2(V + (int64_t)pix * D, D * sizeof(__half));
+        }
     }
     /* the warp's partial into shared memory: row g's (m, l) from its lane c = 0, O in physical dimensions */
     l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -174,24 +205,42 @@ __global__ void __launch_bounds__(V4_WARPS * 32, 3) k_attn_dec_tc(kvb_cuda_attn 
 }
 
 /* v4's splits: one wave (attn_split.cuh) */
-template <int D, bool WIN> static int v4_splits(int n_split, int blocks_per_split) {
-    static const int resident = resident_blocks(k_attn_dec_tc<D, WIN>, V4_WARPS * 32);
+template <int D, bool WIN, bool PF> static int v4_splits(int n_split, int blocks_per_split) {
+    static const int resident = resident_blocks(k_attn_dec_tc<D, WIN, PF>, V4_WARPS * 32);
     return one_wave_splits(resident, n_split, blocks_per_split);
+}
+
+/* KVB_ATTN_PREFETCH: 0 (the default), or the tiles ahead v4 prefetches into L2 (1 or 2): a candidate */
+static int g_prefetch = -1;
+
+extern "C" void kvb_cuda_set_attn_prefetch(int tiles) { g_prefetch = tiles == 1 || tiles == 2 ? tiles : 0; }
+
+extern "C" int kvb_cuda_attn_prefetch(void) {
+    if (g_prefetch < 0) {
+        const char *v = getenv("KVB_ATTN_PREFETCH");
+        kvb_cuda_set_attn_prefetch(v ? atoi(v) : 0);
+    }
+    return g_prefetch;
 }
 
 int kvb_cuda_decode_tc(const kvb_cuda_attn *a, int n_split, int n_rows, int n_chunks, float *part, cudaStream_t s) {
     if (!a->kv_f16 || (a->head_dim != 64 && a->head_dim != 128)) return 0;
+    const int pf = kvb_cuda_attn_prefetch();
     const int bps = a->n_head_kv * n_chunks;
     int ns;
-#define V4(DD, WW)                                                                                                  \
-    ns = v4_splits<DD, WW>(n_split, bps);                                                                           \
-    k_attn_dec_tc<DD, WW><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V4_WARPS * 32, 0, s>>>( \
-        *a, ns, n_rows, part)
+#define V4_PF(DD, WW, PP)                                                                                            \
+    ns = v4_splits<DD, WW, PP>(n_split, bps);                                                                        \
+    k_attn_dec_tc<DD, WW, PP><<<dim3((unsigned)a->n_head_kv, (unsigned)ns, (unsigned)n_chunks), V4_WARPS * 32, 0, s>>>( \
+        *a, ns, n_rows, part, pf)
+#define V4(DD, WW)                                                                                                   \
+    if (pf) { V4_PF(DD, WW, true); }                                                                                 \
+    else { V4_PF(DD, WW, false); }
     const bool win = a->window > 0;
     if (a->head_dim == 128 && win) { V4(128, true); }
     else if (a->head_dim == 128) { V4(128, false); }
     else if (win) { V4(64, true); }
     else { V4(64, false); }
 #undef V4
+#undef V4_PF
     return ns;
 }

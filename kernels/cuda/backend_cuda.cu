@@ -371,6 +371,8 @@ extern "C" const char *kvb_cuda_kernels(void) {
         snprintf(attn, sizeof attn, "FlashInfer%s (v4 where it does not apply)", kvb_fi_compiled() ? "" : " [not built]");
     else
         snprintf(attn, sizeof attn, "v%d", kvb_cuda_attention_kernel());
+    if (kvb_cuda_attn_prefetch()) /* v4's candidate L2 prefetch */
+        snprintf(attn + strlen(attn), sizeof attn - strlen(attn), " (prefetch %d ahead)", kvb_cuda_attn_prefetch());
     snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d%s", attn,
              kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores v1"
                                                                                         : "CUDA cores", gemv_kernel(),
@@ -383,7 +385,9 @@ extern "C" const char *kvb_cuda_kernels_tag(void) {
     static char tag[48];
     char w6[8] = "";
     if (gemv_kernel() == 6) snprintf(w6, sizeof w6, "w%d", gemv6_warps());
-    snprintf(tag, sizeof tag, "attn%d.%s.gemv%d%s.probs%d%s", kvb_cuda_attention_kernel(),
+    char pf[8] = "";
+    if (kvb_cuda_attn_prefetch()) snprintf(pf, sizeof pf, "pf%d", kvb_cuda_attn_prefetch());
+    snprintf(tag, sizeof tag, "attn%d%s.%s.gemv%d%s.probs%d%s", kvb_cuda_attention_kernel(), pf,
              kvb_cuda_attention_prefill_tc() == 2 ? "tc2" : kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(),
              w6, kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "");
     return tag;

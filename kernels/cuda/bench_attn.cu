@@ -148,6 +148,9 @@ extern "C" int kvb_bench_attention_main(int argc, char **argv) {
     printf("kvbench bench-attention: %s, %d SMs; %d query / %d KV heads, head_dim %d, f16 KV, %d iterations per point\n",
            prop.name, prop.multiProcessorCount, o.heads, o.kv_heads, o.head_dim, o.iters);
     printf("target: >= 75%% of copy bandwidth at >= 32K tokens, and not slower than PyTorch SDPA\n");
+    if (kvb_cuda_attn_prefetch()) /* the candidate: the _v4 rows (and FlashInfer's v4 fallback) prefetch */
+        printf("v4 prefetches each warp's tile %d turns ahead into L2 (KVB_ATTN_PREFETCH=%d, a candidate)\n",
+               kvb_cuda_attn_prefetch(), kvb_cuda_attn_prefetch());
     torch_row trows[256];
     int nt = 0;
     if (o.torch) {
