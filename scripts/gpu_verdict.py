@@ -6,7 +6,8 @@ and the file it was read from. Nothing is estimated: a figure missing from the l
 this table to summary.md, so a lent GPU's one call returns its verdict with its logs.
 
 Sources (gpu-check's file names): bench_attention.csv (dense and 10% decode attention against the device copy and
-PyTorch SDPA), bench_synth_new.md (synthetic:llama3.1-8b beside PyTorch: TTFT ratio, % of the decode byte bound),
+PyTorch SDPA; bench_attention_pf1.csv and _pf2.csv, v4's candidate L2 prefetch, shown beside the default's figures),
+bench_synth_new.md (synthetic:llama3.1-8b beside PyTorch: TTFT ratio, % of the decode byte bound),
 bench_methods_8b_*.md (every method against full at 32K: speedup, % of bound), bench_methods_8b_profile.md (the
 share of each decode step outside attention and the matmuls), bench_omnikv_128k.md (% of the byte-bound speedup),
 bench_loads_cuda.md (packed loads, % of the pinned copy), bench_model_cuda.md (the default model's decode tok/s) and
@@ -77,13 +78,26 @@ class Verdict:
                          "10% index lists, GB/s as % of the dense path's"):
                 self.add(what, None, "", False, src)
             return
+        # v4's candidate L2 prefetch (bench_attention_pf1.csv, _pf2.csv: the same bench with KVB_ATTN_PREFETCH), shown
+        # beside the default's figures; the verdict stays the default's
+        cand = {}
+        for pf in (1, 2):
+            for r in csv.DictReader(io.StringIO(self.read(f"bench_attention_pf{pf}.csv") or "")):
+                cand.setdefault((int(r["ctx"]), int(r["batch"])), {}).setdefault(pf, {})[r["case"]] = r
         for ctx, b in long_pts:
             cases = pts[(ctx, b)]
+            pfs = cand.get((ctx, b), {})
+            pf_pct = ", ".join(f"prefetch {pf}: {float(c[DENSE_KERNEL]['pct_of_copy']):.0f}%"
+                               for pf, c in sorted(pfs.items()) if DENSE_KERNEL in c)
+            sparse = DENSE_KERNEL.replace("full", "sparse", 1)
+            pf_ratio = ", ".join(f"prefetch {pf}: {float(c[sparse]['gbps']) / float(c[DENSE_KERNEL]['gbps']) * 100:.0f}%"
+                                 for pf, c in sorted(pfs.items())
+                                 if DENSE_KERNEL in c and sparse in c and float(c[DENSE_KERNEL]["gbps"]) > 0)
             d, s = cases.get(DENSE_KERNEL), cases.get(DENSE_KERNEL.replace("full", "sparse", 1))
             at = f"{ctx // 1024}K, batch {b}"
             dense = [c for k, c in cases.items() if k.startswith("full")]
             best = min(dense, key=lambda c: float(c["us"])) if dense else None
-            fastest = f" (fastest: {best['case']}, {float(best['pct_of_copy']):.0f}%)" if best else ""
+            fastest = f" (fastest: {best['case']}, {float(best['pct_of_copy']):.0f}%{'; ' + pf_pct if pf_pct else ''})" if best else ""
             pct = num(d["pct_of_copy"]) if d else None
             self.add(f"dense decode attention {DENSE_KERNEL}, {at}: % of the copy rate",
                      None if pct is None else f"{pct:.0f}%{fastest}", ">= 75%", pct is not None and pct >= 75, src)
@@ -92,7 +106,8 @@ class Verdict:
                      ">= 1.00x", vs is not None and vs >= 1.0, src)
             ratio = float(s["gbps"]) / float(d["gbps"]) * 100 if d and s and float(d["gbps"]) > 0 else None
             self.add(f"10% index list {DENSE_KERNEL}, {at}: GB/s as % of the dense path's",
-                     None if ratio is None else f"{ratio:.0f}%", ">= 85%", ratio is not None and ratio >= 85, src)
+                     None if ratio is None else f"{ratio:.0f}%" + (f" ({pf_ratio})" if pf_ratio else ""), ">= 85%",
+                     ratio is not None and ratio >= 85, src)
 
     def synthetic(self):
         src = "bench_synth_new.md"
