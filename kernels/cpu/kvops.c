@@ -272,17 +272,21 @@ static int cpu_probs_reduce(kvb_backend *be, float *out, int64_t out_stride, con
         }
         return 0;
     }
-    if (mode == KVB_REDUCE_MAX_HEADS) { /* omnikv's filter_scores */
+    if (mode == KVB_REDUCE_MAX_HEADS) { /* omnikv's filter_scores, kvzip's rows */
         if (!accumulate) memset(out, 0, (size_t)n * sizeof *out);
+        /* a block of columns at a time, the heads' rows read along (contiguous; a max does not depend on order) */
+        enum { COLS = 2048 };
+        float m[COLS];
         for (int64_t t = 0; t < n_q; t++) {
             const double wt = w ? w[t] : 1.0;
-            for (int64_t j = 0; j < n; j++) {
-                float m = 0;
+            for (int64_t j0 = 0; j0 < n; j0 += COLS) {
+                const int64_t nj = n - j0 < COLS ? n - j0 : COLS;
+                for (int64_t j = 0; j < nj; j++) m[j] = 0;
                 for (int h = 0; h < n_head; h++) {
-                    const float p = probs[((int64_t)h * n_q + t) * stride + j];
-                    if (p > m) m = p;
+                    const float *p = probs + ((int64_t)h * n_q + t) * stride + j0;
+                    for (int64_t j = 0; j < nj; j++) m[j] = p[j] > m[j] ? p[j] : m[j];
                 }
-                out[j] += (float)(wt * m);
+                for (int64_t j = 0; j < nj; j++) out[j0 + j] += (float)(wt * m[j]);
             }
         }
         return 0;
