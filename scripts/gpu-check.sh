@@ -162,7 +162,7 @@ fi
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
-# machine (~271 + ~463 s), the rest in later leases.
+# machine (~292 + ~463 s), the rest in later leases.
 declare -A est=([tests]=~165 [bench-attention]=~30 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~215 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
