@@ -84,16 +84,19 @@ class Verdict:
         for pf in (1, 2):
             for r in csv.DictReader(io.StringIO(self.read(f"bench_attention_pf{pf}.csv") or "")):
                 cand.setdefault((int(r["ctx"]), int(r["batch"])), {}).setdefault(pf, {})[r["case"]] = r
+        sparse = DENSE_KERNEL.replace("full", "sparse", 1)
+
+        def list_ratio(cases):  # the index list's GB/s as % of the dense path's, or None
+            d, s = cases.get(DENSE_KERNEL), cases.get(sparse)
+            return float(s["gbps"]) / float(d["gbps"]) * 100 if d and s and float(d["gbps"]) > 0 else None
+
         for ctx, b in long_pts:
             cases = pts[(ctx, b)]
-            pfs = cand.get((ctx, b), {})
+            pfs = sorted(cand.get((ctx, b), {}).items())
             pf_pct = ", ".join(f"prefetch {pf}: {float(c[DENSE_KERNEL]['pct_of_copy']):.0f}%"
-                               for pf, c in sorted(pfs.items()) if DENSE_KERNEL in c)
-            sparse = DENSE_KERNEL.replace("full", "sparse", 1)
-            pf_ratio = ", ".join(f"prefetch {pf}: {float(c[sparse]['gbps']) / float(c[DENSE_KERNEL]['gbps']) * 100:.0f}%"
-                                 for pf, c in sorted(pfs.items())
-                                 if DENSE_KERNEL in c and sparse in c and float(c[DENSE_KERNEL]["gbps"]) > 0)
-            d, s = cases.get(DENSE_KERNEL), cases.get(DENSE_KERNEL.replace("full", "sparse", 1))
+                               for pf, c in pfs if DENSE_KERNEL in c)
+            pf_ratio = ", ".join(f"prefetch {pf}: {list_ratio(c):.0f}%" for pf, c in pfs if list_ratio(c) is not None)
+            d = cases.get(DENSE_KERNEL)
             at = f"{ctx // 1024}K, batch {b}"
             dense = [c for k, c in cases.items() if k.startswith("full")]
             best = min(dense, key=lambda c: float(c["us"])) if dense else None
@@ -104,7 +107,7 @@ class Verdict:
             vs = num(d["speedup_vs_torch"]) if d else None
             self.add(f"dense decode attention {DENSE_KERNEL}, {at}: vs PyTorch SDPA", None if vs is None else f"{vs:.2f}x",
                      ">= 1.00x", vs is not None and vs >= 1.0, src)
-            ratio = float(s["gbps"]) / float(d["gbps"]) * 100 if d and s and float(d["gbps"]) > 0 else None
+            ratio = list_ratio(cases)
             self.add(f"10% index list {DENSE_KERNEL}, {at}: GB/s as % of the dense path's",
                      None if ratio is None else f"{ratio:.0f}%" + (f" ({pf_ratio})" if pf_ratio else ""), ">= 85%",
                      ratio is not None and ratio >= 85, src)
