@@ -1,4 +1,5 @@
 #include "util_common.h"
+#include "base/clock.h"
 
 #include <CUnit/Basic.h>
 
@@ -131,11 +132,39 @@ static int select_tests(void) {
     return 0;
 }
 
+/* $KVB_TEST_TIMES=1: each test's wall time on stderr ("time: suite/test 12.3 s"), to see where a suite's minutes go.
+ * Each test function runs through timed_test, which looks the running test up in the table of their functions. */
+enum { MAX_TIMED = 512 };
+static struct { CU_pTest t; CU_TestFunc f; } timed[MAX_TIMED];
+static int n_timed;
+
+static void timed_test(void) {
+    CU_pTest t = CU_get_current_test();
+    for (int i = 0; i < n_timed; i++)
+        if (timed[i].t == t) {
+            const double t0 = kvb_now_s();
+            timed[i].f();
+            fprintf(stderr, "\ntime: %s/%s %.1f s\n", CU_get_current_suite()->pName, t->pName, kvb_now_s() - t0);
+            return;
+        }
+}
+
+static void time_tests(void) {
+    const char *on = getenv("KVB_TEST_TIMES");
+    if (!on || strcmp(on, "1")) return;
+    for (CU_pSuite s = CU_get_registry()->pSuite; s; s = s->pNext)
+        for (CU_pTest t = s->pTest; t && n_timed < MAX_TIMED; t = t->pNext) {
+            timed[n_timed].t = t, timed[n_timed++].f = t->pTestFunc;
+            t->pTestFunc = timed_test;
+        }
+}
+
 int util_run_suites(void) {
     if (select_tests()) {
         CU_cleanup_registry();
         return 1;
     }
+    time_tests();
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
