@@ -159,7 +159,7 @@ static void check_shape(const shape *sh, kvb_pool *pool, double *worst64) {
     const size_t n_qd = (size_t)sh->n_q * sh->n_head * D;
     float *q = malloc(sizeof(float) * n_qd), *out = malloc(sizeof(float) * n_qd);
     float *k[4], *v[4];
-    int32_t *kp[4], *idx[4], qpos[64];
+    int32_t *kp[4], *idx[4], qpos[128];
     int64_t n_kv[4], n_idx[4];
     const void *kk[4], *vv[4];
     const int32_t *kpp[4], *ii[4];
@@ -219,6 +219,7 @@ static void test_f32_attention_follows_the_documented_order_bit_for_bit(void) {
         {40, 4, 2, 64, 600, 1, 1, 1},  {70, 4, 1, 96, 300, 0, 1, 1},
     };
     double worst64 = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) CU_ASSERT_FATAL(shapes[i].n_q <= 128); /* qpos */
     for (int th = 1; th <= 2; th++) {
         kvb_pool *pool = kvb_pool_create(th);
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], pool, &worst64);
