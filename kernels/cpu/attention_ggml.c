@@ -32,7 +32,7 @@ enum {
     GA_ALIGN = 64,
     GA_SLOTS = 32,               /* decode's accumulator slots (the dot product's); a prompt chunk's are 8 */
     GA_ROWS = 32,                /* most query rows (tokens of one head) a unit takes */
-    GA_SCORE_BYTES = 4 << 20,    /* a unit's scores at most: fewer rows for longer lists */
+    GA_SCORE_BYTES = 1 << 20,    /* a unit's scores at most: fewer rows past 8K keys (a thread's workspace ~1 MiB) */
     GA_BLOCK_BYTES = 64 << 10,   /* the K (then V) rows of one key block */
 };
 
@@ -163,7 +163,8 @@ static inline void pv8_512(float *acc, const float *V, const int32_t *idx, const
                a5 = _mm512_loadu_ps(acc + 5 * D + c), a6 = _mm512_loadu_ps(acc + 6 * D + c),
                a7 = _mm512_loadu_ps(acc + 7 * D + c);
 #define GA_PV(i, a) a = _mm512_fmadd_ps(_mm512_loadu_ps(row(i) + c), _mm512_set1_ps(p[j + (i)]), a)
-#define GA_PV8 GA_PV(0, a0), GA_PV(1, a1), GA_PV(2, a2), GA_PV(3, a3), GA_PV(4, a4), GA_PV(5, a5), GA_PV(6, a6), GA_PV(7, a7)
+#define GA_PV8                                                                                                         \
+    GA_PV(0, a0), GA_PV(1, a1), GA_PV(2, a2), GA_PV(3, a3), GA_PV(4, a4), GA_PV(5, a5), GA_PV(6, a6), GA_PV(7, a7)
         if (idx) {
 #define row(i) (V + (size_t)idx[j + (i)] * D)
             for (int64_t j = j0; j < jg; j += 8) GA_PV8;

@@ -31,10 +31,19 @@ static inline __m256i qs_fifth_bits(const uint8_t *qh) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-/* sum of u8 x i8 products, lane l = elements 4l..4l+3, as 8 floats */
+/* sum of u8 x i8 products, lane l = elements 4l..4l+3, as 8 floats. Every caller's u is at most 128 (nibbles, or
+ * |q| of an int8), so maddubs' int16 pair sums never saturate (|128 x -128 x 2| fits) and VNNI's dpbusd, which sums
+ * the same four products into the same int32 lane in one instruction, gives the same integers (llama.cpp takes it
+ * too where the CPU has it) */
 static inline __m256 qs_dot_u8_i8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+#elif defined(__AVXVNNI__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s));
+#else
     const __m256i p16 = _mm256_maddubs_epi16(u, s);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
 }
 
 /* i8 x i8 products summed in pairs as 16 int16: |a| times b with a's sign (llama.cpp's mul_add_epi8) */
