@@ -85,6 +85,22 @@ static inline void accum_row(float *acc, const float *v, float p, int D) {
     for (; d < D; d++) acc[d] = fmaf(v[d], p, acc[d]);
 }
 
+/* s[j] = gc_dot(k_j, q) * scale for keys j0..je (list order, slots through idx when given), -inf where masked (the
+ * key's position past qp); returns the running max of mx and the scores */
+static inline float scores_plain(const float *K, const int32_t *idx, const int32_t *kp, int masked, int32_t qp,
+                                 const float *q, float scale, int D, int64_t j0, int64_t je, float *s, float mx) {
+    for (int64_t j = j0; j <= je; j++) {
+        const int64_t sl = idx ? idx[j] : j;
+        if (masked && kp[sl] > qp) {
+            s[j] = -INFINITY;
+            continue;
+        }
+        s[j] = gc_dot(K + (size_t)sl * D, q, D) * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    return mx;
+}
+
 #if GC_AVX2 && defined(__AVX512F__)
 #define GA_AVX512 1
 /* gc_dot(x, q, D)'s 8 lanes before their fold, for D a multiple of 32, in 16-float vectors: lanes 0-7 of c0 are
@@ -111,8 +127,7 @@ static inline __m256 fold8(__m256 k0, __m256 k1, __m256 k2, __m256 k3, __m256 k4
     return _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* s[j] = gc_dot(k_j, q) * scale for keys j0..je (list order, slots through idx when given), -inf where masked (the
- * key's position past qp); returns the running max of mx and the scores. D a multiple of 32, at most 256. */
+/* scores_plain with AVX-512 for D a multiple of 32, at most 256: eight keys at a time, the rest through scores_plain */
 static inline float scores512(const float *K, const int32_t *idx, const int32_t *kp, int masked, int32_t qp,
                               const float *q, float scale, int D, int64_t j0, int64_t je, float *s, float mx) {
     __m512 qv[16];
@@ -139,16 +154,7 @@ static inline float scores512(const float *K, const int32_t *idx, const int32_t 
     _mm256_store_ps(m8, vmx);
     for (int l = 0; l < 8; l++)
         if (m8[l] > mx) mx = m8[l];
-    for (; j <= je; j++) {
-        const int64_t sl = idx ? idx[j] : j;
-        if (masked && kp[sl] > qp) {
-            s[j] = -INFINITY;
-            continue;
-        }
-        s[j] = gc_dot(K + (size_t)sl * D, q, D) * scale;
-        if (s[j] > mx) mx = s[j];
-    }
-    return mx;
+    return scores_plain(K, idx, kp, masked, qp, q, scale, D, j, je, s, mx);
 }
 
 /* a prompt chunk's weighted sum over keys j0..je of one row (j0 a multiple of 8), for D a multiple of 16: per 16
@@ -229,15 +235,7 @@ static void one_unit(const cpu_attn_args *a, int h, int64_t t0, int nr, float *s
                 continue;
             }
 #endif
-            for (int64_t j = j0; j <= je; j++) {
-                const int64_t sl = idx ? idx[j] : j;
-                if (masked && kp[sl] > qp) {
-                    sr[j] = -INFINITY;
-                    continue;
-                }
-                sr[j] = gc_dot(K + (size_t)sl * D, q, D) * a->scale;
-                if (sr[j] > mx[r]) mx[r] = sr[j];
-            }
+            mx[r] = scores_plain(K, idx, kp, masked, qp, q, a->scale, D, j0, je, sr, mx[r]);
         }
     }
 
