@@ -31,7 +31,7 @@ static const char *HELP =
     "  --sparse F       share of the slots in the index list, (0, 1] (default 0.1)\n"
     "  --heads N, --kv-heads N, --head-dim N   the shapes (default 32, 8, 128)\n"
     "  --iters N        timed steps per case (default 20; the best of them is kept)\n"
-    "  --threads N      CPU threads (default: usable cores)\n"
+    "  --threads N      CPU threads (default: $KVB_THREADS, else the usable cores)\n"
     "  --rotate-mib N   KV bytes the steps rotate through, and the copy's size x 2 (default 512)\n"
     "  --csv FILE       also write the table as CSV\n";
 

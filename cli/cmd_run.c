@@ -36,7 +36,7 @@ static const char *HELP =
     "  --compression-ratios L kvpress's ratios instead (remove R of the prompt's KV): 0.25,0.5 = --budgets\n"
     "                         75%,50% (--compression-ratio R likewise); a suite may say \"compression_ratios\"\n"
     "  --model M              replace the suite's model (GGUF path or default)\n"
-    "  --threads N            CPU threads (default: usable cores)\n"
+    "  --threads N            CPU threads (default: $KVB_THREADS, else the usable cores)\n"
     "  --quiet                no progress line\n"
     "  --profile              time the phases per record (\"breakdown\"); on a GPU each phase waits for the\n"
     "                         device, so decode ms/token then counts those waits (without it, decode is timed\n"

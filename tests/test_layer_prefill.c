@@ -91,8 +91,7 @@ static kvb_ctx *one_chunk_ctx(kvb_model *m, int64_t n) {
     char err[256];
     kvb_ctx_params p = kvb_ctx_default_params();
     p.n_ctx = (int)n + NEW + 8;
-    p.n_threads = 2;
-    p.n_batch = (int)n;
+    p.n_batch = (int)n; /* default threads: every core under the sanitizers, one (KVB_THREADS) in release */
     kvb_ctx *c = kvb_ctx_create(m, &p, err, sizeof err);
     if (!c) fprintf(stderr, "\n  ctx: %s\n", err);
     CU_ASSERT_FATAL(c != NULL);

@@ -373,7 +373,7 @@ static void test_a_cot_run_records_both_replies_and_scores_the_second(void) {
                "{\"name\": \"streamingllm\"}], \"budgets\": [\"50%%\"], \"benchmarks\": [{\"type\": \"longbench_v2\", "
                "\"path\": \"%s/cot_data.json\", \"cot\": true, \"samples\": 2, \"max_new_tokens\": 48}]}\n", FIX);
     fclose(f);
-    kvb_run_opts ro = {.suite_path = suite, .out_dir = out, .n_threads = 2, .quiet = 1};
+    kvb_run_opts ro = {.suite_path = suite, .out_dir = out, .quiet = 1}; /* the default threads (KVB_THREADS) */
     FILE *devnull = fopen("/dev/null", "w");
     int rc = kvb_run_suite(&ro, devnull, err, sizeof err);
     fclose(devnull);

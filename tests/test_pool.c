@@ -123,12 +123,35 @@ static void test_default_threads_follow_the_affinity_mask(void) {
     CU_ASSERT_EQUAL(kvb_pool_default_threads(), n_all);
 }
 
+/* KVB_THREADS replaces the affinity count when it is a count 1-4096; anything else is ignored (named once) */
+static void test_default_threads_follow_kvb_threads(void) {
+    int n_all = kvb_pool_default_threads();
+    CU_ASSERT_FATAL(setenv("KVB_THREADS", "3", 1) == 0);
+    CU_ASSERT_EQUAL(kvb_pool_default_threads(), 3);
+    kvb_pool *p = kvb_pool_create(0);
+    CU_ASSERT(kvb_pool_size(p) == 3);
+    kvb_pool_free(p);
+    p = kvb_pool_create(2); /* an explicit count wins */
+    CU_ASSERT(kvb_pool_size(p) == 2);
+    kvb_pool_free(p);
+    static const char *bad[] = {"0", "-1", "4097", "2x", "x", " 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CU_ASSERT_FATAL(setenv("KVB_THREADS", bad[i], 1) == 0);
+        CU_ASSERT_EQUAL(kvb_pool_default_threads(), n_all);
+    }
+    CU_ASSERT_FATAL(setenv("KVB_THREADS", "", 1) == 0);
+    CU_ASSERT_EQUAL(kvb_pool_default_threads(), n_all);
+    unsetenv("KVB_THREADS");
+}
+
 int main(void) {
+    unsetenv("KVB_THREADS"); /* the tests below read the machine's own count */
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("pool", NULL, NULL);
     CU_add_test(s, "every task runs once per job over many jobs", test_every_task_runs_once_per_job_over_many_jobs);
     CU_add_test(s, "a job finishes when a task is held off the CPU", test_job_finishes_when_a_task_is_held_off_the_cpu);
     CU_add_test(s, "a pool larger than the cores finishes its jobs", test_pool_larger_than_the_cores_finishes_its_jobs);
     CU_add_test(s, "default threads follow the affinity mask", test_default_threads_follow_the_affinity_mask);
+    CU_add_test(s, "default threads follow KVB_THREADS", test_default_threads_follow_kvb_threads);
     return util_run_suites();
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util_common.h"
@@ -135,7 +136,10 @@ static void test_missing_dataset_hint_offers_the_sample_data(void) {
     const char *src = getenv("KVB_SOURCE_DIR");
     CU_ASSERT_FATAL(src != NULL);
     CU_ASSERT(kvb_data_sample_path("nosuch", path, sizeof path) == 0 && !path[0]);
-    setenv("KVB_SOURCE_DIR", root, 1); /* a checkout with nothing beside it */
+    char checkout[128]; /* a checkout with nothing beside it (under root: /tmp/shared may exist) */
+    snprintf(checkout, sizeof checkout, "%s/checkout", root);
+    CU_ASSERT_FATAL(mkdir(checkout, 0700) == 0);
+    setenv("KVB_SOURCE_DIR", checkout, 1);
     setenv("KVB_DATA", "/data/kvb", 1);
     CU_ASSERT(kvb_data_sample_path("longbench", path, sizeof path) == 0 && !path[0]);
     kvb_data_hint("longbench", hint, sizeof hint);

@@ -107,7 +107,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     snprintf(b, sizeof b, "%s/b", dir);
     snprintf(ra, sizeof ra, "%s/results.jsonl", a);
     snprintf(rb, sizeof rb, "%s/results.jsonl", b);
-    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>&1", suite, a) == 0);
+    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet > /dev/null 2>&1", suite, a) == 0);
     CU_ASSERT_EQUAL(count_lines(ra), 3 * 4); /* 3 samples x 4 cells */
 
     /* the same run, killed with SIGKILL after a few records */
@@ -116,7 +116,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     if (pid == 0) {
         int fd = open("/dev/null", 1);
         dup2(fd, 1), dup2(fd, 2);
-        execl(bin, bin, "run", suite, "--out", b, "--quiet", "--threads", "2", (char *)NULL);
+        execl(bin, bin, "run", suite, "--out", b, "--quiet", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 6000 && count_lines(rb) < 4; i++) usleep(50000); /* up to 5 minutes on a busy machine */
@@ -129,7 +129,7 @@ static void test_killed_run_resumes_to_the_same_records(void) {
     FILE *f = fopen(rb, "a");
     fputs("{\"method\":\"full\",\"budget\":\"fu", f);
     fclose(f);
-    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet --threads 2 > /dev/null 2>$KVB_T/kvb_runner_err.txt", suite, b) == 0);
+    CU_ASSERT_FATAL(sh("'%s' run %s --out %s --quiet > /dev/null 2>$KVB_T/kvb_runner_err.txt", suite, b) == 0);
     CU_ASSERT_EQUAL(count_lines(rb), 12);
     char *da = digest(ra), *db = digest(rb);
     CU_ASSERT_FATAL(da && db);
@@ -250,7 +250,7 @@ static void test_changed_cells_are_not_reused(void) {
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
-    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
+    snprintf(args, sizeof args, "%s --out %s --quiet", path, a);
     expect_error(args, "snapkv|50%|2stage|");
     CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "method_opts: stored {\"window\":8}, now {\"window\":4}"));
     CU_ASSERT_EQUAL(count_lines(ra), 12); /* nothing written */
@@ -270,10 +270,10 @@ static void test_changed_cells_are_not_reused(void) {
     snprintf(cmd, sizeof cmd, "'%%s' run %s --method-opt snapkv:window=4 > /dev/null 2>&1%%s", args);
     CU_ASSERT(sh(cmd, "", "") == 0);
     CU_ASSERT_EQUAL(count_lines(ra), 15);
-    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2 --method-opt snapkv:window=16", path, a);
+    snprintf(args, sizeof args, "%s --out %s --quiet --method-opt snapkv:window=16", path, a);
     expect_error(args, "snapkv|50%|2stage|");
     CU_ASSERT(last_line_has(tp("kvb_runner_err.txt"), "method_opts: stored {\"window\":4}, now {\"window\":16}"));
-    snprintf(args, sizeof args, "%s --out %s --quiet --threads 2", path, a);
+    snprintf(args, sizeof args, "%s --out %s --quiet", path, a);
     char md[300];
     snprintf(md, sizeof md, "%s/report.md", a);
     char *rep = util_read_file(md, NULL);
@@ -321,7 +321,7 @@ static void test_two_runs_at_once_into_one_folder_give_one_record_per_cell(void)
         if (pid[i] == 0) {
             int fd = open(errs[i], O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_WRONLY);
             dup2(null, 1), dup2(fd, 2);
-            execl(bin, bin, "run", suite, "--out", out, "--quiet", "--threads", "2", (char *)NULL);
+            execl(bin, bin, "run", suite, "--out", out, "--quiet", (char *)NULL);
             _exit(127);
         }
     }

@@ -219,7 +219,7 @@ static void run(const char *name, const char *methods, int kv_reuse, run_records
     /* an f32 cache (--kv-type f32): its logits do not depend on where the prefill is cut into forward calls, which
      * differs between the two paths; with the f16 cache they do (up to 0.6 in a logit here for the same ids), enough
      * to flip a near-tie */
-    kvb_run_opts ro = {.suite_path = suite, .out_dir = outdir, .n_threads = 2, .quiet = 1, .kv_f32 = 1};
+    kvb_run_opts ro = {.suite_path = suite, .out_dir = outdir, .quiet = 1, .kv_f32 = 1};
     FILE *devnull = fopen("/dev/null", "w");
     int rc = kvb_run_suite(&ro, devnull, err, sizeof err);
     fclose(devnull);

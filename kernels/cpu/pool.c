@@ -99,8 +99,24 @@ static int cgroup_cpu_limit(void) {
     return (int)((quota + period - 1) / period);
 }
 
+/* KVB_THREADS, when set: a count 1-4096 (a malformed value is named on stderr once and ignored) */
+static int env_threads(void) {
+    static atomic_int warned;
+    const char *v = getenv("KVB_THREADS");
+    if (!v || !*v) return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end || n < 1 || n > 4096) {
+        if (!atomic_exchange(&warned, 1))
+            fprintf(stderr, "kvbench: KVB_THREADS='%s' is not a thread count (1-4096): ignored\n", v);
+        return 0;
+    }
+    return (int)n;
+}
+
 int kvb_pool_default_threads(void) {
-    int n = 0;
+    int n = env_threads();
+    if (n > 0) return n;
 #ifdef CPU_COUNT
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);

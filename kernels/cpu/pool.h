@@ -12,7 +12,8 @@
 typedef struct kvb_pool kvb_pool;
 typedef void (*kvb_pool_fn)(void *arg, int ith, int nth);
 
-/* CPUs this process may use: the affinity mask, capped by the cgroup CPU quota (at least 1). */
+/* CPUs this process may use: the affinity mask, capped by the cgroup CPU quota (at least 1); $KVB_THREADS (1-4096)
+ * instead when set, as the test suite sets it for its whole-model tests. */
 int kvb_pool_default_threads(void);
 /* Create a pool of n_threads (including the caller); n_threads <= 0 means kvb_pool_default_threads(). */
 kvb_pool *kvb_pool_create(int n_threads);
