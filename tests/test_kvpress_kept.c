@@ -338,7 +338,11 @@ int main(int argc, char **argv) {
     }
     size_t len = 0;
     char *text = util_read_file(prompt, &len);
-    if (!text || !(model = kvb_model_load(path, err, sizeof err)) ||
+    if (!text) {
+        fprintf(stderr, "cannot read %s (the tests run from the source root, as ctest runs them)\n", prompt);
+        return 1;
+    }
+    if (!(model = kvb_model_load(path, err, sizeof err)) ||
         tok_encode(model->tok, text, len, 1, 0, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "setup failed: %s\n", err);
         return 1;

@@ -269,7 +269,10 @@ static int load_prompts(void) {
             snprintf(path, sizeof path, "tests/fixtures/prompts/%s", prompt_files[p][k]);
             size_t len;
             char *t = util_read_file(path, &len);
-            if (!t) return -1;
+            if (!t) {
+                fprintf(stderr, "cannot read %s (the tests run from the source root, as ctest runs them)\n", path);
+                return free(text), -1;
+            }
             text = realloc(text, total + len + 2);
             memcpy(text + total, t, len);
             total += len;
@@ -278,7 +281,10 @@ static int load_prompts(void) {
             free(t);
         }
         int n = 0;
-        if (tok_encode(model->tok, text, total, 1, 0, &prompts[p], &n, err, sizeof err)) return -1;
+        if (tok_encode(model->tok, text, total, 1, 0, &prompts[p], &n, err, sizeof err)) {
+            fprintf(stderr, "tokenizing prompt %d: %s\n", p, err);
+            return free(text), -1;
+        }
         free(text);
         prompt_n[p] = n < MAX_PROMPT ? n : MAX_PROMPT;
     }
@@ -295,10 +301,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     model = kvb_model_load(path, err, sizeof err);
-    if (!model || load_prompts()) {
+    if (!model) {
         fprintf(stderr, "setup failed: %s\n", err);
         return 1;
     }
+    if (load_prompts()) return 1;
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("methods at 100% equal full", NULL, NULL);
     if (collect_cases()) {
