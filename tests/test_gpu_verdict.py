@@ -55,7 +55,8 @@ def real_tables(kvbench, model):
     d = tempfile.mkdtemp(prefix="kvb_verdict_")
     env = dict(os.environ, KVB_MODEL_DIR=os.path.dirname(model))
     m = subprocess.run([kvbench, "bench", "--method", "snapkv,streamingllm,round", "--budget", "30%", "--ctx-len", "600",
-                        "-n", "4", "--bound", "--profile", "--threads", "2"], capture_output=True, text=True, env=env, cwd=ROOT)
+                        "-n", "4", "--bound", "--profile", "--threads", "2",
+                        "--method-opt", "round:lw=13"], capture_output=True, text=True, env=env, cwd=ROOT)
     check(m.returncode == 0, f"kvbench bench --method: exit {m.returncode}: {m.stderr[-300:]}")
     b = subprocess.run([kvbench, "bench", "--contexts", "256,512", "-n", "4", "--bound", "--no-peer", "--threads", "2"],
                        capture_output=True, text=True, env=env, cwd=ROOT)

@@ -841,8 +841,9 @@ extern "C" int kvb_cuda_attention(const kvb_cuda_attn *a, void *ws, size_t ws_by
     float *part = (float *)ws;
     size_t part_bytes = (size_t)a->n_head_kv * n_chunks * RMAX * n_split * (size_t)(a->head_dim + 2) * sizeof(float);
     if (a->probs && !a->lse) c.lse = (float *)((char *)ws + ((part_bytes + 255) & ~(size_t)255));
-    if (n_chunks > 65535) {
-        snprintf(err, err_len, "cuda attention: %lld query rows per KV head exceed the grid", (long long)n_rows);
+    if (n_chunks > 65535 || n_rows > 65535) { /* the merge's grid.y is the rows */
+        snprintf(err, err_len, "cuda attention: %lld query rows per KV head exceed the grid (65535): a smaller --batch",
+                 (long long)n_rows);
         return -1;
     }
     dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)n_chunks);

@@ -111,6 +111,16 @@ static int failed(cuda_impl *im, char *err, size_t err_len) {
     return -1;
 }
 
+/* A launch whose grid.y is a token count: at most 65535 (the grid's limit), else the backend's error names the op
+ * and the way out, as a launch failure would not. */
+static int tokens_fit(cuda_impl *im, int64_t n_tok, const char *op) {
+    if (n_tok <= 65535) return 1;
+    char why[128];
+    snprintf(why, sizeof why, "%lld tokens in one call (at most 65535): a smaller --batch", (long long)n_tok);
+    fail(im, __FILE__, __LINE__, op, why);
+    return 0;
+}
+
 static int grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t want = need + need / 4 + (1 << 20);
@@ -362,11 +372,11 @@ static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_
 static int gemv6_warps(void);
 
 extern "C" const char *kvb_cuda_kernels(void) {
-    static char line[160];
+    static char line[256]; /* the longest (FlashInfer, prefetch, KIVI v2) is about 170 characters */
     char gv[40] = ""; /* v5's rule, v6's warps a row (they change its rounding) */
     if (gemv_kernel() == 5) snprintf(gv, sizeof gv, " (v4 from 8192 rows, v1 below)");
     if (gemv_kernel() == 6) snprintf(gv, sizeof gv, " (%d warps a row)", gemv6_warps());
-    char attn[64]; /* kernel 5 is FlashInfer's decode where it applies, v4 elsewhere (flashinfer.h) */
+    char attn[96]; /* kernel 5 is FlashInfer's decode where it applies, v4 elsewhere (flashinfer.h) */
     if (kvb_cuda_attention_kernel() == 5)
         snprintf(attn, sizeof attn, "FlashInfer%s (v4 where it does not apply)", kvb_fi_compiled() ? "" : " [not built]");
     else
@@ -788,6 +798,7 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
     const __half *wd = be->error[0] ? NULL : weight_f16(im, w);
     if (!wd) return -1;
     const int64_t rows = w->rows, cols = w->cols;
+    if (n_tok <= 0) return 0;
     if (n_tok <= 4) {
         gemv_set s;
         memset(&s, 0, sizeof s);
@@ -810,7 +821,7 @@ static void cuda_get_rows(kvb_backend *be, float *out, const kvb_weight *w, cons
     cuda_impl *im = IM(be);
     const __half *wd = weight_f16(im, w);
     const size_t bytes = (size_t)n * sizeof(int32_t);
-    if (!wd || n <= 0 || grow_dev(im, &im->ids, &im->ids_bytes, bytes)) return;
+    if (!wd || n <= 0 || !tokens_fit(im, n, "get_rows") || grow_dev(im, &im->ids, &im->ids_bytes, bytes)) return;
     /* ids are host memory, maybe a caller's temporary: staged in pinned memory, whose previous copy is done */
     if (CK(cudaEventSynchronize(im->ids_read))) return;
     if (bytes > im->ids_host_bytes) {
@@ -875,6 +886,7 @@ static void cuda_add_rmsnorm(kvb_backend *be, float *x, const float *d, float *o
 static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
                       float freq_base, int neox) {
     cuda_impl *im = IM(be);
+    if (n_tok <= 0 || !tokens_fit(im, n_tok, "rope")) return;
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     dim3 grid((unsigned)n_head, (unsigned)n_tok);
     k_rope<<<grid, 64, 0, im->stream>>>(x, n_head, NULL, 0, head_dim, n_rot, pos, theta_scale, neox);
@@ -884,6 +896,7 @@ static void cuda_rope(kvb_backend *be, float *x, int64_t n_tok, int n_head, int 
 static void cuda_rope_qk(kvb_backend *be, float *q, int n_head, float *k, int n_head_kv, int64_t n_tok, int head_dim,
                          int n_rot, const int32_t *pos, float freq_base, int neox) {
     cuda_impl *im = IM(be);
+    if (n_tok <= 0 || !tokens_fit(im, n_tok, "rope")) return;
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)n_tok);
     k_rope<<<grid, 64, 0, im->stream>>>(q, n_head, k, n_head_kv, head_dim, n_rot, pos, theta_scale, neox);
