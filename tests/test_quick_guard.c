@@ -95,7 +95,7 @@ static void test_quick_suite_runs_every_method_without_error(void) {
     CU_ASSERT_FATAL(write_short_suite(short_suite, sizeof short_suite) == 0);
     /* Round's watershed and PoD's blocks given, Q-Filters' filters and DuoAttention's split from the prompt's
      * window, and an empty profile directory with --no-calibrate: nothing is calibrated here (run's own calibration
-     * is test_calibrate's subject; it took 75 s of this test's 116 s in a fresh CI run), whatever the user's profile
+     * is test_calibrate's subject; it took 75 s of this test's 116 s in a fresh release pass), whatever the user's profile
      * holds, and the user's profile is never written */
     snprintf(cmd, sizeof cmd,
              "KVB_PROFILE_DIR=%s/profiles %s run %s --limit 1 --out %s/quick --quiet --no-calibrate --method-opt round:lw=13 "
