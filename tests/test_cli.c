@@ -400,10 +400,7 @@ static void test_bench_methods_share_one_prefill(void) {
     run_result *r = malloc(sizeof *r);
     static char json[1 << 16];
     unlink(tp("kvb_methods.json"));
-    /* the calibrated methods' inputs given (Round's watershed, PoD's blocks, Q-Filters' and DuoAttention's from the
-     * prompt's window): nothing is calibrated here (the tests' profile directory takes no profile) */
-    run(r, "bench --model default --method all --ctx-len 300 -n 4 --json $KVB_T/kvb_methods.json --method-opt round:lw=13 "
-           "--method-opt pod:block=3 --method-opt qfilter:filters=window --method-opt duo:split=window");
+    run(r, "bench --model default --method all --ctx-len 300 -n 4 --json $KVB_T/kvb_methods.json " UTIL_NO_CALIBRATION_OPTS);
     CU_ASSERT_EQUAL(r->exit_code, 0);
     CU_ASSERT(strstr(r->err, "prefill 300 tokens (shared by every method") != NULL);
     slurp(tp("kvb_methods.json"), json, sizeof json);

@@ -337,11 +337,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t len = 0;
-    char *text = util_read_file(prompt, &len);
-    if (!text) {
-        fprintf(stderr, "cannot read %s (the tests run from the source root, as ctest runs them)\n", prompt);
-        return 1;
-    }
+    char *text = util_read_fixture(prompt, &len);
+    if (!text) return 1;
     if (!(model = kvb_model_load(path, err, sizeof err)) ||
         tok_encode(model->tok, text, len, 1, 0, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "setup failed: %s\n", err);

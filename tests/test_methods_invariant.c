@@ -268,11 +268,8 @@ static int load_prompts(void) {
             char path[256];
             snprintf(path, sizeof path, "tests/fixtures/prompts/%s", prompt_files[p][k]);
             size_t len;
-            char *t = util_read_file(path, &len);
-            if (!t) {
-                fprintf(stderr, "cannot read %s (the tests run from the source root, as ctest runs them)\n", path);
-                return free(text), -1;
-            }
+            char *t = util_read_fixture(path, &len);
+            if (!t) return free(text), -1;
             text = realloc(text, total + len + 2);
             memcpy(text + total, t, len);
             total += len;

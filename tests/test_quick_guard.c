@@ -93,14 +93,11 @@ static void test_quick_suite_runs_every_method_without_error(void) {
     UTIL_REQUIRE_FILE(suite_path);
     char cmd[4096], path[1200], short_suite[1200];
     CU_ASSERT_FATAL(write_short_suite(short_suite, sizeof short_suite) == 0);
-    /* Round's watershed and PoD's blocks given, Q-Filters' filters and DuoAttention's split from the prompt's
-     * window, and an empty profile directory with --no-calibrate: nothing is calibrated here (run's own calibration
-     * is test_calibrate's subject; it took 75 s of this test's 116 s in a fresh release pass), whatever the user's profile
-     * holds, and the user's profile is never written */
+    /* nothing calibrated here (run's own calibration is test_calibrate's subject; it took 75 s of this test's 116 s
+     * in a fresh release pass): the methods' inputs given, and --no-calibrate */
     snprintf(cmd, sizeof cmd,
-             "KVB_PROFILE_DIR=%s/profiles %s run %s --limit 1 --out %s/quick --quiet --no-calibrate --method-opt round:lw=13 "
-             "--method-opt pod:block=3 --method-opt qfilter:filters=window --method-opt duo:split=window >%s/run.log 2>&1",
-             dir, bin, short_suite, dir, dir);
+             "%s run %s --limit 1 --out %s/quick --quiet --no-calibrate " UTIL_NO_CALIBRATION_OPTS " >%s/run.log 2>&1",
+             bin, short_suite, dir, dir);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int st = system(cmd);

@@ -29,6 +29,12 @@ char *util_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+char *util_read_fixture(const char *path, size_t *len) {
+    char *text = util_read_file(path, len);
+    if (!text) fprintf(stderr, "cannot read %s (the tests run from the source root, as ctest runs them)\n", path);
+    return text;
+}
+
 int util_default_model(char *path, size_t cap) {
     const char *dir = getenv("KVB_MODEL_DIR"), *home = getenv("HOME");
     if (dir && *dir) snprintf(path, cap, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);

@@ -11,6 +11,14 @@
 /* Whole regular file, NUL-terminated (malloc'd); NULL when it cannot be read or is not a regular file. len may be
  * NULL. */
 char *util_read_file(const char *path, size_t *len);
+/* util_read_file for a file of the repository (tests/fixtures/...): when it cannot be read, one line on stderr
+ * naming it (tests run from the source root, as ctest runs them). */
+char *util_read_fixture(const char *path, size_t *len);
+/* kvbench options that give the methods reading a calibration profile their inputs (Round's watershed, PoD's
+ * blocks, Q-Filters' filters and DuoAttention's split from the prompt's window), for whole-model runs that are not
+ * about calibration: CTest gives every test a profile directory that cannot be made (CMakeLists.txt). */
+#define UTIL_NO_CALIBRATION_OPTS                                                                                   \
+    "--method-opt round:lw=13 --method-opt pod:block=3 --method-opt qfilter:filters=window --method-opt duo:split=window"
 /* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
 int util_default_model(char *path, size_t cap);
 
