@@ -231,7 +231,7 @@ struct kvb_backend {
     /* Evict from n_heads heads at once (distinct heads; h, n, score, count, spill_v are host arrays of device
      * pointers and counts): head j, of n[j] slots, loses count[j] slots one at a time. The victim is the slot
      * with lo <= pos < hi whose key (score[j][s], or pos[s] when score or score[j] is NULL) is lowest, ties to
-     * the lowest slot; its V row is written to row i of spill_v[j] (optional: spill_v or spill_v[j] NULL) for
+     * the lowest slot (a NaN score is below every number, so every backend picks the same victim); its V row is written to row i of spill_v[j] (optional: spill_v or spill_v[j] NULL) for
      * the i-th eviction; then the last slot moves into the victim's place (K, V, pos, round and score[j][]), and
      * n[j] shrinks by one. The caller guarantees a candidate each time (the CPU backend reports a violation).
      * One call per layer, not per head: a GPU evicts the heads side by side in one launch. */

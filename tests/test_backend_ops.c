@@ -337,12 +337,15 @@ static void test_kv_gather_copies_index_sets_in_every_direction_and_counts_each_
 
 /* ---- kv_evict ---- */
 
-/* the reference picks the victim scanning from the last slot down (<=: the lowest slot wins a tie) */
+/* score a at or below score b, a NaN below every number (the header's order) */
+static int score_at_or_below(float a, float b) { return isnan(a) || (!isnan(b) && a <= b); }
+
+/* the reference picks the victim scanning from the last slot down (at or below: the lowest slot wins a tie) */
 static int64_t ref_victim(const host_head *h, const float *score, int64_t n, int32_t lo, int32_t hi) {
     int64_t victim = -1;
     for (int64_t j = n - 1; j >= 0; j--) {
         if (h->pos[j] < lo || h->pos[j] >= hi) continue;
-        if (victim < 0 || (score ? score[j] <= score[victim] : h->pos[j] <= h->pos[victim])) victim = j;
+        if (victim < 0 || (score ? score_at_or_below(score[j], score[victim]) : h->pos[j] <= h->pos[victim])) victim = j;
     }
     return victim;
 }
@@ -380,7 +383,8 @@ static void check_kv_evict(kvb_backend *be, kvb_dtype dt, int head_dim, int nh, 
         c->count = count[j] = rnd(3) == 0 ? 0 : rnd(2) ? c->cand : rnd(c->cand + 1);
         if (score_mode == 1 || (score_mode == 2 && rnd(2))) {
             c->score = malloc((size_t)c->n * 4 + 4);
-            for (int64_t i = 0; i < c->n; i++) c->score[i] = (float)rnd(6) * 0.125f; /* few levels: ties */
+            const int nans = rnd(4) == 0; /* now and then NaN scores (a broken method's): the lowest keys */
+            for (int64_t i = 0; i < c->n; i++) c->score[i] = nans && rnd(5) == 0 ? NAN : (float)rnd(6) * 0.125f; /* few levels: ties */
             dscore[j] = up(be, c->score, (size_t)c->n * 4);
         }
         c->spill = spill_mode == 1 || (spill_mode == 2 && rnd(2));
@@ -1441,7 +1445,8 @@ static void test_attention_quant_merges_the_quantized_softmax_into_the_stores_as
     EACH_BACKEND(be) for (int fi = 0; fi < COUNT(quant_fmts); fi++) for (int gi = 0; gi < COUNT(groups); gi++)
         for (int ni = 0; ni < 4; ni++) for (int masked = 0; masked < 2; masked++) {
             const quant_fmt f = quant_fmts[fi];
-            const int D = f.G * (1 + (int)rnd(128 / f.G));
+            /* head_dim up to 128, now and then the most under 256 (the CUDA kernels' most, Gemma-3's head_dim) */
+            const int D = f.G * (rnd(6) == 0 ? 256 / f.G : 1 + (int)rnd(128 / f.G));
             /* no tokens, one group, some groups, past 512 (the CUDA kernel's chunk) */
             const int64_t n = f.G * (ni == 0 ? 0 : ni == 1 ? 1 : ni == 2 ? 1 + rnd(24) : (530 + f.G - 1) / f.G);
             check_attention_quant(be, 1 + (int)rnd(3), groups[gi], f, D, n, ni == 3 ? 1 + rnd(2) : 1 + rnd(5), masked);

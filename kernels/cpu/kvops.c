@@ -137,9 +137,11 @@ static float row_elem(const void *k, kvb_dtype dtype, size_t at) {
     return dtype == KVB_F16 ? kvb_f16_to_f32(((const kvb_f16 *)k)[at]) : ((const float *)k)[at];
 }
 
-/* key of slot a below key of slot b: scores when given, else positions (compared as integers) */
+/* key of slot a below key of slot b: scores when given (NaN below every number: a total order, so the CUDA
+ * backend's reduction picks the same victim), else positions (compared as integers) */
 static int key_below(const float *score, const int32_t *pos, int64_t a, int64_t b) {
-    return score ? score[a] < score[b] : pos[a] < pos[b];
+    if (!score) return pos[a] < pos[b];
+    return isnan(score[a]) ? !isnan(score[b]) : score[a] < score[b];
 }
 
 /* kv_evict by position (score NULL) of many slots at once (base/evict_plan.h): the spill read first, then the

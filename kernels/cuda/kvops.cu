@@ -403,9 +403,15 @@ typedef struct {
     uint8_t *spill[EVICT_BATCH];
 } evict_batch;
 
-/* slot a (key ka or position pa) is evicted before slot b: lower key, then lower slot */
+/* slot a (key ka or position pa) is evicted before slot b: lower key (NaN below every number, as the CPU
+ * backend's key_below: a total order, so the reduction's order cannot change the victim), then lower slot */
 __device__ bool evicts_before(const float *score, float ka, int32_t pa, int64_t a, float kb, int32_t pb, int64_t b) {
-    if (score ? ka != kb : pa != pb) return score ? ka < kb : pa < pb;
+    if (score) {
+        if (isnan(ka) != isnan(kb)) return isnan(ka);
+        if (!isnan(ka) && ka != kb) return ka < kb;
+    } else if (pa != pb) {
+        return pa < pb;
+    }
     return a < b;
 }
 

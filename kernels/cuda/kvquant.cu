@@ -286,17 +286,26 @@ static int g_quant_kernel = 0; /* 0 = not chosen yet; 1 = v1 (default), 2 = v2 *
 
 extern "C" int kvb_cuda_quant_kernel(void) { return kvb_switch_pick(&g_quant_kernel, "KVB_QUANT_KERNEL", 2, 1); }
 
-static int attention_quant2(cuda_kvops *o, const kvb_attn_args *a, const quant_args &p, const quant_heads &qh, char *err,
-                            size_t err_len) {
-    /* about two blocks an SM; a split's logits of the whole group fit the block's shared memory */
+/* v2's split: about two blocks an SM; a split's logits of the whole group fit the block's shared memory */
+static int64_t quant2_split(const kvb_attn_args *a, const quant_args &p) {
     const int64_t cap = Q2_SMEM_LOGITS / p.Gq;
     int64_t want = (2 * (int64_t)kvb_cuda_sm_count() + a->n_head_kv * a->n_q - 1) / (a->n_head_kv * a->n_q);
     if (want < 1) want = 1;
     int64_t split = (p.n + want - 1) / want;
     split = (split + 31) / 32 * 32;
-    if (split > cap) split = cap;
-    const int64_t n_split = (p.n + split - 1) / split;
-    if (n_split > 65535 || a->n_q > 65535) return kvb_errf(err, err_len, "attention_quant: %lld splits of %lld rows", (long long)n_split, (long long)a->n_q);
+    return split > cap ? cap : split;
+}
+
+/* v2 takes the call when its grid fits: at most 65535 query rows and splits (v1 takes the rest) */
+static int quant2_fits(const kvb_attn_args *a, const quant_args &p) {
+    if (p.Gq > Q2_GQ_MAX || a->n_q > 65535) return 0;
+    const int64_t split = quant2_split(a, p);
+    return (p.n + split - 1) / split <= 65535;
+}
+
+static int attention_quant2(cuda_kvops *o, const kvb_attn_args *a, const quant_args &p, const quant_heads &qh, char *err,
+                            size_t err_len) {
+    const int64_t split = quant2_split(a, p), n_split = (p.n + split - 1) / split;
     const size_t rows = (size_t)a->n_q * a->n_head * n_split;
     uint8_t *scratch = (uint8_t *)cuda_kvops_scratch(o, rows * (sizeof(float) + sizeof(double) + (size_t)p.D * sizeof(float)));
     if (!scratch) return cuda_kvops_failed(o, err, err_len);
@@ -327,8 +336,7 @@ static int cu_attention_quant(kvb_backend *be, const kvb_attn_args *a, const kvb
     for (int g = 0; g < a->n_head_kv; g++) qh.k[g] = (const uint8_t *)q->k[g], qh.v[g] = (const uint8_t *)q->v[g];
     quant_args p = {a->q, a->q_pos, a->out, a->lse, a->n_q, q->n, a->n_head, a->n_head / a->n_head_kv, a->head_dim,
                     q->group, q->bits, q->pos0, a->scale};
-    if (kvb_cuda_quant_kernel() == 2 && a->n_head / a->n_head_kv <= Q2_GQ_MAX)
-        return attention_quant2(o, a, p, qh, err, err_len);
+    if (kvb_cuda_quant_kernel() == 2 && quant2_fits(a, p)) return attention_quant2(o, a, p, qh, err, err_len);
     k_attention_quant<<<(unsigned)(a->n_q * a->n_head), ATTN_THREADS, 0, o->stream>>>(p, qh);
     return CK_LAUNCH(k_attention_quant) ? cuda_kvops_failed(o, err, err_len) : 0;
 }
