@@ -584,6 +584,10 @@ static void test_attention_colsum_is_the_group_sum_of_the_probabilities_never_wr
         check_colsum(be, (kvb_dtype)dt, 80, 1, 2, 5, 200, 1, 0);  /* head_dim with no fast path */
         check_colsum(be, (kvb_dtype)dt, 128, 2, 4, 40, 700, 1, 64); /* a sliding window */
         check_colsum(be, (kvb_dtype)dt, 64, 1, 1, 1, 1, 0, 0);      /* one key, one query */
+        /* 64 queries or more (KVB_PREFILL_TC_MIN_Q): on a GPU the lse comes from the tensor-core prefill, as it does
+         * for a long prompt's chunks, the calls attention_colsum is for */
+        check_colsum(be, (kvb_dtype)dt, 128, 2, 4, 96, 600, 1, 0);
+        check_colsum(be, (kvb_dtype)dt, 64, 2, 2, 130, 400, 0, 48);
     }
 }
 
