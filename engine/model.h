@@ -140,8 +140,9 @@ typedef struct {
     /* 1: the window is read after the end of prefill too (OmniKV's filter layers, DecodingPress's cuts), so decode
      * keeps recording it; 0: the end of prefill stops it (obs_n 0, no copies per decode step) */
     int obs_decode;
-    /* 1: no hook reads host-tier memory from host code, so while the store holds host-tier rows (which the device's
-     * KV writer may still be writing) the engine need not wait for the device before the layer's hooks; 0: it waits */
+    /* 1: no hook reads host-tier memory from host code without syncing first, so while the store holds host-tier
+     * rows (which the device's KV writer may still be writing) the engine need not wait for the device before the
+     * layer's hooks; 0: it waits */
     int no_host_reads;
 } kvb_hooks;
 

@@ -126,10 +126,11 @@ enum {
      * DecodingPress's SnapKV base at each cut), so decode keeps recording it; for every other method the end of
      * prefill stops the window (engine/model.h kvb_hooks.obs_decode; test_obs_window holds each method to it) */
     KVB_DECODE_WINDOW = 1 << 6,
-    /* no hook reads host-tier KV memory from host code (OmniKV: its loads read the host tier on the device, in the
-     * stream's order, and its selection comes down by its own synced copy), so the engine does not wait for the
-     * device before each layer's hooks while host-tier rows exist (engine/model.h kvb_hooks.no_host_reads); Round
-     * Attention reads its offloaded round ids on the host and keeps the wait */
+    /* no hook reads host-tier KV memory from host code without a sync of its own first (OmniKV: its loads read the
+     * host tier on the device, in the stream's order, and its selection comes down by its own synced copy; Round
+     * Attention reads its offloaded round ids on the host once a question, after the sync that brings its round
+     * scores down), so the engine does not wait for the device before each layer's hooks while host-tier rows exist
+     * (engine/model.h kvb_hooks.no_host_reads; test_host_waits counts each method's waits in a decode step) */
     KVB_NO_HOST_READS = 1 << 7,
 };
 

@@ -211,6 +211,8 @@ static int round_observe(void *self, kvb_ctx *c, int layer, const kvb_src *src, 
                                 rounds, n, s->q_round, err, err_len) ||
          be->copy(be, score, score_d, score_bytes, KVB_COPY_D2H, err, err_len) ||
          be->copy(be, present, present_d, flag_bytes, KVB_COPY_D2H, err, err_len);
+    /* the wait that also covers the host-tier rows load_selected reads on the host (the device's KV writer's, in
+     * the stream's order): the engine's wait before every layer's hooks is off (KVB_NO_HOST_READS) */
     if (!rc && be->sync && be->sync(be)) rc = ERR("%s", be->error);
     kvb_method_release(c, score_d, score_bytes);
     kvb_method_release(c, present_d, flag_bytes);
@@ -384,7 +386,8 @@ fail:
 const kvb_method_def kvb_method_round = {
     .name = "round",
     .summary = "Round Attention: rounds picked at the watershed layer, deep layers' on host",
-    .traits = KVB_OWN_PREFILL,
+    /* no host reads in the hooks but round_observe's, which syncs before it reads the round ids (load_selected) */
+    .traits = KVB_OWN_PREFILL | KVB_NO_HOST_READS,
     .profile = round_profile,
     .create = round_create,
     .hooks = {.select = round_select, .wants_probs = round_wants, .observe = round_observe, .after_prefill = round_after_prefill, .on_round = round_on_round},

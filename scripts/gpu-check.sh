@@ -40,6 +40,7 @@
 #                     with its own prefill and adopting a shared one as bench and run do), test_cuda_model again on
 #                     the candidate set, test_layer_prefill on CUDA (every layer-local method ended layer by layer),
 #                     test_obs_window on CUDA (every method with its observation window stopped after the prefill)
+#                     test_host_waits on CUDA (every method's host waits in a decode step)
 #   bench-attention   decode attention v1-v4, Llama-3-8B shapes, batch 1 and 8, 8K-128K, vs copy and SDPA; then
 #                     again with v4's candidate L2 prefetch 1 and 2 tiles ahead (KVB_ATTN_PREFETCH)
 #   sanitize          compute-sanitizer racecheck and synccheck on a small bench-attention
@@ -75,7 +76,7 @@ root=$(pwd)
 # what a GPU box runs: the CLI and the tests of the CUDA paths (test_layer_prefill: the layer-wise end of prefill
 # against the end of prefill; test_obs_window: every method decoding with its window stopped as with it kept; both
 # on the backend KVB_BACKEND names)
-gpu_bins="kvbench test_cuda_ops test_cuda_model test_backend_ops test_layer_prefill test_obs_window"
+gpu_bins="kvbench test_cuda_ops test_cuda_model test_backend_ops test_layer_prefill test_obs_window test_host_waits"
 build_gpu() { # $1 = build dir, extra cmake args after
     local dir=$1; shift
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVB_CUDA=on "$@" >/dev/null || return 1
@@ -339,6 +340,8 @@ step_tests() {
         layer_prefill_cuda.log env KVB_BACKEND=cuda KVB_MODEL_DIR="$whole" "$bin/test_layer_prefill"
     step "test_obs_window on CUDA (every method: the window stopped after the prefill decodes as with it kept)" \
         obs_window_cuda.log env KVB_BACKEND=cuda "$bin/test_obs_window"
+    step "test_host_waits on CUDA (every method: one wait a decode step, for its logits, unless its table says why)" \
+        host_waits_cuda.log env KVB_BACKEND=cuda "$bin/test_host_waits"
 }
 step_bench_attention() {
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \
