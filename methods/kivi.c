@@ -1,5 +1,5 @@
 /* kivi.c — KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache"): the KV
- * cache in 2 or 4 bits, keys per channel and values per token, with the most recent tokens in full precision.
+ * cache in 2, 4 or 8 bits, keys per channel and values per token, with the most recent tokens in full precision.
  *
  * Equations (paper §3, Algorithm 1). A group X of G values is stored as codes Q(X) = round((X - z) / s) with
  * z = min X, s = (max X - z) / (2^B - 1), and read back as X' = Q(X) s + z, so |X - X'| <= s/2. Keys are grouped
@@ -240,7 +240,7 @@ fail:
 
 const kvb_method_def kvb_method_kivi = {
     .name = "kivi",
-    .summary = "KIVI: keys per channel, values per token in 2/4 bits, recent tokens in full",
+    .summary = "KIVI: keys per channel, values per token in 2/4/8 bits, recent tokens in full",
     .traits = KVB_SHARES_PREFILL,
     .create = kivi_create,
     .hooks = {.select = kivi_select, .attend = kivi_attend, .after_prefill = kivi_after_prefill},

