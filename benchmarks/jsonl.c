@@ -56,7 +56,26 @@ static long count_lines(const char *s, size_t n) {
     return k;
 }
 
+/* Where text holds a NUL character, as a raw byte (invalid JSON) or the escape \u0000: cJSON would end the C string
+ * of its value there and lose the rest of it without a word. Its byte offset, or -1. */
+static long nul_at(const char *text, size_t len) {
+    const char *z = memchr(text, 0, len);
+    if (z) return (long)(z - text);
+    for (size_t i = 0; i + 1 < len; i++)
+        if (text[i] == '\\') { /* (a backslash is only ever inside a string) */
+            if (text[i + 1] == 'u' && i + 6 <= len && !memcmp(text + i + 2, "0000", 4)) return (long)i;
+            i++; /* the escaped character: "\\\\u0000" is a backslash and the text u0000 */
+        }
+    return -1;
+}
+
 cJSON *kvb_json_parse(const char *path, long first_line, const char *text, size_t len, char *err, size_t err_len) {
+    long nul = nul_at(text, len);
+    if (nul >= 0) {
+        kvb_seterr(err, err_len, "%s:%ld: a NUL character (\\u0000) near byte %ld of the record: a string cannot hold it",
+                   path, first_line + count_lines(text, (size_t)nul), nul);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (v) {

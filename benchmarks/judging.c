@@ -43,6 +43,13 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
     const char *env = getenv("KVB_JUDGE_URL");
     const char *url = fl && fl->url ? fl->url : env && *env ? env : kvb_json_str(sj, "base_url", NULL);
     if (!url) return NULL;
+    if (kvb_judge_check_url(url, err, err_len)) return NULL; /* now, not after the first sample's generation */
+    /* a --judge-key-env that names nothing would send every request without its key (the suite's may be unset) */
+    const char *fk = fl ? fl->key_env : NULL, *fv = fk ? getenv(fk) : NULL;
+    if (fk && (!fv || !*fv)) {
+        ERR("judge: --judge-key-env %s: the environment variable is empty or unset", fk);
+        return NULL;
+    }
     kvb_runner_judge *j = calloc(1, sizeof *j);
     if (!j) { ERR("out of memory"); return NULL; }
     kvb_judge_cfg_defaults(&j->cfg);
@@ -235,9 +242,19 @@ int kvb_runner_judge_records(kvb_runner_judge *j, kvb_judge_kind kind, const kvb
         kvb_judge_cfg cfg = j->cfg;
         cfg.max_tokens = kind == KVB_JK_LONGMEMEVAL ? 10 : kind == KVB_JK_QUALITY ? 128 : 16;
         if (kind == KVB_JK_LONGMEMEVAL) cfg.n = 1;
+        int reached = 0;
+        const kvb_judge_req *down = NULL;
         if (kvb_judge_run(&cfg, reqs, m, err, err_len)) rc = -1;
-        else
-            for (int k = 0; k < m; k++) record_verdict(j, kind, &reqs[k], recs[idx[k]]);
+        for (int k = 0; !rc && k < m; k++) {
+            reached += reqs[k].ok || reqs[k].from_cache || reqs[k].http_status;
+            if (reqs[k].unreachable && !down) down = &reqs[k];
+        }
+        /* no judgement got an answer and the server could not be reached: the judge is down or the URL is wrong, not
+         * a bad reply; stop, leaving the generations' records pending (a run resumed with a judge judges them) */
+        if (!rc && !reached && down)
+            rc = ERR("judge %s unreachable: %s (the predictions are kept, unjudged: run again when it answers)", j->url,
+                     down->error);
+        for (int k = 0; !rc && k < m; k++) record_verdict(j, kind, &reqs[k], recs[idx[k]]);
     }
     for (int k = 0; k < m; k++) {
         kvb_judge_req_clear(&reqs[k]);

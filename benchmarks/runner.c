@@ -667,6 +667,10 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     int n_ctx = o->n_ctx > 0 && o->n_ctx < st.model->cfg.n_ctx_train ? o->n_ctx : st.model->cfg.n_ctx_train;
     if (kvb_suite_check(st.suite, o->suite_path, n_ctx, err, err_len)) goto done; /* max_new_tokens against the context */
     const char *out_dir = o->out_dir ? o->out_dir : kvb_json_str(st.suite, "output", "runs/suite");
+    if (!*out_dir) {
+        ERR("the output folder (%s) is empty; name one", o->out_dir ? "--out" : "the suite's \"output\"");
+        goto done;
+    }
     if (expand_path_fits(out_dir, st.out_dir, sizeof st.out_dir)) {
         ERR("the output folder \"%.40s...\" (%s) is longer than the %zu bytes kvbench takes; use a shorter --out",
             out_dir, o->out_dir ? "--out" : "the suite's \"output\"", sizeof st.out_dir - 1);
@@ -685,6 +689,10 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     }
     const cJSON *benches = cJSON_GetObjectItemCaseSensitive(st.suite, "benchmarks"), *b;
     if (!cJSON_IsArray(benches)) { ERR("suite %s: \"benchmarks\" must be an array", o->suite_path); goto done; }
+    if (!cJSON_GetArraySize(benches) && !cJSON_GetObjectItemCaseSensitive(st.suite, "serve")) {
+        ERR("suite %s: \"benchmarks\" is empty: nothing to run", o->suite_path);
+        goto done;
+    }
     cJSON_ArrayForEach(b, benches) {
         int first = st.n_tasks;
         if (load_benchmark(&st, b, err, err_len)) goto done;
@@ -745,7 +753,16 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);
     char run_json[1100];
     snprintf(run_json, sizeof run_json, "%s/run.json", st.out_dir);
-    if (kvb_hostload_begin(&st.load, run_json, o->n_threads, err, err_len)) goto done;
+    /* the threads the CPU backend uses: --threads, else $KVB_THREADS or the usable cores, which a probe resolves
+     * (not every online CPU, the host load's default) */
+    int threads = o->n_threads;
+    if (threads <= 0 && (!cp.backend || !strcmp(cp.backend, "cpu"))) {
+        kvb_backend *probe = kvb_backend_cpu_create(0, err, err_len);
+        if (!probe) goto done;
+        threads = probe->n_threads;
+        kvb_backend_free(probe);
+    }
+    if (kvb_hostload_begin(&st.load, run_json, threads, err, err_len)) goto done;
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n; k++)
             if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;

@@ -88,6 +88,9 @@ int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size
 /* --compression-ratio R (kvpress's: remove R of the prompt's KV) into a kvb_budget: --budget (1 - R) x 100%. Given
  * with --budget, the later one wins, as any option given twice. */
 int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *err, size_t err_len);
+/* A --method-opt M:K=V whose M is no registered method (it would apply to nothing): -1 with the reason in err,
+ * else 0 */
+int cli_method_opt_prefix_check(const char *v, char *err, size_t err_len);
 #define CLI_METHOD_OPTS(o)                                                                                         \
     CLI_FN("--method", &(o)->method, cli_fn_method), CLI_FN("--budget", &(o)->budget, cli_fn_budget),              \
         CLI_FN("--compression-ratio", &(o)->budget, cli_fn_compression_ratio),                                     \

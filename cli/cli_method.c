@@ -33,6 +33,17 @@ int cli_fn_compression_ratio(void *dst, const char *opt, const char *v, char *er
     return kvb_budget_ratio_str(v, pct, sizeof pct, err, err_len) ? -1 : kvb_budget_parse(pct, dst, err, err_len);
 }
 
+int cli_method_opt_prefix_check(const char *v, char *err, size_t err_len) {
+    const char *colon = strchr(v, ':'), *eq = strchr(v, '=');
+    if (!colon || (eq && eq < colon)) return 0; /* K=V, or a value holding ':' */
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(colon - v), v);
+    if ((size_t)(colon - v) < sizeof name && kvb_method_find(name)) return 0;
+    char names[2048];
+    kvb_method_names(names, sizeof names);
+    return snprintf(err, err_len, "--method-opt %s: no method is named '%s' (available: %s)", v, name, names), -1;
+}
+
 int cli_fn_method_opt(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     return kvb_opts_add(dst, v, err, err_len);
 }

@@ -287,7 +287,7 @@ static int parse_contexts(const char *contexts, bench_row *rows, int *n_rows) {
         rows[(*n_rows)++].ctx = v;
         s = *end ? end + 1 : end;
     }
-    return 0;
+    return *n_rows ? 0 : cli_fail("bench: --contexts is empty (give prompt lengths, e.g. 512,2048)");
 }
 
 static const bench_peer LLAMA_PEER = {"llama.cpp", "llamacpp_bench.py", "llama-cpp-python", PEER_LLAMA};
@@ -318,12 +318,13 @@ int cmd_bench(int argc, char **argv) {
     if (parse_contexts(contexts, rows, &n_rows)) return 1;
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
+    /* --ctx N lets a context pass the model's training context, up to N */
+    const int ctx_limit = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train; /* read before the model is freed */
     for (int i = 0; i < n_rows; i++)
-        if (rows[i].ctx + n_dec + 1 > m->cfg.n_ctx_train && eo.ctx.n_ctx == 0) {
-            int ctx_train = m->cfg.n_ctx_train; /* read before the model is freed */
+        if (rows[i].ctx + n_dec + 1 > ctx_limit) {
             kvb_model_free(m);
-            return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", rows[i].ctx,
-                            n_dec, ctx_train);
+            return cli_fail("bench: context %ld + %ld decode steps exceeds %s of %d", rows[i].ctx, n_dec,
+                            eo.ctx.n_ctx > 0 ? "--ctx" : "the model's context", ctx_limit);
         }
     char err[512];
     kvb_backend *probe = kvb_backend_create(eo.ctx.backend, eo.ctx.n_threads, err, sizeof err);

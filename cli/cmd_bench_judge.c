@@ -68,6 +68,19 @@ int cmd_bench_judge(int argc, char **argv) {
                       CLI_ENGINE_OPTS(&eo), CLI_END};
     int stop = cli_parse("bench-judge", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
+    /* the levels read whole before the server starts: a bad one is refused before any level is measured */
+    enum { MAX_LEVELS = 16 };
+    int levels[MAX_LEVELS], n_levels = 0;
+    for (const char *s = conc;;) {
+        char *end;
+        long c = strtol(s, &end, 10);
+        if (end == s || c < 1 || c > 1024 || (*end && *end != ',') || n_levels == MAX_LEVELS)
+            return cli_fail("bench-judge: --concurrency expects up to %d comma-separated integers in [1, 1024], got '%s'",
+                            MAX_LEVELS, conc);
+        levels[n_levels++] = (int)c;
+        if (!*end) break;
+        s = end + 1;
+    }
     char path[1024], err[512];
     if (kvb_model_resolve(eo.model, path, sizeof path, err, sizeof err)) return cli_fail("bench-judge: %s", err);
     bj_server srv;
@@ -97,12 +110,9 @@ int cmd_bench_judge(int argc, char **argv) {
            url, n_req, max_tokens);
     printf("| client concurrency | judgments/s | mean s/judgment | errors | speedup vs 1 |\n|---|---|---|---|---|\n");
     double base = 0;
-    char list[128];
-    snprintf(list, sizeof list, "%s", conc);
     int rc = 0;
-    for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int c = atoi(t);
-        if (c < 1) { rc = cli_fail("bench-judge: bad concurrency '%s'", t); break; }
+    for (int l = 0; l < n_levels; l++) {
+        int c = levels[l];
         kvb_judge_req *reqs = calloc((size_t)n_req, sizeof *reqs);
         for (long i = 0; i < n_req; i++) reqs[i].messages_json = judge_messages((int)i);
         kvb_judge_cfg cfg;

@@ -127,6 +127,8 @@ int cmd_bench_methods(int argc, char **argv) {
     int stop = cli_parse("bench", HELP, opts, 0, argc, argv, NULL);
     if (stop >= 0) return stop;
     if (!methods) return cli_fail("bench: --method is required for the method benchmark");
+    for (int i = 0; i < raw.n; i++)
+        if (cli_method_opt_prefix_check(raw.v[i], err, sizeof err)) return cli_fail("bench: %s", err);
     char list[2048];
     if (!strcmp(methods, "all")) kvb_method_names_all(list, sizeof list);
     else snprintf(list, sizeof list, "%s", methods);
@@ -134,7 +136,9 @@ int cmd_bench_methods(int argc, char **argv) {
     char *names[MAX_NAMES];
     int n_names = 0;
     names[n_names++] = "full";
-    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+    char *t = strtok(list, ",");
+    if (!t) return cli_fail("bench: --method is empty (give method names, or all)");
+    for (; t; t = strtok(NULL, ",")) {
         const kvb_method_def *info = kvb_method_find(t);
         if (!info) return cli_fail("bench: unknown method '%s'", t);
         if (n_names == MAX_NAMES) return cli_fail("bench: more than %d methods", MAX_NAMES - 1);
@@ -142,10 +146,12 @@ int cmd_bench_methods(int argc, char **argv) {
     }
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
-    int ctx_train = m->cfg.n_ctx_train;
-    if (ctx_len + n_dec + 1 > ctx_train && eo.ctx.n_ctx == 0) { /* as plain bench: --ctx N goes beyond on purpose */
+    /* as plain bench: --ctx N goes beyond the model's context on purpose, up to N */
+    int ctx_limit = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train;
+    if (ctx_len + n_dec + 1 > ctx_limit) {
         kvb_model_free(m);
-        return cli_fail("bench: context %ld + %ld decode steps exceeds the model's context of %d", ctx_len, n_dec, ctx_train);
+        return cli_fail("bench: context %ld + %ld decode steps exceeds %s of %d", ctx_len, n_dec,
+                        eo.ctx.n_ctx > 0 ? "--ctx" : "the model's context", ctx_limit);
     }
     if (cli_calibrate_methods("bench", m, &eo.ctx, names, n_names, raw.v, raw.n, no_calibrate)) {
         kvb_model_free(m);

@@ -45,6 +45,12 @@ static const char *HELP =
     "  --out-dir DIR          where calibrate-KIND.csv goes (default .)\n"
     "  --dry-run              print and save the CSV, do not touch the profile\n" CLI_ENGINE_HELP;
 
+/* The analysis options and the one kind each applies to. */
+static const char *const ONLY[][2] = {{"--frac", "round"},     {"--eps", "round"},  {"--topk", "omnikv"},
+                                      {"--n-filter", "omnikv"}, {"--span", "omnikv"}, {"--q", "pod"},
+                                      {"--delta", "pod"}};
+enum { N_ONLY = sizeof ONLY / sizeof ONLY[0] };
+
 int cmd_calibrate(int argc, char **argv) {
     kvb_cal_opts o;
     kvb_cal_defaults(&o);
@@ -59,6 +65,10 @@ int cmd_calibrate(int argc, char **argv) {
                       CLI_FLOAT("--frac", &o.frac, 0, 1), CLI_FLOAT("--eps", &o.eps, 0, 1),
                       CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo),
                       CLI_END};
+    /* which analysis options were given, read before cli_parse moves the kind over the arguments it has read */
+    int given[N_ONLY] = {0};
+    for (int i = 1; i < argc; i++)
+        for (int k = 0; k < N_ONLY; k++) given[k] |= !strcmp(argv[i], ONLY[k][0]);
     int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
     if (stop >= 0) return stop;
     if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv, pod, qfilter or duo (see --help)");
@@ -68,6 +78,10 @@ int cmd_calibrate(int argc, char **argv) {
         strcmp(o.kind, "duo"))
         return cli_fail("calibrate: unknown kind '%s' (round, omnikv, pod, qfilter or duo)", o.kind);
     if (!strcmp(o.kind, "duo") && files.n) return cli_fail("calibrate: duo makes its own passkey prompts: drop --prompt-file");
+    /* an analysis option of another kind would be ignored without a word */
+    for (int k = 0; k < N_ONLY; k++)
+        if (given[k] && strcmp(o.kind, ONLY[k][1]))
+            return cli_fail("calibrate: %s is an option of %s, not of %s", ONLY[k][0], ONLY[k][1], o.kind);
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;

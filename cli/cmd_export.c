@@ -40,6 +40,8 @@ int cmd_export(int argc, char **argv) {
     if (stop >= 0) return stop;
     if (!kvpress) return cli_fail("export: name the layout: --kvpress (see --help)");
     if (n != 2) return cli_fail("export: give RUN_DIR and OUT (see --help)");
+    if (o.model && !*o.model)
+        return cli_fail("export: --model is empty (give the model's name, e.g. Qwen/Qwen2.5-Coder-0.5B-Instruct)");
     char err[2048];
     kvb_kvpress_stats st;
     if (kvb_export_kvpress(argv[1], argv[2], &o, &st, err, sizeof err)) return cli_fail("export: %s", err);

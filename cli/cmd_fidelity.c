@@ -144,6 +144,8 @@ int cmd_fidelity(int argc, char **argv) {
     if (stop >= 0) return stop;
     int n_prompts = prompt_list.n;
     if (!methods) return cli_fail("fidelity: --methods is required (e.g. --methods all)");
+    for (int i = 0; i < raw.n; i++)
+        if (cli_method_opt_prefix_check(raw.v[i], err, sizeof err)) return cli_fail("fidelity: %s", err);
     if (!n_prompts) return cli_fail("fidelity: give at least one --prompt-file");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "fidelity");
     char list[2048];
@@ -157,6 +159,7 @@ int cmd_fidelity(int argc, char **argv) {
         if (n_methods == MAX_METHODS) return cli_fail("fidelity: more than %d methods", MAX_METHODS);
         tot[n_methods++].name = t;
     }
+    if (!n_methods) return cli_fail("fidelity: --methods is empty (give method names, or all)");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;
     const int L = m->cfg.n_layer;

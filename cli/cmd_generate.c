@@ -39,7 +39,7 @@ static const char *HELP =
     "                         pass to DIR/activations.f32 with an index DIR/activations.tsv\n"
     "                         (scripts/llamacpp_diff.py compares them with llama.cpp's, op by op)\n"
     "  --dump-kept FILE       write, per layer and KV head, the positions the method kept (and, at the end,\n"
-    "                         attended) after prefill and at the end, as JSON lines (README \"Kept tokens\")\n"
+    "                         attended) after prefill and at the end, as JSON lines (docs/methods.md \"Kept tokens\")\n"
     CLI_METHOD_HELP CLI_ENGINE_HELP;
 
 /* --dump-activations: raw floats appended to one file, a line per call in the index */
@@ -140,6 +140,7 @@ int cmd_generate(int argc, char **argv) {
     if (stop >= 0) return stop;
     if (trace) eo.ctx.trace = 1;
     if (!!prompt == !!prompt_file) return cli_fail("generate: give exactly one of --prompt or --prompt-file");
+    if (!chat && (system || tmpl_name)) return cli_fail("generate: --system and --template need --chat");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "generate");
     char *file_text = NULL;
     size_t prompt_len = 0;

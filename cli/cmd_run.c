@@ -21,7 +21,7 @@ static const char *HELP =
     "writes DIR/summary.csv, DIR/report.md and SVG charts and prints the main table.\n"
     "\n"
     "Calibration: a method that reads the model's calibration profile (round without lw=, pod without block=,\n"
-    "omnikv with layers=profile, qfilter without filters=window, duo without split=window; README \"Calibration\")\n"
+    "omnikv with layers=profile, qfilter without filters=window, duo without split=window; docs/methods.md \"Calibration\")\n"
     "on a model whose profile lacks its section is calibrated\n"
     "first, once, as `kvbench calibrate KIND` does (4 synthetic 12-round dialogues, or the suite's\n"
     "\"calibration\": {\"samples\": N, \"rounds\": N}): one line says so, one gives the result; the curves and tables\n"
@@ -51,7 +51,7 @@ static const char *HELP =
     "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP
     "  --ctx N                cap the context: prompts are truncated (by each benchmark's rule) to fit N\n"
     "  --dump-kept FILE       append, per cell, the positions its method kept per layer and KV head after\n"
-    "                         prefill and at the end (JSON lines, README \"Kept tokens\")\n"
+    "                         prefill and at the end (JSON lines, docs/methods.md \"Kept tokens\")\n"
     "  --shard i/N            only the cells of shard i (0 <= i < N): a stable hash of (model sha256,\n"
     "                         method@budget and options, benchmark, task, sample id) splits the suite into N\n"
     "                         disjoint shards; join their directories with `kvbench merge`\n"
@@ -74,6 +74,7 @@ static int method_opt_fn(void *dst, const char *opt, const char *v, char *err, s
     static const char *raw[KVB_MAX_OPTS];
     if (o->n_method_opts == KVB_MAX_OPTS) return snprintf(err, err_len, "more than %d --method-opt values", KVB_MAX_OPTS), -1;
     if (!strchr(v, '=')) return snprintf(err, err_len, "--method-opt %s: expected KEY=VALUE or METHOD:KEY=VALUE", v), -1;
+    if (cli_method_opt_prefix_check(v, err, err_len)) return -1;
     raw[o->n_method_opts++] = v;
     o->method_opts = raw;
     return 0;

@@ -225,7 +225,8 @@ int kvb_config_read(const gguf_file *f, kvb_config *cfg, char *err, size_t err_l
     cfg->n_rot = cfg->head_dim;
     if ((rc = opt_u32(f, a, "rope.dimension_count", &v, err, err_len)) < 0) return -1;
     if (rc) {
-        if ((int)v > cfg->head_dim || v % 2) return ERR("rope dimension %u does not fit head size %d", v, cfg->head_dim);
+        if (v == 0 || (int)v > cfg->head_dim || v % 2)
+            return ERR("rope dimension %u does not fit head size %d", v, cfg->head_dim);
         cfg->n_rot = (int)v;
     }
     if (read_rope_scaling(f, cfg, err, err_len)) return -1;

@@ -412,6 +412,8 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
                 finish(jb, &remaining, NULL, 0, 0);
                 continue;
             }
+            r->unreachable =
+                cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_COULDNT_RESOLVE_PROXY || cc == CURLE_COULDNT_CONNECT;
             if (cc != CURLE_OK) {
                 snprintf(r->error, sizeof r->error, "%s", curl_easy_strerror(cc));
             } else { /* the whole body decoded and redacted before it is cut to an error line */
@@ -452,6 +454,7 @@ int kvb_judge_run(const kvb_judge_cfg *cfg, kvb_judge_req *reqs, int n, char *er
         if (jobs[i].dup_of < 0) continue;
         kvb_judge_req *r = &reqs[i], *src = &reqs[jobs[i].dup_of];
         r->ok = src->ok, r->attempts = 0, r->from_cache = src->from_cache, r->http_status = src->http_status, r->shared = 1;
+        r->unreachable = src->unreachable;
         memcpy(r->error, src->error, sizeof r->error); /* (distinct requests: i is not its own duplicate) */
         r->raw = src->raw ? strdup(src->raw) : NULL;
         if (src->n_replies && (r->replies = calloc((size_t)src->n_replies, sizeof *r->replies)))

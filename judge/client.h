@@ -53,6 +53,7 @@ typedef struct {
     char *raw;                /* the reply body decoded, redacted and printed again (as cached) */
     char error[256];          /* why not ok (judge error) */
     int attempts, from_cache, http_status;
+    int unreachable;          /* 1 = its last attempt made no connection (host not resolved, connection refused) */
     char key[65];             /* cache key */
     int shared;               /* 1 = the reply of an identical request earlier in the batch (sent once) */
 } kvb_judge_req;

@@ -64,6 +64,8 @@ typedef struct {
     conn_state *conns;        /* oldest first */
     int n_conns, max_conns;
     double request_timeout_s;
+    atomic_int running;  /* the daemon is up: libmicrohttpd's messages go to stderr (on_mhd_log) */
+    char mhd_error[200]; /* until then, its last one: why it could not start */
 } server;
 
 typedef struct {
@@ -1110,6 +1112,19 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* libmicrohttpd's messages: while the daemon starts, the last one is kept for serve's one error line ("Failed to
+ * bind to port 80: Permission denied"); once it runs, each goes to stderr as libmicrohttpd's own logger prints it. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    server *s = cls;
+    if (atomic_load(&s->running)) {
+        vfprintf(stderr, fmt, ap);
+        return;
+    }
+    vsnprintf(s->mhd_error, sizeof s->mhd_error, fmt, ap);
+    for (size_t n = strlen(s->mhd_error); n && (s->mhd_error[n - 1] == '\n' || s->mhd_error[n - 1] == '\r');)
+        s->mhd_error[--n] = 0;
+}
+
 /* A request not read whole within request_timeout_s of its start is cut off, however slowly it trickles in
  * (the idle timeout only sees silent connections). */
 static void reap_slow_requests(server *s) {
@@ -1137,11 +1152,38 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
         free(s.token);
         return -1;
     }
+    /* the default method, budget and options made once on a small context: a bad one (an unknown option, a method
+     * that needs a budget and has none) is refused now, not in every request that does not name its own */
+    kvb_ctx_params small = kvb_ctx_default_params();
+    small.n_ctx = 256, small.n_threads = 1;
+    kvb_ctx *chk = kvb_ctx_create(s.model, &small, err, err_len);
+    kvb_opts chk_opts = o->opts;
+    kvb_method *chk_m =
+        chk ? kvb_method_create(o->method ? o->method : "full", chk, &o->budget, &chk_opts, err, err_len) : NULL;
+    kvb_method_free(chk_m, chk);
+    kvb_ctx_free(chk);
+    if (!chk_m) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", err);
+        kvb_model_free(s.model);
+        free(s.token);
+        return ERR("serve: %s", why);
+    }
     const char *base = strrchr(o->model_path, '/');
     snprintf(s.name, sizeof s.name, "%s", o->model_name ? o->model_name : (base ? base + 1 : o->model_path));
     int parallel = o->parallel > 0 ? o->parallel : 1;
     sem_init(&s.engine, 0, (unsigned)parallel);
-    int total = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int total = o->n_threads;
+    if (total <= 0) { /* $KVB_THREADS, else the usable cores (affinity, cgroup quota), as the CPU backend counts them */
+        kvb_backend *probe = kvb_backend_cpu_create(0, err, err_len);
+        if (!probe) {
+            kvb_model_free(s.model);
+            free(s.token);
+            return -1;
+        }
+        total = probe->n_threads;
+        kvb_backend_free(probe);
+    }
     s.threads_per = total / parallel > 0 ? total / parallel : 1;
     s.max_conns = o->max_connections > 0 ? o->max_connections : 256;
     s.request_timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : REQUEST_TIMEOUT_S;
@@ -1160,7 +1202,9 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     /* libmicrohttpd accepts EVICT_HEADROOM connections beyond max_connections: a newcomer there evicts the
      * slowest reader (on_connection) instead of being turned away */
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                            (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
+                                            (uint16_t)o->port, NULL, NULL, on_request, &s,
+                                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, &s, /* first: start-up messages too */
+                                            MHD_OPTION_SOCK_ADDR, &addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_done, &s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s.max_conns + EVICT_HEADROOM),
                                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_per_ip > 0 ? o->max_per_ip : 32),
@@ -1170,8 +1214,11 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
         kvb_model_free(s.model);
         free(s.token);
         pthread_mutex_destroy(&s.conns_mu);
+        if (s.mhd_error[0])
+            return ERR("serve: cannot listen on %s:%d: %s", o->host ? o->host : "127.0.0.1", o->port, s.mhd_error);
         return ERR("serve: cannot listen on %s:%d (in use?)", o->host ? o->host : "127.0.0.1", o->port);
     }
+    atomic_store(&s.running, 1);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = info ? info->port : o->port;
     if (o->batching) { /* every generation's context shares the engine's backend and all the threads */

@@ -45,9 +45,9 @@ int kvb_profile_path(const kvb_model *m, char *path, size_t cap, char *err, size
 }
 
 cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
-    char path[1024];
+    char path[1024], hex[65];
     err[0] = 0;
-    if (kvb_profile_path(m, path, sizeof path, err, err_len)) return NULL;
+    if (kvb_profile_path(m, path, sizeof path, err, err_len) || kvb_model_sha256(m, hex, err, err_len)) return NULL;
     if (access(path, F_OK) != 0) return NULL; /* no profile yet */
     char *text = kvb_read_file(path, NULL, err, err_len);
     if (!text) return NULL;
@@ -56,6 +56,14 @@ cJSON *kvb_profile_load(const kvb_model *m, char *err, size_t err_len) {
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         ERR("calibration profile %s is not a JSON object (delete it and re-run kvbench calibrate)", path);
+        return NULL;
+    }
+    /* a profile copied or renamed from another model's would feed this one that model's layers and heads */
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "model_sha256");
+    if (sha && (!cJSON_IsString(sha) || strcmp(sha->valuestring, hex))) {
+        ERR("calibration profile %s is for another model (its model_sha256 is %.16s..., this model's %.16s...): delete it "
+            "and re-run kvbench calibrate", path, cJSON_IsString(sha) ? sha->valuestring : "not a string", hex);
+        cJSON_Delete(j);
         return NULL;
     }
     return j;
@@ -135,7 +143,7 @@ int kvb_profile_round_lw(const kvb_model *model, int *lw, char *err, size_t err_
     cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, "lw") : NULL;
     int rc = 0;
     if (v) {
-        if (!cJSON_IsNumber(v)) rc = ERR("calibration profile: round.lw is not a number");
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)v->valueint) rc = ERR("calibration profile: round.lw is not a whole number");
         else { *lw = v->valueint; rc = 1; }
     }
     cJSON_Delete(root);

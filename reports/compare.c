@@ -84,6 +84,18 @@ static int only_in(const kvb_summary *have, const kvb_summary *other, const char
     return n;
 }
 
+/* How many cells of a there are (*n_a) and how many of them b has too. */
+static int n_matched(const kvb_summary *a, const kvb_summary *b, int *n_a) {
+    int n = 0;
+    *n_a = 0;
+    for (int i = 0; i < a->n_rows; i++)
+        for (int j = 0; j < a->n_cols; j++) {
+            const kvb_cell *c = kvb_summary_at(a, i, j);
+            if (c) ++*n_a, n += kvb_summary_find(b, c->method, c->budget, c->task) != NULL;
+        }
+    return n;
+}
+
 static int diff(const kvb_run *ra, const kvb_summary *a, const kvb_run *rb, const kvb_summary *b, const tolerances *t, FILE *f) {
     char sa[96], sb[96];
     fprintf(f, "## kvbench compare\n\nbase: %s (suite %s, commit %s)  \nnew: %s (suite %s, commit %s)\n\n", ra->dir,
@@ -116,6 +128,11 @@ int kvb_compare(const char *base_dir, const char *new_dir, double max_score_drop
     if (!rc && !allow_mismatch) rc = refuse_mismatch(&ra, &rb, err, err_len);
     if (!rc) rc = kvb_summary_build(&ra, &a, err, err_len);
     if (!rc) rc = kvb_summary_build(&rb, &b, err, err_len);
+    int n_base = 0;
+    /* a new run that holds none of the base's cells (killed before its first record, another --limit) is no pass */
+    if (!rc && n_matched(&a, &b, &n_base) == 0 && n_base > 0)
+        rc = ERR("%s has none of the %d cell(s) of %s (no records of them): nothing to compare", new_dir, n_base,
+                 base_dir);
     tolerances t = {max_score_drop, max_slowdown_pct, max_mem_growth_pct};
     if (!rc) rc = diff(&ra, &a, &rb, &b, &t, out);
     if (rc >= 0) { /* a suite's "serve" rows (serve_rows.h): output tokens/s gated by the decode slowdown tolerance */

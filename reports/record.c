@@ -59,9 +59,15 @@ static int fail(char *why, size_t why_len, const char *key, const char *what) {
     return -1;
 }
 
-/* A present number: finite, and in [0, 1] for a UNIT field. */
+/* A present number: finite, not negative unless SIGNED (the others are counts, sizes and times), and in [0, 1] for a
+ * UNIT field. */
 static int check_num(const kvb_record_field *f, double v, char *why, size_t why_len) {
     if (!isfinite(v)) return fail(why, why_len, f->key, " is not a number");
+    if (v < 0 && !(f->flags & (KVB_RF_UNIT | KVB_RF_SIGNED))) {
+        char what[96];
+        snprintf(what, sizeof what, " = %g is negative", v);
+        return fail(why, why_len, f->key, what);
+    }
     if ((f->flags & KVB_RF_UNIT) && (v < 0 || v > 1)) {
         char what[96];
         snprintf(what, sizeof what, " = %g is outside [0, 1]", v);

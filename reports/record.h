@@ -8,7 +8,7 @@
  *
  * Field types and how an absent value is held:
  *   STR   char *      NULL when absent or null ("" error texts count as none on reading)
- *   NUM   double      NAN when absent or null; finite when present
+ *   NUM   double      NAN when absent or null; finite when present, and not negative unless SIGNED
  *   BOOL  int         0 when absent or null
  *   STRS  kvb_strs    an array of strings; n = 0 when absent or null
  *   OBJ   cJSON *     a JSON object another module defines (the judge's verdict, the fingerprint, the phase
@@ -18,6 +18,7 @@
  *   KVB_RF_OMIT      the writer leaves it out when absent (NULL / NAN / 0), rather than writing null
  *   KVB_RF_TIMING    a measure of time: two runs of one cell differ in it (merge does not compare it)
  *   KVB_RF_UNIT      a number in [0, 1]
+ *   KVB_RF_SIGNED    a number that may be negative (a needle's depth: -1 when none was placed)
  *   KVB_RF_BULK      text a report does not use (prediction, answers, ...): checked, but not kept by a lean read
  *
  * The reader is strict: a key that is no field, a key twice, a required field missing or null, a field of
@@ -36,7 +37,8 @@ typedef struct {
 
 typedef enum { KVB_RF_STR, KVB_RF_NUM, KVB_RF_BOOL, KVB_RF_STRS, KVB_RF_OBJ } kvb_rf_type;
 
-enum { KVB_RF_REQUIRED = 1 << 0, KVB_RF_OMIT = 1 << 1, KVB_RF_TIMING = 1 << 2, KVB_RF_UNIT = 1 << 3, KVB_RF_BULK = 1 << 4 };
+enum { KVB_RF_REQUIRED = 1 << 0, KVB_RF_OMIT = 1 << 1, KVB_RF_TIMING = 1 << 2, KVB_RF_UNIT = 1 << 3, KVB_RF_BULK = 1 << 4,
+       KVB_RF_SIGNED = 1 << 5 };
 
 /* X(TYPE, name, flags): every field of a record, in the order the writer writes them. */
 #define KVB_RECORD_FIELDS(X)                                                                                        \
@@ -51,7 +53,7 @@ enum { KVB_RF_REQUIRED = 1 << 0, KVB_RF_OMIT = 1 << 1, KVB_RF_TIMING = 1 << 2, K
     X(STR, difficulty, KVB_RF_OMIT)        /* LongBench v2's easy / hard */                                         \
     X(STR, domain, KVB_RF_OMIT)            /* LongBench v2's domain */                                              \
     X(NUM, ctx_len, KVB_RF_OMIT)           /* a synthetic context's length in tokens (needle grid) */               \
-    X(NUM, depth, KVB_RF_OMIT)             /* where its needle is */                                                \
+    X(NUM, depth, KVB_RF_OMIT | KVB_RF_SIGNED) /* where its needle is (-1: none) */                                 \
     X(BOOL, abstention, 0)                 /* LongMemEval abstention question */                                    \
     X(NUM, prompt_tokens, 0)                                                                                        \
     X(STR, question, KVB_RF_BULK)          /* "visible" or "hidden" (compressed before the question) */             \

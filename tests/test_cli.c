@@ -143,6 +143,9 @@ static void test_bench_method_refuses_contexts_beyond_the_model(void) {
     UTIL_REQUIRE_FILE(model);
     expect_clean_failure("bench --model default --method snapkv --budget 30% --ctx-len 9000", "exceeds the model's context of 8192");
     expect_clean_failure("bench --model default --contexts 9000", "exceeds the model's context of 8192");
+    /* --ctx N lets a context pass the model's, up to N: one beyond N is refused, not measured at its own size */
+    expect_clean_failure("bench --model default --contexts 100 --ctx 64", "exceeds --ctx of 64");
+    expect_clean_failure("bench --model default --method snapkv --ctx-len 100 --ctx 64", "exceeds --ctx of 64");
 }
 
 /* a method that cannot be made (no Round profile for a synthetic model; a bad option) is refused before the prefill:
@@ -165,6 +168,14 @@ static void test_bad_flags_are_reported(void) {
     expect_clean_failure("generate --prompt hi --bogus 1", "--bogus");
     expect_clean_failure("generate", "--prompt");
     expect_clean_failure("bench --contexts 12,x", "--contexts");
+    /* an empty list, a flag that needs another, an option for a method or a kind that is not there: refused */
+    expect_clean_failure("bench --contexts ''", "--contexts is empty");
+    expect_clean_failure("bench --method ''", "--method is empty");
+    expect_clean_failure("bench --method snapkv --method-opt snapk:window=4", "no method is named 'snapk'");
+    expect_clean_failure("fidelity --prompt-file x.txt --methods ,,", "--methods is empty");
+    expect_clean_failure("generate --prompt hi --system 'be brief'", "--system and --template need --chat");
+    expect_clean_failure("calibrate pod --frac 0.3", "--frac is an option of round, not of pod");
+    expect_clean_failure("bench-judge --concurrency 4x", "--concurrency expects");
 }
 
 /* Every command parses its options with one table-driven parser (cli/opts.c): an unknown option, an option

@@ -141,10 +141,37 @@ static void test_corrupt_profile_is_a_one_line_error_and_is_not_overwritten(void
     unlink(path);
 }
 
+/* Another model's profile under this model's name (copied or renamed: its model_sha256 says whose it is) is one line
+ * naming the file, not that model's layers and heads fed to this one; a store leaves it as it was. */
+static void test_another_models_profile_is_refused(void) {
+    char path_a[1024], path_b[1024];
+    int lw = -1;
+    cJSON *v = parse("{\"lw\": 4}");
+    CU_ASSERT_FATAL(kvb_profile_store(model_a, "round", v, err, sizeof err) == 0);
+    cJSON_Delete(v);
+    profile_path_of(model_a, path_a, sizeof path_a);
+    profile_path_of(model_b, path_b, sizeof path_b);
+    char *text = util_read_file(path_a, NULL);
+    CU_ASSERT_FATAL(text != NULL);
+    write_text(path_b, text);
+    CU_ASSERT(kvb_profile_round_lw(model_b, &lw, err, sizeof err) == -1 && lw == -1);
+    CU_ASSERT(strstr(err, path_b) && strstr(err, "another model") && !strchr(err, '\n'));
+    v = parse("{\"lw\": 2}");
+    CU_ASSERT(kvb_profile_store(model_b, "round", v, err, sizeof err) == -1);
+    cJSON_Delete(v);
+    char *after = util_read_file(path_b, NULL);
+    CU_ASSERT(after && !strcmp(after, text));
+    free(after);
+    free(text);
+    unlink(path_b);
+    CU_ASSERT(kvb_profile_round_lw(model_a, &lw, err, sizeof err) == 1 && lw == 4); /* its own still reads */
+}
+
 /* A section of the wrong shape is an error naming the field, not a method run with a wrong setting. */
 static void test_malformed_sections_are_errors_naming_the_field(void) {
     static const struct { const char *text; int which; const char *what; } cases[] = {
-        {"{\"round\": {\"lw\": \"three\"}}", 0, "round.lw is not a number"},
+        {"{\"round\": {\"lw\": \"three\"}}", 0, "round.lw is not a whole number"},
+        {"{\"round\": {\"lw\": 2.5}}", 0, "round.lw is not a whole number"},
         {"{\"omnikv\": {\"layers\": [4, 2]}}", 1, "omnikv.layers[1]"},
         {"{\"omnikv\": {\"layers\": [0, 8]}}", 1, "omnikv.layers[1]"},   /* beyond the model's 8 layers */
         {"{\"omnikv\": {\"layers\": []}}", 1, "omnikv.layers must be"},
@@ -234,6 +261,7 @@ int main(void) {
     CU_add_test(s, "a profile follows the model's bytes, not its name", test_profile_follows_the_model_bytes_not_its_name);
     CU_add_test(s, "a corrupt profile is a one-line error and is not overwritten",
                 test_corrupt_profile_is_a_one_line_error_and_is_not_overwritten);
+    CU_add_test(s, "another model's profile is refused", test_another_models_profile_is_refused);
     CU_add_test(s, "malformed sections are errors naming the field", test_malformed_sections_are_errors_naming_the_field);
     CU_add_test(s, "the section a method reads follows its options", test_the_section_a_method_reads_follows_its_options);
     CU_add_test(s, "has, and the lock nests", test_has_and_the_lock_nest);
