@@ -40,6 +40,19 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
         ERR("suite: \"judge\" must be an object");
         return NULL;
     }
+    /* the keys read below: another (a misspelled "timeout") would leave its default in place without a word */
+    static const char *const KEYS[] = {"base_url", "model", "api_key_env", "cache_dir", "templates", "concurrency",
+                                       "timeout_s", "max_retries", "breaker", "n", "retry_after_max_s", "deadline_s"};
+    for (const cJSON *c = cJSON_IsObject(sj) ? sj->child : NULL; c; c = c->next) {
+        size_t k = 0;
+        while (k < sizeof KEYS / sizeof *KEYS && strcmp(c->string ? c->string : "", KEYS[k])) k++;
+        if (k == sizeof KEYS / sizeof *KEYS) {
+            ERR("suite: \"judge\" has an unknown key \"%.60s\" (accepted: base_url, model, api_key_env, cache_dir, "
+                "templates, concurrency, timeout_s, max_retries, breaker, n, retry_after_max_s, deadline_s)",
+                c->string ? c->string : "");
+            return NULL;
+        }
+    }
     const char *env = getenv("KVB_JUDGE_URL");
     const char *url = fl && fl->url ? fl->url : env && *env ? env : kvb_json_str(sj, "base_url", NULL);
     if (!url) return NULL;

@@ -191,19 +191,38 @@ static int load_longbench_v2(const kvb_bench_env *e, const cJSON *b, char *err, 
 static const char *longbench_bin(const kvb_sample *s) { return lb_e_bin(s->length); }
 static const char *longbench_v2_bin(const kvb_sample *s) { return lbv2_length_bin(s->length); }
 
+/* The keys each loader reads (cJSON_GetObjectItemCaseSensitive, kvb_json_str/num, jtrue, string_list); the runner's
+ * own (runner.c: load_benchmark, kvb_run_suite) are COMMON. */
+static const char *const COMMON[] = {"type", "limit", "optional", "question", "max_new_tokens", "ignore_eos", NULL};
+static const char *const K_2STAGE[] = {"samples", "min_pairs", "max_pairs", "cot", NULL};
+static const char *const K_RECALL[] = {"dialogues", "rounds", NULL};
+static const char *const K_NIAH[] = {"lengths", "depths", "haystack", "judge", NULL};
+static const char *const K_RULER[] = {"lengths", "tasks", "samples", "haystack", "words_dir", "squad", "hotpotqa",
+                                      "per_query", NULL}; /* synth_suite.c */
+static const char *const K_INFBENCH[] = {"lengths", "tasks", "samples", "path", "data_dir", "queries_per_context",
+                                         NULL}; /* synth_suite.c */
+static const char *const K_LONGBENCH[] = {"tasks", "data_dir", "config_dir", "e", "spread", NULL};
+static const char *const K_LONGBENCH_V2[] = {"path", "cot", "samples", "length", "difficulty", "domain", NULL};
+static const char *const K_SCBENCH[] = {"tasks", "path", "mode", "samples", "max_turns", "kv_reuse", "max_context_tokens",
+                                        NULL}; /* scbench.c scb_bench_load */
+static const char *const K_LONGMEMEVAL[] = {"path", "format", "cot", NULL};
+static const char *const K_SHAREGPT[] = {"path", NULL};
+
+const char *const *kvb_benchmark_common_keys(void) { return COMMON; }
+
 static const kvb_benchmark BENCHMARKS[] = {
-    /* type, loader, prompt builder, scorer (NULL: judged), judge kind, length bin */
-    {"2stage", load_2stage, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"recall", load_recall, kvb_prompt_dialogue, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"niah", load_niah, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL},
-    {"ruler", kvb_synth_load_ruler, kvb_prompt_single, kvb_score_ruler, KVB_JK_NONE, NULL},
-    {"infinitebench", kvb_synth_load_infbench, kvb_prompt_single, kvb_score_infbench, KVB_JK_NONE, NULL},
-    {"longbench", load_longbench, kvb_prompt_single, kvb_score_longbench, KVB_JK_NONE, longbench_bin},
-    {"longbench_v2", load_longbench_v2, kvb_prompt_single, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin},
+    /* type, loader, prompt builder, scorer (NULL: judged), judge kind, length bin, entry keys */
+    {"2stage", load_2stage, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL, K_2STAGE},
+    {"recall", load_recall, kvb_prompt_dialogue, kvb_score_substring, KVB_JK_NONE, NULL, K_RECALL},
+    {"niah", load_niah, kvb_prompt_single, kvb_score_substring, KVB_JK_NONE, NULL, K_NIAH},
+    {"ruler", kvb_synth_load_ruler, kvb_prompt_single, kvb_score_ruler, KVB_JK_NONE, NULL, K_RULER},
+    {"infinitebench", kvb_synth_load_infbench, kvb_prompt_single, kvb_score_infbench, KVB_JK_NONE, NULL, K_INFBENCH},
+    {"longbench", load_longbench, kvb_prompt_single, kvb_score_longbench, KVB_JK_NONE, longbench_bin, K_LONGBENCH},
+    {"longbench_v2", load_longbench_v2, kvb_prompt_single, kvb_score_longbench_v2, KVB_JK_NONE, longbench_v2_bin, K_LONGBENCH_V2},
     /* a session's first turn is one prompt, its later turns dialogues */
-    {"scbench", scb_bench_load, kvb_prompt_build, scb_score, KVB_JK_NONE, NULL},
-    {"longmemeval", load_longmemeval, kvb_prompt_single, NULL, KVB_JK_LONGMEMEVAL, NULL},
-    {"sharegpt", load_sharegpt, kvb_prompt_dialogue, NULL, KVB_JK_QUALITY, NULL},
+    {"scbench", scb_bench_load, kvb_prompt_build, scb_score, KVB_JK_NONE, NULL, K_SCBENCH},
+    {"longmemeval", load_longmemeval, kvb_prompt_single, NULL, KVB_JK_LONGMEMEVAL, NULL, K_LONGMEMEVAL},
+    {"sharegpt", load_sharegpt, kvb_prompt_dialogue, NULL, KVB_JK_QUALITY, NULL, K_SHAREGPT},
 };
 #define N_BENCHMARKS ((int)(sizeof BENCHMARKS / sizeof BENCHMARKS[0]))
 

@@ -49,7 +49,14 @@ typedef struct {
     kvb_judge_kind judge;    /* how its tasks are judged by default (KVB_JK_NONE: scored; niah: rubric on request) */
     /* the record's "length_bin" (LongBench-E's 0-4k/4-8k/8k+), NULL = none */
     const char *(*length_bin)(const kvb_sample *s);
+    /* the entry keys its loader reads besides kvb_benchmark_common_keys' (NULL-terminated): any other key of an
+     * entry of this type is refused (benchmarks/suitecheck.h), so a misspelled one is not silently a default */
+    const char *const *keys;
 } kvb_benchmark;
+
+/* The entry keys every type takes, read by the runner (NULL-terminated): "type", "limit", "optional", "question",
+ * "max_new_tokens", "ignore_eos". */
+const char *const *kvb_benchmark_common_keys(void);
 
 /* The row of a suite "type" (NULL = unknown). */
 const kvb_benchmark *kvb_benchmark_find(const char *type);

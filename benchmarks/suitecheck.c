@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "base/fsutil.h"
+#include "benchmarks/jsonl.h"
+#include "benchmarks/registry.h"
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -46,6 +48,55 @@ static const char *repeated_key(const cJSON *v, int *oom) {
         if (d || *oom) return d;
     }
     return NULL;
+}
+
+/* The keys a suite object may hold (NULL-terminated): the top level's, read by runner.c (name, model, output, seed,
+ * round_chunk, benchmarks, judge, serve), cells.c (methods, budgets, compression_ratios), this file (methods_except),
+ * serve_suite.c (serve), runcal.c (calibration), and "description" (read by nothing: the configs' comment); a
+ * method entry's, read by cells.c. */
+static const char *const TOP_KEYS[] = {"name", "description", "model", "output", "seed", "round_chunk", "methods",
+                                       "methods_except", "budgets", "compression_ratios", "benchmarks", "judge", "serve",
+                                       "calibration", NULL};
+static const char *const METHOD_KEYS[] = {"name", "opts", NULL};
+
+static int in_keys(const char *k, const char *const *keys) {
+    for (; keys && *keys; keys++)
+        if (!strcmp(k, *keys)) return 1;
+    return 0;
+}
+
+/* Every key of o one of keys (NULL-terminated), else one line naming the key (where: "" or "benchmark 2 (niah): ")
+ * and the keys accepted there. */
+static int check_keys(const cJSON *o, const char *const *keys, const char *path, const char *where, char *err,
+                      size_t err_len) {
+    for (const cJSON *c = o->child; c; c = c->next) {
+        const char *k = c->string ? c->string : "";
+        if (in_keys(k, keys)) continue;
+        char accepted[768];
+        size_t at = 0;
+        accepted[0] = 0;
+        for (const char *const *x = keys; *x && at < sizeof accepted; x++)
+            at += (size_t)snprintf(accepted + at, sizeof accepted - at, "%s%s", at ? ", " : "", *x);
+        return ERR("suite %s: %sunknown key \"%.60s\" (accepted: %s)", path, where, k, accepted);
+    }
+    return 0;
+}
+
+/* Each object entry of an array "methods" holds only METHOD_KEYS; i counts the entries as written (kvb_suite_parse
+ * checks before "all" is expanded). */
+static int check_method_keys(const cJSON *suite, const char *path, char *err, size_t err_len) {
+    const cJSON *methods = cJSON_GetObjectItemCaseSensitive(suite, "methods"), *m;
+    if (!cJSON_IsArray(methods)) methods = NULL; /* the cells name what else is wrong */
+    int i = 0;
+    cJSON_ArrayForEach(m, methods) { /* {"name": ..., "opts": {...}} (cells.c) */
+        i++;
+        if (!cJSON_IsObject(m)) continue;
+        const char *name = kvb_json_str(m, "name", NULL);
+        char where[96];
+        snprintf(where, sizeof where, "method %d%s%.40s%s: ", i, name ? " (" : "", name ? name : "", name ? ")" : "");
+        if (check_keys(m, METHOD_KEYS, path, where, err, err_len)) return -1;
+    }
+    return 0;
 }
 
 /* "methods": "all", or "all" as one entry of the array: every registered method (methods/registry.c's order) the
@@ -118,7 +169,7 @@ cJSON *kvb_suite_parse(const char *path, char *err, size_t err_len) {
         const char *dup = repeated_key(suite, &oom);
         if (oom) ERR("out of memory");
         else if (dup) ERR("suite %s: key \"%.60s\" appears twice in one object (which one counts is not defined)", path, dup);
-        else if (!expand_all_methods(suite, path, err, err_len)) {
+        else if (!check_method_keys(suite, path, err, err_len) && !expand_all_methods(suite, path, err, err_len)) {
             free(buf);
             return suite;
         }
@@ -155,6 +206,22 @@ static int check_benchmark(const cJSON *b, int i, const char *path, int n_ctx, c
     snprintf(where, sizeof where, "benchmark %d: ", i + 1);
     if (!cJSON_IsObject(b)) return ERR("suite %s: benchmark %d must be an object", path, i + 1);
     if (check_type(b, "type", is_string, "a string", path, where, err, err_len)) return -1;
+    /* an unknown key (a misspelled "lenghts") would leave the loader's default in place: refused. An unknown or
+     * missing type is the runner's error (it names the types). */
+    const kvb_benchmark *row = kvb_benchmark_find(kvb_json_str(b, "type", NULL));
+    if (row) { /* accepted, in this order: "type", the row's keys, the other common keys */
+        const char *acc[64];
+        size_t n = 0;
+        const char *const *common = kvb_benchmark_common_keys();
+        acc[n++] = "type";
+        for (const char *const *k = row->keys; k && *k && n < 40; k++) acc[n++] = *k;
+        for (const char *const *k = common; *k && n < 63; k++)
+            if (strcmp(*k, "type") && !in_keys(*k, row->keys)) acc[n++] = *k;
+        acc[n] = NULL;
+        char w2[96];
+        snprintf(w2, sizeof w2, "benchmark %d (%s): ", i + 1, row->type);
+        if (check_keys(b, acc, path, w2, err, err_len)) return -1;
+    }
     for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
         if (check_int(b, counts[k], 1, 1e6, path, where, err, err_len)) return -1;
     if (check_int(b, "limit", 0, 1e9, path, where, err, err_len)) return -1;
@@ -174,6 +241,7 @@ static int check_benchmark(const cJSON *b, int i, const char *path, int n_ctx, c
 
 int kvb_suite_check(const cJSON *suite, const char *path, int n_ctx, char *err, size_t err_len) {
     static const char *const strings[] = {"name", "model", "output"};
+    if (check_keys(suite, TOP_KEYS, path, "", err, err_len)) return -1;
     for (size_t k = 0; k < sizeof strings / sizeof *strings; k++)
         if (check_type(suite, strings[k], is_string, "a string", path, "", err, err_len)) return -1;
     if (check_int(suite, "seed", 0, 9007199254740992.0, path, "", err, err_len)) return -1;
@@ -182,6 +250,7 @@ int kvb_suite_check(const cJSON *suite, const char *path, int n_ctx, char *err, 
     if (benches && !cJSON_IsArray(benches)) return ERR("suite %s: \"benchmarks\" must be an array", path);
     int i = 0;
     cJSON_ArrayForEach(b, benches) if (check_benchmark(b, i++, path, n_ctx, err, err_len)) return -1;
+    if (check_method_keys(suite, path, err, err_len)) return -1;
     return 0;
 }
 

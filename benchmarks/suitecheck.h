@@ -3,6 +3,11 @@
  * the key (and the benchmark, by its index) and what is accepted:
  * - the file is one JSON object and nothing else (text after it, a NUL byte included, is refused with its line);
  * - no object repeats a key (cJSON would keep the first silently; Python's json the last): named;
+ * - no key is unknown (a misspelling would run the default silently): the top level's (name, description, model,
+ *   output, seed, round_chunk, methods, methods_except, budgets, compression_ratios, benchmarks, judge, serve,
+ *   calibration), a benchmark entry's (its registry row's keys and kvb_benchmark_common_keys; an unknown "type" is
+ *   the runner's error), a method entry's (name, opts; checked by kvb_suite_parse before "all" is expanded, so the
+ *   entry's index is as written): named with its place and the keys accepted there;
  * - "methods": "all" is every registered method (methods/registry.c's order) with its default options, and "all" as
  *   one entry of the list the registered methods the list does not name otherwise (by name or alias), at its place:
  *   kvb_suite_parse writes them in as {"name": ...} entries (so run.json's suite_config lists what ran); "all" twice

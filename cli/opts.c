@@ -53,6 +53,8 @@ int cli_number(const char *opt, const char *s, double lo, double hi, int integer
 static int set_value(const cli_opt *o, const char *v) {
     char err[512];
     double x = 0;
+    if ((o->kind == CLI_K_STR || o->kind == CLI_K_LIST) && !*v && o->lo != 1)
+        return cli_fail("%s is empty (give it a value, or leave the option out)", o->name);
     switch (o->kind) {
     case CLI_K_STR: *o->dst.s = v; return 0;
     case CLI_K_LIST:

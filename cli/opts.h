@@ -30,7 +30,7 @@ typedef struct {
         cli_list *list;
         void *any;
     } dst;
-    double lo, hi; /* CLI_K_INT, CLI_K_LONG, CLI_K_FLOAT: the accepted range */
+    double lo, hi; /* CLI_K_INT, CLI_K_LONG, CLI_K_FLOAT: the accepted range; CLI_K_STR, CLI_K_LIST: lo 1 = may be empty */
     cli_opt_fn fn; /* CLI_K_FN */
 } cli_opt;
 
@@ -39,7 +39,10 @@ typedef struct {
 #define CLI_INT(name, p, lo, hi) {name, CLI_K_INT, {.i = p}, lo, hi, NULL}
 #define CLI_LONG(name, p, lo, hi) {name, CLI_K_LONG, {.l = p}, lo, hi, NULL}
 #define CLI_FLOAT(name, p, lo, hi) {name, CLI_K_FLOAT, {.d = p}, lo, hi, NULL}
+/* a string (a path, a name, a list) that an empty value would leave meaning nothing: "" is refused */
 #define CLI_STR(name, p) {name, CLI_K_STR, {.s = p}, 0, 0, NULL}
+/* text that may be empty (a prompt, a system message) */
+#define CLI_TEXT(name, p) {name, CLI_K_STR, {.s = p}, 1, 0, NULL}
 #define CLI_LIST(name, p) {name, CLI_K_LIST, {.list = p}, 0, 0, NULL}
 #define CLI_FN(name, p, fn) {name, CLI_K_FN, {.any = p}, 0, 0, fn}
 #define CLI_END {NULL, CLI_K_FLAG, {NULL}, 0, 0, NULL}

@@ -3,7 +3,7 @@
  * only types of the table, kvb_score_sample dispatches through the rows (substring for niah, none for a judged or
  * unknown type), and the generated benchmarks' samples, loaded through their rows, get from their row's prompt
  * builder the ids the shape-dispatching builder gives (on a tiny byte-vocabulary model); a builder given the other
- * shape refuses it with one line. */
+ * shape refuses it with one line; every row lists the entry keys its loader reads, each once. */
 #include <CUnit/Basic.h>
 #include <glob.h>
 #include <stdio.h>
@@ -36,6 +36,32 @@ static void test_every_row_is_whole_and_scored_one_way(void) {
 }
 
 /* every "type" of every suite shipped in configs/ is a row (a suite with an unknown type fails before any run) */
+/* Every row lists the entry keys its loader reads (suitecheck refuses any other), none twice and none of the common
+ * keys every entry takes (those are listed once, none twice either). */
+static void test_every_row_lists_its_keys_once(void) {
+    const char *const *common = kvb_benchmark_common_keys();
+    CU_ASSERT_FATAL(common && common[0]);
+    for (int a = 0; common[a]; a++)
+        for (int b = a + 1; common[b]; b++) CU_ASSERT(strcmp(common[a], common[b]) != 0);
+    for (int i = 0; i < kvb_benchmark_count(); i++) {
+        const kvb_benchmark *r = kvb_benchmark_at(i);
+        CU_ASSERT_FATAL(r && r->keys);
+        CU_ASSERT(r->keys[0] != NULL);
+        if (!r->keys[0]) fprintf(stderr, "\n  %s lists no keys\n", r->type);
+        for (int a = 0; r->keys[a]; a++) {
+            CU_ASSERT(r->keys[a][0] != 0);
+            for (int b = a + 1; r->keys[b]; b++) {
+                CU_ASSERT(strcmp(r->keys[a], r->keys[b]) != 0);
+                if (!strcmp(r->keys[a], r->keys[b])) fprintf(stderr, "\n  %s lists \"%s\" twice\n", r->type, r->keys[a]);
+            }
+            for (int c = 0; common[c]; c++) {
+                CU_ASSERT(strcmp(r->keys[a], common[c]) != 0);
+                if (!strcmp(r->keys[a], common[c])) fprintf(stderr, "\n  %s lists the common \"%s\"\n", r->type, common[c]);
+            }
+        }
+    }
+}
+
 static void test_every_suite_names_known_types(void) {
     glob_t g;
     CU_ASSERT_FATAL(glob("configs/*.json", 0, NULL, &g) == 0);
@@ -184,6 +210,7 @@ int main(void) {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("bench_registry", NULL, NULL);
     CU_add_test(s, "every row is whole and scored one way", test_every_row_is_whole_and_scored_one_way);
+    CU_add_test(s, "every row lists its keys once", test_every_row_lists_its_keys_once);
     CU_add_test(s, "every suite in configs/ names known types", test_every_suite_names_known_types);
     CU_add_test(s, "kvb_score_sample goes through the rows", test_score_sample_goes_through_the_rows);
     CU_pSuite p = CU_add_suite("bench_registry_prompts", setup, teardown);

@@ -141,7 +141,7 @@ static void test_several_pools_write_the_chart(void) {
 
 static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--methods nosuch", "unknown method 'nosuch'");
-    check_refused("--methods ''", "no method");
+    check_refused("--methods ''", "--methods is empty");
     check_refused("--methods snapkv@abc", "abc");
     /* the tiny model's KV is small: pages of 8192 tokens make one request (4 pages) larger than a 1 MiB pool (3) */
     check_refused("--kv-pool-mib 1 --page-tokens 8192 --prompt-len 100", "cannot hold one request");

@@ -176,6 +176,10 @@ static void test_bad_flags_are_reported(void) {
     expect_clean_failure("generate --prompt hi --system 'be brief'", "--system and --template need --chat");
     expect_clean_failure("calibrate pod --frac 0.3", "--frac is an option of round, not of pod");
     expect_clean_failure("bench-judge --concurrency 4x", "--concurrency expects");
+    /* an empty path or name: refused by the parser, naming the option (text options may be empty) */
+    expect_clean_failure("bench --json ''", "--json is empty");
+    expect_clean_failure("history x --out ''", "--out is empty");
+    expect_clean_failure("run configs/quick.json --out ''", "--out is empty");
 }
 
 /* Every command parses its options with one table-driven parser (cli/opts.c): an unknown option, an option

@@ -176,6 +176,7 @@ static void test_configuration_errors_and_precedence(void) {
         {"{\"base_url\": \"http://h/v1\", \"concurrency\": 0}", "\"concurrency\""},
         {"{\"base_url\": \"http://h/v1\", \"n\": 17}", "\"n\""},
         {"{\"base_url\": \"http://h/v1\", \"timeout_s\": \"5\"}", "\"timeout_s\""},
+        {"{\"base_url\": \"http://h/v1\", \"timeout\": 5}", "unknown key \"timeout\""}, /* its default would stay */
     };
     unsetenv("KVB_JUDGE_URL");
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

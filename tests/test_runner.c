@@ -496,7 +496,8 @@ static void test_niah_grid_keeps_every_depth(void) {
  * accepted, before anything is written: an unknown method option (every cell of the method became an error record,
  * exit 0), max_new_tokens -1, 0.5, 1e12 or 100000 (the last blamed "the budget"), text after the JSON object, a
  * key twice, "seed": "abc" (it became 1), a count that is not a number, budgets that are one budget (30% and
- * 30.0% would be one record key for two cells). A suite name's control characters are printed escaped. */
+ * 30.0% would be one record key for two cells), an unknown key (a misspelled "lenghts", "methdos", "opt": the run
+ * used the default). A suite name's control characters are printed escaped. */
 static void test_a_suite_is_read_strictly_before_anything_runs(void) {
     static const struct { const char *suite, *want; } cases[] = {
         {"{\"name\": \"x\", \"methods\": [{\"name\": \"snapkv\", \"opts\": {\"nosuch\": 1}}], \"budgets\": [\"50%\"], "
@@ -523,6 +524,15 @@ static void test_a_suite_is_read_strictly_before_anything_runs(void) {
         {"{\"name\": \"x\", \"methods\": [{\"name\": \"h2o\"}, {\"name\": \"h2o\", \"opts\": {\"heavy\": 0.3}}], \"budgets\": [\"30%\"], "
          "\"benchmarks\": []}",
          "method h2o at budget 30% comes twice"},
+        /* a misspelled key would leave its default silently in place */
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\"}, "
+         "{\"type\": \"niah\", \"lenghts\": [320], \"depths\": [0]}]}",
+         "benchmark 2 (niah): unknown key \"lenghts\" (accepted: type, lengths, depths, haystack, judge,"},
+        {"{\"name\": \"x\", \"methdos\": [{\"name\": \"full\"}], \"benchmarks\": []}",
+         "unknown key \"methdos\" (accepted: name, description, model, output, seed, round_chunk, methods,"},
+        {"{\"name\": \"x\", \"methods\": [{\"name\": \"snapkv\", \"opt\": {\"window\": 4}}], \"budgets\": [\"50%\"], "
+         "\"benchmarks\": []}",
+         "method 1 (snapkv): unknown key \"opt\" (accepted: name, opts)"},
     };
     char path[400], out[256], args[1400], res[300];
     snprintf(path, sizeof path, "%s/strict.json", dir);

@@ -3,7 +3,8 @@
  * the array does not name otherwise (by name or alias), where it stands; "all" twice or another string is a one-line
  * error; "methods_except" leaves the methods it names out of "all"; the suites shipped to run every method (quick,
  * standard, ruler, sample-data) run every registered method they do not name in "methods_except", each once, and every
- * suite in configs/ expands into cells. */
+ * suite in configs/ passes kvb_suite_check and expands into cells; an unknown key (top level, benchmark entry, method
+ * entry) is a one-line error naming it. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <glob.h>
@@ -122,6 +123,39 @@ static void test_methods_except_leaves_methods_out_of_all(void) {
     }
 }
 
+/* A key no reader of its place reads (a misspelling: the run would use the default) is one line naming the suite, the
+ * place (top level, benchmark i (type), method i (name)), the key and the keys accepted there; "all" expands into
+ * entries that pass. */
+static void test_an_unknown_key_is_refused_naming_it(void) {
+    static const struct { const char *suite, *want; } cases[] = {
+        {"{\"name\": \"t\", \"methdos\": [{\"name\": \"full\"}], \"benchmarks\": []}",
+         ": unknown key \"methdos\" (accepted: name, description, model, output, seed, round_chunk, methods,"},
+        {"{\"name\": \"t\", \"methods\": [{\"name\": \"full\"}], \"benchmarks\": [{\"type\": \"recall\"}, "
+         "{\"type\": \"niah\", \"lenghts\": [100], \"depths\": [0]}]}",
+         ": benchmark 2 (niah): unknown key \"lenghts\" (accepted: type, lengths, depths, haystack, judge, limit, optional, "
+         "question, max_new_tokens, ignore_eos)"},
+        {"{\"name\": \"t\", \"methods\": [\"all\", {\"name\": \"snapkv\", \"opt\": {\"window\": 4}}], \"benchmarks\": []}",
+         ": method 2 (snapkv): unknown key \"opt\" (accepted: name, opts)"},
+        {"{\"name\": \"t\", \"methods\": \"all\", \"benchmarks\": [{\"type\": \"longbench\", \"tasks\": [], \"e\": true, "
+         "\"spread\": true, \"question\": \"hidden\", \"limit\": 2, \"optional\": true}]}",
+         NULL},
+    };
+    char path[128];
+    snprintf(path, sizeof path, "%s/keys.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs(cases[i].suite, f);
+        fclose(f);
+        err[0] = 0;
+        cJSON *s = kvb_suite_parse(path, err, sizeof err); /* a method entry's keys: before "all" is expanded */
+        int rc = s ? kvb_suite_check(s, path, 0, err, sizeof err) : -1;
+        CU_ASSERT(cases[i].want ? rc == -1 && strstr(err, cases[i].want) && !strchr(err, '\n') : rc == 0);
+        if (cases[i].want ? !strstr(err, cases[i].want) : rc) fprintf(stderr, "\n  case %zu: %s\n", i, err);
+        cJSON_Delete(s);
+    }
+}
+
 /* A suite that says it runs every method does (a new method needs no edit of it), and every suite expands. */
 static void test_shipped_suites_expand_and_every_method_suites_have_every_method(void) {
     static const char *const every[] = {"configs/quick.json", "configs/standard.json", "configs/ruler.json",
@@ -129,11 +163,13 @@ static void test_shipped_suites_expand_and_every_method_suites_have_every_method
     glob_t g;
     CU_ASSERT_FATAL(glob("configs/*.json", 0, NULL, &g) == 0);
     glob("configs/paper/*.json", GLOB_APPEND, NULL, &g);
+    glob("configs/models/*.json", GLOB_APPEND, NULL, &g);
     for (size_t i = 0; i < g.gl_pathc; i++) {
         cJSON *s = kvb_suite_parse(g.gl_pathv[i], err, sizeof err);
         kvb_cells cs = {0};
         kvb_cells_args a = {g.gl_pathv[i], NULL, NULL, NULL, 0};
-        int ok = s && kvb_cells_expand(s, &a, &cs, err, sizeof err) == 0;
+        int ok = s && kvb_suite_check(s, g.gl_pathv[i], 0, err, sizeof err) == 0 && /* no unknown key */
+                 kvb_cells_expand(s, &a, &cs, err, sizeof err) == 0;
         CU_ASSERT(ok);
         if (!ok) fprintf(stderr, "\n  %s: %s\n", g.gl_pathv[i], err);
         for (size_t k = 0; ok && k < sizeof every / sizeof *every; k++) {
@@ -161,6 +197,7 @@ int main(void) {
     CU_add_test(s, "\"all\" in the array is the methods not named otherwise", test_all_in_the_array_is_the_methods_not_named_otherwise);
     CU_add_test(s, "\"all\" twice or another string is a one-line error", test_all_twice_or_another_string_is_a_one_line_error);
     CU_add_test(s, "\"methods_except\" leaves methods out of \"all\"", test_methods_except_leaves_methods_out_of_all);
+    CU_add_test(s, "an unknown key is refused, naming it", test_an_unknown_key_is_refused_naming_it);
     CU_add_test(s, "shipped suites expand; every-method suites have every method",
                 test_shipped_suites_expand_and_every_method_suites_have_every_method);
     int rc = util_run_suites();
