@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,23 @@ static long nul_at(const char *text, size_t len) {
             i++; /* the escaped character: "\\\\u0000" is a backslash and the text u0000 */
         }
     return -1;
+}
+
+int kvb_json_check_keys(const cJSON *o, const char *const *keys, const char *prefix, char *err, size_t err_len) {
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next) {
+        const char *k = c->string ? c->string : "";
+        const char *const *x = keys;
+        while (*x && strcmp(k, *x)) x++;
+        if (*x) continue;
+        char accepted[768];
+        size_t at = 0;
+        accepted[0] = 0;
+        for (x = keys; *x && at < sizeof accepted; x++)
+            at += (size_t)snprintf(accepted + at, sizeof accepted - at, "%s%s", at ? ", " : "", *x);
+        kvb_seterr(err, err_len, "%sunknown key \"%.60s\" (accepted: %s)", prefix, k, accepted);
+        return -1;
+    }
+    return 0;
 }
 
 cJSON *kvb_json_parse(const char *path, long first_line, const char *text, size_t len, char *err, size_t err_len) {

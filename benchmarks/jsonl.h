@@ -57,6 +57,9 @@ cJSON *kvb_json_get(const cJSON *obj, const char *key);
  * of that key, as cJSON_GetObjectItemCaseSensitive finds it) */
 const char *kvb_json_str(const cJSON *obj, const char *key, const char *def);
 double kvb_json_num(const cJSON *obj, const char *key, double def);
+/* Every member of object o is named in keys (NULL-terminated): 0; else -1 + one line in err, "<prefix>unknown key
+ * "K" (accepted: a, b, ...)", so a misspelled setting is refused rather than left at its default. */
+int kvb_json_check_keys(const cJSON *o, const char *const *keys, const char *prefix, char *err, size_t err_len);
 
 /* Appends Python's json.dumps(v) (ensure_ascii=True, separators ", " and ": ", keys in file order),
  * leaving out the members named skip_key (may be NULL) of every object in v. */

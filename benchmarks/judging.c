@@ -41,18 +41,9 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
         return NULL;
     }
     /* the keys read below: another (a misspelled "timeout") would leave its default in place without a word */
-    static const char *const KEYS[] = {"base_url", "model", "api_key_env", "cache_dir", "templates", "concurrency",
-                                       "timeout_s", "max_retries", "breaker", "n", "retry_after_max_s", "deadline_s"};
-    for (const cJSON *c = cJSON_IsObject(sj) ? sj->child : NULL; c; c = c->next) {
-        size_t k = 0;
-        while (k < sizeof KEYS / sizeof *KEYS && strcmp(c->string ? c->string : "", KEYS[k])) k++;
-        if (k == sizeof KEYS / sizeof *KEYS) {
-            ERR("suite: \"judge\" has an unknown key \"%.60s\" (accepted: base_url, model, api_key_env, cache_dir, "
-                "templates, concurrency, timeout_s, max_retries, breaker, n, retry_after_max_s, deadline_s)",
-                c->string ? c->string : "");
-            return NULL;
-        }
-    }
+    static const char *const KEYS[] = {"base_url", "model", "api_key_env", "cache_dir", "templates", "concurrency", "timeout_s",
+                                       "max_retries", "breaker", "n", "retry_after_max_s", "deadline_s", NULL};
+    if (cJSON_IsObject(sj) && kvb_json_check_keys(sj, KEYS, "suite: \"judge\": ", err, err_len)) return NULL;
     const char *env = getenv("KVB_JUDGE_URL");
     const char *url = fl && fl->url ? fl->url : env && *env ? env : kvb_json_str(sj, "base_url", NULL);
     if (!url) return NULL;

@@ -753,15 +753,9 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
     kvb_progress_init(&st.prog, stderr, isatty(2), o->quiet, st.t_start);
     char run_json[1100];
     snprintf(run_json, sizeof run_json, "%s/run.json", st.out_dir);
-    /* the threads the CPU backend uses: --threads, else $KVB_THREADS or the usable cores, which a probe resolves
-     * (not every online CPU, the host load's default) */
-    int threads = o->n_threads;
-    if (threads <= 0 && (!cp.backend || !strcmp(cp.backend, "cpu"))) {
-        kvb_backend *probe = kvb_backend_cpu_create(0, err, err_len);
-        if (!probe) goto done;
-        threads = probe->n_threads;
-        kvb_backend_free(probe);
-    }
+    /* the threads the CPU backend uses: --threads, else $KVB_THREADS or the usable cores (kernels/backend.h), not
+     * every online CPU (the host load's default) */
+    const int threads = o->n_threads > 0 || (cp.backend && strcmp(cp.backend, "cpu")) ? o->n_threads : kvb_backend_cpu_default_threads();
     if (kvb_hostload_begin(&st.load, run_json, threads, err, err_len)) goto done;
     for (int i = 0; i < st.n_tasks; i++)
         for (int k = 0; k < st.tasks[i].samples.n; k++)

@@ -65,21 +65,13 @@ static int in_keys(const char *k, const char *const *keys) {
     return 0;
 }
 
-/* Every key of o one of keys (NULL-terminated), else one line naming the key (where: "" or "benchmark 2 (niah): ")
- * and the keys accepted there. */
+/* Every key of o one of keys (NULL-terminated), else one line naming the suite, the place (where: "" or "benchmark 2
+ * (niah): "), the key and the keys accepted there. */
 static int check_keys(const cJSON *o, const char *const *keys, const char *path, const char *where, char *err,
                       size_t err_len) {
-    for (const cJSON *c = o->child; c; c = c->next) {
-        const char *k = c->string ? c->string : "";
-        if (in_keys(k, keys)) continue;
-        char accepted[768];
-        size_t at = 0;
-        accepted[0] = 0;
-        for (const char *const *x = keys; *x && at < sizeof accepted; x++)
-            at += (size_t)snprintf(accepted + at, sizeof accepted - at, "%s%s", at ? ", " : "", *x);
-        return ERR("suite %s: %sunknown key \"%.60s\" (accepted: %s)", path, where, k, accepted);
-    }
-    return 0;
+    char prefix[1200];
+    snprintf(prefix, sizeof prefix, "suite %s: %s", path, where);
+    return kvb_json_check_keys(o, keys, prefix, err, err_len);
 }
 
 /* Each object entry of an array "methods" holds only METHOD_KEYS; i counts the entries as written (kvb_suite_parse

@@ -1173,17 +1173,8 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     snprintf(s.name, sizeof s.name, "%s", o->model_name ? o->model_name : (base ? base + 1 : o->model_path));
     int parallel = o->parallel > 0 ? o->parallel : 1;
     sem_init(&s.engine, 0, (unsigned)parallel);
-    int total = o->n_threads;
-    if (total <= 0) { /* $KVB_THREADS, else the usable cores (affinity, cgroup quota), as the CPU backend counts them */
-        kvb_backend *probe = kvb_backend_cpu_create(0, err, err_len);
-        if (!probe) {
-            kvb_model_free(s.model);
-            free(s.token);
-            return -1;
-        }
-        total = probe->n_threads;
-        kvb_backend_free(probe);
-    }
+    /* $KVB_THREADS, else the usable cores (affinity, cgroup quota), as the CPU backend counts them */
+    const int total = o->n_threads > 0 ? o->n_threads : kvb_backend_cpu_default_threads();
     s.threads_per = total / parallel > 0 ? total / parallel : 1;
     s.max_conns = o->max_connections > 0 ? o->max_connections : 256;
     s.request_timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : REQUEST_TIMEOUT_S;

@@ -430,6 +430,9 @@ struct kvb_backend {
  * device tier is a mapping host code cannot read or write outside its ops (any touch dies with SIGSEGV), so the
  * tests prove that engine and method code leave device-tier bytes to the ops (kernels/cpu/guard.h). */
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len);
+/* The threads kvb_backend_cpu_create(0, ...) takes: $KVB_THREADS, else the CPUs this process may use (affinity mask,
+ * cgroup quota); what a run or a server records and splits without making a backend to ask */
+int kvb_backend_cpu_default_threads(void);
 /* 1 when the CPU backend's prefill matmuls run the f32 GEMM under gemm (KVB_GEMM_F32 in a build with OpenBLAS) */
 int kvb_backend_cpu_gemm_f32(kvb_gemm gemm);
 /* What the CPU backend's prefill matmuls use under gemm: "AVX-512 f32" (gemm.c's own kernel, AVX-512 builds),

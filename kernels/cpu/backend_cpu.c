@@ -177,6 +177,8 @@ static void cpu_be_free(kvb_backend *be) {
 
 kvb_pool *cpu_backend_pool(const kvb_backend *be) { return ((const cpu_impl *)be->impl)->pool; }
 
+int kvb_backend_cpu_default_threads(void) { return kvb_pool_default_threads(); }
+
 kvb_backend *kvb_backend_cpu_create(int n_threads, char *err, size_t err_len) {
     kvb_backend *be = calloc(1, sizeof *be);
     cpu_impl *im = calloc(1, sizeof *im);
