@@ -41,9 +41,10 @@ int cli_fn_backend(void *dst, const char *opt, const char *v, char *err, size_t 
 int cli_fn_kv_type(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 /* CLI_K_FN parser: --prefill-gemm auto|int8|f32 into a kvb_prefill_gemm. */
 int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, size_t err_len);
-/* CLI_K_FN parser: --cuda-kernels attn=1|2|3|4|5,prefill=tc|tc2|cuda,gemv=1|2|3|4|5|6,probs=1|2,prefetch=1|2 (any
- * subset): sets the CUDA kernel switches for the process (the same as KVB_ATTN_KERNEL, KVB_PREFILL_TC, KVB_GEMV_KERNEL,
- * KVB_PROBS_KERNEL and KVB_ATTN_PREFETCH, which stay the defaults); an error in a build without CUDA. dst is unused. */
+/* CLI_K_FN parser: --cuda-kernels attn=1|2|3|4|5,prefill=tc|tc2|cuda,gemv=1|2|3|4|5|6,probs=1|2,prefetch=1|2,graph=0|1
+ * (any subset): sets the CUDA kernel switches for the process (the same as KVB_ATTN_KERNEL, KVB_PREFILL_TC,
+ * KVB_GEMV_KERNEL, KVB_PROBS_KERNEL, KVB_ATTN_PREFETCH and KVB_CUDA_GRAPH, which stay the defaults); an error in a
+ * build without CUDA. dst is unused. */
 int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, size_t err_len);
 #define CLI_ENGINE_OPTS(o)                                                                                         \
     CLI_STR("--model", &(o)->model), CLI_INT("--threads", &(o)->ctx.n_threads, 1, 256),                            \
@@ -60,7 +61,8 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
     "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP CLI_CUDA_KERNELS_HELP
 #define CLI_CUDA_KERNELS_HELP                                                                            \
     "  --cuda-kernels SPEC    CUDA kernels, any of attn=1|2|3|4|5,prefill=tc|tc2|cuda,gemv=1|2|3|4|5|6,probs=1|2,\n"       \
-    "                         prefetch=1|2 (decode v4's L2 prefetch, tiles ahead; a candidate, off by default)\n"  \
+    "                         prefetch=1|2 (decode v4's L2 prefetch, tiles ahead; a candidate, off by default),\n" \
+    "                         graph=0|1 (each decode step launched as one CUDA graph; a candidate, off by default)\n" \
     "                         (defaults: attn=4,prefill=tc2,gemv=5 [v4 from 8192 rows, else v1],probs=2, or\n"    \
     "                         $KVB_ATTN_KERNEL, $KVB_PREFILL_TC, ...);\n"                                          \
     "                         bench prints them, run.json and the record fingerprint name them\n"

@@ -360,6 +360,9 @@ int cmd_bench(int argc, char **argv) {
                rows[i].decode_tok_s);
         fflush(stdout);
     }
+#ifdef KVB_HAVE_CUDA
+    if (on_gpu && *kvb_cuda_graph_stats()) printf("CUDA graphs: %s\n", kvb_cuda_graph_stats());
+#endif
     if (peer && m->syn_weights) {
         fprintf(stderr, "llama.cpp: skipped (a synthetic model has no GGUF file to load; --torch compares with "
                         "PyTorch on its shapes)\n");

@@ -213,6 +213,8 @@ int cmd_bench_methods(int argc, char **argv) {
            eo.ctx.backend);
 #ifdef KVB_HAVE_CUDA
     if (strcmp(eo.ctx.backend, "cpu")) printf("CUDA kernels: %s\n\n", kvb_cuda_kernels());
+    if (strcmp(eo.ctx.backend, "cpu") && *kvb_cuda_graph_stats()) /* every method's steps together */
+        printf("CUDA graphs (all methods): %s\n\n", kvb_cuda_graph_stats());
 #endif
     if (bound)
         printf("byte bound: %.3f GB of matmul weights (%s) + %.1f KiB of K+V per attended token, at %.1f GB/s (the "

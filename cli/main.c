@@ -87,7 +87,7 @@ int cli_fn_prefill_gemm(void *dst, const char *opt, const char *v, char *err, si
 int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, size_t err_len) {
     (void)dst; /* process-wide switches: set now, before any context exists; run.json and the fingerprint name them */
 #ifdef KVB_HAVE_CUDA
-    int attn = 0, tc = -1, gemv = 0, probs = 0, prefetch = 0;
+    int attn = 0, tc = -1, gemv = 0, probs = 0, prefetch = 0, graph = -1;
     char spec[128];
     if (strlen(v) >= sizeof spec) return snprintf(err, err_len, "%s: '%.40s...' is too long", opt, v), -1;
     snprintf(spec, sizeof spec, "%s", v);
@@ -102,10 +102,11 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
         else if (!strcmp(kv, "gemv") && digit >= 1 && digit <= 6) gemv = digit; /* 6: a candidate */
         else if (!strcmp(kv, "probs") && digit >= 1 && digit <= 2) probs = digit;
         else if (!strcmp(kv, "prefetch") && digit >= 1 && digit <= 2) prefetch = digit; /* v4's L2 prefetch, a candidate */
+        else if (!strcmp(kv, "graph") && (!strcmp(val, "0") || !strcmp(val, "1"))) graph = val[0] - '0'; /* a candidate */
         else
             return snprintf(err, err_len,
                             "%s: '%s%s%s' is not one of attn=1|2|3|4|5, prefill=tc|tc2|cuda, gemv=1|2|3|4|5|6, probs=1|2, "
-                            "prefetch=1|2",
+                            "prefetch=1|2, graph=0|1",
                             opt, kv, eq ? "=" : "", val), -1;
     }
     if (attn) kvb_cuda_attention_set_kernel(attn);
@@ -113,6 +114,7 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
     if (gemv) kvb_cuda_set_gemv_kernel(gemv);
     if (probs) kvb_cuda_attention_set_probs_kernel(probs);
     if (prefetch) kvb_cuda_set_attn_prefetch(prefetch);
+    if (graph >= 0) kvb_cuda_set_graph(graph);
     return 0;
 #else
     (void)v;

@@ -641,6 +641,11 @@ static int forward_chunk(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, s
         c->pos[t] = (int32_t)(c->n_past + t);
         c->rounds[t] = c->cur_round;
     }
+    /* a one-token decode step: the backend may launch it as one unit (a CUDA graph, kernels/cuda/graph.cu) up to its
+     * first wait, the logits' for full attention; not under the activation observer or the profiler, which wait
+     * at every step of the way */
+    if (n == 1 && !c->in_prefill && !c->tap && !prof_enabled(P) && be->step_begin && be->step_begin(be))
+        return ERR("%s", be->error);
     if (be->copy(be, c->pos_d, c->pos, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len) ||
         be->copy(be, c->rounds_d, c->rounds, (size_t)n * sizeof(int32_t), KVB_COPY_H2D, err, err_len))
         return -1;

@@ -176,6 +176,8 @@ void prof_set_stage(prof *p, prof_stage s) {
     if (p) p->stage = s;
 }
 
+int prof_enabled(const prof *p) { return p && p->enabled; }
+
 void prof_begin(prof *p, prof_phase ph, int layer) {
     if (!p) return;
 #ifdef KVB_HAVE_NVTX

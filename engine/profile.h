@@ -28,6 +28,8 @@ void prof_free(prof *p);
 void prof_set_sync(prof *p, void (*sync)(void *), void *user);
 /* Stage that following events count toward. */
 void prof_set_stage(prof *p, prof_stage s);
+/* 1 when p accumulates timings (it then waits for the backend at every phase boundary) */
+int prof_enabled(const prof *p);
 /* Start / end a phase (layer -1 = not per layer); end records token and byte counts with the event. */
 void prof_begin(prof *p, prof_phase ph, int layer);
 void prof_end(prof *p, prof_phase ph, int layer, int64_t tokens, int64_t bytes);

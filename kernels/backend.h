@@ -413,6 +413,11 @@ struct kvb_backend {
     /* Wait for enqueued work: called before host code reads what ops wrote (NULL = ops are synchronous).
      * 0, or -1 when an op has failed (the reason in `error`). */
     int (*sync)(kvb_backend *be);
+    /* A one-token decode step begins (NULL = nothing to do; the engine calls it from its forward pass): the backend
+     * may hold what the step enqueues and launch it as one unit at the step's first wait (CUDA: a graph, a candidate
+     * behind $KVB_CUDA_GRAPH=1, kernels/cuda/graph.cu). Nothing changes for the caller: ops keep their order, and a
+     * sync, a copy down or a free still sees every op before it done. 0, or -1 (the reason in `error`). */
+    int (*step_begin)(kvb_backend *be);
     /* Memory the engine's trackers should allocate from (NULL = C heap) and a device-side KV row writer
      * (NULL = host code; called with the backend as user); every backend sets both (the CPU backend: the C
      * heap, or the guarded arena under KVB_GUARD). */
@@ -447,6 +452,11 @@ kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len);
  * with KVB_HAVE_CUDA only. */
 void kvb_cuda_set_gemv_kernel(int k);
 void kvb_cuda_set_gemv6_warps(int w);
+/* Decode steps recorded and launched as CUDA graphs (1) or not (0, the default; $KVB_CUDA_GRAPH=1 before the first
+ * step, or --cuda-kernels graph=1); and what the recording did so far, one line ("" when off). Builds with
+ * KVB_HAVE_CUDA only. */
+void kvb_cuda_set_graph(int on);
+const char *kvb_cuda_graph_stats(void);
 /* The CUDA kernels this process uses, one line ("attention v3, prefill tensor cores, GEMV v1, probabilities v1"):
  * bench prints it and run.json records it, since each switch changes timings and some change rounding. */
 const char *kvb_cuda_kernels(void);

@@ -50,6 +50,8 @@
 #   ncu-prefill       the tensor-core prefill attention and the prefill GEMMs under Nsight Compute (one launch each)
 #   ncu-decode-all    every kernel of two decode steps (2K context) under Nsight Compute, summed by kernel
 #   ncu-prefill-layer every kernel of two layers of a prefill chunk under Nsight Compute, summed by kernel and grid
+#   graph             the candidate CUDA graph (KVB_CUDA_GRAPH=1): test_cuda_model and test_host_waits through it, then
+#                     the default model (or its shapes) at 512-8000 tokens without it and with it (+ PyTorch)
 #   model             the default model (or its shapes), CUDA, 512-8000 tokens, beside PyTorch
 #   methods           every method on the default model (or its shapes) at 8000 tokens, 30%
 #   methods-profile   the same with --profile: each decode step by phase, the share outside attention and matmuls
@@ -163,20 +165,21 @@ fi
 # `tests` gained the adopted path and test_layer_prefill, and bench --method prefills once for all its methods, so
 # omnikv-128k and methods-8b no longer prefill once per method), and the four groups of steps, each sized to one call
 # (<= 480 s with a 20% margin). A lease of 15 device minutes holds group 1, the machine's start and group 2 on the warm
-# machine (~292 + ~463 s), the rest in later leases.
+# machine (~370 + ~463 s: tight, so the second call may cut group 2 at its deadline), the rest in later leases.
 declare -A est=([tests]=~165 [bench-attention]=~30 [sanitize]=32 [ncu]=~55 [model]=35 [methods]=16 [methods-profile]=15
     [loads]=4 [synthetic]=~30 [synthetic-new]=~131 [synthetic-profile]=9 [synthetic-batch]=18 [methods-8b]=~215 [methods-8b-profile]=~60 [omnikv-128k]=~100
     [ncu-decode]=~65 [ncu-prefill]=24 [synthetic-qwen3]=~140 [nsys]=~20 [ncu-prefill-layer]=~30 [omnikv-profile]=~30 [ncu-decode-all]=~40
-    [flashinfer-engine]=121 [gemv-8b]=~45)
+    [flashinfer-engine]=121 [gemv-8b]=~45 [graph]=~65)
 # group 1: correctness first (the 2026-11-27 run: test_cuda_ops 121 s, its float64 references on one core, now on
 # every core; test_cuda_model 103 s, most of it the CPU side, run once and read back from KVB_CPU_REF_DIR by the second
-# run, the candidate KIVI kernel), decode attention against the copy and SDPA, the 8B decode on GEMV v5 and v6, the
-# packed loads; group 2: every method
+# run, the candidate KIVI kernel), decode attention against the copy and SDPA, the candidate CUDA graph (every method
+# through it, then the default model's decode with and without it), the 8B decode on GEMV v5 and v6, the packed loads;
+# group 2: every method
 # on the 8B shapes (three lists: the third, Compactor and KVzip, outlasted 120 s on 2026-11-27), the 8B model at
 # 32K-128K beside PyTorch, and every kernel of two 8B decode steps (what the 2 ms outside attention and the GEMVs are);
 # groups 3 and 4: FlashInfer on the engine, Qwen3, OmniKV at 128K, compute-sanitizer, where the time goes (ncu,
 # profiles)
-groups=("tests bench-attention gemv-8b loads"
+groups=("tests bench-attention graph gemv-8b loads"
     "methods-8b synthetic-new ncu-decode-all"
     "flashinfer-engine synthetic-qwen3 omnikv-128k sanitize"
     "ncu ncu-decode ncu-prefill ncu-prefill-layer methods methods-profile methods-8b-profile model synthetic-profile synthetic synthetic-batch omnikv-profile")
@@ -342,6 +345,23 @@ step_tests() {
         obs_window_cuda.log env KVB_BACKEND=cuda "$bin/test_obs_window"
     step "test_host_waits on CUDA (every method: one wait a decode step, for its logits, unless its table says why)" \
         host_waits_cuda.log env KVB_BACKEND=cuda "$bin/test_host_waits"
+}
+step_graph() {
+    # the candidate CUDA graph (kernels/cuda/graph.cu, KVB_CUDA_GRAPH=1): every method decoding through it against
+    # the CPU (test_cuda_model reads the tests step's CPU runs back) and still waiting once a step; then the default
+    # model's shapes decoding without it and with it, one call, no --profile (its phases wait: no graph then)
+    if [ $have_model = 1 ]; then
+        step "test_cuda_model, decode steps as CUDA graphs (KVB_CUDA_GRAPH=1)" cuda_model_graph.log \
+            env KVB_CUDA_GRAPH=1 "$bin/test_cuda_model"
+    else
+        skip "test_cuda_model, CUDA graphs" "default model not in $model_dir"
+    fi
+    step "test_host_waits on CUDA, decode steps as CUDA graphs" host_waits_graph.log \
+        env KVB_BACKEND=cuda KVB_CUDA_GRAPH=1 "$bin/test_host_waits"
+    step "bench default model on CUDA, no graphs (KVB_CUDA_GRAPH=0)" bench_graph0.md "$bin/kvbench" bench --backend cuda \
+        "${small[@]}" --contexts 512,2048,8000 -n 64 --reps 2 --no-peer --cuda-kernels graph=0
+    step "bench default model on CUDA, decode steps as CUDA graphs (+ PyTorch, same shapes)" bench_graph1.md \
+        "$bin/kvbench" bench --backend cuda "${small[@]}" --contexts 512,2048,8000 -n 64 --reps 2 --cuda-kernels graph=1
 }
 step_bench_attention() {
     step "bench-attention (Llama-3-8B shapes, 8K-128K)" bench_attention.md "$bin/kvbench" bench-attention \

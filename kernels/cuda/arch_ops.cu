@@ -147,7 +147,7 @@ static const __half *gelu_table(cuda_kvops *o) {
     void *dev = NULL;
     if (tab) {
         for (int h = 0; h < N; h++) tab[h] = kvb_f32_to_f16(cpu_gelu_f16((kvb_f16)h)); /* exact: an f16 value */
-        if (CK(cudaMalloc(&dev, N * sizeof(kvb_f16))) ||
+        if (cuda_graph_flush(o) || CK(cudaMalloc(&dev, N * sizeof(kvb_f16))) ||
             CK(cudaMemcpyAsync(dev, tab, N * sizeof(kvb_f16), cudaMemcpyHostToDevice, o->stream)) ||
             CK(cudaStreamSynchronize(o->stream))) {
             cudaFree(dev);

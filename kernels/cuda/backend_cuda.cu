@@ -93,6 +93,11 @@ static_assert(offsetof(cuda_impl, ops) == 0, "kvops.cu finds its state at be->im
 
 static cuda_impl *IM(kvb_backend *be) { return (cuda_impl *)be->impl; }
 
+/* One backend per process, shared by every context (weights are uploaded once): created on first use and
+ * kept until the process exits (the driver releases its memory then). */
+static kvb_backend *g_backend;
+static int g_refs;
+
 /* Record a failure (the first one wins: later ones are usually its consequences). */
 static int fail(cuda_impl *im, const char *file, int line, const char *what, const char *why) {
     const char *base = strrchr(file, '/');
@@ -121,10 +126,13 @@ static int tokens_fit(cuda_impl *im, int64_t n_tok, const char *op) {
     return 0;
 }
 
+/* A decode step's recording (graph.cu) ends and runs: the host is about to wait, free, or upload synchronously. */
+static int flush(cuda_impl *im) { return cuda_graph_flush(&im->ops); }
+
 static int grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t want = need + need / 4 + (1 << 20);
-    if (CK(cudaStreamSynchronize(im->stream)) || (*p && CK(cudaFree(*p)))) return -1;
+    if (flush(im) || CK(cudaStreamSynchronize(im->stream)) || (*p && CK(cudaFree(*p)))) return -1;
     *p = NULL;
     *cap = 0;
     if (CK(cudaMalloc(p, want))) return -1;
@@ -183,7 +191,7 @@ static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes
 /* Record a fresh device copy: replaces e's (same address, other contents) or adds an entry. NULL on failure. */
 static void *w_store(cuda_impl *im, wentry *e, const void *host, void *dev, size_t bytes, uint64_t print) {
     if (e) {
-        if (CK(cudaStreamSynchronize(im->stream)) || CK(cudaFree(e->dev))) return NULL;
+        if (flush(im) || CK(cudaStreamSynchronize(im->stream)) || CK(cudaFree(e->dev))) return NULL;
         im->weight_bytes += bytes - e->bytes;
         e->dev = dev;
         e->bytes = bytes;
@@ -213,7 +221,7 @@ static const __half *weight_f16(cuda_impl *im, const kvb_weight *w) {
     if (e && e->print == print) return (const __half *)e->dev;
     size_t n = (size_t)w->rows * (size_t)w->cols, bytes = n * sizeof(__half);
     void *dev = NULL;
-    if (CK(cudaMalloc(&dev, bytes))) return NULL;
+    if (flush(im) || CK(cudaMalloc(&dev, bytes))) return NULL; /* the upload waits for the stream */
     int rc = 0;
     if (w->type == GGML_T_F16) {
         rc = CK(cudaMemcpy(dev, w->data, bytes, cudaMemcpyHostToDevice));
@@ -252,7 +260,7 @@ static const float *vector_dev(cuda_impl *im, const float *host, int64_t n) {
     wentry *e = w_find(im, host);
     if (e && e->bytes == bytes && e->print == print) return (const float *)e->dev;
     void *dev = NULL;
-    if (CK(cudaMalloc(&dev, bytes))) return NULL;
+    if (flush(im) || CK(cudaMalloc(&dev, bytes))) return NULL; /* cudaMemcpy waits for the stream */
     if (CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice))) {
         cudaFree(dev);
         return NULL;
@@ -372,7 +380,7 @@ static int gemv_kernel(void) { return kvb_switch_pick(&g_gemv_kernel, "KVB_GEMV_
 static int gemv6_warps(void);
 
 extern "C" const char *kvb_cuda_kernels(void) {
-    static char line[256]; /* the longest (FlashInfer, prefetch, KIVI v2) is about 170 characters */
+    static char line[256]; /* the longest (FlashInfer, prefetch, KIVI v2, graphs) is about 200 characters */
     char gv[40] = ""; /* v5's rule, v6's warps a row (they change its rounding) */
     if (gemv_kernel() == 5) snprintf(gv, sizeof gv, " (v4 from 8192 rows, v1 below)");
     if (gemv_kernel() == 6) snprintf(gv, sizeof gv, " (%d warps a row)", gemv6_warps());
@@ -383,11 +391,12 @@ extern "C" const char *kvb_cuda_kernels(void) {
         snprintf(attn, sizeof attn, "v%d", kvb_cuda_attention_kernel());
     if (kvb_cuda_attn_prefetch()) /* v4's candidate L2 prefetch */
         snprintf(attn + strlen(attn), sizeof attn - strlen(attn), " (prefetch %d ahead)", kvb_cuda_attn_prefetch());
-    snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d%s", attn,
+    snprintf(line, sizeof line, "attention %s, prefill %s, GEMV v%d%s, probabilities v%d%s%s", attn,
              kvb_cuda_attention_prefill_tc() == 2 ? "tensor cores v2" : kvb_cuda_attention_prefill_tc() ? "tensor cores v1"
                                                                                         : "CUDA cores", gemv_kernel(),
              gv, kvb_cuda_attention_probs_kernel(),
-             kvb_cuda_quant_kernel() == 2 ? ", KIVI attention v2" : "");
+             kvb_cuda_quant_kernel() == 2 ? ", KIVI attention v2" : "",
+             kvb_cuda_graph_on() ? ", decode steps as CUDA graphs" : "");
     return line;
 }
 
@@ -397,9 +406,10 @@ extern "C" const char *kvb_cuda_kernels_tag(void) {
     if (gemv_kernel() == 6) snprintf(w6, sizeof w6, "w%d", gemv6_warps());
     char pf[8] = "";
     if (kvb_cuda_attn_prefetch()) snprintf(pf, sizeof pf, "pf%d", kvb_cuda_attn_prefetch());
-    snprintf(tag, sizeof tag, "attn%d%s.%s.gemv%d%s.probs%d%s", kvb_cuda_attention_kernel(), pf,
+    snprintf(tag, sizeof tag, "attn%d%s.%s.gemv%d%s.probs%d%s%s", kvb_cuda_attention_kernel(), pf,
              kvb_cuda_attention_prefill_tc() == 2 ? "tc2" : kvb_cuda_attention_prefill_tc() ? "tc" : "notc", gemv_kernel(),
-             w6, kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "");
+             w6, kvb_cuda_attention_probs_kernel(), kvb_cuda_quant_kernel() == 2 ? ".quant2" : "",
+             kvb_cuda_graph_on() ? ".graph" : "");
     return tag;
 }
 
@@ -706,6 +716,7 @@ static void *cuda_alloc(void *user, kvb_tier tier, size_t bytes) {
 static void cuda_free(void *user, kvb_tier tier, void *p, size_t bytes) {
     cuda_impl *im = (cuda_impl *)user;
     if (!p) return;
+    flush(im); /* recorded work may still use it */
     if (tier == KVB_TIER_DEVICE) {
         dev_forget(im, p);
         CK(cudaFree(p)); /* waits for the work that may still use it */
@@ -729,6 +740,7 @@ static int copy_across(cuda_impl *im, void *dst, const void *src, size_t bytes, 
  * the copy stream (each end's side from the device blocks handed out). */
 static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
     cuda_impl *im = (cuda_impl *)user;
+    if (flush(im)) return; /* a synchronous copy */
     const int from_host = !on_device(im, src), to_host = !on_device(im, dst);
     if (!from_host && !to_host) {
         if (!CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, im->stream)))
@@ -743,9 +755,19 @@ static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
 
 /* ---- ops ---- */
 
+/* A one-token decode step begins: recorded as one graph where $KVB_CUDA_GRAPH=1 (graph.cu) */
+static int cuda_step_begin(kvb_backend *be) { return cuda_graph_begin(&IM(be)->ops); }
+
+extern "C" const char *kvb_cuda_graph_stats(void) {
+    static char line[256];
+    line[0] = 0;
+    if (g_backend && kvb_cuda_graph_on()) cuda_graph_summary(&IM(g_backend)->ops, line, sizeof line);
+    return line;
+}
+
 static int cuda_sync(kvb_backend *be) {
     cuda_impl *im = IM(be);
-    if (!CK(cudaStreamSynchronize(im->stream))) CK(cudaGetLastError());
+    if (!flush(im) && !CK(cudaStreamSynchronize(im->stream))) CK(cudaGetLastError());
     return be->error[0] ? -1 : 0;
 }
 
@@ -805,9 +827,10 @@ static int cuda_matmul(kvb_backend *be, float *out, const kvb_weight *w, const f
         s.w[0] = wd, s.out[0] = out, s.rows[0] = rows;
         return gemv_launch(im, &s, rows, x, cols, n_tok);
     }
-    /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok) */
+    /* out (row-major n_tok x rows) = column-major rows x n_tok = W^T(col-major cols x rows)^T * X(cols x n_tok);
+     * cuBLAS runs outside a decode step's recording (it may take workspace of its own) */
     const int64_t nx = n_tok * cols;
-    if (grow_dev(im, &im->scratch, &im->scratch_bytes, (size_t)nx * sizeof(__half))) return -1;
+    if (flush(im) || grow_dev(im, &im->scratch, &im->scratch_bytes, (size_t)nx * sizeof(__half))) return -1;
     k_f32_to_f16<<<blocks_for(nx, 256), 256, 0, im->stream>>>((__half *)im->scratch, x, nx);
     if (CK_LAUNCH(k_f32_to_f16)) return -1;
     const float alpha = 1.0f, beta = 0.0f;
@@ -822,7 +845,16 @@ static void cuda_get_rows(kvb_backend *be, float *out, const kvb_weight *w, cons
     const __half *wd = weight_f16(im, w);
     const size_t bytes = (size_t)n * sizeof(int32_t);
     if (!wd || n <= 0 || !tokens_fit(im, n, "get_rows") || grow_dev(im, &im->ids, &im->ids_bytes, bytes)) return;
-    /* ids are host memory, maybe a caller's temporary: staged in pinned memory, whose previous copy is done */
+    /* ids are host memory, maybe a caller's temporary: staged in pinned memory, whose previous copy is done (or in a
+     * decode step's recording, its arena) */
+    const void *rec = cuda_graph_stage(&im->ops, ids, bytes);
+    if (rec) {
+        if (CK(cudaMemcpyAsync(im->ids, rec, bytes, cudaMemcpyHostToDevice, im->stream))) return;
+        dim3 grid((unsigned)((w->cols + 255) / 256), (unsigned)n);
+        k_get_rows<<<grid, 256, 0, im->stream>>>(out, wd, (const int32_t *)im->ids, w->cols);
+        CK_LAUNCH(k_get_rows);
+        return;
+    }
     if (CK(cudaEventSynchronize(im->ids_read))) return;
     if (bytes > im->ids_host_bytes) {
         if (CK(cudaFreeHost(im->ids_host))) return;
@@ -934,10 +966,16 @@ static int attend(kvb_backend *be, const kvb_attn_args *a, int32_t window, char 
         snprintf(err, err_len, "cuda attention: %d KV heads (1..%d supported)", H, (int)KVB_MAX_KV_HEADS);
         return -1;
     }
+    /* FlashInfer (kernel 5) plans on the host and waits: a decode step's recording (graph.cu) runs first */
+    if (kvb_cuda_attention_kernel() == 5 && flush(im)) return failed(im, err, err_len);
     const int slot = im->param_next;
     im->param_next = (slot + 1) % RING;
-    if (CK(cudaEventSynchronize(im->param_ev[slot]))) return failed(im, err, err_len);
-    uint64_t *ph = im->param_host[slot];
+    /* recording a decode step, the block is written here and staged in the step's arena; else the slot's pinned
+     * words once the copy that last read them is done */
+    uint64_t rec_words[PARAM_WORDS];
+    const int recording = im->ops.graph.capturing;
+    if (!recording && CK(cudaEventSynchronize(im->param_ev[slot]))) return failed(im, err, err_len);
+    uint64_t *ph = recording ? rec_words : im->param_host[slot];
     int64_t max_len = 0;
     for (int g = 0; g < H; g++) {
         const int has_idx = a->idx && a->idx[g];
@@ -951,7 +989,14 @@ static int attend(kvb_backend *be, const kvb_attn_args *a, int32_t window, char 
         ph[5 * H + g] = (uint64_t)(has_idx ? a->n_idx[g] : 0);
     }
     uint64_t *pd = im->param_dev[slot];
-    if (CK(cudaMemcpyAsync(pd, ph, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream)))
+    const void *up = ph;
+    if (recording && !(up = cuda_graph_stage(&im->ops, ph, 6 * (size_t)H * sizeof(uint64_t)))) {
+        /* no room in the arena: the recording has ended; the slot's own words, as without one */
+        if (be->error[0] || CK(cudaEventSynchronize(im->param_ev[slot]))) return failed(im, err, err_len);
+        memcpy(im->param_host[slot], ph, 6 * (size_t)H * sizeof(uint64_t));
+        up = ph = im->param_host[slot];
+    }
+    if (CK(cudaMemcpyAsync(pd, up, 6 * (size_t)H * sizeof(uint64_t), cudaMemcpyHostToDevice, im->stream)))
         return failed(im, err, err_len);
 
     kvb_cuda_attn c;
@@ -981,7 +1026,8 @@ static int attend(kvb_backend *be, const kvb_attn_args *a, int32_t window, char 
     size_t ws = kvb_cuda_attention_ws(&c);
     if (grow_dev(im, &im->attn_ws, &im->attn_ws_bytes, ws ? ws : 256)) return failed(im, err, err_len);
     int rc = kvb_cuda_attention(&c, im->attn_ws, im->attn_ws_bytes, im->stream, err, err_len);
-    if (CK(cudaEventRecord(im->param_ev[slot], im->stream))) return failed(im, err, err_len); /* the slot's reuse */
+    if (ph == im->param_host[slot] && CK(cudaEventRecord(im->param_ev[slot], im->stream))) /* the slot's reuse */
+        return failed(im, err, err_len);
     return rc;
 }
 
@@ -1001,10 +1047,7 @@ static int cuda_attention_window(kvb_backend *be, const kvb_attn_args *a, char *
     return attend(be, a, a->window, err, err_len);
 }
 
-/* One backend per process, shared by every context (weights are uploaded once): created on first use and
- * kept until the process exits (the driver releases its memory then). */
-static kvb_backend *g_backend;
-static int g_refs;
+/* One backend per process, shared by every context (weights are uploaded once): g_backend, above */
 
 static void cuda_be_free(kvb_backend *be) {
     if (be == g_backend) {
@@ -1122,6 +1165,7 @@ extern "C" kvb_backend *kvb_backend_cuda_create(char *err, size_t err_len) {
     be->attention_window = cuda_attention_window;
     be->free = cuda_be_free;
     be->sync = cuda_sync;
+    be->step_begin = cuda_step_begin;
     be->allocator = &im->alloc;
     be->kv_writer = cuda_kv_writer;
     g_backend = be;

@@ -67,10 +67,13 @@ static void add_traffic(kvb_backend *be, kvb_copy_dir dir, int64_t n, int64_t by
     be->traffic.bytes[dir] += bytes;
 }
 
+/* the host waits for the stream (a decode step's recording, graph.cu, runs first) */
+static int stream_wait(cuda_kvops *o) { return cuda_graph_flush(o) || CK(cudaStreamSynchronize(o->stream)); }
+
 /* a device buffer of at least need bytes (a smaller one is freed once the stream has drained) */
 static int grow_dev(cuda_kvops *o, void **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
-    if (CK(cudaStreamSynchronize(o->stream)) || (*p && CK(cudaFree(*p)))) return -1;
+    if (stream_wait(o) || (*p && CK(cudaFree(*p)))) return -1;
     *p = NULL;
     *cap = 0;
     size_t want = need + need / 4 + 4096;
@@ -81,7 +84,7 @@ static int grow_dev(cuda_kvops *o, void **p, size_t *cap, size_t need) {
 
 /* a pinned host buffer of at least need bytes, free for the host to write (the copies reading it have run) */
 static uint8_t *host_buf(cuda_kvops *o, uint8_t **p, size_t *cap, cudaEvent_t done, size_t need) {
-    if (CK(cudaEventSynchronize(done))) return NULL;
+    if (cuda_graph_flush(o) || CK(cudaEventSynchronize(done))) return NULL; /* a recording holds no real event */
     if (need > *cap) {
         if (*p && CK(cudaFreeHost(*p))) return NULL;
         *p = NULL;
@@ -100,8 +103,12 @@ static uint8_t *host_buf(cuda_kvops *o, uint8_t **p, size_t *cap, cudaEvent_t do
 static const void *params_in(cuda_kvops *o, const void *host, size_t bytes) {
     const int i = o->param_next;
     o->param_next = (i + 1) % KVOPS_PARAM_RING;
+    if (grow_dev(o, &o->param_dev[i], &o->param_dev_bytes[i], bytes)) return NULL;
+    const void *rec = cuda_graph_stage(o, host, bytes); /* a decode step's recording reads them from its arena */
+    if (rec)
+        return CK(cudaMemcpyAsync(o->param_dev[i], rec, bytes, cudaMemcpyHostToDevice, o->stream)) ? NULL : o->param_dev[i];
     uint8_t *h = host_buf(o, &o->param[i], &o->param_bytes[i], o->param_done[i], bytes);
-    if (!h || grow_dev(o, &o->param_dev[i], &o->param_dev_bytes[i], bytes)) return NULL;
+    if (!h) return NULL;
     memcpy(h, host, bytes);
     if (CK(cudaMemcpyAsync(o->param_dev[i], h, bytes, cudaMemcpyHostToDevice, o->stream)) ||
         CK(cudaEventRecord(o->param_done[i], o->stream)))
@@ -121,6 +128,14 @@ static int cu_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kv
                                                          cudaMemcpyDeviceToDevice};
     const uint8_t *s = (const uint8_t *)src;
     uint8_t *d = (uint8_t *)dst;
+    /* a decode step's recording: host bytes going up are staged in its arena (small ones; larger ones end the
+     * recording), and a copy down ends it (the host reads the result after a wait) */
+    if (dir == KVB_COPY_H2D && o->graph.capturing) {
+        const void *rec = bytes <= 4096 ? cuda_graph_stage(o, src, bytes) : NULL;
+        if (rec) s = (const uint8_t *)rec;
+        else if (cuda_graph_flush(o)) return failed(o, err, err_len);
+    }
+    if (dir == KVB_COPY_D2H && cuda_graph_flush(o)) return failed(o, err, err_len);
     if (dir == KVB_COPY_D2D && s != d && s < d + bytes && d < s + bytes) { /* overlap: memmove through scratch */
         if (grow_dev(o, &o->scratch, &o->scratch_bytes, bytes) ||
             CK(cudaMemcpyAsync(o->scratch, s, bytes, cudaMemcpyDeviceToDevice, o->stream)))
@@ -188,7 +203,7 @@ static int gather_h2d(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const 
     uint8_t *h = host_buf(o, &o->stage, &o->stage_bytes, o->stage_done, (size_t)n * (2 * rb + 2 * sizeof(int32_t)));
     if (!h) return -1;
     /* the host reads host-tier rows the KV writer (queued on this stream) may still be writing in place: wait */
-    if (CK(cudaStreamSynchronize(o->stream))) return -1;
+    if (stream_wait(o)) return -1;
     kvb_kv_head p = staged(h, n, rb);
     for (int64_t i = 0; i < n; i++) {
         const size_t s = (size_t)idx[i];
@@ -213,7 +228,7 @@ static int gather_d2h(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const 
     from.v = (uint8_t *)src->v + (size_t)lo * rb;
     from.pos = src->pos + lo;
     from.round = src->round + lo;
-    if (copy_arrays(o, &p, 0, &from, *span, rb, cudaMemcpyDeviceToHost) || CK(cudaStreamSynchronize(o->stream))) return -1;
+    if (copy_arrays(o, &p, 0, &from, *span, rb, cudaMemcpyDeviceToHost) || stream_wait(o)) return -1;
     for (int64_t i = 0; i < n; i++) {
         const size_t s = (size_t)(idx[i] - lo), t = (size_t)(off + i);
         memcpy((uint8_t *)dst->k + t * rb, (const uint8_t *)p.k + s * rb, rb);
@@ -235,6 +250,7 @@ static int cu_kv_gather(kvb_backend *be, const kvb_kv_head *dst, int64_t dst_off
         if (idx[i] < 0) return kvb_errf(err, err_len, "kv_gather: index %d at %lld is negative", idx[i], (long long)i);
     int64_t slots = n;
     int rc;
+    if (dir != KVB_COPY_D2D && cuda_graph_flush(o)) return failed(o, err, err_len); /* host memory: no recording */
     if (dir == KVB_COPY_D2D) {
         k_kv_gather<<<blocks_for(n, 1), 64, 0, o->stream>>>(*dst, dst_off, *src, idx, n, row_bytes);
         rc = CK_LAUNCH(k_kv_gather);
@@ -486,8 +502,9 @@ static int evict_planned(cuda_kvops *o, kvb_backend *be, const kvb_kv_head *h, i
     int64_t *plan = (int64_t *)malloc((size_t)count * 3 * sizeof(int64_t)), moves = 0;
     int rc = 0;
     if (!pos || !plan) goto done; /* the loop then */
-    if (CK(cudaMemcpyAsync(pos, h->pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, o->stream)) ||
-        CK(cudaStreamSynchronize(o->stream))) {
+    if (cuda_graph_flush(o) || /* the positions come down: a decode step's recording runs first */
+        CK(cudaMemcpyAsync(pos, h->pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, o->stream)) ||
+        stream_wait(o)) {
         rc = failed(o, err, err_len);
         goto done;
     }
@@ -1433,6 +1450,7 @@ int cuda_install_data_ops(kvb_backend *be, cuda_kvops *o, cudaStream_t stream) {
 }
 
 void cuda_kvops_release(cuda_kvops *o) {
+    cuda_graph_release(o);
     if (o->stream) cudaStreamSynchronize(o->stream);
     cudaFreeHost(o->stage);
     for (int i = 0; i < KVOPS_PARAM_RING; i++) {

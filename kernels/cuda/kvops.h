@@ -13,6 +13,16 @@ extern "C" {
 
 enum { KVOPS_PARAM_RING = 8 };
 
+/* A decode step recorded as one CUDA graph (graph.cu: a candidate, $KVB_CUDA_GRAPH=1) */
+typedef struct {
+    int capturing;          /* the stream is recording the step */
+    cudaGraphExec_t exec;   /* the last step's graph, updated in place from the next one where its shape allows */
+    cudaEvent_t ran;        /* after the last graph launch: its arena may be written again once this has fired */
+    uint8_t *arena;         /* pinned host bytes the recorded copies read (cuda_graph_stage) */
+    size_t arena_cap, arena_used, arena_want;
+    long long steps, graphs, nodes, updated, instantiated; /* for cuda_graph_summary */
+} cuda_graph;
+
 typedef struct {
     kvb_backend *be;     /* whose error[] keeps the first failure ("cuda: FILE:LINE: CALL: reason") */
     cudaStream_t stream; /* the backend's stream: every op enqueues on it */
@@ -26,6 +36,7 @@ typedef struct {
     int param_next;
     void *scratch; size_t scratch_bytes;                        /* device scratch: top-k flags, overlapping copies */
     void *gelu_table;                                           /* geglu's f16 GELU table (arch_ops.cu), on first use */
+    cuda_graph graph;                                           /* the decode step's recording (graph.cu) */
 } cuda_kvops;
 
 /* Set up ops for be on stream and install be's data ops (be->impl must begin with *ops). 0, or -1 with the
@@ -40,6 +51,18 @@ int cuda_kvops_failed(cuda_kvops *o, char *err, size_t err_len);
 /* The ops' device scratch, at least need bytes, for kernels enqueued next on the stream (the next op that asks may
  * reuse it, stream-ordered after them); NULL with the failure in be->error. */
 void *cuda_kvops_scratch(cuda_kvops *o, size_t need);
+/* The decode step's graph (graph.cu). begin: the stream starts recording (where $KVB_CUDA_GRAPH=1 and nothing else
+ * records it). flush: a recording in progress ends and runs as one graph; every place that waits for the stream,
+ * frees or replaces memory, uploads synchronously or reuses a host buffer an earlier copy reads calls it first
+ * (0, or -1 with the reason in be->error). stage: while recording, a pinned copy of host's bytes that stays intact
+ * until the recorded graph has run, for the copy up to read; NULL when not recording (or no room: the recording was
+ * flushed), and the caller goes its usual way. */
+int cuda_graph_begin(cuda_kvops *o);
+int cuda_graph_flush(cuda_kvops *o);
+const void *cuda_graph_stage(cuda_kvops *o, const void *host, size_t bytes);
+void cuda_graph_release(cuda_kvops *o);
+void cuda_graph_summary(const cuda_kvops *o, char *buf, size_t cap);
+extern "C" int kvb_cuda_graph_on(void);
 /* KIVI's quantized-KV ops (kvquant.cu): install be's quant_groups and attention_quant. */
 void cuda_install_kvquant_ops(kvb_backend *be);
 /* attention_quant's kernel: 1 (default) or 2 (the candidate: tokens split across blocks), $KVB_QUANT_KERNEL */
