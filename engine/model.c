@@ -819,6 +819,9 @@ int kvb_forward(kvb_ctx *c, const int32_t *ids, int64_t n, char *err, size_t err
     for (int64_t done = 0; done < n && !rc;) {
         int64_t chunk = n - done < c->params.n_batch ? n - done : c->params.n_batch;
         rc = forward_chunk(c, ids + done, chunk, err, err_len);
+        /* a decode step that failed part-way: what its backend holds back (a CUDA graph's recording) runs now, as it
+         * would have without one, and later work is not recorded into it */
+        if (rc == -1 && c->be->step_begin && c->be->sync) c->be->sync(c->be);
         if (rc == FORWARD_NON_FINITE) rc = report_non_finite(c, ids + done, chunk, err, err_len);
         done += chunk;
     }

@@ -234,7 +234,12 @@ static void test_cuda_kernels_option_is_checked(void) {
 #ifdef KVB_HAVE_CUDA
     CU_ASSERT(strstr(r->err, "prefetch=3") && strstr(r->err, "prefetch=1|2"));
 #endif
-    run(r, "generate --cuda-kernels attn=1,prefill=cuda,gemv=3,probs=2,prefetch=2 --prompt hi -n 1");
+    run(r, "bench --cuda-kernels graph=2 --contexts 16"); /* the decode-step graph is on (1) or off (0) */
+    CU_ASSERT(r->exit_code != 0 && count_lines(r->err) == 1);
+#ifdef KVB_HAVE_CUDA
+    CU_ASSERT(strstr(r->err, "graph=2") && strstr(r->err, "graph=0|1"));
+#endif
+    run(r, "generate --cuda-kernels attn=1,prefill=cuda,gemv=3,probs=2,prefetch=2,graph=1 --prompt hi -n 1");
 #ifdef KVB_HAVE_CUDA
     CU_ASSERT(r->exit_code == 0);
 #else

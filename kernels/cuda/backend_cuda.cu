@@ -1058,6 +1058,7 @@ static void cuda_be_free(kvb_backend *be) {
     }
     cuda_impl *im = IM(be);
     if (im) {
+        cuda_graph_release(&im->ops); /* a recording in progress is dropped: the stream can then drain */
         cudaStreamSynchronize(im->stream);
         for (size_t i = 0; i < im->w_cap; i++)
             if (im->w[i].host) cudaFree(im->w[i].dev);

@@ -16,7 +16,12 @@
  * - Host bytes an op uploads while recording (token ids, positions, the attention's per-head pointer block, the data
  *   ops' parameters) are copied into a pinned arena first (cuda_graph_stage): the recorded copy reads them when the
  *   graph runs, so they must stay as they were until then. The arena is reused once the graph that read it has run.
- * - Work is only ever deferred, never reordered: host code that reads device results waits (sync), which flushes. */
+ * - Work is only ever deferred, never reordered: host code that reads device results waits (sync), which flushes.
+ * - A step cut by a wait is several graphs: the k-th of each step updates the k-th executable. Where every step makes
+ *   its graphs anew (a shape that keeps changing) for CUDA_GRAPH_GIVE_UP steps in a row, recording stops for the
+ *   process (an instantiation costs more than the launches it saves); the summary says so.
+ * - The compute stream is a blocking stream: a call on the legacy default stream while it records would break the
+ *   recording, so the backend's synchronous cudaMemcpy calls (weight and vector uploads) flush first. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -38,8 +43,15 @@ enum { ARENA_FIRST = 64 << 10, ARENA_MAX = 16 << 20 };
 
 int cuda_graph_begin(cuda_kvops *o) {
     cuda_graph *g = &o->graph;
-    if (!kvb_cuda_graph_on() || o->be->error[0]) return 0;
+    if (!kvb_cuda_graph_on() || g->off || o->be->error[0]) return 0;
     if (g->capturing && cuda_graph_flush(o)) return -1; /* a step that never reached its end: run what it recorded */
+    if (g->steps) { /* steps whose graphs never update in place cost an instantiation each: give up after a run */
+        g->fresh_run = g->step_fresh ? g->fresh_run + 1 : 0;
+        if (g->fresh_run >= CUDA_GRAPH_GIVE_UP) {
+            g->off = 1;
+            return 0;
+        }
+    }
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     if (CK(cudaStreamIsCapturing(o->stream, &st))) return -1;
     if (st != cudaStreamCaptureStatusNone) return 0; /* someone else records this stream: plain launches */
@@ -57,6 +69,8 @@ int cuda_graph_begin(cuda_kvops *o) {
     g->arena_used = 0;
     if (CK(cudaStreamBeginCapture(o->stream, cudaStreamCaptureModeRelaxed))) return -1;
     g->capturing = 1;
+    g->seg = 0;
+    g->step_fresh = 0;
     g->steps++;
     return 0;
 }
@@ -78,21 +92,26 @@ int cuda_graph_flush(cuda_kvops *o) {
     size_t nodes = 0;
     int rc = CK(cudaGraphGetNodes(graph, NULL, &nodes));
     if (!rc && nodes) {
-        if (g->exec) {
+        /* the step's k-th graph updates the k-th executable (a step cut by a wait keeps its segments' shapes apart) */
+        cudaGraphExec_t *exec = &g->exec[g->seg < CUDA_GRAPH_SEGS ? g->seg : CUDA_GRAPH_SEGS - 1];
+        g->seg++;
+        if (*exec) {
             cudaGraphExecUpdateResultInfo info;
-            if (cudaGraphExecUpdate(g->exec, graph, &info) == cudaSuccess) {
+            memset(&info, 0, sizeof info);
+            if (cudaGraphExecUpdate(*exec, graph, &info) == cudaSuccess) {
                 g->updated++;
             } else { /* another shape (grids, a copy more): made anew */
                 cudaGetLastError();
-                cudaGraphExecDestroy(g->exec);
-                g->exec = NULL;
+                g->last_update_result = (int)info.result;
+                cudaGraphExecDestroy(*exec);
+                *exec = NULL;
             }
         }
-        if (!g->exec) {
-            rc = CK(cudaGraphInstantiate(&g->exec, graph, 0));
-            if (!rc) g->instantiated++;
+        if (!*exec) {
+            rc = CK(cudaGraphInstantiate(exec, graph, 0));
+            if (!rc) g->instantiated++, g->step_fresh = 1;
         }
-        rc = rc || CK(cudaGraphLaunch(g->exec, o->stream)) || CK(cudaEventRecord(g->ran, o->stream));
+        rc = rc || CK(cudaGraphLaunch(*exec, o->stream)) || CK(cudaEventRecord(g->ran, o->stream));
         if (!rc) g->graphs++, g->nodes += (long long)nodes;
     }
     cudaGraphDestroy(graph);
@@ -106,7 +125,7 @@ const void *cuda_graph_stage(cuda_kvops *o, const void *host, size_t bytes) {
     if (at + bytes > g->arena_cap) { /* no room this step: it ends here; the next step's arena is bigger */
         size_t want = 2 * (at + bytes);
         if (want > g->arena_want) g->arena_want = want < ARENA_MAX ? want : ARENA_MAX;
-        cuda_graph_flush(o);
+        cuda_graph_flush(o); /* a failure is in be->error: the caller's next call reports it */
         return NULL;
     }
     memcpy(g->arena + at, host, bytes);
@@ -124,7 +143,8 @@ void cuda_graph_release(cuda_kvops *o) {
         g->capturing = 0;
     }
     if (g->ran) cudaEventSynchronize(g->ran);
-    if (g->exec) cudaGraphExecDestroy(g->exec);
+    for (int i = 0; i < CUDA_GRAPH_SEGS; i++)
+        if (g->exec[i]) cudaGraphExecDestroy(g->exec[i]);
     if (g->ran) cudaEventDestroy(g->ran);
     cudaFreeHost(g->arena);
     memset(g, 0, sizeof *g);
@@ -136,9 +156,13 @@ void cuda_graph_summary(const cuda_kvops *o, char *buf, size_t cap) {
         snprintf(buf, cap, "no decode step recorded");
         return;
     }
+    char off[128] = "";
+    if (g->off)
+        snprintf(off, sizeof off, "; given up after %d steps in a row made anew (last update result %d)",
+                 CUDA_GRAPH_GIVE_UP, g->last_update_result);
     snprintf(buf, cap,
              "%lld decode steps recorded, %lld graphs launched (%.2f a step: more than 1 = a step cut short by a wait "
-             "or a free), %.0f nodes a graph, %lld updated in place, %lld made anew",
+             "or a free), %.0f nodes a graph, %lld updated in place, %lld made anew%s",
              g->steps, g->graphs, (double)g->graphs / (double)g->steps,
-             g->graphs ? (double)g->nodes / (double)g->graphs : 0.0, g->updated, g->instantiated);
+             g->graphs ? (double)g->nodes / (double)g->graphs : 0.0, g->updated, g->instantiated, off);
 }

@@ -131,7 +131,12 @@ static int cu_copy(kvb_backend *be, void *dst, const void *src, size_t bytes, kv
     /* a decode step's recording: host bytes going up are staged in its arena (small ones; larger ones end the
      * recording), and a copy down ends it (the host reads the result after a wait) */
     if (dir == KVB_COPY_H2D && o->graph.capturing) {
-        const void *rec = bytes <= 4096 ? cuda_graph_stage(o, src, bytes) : NULL;
+        /* pageable memory only: a pinned source (the host tier) may be written by recorded work before the copy runs,
+         * which must then read it in stream order, as without a recording */
+        cudaPointerAttributes at;
+        const int pageable = cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeUnregistered;
+        cudaGetLastError(); /* a pointer the driver does not know is not an error here */
+        const void *rec = pageable && bytes <= 4096 ? cuda_graph_stage(o, src, bytes) : NULL;
         if (rec) s = (const uint8_t *)rec;
         else if (cuda_graph_flush(o)) return failed(o, err, err_len);
     }

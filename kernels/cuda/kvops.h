@@ -14,13 +14,21 @@ extern "C" {
 enum { KVOPS_PARAM_RING = 8 };
 
 /* A decode step recorded as one CUDA graph (graph.cu: a candidate, $KVB_CUDA_GRAPH=1) */
+enum { CUDA_GRAPH_SEGS = 4, CUDA_GRAPH_GIVE_UP = 16 };
 typedef struct {
     int capturing;          /* the stream is recording the step */
-    cudaGraphExec_t exec;   /* the last step's graph, updated in place from the next one where its shape allows */
+    int seg;                /* the step's graphs so far (a wait inside the step ends one; the rest is recorded anew) */
+    int off;                /* 1: given up (CUDA_GRAPH_GIVE_UP steps in a row made their graphs anew) */
+    int fresh_run;          /* steps in a row whose graphs were all made anew */
+    int step_fresh;         /* this step made one anew */
+    /* the graph of each of a step's first CUDA_GRAPH_SEGS segments (the later ones share the last), updated in place
+     * from the next step's where its shape allows */
+    cudaGraphExec_t exec[CUDA_GRAPH_SEGS];
     cudaEvent_t ran;        /* after the last graph launch: its arena may be written again once this has fired */
     uint8_t *arena;         /* pinned host bytes the recorded copies read (cuda_graph_stage) */
     size_t arena_cap, arena_used, arena_want;
     long long steps, graphs, nodes, updated, instantiated; /* for cuda_graph_summary */
+    int last_update_result;  /* cudaGraphExecUpdateResult of the last update that failed (0: none) */
 } cuda_graph;
 
 typedef struct {
