@@ -49,6 +49,7 @@ typedef struct {
     double copies[KVB_COPY_DIRS], bytes[KVB_COPY_DIRS]; /* per decode step, by direction */
     int64_t load_ns, load_bytes, loads;                  /* packed loads (PROF_H2D), with --profile */
     double phase_ms[PROF_PHASE_COUNT];                   /* decode phases per step, with --profile */
+    long long graph[3];                                  /* CUDA graphs: decode steps recorded, graphs, nodes */
     char desc[200];
 } bm_row;
 
@@ -68,6 +69,10 @@ static int bench_method(const kvb_shared_prefill *sp, const char *name, const kv
     if (!meth) { cli_fail("bench: %s", err); goto done; }
     kvb_session_method seam = kvb_method_seam(meth);
     kvb_gen_params gp = {.max_new = (int)n_dec + 1, .ignore_eos = 1}; /* n_dec decode steps */
+    long long g0[3] = {0, 0, 0};
+#ifdef KVB_HAVE_CUDA
+    kvb_cuda_graph_counts(&g0[0], &g0[1], &g0[2]);
+#endif
     if (kvb_session_init(&ses, c, &seam, &gp, err, sizeof err) ||
         kvb_shared_prefill_adopt(&ses, sp, sp->prefill_ms + (kvb_now_s() - t0) * 1e3, err, sizeof err) ||
         kvb_session_decode(&ses, err, sizeof err)) {
@@ -76,6 +81,10 @@ static int bench_method(const kvb_shared_prefill *sp, const char *name, const kv
     }
     row->prefill_s = ses.prefill_ms / 1e3;
     row->decode_ms = kvb_session_ms_per_token(&ses);
+#ifdef KVB_HAVE_CUDA
+    kvb_cuda_graph_counts(&row->graph[0], &row->graph[1], &row->graph[2]);
+#endif
+    for (int i = 0; i < 3; i++) row->graph[i] -= g0[i]; /* this method's decode steps */
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) row->phase_ms[ph] = ses.steps ? ses.dec_phase_ms[ph] / ses.steps : 0;
     row->kv = ses.kv_end;
     row->formula = meth->def->formula_frac ? meth->def->formula_frac(meth, c) : -1;
@@ -213,8 +222,15 @@ int cmd_bench_methods(int argc, char **argv) {
            eo.ctx.backend);
 #ifdef KVB_HAVE_CUDA
     if (strcmp(eo.ctx.backend, "cpu")) printf("CUDA kernels: %s\n\n", kvb_cuda_kernels());
-    if (strcmp(eo.ctx.backend, "cpu") && *kvb_cuda_graph_stats()) /* every method's steps together */
-        printf("CUDA graphs (all methods): %s\n\n", kvb_cuda_graph_stats());
+    if (strcmp(eo.ctx.backend, "cpu") && *kvb_cuda_graph_stats()) { /* every method's steps together, then each */
+        printf("CUDA graphs (all methods): %s\n", kvb_cuda_graph_stats());
+        printf("CUDA graphs a decode step (nodes a graph):");
+        for (int k = 0; k < n_names; k++)
+            if (rows[k].graph[0] > 0)
+                printf("%s %s %.2f (%.0f)", k ? "," : "", rows[k].name, (double)rows[k].graph[1] / (double)rows[k].graph[0],
+                       rows[k].graph[1] ? (double)rows[k].graph[2] / (double)rows[k].graph[1] : 0.0);
+        printf("\n\n");
+    }
 #endif
     if (bound)
         printf("byte bound: %.3f GB of matmul weights (%s) + %.1f KiB of K+V per attended token, at %.1f GB/s (the "

@@ -457,6 +457,8 @@ void kvb_cuda_set_gemv6_warps(int w);
  * KVB_HAVE_CUDA only. */
 void kvb_cuda_set_graph(int on);
 const char *kvb_cuda_graph_stats(void);
+/* The recording's counters so far: decode steps recorded, graphs launched, their nodes (zeros when off) */
+void kvb_cuda_graph_counts(long long *steps, long long *graphs, long long *nodes);
 /* The CUDA kernels this process uses, one line ("attention v3, prefill tensor cores, GEMV v1, probabilities v1"):
  * bench prints it and run.json records it, since each switch changes timings and some change rounding. */
 const char *kvb_cuda_kernels(void);

@@ -758,6 +758,11 @@ static void cuda_copy(void *user, void *dst, const void *src, size_t bytes) {
 /* A one-token decode step begins: recorded as one graph where $KVB_CUDA_GRAPH=1 (graph.cu) */
 static int cuda_step_begin(kvb_backend *be) { return cuda_graph_begin(&IM(be)->ops); }
 
+extern "C" void kvb_cuda_graph_counts(long long *steps, long long *graphs, long long *nodes) {
+    const cuda_graph *g = g_backend && kvb_cuda_graph_on() ? &IM(g_backend)->ops.graph : NULL;
+    *steps = g ? g->steps : 0, *graphs = g ? g->graphs : 0, *nodes = g ? g->nodes : 0;
+}
+
 extern "C" const char *kvb_cuda_graph_stats(void) {
     static char line[256];
     line[0] = 0;
