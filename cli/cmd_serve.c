@@ -23,6 +23,8 @@ static const char *HELP =
     "holds at most --max-per-ip N (32) connections, all addresses --max-connections N (256); a request not whole\n"
     "--request-timeout S (30) after it began is cut off however slowly it trickles. Message content over\n"
     "--max-prompt-bytes N (default 6 per token of the context) is refused (413) before it is tokenized.\n"
+    "Engine options apply to every generation; --ctx N caps a request's prompt + max_tokens + 1 (default: the\n"
+    "model's context). --backend cuda runs one generation at a time (--parallel 1) unless --batching.\n"
     "\n"
     "options:\n"
     "  --verbose              one line per request on stderr\n" CLI_METHOD_HELP CLI_ENGINE_HELP;
@@ -72,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
     if (kvb_model_resolve(eo.model, path, sizeof path, err, sizeof err)) return cli_fail("serve: %s", err);
     o.model_path = path;
     o.n_threads = eo.ctx.n_threads;
+    o.ctx = eo.ctx; /* backend, KV type, prefill chunk and GEMM; --ctx caps a request */
     o.method = mo.method;
     o.budget = mo.budget;
     o.opts = mo.opts;

@@ -37,7 +37,7 @@
 #define GEN_TIMEOUT_S 600 /* inactivity allowed to a connection once its request is read and being answered */
 #define REQUEST_TIMEOUT_S 30    /* default request_timeout_s */
 #define EVICT_HEADROOM 16       /* connections libmicrohttpd accepts beyond max_connections: room to evict into */
-#define PROMPT_BYTES_PER_TOKEN 6 /* default max_prompt_bytes: this many bytes per token of the model's context */
+#define PROMPT_BYTES_PER_TOKEN 6 /* default max_prompt_bytes: this many bytes per token of the context (n_ctx) */
 
 /* A connection, from its start to its close (libmicrohttpd's socket context). */
 typedef struct conn_state {
@@ -60,6 +60,8 @@ typedef struct {
     atomic_long next_id;
     volatile sig_atomic_t *stop; /* set: generations end at their next step, waiting ones do not start */
     size_t max_prompt_bytes;
+    kvb_ctx_params ctx;       /* every generation's context (kvb_serve_opts.ctx, or the defaults) */
+    int n_ctx;                /* the largest prompt + max_tokens + 1: --ctx, else the model's context */
     pthread_mutex_t conns_mu; /* the connection list */
     conn_state *conns;        /* oldest first */
     int n_conns, max_conns;
@@ -474,7 +476,7 @@ static int gen_prepare(gen_plan *pl, char *err, size_t err_len) {
     gen *g = pl->g;
     server *s = g->s;
     sb_engine *eng = s->eng;
-    kvb_ctx_params cp = eng ? sb_ctx_params(eng) : kvb_ctx_default_params();
+    kvb_ctx_params cp = eng ? sb_ctx_params(eng) : s->ctx;
     cp.n_ctx = pl->n_ids + pl->max_tokens + 1;
     if (!eng) cp.n_threads = s->threads_per;
     if (pl->layerwise && cp.n_batch < pl->n_ids) cp.n_batch = pl->n_ids; /* the prompt in one forward chunk */
@@ -543,9 +545,9 @@ static gen *gen_start(server *s, struct MHD_Connection *conn, const cJSON *req, 
     int rc = kvb_serve_encode_prompt(s->model, p.msgs, p.n_msgs, &ids, &n_ids, err, err_len);
     req_params_free(&p);
     if (rc) { gen_free(g); free(ids); return NULL; }
-    if (n_ids + pl.max_tokens + 1 > s->model->cfg.n_ctx_train) {
-        ERR("prompt of %d tokens + max_tokens %d exceeds the model's context of %d", n_ids, pl.max_tokens,
-            s->model->cfg.n_ctx_train);
+    if (n_ids + pl.max_tokens + 1 > s->n_ctx) {
+        ERR("prompt of %d tokens + max_tokens %d exceeds the %s context of %d", n_ids, pl.max_tokens,
+            s->ctx.n_ctx > 0 ? "server's (--ctx)" : "model's", s->n_ctx);
         gen_free(g);
         free(ids);
         return NULL;
@@ -1154,7 +1156,21 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     }
     /* the default method, budget and options made once on a small context: a bad one (an unknown option, a method
      * that needs a budget and has none) is refused now, not in every request that does not name its own */
-    kvb_ctx_params small = kvb_ctx_default_params();
+    s.ctx = o->ctx.backend ? o->ctx : kvb_ctx_default_params();
+    s.ctx.n_threads = 0;
+    if (s.ctx.n_ctx > s.model->cfg.n_ctx_train) {
+        kvb_model_free(s.model);
+        free(s.token);
+        return ERR("serve: --ctx %d exceeds the model's context of %d", s.ctx.n_ctx, s.model->cfg.n_ctx_train);
+    }
+    s.n_ctx = s.ctx.n_ctx > 0 ? s.ctx.n_ctx : s.model->cfg.n_ctx_train;
+    if (!strcmp(s.ctx.backend, "cuda") && o->parallel > 1 && !o->batching) {
+        kvb_model_free(s.model);
+        free(s.token);
+        return ERR("serve: --backend cuda runs one generation at a time (its one stream is shared): --parallel 1, "
+                   "or --batching (one engine thread decodes them together)");
+    }
+    kvb_ctx_params small = s.ctx;
     small.n_ctx = 256, small.n_threads = 1;
     kvb_ctx *chk = kvb_ctx_create(s.model, &small, err, err_len);
     kvb_opts chk_opts = o->opts;
@@ -1178,7 +1194,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     s.threads_per = total / parallel > 0 ? total / parallel : 1;
     s.max_conns = o->max_connections > 0 ? o->max_connections : 256;
     s.request_timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : REQUEST_TIMEOUT_S;
-    s.max_prompt_bytes = o->max_prompt_bytes ? o->max_prompt_bytes : (size_t)s.model->cfg.n_ctx_train * PROMPT_BYTES_PER_TOKEN;
+    s.max_prompt_bytes = o->max_prompt_bytes ? o->max_prompt_bytes : (size_t)s.n_ctx * PROMPT_BYTES_PER_TOKEN;
     pthread_mutex_init(&s.conns_mu, NULL);
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
@@ -1213,7 +1229,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = info ? info->port : o->port;
     if (o->batching) { /* every generation's context shares the engine's backend and all the threads */
-        kvb_ctx_params cp = kvb_ctx_default_params();
+        kvb_ctx_params cp = s.ctx;
         cp.n_threads = total;
         s.eng = sb_create(s.model, &cp, parallel, o->kv_pool_bytes, stop, err, err_len);
         if (!s.eng) {

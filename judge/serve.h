@@ -54,6 +54,11 @@ typedef struct {
     int batching;             /* continuous batching (judge/serve_batch.h): `parallel` = the most generations decoded
                                * together in one step, all threads on one backend */
     int64_t kv_pool_bytes;    /* with batching: the KV pool admission waits on (0 = none; docs/serving.md) */
+    /* every generation's context: backend, KV type, prefill chunk and GEMM as given (a zero ctx.backend: the defaults,
+     * kvb_ctx_default_params); ctx.n_ctx > 0 is the largest prompt + max_tokens + 1 a request may ask (at most the
+     * model's context; 0: the model's); ctx.n_threads is not read (n_threads above). The CUDA backend is one stream
+     * shared by every context, so with it `parallel` above 1 needs `batching` (one engine thread). */
+    kvb_ctx_params ctx;
 } kvb_serve_opts;
 
 /* Serve until *stop becomes non-zero. Writes the bound port to *port_out (may be NULL) once listening and

@@ -674,6 +674,35 @@ static void hostile_opts(kvb_serve_opts *o) {
     o->max_body = 4 << 20;
 }
 
+/* --ctx 64: the server's context caps a request (prompt + max_tokens + 1), named in the 400; the engine options
+ * reach every generation's context (an f32 KV cache: its slots are twice the f16 ones) */
+static void capped_opts(kvb_serve_opts *o) {
+    o->ctx = kvb_ctx_default_params();
+    o->ctx.n_ctx = 64;
+    o->ctx.kv_dtype = KVB_F32;
+}
+static int start_capped(void) { return start_tiny_with(capped_opts); }
+
+static void test_ctx_caps_a_request_and_engine_options_reach_it(void) {
+    long status;
+    cJSON *j = request_json("/v1/chat/completions",
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 30}", &status);
+    const char *msg = jstr(cJSON_GetObjectItem(j, "error"), "message");
+    CU_ASSERT(status == 400 && msg && strstr(msg, "server's (--ctx) context of 64") && !strchr(msg, '\n'));
+    if (status != 400) fprintf(stderr, "\n  status %ld: %s\n", status, msg ? msg : "(no message)");
+    cJSON_Delete(j);
+    j = request_json("/v1/chat/completions", HI_REQUEST "}", &status); /* 44 + 5 + 1 <= 64 */
+    CU_ASSERT_FATAL(status == 200 && j != NULL);
+    /* the reply's KV bytes at an f32 slot (K and V rows of 8 f32 values, the position and round ids) */
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const char *finish = jstr(ch, "finish_reason");
+    const int completion = (int)jnum(cJSON_GetObjectItem(j, "usage"), "completion_tokens");
+    const int64_t fed = HI_PROMPT_TOKENS + completion - (finish && !strcmp(finish, "length") ? 1 : 0);
+    CU_ASSERT(jnum(cJSON_GetObjectItem(j, "kvbench"), "kv_full_bytes") ==
+              (double)(T_LAYERS * T_KV_HEADS * fed * (2 * 8 * 4 + 2 * 4)));
+    cJSON_Delete(j);
+}
+
 static int start_hostile(void) {
     setenv("KVB_TEST_TINY_KEY", TINY_KEY, 1);
     return start_tiny_with(hostile_opts);
@@ -851,6 +880,16 @@ static void test_startup_errors_are_one_line(void) {
     o = tiny_opts;
     o.host = "300.1.2.3";
     CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "300.1.2.3"));
+    o = tiny_opts; /* engine options: --ctx past the model's context; CUDA's one stream with parallel generations */
+    o.ctx = kvb_ctx_default_params();
+    o.ctx.n_ctx = 4096;
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "--ctx 4096") &&
+              strstr(err, "1024") && !strchr(err, '\n'));
+    o.ctx.n_ctx = 0;
+    o.ctx.backend = "cuda";
+    o.parallel = 2;
+    CU_ASSERT(kvb_serve(&o, &stop, NULL, NULL, NULL, err, sizeof err) == -1 && strstr(err, "--parallel 1") &&
+              strstr(err, "--batching") && !strchr(err, '\n'));
     o = tiny_opts;
     unsetenv("KVB_TEST_NO_SUCH_KEY");
     o.api_key_env = "KVB_TEST_NO_SUCH_KEY";
@@ -873,6 +912,9 @@ int main(void) {
     CU_add_test(t, "content over max_prompt_bytes is a 413", test_content_over_max_prompt_bytes_is_a_413);
     CU_add_test(t, "the server stops cleanly when asked", test_server_stops_cleanly_when_asked);
     CU_add_test(t, "startup errors are one line", test_startup_errors_are_one_line);
+    CU_pSuite cap = CU_add_suite("serve in process with engine options (tiny model, --ctx 64, f32 KV)", start_capped, stop_tiny);
+    CU_add_test(cap, "--ctx caps a request and the engine options reach its context",
+                test_ctx_caps_a_request_and_engine_options_reach_it);
     CU_pSuite h = CU_add_suite("serve in process under hostile clients (tiny model)", start_hostile, stop_tiny);
     CU_add_test(h, "an unauthenticated upload is refused before its body", test_unauthenticated_upload_refused_before_its_body);
     CU_add_test(h, "ambiguous framing and a NUL in the token are refused", test_ambiguous_framing_and_a_nul_in_the_token_are_refused);
