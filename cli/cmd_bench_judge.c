@@ -92,6 +92,7 @@ int cmd_bench_judge(int argc, char **argv) {
     srv.o.max_queue = 1024;
     srv.o.max_body = 1 << 20;
     srv.o.n_threads = eo.ctx.n_threads;
+    srv.o.ctx = eo.ctx; /* the engine options reach the judge's generations, as in serve */
     srv.o.parallel = (int)parallel;
     srv.o.method = "full";
     signal(SIGPIPE, SIG_IGN);
