@@ -271,7 +271,7 @@ static int prepare_run_json(run_state *st, char *err, size_t err_len) {
     cJSON_AddStringToObject(j, "suite_path", st->o->suite_path);
     cJSON_AddStringToObject(j, "model", st->model_path);
     cJSON_AddStringToObject(j, "model_sha256", st->model_sha);
-    kvb_provenance_add(j, kvb_ctx_default_params().backend);
+    kvb_provenance_add(j, kvb_run_ctx_params(st->o).backend); /* the backend the cells run on (--backend) */
     if (shard[0]) cJSON_AddStringToObject(j, "shard", shard);
     else cJSON_AddNullToObject(j, "shard");
     cJSON_AddNumberToObject(j, "threads", st->o->n_threads);
@@ -762,8 +762,10 @@ int kvb_run_suite(const kvb_run_opts *o, FILE *out, char *err, size_t err_len) {
             if (run_sample(&st, &st.tasks[i], &st.tasks[i].samples.v[k], err, err_len)) goto done;
     progress(&st, KVB_PROG_DONE, "done");
     /* the suite's "serve" block: throughput rows beside the accuracy ones (a sharded run: shard 0 only) */
+    kvb_ctx_params serve_cp = cp; /* --ctx caps the serve block's requests as it caps the samples */
+    serve_cp.n_ctx = n_ctx;
     if (o->shard.index == 0 &&
-        kvb_serve_suite_run(st.suite, o->suite_path, st.model, &cp, &st.cs, st.out_dir, stderr, err, err_len))
+        kvb_serve_suite_run(st.suite, o->suite_path, st.model, &serve_cp, &st.cs, st.out_dir, stderr, err, err_len))
         goto done;
     if (kvb_hostload_end(&st.load, run_json, err, err_len)) goto done;
     close(st.fd);

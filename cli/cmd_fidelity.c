@@ -174,9 +174,10 @@ int cmd_fidelity(int argc, char **argv) {
     /* every prompt is read and checked before any work, so a bad one does not cost the others' results */
     for (int p = 0; p < n_prompts; p++) {
         if (!(pids[p] = prompt_ids(m, prompts[p], max_tokens, &pn[p]))) goto done;
-        if (pn[p] + n_gen + 1 > m->cfg.n_ctx_train) {
-            cli_fail("fidelity: %s: %d prompt tokens + %ld exceed the model's context of %d (use --max-tokens)", prompts[p],
-                     pn[p], n_gen, m->cfg.n_ctx_train);
+        const int limit = eo.ctx.n_ctx > 0 ? eo.ctx.n_ctx : m->cfg.n_ctx_train; /* --ctx, else the model's */
+        if (pn[p] + n_gen + 1 > limit) {
+            cli_fail("fidelity: %s: %d prompt tokens + %ld exceed the %s of %d (use --max-tokens)", prompts[p], pn[p],
+                     n_gen, eo.ctx.n_ctx > 0 ? "context given by --ctx" : "model's context", limit);
             goto done;
         }
     }

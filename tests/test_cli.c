@@ -162,6 +162,15 @@ static void test_invalid_utf8_prompt_is_reported(void) {
     expect_clean_failure("generate --model default --prompt-file $KVB_T/kvb_bad_utf8.txt -n 2", "UTF-8");
 }
 
+/* fidelity's --ctx caps a prompt and its generation (it was accepted and ignored) */
+static void test_fidelity_ctx_caps_the_prompt(void) {
+    UTIL_REQUIRE_FILE(model);
+    write_bytes(tp("kvb_fid_prompt.txt"), "The quick brown fox jumps over the lazy dog, again and again.", 61);
+    expect_clean_failure("fidelity --model default --prompt-file $KVB_T/kvb_fid_prompt.txt --methods snapkv --budget 50% "
+                         "-n 4 --ctx 8",
+                         "exceed the context given by --ctx of 8");
+}
+
 static void test_bad_flags_are_reported(void) {
     expect_clean_failure("generate --prompt hi -n minus", "-n");
     expect_clean_failure("generate --prompt hi --kv-type f8", "--kv-type");
@@ -741,6 +750,7 @@ int main(void) {
     CU_add_test(s, "unknown command fails", test_unknown_command_fails);
     CU_add_test(s, "--version names the commit it was built from", test_version_names_the_built_commit);
     CU_add_test(s, "--cuda-kernels is checked", test_cuda_kernels_option_is_checked);
+    CU_add_test(s, "fidelity's --ctx caps the prompt", test_fidelity_ctx_caps_the_prompt);
     CU_add_test(s, "bench-attention --backend cpu measures and checks", test_bench_attention_cpu_measures_full_and_index_lists_and_checks_them);
     CU_add_test(s, "help explains every command", test_help_explains_every_command);
     CU_add_test(s, "every command's help prints clean", test_every_commands_help_prints_clean);

@@ -183,6 +183,27 @@ static void test_a_malformed_block_is_one_line_and_exit_1(void) {
     }
 }
 
+/* --ctx caps the serve block's requests as it caps the samples (the block ran at the model's context) */
+static void test_ctx_caps_the_serve_blocks_prompts(void) {
+    FILE *f = fopen(suite, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"name\": \"serve-ctx\", \"seed\": 1, \"methods\": [{\"name\": \"full\"}], \"budgets\": [\"50%%\"],\n"
+               " \"benchmarks\": [{\"type\": \"niah\", \"lengths\": [320], \"depths\": [50]}],\n"
+               " \"serve\": {\"clients\": 1, \"requests\": 1, \"prompt_len\": 500, \"max_new\": 3, \"prompts\": 1}}\n");
+    fclose(f);
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/ctx", tmpdir);
+    char args[600];
+    snprintf(args, sizeof args, "run %s --model %s --threads 1 --quiet --ctx 400 --out %s", suite, model, dir);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", bin, args, out_path, err_path);
+    const int rc = system(cmd);
+    char *e = util_read_file(err_path, NULL);
+    CU_ASSERT(rc != 0 && e && strstr(e, "serve: prompts of") && strstr(e, "exceed the context 400"));
+    if (!e || !strstr(e, "exceed the context 400")) fprintf(stderr, "\n  run --ctx 400: %s", e ? e : "(no stderr)");
+    free(e);
+}
+
 static int setup(void) {
     bin = getenv("KVB_BIN");
     if (!bin || !mkdtemp(tmpdir)) return -1;
@@ -214,5 +235,6 @@ int main(void) {
     CU_add_test(s, "compare diffs the throughput rows and flags a slower run", test_compare_diffs_the_throughput_rows);
     CU_add_test(s, "a sharded run: shard 0 runs the block, merge keeps its rows", test_a_sharded_run_keeps_its_rows_through_merge);
     CU_add_test(s, "a malformed serve block is one line and exit 1", test_a_malformed_block_is_one_line_and_exit_1);
+    CU_add_test(s, "--ctx caps the serve block's prompts", test_ctx_caps_the_serve_blocks_prompts);
     return util_run_suites();
 }
