@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/fsutil.h"
+#include "benchmarks/jsonl.h"
 #include "benchmarks/loaders.h"
 #include "engine/kvcache.h"
 #include "engine/kvpool.h"
@@ -118,7 +119,8 @@ int kvb_serve_suite_run(const cJSON *suite, const char *path, kvb_model *m, cons
     if (!m->tok) return ERR("suite %s: serve: the model has no tokenizer", path);
 #define NUM(k, d) (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(b, k)) ? cJSON_GetObjectItemCaseSensitive(b, k)->valuedouble : (d))
     kvb_load_opts lo = {(int)NUM("clients", 16), (int)NUM("requests", 32), (int)NUM("max_new", 64), 1, NUM("rate", 0),
-                        (int)NUM("max_batch", 64), (int)NUM("page_tokens", 16), (int)NUM("prefill_chunk", 0), 0};
+                        (int)NUM("max_batch", 64), (int)NUM("page_tokens", 16), (int)NUM("prefill_chunk", 0), 0,
+                        (uint64_t)kvb_json_num(suite, "seed", 1)}; /* the open loop's schedule: the suite's seed */
     const int prompt_len = (int)NUM("prompt_len", 1024), n_prompts = (int)NUM("prompts", 8), pool_seqs = (int)NUM("pool_seqs", 4);
 #undef NUM
     kvb_prompt *prompts = calloc((size_t)n_prompts, sizeof *prompts);

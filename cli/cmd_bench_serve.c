@@ -186,6 +186,21 @@ static void log_request(void *user, int request, int prompt, int max_new, const 
     cJSON_Delete(j);
 }
 
+/* 1 when argv gives option opt (as "--opt V" or "--opt=V") */
+static int given(int argc, char **argv, const char *opt) {
+    const size_t n = strlen(opt);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], opt, n) && (argv[i][n] == 0 || argv[i][n] == '=')) return 1;
+    return 0;
+}
+
+/* The first of opts[0..n) that argv gives, or NULL */
+static const char *first_given(int argc, char **argv, const char *const *opts, int n) {
+    for (int i = 0; i < n; i++)
+        if (given(argc, argv, opts[i])) return opts[i];
+    return NULL;
+}
+
 /* "64" or "32,64,128" -> values (MiB, or sequences) of option opt; -1 + err. */
 static int parse_pools(const char *opt, const char *list, long *out, int cap, int *n, char *err, size_t err_len) {
     *n = 0;
@@ -206,7 +221,7 @@ int cmd_bench_serve(int argc, char **argv) {
     cli_engine_defaults(&eo);
     const char *methods = "full,snapkv@25%,streamingllm@25%", *csv = NULL, *json = NULL, *chart = NULL;
     const char *url = NULL, *api_key_env = NULL, *server_model = NULL, *pool_list = NULL;
-    kvb_load_opts lo = {16, 0, 64, 1, 0, 0, 0, 0, 0};
+    kvb_load_opts lo = {16, 0, 64, 1, 0, 0, 0, 0, 0, 1};
     int prompt_len = 1024, n_prompts = 0, stop_at_eos = 0, seed = 1;
     const char *dataset = NULL, *lb_config = NULL, *log_path = NULL;
     double duration_s = 0;
@@ -248,6 +263,22 @@ int cmd_bench_serve(int argc, char **argv) {
                         "--max-batch, --page-tokens, --prefill-chunk and --decode-only are the server's (kvbench serve) "
                         "or in-process only");
     if (!url && (api_key_env || server_model)) return cli_fail("bench-serve: --api-key-env and --server-model need --url");
+    /* options that would change nothing here are refused by name, not ignored */
+    static const char *const engine_only[] = {"--backend", "--kv-type", "--batch", "--prefill-gemm", "--cuda-kernels"};
+    const char *o1;
+    if (url && (o1 = first_given(argc, argv, engine_only, 5)))
+        return cli_fail("bench-serve: %s is the server's with --url (kvbench serve takes it); here only the tokenizer runs", o1);
+    static const char *const load_only[] = {"--methods", "--clients", "--requests", "--duration", "--rate", "--dataset",
+                                            "--prompts", "--seed", "--max-new", "--stop-at-eos", "--log-requests",
+                                            "--longbench-config", "--chart", "--csv", "--json", "--ctx"};
+    if (decode_sizes && (o1 = first_given(argc, argv, load_only, 16)))
+        return cli_fail("bench-serve: %s does not apply to --decode-only (batched decode steps of --prompt-len tokens, "
+                        "--n-decode steps each)", o1);
+    if (!decode_sizes && given(argc, argv, "--n-decode")) return cli_fail("bench-serve: --n-decode needs --decode-only");
+    if (!url && lo.rate > 0 && given(argc, argv, "--clients"))
+        return cli_fail("bench-serve: --clients with --rate: in process the open loop has no client count (arrivals "
+                        "follow the rate; --max-batch bounds a step)");
+    lo.seed = (uint64_t)seed;
     if (chart && n_pools < 2 && n_seqs < 2)
         return cli_fail("bench-serve: --chart needs several --kv-pool-mib or --pool-seqs sizes (e.g. 32,64,128 or 2,4,8)");
     if (!lo.max_batch) lo.max_batch = 64;

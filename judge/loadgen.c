@@ -45,7 +45,7 @@ static double *arrivals(const kvb_load_opts *lo, double duration_s, double t0, i
     const int limit = lo->requests > 0 ? lo->requests : MAX_ARRIVALS + 1;
     int cap = limit < 4096 ? limit : 4096;
     double *a = malloc((size_t)cap * sizeof *a);
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (lo->seed > 1 ? (lo->seed - 1) * 0xbf58476d1ce4e5b9ull : 0); /* --seed */
     double t = t0;
     *n = 0;
     for (; a && *n < limit; ++*n) {

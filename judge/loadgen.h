@@ -29,6 +29,7 @@ typedef struct {
     /* in process only */
     int max_batch, page_tokens, prefill_chunk;
     int64_t pool_bytes; /* 0 = unlimited */
+    uint64_t seed;      /* the open loop's arrival schedule (0 and 1: the same, the default) */
 } kvb_load_opts;
 
 /* One row: a method@budget under the load. NAN = unavailable (no completed request, or a URL without stats). */

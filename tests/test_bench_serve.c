@@ -154,6 +154,12 @@ static void test_bad_input_is_one_line_and_exit_1(void) {
     check_refused("--api-key-env X", "need --url");
     check_refused("--pool-seqs 2 --kv-pool-mib 4", "both given");
     check_refused("--pool-seqs 0", "--pool-seqs");
+    /* options that would change nothing in that mode are refused by name, not ignored */
+    check_refused("--decode-only 1,2 --methods full", "--methods does not apply to --decode-only");
+    check_refused("--decode-only 1 --csv x.csv", "--csv does not apply to --decode-only");
+    check_refused("--n-decode 4", "--n-decode needs --decode-only");
+    check_refused("--rate 2 --clients 3", "--clients with --rate");
+    check_refused("--url http://127.0.0.1:9 --kv-type f32", "--kv-type is the server's with --url");
 }
 
 static int setup(void) {
