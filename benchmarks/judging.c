@@ -46,6 +46,11 @@ kvb_runner_judge *kvb_runner_judge_create(const cJSON *sj, const kvb_judge_flags
     if (cJSON_IsObject(sj) && kvb_json_check_keys(sj, KEYS, "suite: \"judge\": ", err, err_len)) return NULL;
     const char *env = getenv("KVB_JUDGE_URL");
     const char *url = fl && fl->url ? fl->url : env && *env ? env : kvb_json_str(sj, "base_url", NULL);
+    if (!url && fl && (fl->model || fl->key_env || fl->refresh)) { /* they would be dropped without a word */
+        ERR("judge: %s needs a judge: --judge-url, $KVB_JUDGE_URL or the suite's judge.base_url",
+            fl->model ? "--judge-model" : fl->key_env ? "--judge-key-env" : "--judge-refresh");
+        return NULL;
+    }
     if (!url) return NULL;
     if (kvb_judge_check_url(url, err, err_len)) return NULL; /* now, not after the first sample's generation */
     /* a --judge-key-env that names nothing would send every request without its key (the suite's may be unset) */

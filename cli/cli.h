@@ -55,7 +55,8 @@ int cli_fn_cuda_kernels(void *dst, const char *opt, const char *v, char *err, si
 #define CLI_ENGINE_HELP                                                                                  \
     "  --model PATH|default   GGUF model (default: SmolLM2-135M-Instruct Q4_1 from scripts/fetch-model.sh)\n" \
     "  --threads N            CPU threads (default: $KVB_THREADS, else the usable cores)\n"                 \
-    "  --ctx N                context size in tokens (default: the model's training context)\n"           \
+    "  --ctx N                context size in tokens: the most a prompt and its generation may take\n"          \
+    "                         (default: the model's training context)\n"           \
     "  --kv-type f16|f32      KV cache element type (default f16)\n"                                      \
     "  --backend cpu|cuda     where the forward pass runs (default cpu, or $KVB_BACKEND)\n"                                      \
     "  --batch N              prefill chunk size in tokens (default 512)\n" CLI_PREFILL_GEMM_HELP CLI_CUDA_KERNELS_HELP

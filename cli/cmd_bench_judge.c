@@ -93,6 +93,8 @@ int cmd_bench_judge(int argc, char **argv) {
     srv.o.max_body = 1 << 20;
     srv.o.n_threads = eo.ctx.n_threads;
     srv.o.ctx = eo.ctx; /* the engine options reach the judge's generations, as in serve */
+    if (!strcmp(eo.ctx.backend, "cuda") && parallel > 1) /* serve's rule, in this command's words */
+        return cli_fail("bench-judge: --backend cuda judges one request at a time (its one stream is shared): --parallel 1");
     srv.o.parallel = (int)parallel;
     srv.o.method = "full";
     signal(SIGPIPE, SIG_IGN);

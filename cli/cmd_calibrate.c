@@ -66,9 +66,12 @@ int cmd_calibrate(int argc, char **argv) {
                       CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo),
                       CLI_END};
     /* which analysis options were given, read before cli_parse moves the kind over the arguments it has read */
-    int given[N_ONLY] = {0};
-    for (int i = 1; i < argc; i++)
+    int given[N_ONLY] = {0}, given_samples = 0, given_rounds = 0, given_chunk = 0;
+    for (int i = 1; i < argc; i++) {
         for (int k = 0; k < N_ONLY; k++) given[k] |= !strcmp(argv[i], ONLY[k][0]);
+        given_samples |= !strcmp(argv[i], "--samples"), given_rounds |= !strcmp(argv[i], "--rounds");
+        given_chunk |= !strcmp(argv[i], "--chunk");
+    }
     int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
     if (stop >= 0) return stop;
     if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv, pod, qfilter or duo (see --help)");
@@ -82,6 +85,15 @@ int cmd_calibrate(int argc, char **argv) {
     for (int k = 0; k < N_ONLY; k++)
         if (given[k] && strcmp(o.kind, ONLY[k][1]))
             return cli_fail("calibrate: %s is an option of %s, not of %s", ONLY[k][0], ONLY[k][1], o.kind);
+    /* the inputs' options: synthetic dialogues (--samples, --rounds) or prompt files (--chunk), not both; duo's
+     * passkey prompts take --samples alone */
+    if (!strcmp(o.kind, "duo") && (given_rounds || given_chunk))
+        return cli_fail("calibrate: duo's passkey prompts have no rounds: drop %s", given_rounds ? "--rounds" : "--chunk");
+    if (files.n && (given_samples || given_rounds))
+        return cli_fail("calibrate: %s makes synthetic dialogues, which --prompt-file replaces: drop one",
+                        given_samples ? "--samples" : "--rounds");
+    if (!files.n && given_chunk && strcmp(o.kind, "duo"))
+        return cli_fail("calibrate: --chunk is the round size of --prompt-file texts; synthetic dialogues take --rounds");
     if (syn_is_name(eo.model)) return cli_fail("synthetic models have no tokenizer: %s needs text; use a GGUF model", "calibrate");
     kvb_model *m = cli_load_model(&eo);
     if (!m) return 1;

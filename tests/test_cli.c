@@ -184,6 +184,9 @@ static void test_bad_flags_are_reported(void) {
     expect_clean_failure("fidelity --prompt-file x.txt --methods ,,", "--methods is empty");
     expect_clean_failure("generate --prompt hi --system 'be brief'", "--system and --template need --chat");
     expect_clean_failure("calibrate pod --frac 0.3", "--frac is an option of round, not of pod");
+    expect_clean_failure("calibrate duo --rounds 4", "duo's passkey prompts have no rounds: drop --rounds");
+    expect_clean_failure("calibrate round --prompt-file x.txt --samples 2", "--samples makes synthetic dialogues");
+    expect_clean_failure("calibrate round --chunk 64", "--chunk is the round size of --prompt-file texts");
     expect_clean_failure("bench-judge --concurrency 4x", "--concurrency expects");
     /* an empty path or name: refused by the parser, naming the option (text options may be empty) */
     expect_clean_failure("bench --json ''", "--json is empty");

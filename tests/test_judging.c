@@ -154,6 +154,11 @@ static void test_no_judge_configured(void) {
     cJSON *sj = cJSON_Parse("{\"model\": \"m\"}");
     CU_ASSERT(kvb_runner_judge_create(sj, NULL, same_path, err, sizeof err) == NULL && err[0] == 0);
     CU_ASSERT(kvb_runner_judge_create(NULL, NULL, same_path, err, sizeof err) == NULL && err[0] == 0);
+    /* a judge flag with no judge anywhere is refused by name (it was dropped without a word) */
+    kvb_judge_flags fl = {NULL, "m2", NULL, 0};
+    CU_ASSERT(kvb_runner_judge_create(sj, &fl, same_path, err, sizeof err) == NULL && strstr(err, "--judge-model needs a judge"));
+    kvb_judge_flags fr = {NULL, NULL, NULL, 1};
+    CU_ASSERT(kvb_runner_judge_create(NULL, &fr, same_path, err, sizeof err) == NULL && strstr(err, "--judge-refresh needs a judge"));
     cJSON_Delete(sj);
     CU_ASSERT(kvb_runner_judge_describe(NULL) == NULL);
     kvb_sample s;
