@@ -1159,9 +1159,10 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     s.ctx = o->ctx.backend ? o->ctx : kvb_ctx_default_params();
     s.ctx.n_threads = 0;
     if (s.ctx.n_ctx > s.model->cfg.n_ctx_train) {
+        const int train = s.model->cfg.n_ctx_train;
         kvb_model_free(s.model);
         free(s.token);
-        return ERR("serve: --ctx %d exceeds the model's context of %d", s.ctx.n_ctx, s.model->cfg.n_ctx_train);
+        return ERR("serve: --ctx %d exceeds the model's context of %d", s.ctx.n_ctx, train);
     }
     s.n_ctx = s.ctx.n_ctx > 0 ? s.ctx.n_ctx : s.model->cfg.n_ctx_train;
     if (!strcmp(s.ctx.backend, "cuda") && o->parallel > 1 && !o->batching) {
