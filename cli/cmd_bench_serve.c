@@ -186,18 +186,10 @@ static void log_request(void *user, int request, int prompt, int max_new, const 
     cJSON_Delete(j);
 }
 
-/* 1 when argv gives option opt (as "--opt V" or "--opt=V") */
-static int given(int argc, char **argv, const char *opt) {
-    const size_t n = strlen(opt);
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], opt, n) && (argv[i][n] == 0 || argv[i][n] == '=')) return 1;
-    return 0;
-}
-
 /* The first of opts[0..n) that argv gives, or NULL */
 static const char *first_given(int argc, char **argv, const char *const *opts, int n) {
     for (int i = 0; i < n; i++)
-        if (given(argc, argv, opts[i])) return opts[i];
+        if (cli_given(argc, argv, opts[i])) return opts[i];
     return NULL;
 }
 
@@ -274,8 +266,8 @@ int cmd_bench_serve(int argc, char **argv) {
     if (decode_sizes && (o1 = first_given(argc, argv, load_only, 16)))
         return cli_fail("bench-serve: %s does not apply to --decode-only (batched decode steps of --prompt-len tokens, "
                         "--n-decode steps each)", o1);
-    if (!decode_sizes && given(argc, argv, "--n-decode")) return cli_fail("bench-serve: --n-decode needs --decode-only");
-    if (!url && lo.rate > 0 && given(argc, argv, "--clients"))
+    if (!decode_sizes && cli_given(argc, argv, "--n-decode")) return cli_fail("bench-serve: --n-decode needs --decode-only");
+    if (!url && lo.rate > 0 && cli_given(argc, argv, "--clients"))
         return cli_fail("bench-serve: --clients with --rate: in process the open loop has no client count (arrivals "
                         "follow the rate; --max-batch bounds a step)");
     lo.seed = (uint64_t)seed;

@@ -66,12 +66,10 @@ int cmd_calibrate(int argc, char **argv) {
                       CLI_FLOAT("--topk", &o.topk, 1e-6, 1), CLI_FLOAT("--delta", &o.delta, 0, 1), CLI_ENGINE_OPTS(&eo),
                       CLI_END};
     /* which analysis options were given, read before cli_parse moves the kind over the arguments it has read */
-    int given[N_ONLY] = {0}, given_samples = 0, given_rounds = 0, given_chunk = 0;
-    for (int i = 1; i < argc; i++) {
-        for (int k = 0; k < N_ONLY; k++) given[k] |= !strcmp(argv[i], ONLY[k][0]);
-        given_samples |= !strcmp(argv[i], "--samples"), given_rounds |= !strcmp(argv[i], "--rounds");
-        given_chunk |= !strcmp(argv[i], "--chunk");
-    }
+    int given[N_ONLY] = {0};
+    for (int k = 0; k < N_ONLY; k++) given[k] = cli_given(argc, argv, ONLY[k][0]);
+    const int given_samples = cli_given(argc, argv, "--samples"), given_rounds = cli_given(argc, argv, "--rounds"),
+              given_chunk = cli_given(argc, argv, "--chunk");
     int n_pos, stop = cli_parse("calibrate", HELP, opts, 1, argc, argv, &n_pos);
     if (stop >= 0) return stop;
     if (!n_pos) return cli_fail("calibrate: give a kind: round, omnikv, pod, qfilter or duo (see --help)");

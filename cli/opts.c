@@ -71,6 +71,13 @@ static int set_value(const cli_opt *o, const char *v) {
     return 0;
 }
 
+int cli_given(int argc, char **argv, const char *opt) {
+    const size_t n = strlen(opt);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], opt, n) && (argv[i][n] == 0 || argv[i][n] == '=')) return 1;
+    return 0;
+}
+
 int cli_parse(const char *cmd, const char *help, const cli_opt *opts, int max_pos, int argc, char **argv, int *n_pos) {
     int n = 0;
     for (int i = 1; i < argc; i++) {

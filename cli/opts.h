@@ -52,6 +52,9 @@ typedef struct {
  * when max_pos is 0). Returns -1 when the command goes on, else the exit code to return at once: 0 after the
  * help, 1 after an error (printed). */
 int cli_parse(const char *cmd, const char *help, const cli_opt *opts, int max_pos, int argc, char **argv, int *n_pos);
+/* 1 when argv[1..argc) gives option opt ("--opt V" or "--opt=V"): for an option whose default a user may also
+ * write, to refuse it where it would change nothing */
+int cli_given(int argc, char **argv, const char *opt);
 
 /* Parse s as an integer (integer != 0) or a number in [lo, hi]: 0, or -1 with "OPT expects ..." in err. */
 int cli_number(const char *opt, const char *s, double lo, double hi, int integer, double *out, char *err,

@@ -1156,8 +1156,7 @@ int kvb_serve(const kvb_serve_opts *o, volatile sig_atomic_t *stop, int *port_ou
     }
     /* the default method, budget and options made once on a small context: a bad one (an unknown option, a method
      * that needs a budget and has none) is refused now, not in every request that does not name its own */
-    s.ctx = o->ctx.backend ? o->ctx : kvb_ctx_default_params();
-    s.ctx.n_threads = 0;
+    s.ctx = o->ctx.backend ? o->ctx : kvb_ctx_default_params(); /* its n_threads: each context sets its share */
     if (s.ctx.n_ctx > s.model->cfg.n_ctx_train) {
         const int train = s.model->cfg.n_ctx_train;
         kvb_model_free(s.model);

@@ -132,7 +132,7 @@ static int flush(cuda_impl *im) { return cuda_graph_flush(&im->ops); }
 static int grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t want = need + need / 4 + (1 << 20);
-    if (flush(im) || CK(cudaStreamSynchronize(im->stream)) || (*p && CK(cudaFree(*p)))) return -1;
+    if (cuda_kvops_wait(&im->ops) || (*p && CK(cudaFree(*p)))) return -1;
     *p = NULL;
     *cap = 0;
     if (CK(cudaMalloc(p, want))) return -1;
@@ -191,7 +191,7 @@ static wentry *w_insert(cuda_impl *im, const void *host, void *dev, size_t bytes
 /* Record a fresh device copy: replaces e's (same address, other contents) or adds an entry. NULL on failure. */
 static void *w_store(cuda_impl *im, wentry *e, const void *host, void *dev, size_t bytes, uint64_t print) {
     if (e) {
-        if (flush(im) || CK(cudaStreamSynchronize(im->stream)) || CK(cudaFree(e->dev))) return NULL;
+        if (cuda_kvops_wait(&im->ops) || CK(cudaFree(e->dev))) return NULL;
         im->weight_bytes += bytes - e->bytes;
         e->dev = dev;
         e->bytes = bytes;
@@ -772,7 +772,7 @@ extern "C" const char *kvb_cuda_graph_stats(void) {
 
 static int cuda_sync(kvb_backend *be) {
     cuda_impl *im = IM(be);
-    if (!flush(im) && !CK(cudaStreamSynchronize(im->stream))) CK(cudaGetLastError());
+    if (!cuda_kvops_wait(&im->ops)) CK(cudaGetLastError());
     return be->error[0] ? -1 : 0;
 }
 

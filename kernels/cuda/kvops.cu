@@ -67,13 +67,13 @@ static void add_traffic(kvb_backend *be, kvb_copy_dir dir, int64_t n, int64_t by
     be->traffic.bytes[dir] += bytes;
 }
 
-/* the host waits for the stream (a decode step's recording, graph.cu, runs first) */
-static int stream_wait(cuda_kvops *o) { return cuda_graph_flush(o) || CK(cudaStreamSynchronize(o->stream)); }
+/* the host waits for the stream (a decode step's recording, graph.cu, runs first): kvops.h */
+int cuda_kvops_wait(cuda_kvops *o) { return cuda_graph_flush(o) || CK(cudaStreamSynchronize(o->stream)); }
 
 /* a device buffer of at least need bytes (a smaller one is freed once the stream has drained) */
 static int grow_dev(cuda_kvops *o, void **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
-    if (stream_wait(o) || (*p && CK(cudaFree(*p)))) return -1;
+    if (cuda_kvops_wait(o) || (*p && CK(cudaFree(*p)))) return -1;
     *p = NULL;
     *cap = 0;
     size_t want = need + need / 4 + 4096;
@@ -208,7 +208,7 @@ static int gather_h2d(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const 
     uint8_t *h = host_buf(o, &o->stage, &o->stage_bytes, o->stage_done, (size_t)n * (2 * rb + 2 * sizeof(int32_t)));
     if (!h) return -1;
     /* the host reads host-tier rows the KV writer (queued on this stream) may still be writing in place: wait */
-    if (stream_wait(o)) return -1;
+    if (cuda_kvops_wait(o)) return -1;
     kvb_kv_head p = staged(h, n, rb);
     for (int64_t i = 0; i < n; i++) {
         const size_t s = (size_t)idx[i];
@@ -233,7 +233,7 @@ static int gather_d2h(cuda_kvops *o, const kvb_kv_head *dst, int64_t off, const 
     from.v = (uint8_t *)src->v + (size_t)lo * rb;
     from.pos = src->pos + lo;
     from.round = src->round + lo;
-    if (copy_arrays(o, &p, 0, &from, *span, rb, cudaMemcpyDeviceToHost) || stream_wait(o)) return -1;
+    if (copy_arrays(o, &p, 0, &from, *span, rb, cudaMemcpyDeviceToHost) || cuda_kvops_wait(o)) return -1;
     for (int64_t i = 0; i < n; i++) {
         const size_t s = (size_t)(idx[i] - lo), t = (size_t)(off + i);
         memcpy((uint8_t *)dst->k + t * rb, (const uint8_t *)p.k + s * rb, rb);
@@ -509,7 +509,7 @@ static int evict_planned(cuda_kvops *o, kvb_backend *be, const kvb_kv_head *h, i
     if (!pos || !plan) goto done; /* the loop then */
     if (cuda_graph_flush(o) || /* the positions come down: a decode step's recording runs first */
         CK(cudaMemcpyAsync(pos, h->pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, o->stream)) ||
-        stream_wait(o)) {
+        cuda_kvops_wait(o)) {
         rc = failed(o, err, err_len);
         goto done;
     }

@@ -66,6 +66,8 @@ void *cuda_kvops_scratch(cuda_kvops *o, size_t need);
  * until the recorded graph has run, for the copy up to read; NULL when not recording (or no room: the recording was
  * flushed), and the caller goes its usual way. */
 int cuda_graph_begin(cuda_kvops *o);
+/* The host waits for the stream: a decode step's recording runs first (0, or -1 with the reason in be->error). */
+int cuda_kvops_wait(cuda_kvops *o);
 int cuda_graph_flush(cuda_kvops *o);
 const void *cuda_graph_stage(cuda_kvops *o, const void *host, size_t bytes);
 void cuda_graph_release(cuda_kvops *o);
