@@ -47,6 +47,13 @@ void kvb_method_release(kvb_ctx *c, void *p, size_t bytes) {
 
 int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q, const kvb_src *src,
                    float **probs, int64_t *stride, float *lse, char *err, size_t err_len) {
+    return kvb_attn_probs_scaled(c, layer, q, q_pos, n_q, src, c->model->cfg.attn_scale, probs, stride, lse, err,
+                                 err_len);
+}
+
+int kvb_attn_probs_scaled(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q,
+                          const kvb_src *src, float scale, float **probs, int64_t *stride, float *lse, char *err,
+                          size_t err_len) {
     const kvb_config *cfg = &c->model->cfg;
     const int HK = cfg->n_head_kv;
     kvb_src *own = NULL;
@@ -92,7 +99,7 @@ int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, 
     a.n_kv = n;
     a.idx = any_idx ? idx : NULL;
     a.n_idx = any_idx ? nidx : NULL;
-    a.scale = cfg->attn_scale; /* the model's own (gemma3 27B: not 1/sqrt(head_dim)) */
+    a.scale = scale;
     a.out = out;
     a.probs = *probs;
     a.probs_stride = longest;

@@ -211,6 +211,11 @@ void kvb_sort_i32(int32_t *v, int64_t n);
  * kvb_attn_probs_free) is [n_head][n_q][*stride] in each head's list order; lse (optional, device, [n_head][n_q]). */
 int kvb_attn_probs(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q, const kvb_src *src,
                    float **probs, int64_t *stride, float *lse, char *err, size_t err_len);
+/* The same with the logits scaled by `scale` instead of the model's own (cfg.attn_scale; gemma3 27B: not
+ * 1/sqrt(head_dim)), and q_pos NULL for no mask: Compactor's non-causal chunks take the raw dot products. */
+int kvb_attn_probs_scaled(kvb_ctx *c, int layer, const float *q, const int32_t *q_pos, int64_t n_q,
+                          const kvb_src *src, float scale, float **probs, int64_t *stride, float *lse, char *err,
+                          size_t err_len);
 void kvb_attn_probs_free(kvb_ctx *c, float *probs, int64_t n_q, int64_t stride);
 /* Offloading methods (OmniKV, Round Attention): append the current chunk's K/V rows (the activations, on the
  * device) to the method's device buffer m->vis beside its packed load (the store's own append wrote them to the

@@ -25,7 +25,8 @@
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
 /* kvbench method -> kvpress PRESS_REGISTRY key and class (evaluate_registry.py). A method with a base is
- * matched on its base=; expected on ada= (the registry's "expected_attention" is AdaKV over it). */
+ * matched on its base=; expected on ada= (the registry's "expected_attention" is AdaKV over it); compactor on its
+ * mode= and ada= (param: space-separated words the record's params must all hold; the first row that matches). */
 static const struct {
     const char *method, *param, *press_name, *press_class;
 } PRESSES[] = {
@@ -57,16 +58,26 @@ static const struct {
     {"criticalkv", "base=adakv", "critical_adakv_snapkv", "CriticalAdaKVPress(SnapKVPress)"},
     {"think", "base=none", "think", "ThinKPress"},
     {"think", "base=snapkv", "snap_think", "ComposedPress([SnapKVPress, ThinKPress])"},
-    /* compactor is the exact leverage score (LeverageScorePress, which has no registry key), not CompactorPress's
-     * blend with non-causal attention: no row */
+    /* compactor's mode=compactor is CompactorPress (the exact leverage where kvpress sketches it, docs/methods.md);
+     * its default mode=leverage is LeverageScorePress, which has no registry key: no row */
+    {"compactor", "mode=compactor ada=1", "adakv_compactor", "AdaKVPress(CompactorPress)"},
+    {"compactor", "mode=compactor", "compactor", "CompactorPress"},
 };
 
-/* 1 if "key=value" is one of params' space-separated words */
-static int has_param(const char *params, const char *kv) {
-    size_t n = strlen(kv);
-    for (const char *p = params ? strstr(params, kv) : NULL; p; p = strstr(p + 1, kv))
-        if ((p == params || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return 1;
-    return 0;
+/* 1 if every space-separated "key=value" word of kvs is one of params' space-separated words */
+static int has_param(const char *params, const char *kvs) {
+    for (const char *kv = kvs; *kv;) {
+        const size_t n = strcspn(kv, " ");
+        int found = 0;
+        for (const char *p = params ? params : ""; *p && !found;) {
+            const size_t m = strcspn(p, " ");
+            found = m == n && !strncmp(p, kv, n);
+            p += m + (p[m] == ' ');
+        }
+        if (!found) return 0;
+        kv += n + (kv[n] == ' ');
+    }
+    return 1;
 }
 
 int kvb_kvpress_press(const char *method, const char *method_params, const char **press_name, const char **press_class) {

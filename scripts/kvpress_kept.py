@@ -67,6 +67,13 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
                                                         press's Gaussian sketch is drawn after torch.manual_seed(0))
     LeverageScorePress(sketch_dimension=64)             compactor     (file compactor_d64.jsonl: a square sketch is
                                                         invertible, so the leverage is exact, as kvbench's)
+    CompactorPress(sketch_dimension=64)                 compactor     mode=compactor (file compactor_blend_d64.jsonl:
+                                                        the blend with the non-causal chunked attention)
+    CompactorPress(blending=0.0)                        compactor     mode=compactor,blend=0 (compactor_attn.jsonl: the
+                                                        non-causal chunked attention term alone)
+    AdaKVPress(CompactorPress(sketch_dimension=64))     compactor     mode=compactor,ada=1,alpha=0.2 (compactor_ada_d64)
+    AdaKVPress(CompactorPress())                        compactor     the leaderboard's adakv_compactor, sketched
+                                                        (compactor_ada.jsonl, for the record)
     ExpectedAttentionPress()  (covariance, value norms) expected      window=4096 (kvpress's statistics: every query but
                                                         the sinks; test_kvpress_kept prefills it on its own)
     KeyDiffPress()                                      keydiff       (none)
@@ -140,7 +147,8 @@ def press_table(ratio, ctx):
     press is built only when it is run. extras: "attn" (the attention the press needs: "eager" for the attention
     weights), "tokens_per_head" (the count the press keeps per head where it is not kvpress's int(n (1 - ratio))),
     "profile" (kvbench profile sections the press was fed, copied into the header for test_kvpress_kept), "note"."""
-    from kvpress import (AdaKVPress, ChunkKVPress, CriticalAdaKVPress, CriticalKVPress, CURPress, FinchPress,
+    from kvpress import (AdaKVPress, ChunkKVPress, CompactorPress, CriticalAdaKVPress, CriticalKVPress, CURPress,
+                         FinchPress,
                          KeyDiffPress, KnormPress, KVzipPress, LagKVPress, ExpectedAttentionPress, LeverageScorePress,
                          ObservedAttentionPress, PyramidKVPress, SnapKVPress, StreamingLLMPress, TOVAPress)
 
@@ -172,6 +180,19 @@ def press_table(ratio, ctx):
         "expected": ("expected", lambda: ExpectedAttentionPress(compression_ratio=ratio), "window=4096"),
         # a square sketch (head_dim 64 on the default model) is invertible: the exact leverage, kvbench's definition
         "compactor_d64": ("compactor", lambda: LeverageScorePress(compression_ratio=ratio, sketch_dimension=64), ""),
+        # CompactorPress: the leverage blended with the non-causal chunked attention, 8 + 4 ends protected; with the
+        # square sketch (exact), alone and as the leaderboard's adakv_compactor row wraps it; and the leaderboard's
+        # row itself, its 48-column sketch (for the record)
+        "compactor_blend_d64": ("compactor", lambda: CompactorPress(compression_ratio=ratio, sketch_dimension=64),
+                                "mode=compactor"),
+        "compactor_ada_d64": ("compactor", lambda: AdaKVPress(CompactorPress(compression_ratio=ratio,
+                                                                             sketch_dimension=64),
+                                                              alpha_safeguard=0.2), "mode=compactor,ada=1,alpha=0.2"),
+        # the non-causal attention term alone (blending 0): kvbench's mode=compactor,blend=0
+        "compactor_attn": ("compactor", lambda: CompactorPress(compression_ratio=ratio, blending=0.0),
+                           "mode=compactor,blend=0"),
+        "compactor_ada": ("compactor", lambda: AdaKVPress(CompactorPress(compression_ratio=ratio), alpha_safeguard=0.2),
+                          "mode=compactor,ada=1,alpha=0.2"),
         "keydiff": ("keydiff", lambda: KeyDiffPress(compression_ratio=ratio), ""),
         "kvzip": ("kvzip", lambda: KVzipPress(compression_ratio=ratio), "chunk=2048,sinks=4,alloc=global"),
     }

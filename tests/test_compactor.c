@@ -40,14 +40,16 @@ static void fill_store(kvb_ctx *c, int64_t n) {
     free(k), free(v), free(pos);
 }
 
-/* leverage of the n keys (post-RoPE as cached) of one head: derotated, centred, x^T (X^T X + 1e-2 I)^-1 x */
-static void leverage_ref(const kvb_config *cfg, const void *K, kvb_dtype dt, int64_t n, double *score) {
+/* leverage of the n keys (post-RoPE as cached, at positions p0 ..) of one head: derotated, centred,
+ * x^T (X^T X + 1e-2 I)^-1 x */
+static void leverage_ref(const kvb_config *cfg, const void *K, kvb_dtype dt, int64_t p0, int64_t n, double *score) {
     double (*x)[HD] = malloc((size_t)n * sizeof *x), mean[HD] = {0}, G[HD][HD] = {{0}}, Lc[HD][HD] = {{0}};
     for (int64_t j = 0; j < n; j++) {
-        for (int e = 0; e < HD; e++) x[j][e] = util_elem(K, dt, (size_t)(j * HD + e));
-        for (int i = 0; i < cfg->n_rot / 2; i++) { /* R(-j): llama's adjacent pairs */
+        for (int e = 0; e < HD; e++) x[j][e] = util_elem(K, dt, (size_t)((p0 + j) * HD + e));
+        for (int i = 0; i < cfg->n_rot / 2; i++) { /* R(-p): llama's adjacent pairs */
             const int a = cfg->rope_neox ? i : 2 * i, b = cfg->rope_neox ? i + cfg->n_rot / 2 : 2 * i + 1;
-            const double th = pow((double)cfg->rope.freq_base, -2.0 * i / cfg->n_rot), cs = cos(j * th), sn = sin(j * th);
+            const double th = pow((double)cfg->rope.freq_base, -2.0 * i / cfg->n_rot), cs = cos((double)(p0 + j) * th),
+                         sn = sin((double)(p0 + j) * th);
             const double xa = x[j][a], xb = x[j][b];
             x[j][a] = cs * xa + sn * xb;
             x[j][b] = -sn * xa + cs * xb;
@@ -91,7 +93,7 @@ static void check_keeps(kvb_dtype dt, int64_t n, const char *budget, int64_t B) 
         for (int g = 0; g < NKV; g++) {
             util_kv_head hv = util_kv_head_copy(c->kv, l, g);
             double score[CTX], margin = 1, kth = 1;
-            leverage_ref(&c->model->cfg, hv.k, dt, n, score);
+            leverage_ref(&c->model->cfg, hv.k, dt, 0, n, score);
             util_topk_ref(score, n, B, want[l][g], &margin, &kth);
             near += margin < 1e-4 * kth;
             util_kv_head_free(&hv);
@@ -151,7 +153,188 @@ static void test_full_budget_keeps_everything(void) {
     for (int l = 0; l < L; l++) CU_ASSERT_EQUAL(util_head_positions(c, l, 1, pos), 64);
     char desc[64];
     m->def->describe(m, desc, sizeof desc);
-    CU_ASSERT_STRING_EQUAL(desc, "sketch=none keep=64");
+    CU_ASSERT_STRING_EQUAL(desc, "mode=leverage sketch=none keep=64");
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+}
+
+/* ---- mode=compactor: kvpress's CompactorPress, restated in float64 ---- */
+
+/* mean and unbiased std (torch's .std(), clamped at 1e-6) */
+static void zstats(const double *x, int64_t n, double *m, double *sd) {
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    *m = s / (double)n;
+    for (int64_t i = 0; i < n; i++) ss += (x[i] - *m) * (x[i] - *m);
+    *sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0;
+    if (*sd < 1e-6) *sd = 1e-6;
+}
+
+/* CompactorPress's scores of one layer, out[g][0..n): the n slots (positions 0..n-1) of its KV heads K, V and the
+ * prompt's queries q ([n][NH][HD], post-RoPE) for an n-token prompt. The ends (first 8, last 4) get the layer's max;
+ * between them, blend z(leverage) + z(pool3(mean over the group of the non-causal chunks' softmax(q k^T) column
+ * sums) ||v||), the last chunk zero-padded (queries and keys) as NonCausalAttnPress pads it. */
+static void compactor_ref(const kvb_config *cfg, const util_kv_head *hv, kvb_dtype dt, const float *q, int64_t n,
+                          int64_t chunk, double blend, double (*out)[CTX]) {
+    const int G = NH / NKV;
+    const int64_t off = n < 8 ? n : 8, right = n - off < 4 ? n - off : 4, S = n - off - right;
+    static double lev[NKV * CTX], att[NKV * CTX], raw[NKV][CTX];
+    for (int g = 0; g < NKV; g++) {
+        leverage_ref(cfg, hv[g].k, dt, off, S, lev + (size_t)g * S);
+        for (int64_t j = 0; j < S; j++) raw[g][j] = 0;
+        for (int64_t c0 = 0; c0 < S; c0 += chunk)
+            for (int r = 0; r < G; r++)
+                for (int64_t t = 0; t < chunk; t++) { /* chunk query rows; the padding's are zero */
+                    double lg[CTX], mx = -INFINITY, sum = 0;
+                    for (int64_t j = 0; j < chunk; j++) {
+                        double dot = 0;
+                        if (c0 + t < S && c0 + j < S)
+                            for (int e = 0; e < HD; e++)
+                                dot += (double)q[((off + c0 + t) * NH + g * G + r) * HD + e] *
+                                       util_elem(hv[g].k, dt, (size_t)((off + c0 + j) * HD + e));
+                        lg[j] = dot;
+                        if (dot > mx) mx = dot;
+                    }
+                    for (int64_t j = 0; j < chunk; j++) sum += exp(lg[j] - mx);
+                    for (int64_t j = 0; j < chunk && c0 + j < S; j++) raw[g][c0 + j] += exp(lg[j] - mx) / sum;
+                }
+        for (int64_t j = 0; j < S; j++) {
+            double vn = 0;
+            for (int e = 0; e < HD; e++) vn += pow(util_elem(hv[g].v, dt, (size_t)((off + j) * HD + e)), 2);
+            raw[g][j] = raw[g][j] / G * sqrt(vn);
+        }
+        for (int64_t j = 0; j < S; j++) /* avg_pool1d(3, padding 1), the padding counted */
+            att[(size_t)g * S + j] = ((j > 0 ? raw[g][j - 1] : 0) + raw[g][j] + (j + 1 < S ? raw[g][j + 1] : 0)) / 3;
+    }
+    double lm, ls, am, as, top = -INFINITY;
+    zstats(lev, NKV * S, &lm, &ls);
+    zstats(att, NKV * S, &am, &as);
+    for (int g = 0; g < NKV; g++)
+        for (int64_t j = 0; j < S; j++) {
+            const size_t i = (size_t)g * S + j;
+            out[g][off + j] = blend * (lev[i] - lm) / ls + (att[i] - am) / as;
+            if (out[g][off + j] > top) top = out[g][off + j];
+        }
+    for (int g = 0; g < NKV; g++)
+        for (int64_t j = 0; j < n; j++)
+            if (j < off || j >= off + S) out[g][j] = top;
+}
+
+/* AdaKV's allocation as kvpress's AdaKVPress makes it: each head's top `floor` raised to the top, then the NKV x B
+ * best of the layer (ties: lower head, then lower slot). kept[g][j] = 1 for the kept. min_gap: the smallest gap
+ * between the last kept and the first dropped score, over the layer (how near a tie the reference is). */
+static void adakv_ref(double (*score)[CTX], int64_t n, int64_t B, int64_t floor, int (*kept)[CTX], double *gap) {
+    static double s[NKV][CTX];
+    for (int g = 0; g < NKV; g++) {
+        int32_t top[CTX];
+        for (int64_t j = 0; j < n; j++) s[g][j] = score[g][j];
+        util_topk_ref(score[g], n, floor, top, NULL, NULL);
+        for (int64_t i = 0; i < floor; i++) s[g][top[i]] = INFINITY;
+        for (int64_t j = 0; j < n; j++) kept[g][j] = 0;
+    }
+    double last = INFINITY;
+    for (int64_t k = 0; k < NKV * B; k++) { /* the next best of the layer */
+        int bg = -1;
+        int64_t bj = -1;
+        for (int g = 0; g < NKV; g++)
+            for (int64_t j = 0; j < n; j++)
+                if (!kept[g][j] && (bg < 0 || s[g][j] > s[bg][bj])) bg = g, bj = j;
+        kept[bg][bj] = 1, last = s[bg][bj];
+    }
+    double next = -INFINITY;
+    for (int g = 0; g < NKV; g++)
+        for (int64_t j = 0; j < n; j++)
+            if (!kept[g][j] && s[g][j] > next) next = s[g][j];
+    *gap = last - next;
+}
+
+/* An n-token prompt prefilled once (a shared prefill keeping every query row), the method forked from it at budget B
+ * with opts: its kept sets equal the float64 reference's (per head top B, or with ada AdaKV's allocation). */
+static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, const char *opts, double blend,
+                        int64_t chunk, int ada) {
+    char err[256];
+    int32_t ids[CTX];
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 37 + i * i) % 290);
+    kvb_ctx *base = util_tiny_ctx(dt, CTX);
+    kvb_share *sh = kvb_share_create(base, (int)n, 0, err, sizeof err);
+    CU_ASSERT_FATAL(sh != NULL);
+    CU_ASSERT_FATAL(kvb_forward(base, ids, n, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(base->obs_n == n);
+    const int64_t qd = (int64_t)NH * HD;
+    float *q = malloc((size_t)L * n * qd * sizeof *q);
+    for (int l = 0; l < L; l++)
+        CU_ASSERT_FATAL(base->be->copy(base->be, q + (size_t)l * n * qd, base->obs_q + (size_t)l * base->obs_cap * qd,
+                                       (size_t)n * qd * sizeof *q, KVB_COPY_D2H, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(!base->be->sync || base->be->sync(base->be) == 0);
+    kvb_ctx *c = kvb_ctx_fork(base, (int)n, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    char all[128]; /* the window: every prompt row, what the fork holds */
+    snprintf(all, sizeof all, "%s,window=%lld", opts, (long long)n);
+    kvb_method *m = util_make_method("compactor", c, budget, all);
+    static int want[L][NKV][CTX];
+    double worst = INFINITY;
+    for (int l = 0; l < L; l++) {
+        util_kv_head hv[NKV];
+        for (int g = 0; g < NKV; g++) hv[g] = util_kv_head_copy(c->kv, l, g);
+        static double score[NKV][CTX];
+        compactor_ref(&c->model->cfg, hv, dt, q + (size_t)l * n * qd, n, chunk, blend, score);
+        if (ada) {
+            double gap;
+            adakv_ref(score, n, B, (int64_t)(0.2 * (double)B), want[l], &gap);
+            if (gap < worst) worst = gap;
+        } else
+            for (int g = 0; g < NKV; g++) {
+                int32_t top[CTX];
+                double margin = 1, kth = 1;
+                util_topk_ref(score[g], n, B, top, &margin, &kth);
+                for (int64_t j = 0; j < n; j++) want[l][g][j] = 0;
+                for (int64_t i = 0; i < B; i++) want[l][g][top[i]] = 1;
+                if (margin < worst) worst = margin;
+            }
+        for (int g = 0; g < NKV; g++) util_kv_head_free(&hv[g]);
+    }
+    CU_ASSERT(worst > 1e-4); /* no boundary a float rounding could flip */
+    CU_ASSERT_FATAL(kvb_method_adopt(m, c, sh, err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
+    int mismatches = 0, total = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            int32_t pos[CTX];
+            const int64_t k = util_head_positions(c, l, g, pos);
+            int have[CTX] = {0};
+            for (int64_t i = 0; i < k; i++) have[pos[i]] = 1;
+            for (int64_t j = 0; j < n; j++) mismatches += have[j] != want[l][g][j];
+            total += (int)k;
+        }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(total, L * NKV * B);
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
+    kvb_share_free(sh, base);
+    kvb_ctx_free(base);
+    free(q);
+}
+
+/* 150 tokens: 138 between the ends, chunks of 32 (four whole, the last of 10 padded); blend the ratio (0.7) */
+static void test_blend_f32(void) { check_blend(KVB_F32, 150, "30%", 45, "mode=compactor,chunk=32", 0.7, 32, 0); }
+/* f16, chunks of 64 (two whole, one of 36), a blend given, AdaKV's allocation */
+static void test_blend_ada_f16(void) {
+    check_blend(KVB_F16, 176, "25%", 44, "mode=compactor,chunk=64,blend=2,ada=1", 2.0, 64, 1);
+}
+/* one chunk wider than the tokens (all padding past them), a token budget: blend 1 - B/n */
+static void test_blend_one_padded_chunk(void) {
+    check_blend(KVB_F32, 90, "30", 30, "mode=compactor,chunk=128", 1.0 - 30.0 / 90.0, 128, 0);
+}
+
+/* the window must hold every query between the ends; fewer rows fail the end of prefill naming it */
+static void test_blend_window_too_small(void) {
+    char err[256];
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = 3 + (i * 37) % 290;
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    kvb_method *m = util_make_method("compactor", c, "30%", "mode=compactor,window=50");
+    CU_ASSERT(kvb_method_prefill(m, c, ids, 100, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "observation window holds 50") != NULL);
     kvb_method_free(m, c);
     kvb_ctx_free(c);
 }
@@ -163,6 +346,13 @@ static void test_needs_and_options(void) {
               nd.shares_prefill && !nd.obs_window && !nd.prefill_scores && !nd.own_prefill && !nd.profile);
     kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
     util_check_refusals("compactor", c, "sketch=48", "no option 'sketch'");
+    util_check_refusals("compactor", c, "mode=blend", "mode must be leverage or compactor");
+    util_check_refusals("compactor", c, "chunk=64", "chunk goes with mode=compactor");
+    util_check_refusals("compactor", c, "alpha=0.3", "no option 'alpha'"); /* alpha with ada=1 only */
+    util_check_refusals("compactor", c, "mode=compactor,window=0", "window must be in");
+    kvb_opts o = {0};
+    CU_ASSERT(kvb_opts_add(&o, "mode=compactor,window=300", err, sizeof err) == 0);
+    CU_ASSERT(kvb_method_needs_of("compactor", &o, &nd, err, sizeof err) == 0 && nd.obs_window == 300);
     kvb_ctx_free(c);
 }
 
@@ -180,6 +370,10 @@ int main(void) {
     CU_add_test(s, "keeps the highest leverage of the centred pre-RoPE keys, as float64 (f16)", test_keeps_the_highest_leverage_f16);
     CU_add_test(s, "through the engine at 25/50/75%: budget held, decode appends", test_engine_budgets_hold_decode_appends);
     CU_add_test(s, "budget 100% keeps everything", test_full_budget_keeps_everything);
+    CU_add_test(s, "mode=compactor: CompactorPress's blend as float64, chunks of 32 (f32)", test_blend_f32);
+    CU_add_test(s, "mode=compactor, ada=1: AdaKV's allocation of the blend as float64 (f16)", test_blend_ada_f16);
+    CU_add_test(s, "mode=compactor: one chunk wider than the prompt, a token budget", test_blend_one_padded_chunk);
+    CU_add_test(s, "mode=compactor: a window short of the prompt fails naming it", test_blend_window_too_small);
     CU_add_test(s, "needs and options", test_needs_and_options);
     return util_run_suites();
 }

@@ -199,14 +199,18 @@ static void test_press_and_dataset_names(void) {
         {"finch", "", "finch"},         {"qfilter", "", "qfilter"},      {"duo", "", "duo_attention"},
         {"criticalkv", "base=snapkv eps=0.01", "critical_snapkv"},
         {"criticalkv", "base=adakv eps=0.01 alpha=0.2", "critical_adakv_snapkv"},
-        {"think", "base=none lambda=0.4", "think"}, {"think", "base=snapkv lambda=0.4", "snap_think"}};
+        {"think", "base=none lambda=0.4", "think"}, {"think", "base=snapkv lambda=0.4", "snap_think"},
+        {"compactor", "mode=compactor sketch=none blend=0.7 chunk=256 ada=1 alpha=0.2 keep=1129", "adakv_compactor"},
+        {"compactor", "mode=compactor sketch=none blend=0.7 chunk=256 keep=1129", "compactor"}};
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
         CU_ASSERT_EQUAL(kvb_kvpress_press(pairs[i][0], pairs[i][1], &pn, &pc), 0);
         CU_ASSERT_STRING_EQUAL(pn, pairs[i][2]);
     }
     CU_ASSERT_EQUAL(kvb_kvpress_press("chunkkv", "base=knorm chunk=20", &pn, &pc), -1);
     CU_ASSERT_EQUAL(kvb_kvpress_press("omnikv", "", &pn, &pc), -1);
-    CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "", &pn, &pc), -1); /* the exact leverage: no registry key */
+    CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "", &pn, &pc), -1); /* LeverageScorePress: no registry key */
+    CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "mode=leverage sketch=none ada=1 keep=9", &pn, &pc), -1);
+    CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "mode=compactorx ada=1", &pn, &pc), -1); /* whole words only */
     CU_ASSERT_EQUAL(kvb_kvpress_press("think", "lambda=0.4", &pn, &pc), -1);
     char ds[32], dd[64], t[64];
     CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "niah_multikey_3_8192", ds, sizeof ds, dd, sizeof dd, t, sizeof t), 0);
