@@ -69,6 +69,25 @@ int kvb_adakv_allocate(kvb_backend *be, float *score, int rows, int64_t row_len,
     return be->split_rows_idx(be, out, out_stride, counts, flat, (int64_t)rows * k, row_len, rows, err, err_len);
 }
 
+int kvb_adakv_retain(kvb_ctx *c, int l, float *score, int64_t n, int64_t keep, double alpha, int32_t *out,
+                     int32_t *flat, int32_t *counts_d, int64_t held_range[2], char *err, size_t err_len) {
+    kvb_backend *be = c->be;
+    const int HK = c->model->cfg.n_head_kv;
+    int32_t counts[KVB_MAX_KV_HEADS];
+    if (HK > KVB_MAX_KV_HEADS) return ERR("adakv: %d KV heads (at most %d)", HK, KVB_MAX_KV_HEADS);
+    if (kvb_adakv_allocate(be, score, HK, n, keep, (int64_t)(alpha * (double)keep), out, n, counts_d, flat, err,
+                           err_len) ||
+        be->copy(be, counts, counts_d, (size_t)HK * sizeof *counts, KVB_COPY_D2H, err, err_len))
+        return -1;
+    if (be->sync && be->sync(be)) return ERR("%s", be->error);
+    for (int h = 0; h < HK; h++) {
+        if (kvc_retain_dev(c->kv, l, h, out + (size_t)h * n, counts[h], err, err_len)) return -1;
+        if (held_range[0] < 0 || counts[h] < held_range[0]) held_range[0] = counts[h];
+        if (counts[h] > held_range[1]) held_range[1] = counts[h];
+    }
+    return 0;
+}
+
 static void held(adakv *a, int64_t tokens) {
     if (a->head_min < 0 || tokens < a->head_min) a->head_min = tokens;
     if (tokens > a->head_max) a->head_max = tokens;

@@ -28,7 +28,7 @@
  *   window (`window`, default 4096 rows, n_layer x window x q_dim floats in every fork) must hold them, or the end
  *   of prefill fails naming the prompt's length. The z-scores and the blend are taken on the host in double, from
  *   the counted copies of a layer's per-head scores (3 x n_head_kv x n floats a layer).
- * - ada=1: AdaKV's allocation (kvb_adakv_allocate, alpha = 0.2 of the budget protected per head) of the layer's
+ * - ada=1: AdaKV's allocation (kvb_adakv_retain, alpha = 0.2 of the budget protected per head) of the layer's
  *   n_head_kv x B tokens among its heads, as kvpress's AdaKVPress wraps either press (the leaderboard's
  *   adakv_compactor row is mode=compactor ada=1).
  * - Pre-RoPE keys: the cached keys derotated exactly (rope at -pos: slots in position order after prefill, positions
@@ -53,7 +53,7 @@
 #include <string.h>
 
 #include "methods/method.h"
-#include "methods/snapkv.h" /* kvb_adakv_allocate */
+#include "methods/snapkv.h" /* kvb_adakv_retain */
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 #define JITTER 1e-2   /* kvpress's chol_with_jitter(..., jitter=1e-2): its first try */
@@ -70,7 +70,7 @@ typedef struct {
     int64_t chunk, sink_start, sink_end, window;
     int ada;
     double alpha;
-    int64_t head_min, head_max; /* with ada: fewest and most tokens one head held after prefill */
+    int64_t held[2]; /* with ada: fewest and most tokens one head held after prefill */
 } compactor;
 
 typedef struct {
@@ -255,18 +255,7 @@ static int retain_layer(compactor *cp, kvb_ctx *c, int l, int64_t n, blend_scrat
                 return -1;
         return 0;
     }
-    int32_t counts[KVB_MAX_KV_HEADS];
-    if (kvb_adakv_allocate(be, t->score, HK, n, cp->keep, (int64_t)(cp->alpha * (double)cp->keep), t->out, n,
-                           t->counts, t->flat, err, err_len) ||
-        be->copy(be, counts, t->counts, (size_t)HK * sizeof *counts, KVB_COPY_D2H, err, err_len))
-        return -1;
-    if (be->sync && be->sync(be)) return ERR("%s", be->error);
-    for (int h = 0; h < HK; h++) {
-        if (kvc_retain_dev(c->kv, l, h, t->out + (size_t)h * n, counts[h], err, err_len)) return -1;
-        if (cp->head_min < 0 || counts[h] < cp->head_min) cp->head_min = counts[h];
-        if (counts[h] > cp->head_max) cp->head_max = counts[h];
-    }
-    return 0;
+    return kvb_adakv_retain(c, l, t->score, n, cp->keep, cp->alpha, t->out, t->flat, t->counts, cp->held, err, err_len);
 }
 
 /* One layer's scores (leverage, and with mode=compactor the chunks' attention) and its retained tokens. */
@@ -347,7 +336,7 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     cp->blend_used = !isnan(cp->blend) ? cp->blend
                      : cp->base.budget.kind == KVB_BUDGET_FRACTION ? 1.0 - cp->base.budget.frac
                                                                   : 1.0 - (double)cp->keep / (double)n;
-    cp->head_min = -1, cp->head_max = 0;
+    cp->held[0] = -1, cp->held[1] = 0;
     const int64_t lev_n = cp->blended ? S : n; /* the rows one head's leverage is taken over */
     scratch s = {0};
     blend_scratch t = {0};
@@ -404,7 +393,7 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     blend_free(c, &t, HK);
     if (!rc && cp->ada)
         snprintf(cp->base.note, sizeof cp->base.note, "tokens per KV head after prefill: %lld .. %lld (layer mean %lld)",
-                 (long long)cp->head_min, (long long)cp->head_max, (long long)cp->keep);
+                 (long long)cp->held[0], (long long)cp->held[1], (long long)cp->keep);
     return rc ? -1 : 0;
 }
 

@@ -52,7 +52,7 @@
  * - Against kvpress 0.5.5 (test_kvpress_kept, default model, 3765 tokens, 1129 kept, ExpectedAttentionPress's defaults,
  *   window=4096 so the statistics are kvpress's): Jaccard 0.9947 at least per head, 0.9992 on average. */
 #include "methods/expected_attention.h"
-#include "methods/snapkv.h" /* kvb_adakv_allocate */
+#include "methods/snapkv.h" /* kvb_adakv_retain */
 
 #include <math.h>
 #include <stdio.h>
@@ -83,7 +83,7 @@ typedef struct {
     int ada;      /* 1: AdaKV's allocation of the layer's budget among its KV heads */
     double alpha; /* AdaKV's safeguard share */
     int64_t keep; /* tokens kept per head after prefill (with ada: the layer's mean) */
-    int64_t head_min, head_max; /* with ada: fewest and most tokens one head held after prefill */
+    int64_t held[2]; /* with ada: fewest and most tokens one head held after prefill */
 } expected;
 
 static kvb_rope_params layer_rope(const kvb_ctx *c) {
@@ -380,26 +380,6 @@ int kvb_ea_scores(kvb_ctx *c, const kvb_ea_opts *p, kvb_ea_scratch *ws, int l, f
     return 0;
 }
 
-/* AdaKV over the layer's scores (kvb_adakv_allocate): each head's top floor(alpha B) guaranteed, then the best
- * B x n_head_kv of all heads together; out, flat: [HK][n] scratch, counts: [HK] (device). */
-static int ada_layer(expected *s, kvb_ctx *c, int l, int64_t n, float *score, int32_t *out, int32_t *flat,
-                     int32_t *counts_d, char *err, size_t err_len) {
-    kvb_backend *be = c->be;
-    const int HK = c->model->cfg.n_head_kv;
-    int32_t counts[KVB_MAX_KV_HEADS];
-    if (kvb_adakv_allocate(be, score, HK, n, s->keep, (int64_t)(s->alpha * (double)s->keep), out, n, counts_d, flat,
-                           err, err_len) ||
-        be->copy(be, counts, counts_d, (size_t)HK * sizeof *counts, KVB_COPY_D2H, err, err_len))
-        return -1;
-    if (be->sync && be->sync(be)) return ERR("%s", be->error);
-    for (int h = 0; h < HK; h++) {
-        if (kvc_retain_dev(c->kv, l, h, out + (size_t)h * n, counts[h], err, err_len)) return -1;
-        if (s->head_min < 0 || counts[h] < s->head_min) s->head_min = counts[h];
-        if (counts[h] > s->head_max) s->head_max = counts[h];
-    }
-    return 0;
-}
-
 static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len) {
     expected *s = self;
     kvb_backend *be = c->be;
@@ -419,11 +399,11 @@ static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     int have = score && idx && (!s->ada || (out && flat && counts));
     kvb_ea_scratch *ws = have ? kvb_ea_scratch_new(c, &s->p, n, err, err_len) : NULL;
     int rc = ws ? 0 : (have ? -1 : ERR("expected: out of memory"));
-    s->head_min = -1, s->head_max = 0;
+    s->held[0] = -1, s->held[1] = 0;
     for (int l = 0; l < cfg->n_layer && !rc; l++) {
         if (kvb_layer_window(cfg, l)) continue; /* a local layer keeps its window */
         rc = kvb_ea_scores(c, &s->p, ws, l, score, err, err_len);
-        if (!rc && s->ada) rc = ada_layer(s, c, l, n, score, out, flat, counts, err, err_len);
+        if (!rc && s->ada) rc = kvb_adakv_retain(c, l, score, n, s->keep, s->alpha, out, flat, counts, s->held, err, err_len);
         for (int g = 0; g < HK && !rc && !s->ada; g++)
             rc = be->topk_idx(be, idx, score + (size_t)g * n, n, s->keep, err, err_len) ||
                  kvc_retain_dev(c->kv, l, g, idx, s->keep, err, err_len);
@@ -436,7 +416,7 @@ static int expected_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_
     kvb_method_release(c, counts, cnt_bytes);
     if (!rc && s->ada)
         snprintf(s->base.note, sizeof s->base.note, "tokens per KV head after prefill: %lld .. %lld (layer mean %lld)",
-                 (long long)s->head_min, (long long)s->head_max, (long long)s->keep);
+                 (long long)s->held[0], (long long)s->held[1], (long long)s->keep);
     return rc ? -1 : 0;
 }
 
