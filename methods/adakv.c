@@ -75,8 +75,9 @@ int kvb_adakv_retain(kvb_ctx *c, int l, float *score, int64_t n, int64_t keep, d
     const int HK = c->model->cfg.n_head_kv;
     int32_t counts[KVB_MAX_KV_HEADS];
     if (HK > KVB_MAX_KV_HEADS) return ERR("adakv: %d KV heads (at most %d)", HK, KVB_MAX_KV_HEADS);
-    if (kvb_adakv_allocate(be, score, HK, n, keep, (int64_t)(alpha * (double)keep), out, n, counts_d, flat, err,
-                           err_len) ||
+    int64_t floor = (int64_t)(alpha * (double)keep); /* kvpress 0.5.5: at least 1 where alpha > 0 and keep > 0 */
+    if (alpha > 0 && keep > 0 && floor < 1) floor = 1;
+    if (kvb_adakv_allocate(be, score, HK, n, keep, floor, out, n, counts_d, flat, err, err_len) ||
         be->copy(be, counts, counts_d, (size_t)HK * sizeof *counts, KVB_COPY_D2H, err, err_len))
         return -1;
     if (be->sync && be->sync(be)) return ERR("%s", be->error);

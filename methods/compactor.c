@@ -336,11 +336,11 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
     cp->blend_used = !isnan(cp->blend) ? cp->blend
                      : cp->base.budget.kind == KVB_BUDGET_FRACTION ? 1.0 - cp->base.budget.frac
                                                                   : 1.0 - (double)cp->keep / (double)n;
-    cp->held[0] = -1, cp->held[1] = 0;
+    if (from == 0) cp->held[0] = -1, cp->held[1] = 0; /* a prompt's first layer (a layer-wise end: one at a time) */
     const int64_t lev_n = cp->blended ? S : n; /* the rows one head's leverage is taken over */
     scratch s = {0};
     blend_scratch t = {0};
-    s.nd_bytes = (size_t)lev_n * d * sizeof(float);
+    s.nd_bytes = (size_t)(lev_n > 0 ? lev_n : 1) * d * sizeof(float); /* lev_n 0: every token at an end */
     s.kf = kvb_method_alloc(c, s.nd_bytes), s.kc = kvb_method_alloc(c, s.nd_bytes);
     s.rep = kvb_method_alloc(c, s.nd_bytes);
     s.m = kvb_method_alloc(c, (size_t)d * sizeof(float));
@@ -411,8 +411,9 @@ static void compactor_describe(kvb_method *m, char *buf, size_t cap) {
             at += snprintf(buf + at, cap - (size_t)at, " blend=ratio");
         else
             at += snprintf(buf + at, cap - (size_t)at, " blend=%g", isnan(s->blend) ? s->blend_used : s->blend);
-        at += snprintf(buf + at, cap - (size_t)at, " chunk=%lld sink_start=%lld sink_end=%lld window=%lld",
-                       (long long)s->chunk, (long long)s->sink_start, (long long)s->sink_end, (long long)s->window);
+        if (at > 0 && (size_t)at < cap)
+            at += snprintf(buf + at, cap - (size_t)at, " chunk=%lld sink_start=%lld sink_end=%lld window=%lld",
+                           (long long)s->chunk, (long long)s->sink_start, (long long)s->sink_end, (long long)s->window);
     }
     if (at > 0 && (size_t)at < cap && s->ada) at += snprintf(buf + at, cap - (size_t)at, " ada=1 alpha=%g", s->alpha);
     if (at > 0 && (size_t)at < cap) snprintf(buf + at, cap - (size_t)at, " keep=%lld", (long long)s->keep);

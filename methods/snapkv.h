@@ -55,9 +55,10 @@ void kvb_pyramid_budgets(int n_layer, int64_t n, int64_t budget, int64_t w, doub
 int kvb_adakv_allocate(kvb_backend *be, float *score, int rows, int64_t row_len, int64_t k, int64_t floor,
                        int32_t *out, int64_t out_stride, int32_t *counts, int32_t *flat, char *err, size_t err_len);
 /* Layer l of an n-token prompt kept by AdaKV over score ([n_head_kv][n], device): kvb_adakv_allocate with floor
- * alpha x keep, the counts brought down (one counted copy and a sync), each KV head's share retained (out, flat:
- * device int32[n_head_kv x n]; counts_d: device int32[n_head_kv]); held_range[0], [1] lowered and raised to the
- * fewest and most tokens a head kept (start at -1, 0). ExpectedAttention's and Compactor's ada=1. */
+ * int(alpha x keep) (at least 1 where alpha > 0 and keep > 0, as kvpress 0.5.5's AdaKVPress), the counts brought
+ * down (one counted copy and a sync), each KV head's share retained (out, flat: device int32[n_head_kv x n];
+ * counts_d: device int32[n_head_kv]); held_range[0], [1] lowered and raised to the fewest and most tokens a head
+ * kept (start at -1, 0). ExpectedAttention's and Compactor's ada=1. */
 int kvb_adakv_retain(kvb_ctx *c, int l, float *score, int64_t n, int64_t keep, double alpha, int32_t *out,
                      int32_t *flat, int32_t *counts_d, int64_t held_range[2], char *err, size_t err_len);
 

@@ -221,8 +221,8 @@ static void compactor_ref(const kvb_config *cfg, const util_kv_head *hv, kvb_dty
 }
 
 /* AdaKV's allocation as kvpress's AdaKVPress makes it: each head's top `floor` raised to the top, then the NKV x B
- * best of the layer (ties: lower head, then lower slot). kept[g][j] = 1 for the kept. min_gap: the smallest gap
- * between the last kept and the first dropped score, over the layer (how near a tie the reference is). */
+ * best of the layer (ties: lower head, then lower slot). kept[g][j] = 1 for the kept. gap: the last kept score minus
+ * the best dropped one, relative to the last kept (how near a tie the reference is). */
 static void adakv_ref(double (*score)[CTX], int64_t n, int64_t B, int64_t floor, int (*kept)[CTX], double *gap) {
     static double s[NKV][CTX];
     for (int g = 0; g < NKV; g++) {
@@ -245,16 +245,16 @@ static void adakv_ref(double (*score)[CTX], int64_t n, int64_t B, int64_t floor,
     for (int g = 0; g < NKV; g++)
         for (int64_t j = 0; j < n; j++)
             if (!kept[g][j] && s[g][j] > next) next = s[g][j];
-    *gap = last - next;
+    *gap = (last - next) / fabs(last); /* relative: a head's raw leverage is small (its sum is head_dim) */
 }
 
 /* An n-token prompt prefilled once (a shared prefill keeping every query row), the method forked from it at budget B
  * with opts: its kept sets equal the float64 reference's (per head top B, or with ada AdaKV's allocation). */
 static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, const char *opts, double blend,
-                        int64_t chunk, int ada) {
+                        int64_t chunk, int ada, int lev_only) {
     char err[256];
     int32_t ids[CTX];
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 37 + i * i) % 290);
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 37) % 290); /* distinct tokens: no tied keys */
     kvb_ctx *base = util_tiny_ctx(dt, CTX);
     kvb_share *sh = kvb_share_create(base, (int)n, 0, err, sizeof err);
     CU_ASSERT_FATAL(sh != NULL);
@@ -266,10 +266,12 @@ static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, 
         CU_ASSERT_FATAL(base->be->copy(base->be, q + (size_t)l * n * qd, base->obs_q + (size_t)l * base->obs_cap * qd,
                                        (size_t)n * qd * sizeof *q, KVB_COPY_D2H, err, sizeof err) == 0);
     CU_ASSERT_FATAL(!base->be->sync || base->be->sync(base->be) == 0);
-    kvb_ctx *c = kvb_ctx_fork(base, (int)n, err, sizeof err);
+    /* the fork keeps the rows from the first one past the protected start: the window's row 0 is position 8 */
+    const int64_t w = n > 8 ? n - 8 : 1;
+    kvb_ctx *c = kvb_ctx_fork(base, (int)w, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
-    char all[128]; /* the window: every prompt row, what the fork holds */
-    snprintf(all, sizeof all, "%s,window=%lld", opts, (long long)n);
+    char all[128];
+    snprintf(all, sizeof all, lev_only ? "%s" : "%s,window=%lld", opts, (long long)w);
     kvb_method *m = util_make_method("compactor", c, budget, all);
     static int want[L][NKV][CTX];
     double worst = INFINITY;
@@ -277,10 +279,14 @@ static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, 
         util_kv_head hv[NKV];
         for (int g = 0; g < NKV; g++) hv[g] = util_kv_head_copy(c->kv, l, g);
         static double score[NKV][CTX];
-        compactor_ref(&c->model->cfg, hv, dt, q + (size_t)l * n * qd, n, chunk, blend, score);
+        if (lev_only) /* mode=leverage: every token's leverage, raw */
+            for (int g = 0; g < NKV; g++) leverage_ref(&c->model->cfg, hv[g].k, dt, 0, n, score[g]);
+        else
+            compactor_ref(&c->model->cfg, hv, dt, q + (size_t)l * n * qd, n, chunk, blend, score);
         if (ada) {
             double gap;
-            adakv_ref(score, n, B, (int64_t)(0.2 * (double)B), want[l], &gap);
+            const int64_t floor = (int64_t)(0.2 * (double)B); /* kvpress 0.5.5: at least 1 */
+            adakv_ref(score, n, B, floor > 0 ? floor : 1, want[l], &gap);
             if (gap < worst) worst = gap;
         } else
             for (int g = 0; g < NKV; g++) {
@@ -289,11 +295,11 @@ static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, 
                 util_topk_ref(score[g], n, B, top, &margin, &kth);
                 for (int64_t j = 0; j < n; j++) want[l][g][j] = 0;
                 for (int64_t i = 0; i < B; i++) want[l][g][top[i]] = 1;
-                if (margin < worst) worst = margin;
+                if (margin / fabs(kth) < worst) worst = margin / fabs(kth);
             }
         for (int g = 0; g < NKV; g++) util_kv_head_free(&hv[g]);
     }
-    CU_ASSERT(worst > 1e-4); /* no boundary a float rounding could flip */
+    CU_ASSERT(worst > 1e-5); /* no boundary a float rounding could flip (relative) */
     CU_ASSERT_FATAL(kvb_method_adopt(m, c, sh, err, sizeof err) == 0);
     CU_ASSERT(kvb_method_verify(m, c, 1, err, sizeof err) == 0);
     int mismatches = 0, total = 0;
@@ -316,14 +322,36 @@ static void check_blend(kvb_dtype dt, int64_t n, const char *budget, int64_t B, 
 }
 
 /* 150 tokens: 138 between the ends, chunks of 32 (four whole, the last of 10 padded); blend the ratio (0.7) */
-static void test_blend_f32(void) { check_blend(KVB_F32, 150, "30%", 45, "mode=compactor,chunk=32", 0.7, 32, 0); }
+static void test_blend_f32(void) { check_blend(KVB_F32, 150, "30%", 45, "mode=compactor,chunk=32", 0.7, 32, 0, 0); }
 /* f16, chunks of 64 (two whole, one of 36), a blend given, AdaKV's allocation */
 static void test_blend_ada_f16(void) {
-    check_blend(KVB_F16, 176, "25%", 44, "mode=compactor,chunk=64,blend=2,ada=1", 2.0, 64, 1);
+    check_blend(KVB_F16, 176, "25%", 44, "mode=compactor,chunk=64,blend=2,ada=1", 2.0, 64, 1, 0);
 }
-/* one chunk wider than the tokens (all padding past them), a token budget: blend 1 - B/n */
+/* one chunk wider than the tokens (all padding past them), a token budget: blend 1 - B/n; then 76 tokens, 64
+ * between the ends: two whole chunks of 32, none padded */
 static void test_blend_one_padded_chunk(void) {
-    check_blend(KVB_F32, 90, "30", 30, "mode=compactor,chunk=128", 1.0 - 30.0 / 90.0, 128, 0);
+    check_blend(KVB_F32, 90, "30", 30, "mode=compactor,chunk=128", 1.0 - 30.0 / 90.0, 128, 0, 0);
+    check_blend(KVB_F32, 76, "50%", 38, "mode=compactor,chunk=32", 0.5, 32, 0, 0);
+}
+/* mode=leverage under AdaKV: every token's raw leverage, the layer's heads compared */
+static void test_leverage_ada(void) { check_blend(KVB_F32, 140, "30%", 42, "ada=1", 0, 0, 1, 1); }
+
+/* 10 tokens, every one at an end (8 + 2): all tie at the layer's top, each head keeps the first B */
+static void test_blend_all_ends(void) {
+    char err[256];
+    int32_t ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = 3 + i * 7;
+    kvb_ctx *c = util_tiny_ctx(KVB_F32, CTX);
+    kvb_method *m = util_make_method("compactor", c, "30%", "mode=compactor");
+    CU_ASSERT_FATAL(kvb_method_prefill(m, c, ids, 10, err, sizeof err) == 0);
+    int32_t pos[CTX];
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < NKV; g++) {
+            CU_ASSERT_EQUAL_FATAL(util_head_positions(c, l, g, pos), 3);
+            CU_ASSERT(pos[0] == 0 && pos[1] == 1 && pos[2] == 2);
+        }
+    kvb_method_free(m, c);
+    kvb_ctx_free(c);
 }
 
 /* the window must hold every query between the ends; fewer rows fail the end of prefill naming it */
@@ -374,6 +402,8 @@ int main(void) {
     CU_add_test(s, "mode=compactor, ada=1: AdaKV's allocation of the blend as float64 (f16)", test_blend_ada_f16);
     CU_add_test(s, "mode=compactor: one chunk wider than the prompt, a token budget", test_blend_one_padded_chunk);
     CU_add_test(s, "mode=compactor: a window short of the prompt fails naming it", test_blend_window_too_small);
+    CU_add_test(s, "mode=compactor: a prompt of ends only keeps each head's first tokens", test_blend_all_ends);
+    CU_add_test(s, "mode=leverage, ada=1: AdaKV's allocation of the leverage as float64", test_leverage_ada);
     CU_add_test(s, "needs and options", test_needs_and_options);
     return util_run_suites();
 }
