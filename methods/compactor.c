@@ -485,7 +485,7 @@ static kvb_method *compactor_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o
 
 const kvb_method_def kvb_method_compactor = {
     .name = "compactor",
-    .summary = "Compactor's leverage scores: keeps the tokens whose pre-RoPE keys are the outliers of the head's keys",
+    .summary = "Compactor: keeps the tokens whose pre-RoPE keys are the head's leverage outliers (mode=compactor: CompactorPress's blend)",
     .traits = KVB_NEEDS_BUDGET | KVB_SHARES_PREFILL | KVB_LAYER_LOCAL,
     .obs_window = compactor_obs_window,
     .create = compactor_create,
