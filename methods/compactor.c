@@ -88,7 +88,7 @@ typedef struct {
     void *kpad;
     int32_t *pos, *out, *flat, *counts, *idx;
     float *h_lev, *h_asum, *h_vn, *h_score;
-    size_t span_bytes, score_bytes, qpad_bytes, kpad_bytes, ada_bytes;
+    size_t span_bytes, score_bytes, qpad_bytes, kpad_bytes, pos_bytes, ada_bytes;
 } blend_scratch;
 
 /* L^-1 of the Cholesky factor of g + jitter I (d x d, symmetrized), raising the jitter tenfold on failure as kvpress
@@ -306,7 +306,7 @@ static void blend_free(kvb_ctx *c, blend_scratch *t, int HK) {
     kvb_method_release(c, t->lev, t->span_bytes), kvb_method_release(c, t->asum, t->span_bytes);
     kvb_method_release(c, t->vn, t->span_bytes), kvb_method_release(c, t->score, t->score_bytes);
     kvb_method_release(c, t->qpad, t->qpad_bytes), kvb_method_release(c, t->kpad, t->kpad_bytes);
-    kvb_method_release(c, t->pos, t->qpad_bytes ? (size_t)t->kpad_bytes / (size_t)HK : 0);
+    kvb_method_release(c, t->pos, t->pos_bytes);
     kvb_method_release(c, t->out, t->ada_bytes), kvb_method_release(c, t->flat, t->ada_bytes);
     kvb_method_release(c, t->counts, t->ada_bytes ? (size_t)HK * sizeof(int32_t) : 0);
     kvb_method_release(c, t->idx, t->score_bytes / (size_t)HK);
@@ -367,7 +367,8 @@ static int compactor_after_prefill(void *self, kvb_ctx *c, char *err, size_t err
         t.lev = kvb_method_alloc(c, t.span_bytes), t.asum = kvb_method_alloc(c, t.span_bytes);
         t.vn = kvb_method_alloc(c, t.span_bytes);
         t.qpad = kvb_method_alloc(c, t.qpad_bytes), t.kpad = kvb_method_alloc(c, t.kpad_bytes);
-        t.pos = kvb_method_alloc(c, t.kpad_bytes / (size_t)HK); /* >= chunk int32 */
+        t.pos_bytes = (size_t)cp->chunk * sizeof(int32_t);
+        t.pos = kvb_method_alloc(c, t.pos_bytes);
         t.h_lev = malloc(t.span_bytes), t.h_asum = malloc(t.span_bytes), t.h_vn = malloc(t.span_bytes);
         t.h_score = malloc(t.score_bytes);
         have = have && t.lev && t.asum && t.vn && t.qpad && t.kpad && t.pos && t.h_lev && t.h_asum && t.h_vn &&
