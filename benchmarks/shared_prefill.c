@@ -46,7 +46,7 @@ static int can_reuse(const kvb_shared_prefill *sp, const kvb_sample *s, const kv
                      const kvb_method_needs *u, int max_new) {
     return sp->base && sp->hidden && sp->group && s->group && !strcmp(sp->group, s->group) && split == sp->split &&
            !memcmp(p->ids, sp->p.ids, (size_t)split * sizeof *p->ids) && u->obs_window <= sp->obs_window &&
-           (!u->prefill_scores || sp->prefill_scores) && p->n + max_new + 1 <= sp->base->params.n_ctx;
+           (!u->prefill_scores || sp->prefill_scores) && (!u->scorer[0] || kvb_share_ran_scorer(sp->share, u->scorer)) && p->n + max_new + 1 <= sp->base->params.n_ctx;
 }
 
 /* The forward over sp->p up to `end`; a method that prefills the question round itself forks from the history
@@ -91,7 +91,7 @@ static int start(const kvb_prefill_env *e, const kvb_sample *s, int carried, con
     if (!(sp->base = kvb_ctx_create(e->model, &cp, err, err_len))) return -1;
     sp->obs_window = u->obs_window;
     sp->prefill_scores = u->prefill_scores;
-    if (!(sp->share = kvb_share_create(sp->base, u->obs_window, u->prefill_scores, err, err_len))) return -1;
+    if (!(sp->share = kvb_share_for(sp->base, u, err, err_len))) return -1;
     /* hidden: the question is prefilled per method, after compression */
     return prefill(e, u, sp->split ? sp->split : sp->p.n, sp, err, err_len);
 }

@@ -92,7 +92,8 @@ static int check_method_keys(const cJSON *suite, const char *path, char *err, si
 }
 
 /* "methods": "all", or "all" as one entry of the array: every registered method (methods/registry.c's order) the
- * array does not name otherwise (by name or alias) and "methods_except" does not list, with its default options,
+ * array does not name otherwise (by name or alias) and "methods_except" does not list, but those reading a trained
+ * per-model scorer (KVzap's scorer=, which only the suite's own entry can name), with its default options,
  * written in place as {"name": ...} entries where "all" stood. 0, or -1 + one line ("all" twice, another string, a
  * "methods_except" that is not a list of registered methods or stands without "all"). */
 static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t err_len) {
@@ -132,6 +133,7 @@ static int expand_all_methods(cJSON *suite, const char *path, char *err, size_t 
                     named |= name && kvb_method_find(name) == def;
                 }
                 cJSON_ArrayForEach(m, except) named |= kvb_method_find(m->valuestring) == def; /* left out */
+                named |= def->scorer != NULL; /* KVzap reads a per-model checkpoint: named with its scorer= or not run */
                 cJSON *row = named ? NULL : cJSON_CreateObject();
                 if (!named && (!row || !cJSON_AddStringToObject(row, "name", def->name) || !cJSON_AddItemToArray(out, row)))
                     cJSON_Delete(row), oom = 1;

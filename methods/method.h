@@ -42,6 +42,9 @@ struct kvb_method_def {
     int (*obs_window)(kvb_opts *o, int *rows, char *err, size_t err_len);
     /* The calibration profile section it reads with these options (kvb_method_needs.profile; NULL: none). */
     const char *(*profile)(kvb_opts *o);
+    /* The per-token scorer it runs on the prefill's hidden states (KVzap's scorer=, methods/kvzap.h), which a shared
+     * prefill must run for it (kvb_method_needs.scorer; NULL: none). */
+    const char *(*scorer)(kvb_opts *o);
     /* Required: parse the options into a new instance (state, budget, imposes_budget, note) on context c;
      * NULL + one-line error for a bad option or an impossible budget. */
     kvb_method *(*create)(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, char *err, size_t err_len);
@@ -105,6 +108,7 @@ typedef struct {
     int takes_budget;     /* 0: refuses any budget below 100% (full, the baseline): a suite runs it once */
     const char *profile;  /* the calibration profile section it reads with these options (methods/profile.h:
                              "round" without lw=, "pod" without block=, "omnikv" with layers=profile), or NULL */
+    char scorer[128];     /* the scorer a shared prefill runs for it (KVzap's scorer=; "" = none): one per share */
 } kvb_method_needs;
 
 /* Method traits (kvb_method_def.traits), the data behind kvb_method_needs. */
@@ -150,7 +154,8 @@ int kvb_method_count(void);
 const kvb_method_def *kvb_method_at(int i);
 /* "full (flash), streamingllm, ..." for help and error messages */
 void kvb_method_names(char *buf, size_t cap);
-/* What `--method all` means: every method but the baseline, comma-separated ("streamingllm,h2o,...") */
+/* What `--method all` means: every method but the baseline and those reading a trained per-model scorer (KVzap),
+ * comma-separated ("streamingllm,h2o,...") */
 void kvb_method_names_all(char *buf, size_t cap);
 /* What method `name` with options o needs from the session (aliases resolved); -1 + one-line error for an
  * unknown method or a malformed option it reads. Does not mark options used. */
@@ -178,9 +183,17 @@ int kvb_method_prefill(kvb_method *m, kvb_ctx *c, const int32_t *ids, int64_t n,
  * with the same), want_scores = any of them needs prefill_scores; a method adopts any share that keeps at
  * least what it needs. */
 kvb_share *kvb_share_create(kvb_ctx *c, int obs_window, int want_scores, char *err, size_t err_len);
+/* The share the methods of needs u (merged: kvb_method_needs_merge) adopt: its window, scores and scorer. */
+kvb_share *kvb_share_for(kvb_ctx *c, const kvb_method_needs *u, char *err, size_t err_len);
 /* Accumulated attention of every prefill query on slot j of (layer, KV head), summed over the group's heads. */
 const float *kvb_share_scores(const kvb_share *s, int layer, int h, int64_t *n);
 int kvb_share_obs_window(const kvb_share *s);
+/* Run KVzap's scorer spec (methods/kvzap.h) on every prefill chunk, for the kvzap cells that adopt the share; 0, or
+ * -1 + err (an unreadable scorer). Before the prefill. */
+int kvb_share_run_scorer(kvb_share *s, const char *spec, char *err, size_t err_len);
+/* The scores it recorded (NULL: it ran none), and whether it ran spec. */
+const struct kvb_kvzap *kvb_share_kvzap(const kvb_share *s);
+int kvb_share_ran_scorer(const kvb_share *s, const char *spec);
 /* 0 when share s kept what method m needs to adopt it (H2O's scores, the observation window), else -1 + a line
  * naming what is missing. s may be NULL (nothing kept). */
 int kvb_share_serves(const kvb_share *s, const kvb_method *m, char *err, size_t err_len);

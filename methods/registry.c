@@ -12,7 +12,7 @@
  * declares (kvb_method_<name>, methods/<name>.c). */
 #define KVB_METHODS(X) \
     X(full) X(streamingllm) X(h2o) X(snapkv) X(omnikv) X(round) X(pod) X(random) X(pyramidkv) X(tova) X(knorm) \
-    X(adakv) X(quest) X(kivi) X(keydiff) X(observed) X(decoding) X(expected) X(chunkkv) X(cur) X(lagkv) X(criticalkv) X(compactor) X(kvzip) X(finch) X(qfilter) X(duo) X(cake) X(think)
+    X(adakv) X(quest) X(kivi) X(keydiff) X(observed) X(decoding) X(expected) X(chunkkv) X(cur) X(lagkv) X(criticalkv) X(compactor) X(kvzap) X(kvzip) X(finch) X(qfilter) X(duo) X(cake) X(think)
 
 #define DECLARE(n) extern const kvb_method_def kvb_method_##n;
 KVB_METHODS(DECLARE)
@@ -54,7 +54,8 @@ void kvb_method_names_all(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < N_METHODS && at < cap; i++)
-        if (!(METHODS[i]->traits & KVB_NO_BUDGET)) at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", METHODS[i]->name);
+        if (!(METHODS[i]->traits & KVB_NO_BUDGET) && !METHODS[i]->scorer) /* a scorer is a per-model file of the user's */
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", METHODS[i]->name);
 }
 
 static int unknown_method(const char *name, char *err, size_t err_len) {
@@ -67,6 +68,7 @@ void kvb_method_needs_merge(kvb_method_needs *u, const kvb_method_needs *nd) {
     u->prefill_scores |= nd->prefill_scores;
     u->own_prefill |= nd->own_prefill;
     if (nd->obs_window > u->obs_window) u->obs_window = nd->obs_window;
+    if (!u->scorer[0]) memcpy(u->scorer, nd->scorer, sizeof u->scorer); /* one per share: another is refused at adopt */
 }
 
 int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *out, char *err, size_t err_len) {
@@ -82,6 +84,9 @@ int kvb_method_needs_of(const char *name, const kvb_opts *o, kvb_method_needs *o
     kvb_opts copy = {0}; /* reading an option marks it used: read a copy */
     if (o) copy = *o;
     out->profile = info->profile ? info->profile(&copy) : NULL;
+    const char *scorer = info->scorer ? info->scorer(&copy) : NULL;
+    if (scorer && strlen(scorer) >= sizeof out->scorer) return ERR("%s: scorer path longer than %zu bytes", info->name, sizeof out->scorer - 1);
+    if (scorer) memcpy(out->scorer, scorer, strlen(scorer) + 1);
     return info->obs_window ? info->obs_window(&copy, &out->obs_window, err, err_len) : 0;
 }
 

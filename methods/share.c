@@ -1,9 +1,10 @@
 /* share.c — one exact prefill for many methods: a recorder installed as the context's hooks keeps the
  * observation window (engine) and, when asked, the attention every prefill query gives each slot (H2O's
- * accumulated score, summed over the group's query heads); forks of the context then adopt it. */
+ * accumulated score, summed over the group's query heads) and KVzap's scores; forks of the context then adopt it. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "methods/kvzap.h"
 #include "methods/method.h"
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
@@ -13,7 +14,37 @@ struct kvb_share {
     kvb_ctx *c;
     int obs_window, want_scores;
     kvb_score_row *acc; /* [layer][head] */
+    kvb_kvzap *zap;     /* KVzap's scorer, run on each prefill chunk (NULL: none) */
 };
+
+static int share_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
+    (void)q;
+    kvb_share *s = self;
+    return s->zap && c->in_prefill ? kvb_kvzap_record(s->zap, c, layer, n_q, err, err_len) : 0;
+}
+
+int kvb_share_run_scorer(kvb_share *s, const char *spec, char *err, size_t err_len) {
+    if (s->zap) return strcmp(kvb_kvzap_spec(s->zap), spec) ? ERR("a shared prefill runs one KVzap scorer") : 0;
+    if (s->c->n_past) return ERR("a shared prefill's scorer must be set before its prefill");
+    if (!(s->zap = kvb_kvzap_open(spec, &s->c->model->cfg, err, err_len))) return -1;
+    s->hooks.pre_attend = share_pre_attend;
+    return 0;
+}
+
+kvb_share *kvb_share_for(kvb_ctx *c, const kvb_method_needs *u, char *err, size_t err_len) {
+    kvb_share *s = kvb_share_create(c, u->obs_window, u->prefill_scores, err, err_len);
+    if (s && u->scorer[0] && kvb_share_run_scorer(s, u->scorer, err, err_len)) {
+        kvb_share_free(s, c);
+        return NULL;
+    }
+    return s;
+}
+
+const kvb_kvzap *kvb_share_kvzap(const kvb_share *s) { return s->zap; }
+
+int kvb_share_ran_scorer(const kvb_share *s, const char *spec) {
+    return s && s->zap && !strcmp(kvb_kvzap_spec(s->zap), spec);
+}
 
 /* the prefill's queries: their attention summed per slot (H2O's score), the probabilities never written */
 static int share_sum_rows(void *self, kvb_ctx *c, int layer, const kvb_src *src, int64_t n_q, float **rows, char *err,
@@ -67,10 +98,13 @@ void kvb_share_free(kvb_share *s, kvb_ctx *c) {
         for (size_t i = 0; i < nh; i++) kvb_score_row_free(s->c, &s->acc[i]);
     }
     free(s->acc);
+    kvb_kvzap_free(s->zap);
     free(s);
 }
 
 int kvb_share_serves(const kvb_share *s, const kvb_method *m, char *err, size_t err_len) {
+    if (m->def->scorer && !(s && s->zap))
+        return ERR("method %s needs its scorer's prefill scores: the shared prefill did not run one", m->name);
     if ((m->def->traits & KVB_PREFILL_SCORES) && (!s || !s->want_scores))
         return ERR("method %s needs prefill attention scores: the shared prefill did not record them", m->name);
     if (m->hooks.obs_window > 0 && (!s || s->obs_window < m->hooks.obs_window))

@@ -62,16 +62,25 @@ static const struct {
      * its default mode=leverage is LeverageScorePress, which has no registry key: no row */
     {"compactor", "mode=compactor ada=1", "adakv_compactor", "AdaKVPress(CompactorPress)"},
     {"compactor", "mode=compactor", "compactor", "CompactorPress"},
+    /* kvzap: a threshold is DMSPress over it (the leaderboard's rows; the directory and config name the threshold,
+     * predictions.csv the compression each sample measured); a budget is KVzapPress alone or under AdaKV. The
+     * registry has these for the MLP scorer only; scorer=random has none */
+    {"kvzap", "scorer=mlp threshold", "kvzap_mlp", "DMSPress(KVzapPress)"},
+    {"kvzap", "scorer=linear threshold", "kvzap_linear", "DMSPress(KVzapPress)"},
+    {"kvzap", "scorer=mlp ada=1", "kvzap_mlp_layer", "AdaKVPress(KVzapPress)"},
+    {"kvzap", "scorer=mlp", "kvzap_mlp_head", "KVzapPress"},
 };
 
-/* 1 if every space-separated "key=value" word of kvs is one of params' space-separated words */
+/* 1 if every space-separated "key=value" word of kvs is one of params' space-separated words, and every bare
+ * "key" word the key of one of them */
 static int has_param(const char *params, const char *kvs) {
     for (const char *kv = kvs; *kv;) {
         const size_t n = strcspn(kv, " ");
+        const int bare = !memchr(kv, '=', n);
         int found = 0;
         for (const char *p = params ? params : ""; *p && !found;) {
             const size_t m = strcspn(p, " ");
-            found = m == n && !strncmp(p, kv, n);
+            found = bare ? m > n && p[n] == '=' && !strncmp(p, kv, n) : m == n && !strncmp(p, kv, n);
             p += m + (p[m] == ' ');
         }
         if (!found) return 0;
@@ -85,7 +94,7 @@ int kvb_kvpress_press(const char *method, const char *method_params, const char 
         if (strcmp(method, PRESSES[i].method)) continue;
         if (PRESSES[i].param && !has_param(method_params, PRESSES[i].param)) continue;
         if (!PRESSES[i].param && (!strcmp(method, "adakv") || !strcmp(method, "chunkkv") || !strcmp(method, "decoding") ||
-                                  !strcmp(method, "criticalkv") || !strcmp(method, "think")))
+                                  !strcmp(method, "criticalkv") || !strcmp(method, "think") || !strcmp(method, "kvzap")))
             continue;
         *press_name = PRESSES[i].press_name;
         *press_class = PRESSES[i].press_class;
@@ -264,6 +273,7 @@ typedef struct {
     char dataset[32], data_dir[128], press_name[48];
     const char *press_class, *method, *budget, *method_params;
     double ratio;
+    double threshold; /* DMSPress's (kvzap threshold=), NAN: none */
     int query_aware;
     size_t *rec, n;
 } kp_dir;
@@ -304,7 +314,8 @@ static void model_name(const kvb_run *run, const kvb_kvpress_opts *o, char *buf,
 static int write_dir(const char *out, const char *model_shown, const char *model_cfg, const kvb_run *run,
                      const kvb_record *recs, const kp_dir *d, char *err, size_t err_len) {
     char ratio[32], name[512];
-    snprintf(ratio, sizeof ratio, "%.2f", d->ratio);
+    const int dms = !isnan(d->threshold); /* evaluate.py: the threshold stands where the ratio would */
+    snprintf(ratio, sizeof ratio, "%.2f", dms ? d->threshold : d->ratio);
     int nn = snprintf(name, sizeof name, "%s__%s%s%s__%s__%s%s", d->dataset, d->data_dir, d->data_dir[0] ? "__" : "",
                       model_shown, d->press_name, ratio, d->query_aware ? "__query_aware" : "");
     if (nn < 0 || (size_t)nn >= sizeof name) return ERR("%s: directory name too long", model_shown);
@@ -333,7 +344,12 @@ static int write_dir(const char *out, const char *model_shown, const char *model
         csv_field(&csv, task), sb_add(&csv, ",");
         csv_field(&csv, ans.oom ? "" : ans.s), sb_add(&csv, ",");
         csv_field(&csv, r->prediction ? r->prediction : ""), sb_add(&csv, ",");
-        sb_add(&csv, f), sb_add(&csv, ",");
+        if (dms) { /* the press's compression_ratio after the sample: the share of the KV it evicted */
+            char cr[64];
+            py_float(cr, sizeof cr, r->kv_full_bytes > 0 ? 1.0 - r->kv_device_bytes / r->kv_full_bytes : 0.0);
+            sb_add(&csv, cr), sb_add(&csv, ",");
+        } else
+            sb_add(&csv, f), sb_add(&csv, ",");
         csv_field(&csv, r->sample_id ? r->sample_id : ""), sb_add(&csv, ",");
         sb_add(&csv, sc), sb_add(&csv, "\n");
         if (ans.oom) csv.oom = 1;
@@ -378,16 +394,22 @@ static int write_dir(const char *out, const char *model_shown, const char *model
     sb_add(&cfg, "\nmodel: "), yaml_str(&cfg, model_cfg);
     sb_add(&cfg, "\ndevice: "), yaml_str(&cfg, run->backend ? run->backend : "cpu");
     sb_add(&cfg, "\npress_name: "), yaml_str(&cfg, d->press_name);
-    sb_addf(&cfg, "\ncompression_ratio: %s\nkey_channel_compression_ratio: null\nfraction: 1.0\nmax_new_tokens: null\n"
+    char thr[64] = "";
+    if (dms) py_float(thr, sizeof thr, d->threshold);
+    if (!dms) sb_addf(&cfg, "\ncompression_ratio: %s", f); /* save_config drops it where a threshold is set */
+    sb_add(&cfg, "\nkey_channel_compression_ratio: null");
+    if (dms) sb_addf(&cfg, "\nthreshold: %s", thr);
+    sb_addf(&cfg, "\nfraction: 1.0\nmax_new_tokens: null\n"
                   "max_context_length: null\nquery_aware: %s\nneedle_depth: null\ncompression_interval: null\ntarget_size: null\n"
                   "hidden_states_buffer_size: null\noutput_dir: ",
-            f, d->query_aware ? "true" : "false");
+            d->query_aware ? "true" : "false");
     yaml_str(&cfg, out);
     sb_add(&cfg, "\nlog_level: INFO\nmodel_kwargs: {}\npress_init_command: ");
     {
         sbuf pic = {0};
         sb_add(&pic, d->press_class);
-        if (strcmp(d->press_class, "None")) sb_addf(&pic, "(compression_ratio=%s)", f);
+        if (dms) sb_addf(&pic, "(threshold=%s)", thr);
+        else if (strcmp(d->press_class, "None")) sb_addf(&pic, "(compression_ratio=%s)", f);
         sb_addf(&pic, " from kvbench %s@%s", d->method, d->budget);
         if (d->method_params && *d->method_params) sb_add(&pic, " ("), sb_add(&pic, d->method_params), sb_add(&pic, ")");
         yaml_str(&cfg, pic.oom ? "" : pic.s);
@@ -478,7 +500,9 @@ int kvb_export_kvpress(const char *run_dir, const char *out_dir, const kvb_kvpre
             st->n_unrepresentable += cell->n, note(no_data, sizeof no_data, cell->benchmark ? cell->benchmark : "other");
             continue;
         }
-        double ratio = full ? 0.0 : bk == KVB_RB_PERCENT ? 1.0 - pct / 100.0 : NAN;
+        const char *tp = r0->method_params ? strstr(r0->method_params, "threshold=") : NULL;
+        const double threshold = tp && (tp == r0->method_params || tp[-1] == ' ') ? strtod(tp + 10, NULL) : NAN;
+        double ratio = full || !isnan(threshold) ? 0.0 : bk == KVB_RB_PERCENT ? 1.0 - pct / 100.0 : NAN;
         if (!(ratio >= 0 && ratio <= 1)) {
             st->n_unrepresentable += cell->n, token_budgets = 1;
             continue;
@@ -489,7 +513,8 @@ int kvb_export_kvpress(const char *run_dir, const char *out_dir, const kvb_kvpre
         size_t k = 0;
         for (; k < n_dirs; k++)
             if (!strcmp(dirs[k].dataset, ds) && !strcmp(dirs[k].data_dir, dd) && !strcmp(dirs[k].press_name, pn) &&
-                fabs(dirs[k].ratio - ratio) < 1e-9 && dirs[k].query_aware == query_aware)
+                fabs(dirs[k].ratio - ratio) < 1e-9 && dirs[k].query_aware == query_aware &&
+                (isnan(threshold) ? isnan(dirs[k].threshold) : dirs[k].threshold == threshold))
                 break;
         if (k == n_dirs) {
             kp_dir *d = &dirs[n_dirs++];
@@ -497,7 +522,7 @@ int kvb_export_kvpress(const char *run_dir, const char *out_dir, const kvb_kvpre
             snprintf(d->data_dir, sizeof d->data_dir, "%s", dd);
             snprintf(d->press_name, sizeof d->press_name, "%s", pn);
             d->press_class = pc, d->method = cell->method, d->budget = cell->budget, d->method_params = r0->method_params;
-            d->ratio = ratio, d->query_aware = query_aware;
+            d->ratio = ratio, d->query_aware = query_aware, d->threshold = threshold;
             if (!(d->rec = malloc(n_recs * sizeof *d->rec))) rc = ERR("out of memory");
         }
         for (size_t i = 0; !rc && i < cell->n; i++) {

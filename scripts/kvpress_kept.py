@@ -88,6 +88,14 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     KVzipPress()  (chunk_size 2048, n_sink 4, global)   kvzip         chunk=2048,sinks=4,alloc=global
     ThinKPress(key_channel_compression_ratio=0.4)       think         base=none,lambda=0.4,window=32 (key channels, not
                                                         tokens: each line's "channels", in the GGUF's order)
+    KVzapPress(model_type="mlp")                        kvzap         scorer=tests/fixtures/kvpress/kvzap/mlp (file
+                                                        kvzap_mlp.jsonl: per-head top-k of the scorer's scores)
+    AdaKVPress(KVzapPress("mlp"), alpha_safeguard=0.2)  kvzap         scorer=...,ada=1,alpha=0.2 (kvzap_mlp_ada.jsonl)
+    DMSPress(KVzapPress("mlp"), threshold=0.70, sliding_window_size=128)  kvzap  scorer=...,threshold=0.70,window=128
+                                                        (kvzap_mlp_dms.jsonl: kvpress's leaderboard "kvzap_mlp"; no
+                                                        budget: "budget" and "tokens_per_head" null)
+    DMSPress(KVzapPress("linear"), threshold=-0.05, sliding_window_size=128)  kvzap  scorer=tests/fixtures/kvpress/
+                                                        kvzap/linear,threshold=-0.05,window=128 (kvzap_linear_dms.jsonl)
 
 The Hub is out of reach here: QFilterPress's filters and DuoAttentionPress's head patterns are kvbench's own, read
 from the model's kvbench profile (`kvbench calibrate qfilter`, `kvbench calibrate duo`; --profile, default the
@@ -101,8 +109,13 @@ tokens, kvbench's question) and no delimiter occurs; rerotate_keys=False keeps t
 full prefill's. KVzipPress reads the chat template for its prefix (not reconstructed) and suffix (the assistant
 opening): it is given the GGUF's tokenizer with a template whose prefix is empty and whose suffix is the model's
 ("<|im_end|>\n<|im_start|>assistant\n", kvbench's assistant_opening), since the prompt is bare text that kvbench
-reconstructs whole. ObservedAttentionPress needs the attention weights ("eager"): it runs on a second copy of the
-model loaded with eager attention, whose full prefill gives its own key rows to match.
+reconstructs whole. KVzapPress would download its scorer (nvidia/KVzap-<mlp|linear>-<model>): it is given seeded
+random ones instead, made by this script in tests/fixtures/kvpress/kvzap/<mlp|linear>/ (bfloat16 safetensors +
+config.json, save_pretrained's layout; see KVZAP_SCORERS), their weights cast to float32 as kvbench reads them, and
+its post_init_from_model is a no-op. DMSPress evicts, per KV head, the positions before the last 128 whose score is
+below the threshold, recorded (like AdaKV's) in masked_key_indices; each threshold was chosen to evict about half of
+the (layer, head, position) triples (printed). ObservedAttentionPress needs the attention weights ("eager"): it
+runs on a second copy of the model loaded with eager attention, whose full prefill gives its own key rows to match.
 
 PyramidKVPress with its defaults falls back to uniform SnapKV on this prompt at 30%: its top layer would keep
 budget/beta = 1129.5 / 20 = 56.5 tokens, fewer than its window of 64, so every layer keeps round(0.3 n) = 1130
@@ -287,15 +300,95 @@ def press_table(ratio, ctx):
                          (": transformers' channel s d/2 + j is the GGUF's 2j + s" if ctx["permuted"] else
                           ", transformers' too") + "); every position is kept (no \"positions\")"})
 
+    def kvzap(kind, wrap=None, threshold=None):
+        # KVzapPress scores each token from the hidden states its attention layer sees (after input_layernorm)
+        # with a per-layer surrogate (Linear, or Linear-GELU-Linear) giving one score per KV head. Its
+        # post_init_from_model would download nvidia/KVzap-<kind>-<model> from the Hub (unreachable here): it is
+        # monkeypatched to a no-op on the press instance (AdaKVPress and DMSPress call the inner press's), and the
+        # press is given the seeded random scorer of tests/fixtures/kvpress/kvzap/<kind>/ (kvzap_scorer), its bf16
+        # weights cast to float32 as kvbench reads them; kvzap_model_name records that directory (never loaded by
+        # name: post_init_from_model does nothing).
+        from kvpress import DMSPress, KVzapPress
+
+        scorer_dir = os.path.join(ctx["out"], "kvzap", kind)
+        rel = os.path.relpath(os.path.abspath(scorer_dir), REPO)
+        inner = KVzapPress(model_type=kind, compression_ratio=0.0 if threshold is not None else ratio)
+        inner.kvzap_model = kvzap_scorer(kind, scorer_dir, ctx["config"])
+        inner.kvzap_model_name = rel
+        inner.post_init_from_model = lambda model: None
+        opts = f"scorer={rel}"
+        extra = {"note": "layer 0's scores depend on the token id alone (its hidden states are the normalized "
+                         "embeddings): repeated tokens tie, and torch.topk keeps an unspecified part of a tied group "
+                         "at the cutoff (prose_4000.txt has 130 distinct ids: ties at the cutoff in layer 0 only); "
+                         "the scorer's weights are seeded random (not NVIDIA's)"}
+        if wrap == "ada":
+            press = AdaKVPress(inner, alpha_safeguard=0.2)
+            opts += ",ada=1,alpha=0.2"
+        elif threshold is not None:  # kvpress's leaderboard "kvzap_<kind>": DMS, no budget
+            press = DMSPress(press=inner, threshold=threshold, sliding_window_size=128, decoding=False)
+            opts += f",threshold={threshold:.2f},window=128"
+            extra = {"no_budget": True,
+                     "note": f"DMSPress(threshold={threshold:.2f}, sliding_window_size=128): every (KV head, position) "
+                             "before the last 128 whose score is < threshold is evicted; no budget (\"budget\" and "
+                             "\"tokens_per_head\" null); the scorer's weights are seeded random (not NVIDIA's)"}
+        else:
+            press = inner
+        return ("kvzap", press, opts, extra)
+
+    table.update(
+        kvzap_mlp=lambda: kvzap("mlp"),
+        kvzap_mlp_ada=lambda: kvzap("mlp", "ada"),
+        kvzap_mlp_dms=lambda: kvzap("mlp", threshold=KVZAP_THRESHOLDS["mlp"]),
+        kvzap_linear_dms=lambda: kvzap("linear", threshold=KVZAP_THRESHOLDS["linear"]))
     table.update(chunkkv=chunkkv, finch=finch, finch_norm=finch_norm, qfilter=qfilter, duo=duo, think=think)
     return table
 
 
+# KVzap's scorers: no trained weights for this model are reachable (NVIDIA's are on the Hub), so the fixtures use
+# seeded random ones: KVzapModel(KVzapConfig(input_dim=hidden_size, output_dim=num_key_value_heads,
+# n_modules=num_hidden_layers, hidden_dim)), built after torch.manual_seed(seed) (nn.Linear's default init,
+# U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases), then every weight and bias multiplied by a fixed scale
+# per Linear (the hidden states after input_layernorm are small, RMS 0.05-0.25: unscaled, a head's scores spread by
+# ~0.03 over the prompt; scaled, by ~1, median over (layer, head) 1.17 mlp / 0.98 linear on the default prompt),
+# cast to bfloat16 and written by save_pretrained (model.safetensors + config.json). Made once, when the directory
+# has no model.safetensors; the committed files are the reference (delete the directory to remake it).
+KVZAP_SCORERS = {"mlp": {"hidden_dim": 16, "seed": 0, "scale": (10.0, 3.0)},  # (first Linear, second Linear)
+                 "linear": {"hidden_dim": None, "seed": 1, "scale": (10.0,)}}
+# DMS thresholds, chosen (round, 2 decimals) so that about half of the prompt's (layer, head, position) triples of
+# the default model are evicted with these scorers (the fraction is printed)
+KVZAP_THRESHOLDS = {"mlp": 0.70, "linear": -0.05}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def kvzap_scorer(kind, path, cfg):
+    """The KVzap scorer of tests/fixtures/kvpress/kvzap/<kind>/ (made there first if absent, see KVZAP_SCORERS),
+    its bfloat16 weights cast to float32."""
+    import torch
+    from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel
+
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        spec = KVZAP_SCORERS[kind]
+        torch.manual_seed(spec["seed"])
+        scorer = KVzapModel(KVzapConfig(input_dim=cfg.hidden_size, output_dim=cfg.num_key_value_heads,
+                                        n_modules=cfg.num_hidden_layers, hidden_dim=spec["hidden_dim"]))
+        with torch.no_grad():
+            for module in scorer.layers:
+                linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+                for lin, s in zip(linears, spec["scale"]):
+                    lin.weight.mul_(s)
+                    lin.bias.mul_(s)
+        scorer.to(torch.bfloat16).save_pretrained(path)
+        print(f"kvzap scorer ({kind}): made {path}")
+    scorer = KVzapModel.from_pretrained(path, dtype=torch.float32).eval()
+    assert next(scorer.parameters()).dtype == torch.float32
+    return scorer
+
+
 def press_params(press):
-    """The press's dataclass fields (nested presses included), with its class name; a press that is no dataclass
-    (CriticalKVPress) by its public attributes."""
+    """The press's dataclass fields (nested presses included; not those hidden from its repr, DMSPress's per-run
+    buffers), with its class name; a press that is no dataclass (CriticalKVPress) by its public attributes."""
     out = {"press": type(press).__name__}
-    names = ([f.name for f in dataclasses.fields(press)] if dataclasses.is_dataclass(press)
+    names = ([f.name for f in dataclasses.fields(press) if f.repr] if dataclasses.is_dataclass(press)
              else [k for k in vars(press) if not k.startswith("_")])
     for name in names:
         v = getattr(press, name)
@@ -382,11 +475,13 @@ def kept_pruned(index, kept):
 
 
 def kept_masked(module, n_head_kv, n):
-    """AdaKV: every position but those in module.masked_key_indices, per head."""
+    """AdaKV: every position but those in module.masked_key_indices, per head (None: none masked, a DMSPress layer
+    that evicted nothing)."""
     masked = [set() for _ in range(n_head_kv)]
-    _, heads, seqs = module.masked_key_indices
-    for h, s in zip(heads.tolist(), seqs.tolist()):
-        masked[h].add(s)
+    if module.masked_key_indices is not None:
+        _, heads, seqs = module.masked_key_indices
+        for h, s in zip(heads.tolist(), seqs.tolist()):
+            masked[h].add(s)
     module.masked_key_indices = None
     return [[i for i in range(n) if i not in m] for m in masked]
 
@@ -443,7 +538,10 @@ def run_press(model, press, input_ids, index, n_head_kv):
         model(input_ids, past_key_values=cache, use_cache=True)
     n = input_ids.shape[1]
     layers = model.model.layers
-    if hasattr(layers[0].self_attn, "masked_key_indices") and layers[0].self_attn.masked_key_indices is not None:
+    # masked_key_indices is reset by kvpress at every prefill (attention_patch sets it to None before the attention
+    # when the query is as long as the keys), and by kept_masked after reading; DMSPress leaves it None in a layer
+    # where it evicts nothing, so any layer having it means a masking press
+    if any(getattr(layer.self_attn, "masked_key_indices", None) is not None for layer in layers):
         return [kept_masked(layer.self_attn, n_head_kv, n) for layer in layers]
     return [kept_pruned(index[l], cache.layers[l].keys[0]) for l in range(len(layers))]
 
@@ -469,7 +567,8 @@ def main():
     ap.add_argument("--ids", help="llamacpp_ref.json or a kvbench --dump-kept file (default: the model's)")
     ap.add_argument("--budget", type=float, default=0.3, help="kept fraction (compression_ratio = 1 - budget)")
     ap.add_argument("--out", help="default: the model's fixture directory")
-    ap.add_argument("--press", action="append", help="output names to run (default: all of press_table)")
+    ap.add_argument("--press", action="append", help="output names to run, repeated or comma-separated "
+                                                      "(default: all of press_table)")
     ap.add_argument("--profile", help="kvbench profile with the qfilter and duo sections (default: the model's, "
                                       "under ~/.cache/kvbench/profiles)")
     a = ap.parse_args()
@@ -538,13 +637,14 @@ def main():
         with open(path) as f:
             return json.load(f)
 
-    table = press_table(round(1 - a.budget, 6), {"n": len(ids), "profile": profile, "permuted": permuted})
+    table = press_table(round(1 - a.budget, 6), {"n": len(ids), "profile": profile, "permuted": permuted,
+                                                 "config": cfg, "out": a.out})
     import kvpress.presses.kvzip_press as kvzip_press
 
     kvzip_press.AutoTokenizer = kvzip_tokenizer(model_dir, model_file)
     eager = None  # (model, index): the same GGUF with eager attention, for the presses that read attention weights
     os.makedirs(a.out, exist_ok=True)
-    for name in a.press or list(table):
+    for name in [n for p in a.press for n in p.split(",")] if a.press else list(table):
         if name not in table:
             sys.exit(f"--press {name}: not one of {', '.join(table)}")
         method, press, opts, extra = table[name]()
@@ -568,10 +668,18 @@ def main():
             kept = run_press(run_model, press, input_ids, run_index, cfg.num_key_value_heads)
         sizes = [len(p) for heads in kept for p in heads]
         per_layer = [sum(len(p) for p in heads) for heads in kept]
-        per_head = extra.get("tokens_per_head") or compute_n_kept(len(ids), press.compression_ratio)
+        budget = a.budget
+        if extra.get("no_budget"):  # DMSPress: a threshold, no budget
+            budget = per_head = None
+            evicted = len(sizes) * len(ids) - sum(sizes)
+            print(f"{name}: evicted {evicted / (len(sizes) * len(ids)):.4f} of the (layer, head, position) triples, "
+                  f"{evicted / (len(sizes) * (len(ids) - 128)):.4f} of those before the window; "
+                  f"per layer {[round(1 - k / (cfg.num_key_value_heads * len(ids)), 3) for k in per_layer]}")
+        else:
+            per_head = extra.get("tokens_per_head") or compute_n_kept(len(ids), press.compression_ratio)
         if per_head == "kept":  # the press's own count, the same in every head
             per_head = sizes[0] if len(set(sizes)) == 1 else sys.exit(f"{name}: heads keep different counts")
-        header = {"method": method, "opts": opts, "budget": a.budget, "n_prompt": len(ids),
+        header = {"method": method, "opts": opts, "budget": budget, "n_prompt": len(ids),
                   "tokens_per_head": per_head, "kept_per_layer": per_layer, "source": source,
                   "kvpress_params": press_params(press), "model": model_file, "prompt": a.prompt}
         if channels:

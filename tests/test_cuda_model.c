@@ -100,11 +100,12 @@ static int run(const char *backend, const char *method, int adopt, int p, int32_
         kvb_opts_add(&o, "filters=window", err, sizeof err);
     if (!strcmp(method, "duo") && kvb_profile_has(model, "duo", err, sizeof err) != 1)
         kvb_opts_add(&o, "split=window", err, sizeof err);
+    if (!strcmp(method, "kvzap")) kvb_opts_add(&o, "scorer=random", err, sizeof err); /* no checkpoint for it here */
     if (adopt) { /* one prefill recording what the method reads, then its own fork (cli/cmd_bench_methods.c) */
         kvb_method_needs nd;
         if (kvb_method_needs_of(method, &o, &nd, err, sizeof err) ||
             !(base = kvb_ctx_create(model, &cp, err, sizeof err)) ||
-            !(share = kvb_share_create(base, nd.obs_window, nd.prefill_scores, err, sizeof err)) ||
+            !(share = kvb_share_for(base, &nd, err, sizeof err)) ||
             kvb_forward(base, prompts[p], prompt_n[p], err, sizeof err) ||
             !(c = kvb_ctx_fork(base, nd.obs_window, err, sizeof err))) {
             fprintf(stderr, "\n  %s %s shared prefill: %s\n", backend, method, err);

@@ -30,6 +30,9 @@ static char *path_of(const char *a, const char *b) {
     return p[k];
 }
 
+/* the KV after prefill the next record holds and what full attention would (bytes; 0 = not set) */
+static double next_kv_device, next_kv_full;
+
 /* One record through the record writer (reports/record.h), as the runner appends it. */
 static void rec(FILE *f, const char *method, const char *budget, const char *params, const char *bench, const char *task,
                 const char *id, const char *question, const char *pred, const char *ans1, const char *ans2, double score,
@@ -43,6 +46,8 @@ static void rec(FILE *f, const char *method, const char *budget, const char *par
     r.answers.v[r.answers.n++] = strdup(ans1);
     if (ans2) r.answers.v[r.answers.n++] = strdup(ans2);
     r.score = score, r.seed = 1;
+    if (next_kv_full > 0) r.kv_device_bytes = next_kv_device, r.kv_full_bytes = next_kv_full;
+    next_kv_device = next_kv_full = 0;
     if (error) r.error = strdup(error);
     char why[256];
     cJSON *j = kvb_record_to_json(&r, why, sizeof why);
@@ -81,6 +86,12 @@ static void make_run(const char *dir) {
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "b", "visible", "x", "y", NULL, 0.75, NULL);
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "c", "visible", "x", "y", NULL, 0, NULL);
     rec(f, "adakv", "50%", "base=pyramidkv window=32", "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1", "1", NULL, 1, NULL);
+    /* KVzap under DMSPress's threshold: no budget; each sample's compression is what it measured */
+    const char *zap = "scorer=mlp hidden=16 threshold=-4 window=128 held=128-3765";
+    next_kv_device = 25, next_kv_full = 100;
+    rec(f, "kvzap", "full", zap, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    next_kv_device = 40, next_kv_full = 100;
+    rec(f, "kvzap", "full", zap, "ruler", "niah_single_1_4096+hidden", "1", "hidden", "12", "1234", NULL, 0, NULL);
     fclose(f);
 }
 
@@ -104,8 +115,8 @@ static void test_each_press_and_ratio_is_a_kvpress_directory_field_by_field(void
     int rc = kvb_export_kvpress(path_of("run", NULL), path_of("out", NULL), &o, &st, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
-    CU_ASSERT_EQUAL(st.n_dirs, 5);
-    CU_ASSERT_EQUAL(st.n_exported, 11);
+    CU_ASSERT_EQUAL(st.n_dirs, 6);
+    CU_ASSERT_EQUAL(st.n_exported, 13);
     CU_ASSERT_EQUAL(st.n_unrepresentable, 4); /* h2o, adakv over pyramidkv, a token budget, the niah grid */
     CU_ASSERT_EQUAL(st.n_failed, 1);
     if (strcmp(st.skipped, "4 records kvpress cannot represent (no press for adakv, h2o; no dataset for niah; token budgets), 1 failed or unscored sample")) fprintf(stderr, "\nskipped: %s\n", st.skipped);
@@ -159,6 +170,18 @@ static void test_full_is_no_press_and_budgets_are_ratios(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     CU_ASSERT_PTR_NOT_NULL(strstr(e, "press_init_command: AdaKVPress(ExpectedAttentionPress)(compression_ratio=0.5)"));
     free(e);
+    /* kvzap threshold=-4: DMSPress over KVzapPress, named by its threshold; compression measured per sample */
+    const char *zap = "out/ruler__4096__" M "__kvzap_mlp__-4.00";
+    expect_file(zap, "predictions.csv",
+                "task,answer,predicted_answer,compression_ratio,sample_id,score\n"
+                "niah_single_1,['1234'],1234,0.75,0,1.0\n"
+                "niah_single_1,['1234'],12,0.6,1,0.0\n");
+    char *z = util_read_file(path_of(zap, "config.yaml"), NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(z);
+    CU_ASSERT_PTR_NOT_NULL(strstr(z, "\npress_name: kvzap_mlp\nkey_channel_compression_ratio: null\nthreshold: -4.0\nfraction:"));
+    CU_ASSERT_PTR_NULL(strstr(z, "compression_ratio: 0")); /* save_config drops it where a threshold is set */
+    CU_ASSERT_PTR_NOT_NULL(strstr(z, "press_init_command: DMSPress(KVzapPress)(threshold=-4.0) from kvbench kvzap@full"));
+    free(z);
     /* nothing of the methods kvpress has no press for */
     CU_ASSERT(!exists(path_of("out/ruler__4096__" M "__h2o__0.50", NULL)));
 }
@@ -201,7 +224,11 @@ static void test_press_and_dataset_names(void) {
         {"criticalkv", "base=adakv eps=0.01 alpha=0.2", "critical_adakv_snapkv"},
         {"think", "base=none lambda=0.4", "think"}, {"think", "base=snapkv lambda=0.4", "snap_think"},
         {"compactor", "mode=compactor sketch=none blend=0.7 chunk=256 ada=1 alpha=0.2 keep=1129", "adakv_compactor"},
-        {"compactor", "mode=compactor sketch=none blend=0.7 chunk=256 keep=1129", "compactor"}};
+        {"compactor", "mode=compactor sketch=none blend=0.7 chunk=256 keep=1129", "compactor"},
+        {"kvzap", "scorer=mlp hidden=16 threshold=-4 window=128", "kvzap_mlp"},
+        {"kvzap", "scorer=linear threshold=-6 window=128", "kvzap_linear"},
+        {"kvzap", "scorer=mlp hidden=16 keep=9 ada=1 alpha=0.2", "kvzap_mlp_layer"},
+        {"kvzap", "scorer=mlp hidden=16 keep=9", "kvzap_mlp_head"}};
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
         CU_ASSERT_EQUAL(kvb_kvpress_press(pairs[i][0], pairs[i][1], &pn, &pc), 0);
         CU_ASSERT_STRING_EQUAL(pn, pairs[i][2]);
@@ -212,6 +239,9 @@ static void test_press_and_dataset_names(void) {
     CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "mode=leverage sketch=none ada=1 keep=9", &pn, &pc), -1);
     CU_ASSERT_EQUAL(kvb_kvpress_press("compactor", "mode=compactorx ada=1", &pn, &pc), -1); /* whole words only */
     CU_ASSERT_EQUAL(kvb_kvpress_press("think", "lambda=0.4", &pn, &pc), -1);
+    CU_ASSERT_EQUAL(kvb_kvpress_press("kvzap", "scorer=linear keep=9", &pn, &pc), -1); /* no registry key */
+    CU_ASSERT_EQUAL(kvb_kvpress_press("kvzap", "scorer=random threshold=0", &pn, &pc), -1);
+    CU_ASSERT_EQUAL(kvb_kvpress_press("kvzap", "scorer=linear thresholdx=1", &pn, &pc), -1); /* a key is a whole word */
     char ds[32], dd[64], t[64];
     CU_ASSERT_EQUAL(kvb_kvpress_dataset("ruler", "niah_multikey_3_8192", ds, sizeof ds, dd, sizeof dd, t, sizeof t), 0);
     CU_ASSERT_STRING_EQUAL(ds, "ruler");
@@ -245,7 +275,7 @@ static void test_refusals_are_one_line(void) {
     FILE *f = fopen(path_of("bad", "results.jsonl"), "a");
     fputs("{\"method\":\"snapkv\",\"budget\":\"50%\",\"task\":\"t\",\"nosuch\":1}\n", f);
     fclose(f);
-    expect_refused(path_of("bad", NULL), path_of("o2", NULL), 0, "results.jsonl:17:");
+    expect_refused(path_of("bad", NULL), path_of("o2", NULL), 0, "results.jsonl:19:");
     /* OUT not empty, then --force; OUT under a file */
     expect_refused(path_of("run", NULL), path_of("out", NULL), 0, "exists and is not empty (--force writes into it)");
     kvb_kvpress_stats st;
@@ -280,7 +310,7 @@ static void test_cli_exit_codes_and_lines(void) {
     CU_ASSERT_EQUAL(run_cli(args, "cli.err"), 0);
     char *out = util_read_file(path_of("cli.out", NULL), NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "exported 11 records into 5 kvpress directories under "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "exported 13 records into 6 kvpress directories under "));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "; skipped 4 records kvpress cannot represent"));
     free(out);
     CU_ASSERT_EQUAL(run_cli(args, "cli.err"), 1); /* o4 is not empty now */

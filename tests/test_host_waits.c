@@ -22,7 +22,7 @@ static uint64_t rng = 0x5a17ull;
 
 /* Options a method needs on this model (no calibration profile). */
 static const struct { const char *method, *opts; } PINNED[] = {
-    {"round", "lw=6,chunk=64"}, {"pod", "block=3"}, {"qfilter", "filters=window"}, {"duo", "split=window"},
+    {"round", "lw=6,chunk=64"}, {"pod", "block=3"}, {"qfilter", "filters=window"}, {"duo", "split=window"}, {"kvzap", "scorer=random"},
     {"kivi", "group=16"},
 };
 

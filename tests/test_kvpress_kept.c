@@ -150,8 +150,9 @@ static double jaccard(const int32_t *a, int na, const int32_t *b, int nb) {
     return any ? (double)both / any : 1.0;
 }
 
-/* The method on a fork of a shared prefill (from, sh, keeping `window` query rows) at the fixture's budget: every
- * head's Jaccard >= min_all, those of the first `early` layers >= min_early, the mean over the heads >= min_mean. */
+/* The method on a fork of a shared prefill (from, sh, keeping `window` query rows) at the fixture's budget (none where
+ * its "tokens_per_head" is null: DMSPress's threshold), or on a prefill of its own (from NULL): every head's Jaccard
+ * >= min_all, those of the first `early` layers >= min_early, the mean over the heads >= min_mean. */
 static void compare_on(kvb_ctx *from, kvb_share *sh, int window, const char *fixture_name, const char *method,
                        const char *opts, double min_all, int early, double min_early, double min_mean) {
     char path[256], err[512];
@@ -161,16 +162,20 @@ static void compare_on(kvb_ctx *from, kvb_share *sh, int window, const char *fix
             min_all = q->min_all, early = q->early, min_early = q->min_early, min_mean = q->min_mean;
     fixture f;
     CU_ASSERT_FATAL(load_fixture(path, &f) == 0);
-    CU_ASSERT_FATAL(f.n_prompt == n_ids && f.tokens_per_head > 0);
-    kvb_budget b = {KVB_BUDGET_TOKENS, 0, f.tokens_per_head};
+    CU_ASSERT_FATAL(f.n_prompt == n_ids && f.tokens_per_head >= 0);
+    kvb_budget b = {f.tokens_per_head ? KVB_BUDGET_TOKENS : KVB_BUDGET_NONE, 0, f.tokens_per_head};
     kvb_opts o = {0};
     CU_ASSERT_FATAL(kvb_opts_add(&o, opts, err, sizeof err) == 0);
-    kvb_ctx *c = kvb_ctx_fork(from, window, err, sizeof err);
+    kvb_ctx_params cp = kvb_ctx_default_params();
+    cp.n_ctx = n_ids + 8;
+    kvb_ctx *c = from ? kvb_ctx_fork(from, window, err, sizeof err) : kvb_ctx_create(model, &cp, err, sizeof err);
     CU_ASSERT_FATAL(c != NULL);
     kvb_method *m = kvb_method_create(method, c, &b, &o, err, sizeof err);
     if (!m) fprintf(stderr, "\n  %s: %s\n", method, err);
     CU_ASSERT_FATAL(m != NULL);
-    CU_ASSERT_FATAL(kvb_method_adopt(m, c, sh, err, sizeof err) == 0);
+    int rc = from ? kvb_method_adopt(m, c, sh, err, sizeof err) : kvb_method_prefill(m, c, ids, n_ids, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", method, err);
+    CU_ASSERT_FATAL(rc == 0);
     double lo = 1, sum = 0;
     int lo_l = -1, lo_h = -1;
     for (int l = 0; l < f.n_layer; l++)
@@ -284,6 +289,25 @@ static void test_kvzip(void) {
     compare("kvzip", "kvzip", "chunk=2048,sinks=4,alloc=global", 0.97, 0, 0.97, 0.99);
 }
 
+/* KVzap with kvpress's presses over seeded random scorers (tests/fixtures/kvpress/kvzap/: the press cannot fetch
+ * nvidia's trained ones here, and a random scorer tests the same rules): KVzapPress alone (top-k per head), under
+ * AdaKV, and under DMSPress's threshold (window 128). The shared prefill runs the MLP scorer; the linear one's case
+ * prefills for itself. The default model only (the scorers are its shape). Measured: top-k min 0.922, mean 0.998;
+ * AdaKV min 0.718, mean 0.996; DMS 0.997 and 1.000 with either scorer. The lows are layer 0's, where the hidden state
+ * is the token's embedding alone: the prompt's 130 distinct ids give 130 distinct scores a head, and ties straddle
+ * the cut (190 positions tie at AdaKV's safeguard boundary in head 1), which torch.topk orders as it falls and
+ * kvbench to the earlier token. */
+#define KVZAP_MLP "scorer=tests/fixtures/kvpress/kvzap/mlp"
+static void test_kvzap(void) { compare("kvzap_mlp", "kvzap", KVZAP_MLP, 0.9, 0, 0.9, 0.995); }
+static void test_kvzap_ada(void) { compare("kvzap_mlp_ada", "kvzap", KVZAP_MLP ",ada=1,alpha=0.2", 0.7, 0, 0.7, 0.99); }
+static void test_kvzap_dms(void) {
+    compare("kvzap_mlp_dms", "kvzap", KVZAP_MLP ",threshold=0.70,window=128", 0.99, 0, 0.99, 0.999);
+}
+static void test_kvzap_linear_dms(void) {
+    compare_on(NULL, NULL, 0, "kvzap_linear_dms", "kvzap",
+               "scorer=tests/fixtures/kvpress/kvzap/linear,threshold=-0.05,window=128", 0.99, 0, 0.99, 0.999);
+}
+
 /* ThinK prunes key channels, not tokens: per layer and KV head, the channels kvbench's think keeps (ThinK alone,
  * lambda 0.4: 39 of 64) against those ThinKPress(key_channel_compression_ratio=0.4, window_size=32) left nonzero,
  * in the GGUF's channel order (the fixture's "channels") */
@@ -379,7 +403,9 @@ int main(int argc, char **argv) {
     cp.n_ctx = n_ids + 8;
     /* the share keeps H2O's accumulated attention too, for observed */
     if (!(base = kvb_ctx_create(model, &cp, err, sizeof err)) ||
-        !(share = kvb_share_create(base, OBS_ROWS, 1, err, sizeof err)) || kvb_forward(base, ids, n_ids, err, sizeof err)) {
+        !(share = kvb_share_create(base, OBS_ROWS, 1, err, sizeof err)) ||
+        (!bounds && kvb_share_run_scorer(share, "tests/fixtures/kvpress/kvzap/mlp", err, sizeof err)) ||
+        kvb_forward(base, ids, n_ids, err, sizeof err)) {
         fprintf(stderr, "prefill failed: %s\n", err);
         return 1;
     }
@@ -411,6 +437,12 @@ int main(int argc, char **argv) {
     CU_add_test(s, "finch, the last 32 tokens as the question, one chunk", test_finch);
     CU_add_test(s, "kvzip, reconstruction in chunks of 2048, global allocation", test_kvzip);
     CU_add_test(s, "think's kept key channels, lambda=0.4", test_think);
+    if (!bounds) {
+        CU_add_test(s, "kvzap (KVzapPress, MLP scorer, top-k per head)", test_kvzap);
+        CU_add_test(s, "kvzap ada=1 (AdaKVPress(KVzapPress), MLP scorer)", test_kvzap_ada);
+        CU_add_test(s, "kvzap threshold=0.70 (DMSPress(KVzapPress), MLP scorer, window 128)", test_kvzap_dms);
+        CU_add_test(s, "kvzap threshold=-0.05 (DMSPress(KVzapPress), linear scorer, own prefill)", test_kvzap_linear_dms);
+    }
     int rc = util_run_suites();
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", prof_dir);

@@ -180,7 +180,7 @@ static void compare(kvb_model *m, const char *name, const char *opts, const char
 }
 
 /* Options a method needs on these models: no calibration profile is made for them. */
-static const struct { const char *method, *opts; } PINNED[] = {{"qfilter", "filters=window"}};
+static const struct { const char *method, *opts; } PINNED[] = {{"qfilter", "filters=window"}, {"kvzap", "scorer=random"}};
 
 /* Configurations whose end of prefill takes another path: OmniKV with two filter layers, the first one's packed load
  * in the middle of the forward chunk (after layer 4) while the layers after it are still to come; OmniKV keeping

@@ -39,7 +39,9 @@ static int prefill_shared(int p, char *err, size_t err_len) {
     kvb_ctx_params cp = kvb_ctx_default_params();
     cp.n_ctx = prompt_n[p] + N_GEN + 8;
     if (!(base[p] = kvb_ctx_create(model, &cp, err, err_len))) return -1;
-    if (!(share[p] = kvb_share_create(base[p], SHARE_WINDOW, 1, err, err_len))) return -1;
+    if (!(share[p] = kvb_share_create(base[p], SHARE_WINDOW, 1, err, err_len)) ||
+        kvb_share_run_scorer(share[p], "random", err, err_len))
+        return -1;
     return kvb_forward(base[p], prompts[p], prompt_n[p], err, err_len);
 }
 
@@ -189,6 +191,7 @@ static const struct {
     {"round", "lw=8,chunk=512", "lw=%d,chunk=512"}, {"pod", "block=3", "block=%d"}, /* %d: small_block */
     {"kivi", "bits=16", "bits=16"}, /* at 100% only the 16-bit store keeps full's values */
     {"qfilter", "filters=window", "filters=window"}, {"duo", "split=window", "split=window"}, /* no profile read */
+    {"kvzap", "scorer=random", "scorer=random"}, /* the share runs the same scorer */
 };
 static char small_opts[sizeof PINNED / sizeof *PINNED][64];
 

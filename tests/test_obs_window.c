@@ -22,7 +22,7 @@ static uint64_t rng = 0x0b5e7ull;
  * window in the decode steps here: DecodingPress cutting every 4 steps below the budget, OmniKV's filter layers
  * scoring with the window's rows (the default `last` selector takes the step's own probabilities instead). */
 static const struct { const char *method, *opts; } PINNED[] = {
-    {"round", "lw=8,chunk=64"}, {"pod", "block=3"}, {"qfilter", "filters=window"}, {"duo", "split=window"},
+    {"round", "lw=8,chunk=64"}, {"pod", "block=3"}, {"qfilter", "filters=window"}, {"duo", "split=window"}, {"kvzap", "scorer=random"},
     {"decoding", "interval=4,target=60"}, {"kivi", "group=16"}, {"omnikv", "selector=uniform"},
 };
 

@@ -18,7 +18,8 @@ char *util_read_fixture(const char *path, size_t *len);
  * blocks, Q-Filters' filters and DuoAttention's split from the prompt's window), for whole-model runs that are not
  * about calibration: CTest gives every test a profile directory that cannot be made (CMakeLists.txt). */
 #define UTIL_NO_CALIBRATION_OPTS                                                                                   \
-    "--method-opt round:lw=13 --method-opt pod:block=3 --method-opt qfilter:filters=window --method-opt duo:split=window"
+    "--method-opt round:lw=13 --method-opt pod:block=3 --method-opt qfilter:filters=window --method-opt duo:split=window "     \
+    "--method-opt kvzap:scorer=random"
 /* Path of the default model ($KVB_MODEL_DIR or ~/.cache/kvbench/models); returns 1 if it is readable. */
 int util_default_model(char *path, size_t cap);
 
