@@ -354,7 +354,7 @@ static int run_cell(run_state *st, const cell *cl, const kvb_sample *s, shared_p
         /* a method that prefills itself, given a single round (nothing to select from), adopts like the others;
          * hidden: the question reaches the compressed cache only after the end of prefill, so the method never saw
          * it; a question reusing its group's context prefill counts only its own part (the first one holds it) */
-        double shared_ms = (sp->reused ? 0 : sp->prefill_ms) + (kvb_now_s() - t0) * 1e3;
+        double shared_ms = (sp->reused ? 0 : kvb_shared_prefill_cell_ms(sp, nd)) + (kvb_now_s() - t0) * 1e3;
         if (kvb_shared_prefill_adopt(&res->ses, sp, shared_ms, err, err_len)) goto done;
     }
     if (kvb_run_kept_note(st->kept, kept, c, m, cl->budget_str, s->id ? s->id : "", st->doing, NULL, "prefill", err, err_len) ||
@@ -465,6 +465,7 @@ static int make_record(run_state *st, const task *t, const cell *cl, const kvb_s
     double pre[PROF_PHASE_COUNT], dec[PROF_PHASE_COUNT];
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) {
         pre[ph] = (sp->reused ? 0 : sp->pre_phase_ms[ph]) + res->ses.pre_phase_ms[ph];
+        if (ph == PROF_SELECT && !sp->reused && !cl->needs.scorer[0]) pre[ph] -= sp->scorer_ms; /* KVzap's, in its hook */
         dec[ph] = res->ses.dec_phase_ms[ph];
         if (res2) pre[ph] += sp2->pre_phase_ms[ph] + res2->ses.pre_phase_ms[ph], dec[ph] += res2->ses.dec_phase_ms[ph];
     }

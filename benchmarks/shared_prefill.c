@@ -39,6 +39,10 @@ int kvb_shared_prefill_adopt(kvb_session *ses, const kvb_shared_prefill *sp, dou
     return kvb_session_append(ses, sp->p.ids + own, sp->p.n - own, err, err_len);
 }
 
+double kvb_shared_prefill_cell_ms(const kvb_shared_prefill *sp, const kvb_method_needs *nd) {
+    return sp->prefill_ms - (nd->scorer[0] ? 0 : sp->scorer_ms);
+}
+
 /* Whether the prefill kept in sp serves sample s, whose prompt p splits at split: same group, same context ids,
  * a share recording what u needs, and room for the question and answer. A cell whose method prefills itself
  * (u->own_prefill) does not stop the others' reuse: with a split it is refused anyway (runner.c run_cell). */
@@ -65,6 +69,7 @@ static int prefill(const kvb_prefill_env *e, const kvb_method_needs *u, int64_t 
         fwd_s += kvb_now_s() - t0;
     }
     sp->prefill_ms = fwd_s * 1e3;
+    sp->scorer_ms = kvb_share_scorer_ms(sp->share);
     for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
         sp->pre_phase_ms[ph] = prof_total_ns(sp->base->prof, PROF_PREFILL, (prof_phase)ph) / 1e6;
     return 0;

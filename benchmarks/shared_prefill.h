@@ -28,6 +28,7 @@ typedef struct {
     int64_t split;
     int obs_window, prefill_scores; /* what the share records (the union of the cells' needs) */
     double prefill_ms, hist_ms;     /* the shared forward's time (of its first sample) */
+    double scorer_ms;               /* of prefill_ms: KVzap's scorer run for the cells reading it (the share's) */
     double pre_phase_ms[PROF_PHASE_COUNT];
     int64_t own;          /* a carried turn (kvb_sample.carried) after the first: where its own piece starts; the
                            * pieces [split, own) of the earlier turns rebuild the cache they left (0 otherwise) */
@@ -70,6 +71,9 @@ int64_t kvb_shared_prefill_tokens(const kvb_shared_prefill *sp);
  * rebuild the cache those turns' records already paid for (SCBench keeps that cache between turns; kvbench
  * rebuilds it, as a fork cannot copy a method's state). 0, or -1 + err. */
 int kvb_shared_prefill_adopt(kvb_session *ses, const kvb_shared_prefill *sp, double shared_ms, char *err, size_t err_len);
+/* The shared forward's time a cell of needs nd is charged: prefill_ms, less the scorer's time for a cell that does
+ * not read its scores (full attention does not pay for KVzap's scorer). */
+double kvb_shared_prefill_cell_ms(const kvb_shared_prefill *sp, const kvb_method_needs *nd);
 /* Frees everything sp holds and zeroes it. */
 void kvb_shared_prefill_free(kvb_shared_prefill *sp);
 

@@ -74,7 +74,7 @@ static int bench_method(const kvb_shared_prefill *sp, const char *name, const kv
     kvb_cuda_graph_counts(&g0[0], &g0[1], &g0[2]);
 #endif
     if (kvb_session_init(&ses, c, &seam, &gp, err, sizeof err) ||
-        kvb_shared_prefill_adopt(&ses, sp, sp->prefill_ms + (kvb_now_s() - t0) * 1e3, err, sizeof err) ||
+        kvb_shared_prefill_adopt(&ses, sp, kvb_shared_prefill_cell_ms(sp, nd) + (kvb_now_s() - t0) * 1e3, err, sizeof err) ||
         kvb_session_decode(&ses, err, sizeof err)) {
         cli_fail("bench: %s: %s", name, err);
         goto done;

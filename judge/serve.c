@@ -212,6 +212,9 @@ static int parse_method(server *s, const cJSON *req, const char **method, kvb_bu
         if (!cJSON_IsString(bb)) ERR("kvbench.budget must be a string like \"30%%\"");
         return -1;
     }
+    /* a file on the server's disk is the server's to name (kvbench serve --method-opt kvzap:scorer=DIR) */
+    if (cJSON_GetObjectItemCaseSensitive(oo, "scorer"))
+        return ERR("kvbench.method_opts: scorer names a file on the server: set it when the server starts");
     return kvb_opts_add_json(o, oo, "kvbench.method_opts", err, err_len);
 }
 

@@ -20,13 +20,18 @@
  *   smoke runs of the machinery on any model; it says nothing of KVzap's accuracy.
  * - The first linear layer runs as a backend matmul on the attention's input (f32 weights; a GPU converts them to
  *   f16 as it does the model's), its rows come down to the host (one counted copy per layer and prefill chunk) and
- *   the bias, GELU and second layer run there in double. Scores are kept on the host, n_layer x n x n_head_kv floats.
+ *   the bias, GELU and second layer run there in double, one thread (no backend op has GELU's exact erf form: the
+ *   geglu op is the tanh form): with NVIDIA's 512-wide MLP about 512 erf calls a token and layer, which on a GPU box
+ *   is a visible part of kvzap's TTFT (a device op for it is the next step). Scores are kept on the host,
+ *   n_layer x n x n_head_kv floats.
  * - Prefill only, as the leaderboard runs DMSPress (decoding=False): decode appends without evicting.
  * - Ties: topk_idx's (the earlier token); DMS's test is `score < T` evicts, as DMSPress's torch.where.
  * - A shared prefill records the scores for the kvzap cells that adopt it (kvb_method_needs.scorer, share.c), one
- *   scorer per shared prefill. */
+ *   scorer per shared prefill; the scorer's time is charged to those cells only (shared_prefill.h). */
 #include "methods/kvzap.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -45,7 +50,7 @@ enum { SLICE = 2048 }; /* rows per matmul of the first layer */
 /* A scorer's weights, loaded once per process and spec and kept (as the model's are): the GPU backends cache a
  * weight's device copy by its host address, so one copy serves every cell and method instance that reads it. */
 typedef struct zw {
-    char *spec;
+    char *spec, *key; /* key: "random", or the file's real path, size and modification time */
     int n_layer, in, hid, out; /* hid 0: linear */
     float *w1, *b1, *w2, *b2;  /* [l][r1][in], [l][r1], [l][out][hid], [l][out]; r1 = hid or out */
     kvb_weight *wt;            /* [l]: w1 as a matmul weight */
@@ -66,7 +71,7 @@ static int r1_of(const zw *z) { return z->hid ? z->hid : z->out; }
 
 static void zw_free(zw *z) {
     if (!z) return;
-    free(z->wt), free(z->w1), free(z->b1), free(z->w2), free(z->b2), free(z->spec);
+    free(z->wt), free(z->w1), free(z->b1), free(z->w2), free(z->b2), free(z->spec), free(z->key);
     free(z);
 }
 
@@ -115,10 +120,11 @@ static int load_file(zw *z, const char *path, const kvb_config *cfg, char *err, 
     char name[64];
     if (!rc) { /* the shape from layer 0: an MLP holds layers.0.0.weight, a linear scorer layers.0.weight */
         const kvb_st_tensor *h = kvb_st_find(&f, "layers.0.0.weight");
-        if (h && h->n_dims == 2 && h->shape[0] > 0 && h->shape[0] <= 65536) z->hid = (int)h->shape[0];
+        if (h && h->n_dims == 2 && h->shape[0] > 0 && h->shape[0] <= 65536 && h->shape[1] == z->in)
+            z->hid = (int)h->shape[0]; /* checked before anything is sized by it */
         else if (!h && !kvb_st_find(&f, "layers.0.weight"))
             rc = ERR("%s: no layers.0.weight or layers.0.0.weight: not a KVzap checkpoint", path);
-        else if (h) rc = ERR("%s: layers.0.0.weight is not a [hidden x n_embd] matrix", path);
+        else if (h) rc = ERR("%s: layers.0.0.weight is not a [hidden x %d] matrix (hidden at most 65536)", path, z->in);
     }
     const int r1 = r1_of(z);
     if (!rc) {
@@ -150,9 +156,11 @@ static int load_file(zw *z, const char *path, const kvb_config *cfg, char *err, 
     }
     if (!rc && used != f.n) /* a tensor the scorer would ignore: a deeper MLP, another model's extra layers */
         for (int i = 0; i < f.n && !rc; i++) {
-            int l = -1, end = 0;
             const char *nm = f.t[i].name;
-            if (sscanf(nm, "layers.%d.%n", &l, &end) != 1 || l < 0 || l >= z->n_layer ||
+            char *after = NULL;
+            const long l = strncmp(nm, "layers.", 7) ? -1 : strtol(nm + 7, &after, 10);
+            const int end = after && *after == '.' ? (int)(after - nm) + 1 : 0;
+            if (!end || l < 0 || l >= z->n_layer ||
                 (z->hid ? strcmp(nm + end, "0.weight") && strcmp(nm + end, "0.bias") && strcmp(nm + end, "2.weight") &&
                               strcmp(nm + end, "2.bias")
                         : strcmp(nm + end, "weight") && strcmp(nm + end, "bias")))
@@ -163,30 +171,55 @@ static int load_file(zw *z, const char *path, const kvb_config *cfg, char *err, 
     return rc;
 }
 
+/* The file spec names (its model.safetensors for a directory) and its cache key: its real path, size and
+ * modification time, so two spellings of one file share its weights and a file replaced in place is read again.
+ * NULL + err when it cannot be found. */
+static char *file_key(const char *spec, char **path, char *err, size_t err_len) {
+    struct stat st;
+    *path = stat(spec, &st) == 0 && S_ISDIR(st.st_mode) ? kvb_path_join(spec, "model.safetensors") : strdup(spec);
+    if (!*path) return ERR("out of memory"), NULL;
+    char *real = realpath(*path, NULL);
+    if (!real || stat(real, &st) != 0) {
+        free(real);
+        ERR("%s: cannot open: %s", *path, strerror(errno));
+        return NULL;
+    }
+    char *key = malloc(strlen(real) + 64);
+    if (key) sprintf(key, "%s|%lld|%lld.%09ld", real, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    else ERR("out of memory");
+    free(real);
+    return key;
+}
+
 /* the weights of spec on a model of cfg: those loaded before, or read now and kept */
 static const zw *weights(const char *spec, const kvb_config *cfg, char *err, size_t err_len) {
+    char *path = NULL, *key = strcmp(spec, "random") ? file_key(spec, &path, err, err_len) : strdup("random");
+    if (!key) {
+        free(path);
+        return NULL;
+    }
     for (const zw *z = loaded; z; z = z->next)
-        if (!strcmp(z->spec, spec) && z->n_layer == cfg->n_layer && z->in == cfg->n_embd && z->out == cfg->n_head_kv)
+        if (!strcmp(z->key, key) && z->n_layer == cfg->n_layer && z->in == cfg->n_embd && z->out == cfg->n_head_kv) {
+            free(key), free(path);
             return z;
+        }
     zw *z = calloc(1, sizeof *z);
     if (!z || !(z->spec = strdup(spec))) {
-        free(z);
+        free(z), free(key), free(path);
         ERR("out of memory");
         return NULL;
     }
+    z->key = key;
     z->n_layer = cfg->n_layer, z->in = cfg->n_embd, z->out = cfg->n_head_kv;
     int rc = 0;
-    if (!strcmp(spec, "random")) {
+    if (!path) {
         z->w1 = malloc((size_t)z->n_layer * z->out * z->in * sizeof(float));
         z->b1 = calloc((size_t)z->n_layer * z->out, sizeof(float));
         if (!z->w1 || !z->b1) rc = ERR("out of memory");
         else random_scorer(z);
-    } else {
-        struct stat st;
-        char *path = stat(spec, &st) == 0 && S_ISDIR(st.st_mode) ? kvb_path_join(spec, "model.safetensors") : strdup(spec);
-        rc = path ? load_file(z, path, cfg, err, err_len) : ERR("out of memory");
-        free(path);
-    }
+    } else
+        rc = load_file(z, path, cfg, err, err_len);
+    free(path);
     const int r1 = r1_of(z);
     if (!rc && !(z->wt = calloc((size_t)z->n_layer, sizeof *z->wt))) rc = ERR("out of memory");
     for (int l = 0; l < z->n_layer && !rc; l++)
@@ -316,6 +349,7 @@ typedef struct {
     int64_t window, keep;
     int64_t *kept; /* [l]: tokens the layer's heads kept together at the end of prefill */
     int64_t held[2];
+    double evicted; /* threshold: the share of the global layers' prompt KV evicted (DMSPress's compression_ratio) */
 } kvzap;
 
 static int kvzap_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
@@ -374,9 +408,11 @@ static int kvzap_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
     const int HK = cfg->n_head_kv;
     const int64_t n = c->n_past;
     s->base.n_prompt = n;
-    int from, to;
+    int from, to, first = -1, last = -1; /* the first and last global layers */
     kvb_prefill_layers(c, &from, &to);
-    if (from == 0) s->held[0] = -1, s->held[1] = 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (!kvb_layer_window(cfg, l)) last = l, first = first < 0 ? l : first;
+    if (from <= first && first < to) s->held[0] = -1, s->held[1] = 0; /* a new prompt (layer-wise: its first layer) */
     for (int l = from; l < to; l++) s->kept[l] = n * HK;
     if (!s->dms) {
         if (kvb_method_budget_tokens(&s->base, n, &s->keep, err, err_len)) return -1;
@@ -403,12 +439,14 @@ static int kvzap_after_prefill(void *self, kvb_ctx *c, char *err, size_t err_len
         rc = s->dms ? keep_dms(s, c, l, sc, n, idx_h, idx_d, err, err_len)
                     : keep_budget(s, c, l, sc, n, row_h, score_d, idx_d, flat, counts_d, err, err_len);
     }
-    if (!rc && s->dms && to == cfg->n_layer) {
-        int64_t kept = 0, global = 0;
+    if (!rc && s->dms && from <= last && last < to) { /* every global layer has ended */
+        double ev = 0;
+        int global = 0;
         for (int l = 0; l < cfg->n_layer; l++)
-            if (!kvb_layer_window(cfg, l)) kept += s->kept[l], global++;
-        snprintf(s->base.note, sizeof s->base.note, "threshold %g: kept %.1f%% of the prompt's KV in the global layers "
-                 "(measured; no budget)", s->threshold, global ? 100.0 * (double)kept / ((double)global * HK * n) : 100.0);
+            if (!kvb_layer_window(cfg, l)) ev += 1.0 - (double)s->kept[l] / ((double)HK * n), global++;
+        s->evicted = global ? ev / global : 0;
+        snprintf(s->base.note, sizeof s->base.note, "threshold %g: evicted %.1f%% of the prompt's KV in the global "
+                 "layers (measured; no budget)", s->threshold, 100.0 * s->evicted);
     }
     free(idx_h), free(row_h);
     kvb_method_release(c, score_d, nb * sizeof(float));
@@ -437,8 +475,8 @@ static void kvzap_describe(kvb_method *m, char *buf, size_t cap) {
     char kind[40];
     kvb_kvzap_kind(s->z, kind, sizeof kind);
     if (s->dms)
-        snprintf(buf, cap, "scorer=%s threshold=%g window=%lld held=%lld-%lld", kind, s->threshold,
-                 (long long)s->window, (long long)s->held[0], (long long)s->held[1]);
+        snprintf(buf, cap, "scorer=%s threshold=%g window=%lld evicted=%.4f held=%lld-%lld", kind, s->threshold,
+                 (long long)s->window, s->evicted, (long long)s->held[0], (long long)s->held[1]);
     else if (s->ada)
         snprintf(buf, cap, "scorer=%s keep=%lld ada=1 alpha=%g held=%lld-%lld", kind, (long long)s->keep, s->alpha,
                  (long long)s->held[0], (long long)s->held[1]);
@@ -475,7 +513,6 @@ static kvb_method *kvzap_create(kvb_ctx *c, const kvb_budget *b, kvb_opts *o, ch
     s->dms = has_t == 1, s->ada = ada == 1;
     if (has_t < 0 || has_w < 0 || has_a < 0 || has_al < 0) goto fail;
     if (ada != 0 && ada != 1) { ERR("kvzap: ada must be 0 or 1"); goto fail; }
-    if (has_t && !isfinite(s->threshold)) { ERR("kvzap: threshold must be a finite number"); goto fail; }
     const int no_budget = b->kind == KVB_BUDGET_NONE || (b->kind == KVB_BUDGET_FRACTION && b->frac >= 1.0);
     if (s->dms && !no_budget) {
         ERR("kvzap: threshold=%g sets what each head keeps: give no budget (--budget full)", s->threshold);

@@ -194,6 +194,9 @@ int kvb_share_run_scorer(kvb_share *s, const char *spec, char *err, size_t err_l
 /* The scores it recorded (NULL: it ran none), and whether it ran spec. */
 const struct kvb_kvzap *kvb_share_kvzap(const kvb_share *s);
 int kvb_share_ran_scorer(const kvb_share *s, const char *spec);
+/* The time its scorer took (ms, host clock, the device drained before each call): what the cells that do not read
+ * the scores are not charged (benchmarks/shared_prefill.h kvb_shared_prefill_cell_ms). */
+double kvb_share_scorer_ms(const kvb_share *s);
 /* 0 when share s kept what method m needs to adopt it (H2O's scores, the observation window), else -1 + a line
  * naming what is missing. s may be NULL (nothing kept). */
 int kvb_share_serves(const kvb_share *s, const kvb_method *m, char *err, size_t err_len);

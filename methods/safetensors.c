@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fsutil.h"
 #include "kernels/backend.h" /* kvb_errf */
@@ -12,8 +13,9 @@
 
 #define ERR(...) kvb_errf(err, err_len, __VA_ARGS__)
 
-/* the largest header read (the format's own readers cap it at 100 MB) */
+/* the largest header read (the format's own readers cap it at 100 MB), and the largest file read whole */
 enum { MAX_HEADER = 100 << 20 };
+#define MAX_FILE ((long long)4 << 30)
 
 static int dtype_of(const char *s, kvb_st_dtype *d, int *size) {
     if (!strcmp(s, "F32")) *d = KVB_ST_F32, *size = 4;
@@ -63,14 +65,16 @@ static int read_entry(const cJSON *e, kvb_st_tensor *t, const uint8_t *data, siz
 int kvb_st_open(kvb_st_file *f, const char *path, char *err, size_t err_len) {
     memset(f, 0, sizeof *f);
     if (!(f->path = strdup(path))) return ERR("out of memory");
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (long long)st.st_size > MAX_FILE)
+        return ERR("%s: %lld bytes, more than the %lld a scorer file may hold", path, (long long)st.st_size, MAX_FILE);
     if (!(f->buf = kvb_read_file(path, &f->size, err, err_len))) return -1;
     const uint8_t *u = (const uint8_t *)f->buf;
     if (f->size < 8) return ERR("%s: not a safetensors file (%zu bytes)", path, f->size);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | u[i];
     if (hl < 2 || hl > MAX_HEADER || hl > f->size - 8)
-        return ERR("%s: not a safetensors file (header length %llu, file %zu bytes)", path, (unsigned long long)hl,
-                   f->size);
+        return ERR("%s: not a safetensors file (its header length does not fit its %zu bytes)", path, f->size);
     cJSON *h = cJSON_ParseWithLength(f->buf + 8, (size_t)hl);
     if (!cJSON_IsObject(h)) {
         cJSON_Delete(h);
@@ -85,7 +89,8 @@ int kvb_st_open(kvb_st_file *f, const char *path, char *err, size_t err_len) {
     cJSON_ArrayForEach(e, h) {
         if (rc || !strcmp(e->string, "__metadata__")) continue;
         kvb_st_tensor *t = &f->t[f->n];
-        if (!(t->name = strdup(e->string))) rc = ERR("out of memory");
+        if (kvb_st_find(f, e->string)) rc = ERR("%s: tensor %s is named twice in the header", path, e->string);
+        else if (!(t->name = strdup(e->string))) rc = ERR("out of memory");
         else {
             f->n++;
             rc = cJSON_IsObject(e) ? read_entry(e, t, data, n_data, path, err, err_len)

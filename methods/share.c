@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "methods/kvzap.h"
 #include "methods/method.h"
 
@@ -15,13 +16,21 @@ struct kvb_share {
     int obs_window, want_scores;
     kvb_score_row *acc; /* [layer][head] */
     kvb_kvzap *zap;     /* KVzap's scorer, run on each prefill chunk (NULL: none) */
+    double scorer_ms;   /* its time: the device drained first, so the forward's queued work is not counted in it */
 };
 
 static int share_pre_attend(void *self, kvb_ctx *c, int layer, const float *q, int64_t n_q, char *err, size_t err_len) {
     (void)q;
     kvb_share *s = self;
-    return s->zap && c->in_prefill ? kvb_kvzap_record(s->zap, c, layer, n_q, err, err_len) : 0;
+    if (!s->zap || !c->in_prefill) return 0;
+    if (c->be->sync && c->be->sync(c->be)) return ERR("%s", c->be->error);
+    const double t0 = kvb_now_s();
+    int rc = kvb_kvzap_record(s->zap, c, layer, n_q, err, err_len);
+    s->scorer_ms += (kvb_now_s() - t0) * 1e3;
+    return rc;
 }
+
+double kvb_share_scorer_ms(const kvb_share *s) { return s ? s->scorer_ms : 0; }
 
 int kvb_share_run_scorer(kvb_share *s, const char *spec, char *err, size_t err_len) {
     if (s->zap) return strcmp(kvb_kvzap_spec(s->zap), spec) ? ERR("a shared prefill runs one KVzap scorer") : 0;

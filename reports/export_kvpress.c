@@ -344,9 +344,12 @@ static int write_dir(const char *out, const char *model_shown, const char *model
         csv_field(&csv, task), sb_add(&csv, ",");
         csv_field(&csv, ans.oom ? "" : ans.s), sb_add(&csv, ",");
         csv_field(&csv, r->prediction ? r->prediction : ""), sb_add(&csv, ",");
-        if (dms) { /* the press's compression_ratio after the sample: the share of the KV it evicted */
+        if (dms) { /* the press's compression_ratio after the sample: the share of the context's KV it evicted, as the
+                    * method measured it (its "evicted="; else the record's KV after prefill, the question included) */
             char cr[64];
-            py_float(cr, sizeof cr, r->kv_full_bytes > 0 ? 1.0 - r->kv_device_bytes / r->kv_full_bytes : 0.0);
+            const char *ev = r->method_params ? strstr(r->method_params, "evicted=") : NULL;
+            py_float(cr, sizeof cr, ev && (ev == r->method_params || ev[-1] == ' ') ? strtod(ev + 8, NULL)
+                                    : r->kv_full_bytes > 0 ? 1.0 - r->kv_device_bytes / r->kv_full_bytes : 0.0);
             sb_add(&csv, cr), sb_add(&csv, ",");
         } else
             sb_add(&csv, f), sb_add(&csv, ",");

@@ -87,11 +87,12 @@ static void make_run(const char *dir) {
     rec(f, "knorm", "50%", NULL, "longbench", "narrativeqa", "c", "visible", "x", "y", NULL, 0, NULL);
     rec(f, "adakv", "50%", "base=pyramidkv window=32", "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1", "1", NULL, 1, NULL);
     /* KVzap under DMSPress's threshold: no budget; each sample's compression is what it measured */
-    const char *zap = "scorer=mlp hidden=16 threshold=-4 window=128 held=128-3765";
-    next_kv_device = 25, next_kv_full = 100;
-    rec(f, "kvzap", "full", zap, "ruler", "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
+    next_kv_device = 25, next_kv_full = 100; /* the method's own measure first, the record's KV without it */
+    rec(f, "kvzap", "full", "scorer=mlp hidden=16 threshold=-4 window=128 evicted=0.7612 held=128-3765", "ruler",
+        "niah_single_1_4096+hidden", "0", "hidden", "1234", "1234", NULL, 1, NULL);
     next_kv_device = 40, next_kv_full = 100;
-    rec(f, "kvzap", "full", zap, "ruler", "niah_single_1_4096+hidden", "1", "hidden", "12", "1234", NULL, 0, NULL);
+    rec(f, "kvzap", "full", "scorer=mlp hidden=16 threshold=-4 window=128", "ruler", "niah_single_1_4096+hidden", "1",
+        "hidden", "12", "1234", NULL, 0, NULL);
     fclose(f);
 }
 
@@ -174,7 +175,7 @@ static void test_full_is_no_press_and_budgets_are_ratios(void) {
     const char *zap = "out/ruler__4096__" M "__kvzap_mlp__-4.00";
     expect_file(zap, "predictions.csv",
                 "task,answer,predicted_answer,compression_ratio,sample_id,score\n"
-                "niah_single_1,['1234'],1234,0.75,0,1.0\n"
+                "niah_single_1,['1234'],1234,0.7612,0,1.0\n"
                 "niah_single_1,['1234'],12,0.6,1,0.0\n");
     char *z = util_read_file(path_of(zap, "config.yaml"), NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(z);

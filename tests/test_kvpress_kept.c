@@ -83,6 +83,8 @@ static const bound qwen_bounds[] = {
     {NULL, 0, 0, 0, 0},
 };
 static const bound *bounds; /* NULL: the default model's, as written in each test */
+/* > 0: every head of layers 1 and up >= this too (a case whose lows are layer 0's ties, set around one compare) */
+static double rest_min;
 
 static kvb_model *model;
 static int32_t *ids;
@@ -176,7 +178,7 @@ static void compare_on(kvb_ctx *from, kvb_share *sh, int window, const char *fix
     int rc = from ? kvb_method_adopt(m, c, sh, err, sizeof err) : kvb_method_prefill(m, c, ids, n_ids, err, sizeof err);
     if (rc) fprintf(stderr, "\n  %s: %s\n", method, err);
     CU_ASSERT_FATAL(rc == 0);
-    double lo = 1, sum = 0;
+    double lo = 1, sum = 0, lo_rest = 1;
     int lo_l = -1, lo_h = -1;
     for (int l = 0; l < f.n_layer; l++)
         for (int h = 0; h < f.n_head_kv; h++) {
@@ -187,8 +189,13 @@ static void compare_on(kvb_ctx *from, kvb_share *sh, int window, const char *fix
             util_kv_head_free(&hc);
             sum += jac;
             if (jac < lo) lo = jac, lo_l = l, lo_h = h;
+            if (l > 0 && jac < lo_rest) lo_rest = jac;
             if (l < early) CU_ASSERT(jac >= min_early);
         }
+    if (rest_min > 0) {
+        fprintf(stderr, "\n  layers 1 and up: min %.4f ", lo_rest);
+        CU_ASSERT(lo_rest >= rest_min);
+    }
     fprintf(stderr, "\n  %s vs kvpress: Jaccard min %.4f (layer %d head %d), mean %.4f ", method, lo, lo_l, lo_h,
             sum / (f.n_layer * f.n_head_kv));
     CU_ASSERT(lo >= min_all);
@@ -292,14 +299,23 @@ static void test_kvzip(void) {
 /* KVzap with kvpress's presses over seeded random scorers (tests/fixtures/kvpress/kvzap/: the press cannot fetch
  * nvidia's trained ones here, and a random scorer tests the same rules): KVzapPress alone (top-k per head), under
  * AdaKV, and under DMSPress's threshold (window 128). The shared prefill runs the MLP scorer; the linear one's case
- * prefills for itself. The default model only (the scorers are its shape). Measured: top-k min 0.922, mean 0.998;
- * AdaKV min 0.718, mean 0.996; DMS 0.997 and 1.000 with either scorer. The lows are layer 0's, where the hidden state
+ * prefills for itself. The default model only (the scorers are its shape). Measured: top-k min 0.922, mean 0.998
+ * (layers 1 and up: min 0.9965, held to 0.99); AdaKV min 0.718, mean 0.996 (layers 1 and up: 0.9912, held to 0.98);
+ * DMS 0.997 and 1.000 with either scorer. The lows are layer 0's, where the hidden state
  * is the token's embedding alone: the prompt's 130 distinct ids give 130 distinct scores a head, and ties straddle
  * the cut (190 positions tie at AdaKV's safeguard boundary in head 1), which torch.topk orders as it falls and
  * kvbench to the earlier token. */
 #define KVZAP_MLP "scorer=tests/fixtures/kvpress/kvzap/mlp"
-static void test_kvzap(void) { compare("kvzap_mlp", "kvzap", KVZAP_MLP, 0.9, 0, 0.9, 0.995); }
-static void test_kvzap_ada(void) { compare("kvzap_mlp_ada", "kvzap", KVZAP_MLP ",ada=1,alpha=0.2", 0.7, 0, 0.7, 0.99); }
+static void test_kvzap(void) {
+    rest_min = 0.99;
+    compare("kvzap_mlp", "kvzap", KVZAP_MLP, 0.9, 0, 0.9, 0.995);
+    rest_min = 0;
+}
+static void test_kvzap_ada(void) {
+    rest_min = 0.98;
+    compare("kvzap_mlp_ada", "kvzap", KVZAP_MLP ",ada=1,alpha=0.2", 0.7, 0, 0.7, 0.99);
+    rest_min = 0;
+}
 static void test_kvzap_dms(void) {
     compare("kvzap_mlp_dms", "kvzap", KVZAP_MLP ",threshold=0.70,window=128", 0.99, 0, 0.99, 0.999);
 }

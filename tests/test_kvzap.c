@@ -405,7 +405,7 @@ static void test_files_that_do_not_fit_are_refused(void) {
     write_st(path, wide, 2, 0);
     expect_refused(path, "layers.0.weight is [3 x 64], the model needs [2 x 64]");
     write_st(path, wide, 2, 1 << 20);
-    expect_refused(path, "not a safetensors file (header length");
+    expect_refused(path, "not a safetensors file (its header length does not fit");
     FILE *f = fopen(path, "wb");
     fputs("abc", f);
     fclose(f);
@@ -431,9 +431,49 @@ static void test_files_that_do_not_fit_are_refused(void) {
     fputs("abcd", f);
     fclose(f);
     expect_refused(path, "4 bytes for 128 F32 elements");
+    f = fopen(path, "wb"); /* one name twice: Python's reader keeps the last, this one refuses it */
+    const char *h3 = "{\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    const unsigned char hl4[8] = {(unsigned char)strlen(h3), 0, 0, 0, 0, 0, 0, 0};
+    fwrite(hl4, 1, 8, f);
+    fputs(h3, f);
+    fputs("abcd", f);
+    fclose(f);
+    expect_refused(path, "tensor layers.0.bias is named twice in the header");
+    /* a first matrix whose width is not n_embd is refused before anything is sized by its height */
+    static float tall[65536];
+    st_t odd[] = {{"layers.0.0.weight", "F32", 2, {65536, 1}, tall}};
+    write_st(path, odd, 1, 0);
+    expect_refused(path, "layers.0.0.weight is not a [hidden x 64] matrix");
+    static scorer s2;
+    draw(&s2, HID);
+    save(&s2, path, "F32", L, "layers.99999999999999999999.0.weight");
+    expect_refused(path, "tensor layers.99999999999999999999.0.weight is not part");
     snprintf(path, sizeof path, "%s/empty_dir", dir);
     CU_ASSERT(mkdir(path, 0755) == 0 || access(path, F_OK) == 0);
     expect_refused(path, "empty_dir/model.safetensors: cannot open");
+}
+
+/* the weights are read once per file: two spellings of it share them; a file replaced in place is read again */
+static void test_weights_once_per_file_and_again_when_replaced(void) {
+    static scorer s;
+    char path[160], other[180], kind[40], err[256];
+    snprintf(path, sizeof path, "%s/cache.safetensors", dir);
+    snprintf(other, sizeof other, "%s/./cache.safetensors", dir);
+    draw(&s, HID);
+    save(&s, path, "F32", L, NULL);
+    kvb_kvzap *a = kvb_kvzap_open(path, &util_tiny->cfg, err, sizeof err), *b = kvb_kvzap_open(other, &util_tiny->cfg, err, sizeof err);
+    CU_ASSERT_FATAL(a && b);
+    CU_ASSERT(kvb_kvzap_take(b, a, err, sizeof err) == 0); /* the same weights */
+    sleep(1); /* a later modification time, whatever the file system's resolution */
+    draw(&s, 4);
+    save(&s, path, "F32", L, NULL);
+    kvb_kvzap *c = kvb_kvzap_open(path, &util_tiny->cfg, err, sizeof err);
+    CU_ASSERT_FATAL(c != NULL);
+    kvb_kvzap_kind(c, kind, sizeof kind);
+    CU_ASSERT_STRING_EQUAL(kind, "mlp hidden=4");
+    CU_ASSERT(kvb_kvzap_take(c, a, err, sizeof err) == -1 && strstr(err, "the shared prefill scored with scorer="));
+    kvb_kvzap_free(a), kvb_kvzap_free(b), kvb_kvzap_free(c);
 }
 
 static void test_options_refused_and_share_without_scorer(void) {
@@ -514,6 +554,7 @@ int main(void) {
     CU_add_test(s, "its own prefill keeps what the shared prefill's adoption keeps", test_own_prefill_equals_shared);
     CU_add_test(s, "scorer files that do not fit the model or the format: one line each",
                 test_files_that_do_not_fit_are_refused);
+    CU_add_test(s, "weights read once per file, again when it is replaced", test_weights_once_per_file_and_again_when_replaced);
     CU_add_test(s, "options refused; a share without its scorer refused", test_options_refused_and_share_without_scorer);
     return util_run_suites();
 }

@@ -188,6 +188,7 @@ static const struct { const char *method, *opts; } PINNED[] = {{"qfilter", "filt
 static const struct { const char *method, *opts, *budget; } EXTRA[] = {
     {"omnikv", "layers=1;5", "50%"},
     {"omnikv", "offload=0", "25%"},
+    {"kvzap", "scorer=random,threshold=0,window=16", "full"}, /* DMS: what each head keeps is the threshold's */
 };
 
 /* Every registered method that declares KVB_LAYER_LOCAL, at 25%; then EXTRA. */

@@ -582,6 +582,9 @@ static void test_bad_requests_are_400_with_a_one_line_openai_error(void) {
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": \"yes\"}", "'stream'"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": 3}", "'temperature'"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"\"]}", "'stop'"},
+        /* a client names no file on the server's disk (KVzap's scorer is the server's option) */
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"kvbench\": {\"method\": \"kvzap\", \"budget\": \"30%\", "
+         "\"method_opts\": {\"scorer\": \"/etc/passwd\"}}}", "scorer names a file on the server"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         long status;
