@@ -378,6 +378,19 @@ static void test_own_prefill_equals_shared(void) {
     free_scored(base, share);
 }
 
+/* a file of the 8-byte header length (header NULL: none), the header and the data bytes */
+static void write_raw(const char *path, const char *header, const char *data) {
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    if (header) {
+        const size_t n = strlen(header);
+        for (int i = 0; i < 8; i++) fputc((int)((uint64_t)n >> (8 * i)) & 0xff, f);
+        fputs(header, f);
+    }
+    fputs(data, f);
+    fclose(f);
+}
+
 /* a file the reader or the scorer refuses: one line naming what is wrong */
 static void expect_refused(const char *path, const char *want) {
     char err[512] = "";
@@ -406,39 +419,18 @@ static void test_files_that_do_not_fit_are_refused(void) {
     expect_refused(path, "layers.0.weight is [3 x 64], the model needs [2 x 64]");
     write_st(path, wide, 2, 1 << 20);
     expect_refused(path, "not a safetensors file (its header length does not fit");
-    FILE *f = fopen(path, "wb");
-    fputs("abc", f);
-    fclose(f);
+    write_raw(path, NULL, "abc");
     expect_refused(path, "not a safetensors file (3 bytes)");
-    f = fopen(path, "wb");
-    const unsigned char hl[8] = {5, 0, 0, 0, 0, 0, 0, 0};
-    fwrite(hl, 1, 8, f);
-    fputs("[1,2]", f);
-    fclose(f);
+    write_raw(path, "[1,2]", "");
     expect_refused(path, "header is not a JSON object");
-    f = fopen(path, "wb");
-    const char *h = "{\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,9999]}}";
-    const unsigned char hl2[8] = {(unsigned char)strlen(h), 0, 0, 0, 0, 0, 0, 0};
-    fwrite(hl2, 1, 8, f);
-    fputs(h, f);
-    fclose(f);
+    write_raw(path, "{\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,9999]}}", "");
     expect_refused(path, "data_offsets [0, 9999] outside the file's 0 data bytes");
-    f = fopen(path, "wb");
-    const char *h2 = "{\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,4]}}";
-    const unsigned char hl3[8] = {(unsigned char)strlen(h2), 0, 0, 0, 0, 0, 0, 0};
-    fwrite(hl3, 1, 8, f);
-    fputs(h2, f);
-    fputs("abcd", f);
-    fclose(f);
+    write_raw(path, "{\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,4]}}", "abcd");
     expect_refused(path, "4 bytes for 128 F32 elements");
-    f = fopen(path, "wb"); /* one name twice: Python's reader keeps the last, this one refuses it */
-    const char *h3 = "{\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                     "\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
-    const unsigned char hl4[8] = {(unsigned char)strlen(h3), 0, 0, 0, 0, 0, 0, 0};
-    fwrite(hl4, 1, 8, f);
-    fputs(h3, f);
-    fputs("abcd", f);
-    fclose(f);
+    /* one name twice: Python's reader keeps the last, this one refuses it */
+    write_raw(path, "{\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                    "\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              "abcd");
     expect_refused(path, "tensor layers.0.bias is named twice in the header");
     /* a first matrix whose width is not n_embd is refused before anything is sized by its height */
     static float tall[65536];
