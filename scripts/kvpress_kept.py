@@ -88,14 +88,14 @@ kvpress's count, to run kvbench with `--budget 1129` where the sets should match
     KVzipPress()  (chunk_size 2048, n_sink 4, global)   kvzip         chunk=2048,sinks=4,alloc=global
     ThinKPress(key_channel_compression_ratio=0.4)       think         base=none,lambda=0.4,window=32 (key channels, not
                                                         tokens: each line's "channels", in the GGUF's order)
-    KVzapPress(model_type="mlp")                        kvzap         scorer=tests/fixtures/kvpress/kvzap/mlp (file
+    KVzapPress(model_type="mlp")                        kvzap         scorer=(the seeded MLP scorer, KVZAP_SCORERS) (file
                                                         kvzap_mlp.jsonl: per-head top-k of the scorer's scores)
     AdaKVPress(KVzapPress("mlp"), alpha_safeguard=0.2)  kvzap         scorer=...,ada=1,alpha=0.2 (kvzap_mlp_ada.jsonl)
-    DMSPress(KVzapPress("mlp"), threshold=0.70, sliding_window_size=128)  kvzap  scorer=...,threshold=0.70,window=128
+    DMSPress(KVzapPress("mlp"), threshold=0, sliding_window_size=128)  kvzap  scorer=...,threshold=0,window=128
                                                         (kvzap_mlp_dms.jsonl: kvpress's leaderboard "kvzap_mlp"; no
                                                         budget: "budget" and "tokens_per_head" null)
-    DMSPress(KVzapPress("linear"), threshold=-0.05, sliding_window_size=128)  kvzap  scorer=tests/fixtures/kvpress/
-                                                        kvzap/linear,threshold=-0.05,window=128 (kvzap_linear_dms.jsonl)
+    DMSPress(KVzapPress("linear"), threshold=0, sliding_window_size=128)  kvzap  scorer=(the seeded linear scorer),
+                                                        threshold=0,window=128 (kvzap_linear_dms.jsonl)
 
 The Hub is out of reach here: QFilterPress's filters and DuoAttentionPress's head patterns are kvbench's own, read
 from the model's kvbench profile (`kvbench calibrate qfilter`, `kvbench calibrate duo`; --profile, default the
@@ -110,8 +110,8 @@ full prefill's. KVzipPress reads the chat template for its prefix (not reconstru
 opening): it is given the GGUF's tokenizer with a template whose prefix is empty and whose suffix is the model's
 ("<|im_end|>\n<|im_start|>assistant\n", kvbench's assistant_opening), since the prompt is bare text that kvbench
 reconstructs whole. KVzapPress would download its scorer (nvidia/KVzap-<mlp|linear>-<model>): it is given seeded
-random ones instead, made by this script in tests/fixtures/kvpress/kvzap/<mlp|linear>/ (bfloat16 safetensors +
-config.json, save_pretrained's layout; see KVZAP_SCORERS), their weights cast to float32 as kvbench reads them, and
+seeded ones instead (KVZAP_SCORERS: a splitmix64 stream rounded to bfloat16, which test_kvpress_kept writes the same
+way as a safetensors file at test time; no weight file is committed), their weights cast to float32, and
 its post_init_from_model is a no-op. DMSPress evicts, per KV head, the positions before the last 128 whose score is
 below the threshold, recorded (like AdaKV's) in masked_key_indices; each threshold was chosen to evict about half of
 the (layer, head, position) triples (printed). ObservedAttentionPress needs the attention weights ("eager"): it
@@ -305,15 +305,14 @@ def press_table(ratio, ctx):
         # with a per-layer surrogate (Linear, or Linear-GELU-Linear) giving one score per KV head. Its
         # post_init_from_model would download nvidia/KVzap-<kind>-<model> from the Hub (unreachable here): it is
         # monkeypatched to a no-op on the press instance (AdaKVPress and DMSPress call the inner press's), and the
-        # press is given the seeded random scorer of tests/fixtures/kvpress/kvzap/<kind>/ (kvzap_scorer), its bf16
+        # press is given the seeded scorer of KVZAP_SCORERS (kvzap_scorer), its bf16
         # weights cast to float32 as kvbench reads them; kvzap_model_name records that directory (never loaded by
         # name: post_init_from_model does nothing).
         from kvpress import DMSPress, KVzapPress
 
-        scorer_dir = os.path.join(ctx["out"], "kvzap", kind)
-        rel = os.path.relpath(os.path.abspath(scorer_dir), REPO)
+        rel = f"SEEDED_{kind.upper()}"  # test_kvpress_kept writes the scorer and names its path
         inner = KVzapPress(model_type=kind, compression_ratio=0.0 if threshold is not None else ratio)
-        inner.kvzap_model = kvzap_scorer(kind, scorer_dir, ctx["config"])
+        inner.kvzap_model = kvzap_scorer(kind, ctx["config"])
         inner.kvzap_model_name = rel
         inner.post_init_from_model = lambda model: None
         opts = f"scorer={rel}"
@@ -344,44 +343,54 @@ def press_table(ratio, ctx):
     return table
 
 
-# KVzap's scorers: no trained weights for this model are reachable (NVIDIA's are on the Hub), so the fixtures use
-# seeded random ones: KVzapModel(KVzapConfig(input_dim=hidden_size, output_dim=num_key_value_heads,
-# n_modules=num_hidden_layers, hidden_dim)), built after torch.manual_seed(seed) (nn.Linear's default init,
-# U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases), then every weight and bias multiplied by a fixed scale
-# per Linear (the hidden states after input_layernorm are small, RMS 0.05-0.25: unscaled, a head's scores spread by
-# ~0.03 over the prompt; scaled, by ~1, median over (layer, head) 1.17 mlp / 0.98 linear on the default prompt),
-# cast to bfloat16 and written by save_pretrained (model.safetensors + config.json). Made once, when the directory
-# has no model.safetensors; the committed files are the reference (delete the directory to remake it).
-KVZAP_SCORERS = {"mlp": {"hidden_dim": 16, "seed": 0, "scale": (10.0, 3.0)},  # (first Linear, second Linear)
-                 "linear": {"hidden_dim": None, "seed": 1, "scale": (10.0,)}}
-# DMS thresholds, chosen (round, 2 decimals) so that about half of the prompt's (layer, head, position) triples of
-# the default model are evicted with these scorers (the fraction is printed)
-KVZAP_THRESHOLDS = {"mlp": 0.70, "linear": -0.05}
+# KVzap's scorers: no trained weights for this model are reachable (NVIDIA's are on the Hub), and no weight file is
+# committed: the fixtures use seeded scorers that test_kvpress_kept writes the same way at test time (its
+# write_kvzap_scorer). KVzapModel(KVzapConfig(input_dim=hidden_size, output_dim=num_key_value_heads,
+# n_modules=num_hidden_layers, hidden_dim)); per layer in order, the first Linear's weight [r1][in] and bias [r1], then
+# (MLP) the second's weight [out][hid] and bias [out]; every value from one splitmix64 stream seeded `seed`:
+# u = (x >> 11) / 2^53, v = scale (2u - 1) / sqrt(fan_in) (fan_in: the Linear's input width; scale per Linear), rounded
+# to float32 and then to bfloat16 (round to nearest even), which kvbench reads back as float32 exactly. The hidden
+# states after input_layernorm are small (RMS 0.05-0.25): the scales spread a head's scores by about 1.
+KVZAP_SCORERS = {"mlp": {"hidden_dim": 16, "seed": 1, "scale": (10.0, 3.0)},  # (first Linear, second Linear)
+                 "linear": {"hidden_dim": None, "seed": 2, "scale": (10.0,)}}
+# DMS thresholds: 0, about half the prompt's (layer, head, position) triples evicted (the fraction is printed)
+KVZAP_THRESHOLDS = {"mlp": 0.0, "linear": 0.0}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def kvzap_scorer(kind, path, cfg):
-    """The KVzap scorer of tests/fixtures/kvpress/kvzap/<kind>/ (made there first if absent, see KVZAP_SCORERS),
-    its bfloat16 weights cast to float32."""
+def splitmix_values(seed, n, scale, fan_in):
+    mask = (1 << 64) - 1
+    state = seed & mask
+    out = []
+    for _ in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        u = (z >> 11) / 9007199254740992.0
+        out.append(scale * (2.0 * u - 1.0) / fan_in ** 0.5)
+    return out, state
+
+
+def kvzap_scorer(kind, cfg):
+    """The seeded KVzap scorer of KVZAP_SCORERS (as test_kvpress_kept writes it), its bfloat16 weights as float32."""
     import torch
     from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel
 
-    if not os.path.exists(os.path.join(path, "model.safetensors")):
-        spec = KVZAP_SCORERS[kind]
-        torch.manual_seed(spec["seed"])
-        scorer = KVzapModel(KVzapConfig(input_dim=cfg.hidden_size, output_dim=cfg.num_key_value_heads,
-                                        n_modules=cfg.num_hidden_layers, hidden_dim=spec["hidden_dim"]))
-        with torch.no_grad():
-            for module in scorer.layers:
-                linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-                for lin, s in zip(linears, spec["scale"]):
-                    lin.weight.mul_(s)
-                    lin.bias.mul_(s)
-        scorer.to(torch.bfloat16).save_pretrained(path)
-        print(f"kvzap scorer ({kind}): made {path}")
-    scorer = KVzapModel.from_pretrained(path, dtype=torch.float32).eval()
-    assert next(scorer.parameters()).dtype == torch.float32
-    return scorer
+    spec = KVZAP_SCORERS[kind]
+    scorer = KVzapModel(KVzapConfig(input_dim=cfg.hidden_size, output_dim=cfg.num_key_value_heads,
+                                    n_modules=cfg.num_hidden_layers, hidden_dim=spec["hidden_dim"]))
+    state = spec["seed"]
+    with torch.no_grad():
+        for module in scorer.layers:
+            linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+            for lin, sc in zip(linears, spec["scale"]):
+                for t in (lin.weight, lin.bias):
+                    vals, state = splitmix_values(state, t.numel(), sc, lin.in_features)
+                    t.copy_(torch.tensor(vals, dtype=torch.float64).to(torch.float32).to(torch.bfloat16)
+                            .to(torch.float32).reshape(t.shape))
+    return scorer.eval()
 
 
 def press_params(press):
